@@ -1,0 +1,30 @@
+// Exit codes of the command-line contract (DESIGN.md) and the exceptions that
+// carry them up to main(), which turns each into a summary and that exit code.
+// Lives in the lowest layer so that every layer can raise them.
+#pragma once
+#include <stdexcept>
+#include <string>
+
+namespace zrepro {
+
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitInternal = 1,
+  kExitBadInput = 2,
+  kExitOom = 3,
+  kExitHang = 4,
+  kExitNumerical = 5,
+};
+
+// Bad config, flag or file: the message names the key/flag/file, the value,
+// what was expected and how to fix it.
+struct ConfigError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Numerical failure (loss scale at its minimum, NaN loss): exit 5.
+struct NumericalError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace zrepro

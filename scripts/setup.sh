@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the Debian packages zrepro needs (only those missing) and builds it into
+# build/. Idempotent: a second call only rebuilds what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential cmake ninja-build pkg-config
+          libtorch-dev libopenblas0-pthread libopenmpi-dev openmpi-bin
+          libcxxopts-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "[setup] installing: ${missing[*]}"
+  sudo_cmd=(); [ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# LibTorch falls back to the reference BLAS (25x slower) unless OpenBLAS owns libblas.so.3.
+if ! readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null | grep -q openblas; then
+  echo "[setup] warning: libblas.so.3 does not point at OpenBLAS; matmuls will be slow" >&2
+fi
+
+build_type=${ZREPRO_BUILD_TYPE:-RelWithDebInfo}
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$build_type" ${ZREPRO_CMAKE_ARGS:-} >/dev/null
+cmake --build build -j "${ZREPRO_JOBS:-$(nproc)}"

@@ -1,0 +1,102 @@
+// See gpt.h.
+#include "trainer/gpt.h"
+
+#include <cmath>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+namespace zrepro {
+
+namespace {
+// Parameter order inside a block group; block() indexes by these.
+enum BlockParam { ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fc2_w, fc2_b };
+}  // namespace
+
+torch::ScalarType storage_dtype(Precision p) {
+  return p == Precision::fp16 ? torch::kHalf : p == Precision::bf16 ? torch::kBFloat16 : torch::kFloat;
+}
+
+Gpt::Gpt(const ModelSpec& spec, Precision precision, torch::Device device, uint64_t seed) : spec_(spec) {
+  const torch::ScalarType dtype = storage_dtype(precision);
+  compute_ = (dtype == torch::kHalf && device.is_cpu()) ? torch::kFloat : dtype;
+  const int64_t V = spec.vocab, S = spec.seq, h = spec.hidden, I = spec.intermediate;
+  auto opts = torch::TensorOptions().dtype(dtype).device(device);
+
+  groups_.emplace_back("embed", std::vector<ParamSpec>{{"wte", {V, h}}, {"wpe", {S, h}}}, opts);
+  for (int64_t l = 0; l < spec.layers; ++l)
+    groups_.emplace_back("block." + std::to_string(l),
+                         std::vector<ParamSpec>{{"ln1.weight", {h}},
+                                                {"ln1.bias", {h}},
+                                                {"attn.qkv.weight", {3 * h, h}},
+                                                {"attn.qkv.bias", {3 * h}},
+                                                {"attn.proj.weight", {h, h}},
+                                                {"attn.proj.bias", {h}},
+                                                {"ln2.weight", {h}},
+                                                {"ln2.bias", {h}},
+                                                {"mlp.fc.weight", {I, h}},
+                                                {"mlp.fc.bias", {I}},
+                                                {"mlp.proj.weight", {h, I}},
+                                                {"mlp.proj.bias", {h}}},
+                         opts);
+  groups_.emplace_back("head", std::vector<ParamSpec>{{"ln_f.weight", {h}}, {"ln_f.bias", {h}}, {"lm_head.weight", {V, h}}},
+                       opts);
+
+  // GPT-2 init: N(0, 0.02) weights, residual projections scaled by 1/sqrt(2L),
+  // zero biases, unit LayerNorm gains. Generated in a fixed order from one seed.
+  torch::NoGradGuard no_grad;
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const double resid_std = 0.02 / std::sqrt(2.0 * spec.layers);
+  for (auto& g : groups_) {
+    for (size_t i = 0; i < g.specs().size(); ++i) {
+      const auto& s = g.specs()[i];
+      const std::string& n = s.name;
+      torch::Tensor v;
+      if (n.find("ln") != std::string::npos)
+        v = n.find("weight") != std::string::npos ? torch::ones(s.shape) : torch::zeros(s.shape);
+      else if (n.find("bias") != std::string::npos)
+        v = torch::zeros(s.shape);
+      else
+        v = at::normal(0.0, n.find("proj.weight") != std::string::npos ? resid_std : 0.02, s.shape, gen);
+      g.flat().narrow(0, g.offset(i), s.numel()).copy_(v.reshape({-1}));
+    }
+  }
+  causal_mask_ = torch::ones({S, S}, torch::TensorOptions().dtype(torch::kBool).device(device)).triu(1);
+}
+
+torch::Tensor Gpt::embed(const torch::Tensor& inputs) {
+  const ParamGroup& g = groups_.front();
+  const int64_t S = inputs.size(1);
+  return torch::embedding(w(g, 0), inputs) + w(g, 1).narrow(0, 0, S).unsqueeze(0);
+}
+
+torch::Tensor Gpt::block(const ParamGroup& g, const torch::Tensor& x) {
+  const int64_t B = x.size(0), S = x.size(1), h = spec_.hidden, a = spec_.heads, hd = h / a;
+  torch::Tensor y = torch::layer_norm(x, {h}, w(g, ln1_w), w(g, ln1_b), 1e-5);
+  torch::Tensor qkv = torch::linear(y, w(g, qkv_w), w(g, qkv_b));
+  auto parts = qkv.chunk(3, -1);
+  auto heads = [&](const torch::Tensor& t) { return t.view({B, S, a, hd}).transpose(1, 2); };
+  torch::Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
+  torch::Tensor att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
+  att = att.masked_fill(causal_mask_.narrow(0, 0, S).narrow(1, 0, S), -INFINITY);
+  att = torch::softmax(att, -1, torch::kFloat).to(x.scalar_type());
+  y = torch::matmul(att, v).transpose(1, 2).reshape({B, S, h});
+  torch::Tensor r = x + torch::linear(y, w(g, proj_w), w(g, proj_b));
+  y = torch::layer_norm(r, {h}, w(g, ln2_w), w(g, ln2_b), 1e-5);
+  y = torch::linear(torch::gelu(torch::linear(y, w(g, fc_w), w(g, fc_b))), w(g, fc2_w), w(g, fc2_b));
+  return r + y;
+}
+
+torch::Tensor Gpt::head_loss(const torch::Tensor& x, const torch::Tensor& targets) {
+  const ParamGroup& g = groups_.back();
+  torch::Tensor y = torch::layer_norm(x, {spec_.hidden}, w(g, 0), w(g, 1), 1e-5);
+  torch::Tensor logits = torch::linear(y, w(g, 2));
+  return torch::cross_entropy_loss(logits.reshape({-1, spec_.vocab}).to(torch::kFloat), targets.reshape({-1}));
+}
+
+torch::Tensor Gpt::loss(const torch::Tensor& inputs, const torch::Tensor& targets) {
+  torch::Tensor x = embed(inputs);
+  for (size_t l = 1; l + 1 < groups_.size(); ++l) x = block(groups_[l], x);
+  return head_loss(x, targets);
+}
+
+}  // namespace zrepro

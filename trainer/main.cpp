@@ -1,0 +1,23 @@
+// zrepro: reproduce DeepSpeed ZeRO failures with a small LibTorch trainer.
+// Dispatches to the subcommands; each returns the exit code of DESIGN.md.
+#include <cstring>
+#include <iostream>
+
+#include "trainer/cli.h"
+
+int main(int argc, char** argv) {
+  const char* usage =
+      "usage: zrepro <command> [options]\n"
+      "  run     train the toy GPT under a DeepSpeed config (--config FILE --model tiny --steps N --out DIR)\n"
+      "  config  print the effective config, every value with its source (--config FILE [--json])\n"
+      "`zrepro <command> --help` lists a command's options.\n";
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    std::cout << usage;
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  if (cmd == "run") return zrepro::run_command(argc - 1, argv + 1);
+  if (cmd == "config") return zrepro::config_command(argc - 1, argv + 1);
+  std::cerr << "zrepro: unknown command \"" << cmd << "\"\n" << usage;
+  return 2;
+}

@@ -1,0 +1,59 @@
+// The training loop of one rank: micro-steps over the rank's slice of each global
+// batch, loss / gas (times the loss scale) backward, then the ZeRO optimizer step
+// at the accumulation boundary. Records one StepRecord per optimizer step.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "trainer/ds_config.h"
+#include "trainer/model_spec.h"
+
+namespace zrepro {
+
+// --inject KIND:RANK[:ARG]. inf-grad:R:STEPS puts +inf into rank R's gradients on
+// the optimizer steps STEPS ("N", "N-" from N on, or "N-M"), to drive the loss scaler.
+struct Injection {
+  std::string kind;
+  int rank = 0;
+  int64_t from = 0, to = -1;  // inclusive step range; to = -1: no end
+  bool covers(int64_t step) const { return step >= from && (to < 0 || step <= to); }
+};
+Injection parse_injection(const std::string& spec);  // throws ConfigError
+
+struct TrainOptions {
+  int64_t steps = 50;
+  uint64_t seed = 1234;
+  torch::Device device = torch::kCPU;
+  int rank = 0, world_size = 1;
+  std::vector<Injection> inject;
+};
+
+struct StepRecord {
+  int64_t step = 0;
+  double loss = 0;       // mean over the global batch
+  double grad_norm = 0;  // NaN when the step was skipped
+  double loss_scale = 1;
+  bool skipped = false;
+  double lr = 0;
+  double step_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0, data_wait_s = 0;
+};
+
+struct TrainResult {
+  std::vector<StepRecord> steps;
+  int64_t skipped_steps = 0;
+  // Bytes of the persistent storage the engine owns on this rank, by category.
+  int64_t params_bytes = 0, grads_bytes = 0, optimizer_states_bytes = 0;
+};
+
+// Runs until opts.steps optimizer steps are done. Throws NumericalError (loss scale
+// at minimum, non-finite loss); result keeps the steps completed before that.
+// on_step runs after every optimizer step (logging, metrics) with the scaler event.
+using StepCallback = std::function<void(const StepRecord&, const std::string& scale_log)>;
+void train(const DsConfig& cfg, const ModelSpec& model, const TrainOptions& opts, TrainResult& result,
+           const StepCallback& on_step = {});
+
+}  // namespace zrepro

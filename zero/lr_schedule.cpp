@@ -1,0 +1,29 @@
+// See lr_schedule.h.
+#include "zero/lr_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace zrepro {
+
+LrSchedule::LrSchedule(const SchedulerConfig& cfg, double base_lr)
+    : cfg_(cfg), base_lr_(base_lr), warmup_steps_(std::max<int64_t>(2, cfg.warmup_num_steps)) {}
+
+double LrSchedule::lr_at(int64_t it) const {
+  if (cfg_.type.empty()) return base_lr_;
+  const double lo = cfg_.warmup_min_lr, delta = cfg_.warmup_max_lr - cfg_.warmup_min_lr;
+  if (it < 0) return lo;
+  double gamma;
+  if (it < warmup_steps_) {
+    gamma = cfg_.warmup_type == "linear" ? static_cast<double>(it) / warmup_steps_
+                                         : std::log(static_cast<double>(it + 1)) / std::log(double(warmup_steps_));
+  } else if (cfg_.type == "WarmupDecayLR") {
+    gamma = std::max(0.0, static_cast<double>(cfg_.total_num_steps - it) /
+                              std::max<double>(1.0, cfg_.total_num_steps - warmup_steps_));
+  } else {
+    gamma = 1.0;
+  }
+  return lo + delta * gamma;
+}
+
+}  // namespace zrepro

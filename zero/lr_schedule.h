@@ -1,0 +1,27 @@
+// Learning-rate schedules of DeepSpeed's lr_schedules.py: constant (no scheduler),
+// WarmupLR and WarmupDecayLR, indexed by last_batch_iteration exactly as there:
+// the first optimizer step runs at iteration -1 (warmup_min_lr), and the
+// scheduler only advances after a step that was applied (not skipped).
+#pragma once
+#include <cstdint>
+
+#include "zero/zero_config.h"
+
+namespace zrepro {
+
+class LrSchedule {
+ public:
+  LrSchedule(const SchedulerConfig& cfg, double base_lr);
+  double lr() const { return lr_at(iteration_); }
+  double lr_at(int64_t last_batch_iteration) const;
+  void step() { ++iteration_; }
+  int64_t iteration() const { return iteration_; }
+
+ private:
+  SchedulerConfig cfg_;
+  double base_lr_;
+  int64_t warmup_steps_;
+  int64_t iteration_ = -1;
+};
+
+}  // namespace zrepro

@@ -1,0 +1,75 @@
+// Plain, typed settings the engine reads: the ZeRO, precision, optimizer and
+// scheduler sections of a DeepSpeed config after loading and validation
+// (trainer/ds_config.cpp fills them; nothing here knows about JSON).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace zrepro {
+
+enum class Precision { fp32, fp16, bf16 };
+const char* precision_name(Precision p);
+
+struct OffloadConfig {
+  std::string device = "none";  // none | cpu | nvme
+  std::string nvme_path;
+  int64_t buffer_count = 4;     // 5 for offload_param
+  int64_t buffer_size = 100000000;
+  int64_t max_in_cpu = 1000000000;
+  bool pin_memory = true;       // true since DeepSpeed 0.19.5 (false before)
+  bool pipeline_read = false, pipeline_write = false, fast_init = false;
+  double ratio = 1.0;
+  bool enabled() const { return device != "none"; }
+};
+
+struct ZeroConfig {
+  int stage = 0;
+  bool contiguous_gradients = true;
+  bool reduce_scatter = true;
+  int64_t reduce_bucket_size = 500000000;
+  bool allgather_partitions = true;
+  int64_t allgather_bucket_size = 500000000;
+  bool overlap_comm = false;  // unset in DeepSpeed: true only for stage 3
+  int64_t sub_group_size = 1000000000;
+  int64_t stage3_prefetch_bucket_size = 50000000;
+  int64_t stage3_param_persistence_threshold = 100000;
+  int64_t stage3_max_live_parameters = 1000000000;
+  int64_t stage3_max_reuse_distance = 1000000000;
+  bool stage3_gather_16bit_weights_on_model_save = false;
+  bool round_robin_gradients = false;
+  bool ignore_unused_parameters = true;
+  OffloadConfig offload_param;
+  OffloadConfig offload_optimizer;
+};
+
+// fp16.loss_scale == 0 means dynamic loss scaling.
+struct LossScaleConfig {
+  double loss_scale = 0;
+  int initial_scale_power = 16;
+  int64_t loss_scale_window = 1000;
+  int hysteresis = 2;
+  bool consecutive_hysteresis = false;
+  double min_loss_scale = 1;
+};
+
+struct OptimizerConfig {
+  std::string type = "AdamW";  // Adam | AdamW (DeepSpeed's Adam is AdamW unless adam_w_mode false)
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool adam_w_mode = true;
+  bool bias_correction = true;
+};
+
+struct SchedulerConfig {
+  std::string type;  // empty: constant lr | WarmupLR | WarmupDecayLR
+  double warmup_min_lr = 0.0;
+  double warmup_max_lr = 0.001;
+  int64_t warmup_num_steps = 1000;
+  std::string warmup_type = "log";  // log | linear
+  int64_t total_num_steps = 0;      // WarmupDecayLR only
+};
+
+}  // namespace zrepro
