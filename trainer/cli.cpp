@@ -91,6 +91,19 @@ std::string require_config(const cxxopts::ParseResult& r) {
 cxxopts::ParseResult parse(cxxopts::Options& o, int argc, char** argv) {
   try {
     return o.parse(argc, argv);
+  } catch (const cxxopts::exceptions::incorrect_argument_type& e) {
+    // cxxopts names the bad value only: find the flag it was given to.
+    std::string flag;
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      const auto eq = a.find('=');
+      if (eq != std::string::npos && e.what() == "Argument ‘" + a.substr(eq + 1) + "’ failed to parse")
+        flag = a.substr(0, eq);
+      else if (i > 1 && std::string(e.what()) == "Argument ‘" + a + "’ failed to parse")
+        flag = argv[i - 1];
+    }
+    throw ConfigError((flag.empty() ? "" : flag + ": ") + std::string(e.what()) + " (wrong type, e.g. text where a " +
+                      "number is expected). See " + o.program() + " --help");
   } catch (const cxxopts::exceptions::exception& e) {
     throw ConfigError(std::string(e.what()) + ". See " + o.program() + " --help");
   }

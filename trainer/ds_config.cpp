@@ -41,11 +41,11 @@ constexpr int64_t kAutoMicroBatch = 8;
 constexpr int64_t kAutoGradAccum = 1;
 constexpr double kAutoLr = 1e-3;
 
-// A value resolved from a zrepro flag: the JSON value and the flag that set it.
+// A value from a zrepro flag: the JSON value, and the flag that set it (for an
+// override) or a note on how the "auto" value was obtained (for an auto).
 struct FlagValue {
   json value;
   std::string flag;
-  bool is_default = false;  // not given on the command line: the flag's documented default
 };
 
 const char* json_type(const json& v) {
@@ -156,19 +156,19 @@ T Section::get(const std::string& key, T def) {
   consume(key);
   const std::string p = path(key);
   const json* v = raw(key);
-  if (auto it = L_.overrides.find(p); it != L_.overrides.end()) {
+  const bool is_auto = v && v->is_string() && *v == "auto";
+  if (auto it = L_.overrides.find(p); it != L_.overrides.end() && !is_auto) {
     T val = L_.convert<T>(p, it->second.value);
-    if (v && !(v->is_string() && *v == "auto") && *v != it->second.value)
+    if (v && *v != it->second.value)
       L_.warn(p + " = " + v->dump() + " in the file is overridden by " + it->second.flag + " " +
               it->second.value.dump());
     L_.record(p, json(val), Source::flag, it->second.flag);
     return val;
   }
-  if (v && v->is_string() && *v == "auto") {
+  if (is_auto) {
     if (auto it = L_.autos.find(p); it != L_.autos.end()) {
       T val = L_.convert<T>(p, it->second.value);
-      L_.record(p, json(val), Source::auto_,
-                it->second.is_default ? "default of " + it->second.flag : "from " + it->second.flag);
+      L_.record(p, json(val), Source::auto_, it->second.flag);
       return val;
     }
     L_.record(p, json(def), Source::auto_, "DeepSpeed drops \"auto\": default applies");
@@ -412,7 +412,7 @@ void load_scheduler(Loader& L, Section& top, DsConfig& c) {
   one_of(L, p.path("warmup_type"), c.scheduler.warmup_type, {"log", "linear"});
   require(L, c.scheduler.warmup_num_steps >= 0, p.path("warmup_num_steps"), "must be >= 0");
   if (c.scheduler.type == "WarmupDecayLR") {
-    if (!p.has("total_num_steps") && !L.autos.count(p.path("total_num_steps")))
+    if (!p.has("total_num_steps"))
       L.fail(p.path("total_num_steps"), "is required by WarmupDecayLR; set it (or \"auto\" to use --steps)");
     c.scheduler.total_num_steps = p.get<int64_t>("total_num_steps", 0);
     require(L, c.scheduler.total_num_steps > 0, p.path("total_num_steps"), "must be > 0");
@@ -492,9 +492,9 @@ DsConfig parse_ds_config(const std::string& text, const std::string& name, const
   auto flag_or_auto = [&](const std::string& path, const char* flag, auto opt, json def) {
     if (opt) {
       L.overrides[path] = {json(*opt), flag};
-      L.autos[path] = {json(*opt), flag};
+      L.autos[path] = {json(*opt), std::string("from ") + flag};
     } else {
-      L.autos[path] = {def, flag, true};
+      L.autos[path] = {def, std::string("default of ") + flag};
     }
   };
   flag_or_auto("train_micro_batch_size_per_gpu", "--micro-batch", flags.micro_batch, kAutoMicroBatch);
@@ -507,9 +507,9 @@ DsConfig parse_ds_config(const std::string& text, const std::string& name, const
   flag_or_auto("optimizer.params.betas.1", "--adam-beta2", flags.adam_beta2, 0.999);
   flag_or_auto("scheduler.params.warmup_num_steps", "--warmup-steps", flags.warmup_steps, int64_t{0});
   if (flags.zero_stage) L.overrides["zero_optimization.stage"] = {*flags.zero_stage, "--zero-stage"};
-  L.autos["scheduler.params.warmup_min_lr"] = {0.0, "--lr schedule", true};
-  L.autos["scheduler.params.warmup_max_lr"] = {flags.lr ? *flags.lr : kAutoLr, "--lr", !flags.lr};
-  L.autos["scheduler.params.total_num_steps"] = {flags.total_steps, "--steps", false};
+  L.autos["scheduler.params.warmup_min_lr"] = {0.0, "0, as the HF integration sets it"};
+  L.autos["scheduler.params.warmup_max_lr"] = {flags.lr.value_or(kAutoLr), flags.lr ? "from --lr" : "default of --lr"};
+  L.autos["scheduler.params.total_num_steps"] = {flags.total_steps, "from --steps"};
   if (flags.precision) {
     const std::string& p = *flags.precision;
     if (p != "fp32" && p != "fp16" && p != "bf16")
@@ -519,15 +519,16 @@ DsConfig parse_ds_config(const std::string& text, const std::string& name, const
     L.overrides["bfloat16.enabled"] = {p == "bf16", "--precision"};
   }
   const std::string prec = flags.precision.value_or("fp32");
-  L.autos["fp16.enabled"] = {prec == "fp16", "--precision", !flags.precision};
-  L.autos["bf16.enabled"] = {prec == "bf16", "--precision", !flags.precision};
+  const std::string prec_note = flags.precision ? "from --precision" : "default of --precision (fp32)";
+  L.autos["fp16.enabled"] = {prec == "fp16", prec_note};
+  L.autos["bf16.enabled"] = {prec == "bf16", prec_note};
   L.autos["bfloat16.enabled"] = L.autos["bf16.enabled"];
   if (flags.hidden_size > 0) {
     const int64_t h = flags.hidden_size;
-    const std::string why = "model hidden size " + std::to_string(h);
-    L.autos["zero_optimization.reduce_bucket_size"] = {h * h, "h*h, " + why};
-    L.autos["zero_optimization.stage3_prefetch_bucket_size"] = {static_cast<int64_t>(0.9 * h * h), "0.9*h*h, " + why};
-    L.autos["zero_optimization.stage3_param_persistence_threshold"] = {10 * h, "10*h, " + why};
+    const std::string h_is = " with model hidden size h = " + std::to_string(h);
+    L.autos["zero_optimization.reduce_bucket_size"] = {h * h, "h*h" + h_is};
+    L.autos["zero_optimization.stage3_prefetch_bucket_size"] = {static_cast<int64_t>(0.9 * h * h), "0.9*h*h" + h_is};
+    L.autos["zero_optimization.stage3_param_persistence_threshold"] = {10 * h, "10*h" + h_is};
   }
 
   Section top(L, &root, "");
@@ -565,12 +566,12 @@ DsConfig parse_ds_config(const std::string& text, const std::string& name, const
   c.grad_accum = bt.grad_accum;
   auto batch_source = [&](const char* key, std::optional<int64_t> given) {
     const json* v = top.raw(key);
-    if (L.overrides.count(key)) return std::pair<Source, std::string>{Source::flag, L.overrides[key].flag};
+    const bool is_auto = v && v->is_string();
+    if (L.overrides.count(key) && !is_auto) return std::pair<Source, std::string>{Source::flag, L.overrides[key].flag};
     if (!given) return std::pair<Source, std::string>{Source::derived, bt.how};
-    if (v && v->is_string()) {
+    if (is_auto) {
       if (std::string(key) == "train_batch_size") return std::pair<Source, std::string>{Source::auto_, "world_size * micro * gas"};
-      const auto& a = L.autos.at(key);
-      return std::pair<Source, std::string>{Source::auto_, (a.is_default ? "default of " : "from ") + a.flag};
+      return std::pair<Source, std::string>{Source::auto_, L.autos.at(key).flag};
     }
     return std::pair<Source, std::string>{Source::file, ""};
   };
