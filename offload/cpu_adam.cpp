@@ -79,4 +79,17 @@ void cpu_adam_step(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, t
   }
 }
 
+void torch_adam_step(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, torch::Tensor& v,
+                     const AdamHyper& h, int64_t step) {
+  torch::NoGradGuard no_grad;
+  const double bc1 = h.bias_correction ? 1.0 - std::pow(h.beta1, step) : 1.0;
+  const double bc2 = h.bias_correction ? 1.0 - std::pow(h.beta2, step) : 1.0;
+  torch::Tensor grad = h.adam_w_mode || h.weight_decay == 0 ? g : g.add(p, h.weight_decay);
+  if (h.adam_w_mode && h.weight_decay != 0) p.mul_(1.0 - h.lr * h.weight_decay);
+  m.mul_(h.beta1).add_(grad, 1.0 - h.beta1);
+  v.mul_(h.beta2).addcmul_(grad, grad, 1.0 - h.beta2);
+  torch::Tensor denom = (v.sqrt() / std::sqrt(bc2)).add_(h.eps);
+  p.addcdiv_(m, denom, -h.lr / bc1);
+}
+
 }  // namespace zrepro

@@ -21,4 +21,8 @@ struct AdamHyper {
 void cpu_adam_step(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, torch::Tensor& v,
                    const AdamHyper& h, int64_t step, torch::Tensor half_out = {});
 
+// The same update with LibTorch ops, for tensors on a CUDA device.
+void torch_adam_step(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, torch::Tensor& v,
+                     const AdamHyper& h, int64_t step);
+
 }  // namespace zrepro

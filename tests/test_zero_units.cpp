@@ -6,7 +6,6 @@
 #include "offload/cpu_adam.h"
 #include "zero/loss_scaler.h"
 #include "zero/lr_schedule.h"
-#include "zero/zero_optimizer.h"
 
 using namespace zrepro;
 

@@ -12,64 +12,70 @@ namespace {
 enum BlockParam { ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fc2_w, fc2_b };
 }  // namespace
 
-torch::ScalarType storage_dtype(Precision p) {
-  return p == Precision::fp16 ? torch::kHalf : p == Precision::bf16 ? torch::kBFloat16 : torch::kFloat;
+torch::ScalarType compute_dtype(Precision p, const torch::Device& device) {
+  if (p == Precision::bf16) return torch::kBFloat16;
+  if (p == Precision::fp16) return device.is_cpu() ? torch::kFloat : torch::kHalf;
+  return torch::kFloat;
 }
 
-Gpt::Gpt(const ModelSpec& spec, Precision precision, torch::Device device, uint64_t seed) : spec_(spec) {
-  const torch::ScalarType dtype = storage_dtype(precision);
-  compute_ = (dtype == torch::kHalf && device.is_cpu()) ? torch::kFloat : dtype;
+std::vector<LayerSpec> gpt_layers(const ModelSpec& spec) {
   const int64_t V = spec.vocab, S = spec.seq, h = spec.hidden, I = spec.intermediate;
-  auto opts = torch::TensorOptions().dtype(dtype).device(device);
-
-  groups_.emplace_back("embed", std::vector<ParamSpec>{{"wte", {V, h}}, {"wpe", {S, h}}}, opts);
+  std::vector<LayerSpec> layers;
+  layers.push_back({"embed", {{"wte", {V, h}}, {"wpe", {S, h}}}});
   for (int64_t l = 0; l < spec.layers; ++l)
-    groups_.emplace_back("block." + std::to_string(l),
-                         std::vector<ParamSpec>{{"ln1.weight", {h}},
-                                                {"ln1.bias", {h}},
-                                                {"attn.qkv.weight", {3 * h, h}},
-                                                {"attn.qkv.bias", {3 * h}},
-                                                {"attn.proj.weight", {h, h}},
-                                                {"attn.proj.bias", {h}},
-                                                {"ln2.weight", {h}},
-                                                {"ln2.bias", {h}},
-                                                {"mlp.fc.weight", {I, h}},
-                                                {"mlp.fc.bias", {I}},
-                                                {"mlp.proj.weight", {h, I}},
-                                                {"mlp.proj.bias", {h}}},
-                         opts);
-  groups_.emplace_back("head", std::vector<ParamSpec>{{"ln_f.weight", {h}}, {"ln_f.bias", {h}}, {"lm_head.weight", {V, h}}},
-                       opts);
+    layers.push_back({"block." + std::to_string(l),
+                      {{"ln1.weight", {h}},
+                       {"ln1.bias", {h}},
+                       {"attn.qkv.weight", {3 * h, h}},
+                       {"attn.qkv.bias", {3 * h}},
+                       {"attn.proj.weight", {h, h}},
+                       {"attn.proj.bias", {h}},
+                       {"ln2.weight", {h}},
+                       {"ln2.bias", {h}},
+                       {"mlp.fc.weight", {I, h}},
+                       {"mlp.fc.bias", {I}},
+                       {"mlp.proj.weight", {h, I}},
+                       {"mlp.proj.bias", {h}}}});
+  layers.push_back({"head", {{"ln_f.weight", {h}}, {"ln_f.bias", {h}}, {"lm_head.weight", {V, h}}}});
+  return layers;
+}
 
+std::vector<torch::Tensor> gpt_init(const ModelSpec& spec, uint64_t seed) {
   // GPT-2 init: N(0, 0.02) weights, residual projections scaled by 1/sqrt(2L),
   // zero biases, unit LayerNorm gains. Generated in a fixed order from one seed.
   torch::NoGradGuard no_grad;
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const double resid_std = 0.02 / std::sqrt(2.0 * spec.layers);
-  for (auto& g : groups_) {
-    for (size_t i = 0; i < g.specs().size(); ++i) {
-      const auto& s = g.specs()[i];
-      const std::string& n = s.name;
+  std::vector<torch::Tensor> out;
+  for (const auto& layer : gpt_layers(spec)) {
+    std::vector<torch::Tensor> parts;
+    for (const auto& p : layer.params) {
+      const std::string& n = p.name;
       torch::Tensor v;
-      if (n.find("ln") != std::string::npos)
-        v = n.find("weight") != std::string::npos ? torch::ones(s.shape) : torch::zeros(s.shape);
+      if (n.rfind("ln", 0) == 0)
+        v = n.find("weight") != std::string::npos ? torch::ones(p.shape) : torch::zeros(p.shape);
       else if (n.find("bias") != std::string::npos)
-        v = torch::zeros(s.shape);
+        v = torch::zeros(p.shape);
       else
-        v = at::normal(0.0, n.find("proj.weight") != std::string::npos ? resid_std : 0.02, s.shape, gen);
-      g.flat().narrow(0, g.offset(i), s.numel()).copy_(v.reshape({-1}));
+        v = at::normal(0.0, n.find("proj.weight") != std::string::npos ? resid_std : 0.02, p.shape, gen);
+      parts.push_back(v.reshape({-1}));
     }
+    out.push_back(torch::cat(parts));
   }
+  return out;
+}
+
+Gpt::Gpt(const ModelSpec& spec, torch::ScalarType compute, torch::Device device) : spec_(spec), compute_(compute) {
+  const int64_t S = spec.seq;
   causal_mask_ = torch::ones({S, S}, torch::TensorOptions().dtype(torch::kBool).device(device)).triu(1);
 }
 
-torch::Tensor Gpt::embed(const torch::Tensor& inputs) {
-  const ParamGroup& g = groups_.front();
+torch::Tensor Gpt::embed(const Params& g, const torch::Tensor& inputs) {
   const int64_t S = inputs.size(1);
   return torch::embedding(w(g, 0), inputs) + w(g, 1).narrow(0, 0, S).unsqueeze(0);
 }
 
-torch::Tensor Gpt::block(const ParamGroup& g, const torch::Tensor& x) {
+torch::Tensor Gpt::block(const Params& g, const torch::Tensor& x) {
   const int64_t B = x.size(0), S = x.size(1), h = spec_.hidden, a = spec_.heads, hd = h / a;
   torch::Tensor y = torch::layer_norm(x, {h}, w(g, ln1_w), w(g, ln1_b), 1e-5);
   torch::Tensor qkv = torch::linear(y, w(g, qkv_w), w(g, qkv_b));
@@ -86,17 +92,17 @@ torch::Tensor Gpt::block(const ParamGroup& g, const torch::Tensor& x) {
   return r + y;
 }
 
-torch::Tensor Gpt::head_loss(const torch::Tensor& x, const torch::Tensor& targets) {
-  const ParamGroup& g = groups_.back();
+torch::Tensor Gpt::head_loss(const Params& g, const torch::Tensor& x, const torch::Tensor& targets) {
   torch::Tensor y = torch::layer_norm(x, {spec_.hidden}, w(g, 0), w(g, 1), 1e-5);
   torch::Tensor logits = torch::linear(y, w(g, 2));
   return torch::cross_entropy_loss(logits.reshape({-1, spec_.vocab}).to(torch::kFloat), targets.reshape({-1}));
 }
 
-torch::Tensor Gpt::loss(const torch::Tensor& inputs, const torch::Tensor& targets) {
-  torch::Tensor x = embed(inputs);
-  for (size_t l = 1; l + 1 < groups_.size(); ++l) x = block(groups_[l], x);
-  return head_loss(x, targets);
+torch::Tensor Gpt::loss(const torch::Tensor& inputs, const torch::Tensor& targets, ZeroEngine& engine) {
+  const int last = static_cast<int>(spec_.layers) + 1;
+  torch::Tensor x = engine.after_forward(0, embed(engine.acquire(0), inputs));
+  for (int l = 1; l < last; ++l) x = engine.after_forward(l, block(engine.acquire(l), x));
+  return engine.after_forward(last, head_loss(engine.acquire(last), x, targets));
 }
 
 }  // namespace zrepro

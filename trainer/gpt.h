@@ -1,7 +1,8 @@
 // The toy GPT decoder: token + position embedding, pre-LN blocks (causal
 // self-attention, 4h GELU MLP), final LayerNorm and an untied LM head. Written
-// functionally over ParamGroups (one per layer: embed, block.0..L-1, head) so the
-// ZeRO engine owns parameter storage and can gather/release it layer by layer.
+// functionally: its parameters live in the ZeRO engine as one group per layer
+// (embed, block.0..L-1, head), and each layer asks the engine for them, so the
+// engine can gather, release and reduce layer by layer.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -9,38 +10,37 @@
 #include <torch/torch.h>
 
 #include "trainer/model_spec.h"
-#include "zero/param_group.h"
-#include "zero/zero_config.h"
+#include "zero/engine.h"
 
 namespace zrepro {
 
+// Parameter layout per layer (the groups ZeRO shards).
+std::vector<LayerSpec> gpt_layers(const ModelSpec& spec);
+// GPT-2 initial values, fp32 on the CPU, one flat tensor per layer; the same on
+// every rank and world size for a given seed.
+std::vector<torch::Tensor> gpt_init(const ModelSpec& spec, uint64_t seed);
+
+// Dtype the matmuls run in: the storage dtype, except fp16 on the CPU (LibTorch
+// 1.13 has no CPU fp16 matmul), which keeps fp16 storage and computes in fp32.
+torch::ScalarType compute_dtype(Precision p, const torch::Device& device);
+
 class Gpt {
  public:
-  // Parameters initialised GPT-2 style from seed on the CPU in fp32 (identical on
-  // every rank and world size), then stored in the precision's dtype on device.
-  Gpt(const ModelSpec& spec, Precision precision, torch::Device device, uint64_t seed);
-
-  const ModelSpec& spec() const { return spec_; }
-  std::vector<ParamGroup>& groups() { return groups_; }
-  // Dtype the matmuls run in: the storage dtype, except fp16 on the CPU (LibTorch
-  // 1.13 has no CPU fp16 matmul), which keeps fp16 storage and computes in fp32.
-  torch::ScalarType compute_dtype() const { return compute_; }
+  Gpt(const ModelSpec& spec, torch::ScalarType compute, torch::Device device);
 
   // Mean next-token cross-entropy (fp32 scalar) for inputs/targets [B, S] (int64).
-  torch::Tensor loss(const torch::Tensor& inputs, const torch::Tensor& targets);
+  torch::Tensor loss(const torch::Tensor& inputs, const torch::Tensor& targets, ZeroEngine& engine);
 
  private:
-  torch::Tensor w(const ParamGroup& g, size_t i) const { return g.param(i).to(compute_); }
-  torch::Tensor embed(const torch::Tensor& inputs);
-  torch::Tensor block(const ParamGroup& g, const torch::Tensor& x);
-  torch::Tensor head_loss(const torch::Tensor& x, const torch::Tensor& targets);
+  using Params = std::vector<torch::Tensor>;
+  torch::Tensor w(const Params& p, size_t i) const { return p[i].to(compute_); }
+  torch::Tensor embed(const Params& p, const torch::Tensor& inputs);
+  torch::Tensor block(const Params& p, const torch::Tensor& x);
+  torch::Tensor head_loss(const Params& p, const torch::Tensor& x, const torch::Tensor& targets);
 
   ModelSpec spec_;
   torch::ScalarType compute_;
-  std::vector<ParamGroup> groups_;
   torch::Tensor causal_mask_;  // [S, S] true above the diagonal
 };
-
-torch::ScalarType storage_dtype(Precision p);
 
 }  // namespace zrepro

@@ -72,7 +72,11 @@ json step_json(const StepRecord& s) {
                       {"forward", s.forward_s},
                       {"backward", s.backward_s},
                       {"optimizer", s.optimizer_s},
-                      {"data_wait", s.data_wait_s}}}};
+                      {"data_wait", s.data_wait_s},
+                      {"comm_wait", s.comm_wait_s}}},
+          {"comm_bytes", {{"all_reduce", s.comm[CollOp::all_reduce].bytes},
+                          {"reduce_scatter", s.comm[CollOp::reduce_scatter].bytes},
+                          {"all_gather", s.comm[CollOp::all_gather].bytes}}}};
 }
 
 json make_failure(const std::string& kind, int rank, const std::string& phase, const std::string& message,
@@ -80,6 +84,60 @@ json make_failure(const std::string& kind, int rank, const std::string& phase, c
   return {{"kind", kind},          {"rank", rank}, {"phase", phase}, {"message", message},
           {"checkpoint", checkpoint}, {"hint", hint}};
 }
+
+std::vector<double> RankReport::pack() const {
+  return {static_cast<double>(rank), static_cast<double>(memory.params), static_cast<double>(memory.grads),
+          static_cast<double>(memory.optimizer_states), static_cast<double>(memory.comm_buffers_peak), comm_wait_s,
+          step_s};
+}
+
+RankReport RankReport::unpack(const double* v) {
+  RankReport r;
+  r.rank = static_cast<int>(v[0]);
+  r.memory = {static_cast<int64_t>(v[1]), static_cast<int64_t>(v[2]), static_cast<int64_t>(v[3]),
+              static_cast<int64_t>(v[4])};
+  r.comm_wait_s = v[5];
+  r.step_s = v[6];
+  return r;
+}
+
+RankReport rank_report(int rank, const TrainResult& res) {
+  RankReport r;
+  r.rank = rank;
+  r.memory = res.memory;
+  for (const auto& s : res.steps) r.comm_wait_s += s.comm_wait_s, r.step_s += s.step_s;
+  return r;
+}
+
+namespace {
+
+// Per collective type: calls, bytes (ZeRO convention) and time per step, and
+// nccl-tests bandwidths from the whole-run totals of rank 0.
+json comm_json(const std::vector<StepRecord>& steps, int world) {
+  json per_step = json::object(), ops = json::object();
+  CommStats total;
+  for (const auto& s : steps)
+    for (int i = 0; i < kNumCollOps; ++i) {
+      total.ops[i].calls += s.comm.ops[i].calls;
+      total.ops[i].bytes += s.comm.ops[i].bytes;
+      total.ops[i].array_bytes += s.comm.ops[i].array_bytes;
+      total.ops[i].seconds += s.comm.ops[i].seconds;
+    }
+  const double n = steps.empty() ? 1.0 : static_cast<double>(steps.size());
+  for (CollOp op : {CollOp::all_reduce, CollOp::reduce_scatter, CollOp::all_gather, CollOp::broadcast}) {
+    const OpStats& t = total[op];
+    per_step[coll_op_name(op)] = steps.empty() ? json(nullptr) : json(static_cast<double>(t.bytes) / n);
+    const double algbw = t.seconds > 0 ? static_cast<double>(t.array_bytes) / t.seconds / 1e9 : 0;
+    ops[coll_op_name(op)] = {{"calls_per_step", static_cast<double>(t.calls) / n},
+                             {"bytes_per_step", static_cast<double>(t.bytes) / n},
+                             {"seconds_per_step", t.seconds / n},
+                             {"algbw_GBps", t.seconds > 0 ? json(algbw) : json(nullptr)},
+                             {"busbw_GBps", t.seconds > 0 ? json(algbw * busbw_factor(op, world)) : json(nullptr)}};
+  }
+  return {{"bytes_per_step", per_step}, {"ops", ops}};
+}
+
+}  // namespace
 
 json build_summary(const SummaryInput& in) {
   json s;
@@ -96,42 +154,47 @@ json build_summary(const SummaryInput& in) {
   json time = nullptr, memory = nullptr;
   if (in.result) {
     std::vector<double> st;
-    double fwd = 0, bwd = 0, opt = 0, data = 0;
+    double fwd = 0, bwd = 0, opt = 0, data = 0, wait = 0;
     for (const auto& r : in.result->steps) {
       json j = step_json(r);
       j.erase("time_s");
+      j.erase("comm_bytes");
       steps.push_back(j);
       st.push_back(r.step_s);
-      fwd += r.forward_s, bwd += r.backward_s, opt += r.optimizer_s, data += r.data_wait_s;
+      fwd += r.forward_s, bwd += r.backward_s, opt += r.optimizer_s, data += r.data_wait_s, wait += r.comm_wait_s;
     }
     const double med = median(st);
     const double tokens = c && in.model ? static_cast<double>(c->train_batch_size * in.model->seq) : 0;
     time = {{"step_s_median", st.empty() ? json(nullptr) : json(med)},
             {"tokens_per_s", med > 0 ? json(tokens / med) : json(nullptr)},
             {"breakdown_s",
-             {{"forward", fwd}, {"backward", bwd}, {"comm_wait", nullptr}, {"optimizer", opt},
+             {{"forward", fwd}, {"backward", bwd}, {"comm_wait", wait}, {"optimizer", opt},
               {"offload_copy", nullptr}, {"data_wait", data}}}};
-    // Engine-owned persistent storage is known exactly; peaks, activations and
-    // buffers need the tracking allocator (not in this build): null.
-    memory = {{"device_capacity_bytes", nullptr},
-              {"ranks", json::array({{{"rank", 0},
-                                      {"peak_bytes", nullptr},
-                                      {"peak_phase", nullptr},
-                                      {"by_category",
-                                       {{"params", in.result->params_bytes},
-                                        {"grads", in.result->grads_bytes},
-                                        {"optimizer_states", in.result->optimizer_states_bytes},
-                                        {"activations", nullptr},
-                                        {"comm_buffers", nullptr},
-                                        {"other", nullptr}}},
-                                      {"host_pinned_bytes", nullptr}}})}};
+    // Engine-owned persistent storage and the engine's transient buffers are known
+    // exactly; peaks, activations and "other" need the tracking allocator: null.
+    std::vector<RankReport> ranks = in.ranks;
+    if (ranks.empty()) ranks.push_back(rank_report(0, *in.result));
+    json rj = json::array();
+    for (const auto& r : ranks)
+      rj.push_back({{"rank", r.rank},
+                    {"peak_bytes", nullptr},
+                    {"peak_phase", nullptr},
+                    {"by_category",
+                     {{"params", r.memory.params},
+                      {"grads", r.memory.grads},
+                      {"optimizer_states", r.memory.optimizer_states},
+                      {"activations", nullptr},
+                      {"comm_buffers", r.memory.comm_buffers_peak},
+                      {"other", nullptr}}},
+                    {"host_pinned_bytes", nullptr},
+                    {"comm_wait_s", r.comm_wait_s}});
+    memory = {{"device_capacity_bytes", nullptr}, {"ranks", rj}};
     s["skipped_steps"] = in.result->skipped_steps;
   }
   s["steps"] = steps;
   s["time"] = time;
   s["memory"] = memory;
-  s["comm"] = {{"bytes_per_step", {{"all_reduce", nullptr}, {"reduce_scatter", nullptr},
-                                   {"all_gather", nullptr}, {"broadcast", nullptr}}}};
+  s["comm"] = in.result ? comm_json(in.result->steps, c ? c->world_size : 1) : json(nullptr);
   s["failure"] = in.failure;
   s["effective_config"] = c ? c->effective_json() : json(nullptr);
   return s;

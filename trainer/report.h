@@ -32,12 +32,25 @@ class MetricsWriter {
 
 nlohmann::json step_json(const StepRecord& s);
 
+// What every rank contributes to rank 0's summary (packed into doubles so that
+// one all-gather carries it).
+struct RankReport {
+  int rank = 0;
+  EngineMemory memory;
+  double comm_wait_s = 0, step_s = 0;
+  static constexpr int kPacked = 7;
+  std::vector<double> pack() const;
+  static RankReport unpack(const double* v);
+};
+RankReport rank_report(int rank, const TrainResult& r);
+
 struct SummaryInput {
   std::string status = "ok";  // ok | oom | hang | diverged | config_error | error
   const DsConfig* config = nullptr;
   const ModelSpec* model = nullptr;
   std::string device;
-  const TrainResult* result = nullptr;
+  const TrainResult* result = nullptr;   // rank 0's
+  std::vector<RankReport> ranks;         // every rank's (empty: rank 0 alone)
   nlohmann::json failure;  // null or {kind, rank, phase, message, checkpoint, hint}
 };
 nlohmann::json build_summary(const SummaryInput& in);

@@ -8,7 +8,7 @@
 #include "device/errors.h"
 #include "trainer/data.h"
 #include "trainer/gpt.h"
-#include "zero/zero_optimizer.h"
+#include "zero/engine.h"
 
 namespace zrepro {
 
@@ -68,69 +68,83 @@ Injection parse_injection(const std::string& spec) {
   return inj;
 }
 
-void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts, TrainResult& result,
-           const StepCallback& on_step) {
-  torch::manual_seed(opts.seed);
-  Gpt model(spec, cfg.precision, opts.device, opts.seed);
-  MarkovData data(spec.vocab, spec.seq, opts.seed);
-  EngineConfig ecfg{cfg.precision, cfg.optimizer, cfg.scheduler, cfg.fp16, cfg.bf16_check_grad_overflow,
-                    cfg.gradient_clipping};
-  ZeroOptimizer optimizer(model.groups(), ecfg);
+torch::ScalarType comm_dtype_of(const DsConfig& cfg) {
+  const std::string& t = cfg.communication_data_type;
+  return t == "fp16" ? torch::kHalf : t == "bf16" ? torch::kBFloat16 : torch::kFloat;
+}
 
-  for (auto& g : model.groups()) {
-    result.params_bytes += g.flat().numel() * g.flat().element_size();
-    result.grads_bytes += g.flat_grad().numel() * g.flat_grad().element_size();
-    // fp32 master (unless it aliases the fp32 params) + exp_avg + exp_avg_sq.
-    result.optimizer_states_bytes += g.numel() * 4 * (g.flat().scalar_type() == torch::kFloat ? 2 : 3);
-  }
+void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts, TrainResult& result,
+           const StepCallback& on_step, bool keep_final_params) {
+  SelfCommunicator self;
+  Communicator& comm = opts.comm ? *opts.comm : self;
+  const int rank = comm.rank(), world = comm.world_size();
+  torch::manual_seed(opts.seed);
+  EngineConfig ecfg;
+  ecfg.precision = cfg.precision;
+  ecfg.zero = cfg.zero;
+  ecfg.optimizer = cfg.optimizer;
+  ecfg.scheduler = cfg.scheduler;
+  ecfg.loss_scale = cfg.fp16;
+  ecfg.bf16_check_grad_overflow = cfg.bf16_check_grad_overflow;
+  ecfg.gradient_clipping = cfg.gradient_clipping;
+  ecfg.comm_dtype = comm_dtype_of(cfg);
+  ecfg.device = opts.device;
+  ZeroEngine engine(gpt_layers(spec), gpt_init(spec, opts.seed), ecfg, comm);
+  Gpt model(spec, compute_dtype(cfg.precision, opts.device), opts.device);
+  MarkovData data(spec.vocab, spec.seq, opts.seed);
 
   const int64_t gas = cfg.grad_accum, micro = cfg.micro_batch;
   for (int64_t step = 0; step < opts.steps; ++step) {
     StepRecord rec;
     rec.step = step;
+    const CommStats comm_before = comm.stats();
     const auto t_step = Clock::now();
-    const double scale = optimizer.loss_scale();
+    const double scale = engine.loss_scale();
     double loss_sum = 0;
     for (int64_t t = 0; t < gas; ++t) {
+      engine.begin_micro_step(step, t);
       auto t0 = Clock::now();
       torch::Tensor batch =
-          data.samples(MarkovData::first_sample(step, t, opts.rank, opts.world_size, micro, gas), micro)
-              .to(opts.device);
+          data.samples(MarkovData::first_sample(step, t, rank, world, micro, gas), micro).to(opts.device);
       torch::Tensor inputs = batch.narrow(1, 0, spec.seq), targets = batch.narrow(1, 1, spec.seq);
       rec.data_wait_s += since(t0);
 
       t0 = Clock::now();
-      torch::Tensor loss = model.loss(inputs, targets);
+      torch::Tensor loss = model.loss(inputs, targets, engine);
       const double lv = loss.item<double>();
       rec.forward_s += since(t0);
       if (!std::isfinite(lv))
         throw NumericalError("loss is " + std::to_string(lv) + " at step " + std::to_string(step) + " micro-step " +
-                             std::to_string(t) + " (parameters or activations diverged)");
+                             std::to_string(t) + " on rank " + std::to_string(rank) +
+                             " (parameters or activations diverged)");
       loss_sum += lv;
 
       t0 = Clock::now();
       (loss * (scale / static_cast<double>(gas))).backward();
+      engine.end_backward();
       rec.backward_s += since(t0);
     }
     for (const auto& inj : opts.inject)
-      if (inj.kind == "inf-grad" && inj.rank == opts.rank && inj.covers(step)) {
-        torch::NoGradGuard no_grad;
-        model.groups().front().flat_grad()[0] = INFINITY;
-      }
+      if (inj.kind == "inf-grad" && inj.rank == rank && inj.covers(step)) engine.inject_inf_grad();
 
     auto t0 = Clock::now();
-    StepResult sr = optimizer.step();
+    StepResult sr = engine.step(loss_sum / static_cast<double>(gas));
     rec.optimizer_s = since(t0);
-    rec.loss = loss_sum / static_cast<double>(gas);
+    rec.loss = sr.loss;
     rec.grad_norm = sr.grad_norm;
     rec.loss_scale = sr.loss_scale;
     rec.skipped = sr.skipped;
     rec.lr = sr.lr;
     rec.step_s = since(t_step);
+    rec.comm = comm.stats().minus(comm_before);
+    rec.comm_wait_s = rec.comm.wait_seconds;
     result.skipped_steps += sr.skipped;
     result.steps.push_back(rec);
-    if (on_step) on_step(rec, scale_log(sr.scale_event, opts.rank));
+    result.memory = engine.memory();
+    if (on_step) on_step(rec, scale_log(sr.scale_event, rank));
   }
+  if (keep_final_params)
+    for (size_t l = 0; l < engine.groups().size(); ++l) result.final_params.push_back(engine.gather_layer(l));
 }
 
 }  // namespace zrepro

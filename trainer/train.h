@@ -11,6 +11,8 @@
 
 #include "trainer/ds_config.h"
 #include "trainer/model_spec.h"
+#include "zero/comm/communicator.h"
+#include "zero/engine.h"
 
 namespace zrepro {
 
@@ -28,7 +30,7 @@ struct TrainOptions {
   int64_t steps = 50;
   uint64_t seed = 1234;
   torch::Device device = torch::kCPU;
-  int rank = 0, world_size = 1;
+  Communicator* comm = nullptr;  // null: a single rank (SelfCommunicator)
   std::vector<Injection> inject;
 };
 
@@ -40,13 +42,16 @@ struct StepRecord {
   bool skipped = false;
   double lr = 0;
   double step_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0, data_wait_s = 0;
+  double comm_wait_s = 0;  // time blocked waiting for collectives
+  CommStats comm;          // collectives issued during this step (this rank)
 };
 
 struct TrainResult {
   std::vector<StepRecord> steps;
   int64_t skipped_steps = 0;
-  // Bytes of the persistent storage the engine owns on this rank, by category.
-  int64_t params_bytes = 0, grads_bytes = 0, optimizer_states_bytes = 0;
+  EngineMemory memory;  // this rank's engine-owned bytes by category
+  // Full fp32 parameters after the last step, one tensor per layer (for checks).
+  std::vector<torch::Tensor> final_params;
 };
 
 // Runs until opts.steps optimizer steps are done. Throws NumericalError (loss scale
@@ -54,6 +59,8 @@ struct TrainResult {
 // on_step runs after every optimizer step (logging, metrics) with the scaler event.
 using StepCallback = std::function<void(const StepRecord&, const std::string& scale_log)>;
 void train(const DsConfig& cfg, const ModelSpec& model, const TrainOptions& opts, TrainResult& result,
-           const StepCallback& on_step = {});
+           const StepCallback& on_step = {}, bool keep_final_params = false);
+
+torch::ScalarType comm_dtype_of(const DsConfig& cfg);
 
 }  // namespace zrepro

@@ -1,4 +1,6 @@
-// See param_group.h.
+// See param_group.h. Stage-3 storage is released and re-materialised by swapping
+// the data pointer of the buffer's StorageImpl (FSDP's storage resize): views that
+// autograd saved for backward share that StorageImpl and see the regathered data.
 #include "zero/param_group.h"
 
 namespace zrepro {
@@ -9,21 +11,149 @@ int64_t ParamSpec::numel() const {
   return n;
 }
 
-ParamGroup::ParamGroup(std::string name, std::vector<ParamSpec> specs, torch::TensorOptions options)
-    : name_(std::move(name)), specs_(std::move(specs)) {
+ParamGroup::ParamGroup(int index, std::string name, std::vector<ParamSpec> specs, const ShardingConfig& cfg)
+    : index_(index), name_(std::move(name)), specs_(std::move(specs)), cfg_(cfg) {
+  std::vector<int64_t> numels;
   for (const auto& s : specs_) {
     offsets_.push_back(numel_);
+    numels.push_back(s.numel());
     numel_ += s.numel();
   }
-  flat_ = torch::zeros({numel_}, options);
-  flat_grad_ = torch::zeros({numel_}, options);
+  auto opts = torch::TensorOptions().dtype(cfg_.dtype).device(cfg_.device);
+  flat_ = partition_flat(numel_, cfg_.world_size);
+  if (cfg_.stage < 3) {
+    flat_tensor_ = torch::zeros({flat_.padded_numel}, opts);
+    units_.push_back({0, flat_.partition_numel, 0});
+  } else {
+    layout_ = partition_params(numels, cfg_.world_size);
+    int64_t dyn = 0, per = 0;
+    for (size_t i = 0; i < specs_.size(); ++i) {
+      const auto& p = layout_.params[i];
+      persistent_.push_back(p.numel < cfg_.persistence_threshold);
+      full_offsets_.push_back(persistent_.back() ? per : dyn);
+      (persistent_.back() ? per : dyn) += p.padded_numel;
+      units_.push_back({p.full_offset, p.slice_numel, p.shard_offset});
+    }
+    shard_ = torch::zeros({layout_.shard_numel}, opts);
+    flat_tensor_ = torch::empty({dyn}, opts);
+    persist_ = torch::empty({per}, opts);
+    gathered_ = false;
+  }
+  if (cfg_.stage == 3) free_storage(flat_tensor_), free_storage(persist_);
+}
+
+std::vector<torch::Tensor> ParamGroup::params() const {
+  std::vector<torch::Tensor> views;
   for (size_t i = 0; i < specs_.size(); ++i) {
     const int64_t n = specs_[i].numel();
-    // detach(): a leaf that shares flat_'s storage; in-place updates of flat_ show through.
-    torch::Tensor p = flat_.narrow(0, offsets_[i], n).view(specs_[i].shape).detach().requires_grad_(true);
-    p.mutable_grad() = flat_grad_.narrow(0, offsets_[i], n).view(specs_[i].shape);
-    params_.push_back(p);
+    const torch::Tensor& buf = cfg_.stage < 3 ? flat_tensor_ : (persistent_[i] ? persist_ : flat_tensor_);
+    const int64_t off = cfg_.stage < 3 ? offsets_[i] : full_offsets_[i];
+    views.push_back(buf.narrow(0, off, n).view(specs_[i].shape));
   }
+  return views;
+}
+
+void ParamGroup::free_storage(torch::Tensor& t) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
+  s->set_nbytes(0);
+}
+
+void ParamGroup::alloc_storage(torch::Tensor& t) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  const size_t nbytes = static_cast<size_t>(t.numel()) * t.element_size();
+  if (s->nbytes() == nbytes) return;
+  s->set_data_ptr_noswap(s->allocator()->allocate(nbytes));
+  s->set_nbytes(nbytes);
+}
+
+void ParamGroup::load(const torch::Tensor& values) {
+  torch::NoGradGuard no_grad;
+  TORCH_CHECK(values.numel() == numel_, "ParamGroup::load: ", name_, " expects ", numel_, " values");
+  if (cfg_.stage < 3) {
+    flat_tensor_.narrow(0, 0, numel_).copy_(values);
+    return;
+  }
+  // This rank's slice of each padded parameter.
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const auto& p = layout_.params[i];
+    const int64_t lo = cfg_.rank * p.slice_numel, hi = std::min(lo + p.slice_numel, p.numel);
+    if (hi > lo) shard_.narrow(0, p.shard_offset, hi - lo).copy_(values.narrow(0, offsets_[i] + lo, hi - lo));
+  }
+}
+
+void ParamGroup::unshard_start(Communicator& comm) {
+  if (cfg_.stage < 3 || !pending_.empty()) return;
+  const bool dyn = !gathered_, per = persistent_stale_;
+  if (dyn) alloc_storage(flat_tensor_);
+  if (per) alloc_storage(persist_);
+  // One all-gather per parameter, straight into its padded slot: rank-major
+  // slices of a padded parameter are the parameter itself.
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    if (persistent_[i] ? !per : !dyn) continue;
+    const auto& p = layout_.params[i];
+    torch::Tensor& buf = persistent_[i] ? persist_ : flat_tensor_;
+    pending_.push_back(comm.all_gather(buf.narrow(0, full_offsets_[i], p.padded_numel),
+                                       shard_.narrow(0, p.shard_offset, p.slice_numel),
+                                       "unshard " + name_ + "." + specs_[i].name));
+  }
+  gathered_ = true;
+  persistent_stale_ = false;
+}
+
+void ParamGroup::unshard_wait() {
+  for (auto& w : pending_) w->wait();
+  pending_.clear();
+}
+
+void ParamGroup::reshard() {
+  if (cfg_.stage < 3 || !gathered_) return;
+  unshard_wait();
+  free_storage(flat_tensor_);
+  gathered_ = false;
+}
+
+int64_t ParamGroup::dynamic_numel() const { return cfg_.stage < 3 ? 0 : flat_tensor_.numel(); }
+
+int64_t ParamGroup::gathered_bytes() const {
+  if (cfg_.stage < 3) return 0;
+  return static_cast<int64_t>(flat_tensor_.storage().nbytes());
+}
+
+int64_t ParamGroup::full_grad_numel() const {
+  return cfg_.stage < 3 ? flat_.padded_numel : layout_.full_numel;
+}
+
+void ParamGroup::scatter_param_grads(const std::vector<torch::Tensor>& grads, torch::Tensor& full) const {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    const int64_t off = cfg_.stage < 3 ? offsets_[i] : layout_.params[i].full_offset;
+    full.narrow(0, off, specs_[i].numel()).add_(grads[i].reshape({-1}));
+  }
+}
+
+torch::Tensor ParamGroup::owned_params() {
+  if (cfg_.stage == 0) return flat_tensor_;
+  if (cfg_.stage < 3) return flat_tensor_.narrow(0, flat_.begin(cfg_.rank), flat_.partition_numel);
+  return shard_;
+}
+
+int64_t ParamGroup::owned_numel() const {
+  if (cfg_.stage == 0) return flat_.padded_numel;
+  if (cfg_.stage < 3) return flat_.partition_numel;
+  return layout_.shard_numel;
+}
+
+WorkPtr ParamGroup::gather_partitions(Communicator& comm) {
+  torch::Tensor part = flat_tensor_.narrow(0, flat_.begin(cfg_.rank), flat_.partition_numel);
+  return comm.all_gather(flat_tensor_, part, "gather_partitions " + name_);
+}
+
+int64_t ParamGroup::param_bytes() const {
+  const int64_t es = c10::elementSize(cfg_.dtype);
+  if (cfg_.stage < 3) return flat_.padded_numel * es;
+  return (layout_.shard_numel + persist_.numel()) * es;
 }
 
 }  // namespace zrepro

@@ -1,0 +1,31 @@
+// Hang diagnosis: when the watchdog fires (or a collective fails), every rank
+// dumps its flight recorder to OUT/flight/rank<r>.json; rank 0 merges the dumps,
+// finds the first sequence id where ranks disagree (a rank that never issued it,
+// or a different op / size / dtype) and names the culprit, writes
+// OUT/hang_report.json and summary.json (status "hang"), and every rank exits 4.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "zero/comm/flight_recorder.h"
+
+namespace zrepro {
+
+nlohmann::json flight_json(const std::vector<FlightEntry>& entries);
+std::vector<FlightEntry> flight_from_json(const nlohmann::json& j);
+
+struct HangDiagnosis {
+  int64_t seq = -1;                // first sequence id where ranks disagree (-1: none found)
+  std::vector<int> culprits;       // ranks that diverged or are missing
+  std::string kind;                // "missing" | "mismatch" | "stuck" | "unknown"
+  std::string text;                // one paragraph for humans
+  nlohmann::json to_json() const;
+};
+
+// per_rank[r]: rank r's flight entries (empty when its dump is missing). gas:
+// micro-steps per step, to recognise a collective issued from an extra micro-step.
+HangDiagnosis diagnose_hang(const std::vector<std::vector<FlightEntry>>& per_rank, int64_t gas);
+
+}  // namespace zrepro

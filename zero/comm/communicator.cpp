@@ -1,0 +1,178 @@
+// See communicator.h.
+#include "zero/comm/communicator.h"
+
+#include <chrono>
+
+namespace zrepro {
+
+CommStats CommStats::minus(const CommStats& e) const {
+  CommStats d;
+  for (int i = 0; i < kNumCollOps; ++i) {
+    d.ops[i].calls = ops[i].calls - e.ops[i].calls;
+    d.ops[i].bytes = ops[i].bytes - e.ops[i].bytes;
+    d.ops[i].array_bytes = ops[i].array_bytes - e.ops[i].array_bytes;
+    d.ops[i].seconds = ops[i].seconds - e.ops[i].seconds;
+  }
+  d.wait_seconds = wait_seconds - e.wait_seconds;
+  return d;
+}
+
+double busbw_factor(CollOp op, int n) {
+  switch (op) {
+    case CollOp::all_reduce: return 2.0 * (n - 1) / n;
+    case CollOp::reduce_scatter:
+    case CollOp::all_gather: return static_cast<double>(n - 1) / n;
+    case CollOp::broadcast: return 1.0;
+    case CollOp::barrier: return 0.0;
+  }
+  return 0.0;
+}
+
+void Work::wait() {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return done_; });
+  if (comm_) {
+    std::lock_guard<std::mutex> s(comm_->stats_mu_);
+    comm_->stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  if (error_) std::rethrow_exception(error_);
+}
+
+bool Work::done() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_;
+}
+
+Communicator::Communicator(int rank, int world_size, bool threaded)
+    : rank_(rank), world_size_(world_size), threaded_(threaded) {
+  if (threaded_) worker_ = std::thread([this] { worker_loop(); });
+}
+
+Communicator::~Communicator() { stop_worker(); }
+
+void Communicator::stop_worker() {
+  if (!worker_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(q_mu_);
+    stopping_ = true;
+  }
+  q_cv_.notify_all();
+  worker_.join();
+}
+
+CommStats Communicator::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
+
+WorkPtr Communicator::all_reduce(torch::Tensor t, const std::string& label) {
+  return submit(CollOp::all_reduce, t, t, 0, label);
+}
+WorkPtr Communicator::reduce_scatter(torch::Tensor out, torch::Tensor in, const std::string& label) {
+  TORCH_CHECK(in.numel() == out.numel() * world_size_, "reduce_scatter: in must be world_size x out");
+  return submit(CollOp::reduce_scatter, out, in, 0, label);
+}
+WorkPtr Communicator::all_gather(torch::Tensor out, torch::Tensor in, const std::string& label) {
+  TORCH_CHECK(out.numel() == in.numel() * world_size_, "all_gather: out must be world_size x in");
+  return submit(CollOp::all_gather, out, in, 0, label);
+}
+WorkPtr Communicator::broadcast(torch::Tensor t, int root, const std::string& label) {
+  return submit(CollOp::broadcast, t, t, root, label);
+}
+void Communicator::barrier(const std::string& label) { submit(CollOp::barrier, {}, {}, 0, label)->wait(); }
+
+WorkPtr Communicator::submit(CollOp op, torch::Tensor out, torch::Tensor in, int root, const std::string& label) {
+  for (const torch::Tensor* t : {&out, &in})
+    TORCH_CHECK(!t->defined() || t->is_contiguous(), "collective ", coll_op_name(op), " (", label,
+                "): tensors must be contiguous");
+  FlightEntry e;
+  e.op = op;
+  e.dtype = in.defined() ? std::string(c10::toString(in.scalar_type())) : "none";
+  e.in_numel = in.defined() ? in.numel() : 0;
+  e.out_numel = out.defined() ? out.numel() : 0;
+  e.step = step_;
+  e.micro_step = micro_step_;
+  e.label = label;
+  const int64_t seq = recorder_.record(e);
+  {
+    // Bytes: all-reduce moves the array out and back (2n, the ZeRO paper's
+    // reduce-scatter + all-gather); reduce-scatter and all-gather the whole array.
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    OpStats& s = stats_[op];
+    const int64_t esize = in.defined() ? static_cast<int64_t>(in.element_size()) : 0;
+    s.calls += 1;
+    switch (op) {
+      case CollOp::all_reduce: s.bytes += 2 * in.numel() * esize; s.array_bytes += in.numel() * esize; break;
+      case CollOp::reduce_scatter: s.bytes += in.numel() * esize; s.array_bytes += in.numel() * esize; break;
+      case CollOp::all_gather: s.bytes += out.numel() * esize; s.array_bytes += out.numel() * esize; break;
+      case CollOp::broadcast: s.bytes += in.numel() * esize; s.array_bytes += in.numel() * esize; break;
+      case CollOp::barrier: break;
+    }
+  }
+  auto work = std::make_shared<Work>();
+  work->comm_ = this;
+  Task task{op, std::move(out), std::move(in), root, seq, work};
+  if (!threaded_) {
+    run_task(task);
+    return work;
+  }
+  {
+    std::lock_guard<std::mutex> lock(q_mu_);
+    queue_.push_back(std::move(task));
+  }
+  q_cv_.notify_one();
+  return work;
+}
+
+void Communicator::run_task(Task& t) {
+  recorder_.set_state(t.seq, FlightEntry::started);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::exception_ptr err;
+  try {
+    execute(t.op, t.out, t.in, t.root);
+  } catch (const std::exception& e) {
+    err = std::make_exception_ptr(CommError(std::string(coll_op_name(t.op)) + " #" + std::to_string(t.seq) +
+                                            " failed: " + e.what()));
+  }
+  recorder_.set_state(t.seq, err ? FlightEntry::failed : FlightEntry::completed);
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_[t.op].seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  if (err && failure_handler_) {
+    try {
+      std::rethrow_exception(err);
+    } catch (const std::exception& e) {
+      failure_handler_(e.what());
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(t.work->mu_);
+    t.work->done_ = true;
+    t.work->error_ = err;
+  }
+  t.work->cv_.notify_all();
+}
+
+void Communicator::worker_loop() {
+  for (;;) {
+    Task t;
+    {
+      std::unique_lock<std::mutex> lock(q_mu_);
+      q_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      t = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    run_task(t);
+  }
+}
+
+void SelfCommunicator::execute(CollOp op, torch::Tensor& out, torch::Tensor& in, int) {
+  torch::NoGradGuard no_grad;
+  if ((op == CollOp::reduce_scatter || op == CollOp::all_gather) && out.data_ptr() != in.data_ptr())
+    out.copy_(in);
+}
+
+}  // namespace zrepro

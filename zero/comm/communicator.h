@@ -1,0 +1,131 @@
+// The one interface every collective goes through. Ops are asynchronous and run in
+// issue order on the communicator's own "stream" (a worker thread for MPI, a CUDA
+// stream for NCCL), so compute can overlap them; wait() on the returned Work
+// joins. Every op is counted (bytes by the ZeRO convention, time, nccl-tests
+// algbw/busbw) and recorded in the flight recorder that the watchdog reads.
+#pragma once
+#include <array>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include <torch/torch.h>
+
+#include "zero/comm/flight_recorder.h"
+
+namespace zrepro {
+
+// A collective that failed (backend error); ends the run like a hang.
+struct CommError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct OpStats {
+  int64_t calls = 0;
+  int64_t bytes = 0;        // ZeRO convention: payload this rank contributes/receives
+  int64_t array_bytes = 0;  // nccl-tests S: the whole array (per-rank count * ranks for RS/AG)
+  double seconds = 0;       // execution time on the comm stream
+};
+struct CommStats {
+  std::array<OpStats, kNumCollOps> ops;
+  double wait_seconds = 0;  // time callers were blocked in Work::wait()
+  OpStats& operator[](CollOp op) { return ops[static_cast<int>(op)]; }
+  const OpStats& operator[](CollOp op) const { return ops[static_cast<int>(op)]; }
+  CommStats minus(const CommStats& earlier) const;
+};
+// nccl-tests bus-bandwidth factor for an op on n ranks.
+double busbw_factor(CollOp op, int n);
+
+class Work {
+ public:
+  void wait();
+  bool done() const;
+
+ private:
+  friend class Communicator;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+  class Communicator* comm_ = nullptr;
+};
+using WorkPtr = std::shared_ptr<Work>;
+
+class Communicator {
+ public:
+  Communicator(int rank, int world_size, bool threaded);
+  virtual ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  virtual std::string backend() const = 0;
+
+  // Sum reductions. reduce_scatter: in.numel == out.numel * world_size, rank r
+  // receives slice r. all_gather: out.numel == in.numel * world_size, rank-major.
+  WorkPtr all_reduce(torch::Tensor t, const std::string& label);
+  WorkPtr reduce_scatter(torch::Tensor out, torch::Tensor in, const std::string& label);
+  WorkPtr all_gather(torch::Tensor out, torch::Tensor in, const std::string& label);
+  WorkPtr broadcast(torch::Tensor t, int root, const std::string& label);
+  void barrier(const std::string& label);
+
+  // Training position stamped on the flight-recorder entries of later ops.
+  void set_position(int64_t step, int64_t micro_step) { step_ = step, micro_step_ = micro_step; }
+
+  CommStats stats() const;
+  FlightRecorder& recorder() { return recorder_; }
+  // Called once, from the thread that notices, when a collective fails.
+  void on_failure(std::function<void(const std::string&)> f) { failure_handler_ = std::move(f); }
+
+ protected:
+  // Runs one collective to completion (blocking) on the comm stream.
+  virtual void execute(CollOp op, torch::Tensor& out, torch::Tensor& in, int root) = 0;
+  // Worker threads must be joined before a derived backend is destroyed.
+  void stop_worker();
+
+ private:
+  friend class Work;
+  struct Task {
+    CollOp op;
+    torch::Tensor out, in;
+    int root;
+    int64_t seq;
+    WorkPtr work;
+  };
+  WorkPtr submit(CollOp op, torch::Tensor out, torch::Tensor in, int root, const std::string& label);
+  void run_task(Task& t);
+  void worker_loop();
+
+  int rank_, world_size_;
+  bool threaded_;
+  int64_t step_ = -1, micro_step_ = -1;
+  FlightRecorder recorder_;
+  mutable std::mutex stats_mu_;
+  CommStats stats_;
+  std::function<void(const std::string&)> failure_handler_;
+
+  std::mutex q_mu_;
+  std::condition_variable q_cv_;
+  std::deque<Task> queue_;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+// World size 1: collectives are local copies, executed inline.
+class SelfCommunicator : public Communicator {
+ public:
+  SelfCommunicator() : Communicator(0, 1, false) {}
+  std::string backend() const override { return "self"; }
+
+ protected:
+  void execute(CollOp op, torch::Tensor& out, torch::Tensor& in, int root) override;
+};
+
+}  // namespace zrepro

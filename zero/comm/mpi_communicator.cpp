@@ -1,0 +1,142 @@
+// See mpi_communicator.h.
+#include "zero/comm/mpi_communicator.h"
+
+#include <mpi.h>
+
+#include <cstdlib>
+
+namespace zrepro {
+
+namespace {
+
+MPI_Comm as_comm(void* p) { return *static_cast<MPI_Comm*>(p); }
+
+// Sum of 16-bit floats: widen to fp32, add, round back.
+template <class Half>
+void sum_half(void* in, void* inout, int* len, MPI_Datatype*) {
+  auto* a = static_cast<Half*>(in);
+  auto* b = static_cast<Half*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = static_cast<Half>(static_cast<float>(a[i]) + static_cast<float>(b[i]));
+}
+
+struct MpiTypes {
+  MPI_Op sum_fp16, sum_bf16;
+  MpiTypes() {
+    MPI_Op_create(&sum_half<c10::Half>, 1, &sum_fp16);
+    MPI_Op_create(&sum_half<c10::BFloat16>, 1, &sum_bf16);
+  }
+};
+MpiTypes& types() {
+  static MpiTypes t;
+  return t;
+}
+
+std::pair<MPI_Datatype, MPI_Op> mpi_type(torch::ScalarType t) {
+  switch (t) {
+    case torch::kFloat: return {MPI_FLOAT, MPI_SUM};
+    case torch::kDouble: return {MPI_DOUBLE, MPI_SUM};
+    case torch::kLong: return {MPI_INT64_T, MPI_SUM};
+    case torch::kInt: return {MPI_INT32_T, MPI_SUM};
+    case torch::kHalf: return {MPI_UINT16_T, types().sum_fp16};
+    case torch::kBFloat16: return {MPI_UINT16_T, types().sum_bf16};
+    case torch::kByte: return {MPI_UINT8_T, MPI_SUM};
+    default: throw CommError(std::string("MPI backend: unsupported dtype ") + c10::toString(t));
+  }
+}
+
+void check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  throw CommError(std::string(what) + ": " + std::string(msg, len));
+}
+
+int env_int(const char* a, const char* b, int def) {
+  for (const char* k : {a, b})
+    if (const char* v = std::getenv(k)) return std::atoi(v);
+  return def;
+}
+
+}  // namespace
+
+bool launched_by_mpi() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
+}
+
+void mpi_init(int* argc, char*** argv) {
+  int provided = 0;
+  MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+  if (provided < MPI_THREAD_MULTIPLE)
+    throw CommError("MPI library does not provide MPI_THREAD_MULTIPLE (got level " + std::to_string(provided) + ")");
+  types();
+}
+
+void mpi_finalize() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+int mpi_world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int mpi_world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+int mpi_local_rank() { return env_int("OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", 0); }
+int mpi_local_size() { return env_int("OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", 1); }
+
+MpiCommunicator::MpiCommunicator() : Communicator(mpi_world_rank(), mpi_world_size(), true), comm_(new MPI_Comm) {
+  MPI_Comm_dup(MPI_COMM_WORLD, static_cast<MPI_Comm*>(comm_));
+  MPI_Comm_set_errhandler(as_comm(comm_), MPI_ERRORS_RETURN);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  stop_worker();
+  MPI_Comm_free(static_cast<MPI_Comm*>(comm_));
+  delete static_cast<MPI_Comm*>(comm_);
+}
+
+void MpiCommunicator::execute(CollOp op, torch::Tensor& out, torch::Tensor& in, int root) {
+  torch::NoGradGuard no_grad;
+  MPI_Comm c = as_comm(comm_);
+  if (op == CollOp::barrier) return check(MPI_Barrier(c), "MPI_Barrier");
+  // Ranks sharing a GPU: stage device tensors through host memory.
+  const bool staged = !in.device().is_cpu();
+  torch::Tensor hin = staged ? in.cpu() : in;
+  torch::Tensor hout = staged ? (out.data_ptr() == in.data_ptr() ? hin : out.cpu()) : out;
+  auto [dtype, sum] = mpi_type(hin.scalar_type());
+  const int n = static_cast<int>(hin.numel());
+  switch (op) {
+    case CollOp::all_reduce:
+      check(MPI_Allreduce(MPI_IN_PLACE, hin.data_ptr(), n, dtype, sum, c), "MPI_Allreduce");
+      break;
+    case CollOp::reduce_scatter:
+      check(MPI_Reduce_scatter_block(hin.data_ptr(), hout.data_ptr(), static_cast<int>(hout.numel()), dtype, sum, c),
+            "MPI_Reduce_scatter_block");
+      break;
+    case CollOp::all_gather:
+      {
+        // In place when this rank's input already sits at its slot of the output.
+        const bool in_place = static_cast<char*>(hin.data_ptr()) ==
+                              static_cast<char*>(hout.data_ptr()) + rank() * n * hin.element_size();
+        check(MPI_Allgather(in_place ? MPI_IN_PLACE : hin.data_ptr(), n, dtype, hout.data_ptr(), n, dtype, c),
+              "MPI_Allgather");
+      }
+      break;
+    case CollOp::broadcast:
+      check(MPI_Bcast(hin.data_ptr(), n, dtype, root, c), "MPI_Bcast");
+      break;
+    case CollOp::barrier: break;
+  }
+  if (staged) out.copy_(op == CollOp::all_reduce || op == CollOp::broadcast ? hin : hout);
+}
+
+}  // namespace zrepro

@@ -1,0 +1,39 @@
+// MPI backend (OpenMPI): collectives on a worker thread over a private duplicate
+// of MPI_COMM_WORLD, with errors returned instead of aborting so that a failed
+// collective becomes a diagnosed hang. CPU tensors go straight to MPI; GPU tensors
+// (ranks sharing a GPU) are staged through host memory. 16-bit floats are summed
+// in fp32 by a user-defined MPI reduction.
+#pragma once
+#include <string>
+
+#include "zero/comm/communicator.h"
+
+namespace zrepro {
+
+// True when this process was started by an MPI launcher (mpirun, srun with PMI).
+bool launched_by_mpi();
+
+class MpiCommunicator : public Communicator {
+ public:
+  // MPI must already be initialised with MPI_THREAD_MULTIPLE (see mpi_init()).
+  MpiCommunicator();
+  ~MpiCommunicator() override;
+  std::string backend() const override { return "mpi"; }
+
+ protected:
+  void execute(CollOp op, torch::Tensor& out, torch::Tensor& in, int root) override;
+
+ private:
+  void* comm_;  // MPI_Comm, kept opaque so that mpi.h stays out of the header
+};
+
+// MPI_Init_thread(MPI_THREAD_MULTIPLE); throws if the library cannot provide it.
+void mpi_init(int* argc, char*** argv);
+void mpi_finalize();
+int mpi_world_rank();
+int mpi_world_size();
+// Ranks on this node (for picking a GPU and sizing threads).
+int mpi_local_rank();
+int mpi_local_size();
+
+}  // namespace zrepro

@@ -1,0 +1,317 @@
+// See engine.h.
+#include "zero/engine.h"
+
+#include <cmath>
+#include <limits>
+
+#include <torch/csrc/autograd/custom_function.h>
+
+namespace zrepro {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Identity-like autograd function that hands a layer's parameters to compute and,
+// in backward, receives all of the layer's parameter gradients at once: the
+// point where the layer's backward is complete (reduce_grad, stage-3 release).
+struct LayerParams : public torch::autograd::Function<LayerParams> {
+  static variable_list forward(AutogradContext* ctx, torch::Tensor carrier, int64_t layer, int64_t engine_addr) {
+    ctx->saved_data["layer"] = layer;
+    ctx->saved_data["engine"] = engine_addr;
+    auto* engine = reinterpret_cast<ZeroEngine*>(static_cast<intptr_t>(engine_addr));
+    return engine->groups()[layer]->params();
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto* engine = reinterpret_cast<ZeroEngine*>(static_cast<intptr_t>(ctx->saved_data["engine"].toInt()));
+    engine->reduce_grad(static_cast<int>(ctx->saved_data["layer"].toInt()), grads);
+    return {torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<torch::Tensor>& init,
+                       const EngineConfig& cfg, Communicator& comm)
+    : cfg_(cfg),
+      comm_(comm),
+      scaler_(cfg.loss_scale, cfg.precision == Precision::fp16),
+      schedule_(cfg.scheduler, cfg.optimizer.lr) {
+  torch::NoGradGuard no_grad;
+  const int stage = cfg_.zero.stage;
+  ShardingConfig sc;
+  sc.stage = stage;
+  sc.rank = comm.rank();
+  sc.world_size = comm.world_size();
+  sc.dtype = cfg.precision == Precision::fp16 ? torch::kHalf
+             : cfg.precision == Precision::bf16 ? torch::kBFloat16
+                                                : torch::kFloat;
+  sc.device = cfg.device;
+  sc.persistence_threshold = cfg.zero.stage3_param_persistence_threshold;
+  auto opts = torch::TensorOptions().dtype(sc.dtype).device(sc.device);
+  for (size_t l = 0; l < layers.size(); ++l) {
+    groups_.push_back(std::make_unique<ParamGroup>(static_cast<int>(l), layers[l].name, layers[l].params, sc));
+    groups_.back()->load(init[l].to(sc.device));
+    dummies_.push_back(torch::zeros({1}, torch::TensorOptions().device(sc.device)).requires_grad_(true));
+    full_grads_.push_back(stage <= 1 ? torch::zeros({groups_.back()->full_grad_numel()}, opts) : torch::Tensor());
+    owned_grads_.push_back(stage >= 2 ? torch::zeros({groups_.back()->owned_numel()}, opts) : torch::Tensor());
+    dyn_numel_.push_back(groups_.back()->dynamic_numel());
+    // fp32 master weights; stage 0 in fp32 updates the parameters in place (a plain
+    // torch optimizer), ZeRO stages always keep their own fp32 partition copy.
+    State s;
+    torch::Tensor owned = groups_.back()->owned_params();
+    s.master = (stage == 0 && sc.dtype == torch::kFloat) ? owned : owned.to(torch::kFloat).clone();
+    s.exp_avg = torch::zeros_like(s.master);
+    s.exp_avg_sq = torch::zeros_like(s.master);
+    states_.push_back(std::move(s));
+  }
+  if (stage >= 1) {
+    std::vector<ParamGroup*> reverse;
+    for (auto it = groups_.rbegin(); it != groups_.rend(); ++it) reverse.push_back(it->get());
+    reducer_ = std::make_unique<GradReducer>(reverse, cfg.zero.reduce_bucket_size, cfg.zero.overlap_comm,
+                                             cfg.comm_dtype, comm);
+  }
+}
+
+ZeroEngine::~ZeroEngine() = default;
+
+std::vector<ParamGroup*> ZeroEngine::groups() {
+  std::vector<ParamGroup*> out;
+  for (auto& g : groups_) out.push_back(g.get());
+  return out;
+}
+
+EngineMemory ZeroEngine::memory() const {
+  EngineMemory m;
+  for (size_t l = 0; l < groups_.size(); ++l) {
+    m.params += groups_[l]->param_bytes();
+    // Persistent gradient storage: the full buffer (stages 0-1) or the shard (2-3).
+    const torch::Tensor& g = cfg_.zero.stage <= 1 ? full_grads_[l] : owned_grads_[l];
+    m.grads += g.numel() * g.element_size();
+    const State& s = states_[l];
+    const bool aliased = s.master.data_ptr() == groups_[l]->owned_params().data_ptr();
+    m.optimizer_states += (aliased ? 2 : 3) * s.master.numel() * 4;
+  }
+  m.comm_buffers_peak = comm_buffers_peak_;
+  return m;
+}
+
+void ZeroEngine::note_comm_buffers() {
+  int64_t b = reducer_ ? reducer_->buffer_bytes() : 0;
+  for (auto& g : groups_) b += g->gathered_bytes();
+  comm_buffers_peak_ = std::max(comm_buffers_peak_, b);
+}
+
+// ---------------------------------------------------------------- model side
+
+std::vector<torch::Tensor> ZeroEngine::acquire(int layer) {
+  if (cfg_.zero.stage == 3) fetch(layer);
+  return LayerParams::apply(dummies_[layer], static_cast<int64_t>(layer),
+                            static_cast<int64_t>(reinterpret_cast<intptr_t>(this)));
+}
+
+torch::Tensor ZeroEngine::after_forward(int layer, torch::Tensor output) {
+  if (cfg_.zero.stage != 3) return output;
+  release(layer);
+  if (output.requires_grad()) output.register_hook([this, layer](torch::Tensor g) {
+    pre_backward(layer);
+    return g;
+  });
+  return output;
+}
+
+void ZeroEngine::pre_backward(int layer) { fetch(layer); }
+
+void ZeroEngine::reduce_grad(int layer, const std::vector<torch::Tensor>& grads) {
+  torch::NoGradGuard no_grad;
+  ParamGroup& g = *groups_[layer];
+  if (cfg_.zero.stage <= 1) {
+    g.scatter_param_grads(grads, full_grads_[layer]);  // accumulates locally until the boundary
+    return;
+  }
+  torch::Tensor full = torch::zeros({g.full_grad_numel()}, owned_grads_[layer].options());
+  g.scatter_param_grads(grads, full);
+  comm_buffers_peak_ = std::max(comm_buffers_peak_, full.numel() * full.element_size() + reducer_->buffer_bytes());
+  reducer_->add(layer, full, owned_grads_);
+  note_comm_buffers();
+  if (cfg_.zero.stage == 3) release(layer);
+}
+
+// ---------------------------------------------------------------- stage 3 schedule
+
+void ZeroEngine::fetch(int layer) {
+  if (!trace_complete_) {
+    trace_.push_back(layer);
+  } else if (pos_ >= trace_.size() || trace_[pos_] != layer) {
+    // The model took another path than the recorded one: record again (DeepSpeed
+    // invalidates its trace the same way).
+    trace_.assign(1, layer);
+    trace_complete_ = false;
+  } else {
+    ++pos_;
+  }
+  groups_[layer]->unshard_start(comm_);
+  if (trace_complete_) prefetch_from(pos_);
+  groups_[layer]->unshard_wait();
+  note_comm_buffers();
+}
+
+void ZeroEngine::prefetch_from(size_t pos) {
+  int64_t live = 0, prefetching = 0;
+  for (auto& g : groups_)
+    if (g->unsharded()) live += g->dynamic_numel();
+  for (size_t k = pos; k < trace_.size(); ++k) {
+    if (prefetching >= cfg_.zero.stage3_prefetch_bucket_size ||
+        live + prefetching >= cfg_.zero.stage3_max_live_parameters)
+      break;
+    ParamGroup& g = *groups_[trace_[k]];
+    if (g.unsharded() || g.dynamic_numel() == 0) continue;
+    g.unshard_start(comm_);
+    prefetching += g.dynamic_numel();
+  }
+}
+
+void ZeroEngine::release(int layer) {
+  if (trace_complete_ &&
+      reused_within(trace_, pos_, layer, dyn_numel_, cfg_.zero.stage3_max_reuse_distance))
+    return;
+  groups_[layer]->reshard();
+}
+
+// ---------------------------------------------------------------- loop side
+
+void ZeroEngine::begin_micro_step(int64_t step, int64_t micro_step) {
+  comm_.set_position(step, micro_step);
+  pos_ = 0;
+}
+
+void ZeroEngine::end_backward() {
+  if (cfg_.zero.stage >= 2) reducer_->finish(owned_grads_);
+  if (cfg_.zero.stage == 3) {
+    for (auto& g : groups_) g->reshard();  // DeepSpeed's release_and_reset_all
+    trace_complete_ = true;
+    pos_ = 0;
+  }
+}
+
+void ZeroEngine::inject_inf_grad() {
+  torch::NoGradGuard no_grad;
+  torch::Tensor& g = cfg_.zero.stage <= 1 ? full_grads_.front() : owned_grads_.front();
+  g[0] = std::numeric_limits<double>::infinity();
+}
+
+StepResult ZeroEngine::step(double local_loss) {
+  torch::NoGradGuard no_grad;
+  const int stage = cfg_.zero.stage, ws = comm_.world_size();
+  StepResult r;
+  r.loss_scale = scaler_.scale();
+  r.lr = schedule_.lr();
+
+  // Gradient reduction at the boundary (stages 0 and 1; 2 and 3 reduced per micro-step).
+  if (stage == 0 && ws > 1) {
+    std::vector<WorkPtr> works;
+    for (size_t l = 0; l < groups_.size(); ++l) {
+      torch::Tensor& g = full_grads_[l];
+      g.div_(ws);
+      for (int64_t off = 0; off < g.numel(); off += cfg_.zero.reduce_bucket_size)
+        works.push_back(comm_.all_reduce(g.narrow(0, off, std::min(cfg_.zero.reduce_bucket_size, g.numel() - off)),
+                                         "all_reduce grads " + groups_[l]->name()));
+    }
+    for (auto& w : works) w->wait();
+  } else if (stage == 1) {
+    for (size_t l = 0; l < groups_.size(); ++l)
+      owned_grads_[l] = torch::zeros({groups_[l]->owned_numel()}, full_grads_[l].options());
+    for (auto it = groups_.rbegin(); it != groups_.rend(); ++it)
+      reducer_->add((*it)->index(), full_grads_[(*it)->index()], owned_grads_);
+    reducer_->finish(owned_grads_);
+  }
+
+  // This rank's gradients: stage 0 holds them all, so each rank takes its partition's
+  // share of the norm; the others own exactly their shard.
+  std::vector<torch::Tensor> grads;
+  double sq = 0, nonfinite = 0;
+  for (size_t l = 0; l < groups_.size(); ++l) {
+    grads.push_back(stage == 0 ? full_grads_[l] : owned_grads_[l]);
+    torch::Tensor mine = stage == 0 ? full_grads_[l].narrow(0, groups_[l]->flat_partition().begin(comm_.rank()),
+                                                            groups_[l]->flat_partition().partition_numel)
+                                    : owned_grads_[l];
+    torch::Tensor m32 = mine.to(torch::kFloat);
+    nonfinite += static_cast<double>((~torch::isfinite(m32)).sum().item<int64_t>());
+    sq += m32.to(torch::kDouble).pow(2).sum().item<double>();
+  }
+  torch::Tensor stats = torch::tensor({local_loss, sq, nonfinite}, torch::kDouble).to(cfg_.device);
+  comm_.all_reduce(stats, "loss+grad_norm+overflow")->wait();
+  stats = stats.cpu();
+  r.loss = stats[0].item<double>() / ws;
+  const bool overflow = stats[2].item<double>() > 0;
+  const bool check = (cfg_.precision == Precision::fp16 && scaler_.dynamic()) ||
+                     (cfg_.precision == Precision::bf16 && cfg_.bf16_check_grad_overflow);
+
+  auto zero_grads = [&] {
+    for (auto& g : full_grads_)
+      if (g.defined()) g.zero_();
+    for (auto& g : owned_grads_) {
+      if (stage == 1)
+        g = torch::Tensor();  // stage 1's reduced partition only lives through the step
+      else if (g.defined())
+        g.zero_();
+    }
+  };
+  if (check && overflow) {
+    r.skipped = true;
+    r.grad_norm = std::numeric_limits<double>::quiet_NaN();
+    zero_grads();
+    r.scale_event = scaler_.update(true);  // throws at the minimum scale
+    return r;
+  }
+  r.grad_norm = std::sqrt(stats[1].item<double>()) / r.loss_scale;
+  double coef = 1.0 / r.loss_scale;
+  if (cfg_.gradient_clipping > 0 && r.grad_norm > cfg_.gradient_clipping)
+    coef *= cfg_.gradient_clipping / (r.grad_norm + 1e-6);
+
+  ++adam_steps_;
+  const OptimizerConfig& o = cfg_.optimizer;
+  AdamHyper h{r.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.adam_w_mode, o.bias_correction};
+  for (size_t l = 0; l < groups_.size(); ++l) {
+    State& s = states_[l];
+    torch::Tensor g32 = grads[l].to(torch::kFloat);
+    if (g32.data_ptr() == grads[l].data_ptr()) g32 = g32.clone();
+    g32.mul_(coef);
+    torch::Tensor owned = groups_[l]->owned_params();
+    const bool aliased = s.master.data_ptr() == owned.data_ptr();
+    if (s.master.device().is_cpu()) {
+      const bool half = owned.scalar_type() != torch::kFloat;
+      cpu_adam_step(s.master, g32, s.exp_avg, s.exp_avg_sq, h, adam_steps_, half ? owned : torch::Tensor());
+      if (!half && !aliased) owned.copy_(s.master);
+    } else {
+      torch_adam_step(s.master, g32, s.exp_avg, s.exp_avg_sq, h, adam_steps_);
+      if (!aliased) owned.copy_(s.master);
+    }
+  }
+  if (stage == 1 || stage == 2) {
+    std::vector<WorkPtr> works;
+    for (auto& g : groups_) works.push_back(g->gather_partitions(comm_));
+    for (auto& w : works) w->wait();
+  } else if (stage == 3) {
+    for (auto& g : groups_) g->mark_persistent_stale();
+  }
+  zero_grads();
+  r.scale_event = scaler_.update(false);
+  schedule_.step();
+  return r;
+}
+
+torch::Tensor ZeroEngine::gather_layer(int layer) {
+  torch::NoGradGuard no_grad;
+  ParamGroup& g = *groups_[layer];
+  const bool was = g.unsharded();
+  g.unshard_start(comm_);
+  g.unshard_wait();
+  std::vector<torch::Tensor> flat;
+  for (auto& p : g.params()) flat.push_back(p.reshape({-1}).to(torch::kFloat).cpu());
+  if (!was) g.reshard();
+  return torch::cat(flat);
+}
+
+}  // namespace zrepro

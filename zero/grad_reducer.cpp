@@ -1,0 +1,109 @@
+// See grad_reducer.h.
+#include "zero/grad_reducer.h"
+
+#include <algorithm>
+
+namespace zrepro {
+
+GradReducer::GradReducer(std::vector<ParamGroup*> groups, int64_t reduce_bucket_size, bool overlap_comm,
+                         torch::ScalarType comm_dtype, Communicator& comm)
+    : comm_(comm), ws_(comm.world_size()), overlap_(overlap_comm), dtype_(comm_dtype) {
+  int max_group = 0;
+  std::vector<int64_t> slices;
+  for (ParamGroup* g : groups) {
+    max_group = std::max(max_group, g->index());
+    for (const auto& u : g->units()) {
+      units_.push_back({g->index(), u});
+      slices.push_back(u.slice);
+    }
+  }
+  buckets_ = make_buckets(slices, reduce_bucket_size, ws_);
+  group_buckets_.resize(max_group + 1);
+  buffer_numel_ = 0;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    buffer_numel_ = std::max(buffer_numel_, buckets_[b].numel_per_rank * ws_);
+    for (const auto& p : buckets_[b].pieces) {
+      auto& gb = group_buckets_[units_[p.unit].group];
+      if (gb.empty() || gb.back() != static_cast<int>(b)) gb.push_back(static_cast<int>(b));
+    }
+  }
+  remaining_.assign(buckets_.size(), 0);
+  bucket_buffer_.assign(buckets_.size(), -1);
+  const int nbuf = overlap_ ? 2 : 1;
+  buffers_.resize(nbuf);
+  buffer_busy_.assign(nbuf, false);
+}
+
+int64_t GradReducer::buffer_bytes() const {
+  int64_t n = 0;
+  for (const auto& b : buffers_)
+    if (b.defined()) n += b.numel() * b.element_size();
+  return n;
+}
+
+void GradReducer::add(int g, const torch::Tensor& full, std::vector<torch::Tensor>& owned) {
+  torch::NoGradGuard no_grad;
+  for (int b : group_buckets_[g]) {
+    Bucket& bk = buckets_[b];
+    if (bucket_buffer_[b] < 0) {
+      // A free buffer; with all of them reducing, finish the oldest first.
+      auto free_it = std::find(buffer_busy_.begin(), buffer_busy_.end(), false);
+      while (free_it == buffer_busy_.end()) {
+        complete_one(owned);
+        free_it = std::find(buffer_busy_.begin(), buffer_busy_.end(), false);
+      }
+      const int i = static_cast<int>(free_it - buffer_busy_.begin());
+      if (!buffers_[i].defined())
+        buffers_[i] = torch::empty({buffer_numel_}, full.options().dtype(dtype_));
+      buffer_busy_[i] = true;
+      bucket_buffer_[b] = i;
+      remaining_[b] = static_cast<int>(bk.pieces.size());
+    }
+    torch::Tensor buf = buffers_[bucket_buffer_[b]].narrow(0, 0, ws_ * bk.numel_per_rank).view({ws_, bk.numel_per_rank});
+    int64_t pos = 0;
+    for (const auto& p : bk.pieces) {
+      const Unit& u = units_[p.unit];
+      if (u.group == g) {
+        torch::Tensor src = full.narrow(0, u.u.base, ws_ * u.u.slice).view({ws_, u.u.slice}).narrow(1, p.offset, p.numel);
+        buf.narrow(1, pos, p.numel).copy_(src);
+        --remaining_[b];
+      }
+      pos += p.numel;
+    }
+    if (remaining_[b] == 0) launch(b, owned);
+  }
+}
+
+void GradReducer::launch(int b, std::vector<torch::Tensor>& owned) {
+  const Bucket& bk = buckets_[b];
+  torch::Tensor in = buffers_[bucket_buffer_[b]].narrow(0, 0, ws_ * bk.numel_per_rank);
+  if (ws_ > 1) in.div_(ws_);  // average over ranks before the sum: no 16-bit overflow from the sum
+  torch::Tensor out = torch::empty({bk.numel_per_rank}, in.options());
+  WorkPtr w = comm_.reduce_scatter(out, in, "reduce_grad bucket " + std::to_string(b));
+  in_flight_.push_back({b, bucket_buffer_[b], out, w});
+  bucket_buffer_[b] = -1;
+  if (!overlap_) complete_one(owned);
+}
+
+void GradReducer::complete_one(std::vector<torch::Tensor>& owned) {
+  InFlight f = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  f.work->wait();
+  int64_t pos = 0;
+  for (const auto& p : buckets_[f.bucket].pieces) {
+    const Unit& u = units_[p.unit];
+    owned[u.group].narrow(0, u.u.owned_offset + p.offset, p.numel).add_(f.out.narrow(0, pos, p.numel));
+    pos += p.numel;
+  }
+  buffer_busy_[f.buffer] = false;
+}
+
+void GradReducer::finish(std::vector<torch::Tensor>& owned) {
+  torch::NoGradGuard no_grad;
+  while (!in_flight_.empty()) complete_one(owned);
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    TORCH_CHECK(bucket_buffer_[b] < 0, "GradReducer: bucket ", b, " did not receive all its gradients");
+  for (auto& buf : buffers_) buf = torch::Tensor();
+}
+
+}  // namespace zrepro

@@ -1,0 +1,60 @@
+// GradReducer: moves gradients from the full layout of each layer into the
+// owned (partitioned) gradient buffers through reduce_bucket_size buckets, the
+// way DeepSpeed's stage 1/2/3 do: pieces are copied into a contiguous bucket
+// buffer (rank-major), a full bucket is pre-divided by the world size and
+// reduce-scattered, and the result is added to the owned gradients. With
+// overlap_comm two bucket buffers alternate so one reduces while the next fills.
+#pragma once
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "zero/comm/communicator.h"
+#include "zero/param_group.h"
+
+namespace zrepro {
+
+class GradReducer {
+ public:
+  // groups: in the order their gradients become ready (reverse layer order).
+  // owned: each group's owned gradient buffer, indexed by group index.
+  GradReducer(std::vector<ParamGroup*> groups, int64_t reduce_bucket_size, bool overlap_comm,
+              torch::ScalarType comm_dtype, Communicator& comm);
+
+  // Adds group g's full-layout gradient; launches every bucket it completes.
+  void add(int group_index, const torch::Tensor& full_grad, std::vector<torch::Tensor>& owned);
+  // Waits for all launched buckets and accumulates their results; frees buffers.
+  void finish(std::vector<torch::Tensor>& owned);
+
+  size_t bucket_count() const { return buckets_.size(); }
+  int64_t buffer_bytes() const;  // bucket buffers currently allocated
+
+ private:
+  struct Unit {
+    int group;
+    ParamGroup::Unit u;
+  };
+  struct InFlight {
+    int bucket, buffer;
+    torch::Tensor out;
+    WorkPtr work;
+  };
+  void launch(int b, std::vector<torch::Tensor>& owned);
+  void complete_one(std::vector<torch::Tensor>& owned);
+
+  Communicator& comm_;
+  int ws_;
+  bool overlap_;
+  torch::ScalarType dtype_;
+  int64_t buffer_numel_;
+  std::vector<Unit> units_;
+  std::vector<Bucket> buckets_;
+  std::vector<std::vector<int>> group_buckets_;  // group index -> buckets with its pieces
+  std::vector<int> remaining_;                   // pieces still to arrive, per bucket
+  std::vector<int> bucket_buffer_;               // buffer a filling bucket writes to (-1: none)
+  std::vector<torch::Tensor> buffers_;
+  std::vector<bool> buffer_busy_;
+  std::deque<InFlight> in_flight_;
+};
+
+}  // namespace zrepro
