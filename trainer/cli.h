@@ -1,10 +1,31 @@
-// The zrepro subcommands (run, config) and their shared flags. Each returns the
+// The zrepro subcommands and the flags they share. Each subcommand returns the
 // process exit code of the DESIGN.md contract.
 #pragma once
+#include <optional>
+#include <string>
+
+#include <cxxopts.hpp>
+
+#include "trainer/ds_config.h"
+#include "trainer/model_spec.h"
 
 namespace zrepro {
 
 int run_command(int argc, char** argv);
 int config_command(int argc, char** argv);
+
+// Config-resolving flags (--config, --model, --micro-batch, --lr, ...).
+void add_config_flags(cxxopts::Options& o);
+ModelSpec model_from(const cxxopts::ParseResult& r);
+ConfigFlags flags_from(const cxxopts::ParseResult& r, const ModelSpec& m, int world_size, int64_t steps);
+std::string require_config(const cxxopts::ParseResult& r);
+// Parses argv; cxxopts errors become ConfigError naming the flag (exit 2).
+cxxopts::ParseResult parse(cxxopts::Options& o, int argc, char** argv);
+std::string fmt(double v, int prec = 4);
+
+template <class T>
+std::optional<T> opt(const cxxopts::ParseResult& r, const char* name) {
+  return r.count(name) ? std::optional<T>(r[name].as<T>()) : std::nullopt;
+}
 
 }  // namespace zrepro

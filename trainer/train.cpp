@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <sstream>
+#include <thread>
 
 #include "device/errors.h"
 #include "trainer/data.h"
@@ -42,28 +43,35 @@ std::string scale_log(const LossScaler::Event& ev, int rank) {
 }  // namespace
 
 Injection parse_injection(const std::string& spec) {
-  const std::string usage = " Expected KIND:RANK[:ARG], e.g. inf-grad:0:3- (kinds: inf-grad)";
-  Injection inj;
+  const std::string usage =
+      " Expected KIND:RANK[:ARG]: inf-grad:R[:STEPS], gas-mismatch:R, skip-forward:R[:STEP], straggler:R:MS";
   std::vector<std::string> parts;
   std::stringstream ss(spec);
   for (std::string p; std::getline(ss, p, ':');) parts.push_back(p);
   if (parts.size() < 2 || parts.size() > 3) throw ConfigError("--inject \"" + spec + "\": malformed." + usage);
+  Injection inj;
   inj.kind = parts[0];
-  if (inj.kind != "inf-grad") throw ConfigError("--inject \"" + spec + "\": unknown kind \"" + inj.kind + "\"." + usage);
+  if (inj.kind != "inf-grad" && inj.kind != "gas-mismatch" && inj.kind != "skip-forward" && inj.kind != "straggler")
+    throw ConfigError("--inject \"" + spec + "\": unknown kind \"" + inj.kind + "\"." + usage);
   try {
     size_t used = 0;
     inj.rank = std::stoi(parts[1], &used);
     if (used != parts[1].size() || inj.rank < 0) throw std::invalid_argument("rank");
-    if (parts.size() == 3) {
-      const std::string& a = parts[2];
-      const auto dash = a.find('-');
-      inj.from = std::stoll(a.substr(0, dash));
-      inj.to = dash == std::string::npos ? inj.from : dash + 1 == a.size() ? -1 : std::stoll(a.substr(dash + 1));
-    } else {
-      inj.to = -1;  // every step
+    const std::string arg = parts.size() == 3 ? parts[2] : "";
+    if (inj.kind == "straggler") {
+      inj.ms = std::stod(arg);
+      if (inj.ms < 0) throw std::invalid_argument("ms");
+    } else if (inj.kind == "skip-forward") {
+      inj.from = inj.to = arg.empty() ? 1 : std::stoll(arg);
+    } else if (inj.kind == "inf-grad" && !arg.empty()) {
+      const auto dash = arg.find('-');
+      inj.from = std::stoll(arg.substr(0, dash));
+      inj.to = dash == std::string::npos ? inj.from : dash + 1 == arg.size() ? -1 : std::stoll(arg.substr(dash + 1));
+    } else if (!arg.empty()) {
+      throw std::invalid_argument("arg");
     }
   } catch (const std::exception&) {
-    throw ConfigError("--inject \"" + spec + "\": RANK must be a rank number and ARG a step, N-, or N-M." + usage);
+    throw ConfigError("--inject \"" + spec + "\": bad RANK or ARG." + usage);
   }
   return inj;
 }
@@ -93,16 +101,27 @@ void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
   Gpt model(spec, compute_dtype(cfg.precision, opts.device), opts.device);
   MarkovData data(spec.vocab, spec.seq, opts.seed);
 
-  const int64_t gas = cfg.grad_accum, micro = cfg.micro_batch;
+  const int64_t micro = cfg.micro_batch;
+  auto injected = [&](const char* kind, int64_t step) -> const Injection* {
+    for (const auto& inj : opts.inject)
+      if (inj.kind == kind && inj.rank == rank && inj.covers(step)) return &inj;
+    return nullptr;
+  };
   for (int64_t step = 0; step < opts.steps; ++step) {
+    // Faults that make this rank's collective sequence differ from its peers'.
+    const int64_t gas = cfg.grad_accum + (injected("gas-mismatch", step) ? 1 : 0);
+    const Injection* straggle = injected("straggler", step);
     StepRecord rec;
     rec.step = step;
     const CommStats comm_before = comm.stats();
     const auto t_step = Clock::now();
     const double scale = engine.loss_scale();
     double loss_sum = 0;
+    int64_t micro_steps = 0;
     for (int64_t t = 0; t < gas; ++t) {
+      if (t == 0 && injected("skip-forward", step)) continue;
       engine.begin_micro_step(step, t);
+      if (straggle) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(straggle->ms));
       auto t0 = Clock::now();
       torch::Tensor batch =
           data.samples(MarkovData::first_sample(step, t, rank, world, micro, gas), micro).to(opts.device);
@@ -113,22 +132,23 @@ void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
       torch::Tensor loss = model.loss(inputs, targets, engine);
       const double lv = loss.item<double>();
       rec.forward_s += since(t0);
-      if (!std::isfinite(lv))
-        throw NumericalError("loss is " + std::to_string(lv) + " at step " + std::to_string(step) + " micro-step " +
-                             std::to_string(t) + " on rank " + std::to_string(rank) +
-                             " (parameters or activations diverged)");
       loss_sum += lv;
+      ++micro_steps;
 
       t0 = Clock::now();
       (loss * (scale / static_cast<double>(gas))).backward();
       engine.end_backward();
       rec.backward_s += since(t0);
     }
-    for (const auto& inj : opts.inject)
-      if (inj.kind == "inf-grad" && inj.rank == rank && inj.covers(step)) engine.inject_inf_grad();
+    if (injected("inf-grad", step)) engine.inject_inf_grad();
 
     auto t0 = Clock::now();
-    StepResult sr = engine.step(loss_sum / static_cast<double>(gas));
+    StepResult sr = engine.step(loss_sum / static_cast<double>(std::max<int64_t>(micro_steps, 1)));
+    // The loss is global after the step's all-reduce, so every rank decides alike.
+    // fp16/bf16 turn a non-finite loss into an overflow-skipped step instead.
+    if (!std::isfinite(sr.loss) && !sr.skipped)
+      throw NumericalError("loss is " + std::to_string(sr.loss) + " at step " + std::to_string(step) +
+                           " (parameters or activations diverged)");
     rec.optimizer_s = since(t0);
     rec.loss = sr.loss;
     rec.grad_norm = sr.grad_norm;

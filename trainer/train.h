@@ -16,12 +16,16 @@
 
 namespace zrepro {
 
-// --inject KIND:RANK[:ARG]. inf-grad:R:STEPS puts +inf into rank R's gradients on
-// the optimizer steps STEPS ("N", "N-" from N on, or "N-M"), to drive the loss scaler.
+// --inject KIND:RANK[:ARG], faults for tests and scenarios:
+//   inf-grad:R[:STEPS]    +inf into rank R's gradients on STEPS ("N", "N-", "N-M"; all)
+//   gas-mismatch:R        rank R runs one more micro-step per step
+//   skip-forward:R[:STEP] rank R skips micro-step 0 of step STEP (default 1)
+//   straggler:R:MS        rank R sleeps MS milliseconds per micro-step
 struct Injection {
   std::string kind;
   int rank = 0;
   int64_t from = 0, to = -1;  // inclusive step range; to = -1: no end
+  double ms = 0;              // straggler delay
   bool covers(int64_t step) const { return step >= from && (to < 0 || step <= to); }
 };
 Injection parse_injection(const std::string& spec);  // throws ConfigError

@@ -1,0 +1,323 @@
+// `zrepro run`: train under a DeepSpeed config on 1..N ranks and record what
+// happens. Under mpirun (or with --ranks N, which starts mpirun) every rank runs
+// this; rank 0 alone prints for humans and writes summary.json, gathering the
+// other ranks' reports. A watchdog turns a stuck collective into a diagnosed hang
+// (exit 4 on every rank); every other failure becomes a summary and its exit code.
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "device/device.h"
+#include "device/errors.h"
+#include "trainer/cli.h"
+#include "trainer/hang.h"
+#include "trainer/report.h"
+#include "trainer/train.h"
+#include "zero/comm/mpi_communicator.h"
+#include "zero/comm/watchdog.h"
+
+namespace zrepro {
+
+using json = nlohmann::json;
+
+namespace {
+
+// One-line progress on a terminal (stderr), overwritten in place.
+class Progress {
+ public:
+  explicit Progress(bool enabled) : on_(enabled && ::isatty(STDERR_FILENO)) {}
+  void update(const StepRecord& s, int64_t total) {
+    if (!on_) return;
+    std::fprintf(stderr, "\r[zrepro] step %lld/%lld  loss %.4f  %.3f s/step  ETA %.0fs   ",
+                 static_cast<long long>(s.step + 1), static_cast<long long>(total), s.loss, s.step_s,
+                 s.step_s * static_cast<double>(total - s.step - 1));
+    std::fflush(stderr);
+    dirty_ = true;
+  }
+  void clear() {
+    if (dirty_) std::fprintf(stderr, "\r%80s\r", "");
+    dirty_ = false;
+  }
+
+ private:
+  bool on_;
+  bool dirty_ = false;
+};
+
+// MPI for the lifetime of a run: initialised when an MPI launcher started us,
+// finalised after the communicator is gone.
+struct Ranks {
+  bool mpi = false;
+  std::unique_ptr<Communicator> comm;
+  Ranks(int* argc, char*** argv) {
+    if (launched_by_mpi()) {
+      mpi_init(argc, argv);
+      mpi = true;
+      comm = std::make_unique<MpiCommunicator>();
+    } else {
+      comm = std::make_unique<SelfCommunicator>();
+    }
+  }
+  ~Ranks() {
+    comm.reset();
+    if (mpi) mpi_finalize();
+  }
+};
+
+// --ranks N: run the same command line under mpirun on this node.
+[[noreturn]] void relaunch_under_mpirun(int ranks, int argc, char** argv) {
+  std::vector<std::string> args = {"mpirun", "-np", std::to_string(ranks), "--oversubscribe", "--bind-to", "none"};
+  if (::geteuid() == 0) args.push_back("--allow-run-as-root");
+  char exe[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  args.push_back(n > 0 ? std::string(exe, n) : "zrepro");
+  args.push_back("run");
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--ranks") { ++i; continue; }
+    if (a.rfind("--ranks=", 0) == 0) continue;
+    args.push_back(a);
+  }
+  ::setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  std::fflush(nullptr);
+  ::execvp("mpirun", cargs.data());
+  std::fprintf(stderr, "[zrepro] error: --ranks: cannot start mpirun (%s). Install openmpi-bin or launch with "
+               "mpirun -np N yourself\n", std::strerror(errno));
+  std::_Exit(kExitBadInput);
+}
+
+bool wait_for(const std::function<bool()>& ready, double seconds) {
+  const double until = wall_seconds() + seconds;
+  while (!ready()) {
+    if (wall_seconds() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
+}  // namespace
+
+int run_command(int argc, char** argv) {
+  cxxopts::Options o("zrepro run", "Train the toy GPT under a DeepSpeed config and record what happens.");
+  add_config_flags(o);
+  o.add_options("run")
+      ("steps", "optimizer steps", cxxopts::value<int64_t>()->default_value("50"))
+      ("seed", "seed for init and data", cxxopts::value<uint64_t>()->default_value("1234"))
+      ("device", "cpu|cuda", cxxopts::value<std::string>()->default_value("cpu"))
+      ("out", "output folder for summary.json, metrics.jsonl and flight dumps", cxxopts::value<std::string>())
+      ("ranks", "start N ranks on this node under mpirun", cxxopts::value<int>())
+      ("comm-timeout", "watchdog: seconds a collective may take before the job is declared hung",
+       cxxopts::value<double>()->default_value("1800"))
+      ("log-every", "step log line interval when steps_per_print is unset", cxxopts::value<int64_t>()->default_value("10"))
+      ("threads", "intra-op threads per rank", cxxopts::value<int>()->default_value("1"))
+      ("inject", "fault injection KIND:RANK[:ARG] (repeatable): inf-grad:R[:STEPS], gas-mismatch:R, "
+                 "skip-forward:R[:STEP], straggler:R:MS", cxxopts::value<std::vector<std::string>>())
+      ("print-config", "print the effective config at init");
+
+  std::string out_dir;
+  DsConfig cfg;
+  ModelSpec model;
+  TrainResult result;
+  DeviceInfo dev;
+  bool have_cfg = false, have_model = false;
+  Progress progress(true);
+  std::unique_ptr<Ranks> ranks;
+  int rank = 0;
+
+  // Rank 0 writes the summary; others contribute through reports (or nothing on failure).
+  auto write_summary = [&](const std::string& status, json failure, std::vector<RankReport> reports) {
+    if (out_dir.empty() || rank != 0) return;
+    SummaryInput in{status, have_cfg ? &cfg : nullptr, have_model ? &model : nullptr, dev.description,
+                    have_cfg ? &result : nullptr, std::move(reports), std::move(failure)};
+    write_file_atomic(out_dir + "/summary.json", build_summary(in).dump(2) + "\n");
+  };
+  auto finish = [&](const std::string& status, json failure, int code) {
+    progress.clear();
+    write_summary(status, std::move(failure), {});
+    return code;
+  };
+
+  try {
+    auto r = parse(o, argc, argv);
+    if (r.count("help")) { std::cout << o.help() << std::endl; return kExitOk; }
+    if (r.count("ranks")) {
+      const int n = r["ranks"].as<int>();
+      if (n < 1) throw ConfigError("--ranks: must be >= 1, got " + std::to_string(n));
+      if (launched_by_mpi()) throw ConfigError("--ranks: already running under an MPI launcher; drop --ranks");
+      relaunch_under_mpirun(n, argc, argv);
+    }
+    ranks = std::make_unique<Ranks>(&argc, &argv);
+    Communicator& comm = *ranks->comm;
+    rank = comm.rank();
+    const int world = comm.world_size();
+    if (r.count("out")) {
+      out_dir = r["out"].as<std::string>();
+      std::error_code ec;
+      std::filesystem::create_directories(out_dir, ec);
+      if (ec) { const std::string bad = out_dir; out_dir.clear();
+        throw ConfigError("--out: cannot create \"" + bad + "\": " + ec.message()); }
+    }
+    TrainOptions topt;
+    topt.comm = &comm;
+    topt.steps = r["steps"].as<int64_t>();
+    if (topt.steps <= 0) throw ConfigError("--steps: must be > 0, got " + std::to_string(topt.steps));
+    topt.seed = r["seed"].as<uint64_t>();
+    const int threads = r["threads"].as<int>();
+    if (threads <= 0) throw ConfigError("--threads: must be > 0, got " + std::to_string(threads));
+    set_compute_threads(threads);
+    const double timeout = r["comm-timeout"].as<double>();
+    if (timeout <= 0) throw ConfigError("--comm-timeout: must be > 0 seconds, got " + fmt(timeout));
+    if (r.count("inject"))
+      for (const auto& s : r["inject"].as<std::vector<std::string>>()) {
+        topt.inject.push_back(parse_injection(s));
+        if (topt.inject.back().rank >= world)
+          throw ConfigError("--inject \"" + s + "\": rank " + std::to_string(topt.inject.back().rank) +
+                            " does not exist in a world of " + std::to_string(world));
+      }
+    model = model_from(r);
+    have_model = true;
+    cfg = load_ds_config(require_config(r), flags_from(r, model, world, topt.steps));
+    have_cfg = true;
+    dev = select_device(r["device"].as<std::string>(), mpi_local_rank());
+    topt.device = dev.device;
+
+    if (rank == 0) {
+      for (const auto& w : cfg.warnings) std::cout << "[zrepro] warning: " << w << "\n";
+      if (r.count("print-config")) std::cout << format_config_dump(cfg);
+      std::cout << "[zrepro] world_size=" << world << " zero_stage=" << cfg.zero.stage
+                << " precision=" << precision_name(cfg.precision) << " device=" << dev.description
+                << " comm=" << comm.backend() << "\n"
+                << "[zrepro] model " << model.name << ": " << model.param_count() << " params, " << model.layers
+                << " layers, hidden " << model.hidden << ", heads " << model.heads << ", seq " << model.seq
+                << ", vocab " << model.vocab << "\n"
+                << "[zrepro] batch: micro " << cfg.micro_batch << " x gas " << cfg.grad_accum << " x world "
+                << world << " = " << cfg.train_batch_size << " samples/step\n"
+                << std::flush;
+    }
+
+    // Hang path: dump this rank's flight recorder; rank 0 merges and writes the
+    // summary; everyone exits 4. Runs on the watchdog thread (or the thread that
+    // saw a collective fail), while the training thread may be blocked.
+    const std::string flight_dir = (out_dir.empty() ? std::string("zrepro_flight") : out_dir) + "/flight";
+    auto on_hang = [&, world](const std::string& reason) {
+      static std::atomic<bool> once{false};
+      if (once.exchange(true)) return;
+      progress.clear();
+      std::error_code ec;
+      std::filesystem::create_directories(flight_dir, ec);
+      const auto mine = comm.recorder().snapshot();
+      write_file_atomic(flight_dir + "/rank" + std::to_string(rank) + ".json",
+                        json{{"rank", rank}, {"reason", reason}, {"entries", flight_json(mine)}}.dump(1));
+      if (rank == 0) {
+        std::vector<std::vector<FlightEntry>> all(world);
+        wait_for([&] {
+          for (int k = 0; k < world; ++k)
+            if (!std::filesystem::exists(flight_dir + "/rank" + std::to_string(k) + ".json")) return false;
+          return true;
+        }, std::min(timeout, 30.0) + 5.0);
+        for (int k = 0; k < world; ++k) {
+          std::ifstream in(flight_dir + "/rank" + std::to_string(k) + ".json");
+          if (in) all[k] = flight_from_json(json::parse(in).at("entries"));
+        }
+        HangDiagnosis d = diagnose_hang(all, cfg.grad_accum);
+        std::cerr << "[zrepro] Watchdog caught collective operation timeout: " << reason << "\n"
+                  << "[zrepro] hang diagnosis: " << d.text << std::endl;
+        if (!out_dir.empty())
+          write_file_atomic(out_dir + "/hang_report.json",
+                            json{{"reason", reason}, {"timeout_s", timeout}, {"diagnosis", d.to_json()}}.dump(2));
+        write_summary("hang",
+                      make_failure("hang", d.culprits.empty() ? rank : d.culprits.front(), "collective #" +
+                                   std::to_string(d.seq), reason + ". " + d.text, "communication",
+                                   "ranks issued different collectives (per-rank gradient accumulation, a rank that "
+                                   "stops early or skips a forward): make every rank run the same micro-steps; see "
+                                   "flight/ and hang_report.json"),
+                      {});
+      } else {
+        wait_for([&] { return out_dir.empty() || std::filesystem::exists(out_dir + "/hang_report.json"); },
+                 std::min(timeout, 30.0) + 10.0);
+      }
+      std::fflush(nullptr);
+      std::_Exit(kExitHang);
+    };
+    comm.on_failure(on_hang);
+    std::unique_ptr<Watchdog> watchdog;
+    if (world > 1)
+      watchdog = std::make_unique<Watchdog>(comm.recorder(), timeout, [&](const FlightEntry& e) {
+        on_hang("collective #" + std::to_string(e.seq) + " " + coll_op_name(e.op) + " (" + e.label + ", numel in " +
+                std::to_string(e.in_numel) + ", out " + std::to_string(e.out_numel) + ") ran for " +
+                fmt(wall_seconds() - e.t_scheduled, 3) + " s, past --comm-timeout " + fmt(timeout) + " s");
+      });
+
+    std::unique_ptr<MetricsWriter> metrics;
+    if (!out_dir.empty() && rank == 0) metrics = std::make_unique<MetricsWriter>(out_dir);
+    const int64_t every = cfg.steps_per_print.value_or(r["log-every"].as<int64_t>());
+    if (every <= 0) throw ConfigError("--log-every: must be > 0, got " + std::to_string(every));
+    auto on_step = [&](const StepRecord& s, const std::string& scale_log) {
+      if (rank != 0) return;
+      if (metrics) metrics->append(step_json(s));
+      if (!scale_log.empty()) { progress.clear(); std::cout << scale_log << "\n"; }
+      if ((s.step + 1) % every == 0 || s.step + 1 == topt.steps) {
+        progress.clear();
+        const double sps = s.step_s > 0 ? cfg.train_batch_size / s.step_s : 0;
+        std::cout << "[deepspeed] step=" << s.step + 1 << ", skipped=" << result.skipped_steps << ", lr=["
+                  << fmt(s.lr) << "], mom=[(" << cfg.optimizer.beta1 << ", " << cfg.optimizer.beta2 << ")]\n"
+                  << "[zrepro] step=" << s.step + 1 << "/" << topt.steps << " loss=" << fmt(s.loss, 6)
+                  << " grad_norm=" << fmt(s.grad_norm) << " loss_scale=" << fmt(s.loss_scale, 8)
+                  << " samples/sec=" << fmt(sps, 6) << " tokens/sec=" << fmt(sps * model.seq, 6)
+                  << " comm_wait=" << fmt(s.comm_wait_s, 3) << "s\n";
+      }
+      std::cout << std::flush;
+      progress.update(s, topt.steps);
+    };
+    try {
+      train(cfg, model, topt, result, on_step);
+      // Every rank reports to rank 0 (a collective, so a rank still stuck elsewhere
+      // makes this one time out too, and the watchdog diagnoses it).
+      torch::Tensor mine = torch::tensor(rank_report(rank, result).pack(), torch::kDouble);
+      torch::Tensor all = torch::empty({world * RankReport::kPacked}, torch::kDouble);
+      comm.all_gather(all, mine, "gather rank reports")->wait();
+      std::vector<RankReport> reports;
+      for (int k = 0; k < world; ++k) reports.push_back(RankReport::unpack(all.data_ptr<double>() + k * RankReport::kPacked));
+      if (metrics) metrics->close();
+      progress.clear();
+      if (rank == 0 && !result.steps.empty())
+        std::cout << "[zrepro] done: " << result.steps.size() << " steps, loss " << fmt(result.steps.front().loss)
+                  << " -> " << fmt(result.steps.back().loss) << ", skipped " << result.skipped_steps
+                  << (out_dir.empty() ? "" : ", summary " + out_dir + "/summary.json") << "\n";
+      write_summary("ok", nullptr, reports);
+      return kExitOk;
+    } catch (const CommError& e) {
+      on_hang(e.what());
+    }
+    return kExitHang;
+  } catch (const ConfigError& e) {
+    if (rank == 0) std::cerr << "[zrepro] error: " << e.what() << std::endl;
+    return finish("config_error",
+                  make_failure("config_error", rank, "init", e.what(), "config", "fix the flag, key or file named above"),
+                  kExitBadInput);
+  } catch (const NumericalError& e) {
+    progress.clear();
+    if (rank == 0) std::cerr << "[deepspeed] " << e.what() << std::endl;
+    return finish("diverged",
+                  make_failure("numerical", rank, "step", e.what(), "numerics",
+                               "fp16 overflowed until the loss scale hit min_loss_scale (or the loss went non-finite): "
+                               "use bf16, lower the lr, or keep gradient clipping on"),
+                  kExitNumerical);
+  } catch (const std::exception& e) {
+    progress.clear();
+    std::cerr << "[zrepro] internal error on rank " << rank << ": " << e.what() << std::endl;
+    return finish("error", make_failure("error", rank, "unknown", e.what(), "", "report this as a zrepro bug"),
+                  kExitInternal);
+  }
+}
+
+}  // namespace zrepro
