@@ -16,13 +16,18 @@ TEST(Model, ParamCountMatchesClosedFormForSeveralDims) {
   for (auto [V, S, h, L, a, I] : std::vector<std::array<int64_t, 6>>{
            {128, 32, 64, 2, 4, 256}, {1000, 16, 48, 3, 6, 100}, {97, 7, 32, 1, 2, 128}}) {
     ModelSpec m{"t", V, S, h, L, a, I};
-    Gpt g(m, Precision::fp32, torch::kCPU, 1);
+    auto layers = gpt_layers(m);
+    auto init = gpt_init(m, 1);
     int64_t n = 0;
-    for (auto& grp : g.groups())
-      for (const auto& p : grp.params()) n += p.numel();
+    for (size_t l = 0; l < layers.size(); ++l) {
+      int64_t ln = 0;
+      for (const auto& p : layers[l].params) ln += p.numel();
+      EXPECT_EQ(init[l].numel(), ln);
+      n += ln;
+    }
     EXPECT_EQ(n, m.param_count());
     EXPECT_EQ(n, V * h + S * h + L * (4 * h * h + 2 * h * I + 9 * h + I) + 2 * h + h * V);
-    EXPECT_EQ(g.groups().size(), static_cast<size_t>(L + 2));  // embed, blocks, head
+    EXPECT_EQ(layers.size(), static_cast<size_t>(L + 2));  // embed, blocks, head
   }
 }
 
@@ -72,10 +77,12 @@ TEST(Model, LoadsHuggingFaceConfigJson) {
 
 TEST(Model, LossStartsNearUniform) {
   ModelSpec m = resolve_model("tiny");
-  Gpt g(m, Precision::fp32, torch::kCPU, 7);
+  SelfCommunicator comm;
+  ZeroEngine engine(gpt_layers(m), gpt_init(m, 7), EngineConfig{}, comm);
+  Gpt g(m, torch::kFloat, torch::kCPU);
   MarkovData d(m.vocab, m.seq, 7);
   torch::Tensor b = d.samples(0, 4);
-  double loss = g.loss(b.narrow(1, 0, m.seq), b.narrow(1, 1, m.seq)).item<double>();
+  double loss = g.loss(b.narrow(1, 0, m.seq), b.narrow(1, 1, m.seq), engine).item<double>();
   EXPECT_NEAR(loss, std::log(128.0), 0.3);
 }
 

@@ -68,6 +68,7 @@ json step_json(const StepRecord& s) {
           {"loss_scale", s.loss_scale},
           {"skipped", s.skipped},
           {"lr", s.lr},
+          {"replicas_identical", s.replicas_identical < 0 ? json(nullptr) : json(s.replicas_identical == 1)},
           {"time_s", {{"step", s.step_s},
                       {"forward", s.forward_s},
                       {"backward", s.backward_s},
@@ -159,6 +160,7 @@ json build_summary(const SummaryInput& in) {
       json j = step_json(r);
       j.erase("time_s");
       j.erase("comm_bytes");
+      if (j["replicas_identical"].is_null()) j.erase("replicas_identical");
       steps.push_back(j);
       st.push_back(r.step_s);
       fwd += r.forward_s, bwd += r.backward_s, opt += r.optimizer_s, data += r.data_wait_s, wait += r.comm_wait_s;

@@ -121,6 +121,7 @@ int run_command(int argc, char** argv) {
       ("threads", "intra-op threads per rank", cxxopts::value<int>()->default_value("1"))
       ("inject", "fault injection KIND:RANK[:ARG] (repeatable): inf-grad:R[:STEPS], gas-mismatch:R, "
                  "skip-forward:R[:STEP], straggler:R:MS", cxxopts::value<std::vector<std::string>>())
+      ("verify-replicas", "stages 0-2: check after every step that all ranks hold bit-identical parameters")
       ("print-config", "print the effective config at init");
 
   std::string out_dir;
@@ -171,6 +172,7 @@ int run_command(int argc, char** argv) {
     topt.steps = r["steps"].as<int64_t>();
     if (topt.steps <= 0) throw ConfigError("--steps: must be > 0, got " + std::to_string(topt.steps));
     topt.seed = r["seed"].as<uint64_t>();
+    topt.verify_replicas = r.count("verify-replicas") > 0;
     const int threads = r["threads"].as<int>();
     if (threads <= 0) throw ConfigError("--threads: must be > 0, got " + std::to_string(threads));
     set_compute_threads(threads);
@@ -207,6 +209,8 @@ int run_command(int argc, char** argv) {
     // Hang path: dump this rank's flight recorder; rank 0 merges and writes the
     // summary; everyone exits 4. Runs on the watchdog thread (or the thread that
     // saw a collective fail), while the training thread may be blocked.
+    std::unique_ptr<MetricsWriter> metrics;
+    if (!out_dir.empty() && rank == 0) metrics = std::make_unique<MetricsWriter>(out_dir);
     const std::string flight_dir = (out_dir.empty() ? std::string("zrepro_flight") : out_dir) + "/flight";
     auto on_hang = [&, world](const std::string& reason) {
       static std::atomic<bool> once{false};
@@ -218,6 +222,7 @@ int run_command(int argc, char** argv) {
       write_file_atomic(flight_dir + "/rank" + std::to_string(rank) + ".json",
                         json{{"rank", rank}, {"reason", reason}, {"entries", flight_json(mine)}}.dump(1));
       if (rank == 0) {
+        if (metrics) metrics->close();  // the training thread is blocked in a collective
         std::vector<std::vector<FlightEntry>> all(world);
         wait_for([&] {
           for (int k = 0; k < world; ++k)
@@ -257,8 +262,6 @@ int run_command(int argc, char** argv) {
                 fmt(wall_seconds() - e.t_scheduled, 3) + " s, past --comm-timeout " + fmt(timeout) + " s");
       });
 
-    std::unique_ptr<MetricsWriter> metrics;
-    if (!out_dir.empty() && rank == 0) metrics = std::make_unique<MetricsWriter>(out_dir);
     const int64_t every = cfg.steps_per_print.value_or(r["log-every"].as<int64_t>());
     if (every <= 0) throw ConfigError("--log-every: must be > 0, got " + std::to_string(every));
     auto on_step = [&](const StepRecord& s, const std::string& scale_log) {

@@ -155,6 +155,15 @@ void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
     rec.loss_scale = sr.loss_scale;
     rec.skipped = sr.skipped;
     rec.lr = sr.lr;
+    if (opts.verify_replicas && cfg.zero.stage < 3) {
+      torch::Tensor mine = torch::tensor({engine.replica_fingerprint()}, torch::kLong);
+      torch::Tensor all = torch::empty({world}, torch::kLong);
+      comm.all_gather(all, mine, "verify replicas")->wait();
+      rec.replicas_identical = (all == all[0]).all().item<bool>() ? 1 : 0;
+      if (!rec.replicas_identical)
+        throw std::runtime_error("parameters differ between ranks after step " + std::to_string(step) +
+                                 " (zrepro bug: replicas must stay bit-identical)");
+    }
     rec.step_s = since(t_step);
     rec.comm = comm.stats().minus(comm_before);
     rec.comm_wait_s = rec.comm.wait_seconds;

@@ -36,6 +36,7 @@ struct TrainOptions {
   torch::Device device = torch::kCPU;
   Communicator* comm = nullptr;  // null: a single rank (SelfCommunicator)
   std::vector<Injection> inject;
+  bool verify_replicas = false;  // stages 0-2: check parameters are bit-identical on all ranks each step
 };
 
 struct StepRecord {
@@ -48,6 +49,7 @@ struct StepRecord {
   double step_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0, data_wait_s = 0;
   double comm_wait_s = 0;  // time blocked waiting for collectives
   CommStats comm;          // collectives issued during this step (this rank)
+  int replicas_identical = -1;  // 1 / 0 when verified, -1 when not checked
 };
 
 struct TrainResult {

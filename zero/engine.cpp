@@ -302,6 +302,22 @@ StepResult ZeroEngine::step(double local_loss) {
   return r;
 }
 
+int64_t ZeroEngine::replica_fingerprint() {
+  TORCH_CHECK(cfg_.zero.stage < 3, "replica_fingerprint: stage 3 keeps no replica");
+  uint64_t h = 1469598103934665603ULL;
+  for (auto& g : groups_) {
+    torch::Tensor all = torch::cat([&] {
+      std::vector<torch::Tensor> v;
+      for (auto& p : g->params()) v.push_back(p.reshape({-1}));
+      return v;
+    }()).cpu().contiguous();
+    const auto* bytes = static_cast<const unsigned char*>(all.data_ptr());
+    for (int64_t i = 0; i < all.numel() * static_cast<int64_t>(all.element_size()); ++i)
+      h = (h ^ bytes[i]) * 1099511628211ULL;
+  }
+  return static_cast<int64_t>(h);
+}
+
 torch::Tensor ZeroEngine::gather_layer(int layer) {
   torch::NoGradGuard no_grad;
   ParamGroup& g = *groups_[layer];

@@ -85,6 +85,9 @@ class ZeroEngine {
   std::vector<ParamGroup*> groups();
   // Full fp32 values of a layer (gathered across ranks); for checks and tests.
   torch::Tensor gather_layer(int layer);
+  // FNV-1a hash of this rank's full 16-bit parameters (stages 0-2, where every rank
+  // holds them): equal on all ranks exactly when the replicas are bit-identical.
+  int64_t replica_fingerprint();
 
   // Called by the autograd function with a layer's parameter gradients.
   void reduce_grad(int layer, const std::vector<torch::Tensor>& grads);
