@@ -17,6 +17,7 @@
 #include "device/errors.h"
 #include "trainer/cli.h"
 #include "trainer/hang.h"
+#include "trainer/launch.h"
 #include "trainer/report.h"
 #include "trainer/train.h"
 #include "zero/comm/mpi_communicator.h"
@@ -49,51 +50,6 @@ class Progress {
   bool on_;
   bool dirty_ = false;
 };
-
-// MPI for the lifetime of a run: initialised when an MPI launcher started us,
-// finalised after the communicator is gone.
-struct Ranks {
-  bool mpi = false;
-  std::unique_ptr<Communicator> comm;
-  Ranks(int* argc, char*** argv) {
-    if (launched_by_mpi()) {
-      mpi_init(argc, argv);
-      mpi = true;
-      comm = std::make_unique<MpiCommunicator>();
-    } else {
-      comm = std::make_unique<SelfCommunicator>();
-    }
-  }
-  ~Ranks() {
-    comm.reset();
-    if (mpi) mpi_finalize();
-  }
-};
-
-// --ranks N: run the same command line under mpirun on this node.
-[[noreturn]] void relaunch_under_mpirun(int ranks, int argc, char** argv) {
-  std::vector<std::string> args = {"mpirun", "-np", std::to_string(ranks), "--oversubscribe", "--bind-to", "none"};
-  if (::geteuid() == 0) args.push_back("--allow-run-as-root");
-  char exe[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
-  args.push_back(n > 0 ? std::string(exe, n) : "zrepro");
-  args.push_back("run");
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--ranks") { ++i; continue; }
-    if (a.rfind("--ranks=", 0) == 0) continue;
-    args.push_back(a);
-  }
-  ::setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
-  std::vector<char*> cargs;
-  for (auto& a : args) cargs.push_back(a.data());
-  cargs.push_back(nullptr);
-  std::fflush(nullptr);
-  ::execvp("mpirun", cargs.data());
-  std::fprintf(stderr, "[zrepro] error: --ranks: cannot start mpirun (%s). Install openmpi-bin or launch with "
-               "mpirun -np N yourself\n", std::strerror(errno));
-  std::_Exit(kExitBadInput);
-}
 
 bool wait_for(const std::function<bool()>& ready, double seconds) {
   const double until = wall_seconds() + seconds;
@@ -154,7 +110,7 @@ int run_command(int argc, char** argv) {
       const int n = r["ranks"].as<int>();
       if (n < 1) throw ConfigError("--ranks: must be >= 1, got " + std::to_string(n));
       if (launched_by_mpi()) throw ConfigError("--ranks: already running under an MPI launcher; drop --ranks");
-      relaunch_under_mpirun(n, argc, argv);
+      relaunch_under_mpirun(n, {"run"}, argc, argv);
     }
     ranks = std::make_unique<Ranks>(&argc, &argv);
     Communicator& comm = *ranks->comm;

@@ -104,9 +104,11 @@ MpiCommunicator::~MpiCommunicator() {
   delete static_cast<MPI_Comm*>(comm_);
 }
 
-void MpiCommunicator::execute(CollOp op, torch::Tensor& out, torch::Tensor& in, int root) {
+namespace {
+
+// One blocking collective on communicator c; device tensors are staged through host.
+void mpi_collective(MPI_Comm c, int rank, CollOp op, torch::Tensor& out, torch::Tensor& in, int root) {
   torch::NoGradGuard no_grad;
-  MPI_Comm c = as_comm(comm_);
   if (op == CollOp::barrier) return check(MPI_Barrier(c), "MPI_Barrier");
   // Ranks sharing a GPU: stage device tensors through host memory.
   const bool staged = !in.device().is_cpu();
@@ -122,21 +124,36 @@ void MpiCommunicator::execute(CollOp op, torch::Tensor& out, torch::Tensor& in, 
       check(MPI_Reduce_scatter_block(hin.data_ptr(), hout.data_ptr(), static_cast<int>(hout.numel()), dtype, sum, c),
             "MPI_Reduce_scatter_block");
       break;
-    case CollOp::all_gather:
-      {
-        // In place when this rank's input already sits at its slot of the output.
-        const bool in_place = static_cast<char*>(hin.data_ptr()) ==
-                              static_cast<char*>(hout.data_ptr()) + rank() * n * hin.element_size();
-        check(MPI_Allgather(in_place ? MPI_IN_PLACE : hin.data_ptr(), n, dtype, hout.data_ptr(), n, dtype, c),
-              "MPI_Allgather");
-      }
+    case CollOp::all_gather: {
+      // In place when this rank's input already sits at its slot of the output.
+      const bool in_place = static_cast<char*>(hin.data_ptr()) ==
+                            static_cast<char*>(hout.data_ptr()) + rank * n * hin.element_size();
+      check(MPI_Allgather(in_place ? MPI_IN_PLACE : hin.data_ptr(), n, dtype, hout.data_ptr(), n, dtype, c),
+            "MPI_Allgather");
       break;
+    }
     case CollOp::broadcast:
       check(MPI_Bcast(hin.data_ptr(), n, dtype, root, c), "MPI_Bcast");
       break;
     case CollOp::barrier: break;
   }
   if (staged) out.copy_(op == CollOp::all_reduce || op == CollOp::broadcast ? hin : hout);
+}
+
+}  // namespace
+
+void MpiCommunicator::execute(CollOp op, torch::Tensor& out, torch::Tensor& in, int root) {
+  mpi_collective(as_comm(comm_), rank(), op, out, in, root);
+}
+
+void raw_mpi_collective(CollOp op, torch::Tensor& out, torch::Tensor& in, int root) {
+  mpi_collective(MPI_COMM_WORLD, mpi_world_rank(), op, out, in, root);
+}
+
+double mpi_max(double v) {
+  double m = v;
+  MPI_Allreduce(&v, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return m;
 }
 
 }  // namespace zrepro

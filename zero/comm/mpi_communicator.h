@@ -27,6 +27,12 @@ class MpiCommunicator : public Communicator {
   void* comm_;  // MPI_Comm, kept opaque so that mpi.h stays out of the header
 };
 
+// The same collective as MpiCommunicator::execute, called directly on this thread
+// on MPI_COMM_WORLD: the baseline `zrepro bench comm` compares the comm layer with.
+void raw_mpi_collective(CollOp op, torch::Tensor& out, torch::Tensor& in, int root);
+// Maximum of a value over all ranks (for timing reports).
+double mpi_max(double v);
+
 // MPI_Init_thread(MPI_THREAD_MULTIPLE); throws if the library cannot provide it.
 void mpi_init(int* argc, char*** argv);
 void mpi_finalize();

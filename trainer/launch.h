@@ -1,0 +1,23 @@
+// Process start-up shared by the multi-rank subcommands: MPI when an MPI launcher
+// started us (one communicator per process, finalised last), and --ranks N, which
+// re-executes the same command line under mpirun on this node.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zero/comm/communicator.h"
+
+namespace zrepro {
+
+struct Ranks {
+  bool mpi = false;
+  std::unique_ptr<Communicator> comm;
+  Ranks(int* argc, char*** argv);
+  ~Ranks();
+};
+
+// Replaces this process with `mpirun -np N <this binary> <subcommand> <args without --ranks>`.
+[[noreturn]] void relaunch_under_mpirun(int ranks, const std::vector<std::string>& subcommand, int argc, char** argv);
+
+}  // namespace zrepro
