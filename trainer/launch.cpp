@@ -12,14 +12,18 @@
 
 #include "device/errors.h"
 #include "zero/comm/mpi_communicator.h"
+#include "zero/comm/nccl_communicator.h"
 
 namespace zrepro {
 
-Ranks::Ranks(int* argc, char*** argv) {
+Ranks::Ranks(int* argc, char*** argv, bool cuda) {
   if (launched_by_mpi()) {
     mpi_init(argc, argv);
     mpi = true;
-    comm = std::make_unique<MpiCommunicator>();
+    if (cuda && nccl_usable(mpi_local_size()))
+      comm = std::make_unique<NcclCommunicator>(mpi_local_rank());
+    else
+      comm = std::make_unique<MpiCommunicator>();
   } else {
     comm = std::make_unique<SelfCommunicator>();
   }

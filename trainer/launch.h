@@ -10,10 +10,12 @@
 
 namespace zrepro {
 
+// cuda: ranks train on GPUs; NCCL is used when every rank of the node has its own
+// GPU, MPI with host staging otherwise (ranks sharing a GPU).
 struct Ranks {
   bool mpi = false;
   std::unique_ptr<Communicator> comm;
-  Ranks(int* argc, char*** argv);
+  Ranks(int* argc, char*** argv, bool cuda = false);
   ~Ranks();
 };
 

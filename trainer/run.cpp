@@ -112,7 +112,7 @@ int run_command(int argc, char** argv) {
       if (launched_by_mpi()) throw ConfigError("--ranks: already running under an MPI launcher; drop --ranks");
       relaunch_under_mpirun(n, {"run"}, argc, argv);
     }
-    ranks = std::make_unique<Ranks>(&argc, &argv);
+    ranks = std::make_unique<Ranks>(&argc, &argv, r["device"].as<std::string>() == "cuda");
     Communicator& comm = *ranks->comm;
     rank = comm.rank();
     const int world = comm.world_size();
