@@ -157,6 +157,18 @@ TEST(Mpi, CollectiveBytesPerStepFollowTheory) {
   }
 }
 
+TEST(Mpi, ReduceScatterFalseAllReducesBucketsWithTheSameLosses) {
+  const RunResult ref = zrepro("rsf_ref", config(0), "--steps 8");
+  RunResult r = zrepro("rsf", R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 0.003,
+                                  "weight_decay": 0.01}}, "zero_optimization": {"stage": 2, "reduce_scatter": false}})",
+                       "--steps 8 --ranks 2");
+  expect_same_losses(ref, r, 1e-4, "stage 2, reduce_scatter false");
+  const auto& b = r.summary["comm"]["bytes_per_step"];
+  EXPECT_EQ(b["reduce_scatter"], 0);
+  EXPECT_EQ(b["all_reduce"], 2 * 4 * kPsi + 48);
+  EXPECT_EQ(b["all_gather"], 4 * kPsi);
+}
+
 TEST(Mpi, Stage3DefaultReuseDistanceKeepsLayersForTheirBackward) {
   // DeepSpeed's defaults (persistence 1e5, reuse distance 1e9) on a model this small:
   // step 0 records the trace and releases after every use; from step 1 on a layer

@@ -70,7 +70,7 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
     std::vector<ParamGroup*> reverse;
     for (auto it = groups_.rbegin(); it != groups_.rend(); ++it) reverse.push_back(it->get());
     reducer_ = std::make_unique<GradReducer>(reverse, cfg.zero.reduce_bucket_size, cfg.zero.overlap_comm,
-                                             cfg.comm_dtype, comm);
+                                             cfg.zero.reduce_scatter, cfg.comm_dtype, comm);
   }
 }
 

@@ -6,8 +6,8 @@
 namespace zrepro {
 
 GradReducer::GradReducer(std::vector<ParamGroup*> groups, int64_t reduce_bucket_size, bool overlap_comm,
-                         torch::ScalarType comm_dtype, Communicator& comm)
-    : comm_(comm), ws_(comm.world_size()), overlap_(overlap_comm), dtype_(comm_dtype) {
+                         bool reduce_scatter, torch::ScalarType comm_dtype, Communicator& comm)
+    : comm_(comm), ws_(comm.world_size()), overlap_(overlap_comm), reduce_scatter_(reduce_scatter), dtype_(comm_dtype) {
   int max_group = 0;
   std::vector<int64_t> slices;
   for (ParamGroup* g : groups) {
@@ -78,8 +78,16 @@ void GradReducer::launch(int b, std::vector<torch::Tensor>& owned) {
   const Bucket& bk = buckets_[b];
   torch::Tensor in = buffers_[bucket_buffer_[b]].narrow(0, 0, ws_ * bk.numel_per_rank);
   if (ws_ > 1) in.div_(ws_);  // average over ranks before the sum: no 16-bit overflow from the sum
-  torch::Tensor out = torch::empty({bk.numel_per_rank}, in.options());
-  WorkPtr w = comm_.reduce_scatter(out, in, "reduce_grad bucket " + std::to_string(b));
+  const std::string label = "reduce_grad bucket " + std::to_string(b);
+  torch::Tensor out;
+  WorkPtr w;
+  if (reduce_scatter_) {
+    out = torch::empty({bk.numel_per_rank}, in.options());
+    w = comm_.reduce_scatter(out, in, label);
+  } else {
+    out = in.narrow(0, comm_.rank() * bk.numel_per_rank, bk.numel_per_rank);  // this rank's slice, after the sum
+    w = comm_.all_reduce(in, label);
+  }
   in_flight_.push_back({b, bucket_buffer_[b], out, w});
   bucket_buffer_[b] = -1;
   if (!overlap_) complete_one(owned);

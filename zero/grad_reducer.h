@@ -4,6 +4,8 @@
 // buffer (rank-major), a full bucket is pre-divided by the world size and
 // reduce-scattered, and the result is added to the owned gradients. With
 // overlap_comm two bucket buffers alternate so one reduces while the next fills.
+// With reduce_scatter false a bucket is all-reduced instead and each rank keeps
+// its slice (DeepSpeed's fallback; twice the bytes on the wire).
 #pragma once
 #include <deque>
 #include <string>
@@ -18,7 +20,7 @@ class GradReducer {
  public:
   // groups: in the order their gradients become ready (reverse layer order).
   // owned: each group's owned gradient buffer, indexed by group index.
-  GradReducer(std::vector<ParamGroup*> groups, int64_t reduce_bucket_size, bool overlap_comm,
+  GradReducer(std::vector<ParamGroup*> groups, int64_t reduce_bucket_size, bool overlap_comm, bool reduce_scatter,
               torch::ScalarType comm_dtype, Communicator& comm);
 
   // Adds group g's full-layout gradient; launches every bucket it completes.
@@ -44,7 +46,7 @@ class GradReducer {
 
   Communicator& comm_;
   int ws_;
-  bool overlap_;
+  bool overlap_, reduce_scatter_;
   torch::ScalarType dtype_;
   int64_t buffer_numel_;
   std::vector<Unit> units_;
