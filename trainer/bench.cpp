@@ -61,22 +61,6 @@ CollOp parse_op(const std::string& s) {
   throw ConfigError("--op: got \"" + s + "\", expected all_reduce, reduce_scatter, all_gather, broadcast or all");
 }
 
-int64_t parse_bytes(const std::string& flag, const std::string& v) {
-  size_t used = 0;
-  double x = 0;
-  try {
-    x = std::stod(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  std::string unit = v.substr(used);
-  const double mult = unit.empty() || unit == "B" ? 1 : unit == "K" || unit == "KiB" ? 1024.0
-                      : unit == "M" || unit == "MiB" ? 1048576.0 : unit == "G" || unit == "GiB" ? 1073741824.0 : -1;
-  if (used == 0 || mult < 0 || x <= 0)
-    throw ConfigError(flag + ": got \"" + v + "\", expected a size such as 1K, 64M or 1048576");
-  return static_cast<int64_t>(x * mult);
-}
-
 }  // namespace
 
 int bench_comm(int argc, char** argv) {
@@ -94,8 +78,8 @@ int bench_comm(int argc, char** argv) {
     auto r = parse(o, argc, argv);
     if (r.count("help")) { std::cout << o.help() << std::endl; return kExitOk; }
     if (r.count("ranks")) relaunch_under_mpirun(r["ranks"].as<int>(), {"bench", "comm"}, argc, argv);
-    const int64_t lo = parse_bytes("--min-bytes", r["min-bytes"].as<std::string>());
-    const int64_t hi = parse_bytes("--max-bytes", r["max-bytes"].as<std::string>());
+    const int64_t lo = parse_size("--min-bytes", r["min-bytes"].as<std::string>());
+    const int64_t hi = parse_size("--max-bytes", r["max-bytes"].as<std::string>());
     const int iters = r["iters"].as<int>(), warmup = r["warmup"].as<int>();
     if (iters < 1 || warmup < 0) throw ConfigError("--iters must be >= 1 and --warmup >= 0");
     std::vector<CollOp> ops;

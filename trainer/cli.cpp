@@ -89,6 +89,24 @@ cxxopts::ParseResult parse(cxxopts::Options& o, int argc, char** argv) {
   }
 }
 
+int64_t parse_size(const std::string& flag, const std::string& v) {
+  size_t used = 0;
+  double x = -1;
+  try {
+    x = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string unit = v.substr(used);
+  static const std::vector<std::pair<std::string, double>> units = {
+      {"", 1},           {"B", 1},          {"K", 1024.0},      {"KiB", 1024.0},   {"KB", 1e3},
+      {"M", 1048576.0},  {"MiB", 1048576.0}, {"MB", 1e6},       {"G", 1073741824.0}, {"GiB", 1073741824.0},
+      {"GB", 1e9},       {"T", 1099511627776.0}, {"TiB", 1099511627776.0}, {"TB", 1e12}};
+  for (const auto& [name, mult] : units)
+    if (used > 0 && unit == name && x > 0) return static_cast<int64_t>(x * mult);
+  throw ConfigError(flag + ": got \"" + v + "\", expected a size such as 512MiB, 2GiB, 80GB or 1048576 (bytes)");
+}
+
 std::string fmt(double v, int prec) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*g", prec, v);

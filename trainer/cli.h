@@ -23,6 +23,9 @@ std::string require_config(const cxxopts::ParseResult& r);
 // Parses argv; cxxopts errors become ConfigError naming the flag (exit 2).
 cxxopts::ParseResult parse(cxxopts::Options& o, int argc, char** argv);
 std::string fmt(double v, int prec = 4);
+// SIZE: plain bytes or a number with a unit: K/KiB/M/MiB/G/GiB/T/TiB (powers of 1024)
+// or KB/MB/GB/TB (powers of 1000), e.g. 512MiB, 2GiB, 80GB. Throws ConfigError naming flag.
+int64_t parse_size(const std::string& flag, const std::string& value);
 
 template <class T>
 std::optional<T> opt(const cxxopts::ParseResult& r, const char* name) {

@@ -75,6 +75,7 @@ json step_json(const StepRecord& s) {
                       {"optimizer", s.optimizer_s},
                       {"data_wait", s.data_wait_s},
                       {"comm_wait", s.comm_wait_s}}},
+          {"memory", {{"allocated", s.memory.allocated}, {"peak", s.memory.peak}, {"peak_phase", phase_name(s.memory.peak_phase)}}},
           {"comm_bytes", {{"all_reduce", s.comm[CollOp::all_reduce].bytes},
                           {"reduce_scatter", s.comm[CollOp::reduce_scatter].bytes},
                           {"all_gather", s.comm[CollOp::all_gather].bytes}}}};
@@ -87,9 +88,14 @@ json make_failure(const std::string& kind, int rank, const std::string& phase, c
 }
 
 std::vector<double> RankReport::pack() const {
-  return {static_cast<double>(rank), static_cast<double>(memory.params), static_cast<double>(memory.grads),
-          static_cast<double>(memory.optimizer_states), static_cast<double>(memory.comm_buffers_peak), comm_wait_s,
-          step_s};
+  std::vector<double> v = {static_cast<double>(rank), static_cast<double>(memory.params),
+                           static_cast<double>(memory.grads), static_cast<double>(memory.optimizer_states),
+                           static_cast<double>(memory.comm_buffers_peak), comm_wait_s, step_s,
+                           static_cast<double>(device.capacity), static_cast<double>(device.peak),
+                           static_cast<double>(static_cast<int>(device.peak_phase))};
+  for (int64_t b : device.by_category_at_peak) v.push_back(static_cast<double>(b));
+  for (int64_t b : device.category_peaks) v.push_back(static_cast<double>(b));
+  return v;
 }
 
 RankReport RankReport::unpack(const double* v) {
@@ -99,15 +105,49 @@ RankReport RankReport::unpack(const double* v) {
               static_cast<int64_t>(v[4])};
   r.comm_wait_s = v[5];
   r.step_s = v[6];
+  r.device.capacity = static_cast<int64_t>(v[7]);
+  r.device.peak = static_cast<int64_t>(v[8]);
+  r.device.peak_phase = static_cast<Phase>(static_cast<int>(v[9]));
+  for (int c = 0; c < kNumMemCategories; ++c) {
+    r.device.by_category_at_peak[c] = static_cast<int64_t>(v[10 + c]);
+    r.device.category_peaks[c] = static_cast<int64_t>(v[10 + kNumMemCategories + c]);
+  }
   return r;
 }
 
-RankReport rank_report(int rank, const TrainResult& res) {
+RankReport rank_report(int rank, const TrainResult& res, const MemorySnapshot& device) {
   RankReport r;
   r.rank = rank;
   r.memory = res.memory;
+  r.device = device;
   for (const auto& s : res.steps) r.comm_wait_s += s.comm_wait_s, r.step_s += s.step_s;
   return r;
+}
+
+json memory_rank_json(const RankReport& r) {
+  json at_peak = json::object(), peaks = json::object();
+  for (int c = 0; c < kNumMemCategories; ++c) {
+    at_peak[mem_category_name(static_cast<MemCategory>(c))] = r.device.by_category_at_peak[c];
+    peaks[mem_category_name(static_cast<MemCategory>(c))] = r.device.category_peaks[c];
+  }
+  return {{"rank", r.rank},
+          {"peak_bytes", r.device.peak},
+          {"peak_phase", phase_name(r.device.peak_phase)},
+          {"by_category", at_peak},
+          {"category_peaks", peaks},
+          {"model_states", {{"params", r.memory.params},
+                            {"grads", r.memory.grads},
+                            {"optimizer_states", r.memory.optimizer_states}}},
+          {"host_pinned_bytes", nullptr},
+          {"comm_wait_s", r.comm_wait_s}};
+}
+
+std::string memory_line(const MemorySnapshot& m) {
+  char buf[200];
+  // Without the caching mode nothing is cached: reserved equals allocated.
+  std::snprintf(buf, sizeof buf, "MA %.2f GB         Max_MA %.2f GB         CA %.2f GB         Max_CA %.2f GB ",
+                m.allocated / 1e9, m.peak / 1e9, m.allocated / 1e9, m.peak / 1e9);
+  return buf;
 }
 
 namespace {
@@ -160,6 +200,7 @@ json build_summary(const SummaryInput& in) {
       json j = step_json(r);
       j.erase("time_s");
       j.erase("comm_bytes");
+      j.erase("memory");
       if (j["replicas_identical"].is_null()) j.erase("replicas_identical");
       steps.push_back(j);
       st.push_back(r.step_s);
@@ -172,25 +213,12 @@ json build_summary(const SummaryInput& in) {
             {"breakdown_s",
              {{"forward", fwd}, {"backward", bwd}, {"comm_wait", wait}, {"optimizer", opt},
               {"offload_copy", nullptr}, {"data_wait", data}}}};
-    // Engine-owned persistent storage and the engine's transient buffers are known
-    // exactly; peaks, activations and "other" need the tracking allocator: null.
     std::vector<RankReport> ranks = in.ranks;
-    if (ranks.empty()) ranks.push_back(rank_report(0, *in.result));
+    if (ranks.empty()) ranks.push_back(rank_report(0, *in.result, MemorySnapshot{}));
     json rj = json::array();
-    for (const auto& r : ranks)
-      rj.push_back({{"rank", r.rank},
-                    {"peak_bytes", nullptr},
-                    {"peak_phase", nullptr},
-                    {"by_category",
-                     {{"params", r.memory.params},
-                      {"grads", r.memory.grads},
-                      {"optimizer_states", r.memory.optimizer_states},
-                      {"activations", nullptr},
-                      {"comm_buffers", r.memory.comm_buffers_peak},
-                      {"other", nullptr}}},
-                    {"host_pinned_bytes", nullptr},
-                    {"comm_wait_s", r.comm_wait_s}});
-    memory = {{"device_capacity_bytes", nullptr}, {"ranks", rj}};
+    for (const auto& r : ranks) rj.push_back(memory_rank_json(r));
+    memory = {{"device_capacity_bytes", ranks[0].device.capacity > 0 ? json(ranks[0].device.capacity) : json(nullptr)},
+              {"ranks", rj}};
     s["skipped_steps"] = in.result->skipped_steps;
   }
   s["steps"] = steps;

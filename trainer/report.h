@@ -36,13 +36,17 @@ nlohmann::json step_json(const StepRecord& s);
 // one all-gather carries it).
 struct RankReport {
   int rank = 0;
-  EngineMemory memory;
+  EngineMemory memory;     // engine-owned model states (exact, from tensor sizes)
+  MemorySnapshot device;   // the tracking allocator's view (peaks, categories)
   double comm_wait_s = 0, step_s = 0;
-  static constexpr int kPacked = 7;
+  static constexpr int kPacked = 10 + 2 * kNumMemCategories;
   std::vector<double> pack() const;
   static RankReport unpack(const double* v);
 };
-RankReport rank_report(int rank, const TrainResult& r);
+RankReport rank_report(int rank, const TrainResult& r, const MemorySnapshot& device);
+nlohmann::json memory_rank_json(const RankReport& r);
+// DeepSpeed's see_memory_usage line: "MA 1.23 GB  Max_MA 2.34 GB  CA 2.50 GB  Max_CA 3 GB".
+std::string memory_line(const MemorySnapshot& m);
 
 struct SummaryInput {
   std::string status = "ok";  // ok | oom | hang | diverged | config_error | error

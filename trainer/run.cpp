@@ -51,6 +51,29 @@ class Progress {
   bool dirty_ = false;
 };
 
+// What to try, from the phase and the category that filled the device (SCENARIOS.md 1).
+std::string oom_hint(const MemorySnapshot& at, Phase phase) {
+  int top = 0;
+  for (int c = 1; c < kNumMemCategories; ++c)
+    if (at.by_category[c] > at.by_category[top]) top = c;
+  const std::string largest = std::string("largest category: ") + mem_category_name(static_cast<MemCategory>(top)) +
+                              " (" + format_bytes(at.by_category[top]) + "). ";
+  switch (phase) {
+    case Phase::init:
+      return largest + "The 16-bit parameters do not fit: ZeRO stage 3 shards them (stage 1/2 keep a full copy per rank).";
+    case Phase::partition:
+      return largest + "Optimizer states (fp32 master + Adam moments, 12 bytes/param) do not fit: more ranks with "
+                       "stage >= 1, or offload_optimizer to cpu.";
+    case Phase::forward:
+    case Phase::backward:
+      return largest + "Model states fit but this micro-batch's activations or buffers do not: activation "
+                       "checkpointing, or a smaller micro-batch with more gradient accumulation (same global batch); "
+                       "if comm_buffers dominate, smaller reduce_bucket_size / stage3_prefetch_bucket_size.";
+    default:
+      return largest + "Out of memory in the optimizer step: optimizer offload, or more ranks.";
+  }
+}
+
 bool wait_for(const std::function<bool()>& ready, double seconds) {
   const double until = wall_seconds() + seconds;
   while (!ready()) {
@@ -71,6 +94,8 @@ int run_command(int argc, char** argv) {
       ("device", "cpu|cuda", cxxopts::value<std::string>()->default_value("cpu"))
       ("out", "output folder for summary.json, metrics.jsonl and flight dumps", cxxopts::value<std::string>())
       ("ranks", "start N ranks on this node under mpirun", cxxopts::value<int>())
+      ("device-memory", "device capacity, e.g. 80GB, 512MiB (CPU-emulated device; default: unlimited)",
+       cxxopts::value<std::string>())
       ("comm-timeout", "watchdog: seconds a collective may take before the job is declared hung",
        cxxopts::value<double>()->default_value("1800"))
       ("log-every", "step log line interval when steps_per_print is unset", cxxopts::value<int64_t>()->default_value("10"))
@@ -90,16 +115,20 @@ int run_command(int argc, char** argv) {
   std::unique_ptr<Ranks> ranks;
   int rank = 0;
 
-  // Rank 0 writes the summary; others contribute through reports (or nothing on failure).
-  auto write_summary = [&](const std::string& status, json failure, std::vector<RankReport> reports) {
-    if (out_dir.empty() || rank != 0) return;
+  // Rank 0 writes the summary from every rank's report. A run that fails writes
+  // the failing rank's own view: summary.json on rank 0, summary_rank<r>.json elsewhere.
+  DeviceMemory& mem = DeviceMemory::instance();
+  auto write_summary = [&](const std::string& status, json failure, std::vector<RankReport> reports, bool all_ranks) {
+    if (out_dir.empty() || (all_ranks && rank != 0)) return;
+    if (reports.empty()) reports.push_back(rank_report(rank, result, mem.snapshot()));
     SummaryInput in{status, have_cfg ? &cfg : nullptr, have_model ? &model : nullptr, dev.description,
                     have_cfg ? &result : nullptr, std::move(reports), std::move(failure)};
-    write_file_atomic(out_dir + "/summary.json", build_summary(in).dump(2) + "\n");
+    const std::string name = rank == 0 ? "/summary.json" : "/summary_rank" + std::to_string(rank) + ".json";
+    write_file_atomic(out_dir + name, build_summary(in).dump(2) + "\n");
   };
   auto finish = [&](const std::string& status, json failure, int code) {
     progress.clear();
-    write_summary(status, std::move(failure), {});
+    write_summary(status, std::move(failure), {}, false);
     return code;
   };
 
@@ -147,6 +176,13 @@ int run_command(int argc, char** argv) {
     have_cfg = true;
     dev = select_device(r["device"].as<std::string>(), mpi_local_rank());
     topt.device = dev.device;
+    if (dev.device.is_cpu()) {
+      const int64_t cap = r.count("device-memory") ? parse_size("--device-memory", r["device-memory"].as<std::string>()) : 0;
+      mem.install(cap);
+      dev.description += cap > 0 ? ", capacity " + format_bytes(cap) : "";
+    } else if (r.count("device-memory")) {
+      throw ConfigError("--device-memory: only the CPU-emulated device takes a capacity in this build; use --device cpu");
+    }
 
     if (rank == 0) {
       for (const auto& w : cfg.warnings) std::cout << "[zrepro] warning: " << w << "\n";
@@ -201,7 +237,7 @@ int run_command(int argc, char** argv) {
                                    "ranks issued different collectives (per-rank gradient accumulation, a rank that "
                                    "stops early or skips a forward): make every rank run the same micro-steps; see "
                                    "flight/ and hang_report.json"),
-                      {});
+                      {}, true);
       } else {
         wait_for([&] { return out_dir.empty() || std::filesystem::exists(out_dir + "/hang_report.json"); },
                  std::min(timeout, 30.0) + 10.0);
@@ -233,6 +269,7 @@ int run_command(int argc, char** argv) {
                   << " grad_norm=" << fmt(s.grad_norm) << " loss_scale=" << fmt(s.loss_scale, 8)
                   << " samples/sec=" << fmt(sps, 6) << " tokens/sec=" << fmt(sps * model.seq, 6)
                   << " comm_wait=" << fmt(s.comm_wait_s, 3) << "s\n";
+        if (cfg.memory_breakdown) std::cout << "[deepspeed] " << memory_line(s.memory) << "\n";
       }
       std::cout << std::flush;
       progress.update(s, topt.steps);
@@ -241,7 +278,7 @@ int run_command(int argc, char** argv) {
       train(cfg, model, topt, result, on_step);
       // Every rank reports to rank 0 (a collective, so a rank still stuck elsewhere
       // makes this one time out too, and the watchdog diagnoses it).
-      torch::Tensor mine = torch::tensor(rank_report(rank, result).pack(), torch::kDouble);
+      torch::Tensor mine = torch::tensor(rank_report(rank, result, mem.snapshot()).pack(), torch::kDouble);
       torch::Tensor all = torch::empty({world * RankReport::kPacked}, torch::kDouble);
       comm.all_gather(all, mine, "gather rank reports")->wait();
       std::vector<RankReport> reports;
@@ -252,7 +289,7 @@ int run_command(int argc, char** argv) {
         std::cout << "[zrepro] done: " << result.steps.size() << " steps, loss " << fmt(result.steps.front().loss)
                   << " -> " << fmt(result.steps.back().loss) << ", skipped " << result.skipped_steps
                   << (out_dir.empty() ? "" : ", summary " + out_dir + "/summary.json") << "\n";
-      write_summary("ok", nullptr, reports);
+      write_summary("ok", nullptr, reports, true);
       return kExitOk;
     } catch (const CommError& e) {
       on_hang(e.what());
@@ -263,6 +300,18 @@ int run_command(int argc, char** argv) {
     return finish("config_error",
                   make_failure("config_error", rank, "init", e.what(), "config", "fix the flag, key or file named above"),
                   kExitBadInput);
+  } catch (const c10::OutOfMemoryError& e) {
+    progress.clear();
+    const MemorySnapshot at = mem.at_oom();
+    const std::string msg = mem.last_oom().empty() ? e.what_without_backtrace() : mem.last_oom();
+    std::cerr << "[zrepro] rank " << rank << ": torch.OutOfMemoryError: " << msg << std::endl;
+    json failure = make_failure("oom", rank, phase_name(mem.phase()), msg, "zero-stage", oom_hint(at, mem.phase()));
+    json breakdown = json::object();
+    for (int c = 0; c < kNumMemCategories; ++c) breakdown[mem_category_name(static_cast<MemCategory>(c))] = at.by_category[c];
+    failure["by_category"] = breakdown;
+    failure["allocated_bytes"] = at.allocated;
+    failure["capacity_bytes"] = at.capacity;
+    return finish("oom", failure, kExitOom);
   } catch (const NumericalError& e) {
     progress.clear();
     if (rank == 0) std::cerr << "[deepspeed] " << e.what() << std::endl;

@@ -85,6 +85,7 @@ void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
            const StepCallback& on_step, bool keep_final_params) {
   SelfCommunicator self;
   Communicator& comm = opts.comm ? *opts.comm : self;
+  DeviceMemory& mem = DeviceMemory::instance();
   const int rank = comm.rank(), world = comm.world_size();
   torch::manual_seed(opts.seed);
   EngineConfig ecfg;
@@ -129,6 +130,7 @@ void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
       rec.data_wait_s += since(t0);
 
       t0 = Clock::now();
+      mem.set_phase(Phase::forward);
       torch::Tensor loss = model.loss(inputs, targets, engine);
       const double lv = loss.item<double>();
       rec.forward_s += since(t0);
@@ -136,6 +138,7 @@ void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
       ++micro_steps;
 
       t0 = Clock::now();
+      mem.set_phase(Phase::backward);
       (loss * (scale / static_cast<double>(gas))).backward();
       engine.end_backward();
       rec.backward_s += since(t0);
@@ -143,6 +146,7 @@ void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
     if (injected("inf-grad", step)) engine.inject_inf_grad();
 
     auto t0 = Clock::now();
+    mem.set_phase(Phase::step);
     StepResult sr = engine.step(loss_sum / static_cast<double>(std::max<int64_t>(micro_steps, 1)));
     // The loss is global after the step's all-reduce, so every rank decides alike.
     // fp16/bf16 turn a non-finite loss into an overflow-skipped step instead.
@@ -166,6 +170,7 @@ void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
     }
     rec.step_s = since(t_step);
     rec.comm = comm.stats().minus(comm_before);
+    rec.memory = mem.snapshot();
     rec.comm_wait_s = rec.comm.wait_seconds;
     result.skipped_steps += sr.skipped;
     result.steps.push_back(rec);

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "device/device_memory.h"
 #include "trainer/ds_config.h"
 #include "trainer/model_spec.h"
 #include "zero/comm/communicator.h"
@@ -50,6 +51,7 @@ struct StepRecord {
   double comm_wait_s = 0;  // time blocked waiting for collectives
   CommStats comm;          // collectives issued during this step (this rank)
   int replicas_identical = -1;  // 1 / 0 when verified, -1 when not checked
+  MemorySnapshot memory;        // device memory after the step (peaks: since the run started)
 };
 
 struct TrainResult {

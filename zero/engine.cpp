@@ -6,6 +6,8 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "device/device_memory.h"
+
 namespace zrepro {
 
 namespace {
@@ -50,17 +52,26 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
   sc.device = cfg.device;
   sc.persistence_threshold = cfg.zero.stage3_param_persistence_threshold;
   auto opts = torch::TensorOptions().dtype(sc.dtype).device(sc.device);
+  DeviceMemory& mem = DeviceMemory::instance();
+  mem.set_phase(Phase::init);
   for (size_t l = 0; l < layers.size(); ++l) {
     groups_.push_back(std::make_unique<ParamGroup>(static_cast<int>(l), layers[l].name, layers[l].params, sc));
     groups_.back()->load(init[l].to(sc.device));
     dummies_.push_back(torch::zeros({1}, torch::TensorOptions().device(sc.device)).requires_grad_(true));
+    DeviceMemory::CategoryScope tag(MemCategory::grads);
     full_grads_.push_back(stage <= 1 ? torch::zeros({groups_.back()->full_grad_numel()}, opts) : torch::Tensor());
     owned_grads_.push_back(stage >= 2 ? torch::zeros({groups_.back()->owned_numel()}, opts) : torch::Tensor());
     dyn_numel_.push_back(groups_.back()->dynamic_numel());
+  }
+  // DeepSpeed creates (and partitions) the optimizer states after the model: an
+  // OOM here is "while partitioning optimizer states".
+  mem.set_phase(Phase::partition);
+  DeviceMemory::CategoryScope tag(MemCategory::optimizer_states);
+  for (auto& g : groups_) {
     // fp32 master weights; stage 0 in fp32 updates the parameters in place (a plain
     // torch optimizer), ZeRO stages always keep their own fp32 partition copy.
     State s;
-    torch::Tensor owned = groups_.back()->owned_params();
+    torch::Tensor owned = g->owned_params();
     s.master = (stage == 0 && sc.dtype == torch::kFloat) ? owned : owned.to(torch::kFloat).clone();
     s.exp_avg = torch::zeros_like(s.master);
     s.exp_avg_sq = torch::zeros_like(s.master);
@@ -125,6 +136,7 @@ void ZeroEngine::pre_backward(int layer) { fetch(layer); }
 
 void ZeroEngine::reduce_grad(int layer, const std::vector<torch::Tensor>& grads) {
   torch::NoGradGuard no_grad;
+  DeviceMemory::CategoryScope tag(MemCategory::comm_buffers);
   ParamGroup& g = *groups_[layer];
   if (cfg_.zero.stage <= 1) {
     g.scatter_param_grads(grads, full_grads_[layer]);  // accumulates locally until the boundary
@@ -220,6 +232,8 @@ StepResult ZeroEngine::step(double local_loss) {
     }
     for (auto& w : works) w->wait();
   } else if (stage == 1) {
+    // The reduced partition only lives through the step: a comm buffer, not grads.
+    DeviceMemory::CategoryScope tag(MemCategory::comm_buffers);
     for (size_t l = 0; l < groups_.size(); ++l)
       owned_grads_[l] = torch::zeros({groups_[l]->owned_numel()}, full_grads_[l].options());
     for (auto it = groups_.rbegin(); it != groups_.rend(); ++it)

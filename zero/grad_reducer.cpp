@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "device/device_memory.h"
+
 namespace zrepro {
 
 GradReducer::GradReducer(std::vector<ParamGroup*> groups, int64_t reduce_bucket_size, bool overlap_comm,
@@ -43,6 +45,7 @@ int64_t GradReducer::buffer_bytes() const {
 
 void GradReducer::add(int g, const torch::Tensor& full, std::vector<torch::Tensor>& owned) {
   torch::NoGradGuard no_grad;
+  DeviceMemory::CategoryScope tag(MemCategory::comm_buffers);
   for (int b : group_buckets_[g]) {
     Bucket& bk = buckets_[b];
     if (bucket_buffer_[b] < 0) {

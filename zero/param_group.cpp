@@ -3,6 +3,8 @@
 // autograd saved for backward share that StorageImpl and see the regathered data.
 #include "zero/param_group.h"
 
+#include "device/device_memory.h"
+
 namespace zrepro {
 
 int64_t ParamSpec::numel() const {
@@ -20,6 +22,7 @@ ParamGroup::ParamGroup(int index, std::string name, std::vector<ParamSpec> specs
     numel_ += s.numel();
   }
   auto opts = torch::TensorOptions().dtype(cfg_.dtype).device(cfg_.device);
+  DeviceMemory::CategoryScope tag(MemCategory::params);
   flat_ = partition_flat(numel_, cfg_.world_size);
   if (cfg_.stage < 3) {
     flat_tensor_ = torch::zeros({flat_.padded_numel}, opts);
@@ -85,8 +88,15 @@ void ParamGroup::load(const torch::Tensor& values) {
 void ParamGroup::unshard_start(Communicator& comm) {
   if (cfg_.stage < 3 || !pending_.empty()) return;
   const bool dyn = !gathered_, per = persistent_stale_;
-  if (dyn) alloc_storage(flat_tensor_);
-  if (per) alloc_storage(persist_);
+  {
+    // Gathered layers are transient (comm buffers); persistent ones stay (params).
+    DeviceMemory::CategoryScope tag(MemCategory::comm_buffers);
+    if (dyn) alloc_storage(flat_tensor_);
+  }
+  {
+    DeviceMemory::CategoryScope tag(MemCategory::params);
+    if (per) alloc_storage(persist_);
+  }
   // One all-gather per parameter, straight into its padded slot: rank-major
   // slices of a padded parameter are the parameter itself.
   for (size_t i = 0; i < specs_.size(); ++i) {
