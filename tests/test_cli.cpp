@@ -21,7 +21,7 @@ struct Result {
 };
 
 Result zrepro(const std::string& args) {
-  std::string cmd = std::string(ZREPRO_BIN) + " " + args + " 2>&1";
+  std::string cmd = "timeout -k 5 120 " + std::string(ZREPRO_BIN) + " " + args + " 2>&1";
   Result r{-1, ""};
   FILE* p = popen(cmd.c_str(), "r");
   std::array<char, 4096> buf;

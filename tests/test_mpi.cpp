@@ -32,7 +32,8 @@ RunResult zrepro(const std::string& name, const std::string& config_json, const 
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/ds.json") << config_json;
-  const std::string cmd = std::string(ZREPRO_BIN) + " run --config " + dir + "/ds.json --out " + dir + "/out " +
+  // timeout: a regression that hangs fails the test instead of the whole suite.
+  const std::string cmd = "timeout -k 5 180 " + std::string(ZREPRO_BIN) + " run --config " + dir + "/ds.json --out " + dir + "/out " +
                           args + " 2>&1";
   RunResult r{-1, "", nullptr, {}};
   FILE* p = popen(cmd.c_str(), "r");
@@ -121,6 +122,9 @@ TEST(Mpi, ModelStateBytesPerRankFollowTheZeroPaper) {
       const int64_t opt = stage >= 1 ? 12 * kPsi / n : 12 * kPsi;
       ASSERT_EQ(r.summary["memory"]["ranks"].size(), static_cast<size_t>(n));
       for (const auto& rank : r.summary["memory"]["ranks"]) {
+        // The engine's own sizes and the tracking allocator's categories agree.
+        for (const char* k : {"params", "grads", "optimizer_states"})
+          EXPECT_EQ(rank["model_states"][k], rank["by_category"][k]) << k << " stage " << stage;
         const auto& c = rank["by_category"];
         EXPECT_EQ(c["params"], params) << "stage " << stage << " N " << n;
         EXPECT_EQ(c["grads"], grads) << "stage " << stage << " N " << n;
@@ -220,4 +224,38 @@ TEST(Mpi, SkipForwardAndStragglerAreDiagnosed) {
   const auto& ranks = slow.summary["memory"]["ranks"];
   EXPECT_GT(ranks[0]["comm_wait_s"].get<double>(), ranks[1]["comm_wait_s"].get<double>());
   EXPECT_GT(ranks[0]["comm_wait_s"].get<double>(), 0.2);
+}
+
+TEST(Mpi, OutOfMemoryOnEveryRankEndsWithExitThreeAndABreakdown) {
+  RunResult r = zrepro("oom", config(1), "--steps 2 --ranks 2 --device-memory 1MiB");
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_NE(r.output.find("CUDA out of memory (emulated device). Tried to allocate"), std::string::npos) << r.output;
+  ASSERT_FALSE(r.summary.is_null());
+  EXPECT_EQ(r.summary["status"], "oom");
+  const auto& f = r.summary["failure"];
+  EXPECT_EQ(f["kind"], "oom");
+  int64_t sum = 0;
+  for (auto& [k, v] : f["by_category"].items()) sum += v.get<int64_t>();
+  EXPECT_EQ(sum, f["allocated_bytes"].get<int64_t>());
+  EXPECT_LE(f["allocated_bytes"].get<int64_t>(), 1048576);
+  const std::string dir = testing::TempDir() + "/zrepro_mpi_oom/out";
+  EXPECT_TRUE(std::filesystem::exists(dir + "/summary_rank1.json"));
+  const std::string config_path = testing::TempDir() + "/zrepro_mpi_oom/ds.json";
+  EXPECT_NE(std::system(("pgrep -f '[z]repro run --config " + config_path + "' > /dev/null").c_str()), 0);
+}
+
+TEST(Scenario, OptimizerPartitionOom) {
+  std::ifstream in(std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/optimizer-partition-oom/ds_config.json");
+  const std::string cfg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  RunResult one = zrepro("opt_oom1", cfg, "--model small --device-memory 48MB --steps 2");
+  EXPECT_EQ(one.code, 3) << one.output;
+  EXPECT_EQ(one.summary["failure"]["phase"], "partition");
+  EXPECT_NE(one.summary["failure"]["hint"].get<std::string>().find("Optimizer states"), std::string::npos);
+  RunResult four = zrepro("opt_oom4", cfg, "--model small --device-memory 48MB --steps 2 --ranks 4");
+  ASSERT_EQ(four.code, 0) << four.output;
+  const int64_t psi = four.summary["model"]["params"];
+  for (const auto& rank : four.summary["memory"]["ranks"]) {
+    EXPECT_EQ(rank["by_category"]["optimizer_states"], 12 * psi / 4);
+    EXPECT_LE(rank["peak_bytes"].get<int64_t>(), 48000000);
+  }
 }

@@ -296,12 +296,15 @@ ZeroConfig load_zero(Loader& L, Section s) {
   z.ignore_unused_parameters = s.get<bool>("ignore_unused_parameters", d.ignore_unused_parameters);
   for (auto [key, v] : {std::pair<const char*, int64_t>{"reduce_bucket_size", z.reduce_bucket_size},
                         {"allgather_bucket_size", z.allgather_bucket_size},
-                        {"sub_group_size", z.sub_group_size},
-                        {"stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size},
-                        {"stage3_max_live_parameters", z.stage3_max_live_parameters}})
+                        {"sub_group_size", z.sub_group_size}})
     require(L, v > 0, s.path(key), "must be > 0 elements, got " + std::to_string(v));
-  require(L, z.stage3_param_persistence_threshold >= 0, s.path("stage3_param_persistence_threshold"),
-          "must be >= 0, got " + std::to_string(z.stage3_param_persistence_threshold));
+  // 0 is meaningful for these: no prefetch, nothing kept, no reuse.
+  for (auto [key, v] : {std::pair<const char*, int64_t>{"stage3_param_persistence_threshold",
+                                                        z.stage3_param_persistence_threshold},
+                        {"stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size},
+                        {"stage3_max_live_parameters", z.stage3_max_live_parameters},
+                        {"stage3_max_reuse_distance", z.stage3_max_reuse_distance}})
+    require(L, v >= 0, s.path(key), "must be >= 0, got " + std::to_string(v));
 
   z.offload_param = load_offload(L, s.sub("offload_param"), true);
   z.offload_optimizer = load_offload(L, s.sub("offload_optimizer"), false);

@@ -129,6 +129,12 @@ int run_command(int argc, char** argv) {
   auto finish = [&](const std::string& status, json failure, int code) {
     progress.clear();
     write_summary(status, std::move(failure), {}, false);
+    // With peers, never finalize MPI on a failure (peers may be inside a collective
+    // and MPI_Finalize would wait for them): exit now, and mpirun ends the others.
+    if (ranks && ranks->comm->world_size() > 1) {
+      std::fflush(nullptr);
+      std::_Exit(code);
+    }
     return code;
   };
 

@@ -98,7 +98,14 @@ void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
   ecfg.gradient_clipping = cfg.gradient_clipping;
   ecfg.comm_dtype = comm_dtype_of(cfg);
   ecfg.device = opts.device;
-  ZeroEngine engine(gpt_layers(spec), gpt_init(spec, opts.seed), ecfg, comm);
+  // Initial values come from the host (like a checkpoint) and are not device memory.
+  std::vector<torch::Tensor> init;
+  {
+    DeviceMemory::HostScope host;
+    init = gpt_init(spec, opts.seed);
+  }
+  ZeroEngine engine(gpt_layers(spec), init, ecfg, comm);
+  init.clear();
   Gpt model(spec, compute_dtype(cfg.precision, opts.device), opts.device);
   MarkovData data(spec.vocab, spec.seq, opts.seed);
 
