@@ -101,6 +101,15 @@ TEST(Mpi, AccumulationOnFourRanksMatches) {
   }
 }
 
+TEST(Mpi, ActivationCheckpointingUnderStage3KeepsLosses) {
+  const RunResult ref = zrepro("ck_ref", config(3), "--steps 6 --ranks 2");
+  RunResult r = zrepro("ck", config(3), "--steps 6 --ranks 2 --activation-checkpointing");
+  expect_same_losses(ref, r, 1e-6, "stage 3 with activation checkpointing");
+  EXPECT_LT(r.summary["memory"]["ranks"][0]["category_peaks"]["activations"].get<int64_t>(),
+            ref.summary["memory"]["ranks"][0]["category_peaks"]["activations"].get<int64_t>());
+  EXPECT_EQ(r.summary["comm"]["bytes_per_step"], ref.summary["comm"]["bytes_per_step"]);
+}
+
 TEST(Mpi, Bf16StagesStayWithinBf16Tolerance) {
   const std::string bf16 = R"(, "bf16": {"enabled": true})";
   const RunResult ref = zrepro("bf_ref", config(0, bf16), "--steps 15");
@@ -258,4 +267,21 @@ TEST(Scenario, OptimizerPartitionOom) {
     EXPECT_EQ(rank["by_category"]["optimizer_states"], 12 * psi / 4);
     EXPECT_LE(rank["peak_bytes"].get<int64_t>(), 48000000);
   }
+}
+
+TEST(Scenario, FirstBatchActivations) {
+  std::ifstream in(std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/first-batch-activations/ds_config.json");
+  const std::string cfg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string base = "--model small --steps 3 ";
+  RunResult ref = zrepro("fba_ref", cfg, base);
+  RunResult fail = zrepro("fba_fail", cfg, base + "--device-memory 120MB");
+  EXPECT_EQ(fail.code, 3) << fail.output;
+  const std::string phase = fail.summary["failure"]["phase"];
+  EXPECT_TRUE(phase == "forward" || phase == "backward") << phase;
+  EXPECT_NE(fail.summary["failure"]["hint"].get<std::string>().find("activation checkpointing"), std::string::npos);
+  RunResult ckpt = zrepro("fba_ckpt", cfg, base + "--device-memory 120MB --activation-checkpointing");
+  RunResult split = zrepro("fba_split", cfg, base + "--device-memory 120MB --micro-batch 2");
+  EXPECT_EQ(split.summary["batch"]["grad_accum"], 4);
+  expect_same_losses(ref, ckpt, 1e-6, "activation checkpointing");
+  expect_same_losses(ref, split, 1e-5, "micro 2 x gas 4");
 }

@@ -123,3 +123,25 @@ TEST(Train, InjectionSpecParsing) {
   EXPECT_THROW(parse_injection("bogus:0"), ConfigError);
   EXPECT_THROW(parse_injection("inf-grad:x"), ConfigError);
 }
+
+TEST(Train, ActivationCheckpointingKeepsLossesAndCutsActivations) {
+  DeviceMemory& mem = DeviceMemory::instance();
+  mem.install(0);
+  DsConfig cfg = config(std::string(R"({"train_micro_batch_size_per_gpu": 8, )") + kAdam + "}");
+  auto run_with = [&](bool ckpt) {
+    mem.reset_peaks();
+    TrainOptions o;
+    o.steps = 4;
+    o.activation_checkpointing = ckpt;
+    TrainResult r;
+    train(cfg, resolve_model("tiny"), o, r);
+    return std::make_pair(r, mem.snapshot().category_peaks[static_cast<int>(MemCategory::activations)]);
+  };
+  auto [plain, plain_act] = run_with(false);
+  auto [ckpt, ckpt_act] = run_with(true);
+  for (size_t i = 0; i < plain.steps.size(); ++i) {
+    EXPECT_DOUBLE_EQ(plain.steps[i].loss, ckpt.steps[i].loss) << "step " << i;
+    EXPECT_DOUBLE_EQ(plain.steps[i].grad_norm, ckpt.steps[i].grad_norm) << "step " << i;
+  }
+  EXPECT_LT(ckpt_act, 0.8 * plain_act) << plain_act << " vs " << ckpt_act;
+}

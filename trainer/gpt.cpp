@@ -4,6 +4,9 @@
 #include <cmath>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "device/device_memory.h"
 
 namespace zrepro {
 
@@ -65,7 +68,49 @@ std::vector<torch::Tensor> gpt_init(const ModelSpec& spec, uint64_t seed) {
   return out;
 }
 
-Gpt::Gpt(const ModelSpec& spec, torch::ScalarType compute, torch::Device device) : spec_(spec), compute_(compute) {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// A block that saves only its input and recomputes itself in backward; the
+// recomputation asks the engine for the parameters again, so under ZeRO-3 the
+// layer is gathered for it and its gradients are reduced from it.
+struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
+  static variable_list forward(AutogradContext* ctx, torch::Tensor x, int64_t layer, int64_t gpt, int64_t engine) {
+    auto* model = reinterpret_cast<Gpt*>(static_cast<intptr_t>(gpt));
+    auto* eng = reinterpret_cast<ZeroEngine*>(static_cast<intptr_t>(engine));
+    ctx->saved_data["layer"] = layer;
+    ctx->saved_data["gpt"] = gpt;
+    ctx->saved_data["engine"] = engine;
+    if (model->cpu_checkpointing()) {
+      DeviceMemory::HostScope host;  // the checkpoint lives in host memory
+      ctx->saved_data["x"] = x.clone();
+    } else {
+      ctx->save_for_backward({x});
+    }
+    return {model->run_block(static_cast<int>(layer), x, *eng)};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto* model = reinterpret_cast<Gpt*>(static_cast<intptr_t>(ctx->saved_data["gpt"].toInt()));
+    auto* eng = reinterpret_cast<ZeroEngine*>(static_cast<intptr_t>(ctx->saved_data["engine"].toInt()));
+    torch::Tensor x = model->cpu_checkpointing() ? ctx->saved_data["x"].toTensor() : ctx->get_saved_variables()[0];
+    torch::AutoGradMode enable(true);
+    torch::Tensor xd = x.detach().requires_grad_(true);
+    torch::Tensor y = model->run_block(static_cast<int>(ctx->saved_data["layer"].toInt()), xd, *eng);
+    torch::autograd::backward({y}, {grads[0]});
+    return {xd.grad(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor Gpt::run_block(int layer, const torch::Tensor& x, ZeroEngine& engine) {
+  return block(engine.acquire(layer), x);
+}
+
+Gpt::Gpt(const ModelSpec& spec, torch::ScalarType compute, torch::Device device, Checkpointing ckpt)
+    : spec_(spec), compute_(compute), ckpt_(ckpt) {
   const int64_t S = spec.seq;
   causal_mask_ = torch::ones({S, S}, torch::TensorOptions().dtype(torch::kBool).device(device)).triu(1);
 }
@@ -101,7 +146,13 @@ torch::Tensor Gpt::head_loss(const Params& g, const torch::Tensor& x, const torc
 torch::Tensor Gpt::loss(const torch::Tensor& inputs, const torch::Tensor& targets, ZeroEngine& engine) {
   const int last = static_cast<int>(spec_.layers) + 1;
   torch::Tensor x = engine.after_forward(0, embed(engine.acquire(0), inputs));
-  for (int l = 1; l < last; ++l) x = engine.after_forward(l, block(engine.acquire(l), x));
+  for (int l = 1; l < last; ++l) {
+    torch::Tensor y = ckpt_.enabled ? CheckpointedBlock::apply(x, static_cast<int64_t>(l),
+                                                               static_cast<int64_t>(reinterpret_cast<intptr_t>(this)),
+                                                               static_cast<int64_t>(reinterpret_cast<intptr_t>(&engine)))[0]
+                                    : run_block(l, x, engine);
+    x = engine.after_forward(l, y);
+  }
   return engine.after_forward(last, head_loss(engine.acquire(last), x, targets));
 }
 

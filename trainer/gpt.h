@@ -24,12 +24,25 @@ std::vector<torch::Tensor> gpt_init(const ModelSpec& spec, uint64_t seed);
 // 1.13 has no CPU fp16 matmul), which keeps fp16 storage and computes in fp32.
 torch::ScalarType compute_dtype(Precision p, const torch::Device& device);
 
+// Activation checkpointing (HF's gradient_checkpointing; DeepSpeed's
+// activation_checkpointing section shapes it): each block keeps only its input and
+// is recomputed in backward. cpu_checkpointing keeps that input in host memory.
+struct Checkpointing {
+  bool enabled = false;
+  bool cpu = false;
+};
+
 class Gpt {
  public:
-  Gpt(const ModelSpec& spec, torch::ScalarType compute, torch::Device device);
+  Gpt(const ModelSpec& spec, torch::ScalarType compute, torch::Device device, Checkpointing ckpt = {});
 
   // Mean next-token cross-entropy (fp32 scalar) for inputs/targets [B, S] (int64).
   torch::Tensor loss(const torch::Tensor& inputs, const torch::Tensor& targets, ZeroEngine& engine);
+
+  // One transformer block on the engine's parameters of `layer` (used by the
+  // checkpointed path to recompute).
+  torch::Tensor run_block(int layer, const torch::Tensor& x, ZeroEngine& engine);
+  bool cpu_checkpointing() const { return ckpt_.cpu; }
 
  private:
   using Params = std::vector<torch::Tensor>;
@@ -41,6 +54,7 @@ class Gpt {
   ModelSpec spec_;
   torch::ScalarType compute_;
   torch::Tensor causal_mask_;  // [S, S] true above the diagonal
+  Checkpointing ckpt_;
 };
 
 }  // namespace zrepro

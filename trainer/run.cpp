@@ -102,6 +102,8 @@ int run_command(int argc, char** argv) {
       ("threads", "intra-op threads per rank", cxxopts::value<int>()->default_value("1"))
       ("inject", "fault injection KIND:RANK[:ARG] (repeatable): inf-grad:R[:STEPS], gas-mismatch:R, "
                  "skip-forward:R[:STEP], straggler:R:MS", cxxopts::value<std::vector<std::string>>())
+      ("activation-checkpointing", "recompute each block in backward (HF gradient_checkpointing); the "
+                                   "config's activation_checkpointing.cpu_checkpointing keeps checkpoints on the host")
       ("verify-replicas", "stages 0-2: check after every step that all ranks hold bit-identical parameters")
       ("print-config", "print the effective config at init");
 
@@ -164,6 +166,7 @@ int run_command(int argc, char** argv) {
     if (topt.steps <= 0) throw ConfigError("--steps: must be > 0, got " + std::to_string(topt.steps));
     topt.seed = r["seed"].as<uint64_t>();
     topt.verify_replicas = r.count("verify-replicas") > 0;
+    topt.activation_checkpointing = r.count("activation-checkpointing") > 0;
     const int threads = r["threads"].as<int>();
     if (threads <= 0) throw ConfigError("--threads: must be > 0, got " + std::to_string(threads));
     set_compute_threads(threads);

@@ -106,7 +106,8 @@ void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
   }
   ZeroEngine engine(gpt_layers(spec), init, ecfg, comm);
   init.clear();
-  Gpt model(spec, compute_dtype(cfg.precision, opts.device), opts.device);
+  Gpt model(spec, compute_dtype(cfg.precision, opts.device), opts.device,
+            Checkpointing{opts.activation_checkpointing, cfg.activation_checkpointing.cpu_checkpointing});
   MarkovData data(spec.vocab, spec.seq, opts.seed);
 
   const int64_t micro = cfg.micro_batch;

@@ -38,6 +38,7 @@ struct TrainOptions {
   Communicator* comm = nullptr;  // null: a single rank (SelfCommunicator)
   std::vector<Injection> inject;
   bool verify_replicas = false;  // stages 0-2: check parameters are bit-identical on all ranks each step
+  bool activation_checkpointing = false;  // recompute each block in backward
 };
 
 struct StepRecord {
