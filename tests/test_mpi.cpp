@@ -285,3 +285,22 @@ TEST(Scenario, FirstBatchActivations) {
   expect_same_losses(ref, ckpt, 1e-6, "activation checkpointing");
   expect_same_losses(ref, split, 1e-5, "micro 2 x gas 4");
 }
+
+TEST(Scenario, BucketBuffers) {
+  auto read = [](const char* name) {
+    std::ifstream in(std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/bucket-buffers/" + name);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  RunResult fail = zrepro("bb_fail", read("ds_config.json"), "--ranks 2 --device-memory 256MB --steps 3");
+  EXPECT_EQ(fail.code, 3) << fail.output;
+  EXPECT_EQ(fail.summary["failure"]["phase"], "backward");
+  EXPECT_NE(fail.summary["failure"]["message"].get<std::string>().find("category comm_buffers"), std::string::npos);
+  RunResult fixed = zrepro("bb_fixed", read("fixed.json"), "--ranks 2 --device-memory 256MB --steps 3");
+  ASSERT_EQ(fixed.code, 0) << fixed.output;
+  // Unconstrained, the peaks differ by the bucket bytes: (5e8 - 5e5) fp32 elements.
+  RunResult big = zrepro("bb_big", read("ds_config.json"), "--ranks 2 --steps 2");
+  RunResult small = zrepro("bb_small", read("fixed.json"), "--ranks 2 --steps 2");
+  const double diff = big.summary["memory"]["ranks"][0]["peak_bytes"].get<double>() -
+                      small.summary["memory"]["ranks"][0]["peak_bytes"].get<double>();
+  EXPECT_NEAR(diff, 4.0 * (5e8 - 5e5), 0.01 * 4.0 * (5e8 - 5e5));
+}

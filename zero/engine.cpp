@@ -80,8 +80,16 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
   if (stage >= 1) {
     std::vector<ParamGroup*> reverse;
     for (auto it = groups_.rbegin(); it != groups_.rend(); ++it) reverse.push_back(it->get());
-    reducer_ = std::make_unique<GradReducer>(reverse, cfg.zero.reduce_bucket_size, cfg.zero.overlap_comm,
-                                             cfg.zero.reduce_scatter, cfg.comm_dtype, comm);
+    GradReducer::Options ro;
+    ro.reduce_bucket_size = cfg.zero.reduce_bucket_size;
+    ro.overlap_comm = cfg.zero.overlap_comm;
+    ro.reduce_scatter = cfg.zero.reduce_scatter;
+    ro.contiguous_gradients = cfg.zero.contiguous_gradients;
+    ro.persistent_buffers = stage == 3;
+    ro.comm_dtype = cfg.comm_dtype;
+    ro.device = cfg.device;
+    mem.set_phase(Phase::init);
+    reducer_ = std::make_unique<GradReducer>(reverse, ro, comm);
   }
 }
 

@@ -7,9 +7,15 @@
 
 namespace zrepro {
 
-GradReducer::GradReducer(std::vector<ParamGroup*> groups, int64_t reduce_bucket_size, bool overlap_comm,
-                         bool reduce_scatter, torch::ScalarType comm_dtype, Communicator& comm)
-    : comm_(comm), ws_(comm.world_size()), overlap_(overlap_comm), reduce_scatter_(reduce_scatter), dtype_(comm_dtype) {
+GradReducer::GradReducer(std::vector<ParamGroup*> groups, const Options& o, Communicator& comm)
+    : comm_(comm),
+      ws_(comm.world_size()),
+      overlap_(o.overlap_comm),
+      reduce_scatter_(o.reduce_scatter),
+      persistent_(o.persistent_buffers),
+      dtype_(o.comm_dtype),
+      device_(o.device) {
+  const int64_t reduce_bucket_size = o.reduce_bucket_size;
   int max_group = 0;
   std::vector<int64_t> slices;
   for (ParamGroup* g : groups) {
@@ -29,11 +35,19 @@ GradReducer::GradReducer(std::vector<ParamGroup*> groups, int64_t reduce_bucket_
       if (gb.empty() || gb.back() != static_cast<int>(b)) gb.push_back(static_cast<int>(b));
     }
   }
+  if (o.contiguous_gradients) buffer_numel_ = std::max(buffer_numel_, reduce_bucket_size);
   remaining_.assign(buckets_.size(), 0);
   bucket_buffer_.assign(buckets_.size(), -1);
   const int nbuf = overlap_ ? 2 : 1;
   buffers_.resize(nbuf);
   buffer_busy_.assign(nbuf, false);
+  if (persistent_) allocate_buffers();
+}
+
+void GradReducer::allocate_buffers() {
+  DeviceMemory::CategoryScope tag(MemCategory::comm_buffers);
+  for (auto& b : buffers_)
+    if (!b.defined()) b = torch::empty({buffer_numel_}, torch::TensorOptions().dtype(dtype_).device(device_));
 }
 
 int64_t GradReducer::buffer_bytes() const {
@@ -56,8 +70,7 @@ void GradReducer::add(int g, const torch::Tensor& full, std::vector<torch::Tenso
         free_it = std::find(buffer_busy_.begin(), buffer_busy_.end(), false);
       }
       const int i = static_cast<int>(free_it - buffer_busy_.begin());
-      if (!buffers_[i].defined())
-        buffers_[i] = torch::empty({buffer_numel_}, full.options().dtype(dtype_));
+      allocate_buffers();  // all of them at the first bucket, as DeepSpeed does at backward start
       buffer_busy_[i] = true;
       bucket_buffer_[b] = i;
       remaining_[b] = static_cast<int>(bk.pieces.size());
@@ -114,7 +127,8 @@ void GradReducer::finish(std::vector<torch::Tensor>& owned) {
   while (!in_flight_.empty()) complete_one(owned);
   for (size_t b = 0; b < buckets_.size(); ++b)
     TORCH_CHECK(bucket_buffer_[b] < 0, "GradReducer: bucket ", b, " did not receive all its gradients");
-  for (auto& buf : buffers_) buf = torch::Tensor();
+  if (!persistent_)
+    for (auto& buf : buffers_) buf = torch::Tensor();
 }
 
 }  // namespace zrepro

@@ -6,6 +6,10 @@
 // overlap_comm two bucket buffers alternate so one reduces while the next fills.
 // With reduce_scatter false a bucket is all-reduced instead and each rank keeps
 // its slice (DeepSpeed's fallback; twice the bytes on the wire).
+// Buffers: with contiguous_gradients DeepSpeed allocates full reduce_bucket_size
+// buffers whatever the model size (stage 1/2 at the start of backward, stage 3 once
+// for the run), which is why a small model can use more memory under ZeRO than
+// without it; otherwise each buffer is as large as the largest bucket needs.
 #pragma once
 #include <deque>
 #include <string>
@@ -20,8 +24,14 @@ class GradReducer {
  public:
   // groups: in the order their gradients become ready (reverse layer order).
   // owned: each group's owned gradient buffer, indexed by group index.
-  GradReducer(std::vector<ParamGroup*> groups, int64_t reduce_bucket_size, bool overlap_comm, bool reduce_scatter,
-              torch::ScalarType comm_dtype, Communicator& comm);
+  struct Options {
+    int64_t reduce_bucket_size = 500000000;
+    bool overlap_comm = false, reduce_scatter = true, contiguous_gradients = true;
+    bool persistent_buffers = false;  // stage 3: allocated once, kept for the run
+    torch::ScalarType comm_dtype = torch::kFloat;
+    torch::Device device = torch::kCPU;
+  };
+  GradReducer(std::vector<ParamGroup*> groups, const Options& options, Communicator& comm);
 
   // Adds group g's full-layout gradient; launches every bucket it completes.
   void add(int group_index, const torch::Tensor& full_grad, std::vector<torch::Tensor>& owned);
@@ -43,11 +53,13 @@ class GradReducer {
   };
   void launch(int b, std::vector<torch::Tensor>& owned);
   void complete_one(std::vector<torch::Tensor>& owned);
+  void allocate_buffers();
 
   Communicator& comm_;
   int ws_;
-  bool overlap_, reduce_scatter_;
+  bool overlap_, reduce_scatter_, persistent_;
   torch::ScalarType dtype_;
+  torch::Device device_;
   int64_t buffer_numel_;
   std::vector<Unit> units_;
   std::vector<Bucket> buckets_;
