@@ -150,10 +150,7 @@ void ZeroEngine::reduce_grad(int layer, const std::vector<torch::Tensor>& grads)
     g.scatter_param_grads(grads, full_grads_[layer]);  // accumulates locally until the boundary
     return;
   }
-  torch::Tensor full = torch::zeros({g.full_grad_numel()}, owned_grads_[layer].options());
-  g.scatter_param_grads(grads, full);
-  comm_buffers_peak_ = std::max(comm_buffers_peak_, full.numel() * full.element_size() + reducer_->buffer_bytes());
-  reducer_->add(layer, full, owned_grads_);
+  reducer_->add(g, grads, owned_grads_);
   note_comm_buffers();
   if (cfg_.zero.stage == 3) release(layer);
 }

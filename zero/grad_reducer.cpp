@@ -58,6 +58,17 @@ int64_t GradReducer::buffer_bytes() const {
 }
 
 void GradReducer::add(int g, const torch::Tensor& full, std::vector<torch::Tensor>& owned) {
+  add_pieces(g, [&](int64_t begin, torch::Tensor dst) { dst.copy_(full.narrow(0, begin, dst.numel())); }, owned);
+}
+
+void GradReducer::add(const ParamGroup& group, const std::vector<torch::Tensor>& grads,
+                      std::vector<torch::Tensor>& owned) {
+  add_pieces(group.index(), [&](int64_t begin, torch::Tensor dst) { group.copy_grad_range(grads, begin, dst); },
+             owned);
+}
+
+void GradReducer::add_pieces(int g, const std::function<void(int64_t, torch::Tensor)>& fill,
+                             std::vector<torch::Tensor>& owned) {
   torch::NoGradGuard no_grad;
   DeviceMemory::CategoryScope tag(MemCategory::comm_buffers);
   for (int b : group_buckets_[g]) {
@@ -75,13 +86,14 @@ void GradReducer::add(int g, const torch::Tensor& full, std::vector<torch::Tenso
       bucket_buffer_[b] = i;
       remaining_[b] = static_cast<int>(bk.pieces.size());
     }
-    torch::Tensor buf = buffers_[bucket_buffer_[b]].narrow(0, 0, ws_ * bk.numel_per_rank).view({ws_, bk.numel_per_rank});
+    // Rank-major: rank r's pieces sit at r * numel_per_rank.
+    torch::Tensor buf = buffers_[bucket_buffer_[b]];
     int64_t pos = 0;
     for (const auto& p : bk.pieces) {
       const Unit& u = units_[p.unit];
       if (u.group == g) {
-        torch::Tensor src = full.narrow(0, u.u.base, ws_ * u.u.slice).view({ws_, u.u.slice}).narrow(1, p.offset, p.numel);
-        buf.narrow(1, pos, p.numel).copy_(src);
+        for (int r = 0; r < ws_; ++r)
+          fill(u.u.base + r * u.u.slice + p.offset, buf.narrow(0, r * bk.numel_per_rank + pos, p.numel));
         --remaining_[b];
       }
       pos += p.numel;

@@ -12,6 +12,7 @@
 // without it; otherwise each buffer is as large as the largest bucket needs.
 #pragma once
 #include <deque>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,8 +34,11 @@ class GradReducer {
   };
   GradReducer(std::vector<ParamGroup*> groups, const Options& options, Communicator& comm);
 
-  // Adds group g's full-layout gradient; launches every bucket it completes.
+  // Adds group g's gradient; launches every bucket it completes. The gradient is
+  // either a full-layout tensor (stage 1's accumulated buffer) or the layer's
+  // per-parameter gradients, copied straight into the bucket (stages 2 and 3).
   void add(int group_index, const torch::Tensor& full_grad, std::vector<torch::Tensor>& owned);
+  void add(const ParamGroup& group, const std::vector<torch::Tensor>& grads, std::vector<torch::Tensor>& owned);
   // Waits for all launched buckets and accumulates their results; frees buffers.
   void finish(std::vector<torch::Tensor>& owned);
 
@@ -54,6 +58,8 @@ class GradReducer {
   void launch(int b, std::vector<torch::Tensor>& owned);
   void complete_one(std::vector<torch::Tensor>& owned);
   void allocate_buffers();
+  // fill(unit base offset + rank slice offset, destination) writes one piece.
+  void add_pieces(int g, const std::function<void(int64_t, torch::Tensor)>& fill, std::vector<torch::Tensor>& owned);
 
   Communicator& comm_;
   int ws_;

@@ -143,6 +143,38 @@ void ParamGroup::scatter_param_grads(const std::vector<torch::Tensor>& grads, to
   }
 }
 
+void ParamGroup::copy_grad_range(const std::vector<torch::Tensor>& grads, int64_t begin, torch::Tensor dst) const {
+  const int64_t end = begin + dst.numel();
+  int64_t covered = 0;
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const int64_t off = cfg_.stage < 3 ? offsets_[i] : layout_.params[i].full_offset;
+    const int64_t lo = std::max(begin, off), hi = std::min(end, off + specs_[i].numel());
+    if (lo >= hi) continue;
+    torch::Tensor out = dst.narrow(0, lo - begin, hi - lo);
+    if (grads[i].defined()) {
+      out.copy_(grads[i].reshape({-1}).narrow(0, lo - off, hi - lo));
+    } else {
+      out.zero_();
+    }
+    covered += hi - lo;
+  }
+  // Padding (and gaps) between or after parameters.
+  if (covered < dst.numel()) {
+    for (int64_t pos = begin; pos < end;) {
+      int64_t next = end;
+      bool in_param = false;
+      for (size_t i = 0; i < specs_.size(); ++i) {
+        const int64_t off = cfg_.stage < 3 ? offsets_[i] : layout_.params[i].full_offset;
+        const int64_t stop = off + specs_[i].numel();
+        if (pos >= off && pos < stop) { in_param = true; next = std::min(end, stop); break; }
+        if (off > pos) next = std::min(next, off);
+      }
+      if (!in_param) dst.narrow(0, pos - begin, next - pos).zero_();
+      pos = next;
+    }
+  }
+}
+
 torch::Tensor ParamGroup::owned_params() {
   if (cfg_.stage == 0) return flat_tensor_;
   if (cfg_.stage < 3) return flat_tensor_.narrow(0, flat_.begin(cfg_.rank), flat_.partition_numel);

@@ -65,6 +65,9 @@ class ParamGroup {
   int64_t full_grad_numel() const;
   // Adds per-parameter gradients into `full` (full layout) at their offsets.
   void scatter_param_grads(const std::vector<torch::Tensor>& grads, torch::Tensor& full) const;
+  // Writes elements [begin, begin + dst.numel()) of the full-layout gradient made of
+  // `grads` into dst (zeros for padding), without materialising the full layout.
+  void copy_grad_range(const std::vector<torch::Tensor>& grads, int64_t begin, torch::Tensor dst) const;
   // Gradient units for bucketing: (offset of rank 0's slice in the full layout,
   // slice length, offset in this rank's owned gradient).
   struct Unit {
