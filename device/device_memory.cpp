@@ -39,18 +39,35 @@ DeviceMemory& DeviceMemory::instance() {
   return *m;
 }
 
-void DeviceMemory::install(int64_t capacity) {
+void DeviceMemory::install(int64_t capacity, bool caching) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!underlying_) {
     underlying_ = c10::GetCPUAllocator();
     c10::SetCPUAllocator(this, /*priority=*/100);
   }
   s_.capacity = capacity;
+  pool_.set_capacity(capacity);
+  caching_ = caching;
 }
 
 void DeviceMemory::set_capacity(int64_t capacity) {
   std::lock_guard<std::mutex> lock(mu_);
   s_.capacity = capacity;
+  pool_.set_capacity(capacity);
+}
+
+void DeviceMemory::note_alloc(int category, int64_t bytes) const {
+  s_.allocated += bytes;
+  s_.by_category[category] += bytes;
+  s_.category_peaks[category] = std::max(s_.category_peaks[category], s_.by_category[category]);
+  s_.allocs += 1;
+  s_.reserved = caching_ ? pool_.reserved() : s_.allocated;
+  s_.peak_reserved = std::max(s_.peak_reserved, s_.reserved);
+  if (s_.allocated > s_.peak) {
+    s_.peak = s_.allocated;
+    s_.by_category_at_peak = s_.by_category;
+    s_.peak_phase = phase_;
+  }
 }
 
 void DeviceMemory::copy_data(void* dest, const void* src, std::size_t count) const { std::memcpy(dest, src, count); }
@@ -63,26 +80,41 @@ c10::DataPtr DeviceMemory::allocate(size_t n) const {
                : (phase_ == Phase::forward || phase_ == Phase::backward) ? static_cast<int>(MemCategory::activations)
                                                                          : static_cast<int>(MemCategory::other);
     const int64_t bytes = static_cast<int64_t>(n);
-    if (s_.capacity > 0 && s_.allocated + bytes > s_.capacity) {
-      const int64_t free = s_.capacity - s_.allocated;
+    std::optional<CachingPool::Block> cached;
+    bool oom = false;
+    if (caching_) {
+      int64_t new_segment = 0;
+      cached = pool_.allocate(bytes, &new_segment);
+      for (int64_t seg : pool_.take_released()) segments_.erase(seg);  // frees their memory
+      oom = !cached;
+      if (cached && new_segment > 0) segments_[cached->segment] = underlying_->allocate(new_segment);
+    } else {
+      oom = s_.capacity > 0 && s_.allocated + bytes > s_.capacity;
+    }
+    if (oom) {
+      const int64_t reserved = caching_ ? pool_.reserved() : s_.allocated;
       last_oom_ = "CUDA out of memory (emulated device). Tried to allocate " + format_bytes(bytes) +
                   ". GPU 0 has a total capacity of " + format_bytes(s_.capacity) + " of which " +
-                  format_bytes(free) + " is free. Of the allocated memory " + format_bytes(s_.allocated) +
-                  " is allocated by PyTorch, and " + format_bytes(0) +
-                  " is reserved by PyTorch but unallocated. (category " +
-                  mem_category_name(static_cast<MemCategory>(category)) + ", phase " + phase_name(phase_) + ")";
+                  format_bytes(s_.capacity - reserved) + " is free. Of the allocated memory " +
+                  format_bytes(s_.allocated) + " is allocated by PyTorch, and " + format_bytes(reserved - s_.allocated) +
+                  " is reserved by PyTorch but unallocated." +
+                  (caching_ && reserved - s_.allocated > bytes
+                       ? " If reserved but unallocated memory is large try setting "
+                         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+                       : "") +
+                  " (category " + mem_category_name(static_cast<MemCategory>(category)) + ", phase " +
+                  phase_name(phase_) + ")";
       at_oom_ = s_;
+      at_oom_.reserved = reserved;
       C10_THROW_ERROR(OutOfMemoryError, last_oom_);
     }
-    s_.allocated += bytes;
-    s_.by_category[category] += bytes;
-    s_.category_peaks[category] = std::max(s_.category_peaks[category], s_.by_category[category]);
-    s_.allocs += 1;
-    if (s_.allocated > s_.peak) {
-      s_.peak = s_.allocated;
-      s_.by_category_at_peak = s_.by_category;
-      s_.peak_phase = phase_;
+    if (caching_) {
+      void* data = static_cast<char*>(segments_.at(cached->segment).get()) + cached->offset;
+      blocks_[data] = Block{cached->size, category, nullptr, nullptr, *cached};
+      note_alloc(category, cached->size);
+      return c10::DataPtr(data, data, &DeviceMemory::free_raw, c10::Device(c10::kCPU));
     }
+    note_alloc(category, bytes);
   }
   c10::DataPtr inner = underlying_->allocate(n);
   void* data = inner.get();
@@ -110,6 +142,10 @@ void DeviceMemory::free_raw(void* ptr) {
       m.s_.allocated -= b.bytes;
       m.s_.by_category[b.category] -= b.bytes;
       m.s_.frees += 1;
+    }
+    if (b.cached.segment >= 0) {
+      m.pool_.free(b.cached);  // cached, not returned: reserved stays
+      return;
     }
   }
   if (b.inner_deleter) b.inner_deleter(b.inner_ctx);

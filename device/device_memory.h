@@ -13,6 +13,8 @@
 
 #include <c10/core/Allocator.h>
 
+#include "device/caching_pool.h"
+
 namespace zrepro {
 
 enum class MemCategory { params, grads, optimizer_states, activations, comm_buffers, other, count_ };
@@ -25,6 +27,7 @@ const char* phase_name(Phase p);
 struct MemorySnapshot {
   int64_t capacity = 0;  // 0: unlimited
   int64_t allocated = 0, peak = 0;
+  int64_t reserved = 0, peak_reserved = 0;  // caching mode: segments; else = allocated
   std::array<int64_t, kNumMemCategories> by_category{};          // now
   std::array<int64_t, kNumMemCategories> by_category_at_peak{};  // when the total peaked
   std::array<int64_t, kNumMemCategories> category_peaks{};       // each category's own peak
@@ -37,8 +40,11 @@ struct MemorySnapshot {
 class DeviceMemory : public c10::Allocator {
  public:
   static DeviceMemory& instance();
-  // Installs the tracking allocator as LibTorch's CPU allocator. capacity 0: no limit.
-  void install(int64_t capacity);
+  // Installs the tracking allocator as LibTorch's CPU allocator. capacity 0: no
+  // limit. caching: emulate the CUDA caching allocator (rounding, segments, cached
+  // blocks, reserved vs allocated) instead of charging exact request sizes.
+  void install(int64_t capacity, bool caching = false);
+  bool caching() const { return caching_; }
   bool installed() const { return underlying_ != nullptr; }
   void set_capacity(int64_t capacity);
 
@@ -75,7 +81,9 @@ class DeviceMemory : public c10::Allocator {
     int category;  // -1: host allocation, not device memory
     c10::DeleterFnPtr inner_deleter;
     void* inner_ctx;
+    CachingPool::Block cached{-1, 0, 0};  // caching mode: where it lives
   };
+  void note_alloc(int category, int64_t bytes) const;
   static void free_raw(void* ptr);
 
   c10::Allocator* underlying_ = nullptr;
@@ -84,6 +92,9 @@ class DeviceMemory : public c10::Allocator {
   mutable std::string last_oom_;
   mutable MemorySnapshot at_oom_;
   mutable std::unordered_map<void*, Block> blocks_;
+  bool caching_ = false;
+  mutable CachingPool pool_;
+  mutable std::unordered_map<int64_t, c10::DataPtr> segments_;  // caching mode: backing memory
   Phase phase_ = Phase::init;
 };
 

@@ -92,7 +92,8 @@ std::vector<double> RankReport::pack() const {
                            static_cast<double>(memory.grads), static_cast<double>(memory.optimizer_states),
                            static_cast<double>(memory.comm_buffers_peak), comm_wait_s, step_s,
                            static_cast<double>(device.capacity), static_cast<double>(device.peak),
-                           static_cast<double>(static_cast<int>(device.peak_phase))};
+                           static_cast<double>(static_cast<int>(device.peak_phase)),
+                           static_cast<double>(device.peak_reserved)};
   for (int64_t b : device.by_category_at_peak) v.push_back(static_cast<double>(b));
   for (int64_t b : device.category_peaks) v.push_back(static_cast<double>(b));
   return v;
@@ -108,9 +109,10 @@ RankReport RankReport::unpack(const double* v) {
   r.device.capacity = static_cast<int64_t>(v[7]);
   r.device.peak = static_cast<int64_t>(v[8]);
   r.device.peak_phase = static_cast<Phase>(static_cast<int>(v[9]));
+  r.device.peak_reserved = static_cast<int64_t>(v[10]);
   for (int c = 0; c < kNumMemCategories; ++c) {
-    r.device.by_category_at_peak[c] = static_cast<int64_t>(v[10 + c]);
-    r.device.category_peaks[c] = static_cast<int64_t>(v[10 + kNumMemCategories + c]);
+    r.device.by_category_at_peak[c] = static_cast<int64_t>(v[11 + c]);
+    r.device.category_peaks[c] = static_cast<int64_t>(v[11 + kNumMemCategories + c]);
   }
   return r;
 }
@@ -133,6 +135,7 @@ json memory_rank_json(const RankReport& r) {
   return {{"rank", r.rank},
           {"peak_bytes", r.device.peak},
           {"peak_phase", phase_name(r.device.peak_phase)},
+          {"peak_reserved_bytes", r.device.peak_reserved},
           {"by_category", at_peak},
           {"category_peaks", peaks},
           {"model_states", {{"params", r.memory.params},
@@ -144,9 +147,9 @@ json memory_rank_json(const RankReport& r) {
 
 std::string memory_line(const MemorySnapshot& m) {
   char buf[200];
-  // Without the caching mode nothing is cached: reserved equals allocated.
+  // CA: reserved (caching mode: segments; otherwise nothing is cached and CA = MA).
   std::snprintf(buf, sizeof buf, "MA %.2f GB         Max_MA %.2f GB         CA %.2f GB         Max_CA %.2f GB ",
-                m.allocated / 1e9, m.peak / 1e9, m.allocated / 1e9, m.peak / 1e9);
+                m.allocated / 1e9, m.peak / 1e9, m.reserved / 1e9, m.peak_reserved / 1e9);
   return buf;
 }
 

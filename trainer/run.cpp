@@ -96,6 +96,9 @@ int run_command(int argc, char** argv) {
       ("ranks", "start N ranks on this node under mpirun", cxxopts::value<int>())
       ("device-memory", "device capacity, e.g. 80GB, 512MiB (CPU-emulated device; default: unlimited)",
        cxxopts::value<std::string>())
+      ("allocator", "CPU-emulated device allocator: tracking (exact bytes), caching (CUDA caching allocator "
+                    "emulation: rounding, segments, fragmentation) or plain (LibTorch's, untracked)",
+       cxxopts::value<std::string>()->default_value("tracking"))
       ("comm-timeout", "watchdog: seconds a collective may take before the job is declared hung",
        cxxopts::value<double>()->default_value("1800"))
       ("log-every", "step log line interval when steps_per_print is unset", cxxopts::value<int64_t>()->default_value("10"))
@@ -185,10 +188,15 @@ int run_command(int argc, char** argv) {
     have_cfg = true;
     dev = select_device(r["device"].as<std::string>(), mpi_local_rank());
     topt.device = dev.device;
+    const std::string allocator = r["allocator"].as<std::string>();
+    if (allocator != "tracking" && allocator != "caching" && allocator != "plain")
+      throw ConfigError("--allocator: got \"" + allocator + "\", expected tracking, caching or plain");
     if (dev.device.is_cpu()) {
       const int64_t cap = r.count("device-memory") ? parse_size("--device-memory", r["device-memory"].as<std::string>()) : 0;
-      mem.install(cap);
-      dev.description += cap > 0 ? ", capacity " + format_bytes(cap) : "";
+      if (allocator == "plain" && cap > 0)
+        throw ConfigError("--device-memory needs a tracking allocator; drop --allocator plain");
+      if (allocator != "plain") mem.install(cap, allocator == "caching");
+      dev.description += ", " + allocator + " allocator" + (cap > 0 ? ", capacity " + format_bytes(cap) : "");
     } else if (r.count("device-memory")) {
       throw ConfigError("--device-memory: only the CPU-emulated device takes a capacity in this build; use --device cpu");
     }
