@@ -39,7 +39,9 @@ TEST(Partition, SegmentsCoverEveryParameterOnceAndMayStraddle) {
       }
     }
     for (size_t i = 0; i < numels.size(); ++i) EXPECT_EQ(covered[i], numels[i]) << "ws " << ws;
-    if (ws >= 3) EXPECT_GT(straddling, 0) << "some parameter must straddle partitions at ws " << ws;
+    if (ws >= 3) {
+      EXPECT_GT(straddling, 0) << "some parameter must straddle partitions at ws " << ws;
+    }
   }
   // A concrete case: 56 elements on 4 ranks -> padded 56, partition 14; param 1
   // (offset 5, 13 long) straddles ranks 0 and 1.
