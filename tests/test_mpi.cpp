@@ -304,3 +304,29 @@ TEST(Scenario, BucketBuffers) {
                       small.summary["memory"]["ranks"][0]["peak_bytes"].get<double>();
   EXPECT_NEAR(diff, 4.0 * (5e8 - 5e5), 0.01 * 4.0 * (5e8 - 5e5));
 }
+
+TEST(Bench, CommIsExactAndAdamReportsEveryColumn) {
+  auto run = [](const std::string& args) {
+    std::string out;
+    FILE* p = popen(("timeout -k 5 120 " + std::string(ZREPRO_BIN) + " " + args + " 2>/dev/null").c_str(), "r");
+    std::array<char, 4096> buf;
+    while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+    const int status = pclose(p);
+    return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1, out);
+  };
+  auto [code, out] = run("bench comm --ranks 4 --min-bytes 4K --max-bytes 256K --iters 2 --json");
+  ASSERT_EQ(code, 0) << out;
+  json rows = json::parse(out);
+  EXPECT_EQ(rows.size(), 4u * 7u);  // 4 ops x 4K..256K
+  for (const auto& r : rows) {
+    EXPECT_EQ(r["wrong"], 0) << r.dump();
+    EXPECT_EQ(r["ranks"], 4);
+    EXPECT_GT(r["busbw_GBps"].get<double>(), 0);
+  }
+  auto [acode, aout] = run("bench adam --sizes 64K --reps 1 --threads 1 --json");
+  ASSERT_EQ(acode, 0) << aout;
+  json a = json::parse(aout);
+  ASSERT_EQ(a.size(), 1u);
+  for (const char* k : {"fused_mparams_per_s", "torch_adamw_mparams_per_s", "triad_gbps", "fused_fraction_of_triad"})
+    EXPECT_GT(a[0][k].get<double>(), 0) << k;
+}

@@ -14,6 +14,7 @@ namespace zrepro {
 int run_command(int argc, char** argv);
 int config_command(int argc, char** argv);
 int bench_comm(int argc, char** argv);
+int bench_adam(int argc, char** argv);
 
 // Config-resolving flags (--config, --model, --micro-batch, --lr, ...).
 void add_config_flags(cxxopts::Options& o);

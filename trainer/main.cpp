@@ -10,7 +10,8 @@ int main(int argc, char** argv) {
       "usage: zrepro <command> [options]\n"
       "  run     train the toy GPT under a DeepSpeed config (--config FILE --model tiny --steps N --out DIR)\n"
       "  config  print the effective config, every value with its source (--config FILE [--json])\n"
-      "  bench   benchmarks: `bench comm` (collectives vs raw MPI, nccl-tests format)\n"
+      "  bench   benchmarks: `bench comm` (collectives vs raw MPI, nccl-tests format),\n"
+      "          `bench adam` (fused CPU Adam vs LibTorch AdamW vs memory bandwidth)\n"
       "`zrepro <command> --help` lists a command's options.\n";
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     std::cout << usage;
@@ -21,7 +22,8 @@ int main(int argc, char** argv) {
   if (cmd == "config") return zrepro::config_command(argc - 1, argv + 1);
   if (cmd == "bench") {
     if (argc >= 3 && std::string(argv[2]) == "comm") return zrepro::bench_comm(argc - 2, argv + 2);
-    std::cerr << "zrepro bench: expected a benchmark name: comm\n";
+    if (argc >= 3 && std::string(argv[2]) == "adam") return zrepro::bench_adam(argc - 2, argv + 2);
+    std::cerr << "zrepro bench: expected a benchmark name: comm, adam\n";
     return 2;
   }
   std::cerr << "zrepro: unknown command \"" << cmd << "\"\n" << usage;
