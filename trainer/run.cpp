@@ -201,6 +201,9 @@ int run_command(int argc, char** argv) {
       throw ConfigError("--device-memory: only the CPU-emulated device takes a capacity in this build; use --device cpu");
     }
 
+    if (cfg.zero.offload_optimizer.enabled() || cfg.zero.offload_param.enabled())
+      cfg.warnings.push_back("offload_optimizer / offload_param are parsed and validated but not emulated yet: "
+                             "optimizer states and parameters stay in device memory in this run");
     if (rank == 0) {
       for (const auto& w : cfg.warnings) std::cout << "[zrepro] warning: " << w << "\n";
       if (r.count("print-config")) std::cout << format_config_dump(cfg);
