@@ -255,9 +255,13 @@ StepResult ZeroEngine::step(double local_loss) {
     torch::Tensor mine = stage == 0 ? full_grads_[l].narrow(0, groups_[l]->flat_partition().begin(comm_.rank()),
                                                             groups_[l]->flat_partition().partition_numel)
                                     : owned_grads_[l];
-    torch::Tensor m32 = mine.to(torch::kFloat);
-    nonfinite += static_cast<double>((~torch::isfinite(m32)).sum().item<int64_t>());
-    sq += m32.to(torch::kDouble).pow(2).sum().item<double>();
+    // One norm per layer (fp32 accumulation; no full-size temporaries for fp32
+    // grads): an inf or NaN anywhere makes it non-finite, which is the overflow flag.
+    const double n = mine.to(torch::kFloat).norm().item<double>();
+    if (std::isfinite(n))
+      sq += n * n;
+    else
+      nonfinite += 1;
   }
   torch::Tensor stats = torch::tensor({local_loss, sq, nonfinite}, torch::kDouble).to(cfg_.device);
   comm_.all_reduce(stats, "loss+grad_norm+overflow")->wait();
@@ -284,7 +288,9 @@ StepResult ZeroEngine::step(double local_loss) {
     r.scale_event = scaler_.update(true);  // throws at the minimum scale
     return r;
   }
-  r.grad_norm = std::sqrt(stats[1].item<double>()) / r.loss_scale;
+  // Unchecked precision (fp32, static fp16 scale): a non-finite gradient goes through
+  // as in DeepSpeed and the norm is reported as such.
+  r.grad_norm = overflow ? std::numeric_limits<double>::quiet_NaN() : std::sqrt(stats[1].item<double>()) / r.loss_scale;
   double coef = 1.0 / r.loss_scale;
   if (cfg_.gradient_clipping > 0 && r.grad_norm > cfg_.gradient_clipping)
     coef *= cfg_.gradient_clipping / (r.grad_norm + 1e-6);
@@ -294,8 +300,9 @@ StepResult ZeroEngine::step(double local_loss) {
   AdamHyper h{r.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.adam_w_mode, o.bias_correction};
   for (size_t l = 0; l < groups_.size(); ++l) {
     State& s = states_[l];
+    // fp32 gradients are scaled in place (they are zeroed after the step); 16-bit
+    // ones get the fp32 copy the optimizer needs.
     torch::Tensor g32 = grads[l].to(torch::kFloat);
-    if (g32.data_ptr() == grads[l].data_ptr()) g32 = g32.clone();
     g32.mul_(coef);
     torch::Tensor owned = groups_[l]->owned_params();
     const bool aliased = s.master.data_ptr() == owned.data_ptr();
