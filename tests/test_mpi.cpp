@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -329,4 +330,25 @@ TEST(Bench, CommIsExactAndAdamReportsEveryColumn) {
   ASSERT_EQ(a.size(), 1u);
   for (const char* k : {"fused_mparams_per_s", "torch_adamw_mparams_per_s", "triad_gbps", "fused_fraction_of_triad"})
     EXPECT_GT(a[0][k].get<double>(), 0) << k;
+}
+
+TEST(Mpi, TraceJsonHasComputeAndCommLanesForEveryRank) {
+  RunResult r = zrepro("trace", config(3), "--steps 3 --ranks 2");
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream in(testing::TempDir() + "/zrepro_mpi_trace/out/trace.json");
+  ASSERT_TRUE(in.good());
+  json t = json::parse(in);
+  std::map<std::pair<int, std::string>, int> count;
+  for (const auto& e : t["traceEvents"])
+    if (e["ph"] == "X") count[{e["pid"].get<int>(), e["cat"].get<std::string>()}] += 1;
+  for (int rank : {0, 1}) {
+    const int compute = count[std::make_pair(rank, std::string("compute"))];
+    const int comm = count[std::make_pair(rank, std::string("comm"))];
+    EXPECT_EQ(compute, 3 * 3 + 3) << "data/forward/backward per micro-step + step, rank " << rank;
+    // Every collective of the 3 steps (the final report gather comes after the trace).
+    double calls = 0;
+    for (auto& [op, s] : r.summary["comm"]["ops"].items()) calls += s["calls_per_step"].get<double>() * 3;
+    EXPECT_EQ(comm, static_cast<int>(calls)) << "rank " << rank;
+  }
+  EXPECT_FALSE(std::filesystem::exists(testing::TempDir() + "/zrepro_mpi_trace/out/trace"));
 }

@@ -19,6 +19,7 @@
 #include "trainer/hang.h"
 #include "trainer/launch.h"
 #include "trainer/report.h"
+#include "trainer/trace.h"
 #include "trainer/train.h"
 #include "zero/comm/mpi_communicator.h"
 #include "zero/comm/watchdog.h"
@@ -294,8 +295,18 @@ int run_command(int argc, char** argv) {
       std::cout << std::flush;
       progress.update(s, topt.steps);
     };
+    TraceRecorder trace(rank);
+    if (!out_dir.empty()) topt.trace = &trace;
     try {
       train(cfg, model, topt, result, on_step);
+      // Each rank leaves its trace in OUT/trace/ before the report gather below, so
+      // rank 0 can merge them once the gather says every rank got there.
+      if (!out_dir.empty()) {
+        trace.add_collectives(comm.recorder().snapshot());
+        std::error_code ec;
+        std::filesystem::create_directories(out_dir + "/trace", ec);
+        write_file_atomic(out_dir + "/trace/rank" + std::to_string(rank) + ".json", trace.events().dump());
+      }
       // Every rank reports to rank 0 (a collective, so a rank still stuck elsewhere
       // makes this one time out too, and the watchdog diagnoses it).
       torch::Tensor mine = torch::tensor(rank_report(rank, result, mem.snapshot()).pack(), torch::kDouble);
@@ -309,6 +320,17 @@ int run_command(int argc, char** argv) {
         std::cout << "[zrepro] done: " << result.steps.size() << " steps, loss " << fmt(result.steps.front().loss)
                   << " -> " << fmt(result.steps.back().loss) << ", skipped " << result.skipped_steps
                   << (out_dir.empty() ? "" : ", summary " + out_dir + "/summary.json") << "\n";
+      if (rank == 0 && !out_dir.empty()) {
+        std::vector<json> per_rank;
+        for (int k = 0; k < world; ++k) {
+          const std::string f = out_dir + "/trace/rank" + std::to_string(k) + ".json";
+          std::ifstream in(f);
+          per_rank.push_back(in ? json::parse(in) : json::array());
+          std::filesystem::remove(f);
+        }
+        std::filesystem::remove(out_dir + "/trace");
+        write_file_atomic(out_dir + "/trace.json", merge_traces(per_rank).dump());
+      }
       write_summary("ok", nullptr, reports, true);
       return kExitOk;
     } catch (const CommError& e) {

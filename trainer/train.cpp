@@ -13,6 +13,8 @@
 
 namespace zrepro {
 
+using json = nlohmann::json;
+
 namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -132,10 +134,12 @@ void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
       engine.begin_micro_step(step, t);
       if (straggle) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(straggle->ms));
       auto t0 = Clock::now();
+      const double w_data = wall_seconds();
       torch::Tensor batch =
           data.samples(MarkovData::first_sample(step, t, rank, world, micro, gas), micro).to(opts.device);
       torch::Tensor inputs = batch.narrow(1, 0, spec.seq), targets = batch.narrow(1, 1, spec.seq);
       rec.data_wait_s += since(t0);
+      const double w_fwd = wall_seconds();
 
       t0 = Clock::now();
       mem.set_phase(Phase::forward);
@@ -145,15 +149,25 @@ void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
       loss_sum += lv;
       ++micro_steps;
 
+      const double w_bwd = wall_seconds();
       t0 = Clock::now();
       mem.set_phase(Phase::backward);
       (loss * (scale / static_cast<double>(gas))).backward();
       engine.end_backward();
       rec.backward_s += since(t0);
+      if (opts.trace) {
+        const json pos = {{"step", step}, {"micro_step", t}};
+        opts.trace->span("data", w_data, w_fwd, pos);
+        opts.trace->span("forward", w_fwd, w_bwd, pos);
+        opts.trace->span("backward", w_bwd, wall_seconds(), pos);
+        const MemorySnapshot m = mem.snapshot();
+        opts.trace->memory(wall_seconds(), m.allocated, m.reserved);
+      }
     }
     if (injected("inf-grad", step)) engine.inject_inf_grad();
 
     auto t0 = Clock::now();
+    const double w_step = wall_seconds();
     mem.set_phase(Phase::step);
     StepResult sr = engine.step(loss_sum / static_cast<double>(std::max<int64_t>(micro_steps, 1)));
     // The loss is global after the step's all-reduce, so every rank decides alike.
@@ -179,6 +193,10 @@ void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
     rec.step_s = since(t_step);
     rec.comm = comm.stats().minus(comm_before);
     rec.memory = mem.snapshot();
+    if (opts.trace) {
+      opts.trace->span("step", w_step, wall_seconds(), json{{"step", step}, {"skipped", sr.skipped}});
+      opts.trace->memory(wall_seconds(), rec.memory.allocated, rec.memory.reserved);
+    }
     rec.comm_wait_s = rec.comm.wait_seconds;
     result.skipped_steps += sr.skipped;
     result.steps.push_back(rec);

@@ -12,6 +12,7 @@
 #include "device/device_memory.h"
 #include "trainer/ds_config.h"
 #include "trainer/model_spec.h"
+#include "trainer/trace.h"
 #include "zero/comm/communicator.h"
 #include "zero/engine.h"
 
@@ -39,6 +40,7 @@ struct TrainOptions {
   std::vector<Injection> inject;
   bool verify_replicas = false;  // stages 0-2: check parameters are bit-identical on all ranks each step
   bool activation_checkpointing = false;  // recompute each block in backward
+  TraceRecorder* trace = nullptr;         // compute spans and memory counter, when set
 };
 
 struct StepRecord {
