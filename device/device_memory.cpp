@@ -60,7 +60,6 @@ void DeviceMemory::note_alloc(int category, int64_t bytes) const {
   s_.allocated += bytes;
   s_.by_category[category] += bytes;
   s_.category_peaks[category] = std::max(s_.category_peaks[category], s_.by_category[category]);
-  s_.allocs += 1;
   s_.reserved = caching_ ? pool_.reserved() : s_.allocated;
   s_.peak_reserved = std::max(s_.peak_reserved, s_.reserved);
   if (s_.allocated > s_.peak) {
@@ -141,7 +140,6 @@ void DeviceMemory::free_raw(void* ptr) {
     if (b.category >= 0) {
       m.s_.allocated -= b.bytes;
       m.s_.by_category[b.category] -= b.bytes;
-      m.s_.frees += 1;
     }
     if (b.cached.segment >= 0) {
       m.pool_.free(b.cached);  // cached, not returned: reserved stays

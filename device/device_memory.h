@@ -32,7 +32,6 @@ struct MemorySnapshot {
   std::array<int64_t, kNumMemCategories> by_category_at_peak{};  // when the total peaked
   std::array<int64_t, kNumMemCategories> category_peaks{};       // each category's own peak
   Phase peak_phase = Phase::init;
-  int64_t allocs = 0, frees = 0;
 };
 
 // Thrown (as c10::OutOfMemoryError, so LibTorch passes it through) past capacity.
@@ -45,7 +44,6 @@ class DeviceMemory : public c10::Allocator {
   // blocks, reserved vs allocated) instead of charging exact request sizes.
   void install(int64_t capacity, bool caching = false);
   bool caching() const { return caching_; }
-  bool installed() const { return underlying_ != nullptr; }
   void set_capacity(int64_t capacity);
 
   c10::DataPtr allocate(size_t n) const override;

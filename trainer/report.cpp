@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "device/errors.h"
+#include "trainer/data.h"
 
 namespace zrepro {
 
@@ -90,7 +91,7 @@ json make_failure(const std::string& kind, int rank, const std::string& phase, c
 std::vector<double> RankReport::pack() const {
   std::vector<double> v = {static_cast<double>(rank), static_cast<double>(memory.params),
                            static_cast<double>(memory.grads), static_cast<double>(memory.optimizer_states),
-                           static_cast<double>(memory.comm_buffers_peak), comm_wait_s, step_s,
+                           comm_wait_s, step_s,
                            static_cast<double>(device.capacity), static_cast<double>(device.peak),
                            static_cast<double>(static_cast<int>(device.peak_phase)),
                            static_cast<double>(device.peak_reserved)};
@@ -102,17 +103,16 @@ std::vector<double> RankReport::pack() const {
 RankReport RankReport::unpack(const double* v) {
   RankReport r;
   r.rank = static_cast<int>(v[0]);
-  r.memory = {static_cast<int64_t>(v[1]), static_cast<int64_t>(v[2]), static_cast<int64_t>(v[3]),
-              static_cast<int64_t>(v[4])};
-  r.comm_wait_s = v[5];
-  r.step_s = v[6];
-  r.device.capacity = static_cast<int64_t>(v[7]);
-  r.device.peak = static_cast<int64_t>(v[8]);
-  r.device.peak_phase = static_cast<Phase>(static_cast<int>(v[9]));
-  r.device.peak_reserved = static_cast<int64_t>(v[10]);
+  r.memory = {static_cast<int64_t>(v[1]), static_cast<int64_t>(v[2]), static_cast<int64_t>(v[3])};
+  r.comm_wait_s = v[4];
+  r.step_s = v[5];
+  r.device.capacity = static_cast<int64_t>(v[6]);
+  r.device.peak = static_cast<int64_t>(v[7]);
+  r.device.peak_phase = static_cast<Phase>(static_cast<int>(v[8]));
+  r.device.peak_reserved = static_cast<int64_t>(v[9]);
   for (int c = 0; c < kNumMemCategories; ++c) {
-    r.device.by_category_at_peak[c] = static_cast<int64_t>(v[11 + c]);
-    r.device.category_peaks[c] = static_cast<int64_t>(v[11 + kNumMemCategories + c]);
+    r.device.by_category_at_peak[c] = static_cast<int64_t>(v[10 + c]);
+    r.device.category_peaks[c] = static_cast<int64_t>(v[10 + kNumMemCategories + c]);
   }
   return r;
 }
@@ -192,6 +192,10 @@ json build_summary(const SummaryInput& in) {
   s["precision"] = c ? json(precision_name(c->precision)) : json(nullptr);
   s["device"] = in.device.empty() ? json(nullptr) : json(in.device);
   s["model"] = in.model ? in.model->to_json() : json(nullptr);
+  // The loss a perfect model approaches on the synthetic Markov data.
+  s["data"] = in.model ? json{{"kind", "markov"},
+                              {"entropy_floor_nats", MarkovData(in.model->vocab, in.model->seq, 0).entropy_floor()}}
+                       : json(nullptr);
   s["batch"] = c ? json{{"micro", c->micro_batch}, {"grad_accum", c->grad_accum}, {"global", c->train_batch_size}}
                  : json(nullptr);
   json steps = json::array();

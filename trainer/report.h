@@ -39,7 +39,7 @@ struct RankReport {
   EngineMemory memory;     // engine-owned model states (exact, from tensor sizes)
   MemorySnapshot device;   // the tracking allocator's view (peaks, categories)
   double comm_wait_s = 0, step_s = 0;
-  static constexpr int kPacked = 11 + 2 * kNumMemCategories;
+  static constexpr int kPacked = 10 + 2 * kNumMemCategories;
   std::vector<double> pack() const;
   static RankReport unpack(const double* v);
 };

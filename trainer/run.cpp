@@ -17,6 +17,7 @@
 #include "device/errors.h"
 #include "trainer/cli.h"
 #include "trainer/hang.h"
+#include "trainer/data.h"
 #include "trainer/launch.h"
 #include "trainer/report.h"
 #include "trainer/trace.h"
@@ -215,7 +216,8 @@ int run_command(int argc, char** argv) {
                 << " layers, hidden " << model.hidden << ", heads " << model.heads << ", seq " << model.seq
                 << ", vocab " << model.vocab << "\n"
                 << "[zrepro] batch: micro " << cfg.micro_batch << " x gas " << cfg.grad_accum << " x world "
-                << world << " = " << cfg.train_batch_size << " samples/step\n"
+                << world << " = " << cfg.train_batch_size << " samples/step; data: Markov chain, a perfect model "
+                << "reaches " << fmt(MarkovData(model.vocab, model.seq, topt.seed).entropy_floor(), 3) << " nats\n"
                 << std::flush;
     }
 

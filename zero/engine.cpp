@@ -112,14 +112,7 @@ EngineMemory ZeroEngine::memory() const {
     const bool aliased = s.master.data_ptr() == groups_[l]->owned_params().data_ptr();
     m.optimizer_states += (aliased ? 2 : 3) * s.master.numel() * 4;
   }
-  m.comm_buffers_peak = comm_buffers_peak_;
   return m;
-}
-
-void ZeroEngine::note_comm_buffers() {
-  int64_t b = reducer_ ? reducer_->buffer_bytes() : 0;
-  for (auto& g : groups_) b += g->gathered_bytes();
-  comm_buffers_peak_ = std::max(comm_buffers_peak_, b);
 }
 
 // ---------------------------------------------------------------- model side
@@ -151,7 +144,6 @@ void ZeroEngine::reduce_grad(int layer, const std::vector<torch::Tensor>& grads)
     return;
   }
   reducer_->add(g, grads, owned_grads_);
-  note_comm_buffers();
   if (cfg_.zero.stage == 3) release(layer);
 }
 
@@ -171,7 +163,6 @@ void ZeroEngine::fetch(int layer) {
   groups_[layer]->unshard_start(comm_);
   if (trace_complete_) prefetch_from(pos_);
   groups_[layer]->unshard_wait();
-  note_comm_buffers();
 }
 
 void ZeroEngine::prefetch_from(size_t pos) {

@@ -53,10 +53,10 @@ struct StepResult {
   LossScaler::Event scale_event;
 };
 
-// Bytes of persistent storage this rank's engine owns, by DESIGN.md category,
-// and the peak of transient communication buffers (buckets, gathered stage-3 layers).
+// Bytes of persistent storage this rank's engine owns, by DESIGN.md category (the
+// tracking allocator measures the same categories; transient buffers only there).
 struct EngineMemory {
-  int64_t params = 0, grads = 0, optimizer_states = 0, comm_buffers_peak = 0;
+  int64_t params = 0, grads = 0, optimizer_states = 0;
 };
 
 class ZeroEngine {
@@ -97,7 +97,6 @@ class ZeroEngine {
   void fetch(int layer);
   void release(int layer);
   void prefetch_from(size_t pos);
-  void note_comm_buffers();
 
   EngineConfig cfg_;
   Communicator& comm_;
@@ -113,7 +112,6 @@ class ZeroEngine {
   LossScaler scaler_;
   LrSchedule schedule_;
   int64_t adam_steps_ = 0;
-  int64_t comm_buffers_peak_ = 0;
 
   // stage 3 trace (DeepSpeed's RECORD -> COMPLETE) and position in it
   std::vector<int> trace_;

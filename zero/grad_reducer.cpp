@@ -50,13 +50,6 @@ void GradReducer::allocate_buffers() {
     if (!b.defined()) b = torch::empty({buffer_numel_}, torch::TensorOptions().dtype(dtype_).device(device_));
 }
 
-int64_t GradReducer::buffer_bytes() const {
-  int64_t n = 0;
-  for (const auto& b : buffers_)
-    if (b.defined()) n += b.numel() * b.element_size();
-  return n;
-}
-
 void GradReducer::add(int g, const torch::Tensor& full, std::vector<torch::Tensor>& owned) {
   add_pieces(g, [&](int64_t begin, torch::Tensor dst) { dst.copy_(full.narrow(0, begin, dst.numel())); }, owned);
 }

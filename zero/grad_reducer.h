@@ -42,8 +42,6 @@ class GradReducer {
   // Waits for all launched buckets and accumulates their results; frees buffers.
   void finish(std::vector<torch::Tensor>& owned);
 
-  size_t bucket_count() const { return buckets_.size(); }
-  int64_t buffer_bytes() const;  // bucket buffers currently allocated
 
  private:
   struct Unit {

@@ -15,7 +15,6 @@ class LrSchedule {
   double lr() const { return lr_at(iteration_); }
   double lr_at(int64_t last_batch_iteration) const;
   void step() { ++iteration_; }
-  int64_t iteration() const { return iteration_; }
 
  private:
   SchedulerConfig cfg_;

@@ -125,11 +125,6 @@ void ParamGroup::reshard() {
 
 int64_t ParamGroup::dynamic_numel() const { return cfg_.stage < 3 ? 0 : flat_tensor_.numel(); }
 
-int64_t ParamGroup::gathered_bytes() const {
-  if (cfg_.stage < 3) return 0;
-  return static_cast<int64_t>(flat_tensor_.storage().nbytes());
-}
-
 int64_t ParamGroup::full_grad_numel() const {
   return cfg_.stage < 3 ? flat_.padded_numel : layout_.full_numel;
 }

@@ -52,12 +52,10 @@ class ParamGroup {
 
   // --- stage 3: gather / release (start-wait pairs so gathers can overlap compute)
   bool unsharded() const { return gathered_; }
-  bool gather_in_flight() const { return !pending_.empty(); }
   void unshard_start(Communicator& comm);  // also refreshes stale persistent params
   void unshard_wait();
   void reshard();                          // frees the dynamic full buffer
   int64_t dynamic_numel() const;           // elements freed by reshard (padded)
-  int64_t gathered_bytes() const;          // dynamic full buffer currently materialised
   void mark_persistent_stale() { persistent_stale_ = true; }
 
   // --- gradients in the full layout (padded); this rank's rank-major slice layout
