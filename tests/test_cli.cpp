@@ -76,6 +76,13 @@ TEST(Cli, RunWritesSummaryAndMetrics) {
   for (std::string line; std::getline(metrics, line); ++lines) EXPECT_EQ(json::parse(line)["step"], lines);
   EXPECT_EQ(lines, 12);
   EXPECT_FALSE(std::filesystem::exists(out + "/metrics.jsonl.partial"));
+  // report.html: the same run drawn (status, loss polyline, memory bars, config table).
+  std::ifstream html(out + "/report.html");
+  const std::string page((std::istreambuf_iterator<char>(html)), std::istreambuf_iterator<char>());
+  EXPECT_NE(page.find("<span class='status'>ok</span>"), std::string::npos);
+  EXPECT_NE(page.find("<polyline"), std::string::npos);
+  EXPECT_NE(page.find("aria-label='memory per rank'"), std::string::npos);
+  EXPECT_NE(page.find("train_micro_batch_size_per_gpu"), std::string::npos);
 }
 
 TEST(Cli, BadConfigExitsTwoWithAConfigErrorSummary) {
@@ -121,6 +128,10 @@ TEST(Cli, LossScaleAtMinimumExitsFiveWithDeepSpeedLines) {
   EXPECT_NE(r.output.find("Current loss scale already at minimum"), std::string::npos) << r.output;
   json s = read_json(out + "/summary.json");
   EXPECT_EQ(s["status"], "diverged");
+  std::ifstream html(out + "/report.html");
+  const std::string page((std::istreambuf_iterator<char>(html)), std::istreambuf_iterator<char>());
+  EXPECT_NE(page.find("class='fail'"), std::string::npos);  // the failure box
+  EXPECT_NE(page.find("<circle"), std::string::npos);       // skipped steps marked
   EXPECT_EQ(s["failure"]["kind"], "numerical");
   EXPECT_EQ(s["skipped_steps"], 3);
   EXPECT_TRUE(s["steps"][2]["skipped"].get<bool>());

@@ -17,6 +17,7 @@
 #include "device/errors.h"
 #include "trainer/cli.h"
 #include "trainer/hang.h"
+#include "trainer/html_report.h"
 #include "trainer/data.h"
 #include "trainer/launch.h"
 #include "trainer/report.h"
@@ -130,8 +131,10 @@ int run_command(int argc, char** argv) {
     if (reports.empty()) reports.push_back(rank_report(rank, result, mem.snapshot()));
     SummaryInput in{status, have_cfg ? &cfg : nullptr, have_model ? &model : nullptr, dev.description,
                     have_cfg ? &result : nullptr, std::move(reports), std::move(failure)};
-    const std::string name = rank == 0 ? "/summary.json" : "/summary_rank" + std::to_string(rank) + ".json";
-    write_file_atomic(out_dir + name, build_summary(in).dump(2) + "\n");
+    const std::string name = rank == 0 ? "summary" : "summary_rank" + std::to_string(rank);
+    const json summary = build_summary(in);
+    write_file_atomic(out_dir + "/" + name + ".json", summary.dump(2) + "\n");
+    if (rank == 0) write_file_atomic(out_dir + "/report.html", html_report(summary));
   };
   auto finish = [&](const std::string& status, json failure, int code) {
     progress.clear();

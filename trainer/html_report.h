@@ -1,0 +1,14 @@
+// report.html: one self-contained page (inline SVG, no scripts) drawn from
+// summary.json, for people who would rather look than grep: status and failure,
+// loss curve with skipped steps, device memory per rank by category against the
+// capacity, collectives, time breakdown and the effective config with sources.
+#pragma once
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace zrepro {
+
+std::string html_report(const nlohmann::json& summary);
+
+}  // namespace zrepro
