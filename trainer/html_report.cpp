@@ -109,7 +109,7 @@ std::string memory_svg(const json& memory) {
   for (int c = 0; c < 6; ++c) {
     o << "<rect x='" << lx << "' y='" << y + 18 << "' width='10' height='10' fill='" << colors[c] << "'/><text x='"
       << lx + 13 << "' y='" << y + 27 << "' font-size='11'>" << cats[c] << "</text>";
-    lx += 95;
+    lx += 115;
   }
   return o.str() + "</svg>";
 }
