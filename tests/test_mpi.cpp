@@ -352,3 +352,18 @@ TEST(Mpi, TraceJsonHasComputeAndCommLanesForEveryRank) {
   }
   EXPECT_FALSE(std::filesystem::exists(testing::TempDir() + "/zrepro_mpi_trace/out/trace"));
 }
+
+TEST(Mpi, OddSizesExercisePaddingStraddlingAndSplitBuckets) {
+  // Dimensions no world size divides, 3 ranks, a bucket size that splits layers:
+  // padded flats, straddling parameters, per-parameter stage-3 padding, split units.
+  const std::string cfg = R"({"train_batch_size": 6, "zero_optimization": {"stage": 0, "reduce_bucket_size": 3001,
+                              "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0}})";
+  const std::string dims = "--vocab 127 --hidden 60 --heads 4 --seq 31 --intermediate 201 --steps 5 ";
+  const RunResult ref = zrepro("odd_ref", cfg, dims);
+  for (int stage : {1, 2, 3})
+    expect_same_losses(ref,
+                       zrepro("odd" + std::to_string(stage), cfg,
+                              dims + "--ranks 3 --micro-batch 1 --grad-accum 2 --verify-replicas --zero-stage " +
+                                  std::to_string(stage)),
+                       1e-5, "odd sizes, stage " + std::to_string(stage));
+}

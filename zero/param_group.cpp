@@ -129,45 +129,34 @@ int64_t ParamGroup::full_grad_numel() const {
   return cfg_.stage < 3 ? flat_.padded_numel : layout_.full_numel;
 }
 
+int64_t ParamGroup::grad_offset(size_t i) const {
+  return cfg_.stage < 3 ? offsets_[i] : layout_.params[i].full_offset;
+}
+
 void ParamGroup::scatter_param_grads(const std::vector<torch::Tensor>& grads, torch::Tensor& full) const {
   torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < specs_.size(); ++i) {
-    if (!grads[i].defined()) continue;
-    const int64_t off = cfg_.stage < 3 ? offsets_[i] : layout_.params[i].full_offset;
-    full.narrow(0, off, specs_[i].numel()).add_(grads[i].reshape({-1}));
-  }
+  for (size_t i = 0; i < specs_.size(); ++i)
+    if (grads[i].defined()) full.narrow(0, grad_offset(i), specs_[i].numel()).add_(grads[i].reshape({-1}));
 }
 
 void ParamGroup::copy_grad_range(const std::vector<torch::Tensor>& grads, int64_t begin, torch::Tensor dst) const {
+  // Parameters sit at increasing offsets in both layouts: one ordered pass copies
+  // their parts of the range and zeroes the padding between and after them.
   const int64_t end = begin + dst.numel();
-  int64_t covered = 0;
+  int64_t pos = begin;  // first element of the range not written yet
   for (size_t i = 0; i < specs_.size(); ++i) {
-    const int64_t off = cfg_.stage < 3 ? offsets_[i] : layout_.params[i].full_offset;
+    const int64_t off = grad_offset(i);
     const int64_t lo = std::max(begin, off), hi = std::min(end, off + specs_[i].numel());
     if (lo >= hi) continue;
+    if (lo > pos) dst.narrow(0, pos - begin, lo - pos).zero_();
     torch::Tensor out = dst.narrow(0, lo - begin, hi - lo);
-    if (grads[i].defined()) {
+    if (grads[i].defined())
       out.copy_(grads[i].reshape({-1}).narrow(0, lo - off, hi - lo));
-    } else {
+    else
       out.zero_();
-    }
-    covered += hi - lo;
+    pos = hi;
   }
-  // Padding (and gaps) between or after parameters.
-  if (covered < dst.numel()) {
-    for (int64_t pos = begin; pos < end;) {
-      int64_t next = end;
-      bool in_param = false;
-      for (size_t i = 0; i < specs_.size(); ++i) {
-        const int64_t off = cfg_.stage < 3 ? offsets_[i] : layout_.params[i].full_offset;
-        const int64_t stop = off + specs_[i].numel();
-        if (pos >= off && pos < stop) { in_param = true; next = std::min(end, stop); break; }
-        if (off > pos) next = std::min(next, off);
-      }
-      if (!in_param) dst.narrow(0, pos - begin, next - pos).zero_();
-      pos = next;
-    }
-  }
+  if (pos < end) dst.narrow(0, pos - begin, end - pos).zero_();
 }
 
 torch::Tensor ParamGroup::owned_params() {

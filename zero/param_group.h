@@ -86,6 +86,7 @@ class ParamGroup {
   int64_t param_bytes() const;
 
  private:
+  int64_t grad_offset(size_t i) const;  // parameter i in the full gradient layout
   void free_storage(torch::Tensor& t);
   void alloc_storage(torch::Tensor& t);
 
