@@ -61,7 +61,6 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
     DeviceMemory::CategoryScope tag(MemCategory::grads);
     full_grads_.push_back(stage <= 1 ? torch::zeros({groups_.back()->full_grad_numel()}, opts) : torch::Tensor());
     owned_grads_.push_back(stage >= 2 ? torch::zeros({groups_.back()->owned_numel()}, opts) : torch::Tensor());
-    dyn_numel_.push_back(groups_.back()->dynamic_numel());
   }
   // DeepSpeed creates (and partitions) the optimizer states after the model: an
   // OOM here is "while partitioning optimizer states".
@@ -76,6 +75,13 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
     s.exp_avg = torch::zeros_like(s.master);
     s.exp_avg_sq = torch::zeros_like(s.master);
     states_.push_back(std::move(s));
+  }
+  if (stage == 3) {
+    std::vector<int64_t> dynamic;
+    for (auto& g : groups_) dynamic.push_back(g->dynamic_numel());
+    schedule3_ = std::make_unique<GatherSchedule>(
+        dynamic, GatherSchedule::Options{cfg.zero.stage3_prefetch_bucket_size, cfg.zero.stage3_max_live_parameters,
+                                         cfg.zero.stage3_max_reuse_distance});
   }
   if (stage >= 1) {
     std::vector<ParamGroup*> reverse;
@@ -150,56 +156,28 @@ void ZeroEngine::reduce_grad(int layer, const std::vector<torch::Tensor>& grads)
 // ---------------------------------------------------------------- stage 3 schedule
 
 void ZeroEngine::fetch(int layer) {
-  if (!trace_complete_) {
-    trace_.push_back(layer);
-  } else if (pos_ >= trace_.size() || trace_[pos_] != layer) {
-    // The model took another path than the recorded one: record again (DeepSpeed
-    // invalidates its trace the same way).
-    trace_.assign(1, layer);
-    trace_complete_ = false;
-  } else {
-    ++pos_;
-  }
-  groups_[layer]->unshard_start(comm_);
-  if (trace_complete_) prefetch_from(pos_);
+  const std::vector<int> prefetch = schedule3_->fetch(layer);
+  groups_[layer]->unshard_start(comm_);  // also refreshes stale persistent parameters
+  for (int l : prefetch) groups_[l]->unshard_start(comm_);
   groups_[layer]->unshard_wait();
 }
 
-void ZeroEngine::prefetch_from(size_t pos) {
-  int64_t live = 0, prefetching = 0;
-  for (auto& g : groups_)
-    if (g->unsharded()) live += g->dynamic_numel();
-  for (size_t k = pos; k < trace_.size(); ++k) {
-    if (prefetching >= cfg_.zero.stage3_prefetch_bucket_size ||
-        live + prefetching >= cfg_.zero.stage3_max_live_parameters)
-      break;
-    ParamGroup& g = *groups_[trace_[k]];
-    if (g.unsharded() || g.dynamic_numel() == 0) continue;
-    g.unshard_start(comm_);
-    prefetching += g.dynamic_numel();
-  }
-}
-
 void ZeroEngine::release(int layer) {
-  if (trace_complete_ &&
-      reused_within(trace_, pos_, layer, dyn_numel_, cfg_.zero.stage3_max_reuse_distance))
-    return;
-  groups_[layer]->reshard();
+  if (schedule3_->release(layer)) groups_[layer]->reshard();
 }
 
 // ---------------------------------------------------------------- loop side
 
 void ZeroEngine::begin_micro_step(int64_t step, int64_t micro_step) {
   comm_.set_position(step, micro_step);
-  pos_ = 0;
+  if (schedule3_) schedule3_->begin_micro_step();
 }
 
 void ZeroEngine::end_backward() {
   if (cfg_.zero.stage >= 2) reducer_->finish(owned_grads_);
   if (cfg_.zero.stage == 3) {
     for (auto& g : groups_) g->reshard();  // DeepSpeed's release_and_reset_all
-    trace_complete_ = true;
-    pos_ = 0;
+    schedule3_->end_backward();
   }
 }
 

@@ -19,6 +19,7 @@
 
 #include "offload/cpu_adam.h"
 #include "zero/comm/communicator.h"
+#include "zero/gather_schedule.h"
 #include "zero/grad_reducer.h"
 #include "zero/loss_scaler.h"
 #include "zero/lr_schedule.h"
@@ -96,7 +97,6 @@ class ZeroEngine {
  private:
   void fetch(int layer);
   void release(int layer);
-  void prefetch_from(size_t pos);
 
   EngineConfig cfg_;
   Communicator& comm_;
@@ -112,12 +112,7 @@ class ZeroEngine {
   LossScaler scaler_;
   LrSchedule schedule_;
   int64_t adam_steps_ = 0;
-
-  // stage 3 trace (DeepSpeed's RECORD -> COMPLETE) and position in it
-  std::vector<int> trace_;
-  std::vector<int64_t> dyn_numel_;
-  bool trace_complete_ = false;
-  size_t pos_ = 0;
+  std::unique_ptr<GatherSchedule> schedule3_;  // stage 3: gather / prefetch / release decisions
 };
 
 }  // namespace zrepro
