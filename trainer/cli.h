@@ -13,6 +13,7 @@ namespace zrepro {
 
 int run_command(int argc, char** argv);
 int config_command(int argc, char** argv);
+int plan_command(int argc, char** argv);
 int bench_comm(int argc, char** argv);
 int bench_adam(int argc, char** argv);
 

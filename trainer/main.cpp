@@ -9,6 +9,8 @@ int main(int argc, char** argv) {
   const char* usage =
       "usage: zrepro <command> [options]\n"
       "  run     train the toy GPT under a DeepSpeed config (--config FILE --model tiny --steps N --out DIR)\n"
+      "  plan    predict per-rank device memory and a fits/OOM verdict (--config FILE --model M --world-size N\n"
+      "          --device-memory SIZE [--json])\n"
       "  config  print the effective config, every value with its source (--config FILE [--json])\n"
       "  bench   benchmarks: `bench comm` (collectives vs raw MPI, nccl-tests format),\n"
       "          `bench adam` (fused CPU Adam vs LibTorch AdamW vs memory bandwidth)\n"
@@ -19,6 +21,7 @@ int main(int argc, char** argv) {
   }
   const std::string cmd = argv[1];
   if (cmd == "run") return zrepro::run_command(argc - 1, argv + 1);
+  if (cmd == "plan") return zrepro::plan_command(argc - 1, argv + 1);
   if (cmd == "config") return zrepro::config_command(argc - 1, argv + 1);
   if (cmd == "bench") {
     if (argc >= 3 && std::string(argv[2]) == "comm") return zrepro::bench_comm(argc - 2, argv + 2);
