@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
 
 namespace zrepro {
 
@@ -114,6 +115,7 @@ c10::DataPtr DeviceMemory::allocate(size_t n) const {
       return c10::DataPtr(data, data, &DeviceMemory::free_raw, c10::Device(c10::kCPU));
     }
     note_alloc(category, bytes);
+    if (std::getenv("ZREPRO_MEMLOG")) std::fprintf(stderr, "A %lld %s %s %lld\n", (long long)bytes, mem_category_name(static_cast<MemCategory>(category)), phase_name(phase_), (long long)s_.allocated);
   }
   c10::DataPtr inner = underlying_->allocate(n);
   void* data = inner.get();
@@ -140,6 +142,7 @@ void DeviceMemory::free_raw(void* ptr) {
     if (b.category >= 0) {
       m.s_.allocated -= b.bytes;
       m.s_.by_category[b.category] -= b.bytes;
+      if (std::getenv("ZREPRO_MEMLOG")) std::fprintf(stderr, "F %lld %s %s %lld\n", (long long)b.bytes, mem_category_name(static_cast<MemCategory>(b.category)), phase_name(m.phase_), (long long)m.s_.allocated);
     }
     if (b.cached.segment >= 0) {
       m.pool_.free(b.cached);  // cached, not returned: reserved stays

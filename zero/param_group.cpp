@@ -103,7 +103,11 @@ void ParamGroup::unshard_start(Communicator& comm) {
     if (persistent_[i] ? !per : !dyn) continue;
     const auto& p = layout_.params[i];
     torch::Tensor& buf = persistent_[i] ? persist_ : flat_tensor_;
-    pending_.push_back(comm.all_gather(buf.narrow(0, full_offsets_[i], p.padded_numel),
+    // The gather rewrites the parameter with its own values: write through an alias
+    // with its own version counter, so autograd does not see the views it saved for
+    // backward as modified in place (FSDP preserves the version counter likewise).
+    auto* dst = static_cast<char*>(buf.data_ptr()) + full_offsets_[i] * buf.element_size();
+    pending_.push_back(comm.all_gather(torch::from_blob(dst, {p.padded_numel}, buf.options()),
                                        shard_.narrow(0, p.shard_offset, p.slice_numel),
                                        "unshard " + name_ + "." + specs_[i].name));
   }
