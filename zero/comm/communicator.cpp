@@ -147,6 +147,10 @@ void Communicator::run_task(Task& t) {
       failure_handler_(e.what());
     }
   }
+  // Drop the tensors before signalling: a waiter that frees its buffer must really
+  // free it (device memory accounting would otherwise see it outlive the wait).
+  t.out = torch::Tensor();
+  t.in = torch::Tensor();
   {
     std::lock_guard<std::mutex> lock(t.work->mu_);
     t.work->done_ = true;
