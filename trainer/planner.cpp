@@ -303,7 +303,7 @@ class PlanSim {
     release(0);
     for (int l = 1; l < L; ++l) {
       fetch(l);
-      weight_copies(l, +1);
+      if (!ckpt_) weight_copies(l, +1);  // a checkpointed block saves them in its recomputation
       tape(ckpt_ ? GptTape::block_forward_no_grad : GptTape::block_forward);
       // cpu checkpointing keeps the block's input on the host: the previous output dies.
       if (cpu_ckpt_) tl_.add(MemCategory::activations, -sym_.at("n"));
@@ -322,11 +322,13 @@ class PlanSim {
       fetch(l);
       if (ckpt_) {
         fetch(l);  // the recomputation acquires the layer again
-        if (cpu_ckpt_) tl_.add(MemCategory::activations, sym_.at("n"));  // input back from the host copy
+        weight_copies(l, +1);
         tape(GptTape::block_forward);
         tape(GptTape::block_backward_recomputed);
         reduce(l);
         tape(GptTape::block_recompute_release);
+        // With cpu checkpointing one of those frees is the host copy of the input.
+        if (cpu_ckpt_) tl_.add(MemCategory::activations, sym_.at("n"));
       } else {
         tape(GptTape::block_backward);
         reduce(l);
