@@ -2,7 +2,7 @@
 // flag/key/file, summary.json and metrics.jsonl contents.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
+#include "tests/zrepro_process.h"
 
 #include <array>
 #include <cstdio>
@@ -15,21 +15,8 @@ using json = nlohmann::json;
 
 namespace {
 
-struct Result {
-  int code;
-  std::string output;  // stdout + stderr
-};
-
-Result zrepro(const std::string& args) {
-  std::string cmd = "timeout -k 5 120 " + std::string(ZREPRO_BIN) + " " + args + " 2>&1";
-  Result r{-1, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), p)) r.output.append(buf.data(), n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using Result = zrepro_test::Process;
+Result zrepro(const std::string& args) { return zrepro_test::zrepro_cmd(args); }
 
 std::string src(const std::string& rel) { return std::string(ZREPRO_SOURCE_DIR) + "/" + rel; }
 

@@ -4,7 +4,7 @@
 // step against theory, and the watchdog turning a collective mismatch into exit 4.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
+#include "tests/zrepro_process.h"
 
 #include <array>
 #include <chrono>
@@ -21,32 +21,9 @@ namespace {
 
 constexpr int64_t kPsi = 118528;  // tiny: every layer divides by 16, so no padding for N <= 8
 
-struct RunResult {
-  int code;
-  std::string output;
-  json summary;
-  std::vector<json> metrics;
-};
-
-RunResult zrepro(const std::string& name, const std::string& config_json, const std::string& args) {
-  const std::string dir = testing::TempDir() + "/zrepro_mpi_" + name;
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir + "/ds.json") << config_json;
-  // timeout: a regression that hangs fails the test instead of the whole suite.
-  const std::string cmd = "timeout -k 5 180 " + std::string(ZREPRO_BIN) + " run --config " + dir + "/ds.json --out " + dir + "/out " +
-                          args + " 2>&1";
-  RunResult r{-1, "", nullptr, {}};
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), p)) r.output.append(buf.data(), n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream s(dir + "/out/summary.json");
-  if (s) r.summary = json::parse(s);
-  std::ifstream m(dir + "/out/metrics.jsonl");
-  for (std::string line; std::getline(m, line);) r.metrics.push_back(json::parse(line));
-  return r;
+using zrepro_test::RunResult;
+RunResult zrepro(const std::string& name, const std::string& cfg, const std::string& args) {
+  return zrepro_test::zrepro_run(name, cfg, args);
 }
 
 std::string config(int stage, const std::string& extra = "") {
@@ -308,12 +285,8 @@ TEST(Scenario, BucketBuffers) {
 
 TEST(Bench, CommIsExactAndAdamReportsEveryColumn) {
   auto run = [](const std::string& args) {
-    std::string out;
-    FILE* p = popen(("timeout -k 5 120 " + std::string(ZREPRO_BIN) + " " + args + " 2>/dev/null").c_str(), "r");
-    std::array<char, 4096> buf;
-    while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-    const int status = pclose(p);
-    return std::make_pair(WIFEXITED(status) ? WEXITSTATUS(status) : -1, out);
+    const zrepro_test::Process p = zrepro_test::zrepro_cmd(args, 120, false);
+    return std::make_pair(p.code, p.output);
   };
   auto [code, out] = run("bench comm --ranks 4 --min-bytes 4K --max-bytes 256K --iters 2 --json");
   ASSERT_EQ(code, 0) << out;

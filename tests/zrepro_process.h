@@ -1,0 +1,70 @@
+// Running the zrepro binary from tests, as a user would: a command with a time
+// limit (a regression that hangs fails its test instead of the suite), its exit
+// code and output; `zrepro run` with a config written to a fresh folder and its
+// summary.json / metrics.jsonl read back.
+#pragma once
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace zrepro_test {
+
+struct Process {
+  int code;
+  std::string output;  // stdout (+ stderr unless discarded)
+};
+
+// `zrepro ARGS`, killed after timeout_s. keep_stderr false: stdout only.
+inline Process zrepro_cmd(const std::string& args, int timeout_s = 120, bool keep_stderr = true) {
+  const std::string cmd = "timeout -k 5 " + std::to_string(timeout_s) + " " + std::string(ZREPRO_BIN) + " " + args +
+                          (keep_stderr ? " 2>&1" : " 2>/dev/null");
+  Process r{-1, ""};
+  FILE* p = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) r.output.append(buf.data(), n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+inline std::string fresh_dir(const std::string& name) {
+  const std::string dir = testing::TempDir() + "/zrepro_" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+struct RunResult {
+  int code;
+  std::string output;
+  nlohmann::json summary;
+  std::vector<nlohmann::json> metrics;
+};
+
+// `zrepro run --config DIR/ds.json --out DIR/out ARGS` with config_json written to DIR.
+inline RunResult zrepro_run(const std::string& name, const std::string& config_json, const std::string& args) {
+  const std::string dir = fresh_dir("run_" + name);
+  std::ofstream(dir + "/ds.json") << config_json;
+  const Process p = zrepro_cmd("run --config " + dir + "/ds.json --out " + dir + "/out " + args, 180);
+  RunResult r{p.code, p.output, nullptr, {}};
+  std::ifstream s(dir + "/out/summary.json");
+  if (s) r.summary = nlohmann::json::parse(s);
+  std::ifstream m(dir + "/out/metrics.jsonl");
+  for (std::string line; std::getline(m, line);) r.metrics.push_back(nlohmann::json::parse(line));
+  return r;
+}
+
+}  // namespace zrepro_test
