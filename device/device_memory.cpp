@@ -6,7 +6,6 @@
 
 #include <cstdio>
 #include <cstring>
-#include <cstdlib>
 
 namespace zrepro {
 
@@ -70,6 +69,20 @@ void DeviceMemory::note_alloc(int category, int64_t bytes) const {
   }
 }
 
+void DeviceMemory::log_to(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (log_) std::fclose(log_);
+  log_ = path.empty() ? nullptr : std::fopen(path.c_str(), "w");
+  if (!path.empty() && !log_) throw std::runtime_error("cannot write the memory log " + path);
+}
+
+void DeviceMemory::log_event(char kind, int64_t bytes, int category) const {
+  if (!log_) return;
+  std::fprintf(log_, "%c %lld %s %s %lld\n", kind, static_cast<long long>(bytes),
+               mem_category_name(static_cast<MemCategory>(category)), phase_name(phase_),
+               static_cast<long long>(s_.allocated));
+}
+
 void DeviceMemory::copy_data(void* dest, const void* src, std::size_t count) const { std::memcpy(dest, src, count); }
 
 c10::DataPtr DeviceMemory::allocate(size_t n) const {
@@ -115,7 +128,7 @@ c10::DataPtr DeviceMemory::allocate(size_t n) const {
       return c10::DataPtr(data, data, &DeviceMemory::free_raw, c10::Device(c10::kCPU));
     }
     note_alloc(category, bytes);
-    if (std::getenv("ZREPRO_MEMLOG")) std::fprintf(stderr, "A %lld %s %s %lld\n", (long long)bytes, mem_category_name(static_cast<MemCategory>(category)), phase_name(phase_), (long long)s_.allocated);
+    log_event('A', bytes, category);
   }
   c10::DataPtr inner = underlying_->allocate(n);
   void* data = inner.get();
@@ -142,7 +155,7 @@ void DeviceMemory::free_raw(void* ptr) {
     if (b.category >= 0) {
       m.s_.allocated -= b.bytes;
       m.s_.by_category[b.category] -= b.bytes;
-      if (std::getenv("ZREPRO_MEMLOG")) std::fprintf(stderr, "F %lld %s %s %lld\n", (long long)b.bytes, mem_category_name(static_cast<MemCategory>(b.category)), phase_name(m.phase_), (long long)m.s_.allocated);
+      m.log_event('F', b.bytes, b.category);
     }
     if (b.cached.segment >= 0) {
       m.pool_.free(b.cached);  // cached, not returned: reserved stays

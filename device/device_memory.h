@@ -6,6 +6,7 @@
 // buffers that must not count as device memory are allocated under HostScope.
 #pragma once
 #include <array>
+#include <cstdio>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -60,6 +61,11 @@ class DeviceMemory : public c10::Allocator {
   std::string last_oom() const;
   MemorySnapshot at_oom() const;
 
+  // Every device allocation and free from now on, one line each: "A|F bytes
+  // category phase allocated_after" (how gpt_memory.cpp's tapes were derived; redo
+  // it after a LibTorch upgrade). Empty path: stop.
+  void log_to(const std::string& path);
+
   // RAII tags: allocations on this thread go to a category / bypass the device.
   struct CategoryScope {
     explicit CategoryScope(MemCategory c);
@@ -83,6 +89,7 @@ class DeviceMemory : public c10::Allocator {
   };
   void note_alloc(int category, int64_t bytes) const;
   static void free_raw(void* ptr);
+  void log_event(char kind, int64_t bytes, int category) const;  // under mu_
 
   c10::Allocator* underlying_ = nullptr;
   mutable std::mutex mu_;
@@ -94,6 +101,7 @@ class DeviceMemory : public c10::Allocator {
   mutable CachingPool pool_;
   mutable std::unordered_map<int64_t, c10::DataPtr> segments_;  // caching mode: backing memory
   Phase phase_ = Phase::init;
+  std::FILE* log_ = nullptr;
 };
 
 std::string format_bytes(int64_t bytes);  // "1.50 GiB", PyTorch style

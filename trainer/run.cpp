@@ -102,6 +102,9 @@ int run_command(int argc, char** argv) {
       ("allocator", "CPU-emulated device allocator: tracking (exact bytes), caching (CUDA caching allocator "
                     "emulation: rounding, segments, fragmentation) or plain (LibTorch's, untracked)",
        cxxopts::value<std::string>()->default_value("tracking"))
+      ("memory-log", "write every device allocation and free to this file (one line each, for re-deriving the "
+                     "planner's activation tapes after a LibTorch upgrade; rank r writes FILE.rank<r> when ranks > 1)",
+       cxxopts::value<std::string>())
       ("comm-timeout", "watchdog: seconds a collective may take before the job is declared hung",
        cxxopts::value<double>()->default_value("1800"))
       ("log-every", "step log line interval when steps_per_print is unset", cxxopts::value<int64_t>()->default_value("10"))
@@ -201,6 +204,15 @@ int run_command(int argc, char** argv) {
       if (allocator == "plain" && cap > 0)
         throw ConfigError("--device-memory needs a tracking allocator; drop --allocator plain");
       if (allocator != "plain") mem.install(cap, allocator == "caching");
+      if (r.count("memory-log")) {
+        if (allocator == "plain") throw ConfigError("--memory-log needs a tracking allocator; drop --allocator plain");
+        const std::string path = r["memory-log"].as<std::string>() + (world > 1 ? ".rank" + std::to_string(rank) : "");
+        try {
+          mem.log_to(path);
+        } catch (const std::exception& e) {
+          throw ConfigError("--memory-log: " + std::string(e.what()));
+        }
+      }
       dev.description += ", " + allocator + " allocator" + (cap > 0 ? ", capacity " + format_bytes(cap) : "");
     } else if (r.count("device-memory")) {
       throw ConfigError("--device-memory: only the CPU-emulated device takes a capacity in this build; use --device cpu");
