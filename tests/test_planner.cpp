@@ -12,6 +12,7 @@
 #include "tests/zrepro_process.h"
 #include "trainer/ds_config.h"
 #include "trainer/planner.h"
+#include "trainer/scale_down.h"
 #include "trainer/train.h"
 
 using namespace zrepro;
@@ -198,4 +199,83 @@ TEST(Planner, PlanCommandTableJsonAndExitCodes) {
   auto bad = zrepro_test::zrepro_cmd("plan --config " + cfg + " --world-size 0");
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.output.find("--world-size"), std::string::npos) << bad.output;
+}
+
+namespace {
+const char* kZero2Bf16 = R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+  "bf16": {"enabled": true}, "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
+  "zero_optimization": {"stage": 2, "overlap_comm": true}})";
+}  // namespace
+
+TEST(ScaleDown, ToyKeepsEveryCategorysShareOfCapacity) {
+  ScaleRequest req;
+  req.target = resolve_model("gpt2-xl");
+  req.world_size = 4;
+  ConfigFlags f;
+  f.world_size = 4;
+  f.hidden_size = req.target.hidden;
+  req.cfg = parse_ds_config(kZero2Bf16, "z2.json", f);
+  req.target_capacity = 40000000000;
+  const ScaleDown sd = scale_down(req);
+  EXPECT_LE(sd.toy.param_count(), kAutoToyParams);
+  EXPECT_EQ(sd.toy.layers, req.target.layers);
+  EXPECT_EQ(sd.toy.heads, req.target.heads);
+  EXPECT_EQ(sd.toy.hidden % sd.toy.heads, 0);
+  EXPECT_NEAR(sd.factor, static_cast<double>(req.target.param_count()) / sd.toy.param_count(), 1e-9);
+  EXPECT_EQ(sd.toy_cfg.zero.reduce_bucket_size, std::llround(5e8 / sd.factor));
+  EXPECT_EQ(sd.toy_capacity, std::llround(4e10 / sd.factor));
+  for (const auto& row : sd.fidelity)
+    if (row.target_share > 0.01) EXPECT_NEAR(row.toy_share, row.target_share, 0.05 * row.target_share) << row.category;
+  EXPECT_FALSE(sd.target_plan.fits);
+  EXPECT_EQ(sd.toy_plan.fits, sd.target_plan.fits);
+  EXPECT_EQ(sd.toy_plan.oom_phase, sd.target_plan.oom_phase);
+  EXPECT_TRUE(sd.warnings.empty()) << sd.warnings.front();
+  // An explicit factor: K = 4096 shrinks hidden by 64.
+  req.scale = 4096;
+  const ScaleDown k = scale_down(req);
+  EXPECT_EQ(k.toy.hidden, 25);  // 1600 / 64, a multiple of the 25 heads
+}
+
+// Done-when of the memory issue: the toy reproduces the OOM the planner predicts for
+// the target, in the same phase, and the fix config removes it.
+TEST(ScaleDown, ToyRunReproducesThePredictedOomAndTheFix) {
+  const std::string target = "--target-model gpt2-xl --target-device-memory 40GB --steps 2 --ranks 2";
+  zrepro_test::RunResult oom = zrepro_test::zrepro_run("sd_oom", kZero2Bf16, target);
+  ASSERT_EQ(oom.code, 3) << oom.output;
+  const auto& sd = oom.summary["scale_down"];
+  ASSERT_EQ(sd["target_planned"]["verdict"], "oom");
+  EXPECT_EQ(oom.summary["failure"]["phase"], sd["target_planned"]["oom_phase"]);
+  EXPECT_NE(oom.output.find("share of capacity"), std::string::npos) << oom.output;
+  zrepro_test::RunResult fixed = zrepro_test::zrepro_run("sd_fix", kZero2Bf16, target + " --activation-checkpointing");
+  ASSERT_EQ(fixed.code, 0) << fixed.output;
+  EXPECT_EQ(fixed.summary["scale_down"]["target_planned"]["verdict"], "fits");
+  // The run's own measured peak against the planner's figure for the toy.
+  const double measured = fixed.summary["memory"]["ranks"][0]["peak_bytes"];
+  const double planned = fixed.summary["memory"]["planned"]["peak_bytes"];
+  EXPECT_LE(std::abs(planned - measured) / measured, 0.05);
+
+  // One rank runs out while partitioning the optimizer states; four ranks get past it.
+  const char* zero1 = R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true},
+    "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}, "zero_optimization": {"stage": 1}})";
+  const std::string t27 = "--target-model gpt3-2.7b --target-device-memory 40GB --steps 1 --activation-checkpointing";
+  zrepro_test::RunResult one = zrepro_test::zrepro_run("sd_one", zero1, t27);
+  EXPECT_EQ(one.code, 3) << one.output;
+  EXPECT_EQ(one.summary["failure"]["phase"], "partition");
+  EXPECT_EQ(one.summary["scale_down"]["target_planned"]["oom_phase"], "partition");
+  zrepro_test::RunResult four = zrepro_test::zrepro_run("sd_four", zero1, t27 + " --ranks 4");
+  EXPECT_EQ(four.code, 0) << four.output;
+}
+
+TEST(ScaleDown, BadFlagsExitTwoNamingTheFlag) {
+  const std::string base = "--target-model gpt2-xl --steps 1";
+  auto mismatch = zrepro_test::zrepro_run("sd_bad1", kZero2Bf16, base + " --target-device-memory 40GB --target-world-size 8");
+  EXPECT_EQ(mismatch.code, 2);
+  EXPECT_NE(mismatch.output.find("--target-world-size 8"), std::string::npos) << mismatch.output;
+  EXPECT_NE(mismatch.output.find("--ranks 8"), std::string::npos) << mismatch.output;
+  auto no_cap = zrepro_test::zrepro_run("sd_bad2", kZero2Bf16, base);
+  EXPECT_EQ(no_cap.code, 2);
+  EXPECT_NE(no_cap.output.find("--target-device-memory"), std::string::npos) << no_cap.output;
+  auto bad_k = zrepro_test::zrepro_run("sd_bad3", kZero2Bf16, base + " --target-device-memory 40GB --scale 0.5");
+  EXPECT_EQ(bad_k.code, 2);
+  EXPECT_NE(bad_k.output.find("--scale"), std::string::npos) << bad_k.output;
 }

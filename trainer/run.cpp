@@ -21,6 +21,7 @@
 #include "trainer/data.h"
 #include "trainer/launch.h"
 #include "trainer/report.h"
+#include "trainer/scale_down.h"
 #include "trainer/trace.h"
 #include "trainer/train.h"
 #include "zero/comm/mpi_communicator.h"
@@ -111,6 +112,12 @@ int run_command(int argc, char** argv) {
       ("threads", "intra-op threads per rank", cxxopts::value<int>()->default_value("1"))
       ("inject", "fault injection KIND:RANK[:ARG] (repeatable): inf-grad:R[:STEPS], gas-mismatch:R, "
                  "skip-forward:R[:STEP], straggler:R:MS", cxxopts::value<std::vector<std::string>>())
+      ("target-model", "scale down from this model (preset or HF config.json): train a toy that keeps each memory "
+                       "category's share of --target-device-memory", cxxopts::value<std::string>())
+      ("target-world-size", "ranks of the target run (default and required: this run's)", cxxopts::value<int>())
+      ("target-device-memory", "the target's device capacity, e.g. 80GB", cxxopts::value<std::string>())
+      ("scale", "scale-down parameter factor K, or auto (a toy of at most 2M parameters)",
+       cxxopts::value<std::string>()->default_value("auto"))
       ("activation-checkpointing", "recompute each block in backward (HF gradient_checkpointing); the "
                                    "config's activation_checkpointing.cpu_checkpointing keeps checkpoints on the host")
       ("verify-replicas", "stages 0-2: check after every step that all ranks hold bit-identical parameters")
@@ -124,6 +131,8 @@ int run_command(int argc, char** argv) {
   bool have_cfg = false, have_model = false;
   Progress progress(true);
   std::unique_ptr<Ranks> ranks;
+  std::unique_ptr<ScaleDown> scaled;  // --target-model: the toy derived from the target
+  json planned;                       // the planner's prediction for this run (CPU-emulated device)
   int rank = 0;
 
   // Rank 0 writes the summary from every rank's report. A run that fails writes
@@ -135,7 +144,9 @@ int run_command(int argc, char** argv) {
     SummaryInput in{status, have_cfg ? &cfg : nullptr, have_model ? &model : nullptr, dev.description,
                     have_cfg ? &result : nullptr, std::move(reports), std::move(failure)};
     const std::string name = rank == 0 ? "summary" : "summary_rank" + std::to_string(rank);
-    const json summary = build_summary(in);
+    json summary = build_summary(in);
+    if (!planned.is_null()) summary["memory"]["planned"] = planned;
+    if (scaled) summary["scale_down"] = scaled->to_json();
     write_file_atomic(out_dir + "/" + name + ".json", summary.dump(2) + "\n");
     if (rank == 0) write_file_atomic(out_dir + "/report.html", html_report(summary));
   };
@@ -190,9 +201,37 @@ int run_command(int argc, char** argv) {
           throw ConfigError("--inject \"" + s + "\": rank " + std::to_string(topt.inject.back().rank) +
                             " does not exist in a world of " + std::to_string(world));
       }
-    model = model_from(r);
+    if (r.count("target-model")) {
+      if (r.count("model")) throw ConfigError("--model and --target-model: give one; the toy is derived from the target");
+      if (r.count("device-memory"))
+        throw ConfigError("--device-memory and --target-device-memory: give the target's; the toy's capacity is derived");
+      const int target_world = r.count("target-world-size") ? r["target-world-size"].as<int>() : world;
+      if (target_world != world)
+        throw ConfigError("--target-world-size " + std::to_string(target_world) + ": this run has " +
+                          std::to_string(world) + " rank(s); ZeRO's per-rank partitions depend on the world size, so "
+                          "run the toy on as many ranks: --ranks " + std::to_string(target_world));
+      if (!r.count("target-device-memory"))
+        throw ConfigError("--target-device-memory: required with --target-model, e.g. --target-device-memory 80GB");
+      ScaleRequest sr;
+      sr.target = resolve_model(r["target-model"].as<std::string>());
+      sr.cfg = load_ds_config(require_config(r), flags_from(r, sr.target, world, topt.steps));
+      sr.world_size = world;
+      sr.target_capacity = parse_size("--target-device-memory", r["target-device-memory"].as<std::string>());
+      const std::string k = r["scale"].as<std::string>();
+      if (k != "auto") {
+        size_t used = 0;
+        try { sr.scale = std::stod(k, &used); } catch (const std::exception&) { used = 0; }
+        if (used != k.size() || sr.scale < 1) throw ConfigError("--scale: got \"" + k + "\", expected auto or a factor >= 1");
+      }
+      sr.activation_checkpointing = topt.activation_checkpointing;
+      scaled = std::make_unique<ScaleDown>(scale_down(sr));
+      model = scaled->toy;
+      cfg = scaled->toy_cfg;
+    } else {
+      model = model_from(r);
+      cfg = load_ds_config(require_config(r), flags_from(r, model, world, topt.steps));
+    }
     have_model = true;
-    cfg = load_ds_config(require_config(r), flags_from(r, model, world, topt.steps));
     have_cfg = true;
     dev = select_device(r["device"].as<std::string>(), mpi_local_rank());
     topt.device = dev.device;
@@ -200,7 +239,9 @@ int run_command(int argc, char** argv) {
     if (allocator != "tracking" && allocator != "caching" && allocator != "plain")
       throw ConfigError("--allocator: got \"" + allocator + "\", expected tracking, caching or plain");
     if (dev.device.is_cpu()) {
-      const int64_t cap = r.count("device-memory") ? parse_size("--device-memory", r["device-memory"].as<std::string>()) : 0;
+      const int64_t cap = scaled ? scaled->toy_capacity
+                          : r.count("device-memory") ? parse_size("--device-memory", r["device-memory"].as<std::string>())
+                                                     : 0;
       if (allocator == "plain" && cap > 0)
         throw ConfigError("--device-memory needs a tracking allocator; drop --allocator plain");
       if (allocator != "plain") mem.install(cap, allocator == "caching");
@@ -214,7 +255,14 @@ int run_command(int argc, char** argv) {
         }
       }
       dev.description += ", " + allocator + " allocator" + (cap > 0 ? ", capacity " + format_bytes(cap) : "");
-    } else if (r.count("device-memory")) {
+      PlanRequest pr;
+      pr.model = model;
+      pr.cfg = cfg;
+      pr.world_size = world;
+      pr.device_capacity = cap;
+      pr.activation_checkpointing = topt.activation_checkpointing;
+      planned = plan_memory(pr).to_json();
+    } else if (r.count("device-memory") || scaled) {
       throw ConfigError("--device-memory: only the CPU-emulated device takes a capacity in this build; use --device cpu");
     }
 
@@ -224,6 +272,20 @@ int run_command(int argc, char** argv) {
     if (rank == 0) {
       for (const auto& w : cfg.warnings) std::cout << "[zrepro] warning: " << w << "\n";
       if (r.count("print-config")) std::cout << format_config_dump(cfg);
+      if (scaled) {
+        const MemoryPlan& tp = scaled->target_plan;
+        std::cout << "[zrepro] scale-down: target " << scaled->target.name << " ("
+                  << scaled->target.param_count() << " params) on " << world << " rank(s) with "
+                  << format_bytes(tp.capacity) << " -> toy " << model.param_count() << " params (factor "
+                  << fmt(scaled->factor, 5) << ", hidden " << model.hidden << ", seq " << model.seq << ", vocab "
+                  << model.vocab << ") with " << format_bytes(scaled->toy_capacity) << "\n[zrepro] scaled:";
+        for (const auto& k : scaled->scaled_keys) std::cout << " " << k << ";";
+        std::cout << "\n[zrepro] planner, target: "
+                  << (tp.fits ? std::string("fits") : "OOM in phase " + std::string(phase_name(tp.oom_phase)))
+                  << " (peak " << format_bytes(tp.peak_bytes) << " per rank); fidelity (planned, at the peak):\n"
+                  << scaled->table();
+        for (const auto& w : scaled->warnings) std::cout << "[zrepro] warning: " << w << "\n";
+      }
       std::cout << "[zrepro] world_size=" << world << " zero_stage=" << cfg.zero.stage
                 << " precision=" << precision_name(cfg.precision) << " device=" << dev.description
                 << " comm=" << comm.backend() << "\n"
