@@ -21,6 +21,7 @@ namespace {
 
 constexpr int64_t kPsi = 118528;  // tiny: every layer divides by 16, so no padding for N <= 8
 
+using zrepro_test::expect_same_losses;
 using zrepro_test::RunResult;
 RunResult zrepro(const std::string& name, const std::string& cfg, const std::string& args) {
   return zrepro_test::zrepro_run(name, cfg, args);
@@ -31,22 +32,6 @@ std::string config(int stage, const std::string& extra = "") {
              "zero_optimization": {"stage": )" +
          std::to_string(stage) + R"(, "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0}
              )" + extra + "}";
-}
-
-void expect_same_losses(const RunResult& ref, const RunResult& r, double tol, const std::string& what) {
-  ASSERT_EQ(ref.code, 0) << ref.output;
-  ASSERT_EQ(r.code, 0) << what << "\n" << r.output;
-  const auto& a = ref.summary["steps"];
-  const auto& b = r.summary["steps"];
-  ASSERT_EQ(a.size(), b.size()) << what;
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double la = a[i]["loss"], lb = b[i]["loss"];
-    worst = std::max(worst, std::abs(la - lb) / std::abs(la));
-    EXPECT_NEAR(double(a[i]["grad_norm"]), double(b[i]["grad_norm"]), 10 * tol * double(a[i]["grad_norm"]))
-        << what << " step " << i;
-  }
-  EXPECT_LE(worst, tol) << what;
 }
 
 void expect_replicas_identical(const RunResult& r) {
@@ -229,58 +214,6 @@ TEST(Mpi, OutOfMemoryOnEveryRankEndsWithExitThreeAndABreakdown) {
   EXPECT_TRUE(std::filesystem::exists(dir + "/summary_rank1.json"));
   const std::string config_path = testing::TempDir() + "/zrepro_mpi_oom/ds.json";
   EXPECT_NE(std::system(("pgrep -f '[z]repro run --config " + config_path + "' > /dev/null").c_str()), 0);
-}
-
-TEST(Scenario, OptimizerPartitionOom) {
-  std::ifstream in(std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/optimizer-partition-oom/ds_config.json");
-  const std::string cfg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  RunResult one = zrepro("opt_oom1", cfg, "--model small --device-memory 48MB --steps 2");
-  EXPECT_EQ(one.code, 3) << one.output;
-  EXPECT_EQ(one.summary["failure"]["phase"], "partition");
-  EXPECT_NE(one.summary["failure"]["hint"].get<std::string>().find("Optimizer states"), std::string::npos);
-  RunResult four = zrepro("opt_oom4", cfg, "--model small --device-memory 48MB --steps 2 --ranks 4");
-  ASSERT_EQ(four.code, 0) << four.output;
-  const int64_t psi = four.summary["model"]["params"];
-  for (const auto& rank : four.summary["memory"]["ranks"]) {
-    EXPECT_EQ(rank["by_category"]["optimizer_states"], 12 * psi / 4);
-    EXPECT_LE(rank["peak_bytes"].get<int64_t>(), 48000000);
-  }
-}
-
-TEST(Scenario, FirstBatchActivations) {
-  std::ifstream in(std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/first-batch-activations/ds_config.json");
-  const std::string cfg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::string base = "--model small --steps 3 ";
-  RunResult ref = zrepro("fba_ref", cfg, base);
-  RunResult fail = zrepro("fba_fail", cfg, base + "--device-memory 120MB");
-  EXPECT_EQ(fail.code, 3) << fail.output;
-  const std::string phase = fail.summary["failure"]["phase"];
-  EXPECT_TRUE(phase == "forward" || phase == "backward") << phase;
-  EXPECT_NE(fail.summary["failure"]["hint"].get<std::string>().find("activation checkpointing"), std::string::npos);
-  RunResult ckpt = zrepro("fba_ckpt", cfg, base + "--device-memory 120MB --activation-checkpointing");
-  RunResult split = zrepro("fba_split", cfg, base + "--device-memory 120MB --micro-batch 2");
-  EXPECT_EQ(split.summary["batch"]["grad_accum"], 4);
-  expect_same_losses(ref, ckpt, 1e-6, "activation checkpointing");
-  expect_same_losses(ref, split, 1e-5, "micro 2 x gas 4");
-}
-
-TEST(Scenario, BucketBuffers) {
-  auto read = [](const char* name) {
-    std::ifstream in(std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/bucket-buffers/" + name);
-    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  };
-  RunResult fail = zrepro("bb_fail", read("ds_config.json"), "--ranks 2 --device-memory 256MB --steps 3");
-  EXPECT_EQ(fail.code, 3) << fail.output;
-  EXPECT_EQ(fail.summary["failure"]["phase"], "backward");
-  EXPECT_NE(fail.summary["failure"]["message"].get<std::string>().find("category comm_buffers"), std::string::npos);
-  RunResult fixed = zrepro("bb_fixed", read("fixed.json"), "--ranks 2 --device-memory 256MB --steps 3");
-  ASSERT_EQ(fixed.code, 0) << fixed.output;
-  // Unconstrained, the peaks differ by the bucket bytes: (5e8 - 5e5) fp32 elements.
-  RunResult big = zrepro("bb_big", read("ds_config.json"), "--ranks 2 --steps 2");
-  RunResult small = zrepro("bb_small", read("fixed.json"), "--ranks 2 --steps 2");
-  const double diff = big.summary["memory"]["ranks"][0]["peak_bytes"].get<double>() -
-                      small.summary["memory"]["ranks"][0]["peak_bytes"].get<double>();
-  EXPECT_NEAR(diff, 4.0 * (5e8 - 5e5), 0.01 * 4.0 * (5e8 - 5e5));
 }
 
 TEST(Bench, CommIsExactAndAdamReportsEveryColumn) {

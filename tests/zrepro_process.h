@@ -67,4 +67,21 @@ inline RunResult zrepro_run(const std::string& name, const std::string& config_j
   return r;
 }
 
+// Same loss (relative tol) and grad norm (10 x tol) at every step of two completed runs.
+inline void expect_same_losses(const RunResult& ref, const RunResult& r, double tol, const std::string& what) {
+  ASSERT_EQ(ref.code, 0) << ref.output;
+  ASSERT_EQ(r.code, 0) << what << "\n" << r.output;
+  const auto& a = ref.summary["steps"];
+  const auto& b = r.summary["steps"];
+  ASSERT_EQ(a.size(), b.size()) << what;
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double la = a[i]["loss"], lb = b[i]["loss"];
+    worst = std::max(worst, std::abs(la - lb) / std::abs(la));
+    EXPECT_NEAR(double(a[i]["grad_norm"]), double(b[i]["grad_norm"]), 10 * tol * double(a[i]["grad_norm"]))
+        << what << " step " << i;
+  }
+  EXPECT_LE(worst, tol) << what;
+}
+
 }  // namespace zrepro_test

@@ -56,7 +56,7 @@ class Progress {
 };
 
 // What to try, from the phase and the category that filled the device (SCENARIOS.md 1).
-std::string oom_hint(const MemorySnapshot& at, Phase phase) {
+std::string oom_hint(const MemorySnapshot& at, Phase phase, int zero_stage) {
   int top = 0;
   for (int c = 1; c < kNumMemCategories; ++c)
     if (at.by_category[c] > at.by_category[top]) top = c;
@@ -70,6 +70,14 @@ std::string oom_hint(const MemorySnapshot& at, Phase phase) {
                        "stage >= 1, or offload_optimizer to cpu.";
     case Phase::forward:
     case Phase::backward:
+      // Stages 0-2 keep every 16-bit parameter on every rank (SCENARIOS.md zero2-params-dont-fit).
+      if (zero_stage < 3 && at.capacity > 0 &&
+          at.by_category[static_cast<int>(MemCategory::params)] * 4 > at.capacity)
+        return largest + "The full 16-bit parameters take " +
+               std::to_string(100 * at.by_category[static_cast<int>(MemCategory::params)] / at.capacity) +
+               "% of the device on every rank (stage " + std::to_string(zero_stage) +
+               " does not shard them): ZeRO stage 3 keeps 1/N of them per rank; otherwise activation "
+               "checkpointing or a smaller micro-batch.";
       return largest + "Model states fit but this micro-batch's activations or buffers do not: activation "
                        "checkpointing, or a smaller micro-batch with more gradient accumulation (same global batch); "
                        "if comm_buffers dominate, smaller reduce_bucket_size / stage3_prefetch_bucket_size.";
@@ -426,7 +434,7 @@ int run_command(int argc, char** argv) {
     const MemorySnapshot at = mem.at_oom();
     const std::string msg = mem.last_oom().empty() ? e.what_without_backtrace() : mem.last_oom();
     std::cerr << "[zrepro] rank " << rank << ": torch.OutOfMemoryError: " << msg << std::endl;
-    json failure = make_failure("oom", rank, phase_name(mem.phase()), msg, "zero-stage", oom_hint(at, mem.phase()));
+    json failure = make_failure("oom", rank, phase_name(mem.phase()), msg, "zero-stage", oom_hint(at, mem.phase(), have_cfg ? cfg.zero.stage : 0));
     json breakdown = json::object();
     for (int c = 0; c < kNumMemCategories; ++c) breakdown[mem_category_name(static_cast<MemCategory>(c))] = at.by_category[c];
     failure["by_category"] = breakdown;
