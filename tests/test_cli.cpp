@@ -20,12 +20,7 @@ Result zrepro(const std::string& args) { return zrepro_test::zrepro_cmd(args); }
 
 std::string src(const std::string& rel) { return std::string(ZREPRO_SOURCE_DIR) + "/" + rel; }
 
-std::string tmpdir(const std::string& name) {
-  std::string d = testing::TempDir() + "/zrepro_cli_" + name;
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
-}
+std::string tmpdir(const std::string& name) { return zrepro_test::fresh_dir("cli_" + name); }
 
 std::string write(const std::string& dir, const std::string& text) {
   std::string p = dir + "/ds_config.json";

@@ -174,7 +174,7 @@ TEST(Mpi, WatchdogTurnsAGasMismatchIntoExitFourOnEveryRank) {
   EXPECT_EQ(r.summary["status"], "hang");
   EXPECT_EQ(r.summary["failure"]["checkpoint"], "communication");
   EXPECT_EQ(r.summary["failure"]["rank"], 2);
-  const std::string dir = testing::TempDir() + "/zrepro_mpi_hang/out";
+  const std::string dir = r.dir + "/out";
   std::ifstream h(dir + "/hang_report.json");
   ASSERT_TRUE(h.good());
   json report = json::parse(h);
@@ -182,7 +182,7 @@ TEST(Mpi, WatchdogTurnsAGasMismatchIntoExitFourOnEveryRank) {
   EXPECT_EQ(report["diagnosis"]["culprit_ranks"], json::array({2}));
   for (int k = 0; k < 4; ++k) EXPECT_TRUE(std::filesystem::exists(dir + "/flight/rank" + std::to_string(k) + ".json"));
   // No orphan: nothing of this run is still alive ("[z]" keeps pgrep from matching its own shell).
-  const std::string config_path = testing::TempDir() + "/zrepro_mpi_hang/ds.json";
+  const std::string config_path = r.dir + "/ds.json";
   EXPECT_NE(std::system(("pgrep -f '[z]repro run --config " + config_path + "' > /dev/null").c_str()), 0);
 }
 
@@ -210,9 +210,9 @@ TEST(Mpi, OutOfMemoryOnEveryRankEndsWithExitThreeAndABreakdown) {
   for (auto& [k, v] : f["by_category"].items()) sum += v.get<int64_t>();
   EXPECT_EQ(sum, f["allocated_bytes"].get<int64_t>());
   EXPECT_LE(f["allocated_bytes"].get<int64_t>(), 1048576);
-  const std::string dir = testing::TempDir() + "/zrepro_mpi_oom/out";
+  const std::string dir = r.dir + "/out";
   EXPECT_TRUE(std::filesystem::exists(dir + "/summary_rank1.json"));
-  const std::string config_path = testing::TempDir() + "/zrepro_mpi_oom/ds.json";
+  const std::string config_path = r.dir + "/ds.json";
   EXPECT_NE(std::system(("pgrep -f '[z]repro run --config " + config_path + "' > /dev/null").c_str()), 0);
 }
 
@@ -241,7 +241,7 @@ TEST(Bench, CommIsExactAndAdamReportsEveryColumn) {
 TEST(Mpi, TraceJsonHasComputeAndCommLanesForEveryRank) {
   RunResult r = zrepro("trace", config(3), "--steps 3 --ranks 2");
   ASSERT_EQ(r.code, 0) << r.output;
-  std::ifstream in(testing::TempDir() + "/zrepro_mpi_trace/out/trace.json");
+  std::ifstream in(r.dir + "/out/trace.json");
   ASSERT_TRUE(in.good());
   json t = json::parse(in);
   std::map<std::pair<int, std::string>, int> count;
@@ -256,7 +256,7 @@ TEST(Mpi, TraceJsonHasComputeAndCommLanesForEveryRank) {
     for (auto& [op, s] : r.summary["comm"]["ops"].items()) calls += s["calls_per_step"].get<double>() * 3;
     EXPECT_EQ(comm, static_cast<int>(calls)) << "rank " << rank;
   }
-  EXPECT_FALSE(std::filesystem::exists(testing::TempDir() + "/zrepro_mpi_trace/out/trace"));
+  EXPECT_FALSE(std::filesystem::exists(r.dir + "/out/trace"));
 }
 
 TEST(Mpi, OddSizesExercisePaddingStraddlingAndSplitBuckets) {

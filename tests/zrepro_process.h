@@ -48,6 +48,7 @@ inline std::string read_text(const std::string& path) {
 }
 
 struct RunResult {
+  std::string dir;  // holds ds.json and out/
   int code;
   std::string output;
   nlohmann::json summary;
@@ -59,7 +60,7 @@ inline RunResult zrepro_run(const std::string& name, const std::string& config_j
   const std::string dir = fresh_dir("run_" + name);
   std::ofstream(dir + "/ds.json") << config_json;
   const Process p = zrepro_cmd("run --config " + dir + "/ds.json --out " + dir + "/out " + args, 180);
-  RunResult r{p.code, p.output, nullptr, {}};
+  RunResult r{dir, p.code, p.output, nullptr, {}};
   std::ifstream s(dir + "/out/summary.json");
   if (s) r.summary = nlohmann::json::parse(s);
   std::ifstream m(dir + "/out/metrics.jsonl");
