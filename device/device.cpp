@@ -1,6 +1,7 @@
 // See device.h.
 #include "device/device.h"
 
+#include <chrono>
 #include <thread>
 
 #include "device/errors.h"
@@ -29,6 +30,10 @@ DeviceInfo select_device(const std::string& kind, int local_rank) {
 
 void set_compute_threads(int threads) {
   torch::set_num_threads(threads);
+}
+
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace zrepro

@@ -17,6 +17,9 @@ struct DeviceInfo {
 // Throws ConfigError when the kind is unknown or CUDA is unavailable.
 DeviceInfo select_device(const std::string& kind, int local_rank);
 
+// Seconds since the epoch (wall clock shared by ranks on a node: traces, flight records).
+double wall_seconds();
+
 // One intra-op thread per rank when ranks share cores (LibTorch and OpenBLAS).
 void set_compute_threads(int threads);
 

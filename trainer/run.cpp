@@ -114,12 +114,16 @@ int run_command(int argc, char** argv) {
       ("memory-log", "write every device allocation and free to this file (one line each, for re-deriving the "
                      "planner's activation tapes after a LibTorch upgrade; rank r writes FILE.rank<r> when ranks > 1)",
        cxxopts::value<std::string>())
+      ("host-link-gbps", "offload: modelled host link bandwidth in GB/s for pinned copies on the CPU-emulated device "
+                         "(0: as fast as memcpy)", cxxopts::value<double>()->default_value("0"))
+      ("pageable-ratio", "offload: pageable copy bandwidth as a fraction of pinned (CPU-emulated device)",
+       cxxopts::value<double>()->default_value("0.5"))
       ("comm-timeout", "watchdog: seconds a collective may take before the job is declared hung",
        cxxopts::value<double>()->default_value("1800"))
       ("log-every", "step log line interval when steps_per_print is unset", cxxopts::value<int64_t>()->default_value("10"))
       ("threads", "intra-op threads per rank", cxxopts::value<int>()->default_value("1"))
       ("inject", "fault injection KIND:RANK[:ARG] (repeatable): inf-grad:R[:STEPS], gas-mismatch:R, "
-                 "skip-forward:R[:STEP], straggler:R:MS", cxxopts::value<std::vector<std::string>>())
+                 "skip-forward:R[:STEP], straggler:R:MS, drop-accumulated-grads:R", cxxopts::value<std::vector<std::string>>())
       ("target-model", "scale down from this model (preset or HF config.json): train a toy that keeps each memory "
                        "category's share of --target-device-memory", cxxopts::value<std::string>())
       ("target-world-size", "ranks of the target run (default and required: this run's)", cxxopts::value<int>())
@@ -200,6 +204,11 @@ int run_command(int argc, char** argv) {
     const int threads = r["threads"].as<int>();
     if (threads <= 0) throw ConfigError("--threads: must be > 0, got " + std::to_string(threads));
     set_compute_threads(threads);
+    topt.host_link_gbps = r["host-link-gbps"].as<double>();
+    topt.pageable_ratio = r["pageable-ratio"].as<double>();
+    if (topt.host_link_gbps < 0) throw ConfigError("--host-link-gbps: must be >= 0, got " + fmt(topt.host_link_gbps));
+    if (topt.pageable_ratio <= 0 || topt.pageable_ratio > 1)
+      throw ConfigError("--pageable-ratio: must be in (0, 1], got " + fmt(topt.pageable_ratio));
     const double timeout = r["comm-timeout"].as<double>();
     if (timeout <= 0) throw ConfigError("--comm-timeout: must be > 0 seconds, got " + fmt(timeout));
     if (r.count("inject"))
@@ -274,9 +283,6 @@ int run_command(int argc, char** argv) {
       throw ConfigError("--device-memory: only the CPU-emulated device takes a capacity in this build; use --device cpu");
     }
 
-    if (cfg.zero.offload_optimizer.enabled() || cfg.zero.offload_param.enabled())
-      cfg.warnings.push_back("offload_optimizer / offload_param are parsed and validated but not emulated yet: "
-                             "optimizer states and parameters stay in device memory in this run");
     if (rank == 0) {
       for (const auto& w : cfg.warnings) std::cout << "[zrepro] warning: " << w << "\n";
       if (r.count("print-config")) std::cout << format_config_dump(cfg);

@@ -46,14 +46,16 @@ std::string scale_log(const LossScaler::Event& ev, int rank) {
 
 Injection parse_injection(const std::string& spec) {
   const std::string usage =
-      " Expected KIND:RANK[:ARG]: inf-grad:R[:STEPS], gas-mismatch:R, skip-forward:R[:STEP], straggler:R:MS";
+      " Expected KIND:RANK[:ARG]: inf-grad:R[:STEPS], gas-mismatch:R, skip-forward:R[:STEP], straggler:R:MS, "
+      "drop-accumulated-grads:R";
   std::vector<std::string> parts;
   std::stringstream ss(spec);
   for (std::string p; std::getline(ss, p, ':');) parts.push_back(p);
   if (parts.size() < 2 || parts.size() > 3) throw ConfigError("--inject \"" + spec + "\": malformed." + usage);
   Injection inj;
   inj.kind = parts[0];
-  if (inj.kind != "inf-grad" && inj.kind != "gas-mismatch" && inj.kind != "skip-forward" && inj.kind != "straggler")
+  if (inj.kind != "inf-grad" && inj.kind != "gas-mismatch" && inj.kind != "skip-forward" && inj.kind != "straggler" &&
+      inj.kind != "drop-accumulated-grads")
     throw ConfigError("--inject \"" + spec + "\": unknown kind \"" + inj.kind + "\"." + usage);
   try {
     size_t used = 0;
@@ -100,6 +102,10 @@ void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
   ecfg.gradient_clipping = cfg.gradient_clipping;
   ecfg.comm_dtype = comm_dtype_of(cfg);
   ecfg.device = opts.device;
+  ecfg.host_link_gbps = opts.host_link_gbps;
+  ecfg.pageable_ratio = opts.pageable_ratio;
+  for (const auto& inj : opts.inject)
+    if (inj.kind == "drop-accumulated-grads" && inj.rank == rank) ecfg.drop_accumulated_grads = true;
   // Initial values come from the host (like a checkpoint) and are not device memory.
   std::vector<torch::Tensor> init;
   {

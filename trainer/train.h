@@ -23,6 +23,8 @@ namespace zrepro {
 //   gas-mismatch:R        rank R runs one more micro-step per step
 //   skip-forward:R[:STEP] rank R skips micro-step 0 of step STEP (default 1)
 //   straggler:R:MS        rank R sleeps MS milliseconds per micro-step
+//   drop-accumulated-grads:R  with optimizer offload, rank R's host accumulator drops
+//                         the gradients of micro-steps after the first (a historic bug)
 struct Injection {
   std::string kind;
   int rank = 0;
@@ -41,6 +43,8 @@ struct TrainOptions {
   bool verify_replicas = false;  // stages 0-2: check parameters are bit-identical on all ranks each step
   bool activation_checkpointing = false;  // recompute each block in backward
   TraceRecorder* trace = nullptr;         // compute spans and memory counter, when set
+  double host_link_gbps = 0;              // offload copy engine: host-link model
+  double pageable_ratio = 0.5;
 };
 
 struct StepRecord {

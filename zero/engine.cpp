@@ -3,10 +3,12 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "device/device_memory.h"
+#include "offload/host_memory.h"
 
 namespace zrepro {
 
@@ -54,19 +56,54 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
   auto opts = torch::TensorOptions().dtype(sc.dtype).device(sc.device);
   DeviceMemory& mem = DeviceMemory::instance();
   mem.set_phase(Phase::init);
+  const OffloadConfig& oo = cfg.zero.offload_optimizer;
+  const OffloadConfig& op = cfg.zero.offload_param;
+  offloaded_ = offloaded_layers(layers, oo.enabled() ? oo.ratio : 0.0);
+  if (oo.enabled() || op.enabled()) {
+    HostMemory::instance().set_backend(cfg.device.is_cuda() ? PinBackend::cuda : PinBackend::mlock);
+    copier_ = std::make_unique<CopyEngine>(
+        CopyEngine::Options{cfg.host_link_gbps, cfg.pageable_ratio, cfg.device.is_cuda()});
+    preflight_pinned(layers, sc);
+  }
+  if (op.enabled()) {
+    sc.host_shard = copier_.get();
+    sc.host_pinned = op.pin_memory;
+  }
   for (size_t l = 0; l < layers.size(); ++l) {
     groups_.push_back(std::make_unique<ParamGroup>(static_cast<int>(l), layers[l].name, layers[l].params, sc));
     groups_.back()->load(init[l].to(sc.device));
     dummies_.push_back(torch::zeros({1}, torch::TensorOptions().device(sc.device)).requires_grad_(true));
     DeviceMemory::CategoryScope tag(MemCategory::grads);
     full_grads_.push_back(stage <= 1 ? torch::zeros({groups_.back()->full_grad_numel()}, opts) : torch::Tensor());
-    owned_grads_.push_back(stage >= 2 ? torch::zeros({groups_.back()->owned_numel()}, opts) : torch::Tensor());
+    // Offloaded layers accumulate their gradient partition on the host.
+    owned_grads_.push_back(stage >= 2 && !offloaded_[l] ? torch::zeros({groups_.back()->owned_numel()}, opts)
+                                                        : torch::Tensor());
   }
   // DeepSpeed creates (and partitions) the optimizer states after the model: an
   // OOM here is "while partitioning optimizer states".
   mem.set_phase(Phase::partition);
+  if (oo.enabled()) {
+    OptimizerOffload::Options ho;
+    ho.pinned = oo.pin_memory;
+    ho.buffer_count = oo.buffer_count;
+    ho.staging_numel = staging_numel();
+    ho.grad_dtype = cfg.comm_dtype;
+    ho.param_dtype = sc.dtype;
+    ho.drop_accumulated_grads = cfg.drop_accumulated_grads;
+    ho.param_offload = op.enabled();
+    std::vector<int64_t> numels;
+    for (auto& g : groups_) numels.push_back(g->owned_numel());
+    host_opt_ = std::make_unique<OptimizerOffload>(numels, offloaded_, ho, *copier_);
+  }
   DeviceMemory::CategoryScope tag(MemCategory::optimizer_states);
   for (auto& g : groups_) {
+    if (offloaded_[g->index()]) {
+      // DeepSpeed's ZeRO-Offload: fp32 master and moments only on the host.
+      host_opt_->load_master(g->index(), g->owned_params());
+      if (op.enabled()) host_opt_->use_as_half(g->index(), g->owned_params());
+      states_.emplace_back();
+      continue;
+    }
     // fp32 master weights; stage 0 in fp32 updates the parameters in place (a plain
     // torch optimizer), ZeRO stages always keep their own fp32 partition copy.
     State s;
@@ -94,12 +131,67 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
     ro.persistent_buffers = stage == 3;
     ro.comm_dtype = cfg.comm_dtype;
     ro.device = cfg.device;
+    if (host_opt_) {
+      ro.offloaded = [this](int g) { return bool(offloaded_[g]); };
+      ro.sink = [this](int g, int64_t offset, const torch::Tensor& piece) {
+        return host_opt_->add_grad(g, offset, piece);
+      };
+      ro.copier = copier_.get();
+    }
     mem.set_phase(Phase::init);
     reducer_ = std::make_unique<GradReducer>(reverse, ro, comm);
   }
 }
 
-ZeroEngine::~ZeroEngine() = default;
+ZeroEngine::~ZeroEngine() {
+  if (copier_) copier_->synchronize();  // no copy may outlive the buffers it touches
+}
+
+std::vector<bool> ZeroEngine::offloaded_layers(const std::vector<LayerSpec>& layers, double ratio) {
+  // The first layers (by parameter count) up to `ratio` of the model: DeepSpeed's
+  // partial offload keeps the rest of the optimizer on the device.
+  int64_t total = 0, done = 0;
+  for (const auto& l : layers)
+    for (const auto& p : l.params) total += p.numel();
+  std::vector<bool> out;
+  for (const auto& l : layers) {
+    int64_t n = 0;
+    for (const auto& p : l.params) n += p.numel();
+    out.push_back(ratio > 0 && cfg_.zero.stage >= 1 && static_cast<double>(done) < ratio * static_cast<double>(total));
+    done += n;
+  }
+  return out;
+}
+
+int64_t ZeroEngine::staging_numel() const {
+  int64_t largest = 0;
+  for (int64_t n : owned_numels_) largest = std::max(largest, n);
+  return OptimizerOffload::staging_numel_for(cfg_.zero.reduce_bucket_size, comm_.world_size(), largest);
+}
+
+void ZeroEngine::preflight_pinned(const std::vector<LayerSpec>& layers, const ShardingConfig& sc) {
+  // Everything offload will pin, from the partition arithmetic, checked against the
+  // memlock limit before the first buffer is allocated.
+  const OffloadConfig& oo = cfg_.zero.offload_optimizer;
+  const OffloadConfig& op = cfg_.zero.offload_param;
+  const int ws = comm_.world_size();
+  const int64_t es = static_cast<int64_t>(c10::elementSize(sc.dtype));
+  int64_t pinned = 0;
+  owned_numels_.clear();
+  for (size_t l = 0; l < layers.size(); ++l) {
+    std::vector<int64_t> numels;
+    int64_t n = 0;
+    for (const auto& p : layers[l].params) numels.push_back(p.numel()), n += p.numel();
+    const int64_t owned = sc.stage == 3 ? partition_params(numels, ws).shard_numel : partition_flat(n, ws).partition_numel;
+    owned_numels_.push_back(owned);
+    if (op.enabled() && op.pin_memory) pinned += owned * es;
+    if (offloaded_[l] && oo.pin_memory) pinned += owned * OptimizerOffload::bytes_per_element(sc.dtype, op.enabled());
+  }
+  if (oo.enabled() && oo.pin_memory)
+    pinned += oo.buffer_count * staging_numel() * static_cast<int64_t>(c10::elementSize(cfg_.comm_dtype));
+  HostMemory::instance().preflight(pinned, "offload (" + std::string(op.enabled() ? "parameter shards, " : "") +
+                                               "fp32 master, Adam moments, gradients, staging)");
+}
 
 std::vector<ParamGroup*> ZeroEngine::groups() {
   std::vector<ParamGroup*> out;
@@ -113,11 +205,14 @@ EngineMemory ZeroEngine::memory() const {
     m.params += groups_[l]->param_bytes();
     // Persistent gradient storage: the full buffer (stages 0-1) or the shard (2-3).
     const torch::Tensor& g = cfg_.zero.stage <= 1 ? full_grads_[l] : owned_grads_[l];
-    m.grads += g.numel() * g.element_size();
+    if (g.defined()) m.grads += g.numel() * g.element_size();
     const State& s = states_[l];
+    if (!s.master.defined()) continue;  // offloaded: on the host
     const bool aliased = s.master.data_ptr() == groups_[l]->owned_params().data_ptr();
     m.optimizer_states += (aliased ? 2 : 3) * s.master.numel() * 4;
   }
+  m.host_pinned = HostMemory::instance().pinned_bytes();
+  m.host_pageable = HostMemory::instance().pageable_bytes();
   return m;
 }
 
@@ -171,6 +266,7 @@ void ZeroEngine::release(int layer) {
 void ZeroEngine::begin_micro_step(int64_t step, int64_t micro_step) {
   comm_.set_position(step, micro_step);
   if (schedule3_) schedule3_->begin_micro_step();
+  if (host_opt_) host_opt_->begin_micro_step(micro_step);
 }
 
 void ZeroEngine::end_backward() {
@@ -183,6 +279,12 @@ void ZeroEngine::end_backward() {
 
 void ZeroEngine::inject_inf_grad() {
   torch::NoGradGuard no_grad;
+  if (cfg_.zero.stage >= 2 && offloaded_.front()) {
+    host_opt_->finish_grads();  // the accumulator is final once its copies landed
+    DeviceMemory::HostScope host;
+    host_opt_->grad(0)[0] = std::numeric_limits<double>::infinity();
+    return;
+  }
   torch::Tensor& g = cfg_.zero.stage <= 1 ? full_grads_.front() : owned_grads_.front();
   g[0] = std::numeric_limits<double>::infinity();
 }
@@ -209,7 +311,8 @@ StepResult ZeroEngine::step(double local_loss) {
     // The reduced partition only lives through the step: a comm buffer, not grads.
     DeviceMemory::CategoryScope tag(MemCategory::comm_buffers);
     for (size_t l = 0; l < groups_.size(); ++l)
-      owned_grads_[l] = torch::zeros({groups_[l]->owned_numel()}, full_grads_[l].options());
+      if (!offloaded_[l]) owned_grads_[l] = torch::zeros({groups_[l]->owned_numel()}, full_grads_[l].options());
+    if (host_opt_) host_opt_->begin_micro_step(0);  // the boundary's reduce lands in the host accumulators
     for (auto it = groups_.rbegin(); it != groups_.rend(); ++it)
       reducer_->add((*it)->index(), full_grads_[(*it)->index()], owned_grads_);
     reducer_->finish(owned_grads_);
@@ -217,16 +320,21 @@ StepResult ZeroEngine::step(double local_loss) {
 
   // This rank's gradients: stage 0 holds them all, so each rank takes its partition's
   // share of the norm; the others own exactly their shard.
+  if (host_opt_) host_opt_->finish_grads();
   std::vector<torch::Tensor> grads;
   double sq = 0, nonfinite = 0;
   for (size_t l = 0; l < groups_.size(); ++l) {
     grads.push_back(stage == 0 ? full_grads_[l] : owned_grads_[l]);
-    torch::Tensor mine = stage == 0 ? full_grads_[l].narrow(0, groups_[l]->flat_partition().begin(comm_.rank()),
-                                                            groups_[l]->flat_partition().partition_numel)
-                                    : owned_grads_[l];
+    torch::Tensor mine = stage == 0          ? full_grads_[l].narrow(0, groups_[l]->flat_partition().begin(comm_.rank()),
+                                                                     groups_[l]->flat_partition().partition_numel)
+                         : offloaded_[l] ? host_opt_->grad(static_cast<int>(l))
+                                         : owned_grads_[l];
     // One norm per layer (fp32 accumulation; no full-size temporaries for fp32
     // grads): an inf or NaN anywhere makes it non-finite, which is the overflow flag.
+    std::optional<DeviceMemory::HostScope> host;
+    if (offloaded_[l]) host.emplace();  // the host optimizer's norm runs on the host
     const double n = mine.to(torch::kFloat).norm().item<double>();
+    host.reset();
     if (std::isfinite(n))
       sq += n * n;
     else
@@ -267,7 +375,15 @@ StepResult ZeroEngine::step(double local_loss) {
   ++adam_steps_;
   const OptimizerConfig& o = cfg_.optimizer;
   AdamHyper h{r.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.adam_w_mode, o.bias_correction};
+  std::vector<CopyEventPtr> uploads(groups_.size());
   for (size_t l = 0; l < groups_.size(); ++l) {
+    if (offloaded_[l]) {
+      // CPU Adam on the host partition; the updated 16-bit partition goes up while
+      // the next layer's update runs.
+      host_opt_->step(static_cast<int>(l), h, adam_steps_, coef);
+      if (host_opt_->uploads()) uploads[l] = host_opt_->upload(static_cast<int>(l), groups_[l]->owned_params());
+      continue;
+    }
     State& s = states_[l];
     // fp32 gradients are scaled in place (they are zeroed after the step); 16-bit
     // ones get the fp32 copy the optimizer needs.
@@ -286,10 +402,16 @@ StepResult ZeroEngine::step(double local_loss) {
   }
   if (stage == 1 || stage == 2) {
     std::vector<WorkPtr> works;
-    for (auto& g : groups_) works.push_back(g->gather_partitions(comm_));
+    for (size_t l = 0; l < groups_.size(); ++l) {
+      if (uploads[l]) copier_->wait(uploads[l]);  // the partition must be on the device before it is gathered
+      works.push_back(groups_[l]->gather_partitions(comm_));
+    }
     for (auto& w : works) w->wait();
   } else if (stage == 3) {
-    for (auto& g : groups_) g->mark_persistent_stale();
+    for (size_t l = 0; l < groups_.size(); ++l) {
+      if (uploads[l]) copier_->wait(uploads[l]);
+      groups_[l]->mark_persistent_stale();
+    }
   }
   zero_grads();
   r.scale_event = scaler_.update(false);

@@ -17,7 +17,9 @@
 
 #include <torch/torch.h>
 
+#include "offload/copy_engine.h"
 #include "offload/cpu_adam.h"
+#include "offload/optimizer_offload.h"
 #include "zero/comm/communicator.h"
 #include "zero/gather_schedule.h"
 #include "zero/grad_reducer.h"
@@ -38,6 +40,11 @@ struct EngineConfig {
   double gradient_clipping = 1.0;
   torch::ScalarType comm_dtype = torch::kFloat;
   torch::Device device = torch::kCPU;
+  // Offload (zero.offload_optimizer / offload_param): the copy engine's host-link
+  // model and a fault injection for the gradient-accumulation boundary.
+  double host_link_gbps = 0;
+  double pageable_ratio = 0.5;
+  bool drop_accumulated_grads = false;
 };
 
 struct LayerSpec {
@@ -58,6 +65,7 @@ struct StepResult {
 // tracking allocator measures the same categories; transient buffers only there).
 struct EngineMemory {
   int64_t params = 0, grads = 0, optimizer_states = 0;
+  int64_t host_pinned = 0, host_pageable = 0;  // offload buffers in host memory
 };
 
 class ZeroEngine {
@@ -81,6 +89,8 @@ class ZeroEngine {
   void inject_inf_grad();
 
   int zero_stage() const { return cfg_.zero.stage; }
+  // The copy engine of offload (null without offload).
+  const CopyEngine* copier() const { return copier_.get(); }
   EngineMemory memory() const;
   Communicator& comm() { return comm_; }
   std::vector<ParamGroup*> groups();
@@ -97,6 +107,9 @@ class ZeroEngine {
  private:
   void fetch(int layer);
   void release(int layer);
+  std::vector<bool> offloaded_layers(const std::vector<LayerSpec>& layers, double ratio);
+  void preflight_pinned(const std::vector<LayerSpec>& layers, const ShardingConfig& sc);
+  int64_t staging_numel() const;
 
   EngineConfig cfg_;
   Communicator& comm_;
@@ -112,7 +125,12 @@ class ZeroEngine {
   LossScaler scaler_;
   LrSchedule schedule_;
   int64_t adam_steps_ = 0;
-  std::unique_ptr<GatherSchedule> schedule3_;  // stage 3: gather / prefetch / release decisions
+  std::unique_ptr<GatherSchedule> schedule3_;
+  // Offload: device<->host copies, the host optimizer, which layers it holds.
+  std::unique_ptr<CopyEngine> copier_;
+  std::unique_ptr<OptimizerOffload> host_opt_;
+  std::vector<bool> offloaded_;
+  std::vector<int64_t> owned_numels_;  // per layer, from the partition arithmetic (offload sizing)  // stage 3: gather / prefetch / release decisions
 };
 
 }  // namespace zrepro

@@ -14,7 +14,8 @@ GradReducer::GradReducer(std::vector<ParamGroup*> groups, const Options& o, Comm
       reduce_scatter_(o.reduce_scatter),
       persistent_(o.persistent_buffers),
       dtype_(o.comm_dtype),
-      device_(o.device) {
+      device_(o.device),
+      o_(o) {
   const int64_t reduce_bucket_size = o.reduce_bucket_size;
   int max_group = 0;
   std::vector<int64_t> slices;
@@ -41,6 +42,7 @@ GradReducer::GradReducer(std::vector<ParamGroup*> groups, const Options& o, Comm
   const int nbuf = overlap_ ? 2 : 1;
   buffers_.resize(nbuf);
   buffer_busy_.assign(nbuf, false);
+  buffer_reads_.resize(nbuf);
   if (persistent_) allocate_buffers();
 }
 
@@ -74,6 +76,8 @@ void GradReducer::add_pieces(int g, const std::function<void(int64_t, torch::Ten
         free_it = std::find(buffer_busy_.begin(), buffer_busy_.end(), false);
       }
       const int i = static_cast<int>(free_it - buffer_busy_.begin());
+      for (auto& e : buffer_reads_[i]) o_.copier->wait(e);
+      buffer_reads_[i].clear();
       allocate_buffers();  // all of them at the first bucket, as DeepSpeed does at backward start
       buffer_busy_[i] = true;
       bucket_buffer_[b] = i;
@@ -121,7 +125,13 @@ void GradReducer::complete_one(std::vector<torch::Tensor>& owned) {
   int64_t pos = 0;
   for (const auto& p : buckets_[f.bucket].pieces) {
     const Unit& u = units_[p.unit];
-    owned[u.group].narrow(0, u.u.owned_offset + p.offset, p.numel).add_(f.out.narrow(0, pos, p.numel));
+    torch::Tensor piece = f.out.narrow(0, pos, p.numel);
+    if (o_.offloaded && o_.offloaded(u.group)) {
+      CopyEventPtr e = o_.sink(u.group, u.u.owned_offset + p.offset, piece);
+      if (!reduce_scatter_) buffer_reads_[f.buffer].push_back(e);  // the piece is a view of the buffer
+    } else {
+      owned[u.group].narrow(0, u.u.owned_offset + p.offset, p.numel).add_(piece);
+    }
     pos += p.numel;
   }
   buffer_busy_[f.buffer] = false;
@@ -132,8 +142,12 @@ void GradReducer::finish(std::vector<torch::Tensor>& owned) {
   while (!in_flight_.empty()) complete_one(owned);
   for (size_t b = 0; b < buckets_.size(); ++b)
     TORCH_CHECK(bucket_buffer_[b] < 0, "GradReducer: bucket ", b, " did not receive all its gradients");
-  if (!persistent_)
+  if (!persistent_) {
+    // Pending offload copies keep their views (and so the memory) alive; the next
+    // backward gets fresh buffers.
     for (auto& buf : buffers_) buf = torch::Tensor();
+    for (auto& r : buffer_reads_) r.clear();
+  }
 }
 
 }  // namespace zrepro

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "offload/copy_engine.h"
 #include "zero/comm/communicator.h"
 #include "zero/param_group.h"
 
@@ -31,6 +32,12 @@ class GradReducer {
     bool persistent_buffers = false;  // stage 3: allocated once, kept for the run
     torch::ScalarType comm_dtype = torch::kFloat;
     torch::Device device = torch::kCPU;
+    // Optimizer offload: reduced pieces of the groups `offloaded` accepts go to
+    // `sink` (down to the host) instead of into the owned device gradient; a bucket
+    // buffer is refilled only after the copies reading from it completed.
+    std::function<bool(int group)> offloaded;
+    std::function<CopyEventPtr(int group, int64_t owned_offset, const torch::Tensor& piece)> sink;
+    CopyEngine* copier = nullptr;
   };
   GradReducer(std::vector<ParamGroup*> groups, const Options& options, Communicator& comm);
 
@@ -72,6 +79,8 @@ class GradReducer {
   std::vector<int> bucket_buffer_;               // buffer a filling bucket writes to (-1: none)
   std::vector<torch::Tensor> buffers_;
   std::vector<bool> buffer_busy_;
+  std::vector<std::vector<CopyEventPtr>> buffer_reads_;  // offload copies still reading each buffer
+  Options o_;
   std::deque<InFlight> in_flight_;
 };
 

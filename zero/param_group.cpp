@@ -4,6 +4,7 @@
 #include "zero/param_group.h"
 
 #include "device/device_memory.h"
+#include "offload/host_memory.h"
 
 namespace zrepro {
 
@@ -37,7 +38,9 @@ ParamGroup::ParamGroup(int index, std::string name, std::vector<ParamSpec> specs
       (persistent_.back() ? per : dyn) += p.padded_numel;
       units_.push_back({p.full_offset, p.slice_numel, p.shard_offset});
     }
-    shard_ = torch::zeros({layout_.shard_numel}, opts);
+    shard_ = cfg_.host_shard ? HostMemory::instance().empty(layout_.shard_numel, cfg_.dtype, cfg_.host_pinned,
+                                                           "offload_param shard " + name_)
+                             : torch::zeros({layout_.shard_numel}, opts);
     flat_tensor_ = torch::empty({dyn}, opts);
     persist_ = torch::empty({per}, opts);
     gathered_ = false;
@@ -86,8 +89,9 @@ void ParamGroup::load(const torch::Tensor& values) {
 }
 
 void ParamGroup::unshard_start(Communicator& comm) {
-  if (cfg_.stage < 3 || !pending_.empty()) return;
+  if (cfg_.stage < 3 || !pending_.empty() || upload_) return;
   const bool dyn = !gathered_, per = persistent_stale_;
+  if (!dyn && !per) return;
   {
     // Gathered layers are transient (comm buffers); persistent ones stay (params).
     DeviceMemory::CategoryScope tag(MemCategory::comm_buffers);
@@ -97,6 +101,20 @@ void ParamGroup::unshard_start(Communicator& comm) {
     DeviceMemory::CategoryScope tag(MemCategory::params);
     if (per) alloc_storage(persist_);
   }
+  gathered_ = true;
+  persistent_stale_ = false;
+  if (cfg_.host_shard) {
+    DeviceMemory::CategoryScope tag(MemCategory::comm_buffers);
+    device_shard_ = torch::empty({layout_.shard_numel}, torch::TensorOptions().dtype(cfg_.dtype).device(cfg_.device));
+    upload_ = cfg_.host_shard->copy(device_shard_, shard_, CopyDir::h2d, cfg_.host_pinned, {}, "shard " + name_);
+    upload_comm_ = &comm;
+    upload_dyn_ = dyn, upload_per_ = per;
+    return;
+  }
+  submit_gathers(comm, shard_, dyn, per);
+}
+
+void ParamGroup::submit_gathers(Communicator& comm, const torch::Tensor& shard, bool dyn, bool per) {
   // One all-gather per parameter, straight into its padded slot: rank-major
   // slices of a padded parameter are the parameter itself.
   for (size_t i = 0; i < specs_.size(); ++i) {
@@ -108,16 +126,20 @@ void ParamGroup::unshard_start(Communicator& comm) {
     // backward as modified in place (FSDP preserves the version counter likewise).
     auto* dst = static_cast<char*>(buf.data_ptr()) + full_offsets_[i] * buf.element_size();
     pending_.push_back(comm.all_gather(torch::from_blob(dst, {p.padded_numel}, buf.options()),
-                                       shard_.narrow(0, p.shard_offset, p.slice_numel),
+                                       shard.narrow(0, p.shard_offset, p.slice_numel),
                                        "unshard " + name_ + "." + specs_[i].name));
   }
-  gathered_ = true;
-  persistent_stale_ = false;
 }
 
 void ParamGroup::unshard_wait() {
+  if (upload_) {
+    cfg_.host_shard->wait(upload_);
+    upload_.reset();
+    submit_gathers(*upload_comm_, device_shard_, upload_dyn_, upload_per_);
+  }
   for (auto& w : pending_) w->wait();
   pending_.clear();
+  device_shard_ = torch::Tensor();
 }
 
 void ParamGroup::reshard() {
@@ -183,7 +205,11 @@ WorkPtr ParamGroup::gather_partitions(Communicator& comm) {
 int64_t ParamGroup::param_bytes() const {
   const int64_t es = c10::elementSize(cfg_.dtype);
   if (cfg_.stage < 3) return flat_.padded_numel * es;
-  return (layout_.shard_numel + persist_.numel()) * es;
+  return ((cfg_.host_shard ? 0 : layout_.shard_numel) + persist_.numel()) * es;
+}
+
+int64_t ParamGroup::host_bytes() const {
+  return cfg_.host_shard ? layout_.shard_numel * static_cast<int64_t>(c10::elementSize(cfg_.dtype)) : 0;
 }
 
 }  // namespace zrepro

@@ -14,6 +14,7 @@
 
 #include <torch/torch.h>
 
+#include "offload/copy_engine.h"
 #include "zero/comm/communicator.h"
 #include "zero/partition.h"
 
@@ -31,6 +32,10 @@ struct ShardingConfig {
   torch::ScalarType dtype = torch::kFloat;  // 16-bit (or fp32) parameter storage
   torch::Device device = torch::kCPU;
   int64_t persistence_threshold = 0;        // stage 3: params below stay gathered
+  // offload_param (stage 3): the shard lives in host memory and goes up through
+  // this copy engine before each gather.
+  CopyEngine* host_shard = nullptr;
+  bool host_pinned = true;
 };
 
 class ParamGroup {
@@ -50,10 +55,13 @@ class ParamGroup {
   // for stages 0-2).
   std::vector<torch::Tensor> params() const;
 
-  // --- stage 3: gather / release (start-wait pairs so gathers can overlap compute)
+  // --- stage 3: gather / release (start-wait pairs so gathers can overlap compute).
+  // With a host shard, start brings the shard up (async) and the gathers are issued
+  // by wait, once it arrived: prefetching then overlaps the host-to-device copy.
   bool unsharded() const { return gathered_; }
   void unshard_start(Communicator& comm);  // also refreshes stale persistent params
   void unshard_wait();
+  bool host_shard() const { return cfg_.host_shard != nullptr; }
   void reshard();                          // frees the dynamic full buffer
   int64_t dynamic_numel() const;           // elements freed by reshard (padded)
   void mark_persistent_stale() { persistent_stale_ = true; }
@@ -82,13 +90,16 @@ class ParamGroup {
   // Stage 1/2: all-gather the updated partitions back into the full buffer.
   WorkPtr gather_partitions(Communicator& comm);
 
-  // Persistent bytes this rank keeps for parameters (full flat, or shard + persistent full).
+  // Persistent device bytes this rank keeps for parameters (full flat, or shard +
+  // persistent full; a host shard is not device memory).
   int64_t param_bytes() const;
+  int64_t host_bytes() const;  // the host shard under offload_param
 
  private:
   int64_t grad_offset(size_t i) const;  // parameter i in the full gradient layout
   void free_storage(torch::Tensor& t);
   void alloc_storage(torch::Tensor& t);
+  void submit_gathers(Communicator& comm, const torch::Tensor& shard, bool dyn, bool per);
 
   int index_;
   std::string name_;
@@ -108,6 +119,11 @@ class ParamGroup {
   bool gathered_ = true;
   bool persistent_stale_ = true;
   std::vector<WorkPtr> pending_;
+  // host shard: the upload in flight, its device copy and the gathers it will feed
+  CopyEventPtr upload_;
+  torch::Tensor device_shard_;
+  Communicator* upload_comm_ = nullptr;
+  bool upload_dyn_ = false, upload_per_ = false;
 };
 
 }  // namespace zrepro

@@ -26,10 +26,6 @@ const char* flight_state_name(FlightEntry::State s) {
   return "?";
 }
 
-double wall_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 int64_t FlightRecorder::record(FlightEntry e) {
   std::lock_guard<std::mutex> lock(mu_);
   e.seq = next_seq_++;

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "device/device.h"  // wall_seconds
+
 namespace zrepro {
 
 enum class CollOp { all_reduce, reduce_scatter, all_gather, broadcast, barrier };
@@ -45,7 +47,5 @@ class FlightRecorder {
   std::deque<FlightEntry> ring_;
   int64_t next_seq_ = 0;
 };
-
-double wall_seconds();
 
 }  // namespace zrepro

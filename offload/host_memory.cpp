@@ -1,0 +1,140 @@
+// See host_memory.h.
+#include "offload/host_memory.h"
+
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "device/device_memory.h"
+
+namespace zrepro {
+
+namespace {
+
+constexpr int kCapIpcLock = 14;
+
+int64_t page_round(int64_t bytes) {
+  const int64_t page = ::sysconf(_SC_PAGESIZE);
+  return (std::max<int64_t>(bytes, 1) + page - 1) / page * page;
+}
+
+std::string describe(const MemlockInfo& i) {
+  std::ostringstream os;
+  if (i.limit_bytes < 0)
+    os << "ulimit -l is unlimited";
+  else
+    os << "ulimit -l is " << i.limit_bytes / 1024 << " KiB (" << format_bytes(i.limit_bytes) << ")";
+  os << ", " << format_bytes(i.locked_bytes) << " already locked, CAP_IPC_LOCK " << (i.cap_ipc_lock ? "held" : "not held");
+  return os.str();
+}
+
+std::string fixes() {
+  return "Fix: raise the memlock limit (ulimit -l unlimited; memlock in /etc/security/limits.conf; docker run "
+         "--ulimit memlock=-1), or set \"pin_memory\": false in offload_optimizer / offload_param (pageable buffers: "
+         "synchronous, slower copies).";
+}
+
+}  // namespace
+
+int64_t MemlockInfo::available() const {
+  if (cap_ipc_lock || limit_bytes < 0) return -1;
+  return std::max<int64_t>(0, limit_bytes - locked_bytes);
+}
+
+MemlockInfo memlock_info() {
+  MemlockInfo info;
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+    info.limit_bytes = static_cast<int64_t>(rl.rlim_cur);
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("CapEff:", 0) == 0) {
+      const unsigned long long caps = std::strtoull(line.c_str() + 7, nullptr, 16);
+      info.cap_ipc_lock = (caps >> kCapIpcLock) & 1ULL;
+    } else if (line.rfind("VmLck:", 0) == 0) {
+      info.locked_bytes = std::strtoll(line.c_str() + 6, nullptr, 10) * 1024;  // "VmLck:   123 kB"
+    }
+  }
+  return info;
+}
+
+PinnedMemoryError::PinnedMemoryError(const std::string& what, int64_t n, const MemlockInfo& i)
+    : std::runtime_error(what + ". " + describe(i) + ". " + fixes()), needed(n), info(i) {}
+
+HostMemory& HostMemory::instance() {
+  static HostMemory* m = new HostMemory();  // never destroyed: buffers may outlive main()
+  return *m;
+}
+
+void HostMemory::note(bool pinned, int64_t bytes) {
+  if (pinned) {
+    const int64_t now = pinned_ += bytes;
+    int64_t peak = peak_pinned_.load();
+    while (now > peak && !peak_pinned_.compare_exchange_weak(peak, now)) {
+    }
+  } else {
+    pageable_ += bytes;
+  }
+}
+
+void HostMemory::preflight(int64_t bytes, const std::string& what) const {
+  if (backend_ != PinBackend::mlock || bytes <= 0) return;
+  const MemlockInfo info = memlock_info();
+  const int64_t avail = info.available();
+  if (avail >= 0 && bytes > avail)
+    throw PinnedMemoryError("pinned host memory: " + what + " needs " + format_bytes(bytes) + " of page-locked memory, " +
+                                "more than this process may lock (" + format_bytes(avail) + ")",
+                            bytes, info);
+}
+
+torch::Tensor HostMemory::empty(int64_t numel, torch::ScalarType dtype, bool pinned, const std::string& what) {
+  const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(dtype));
+  const auto opts = torch::TensorOptions().dtype(dtype).device(torch::kCPU);
+  void* ptr = nullptr;
+  std::function<void(void*)> deleter;
+  if (!pinned) {
+    ptr = std::calloc(static_cast<size_t>(std::max<int64_t>(bytes, 1)), 1);
+    if (!ptr) throw std::bad_alloc();
+    deleter = [this, bytes](void* p) {
+      std::free(p);
+      pageable_ -= bytes;
+    };
+  } else if (backend_ == PinBackend::cuda) {
+    std::string err;
+    if (!cuda_host_alloc(&ptr, static_cast<size_t>(std::max<int64_t>(bytes, 1)), &err))
+      throw PinnedMemoryError("pinned host memory: cudaHostAlloc of " + format_bytes(bytes) + " for " + what +
+                                  " failed: " + err,
+                              bytes, memlock_info());
+    std::memset(ptr, 0, static_cast<size_t>(bytes));
+    deleter = [this, bytes](void* p) {
+      cuda_host_free(p);
+      pinned_ -= bytes;
+    };
+  } else {
+    const int64_t mapped = page_round(bytes);
+    ptr = ::mmap(nullptr, static_cast<size_t>(mapped), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (ptr == MAP_FAILED) throw std::bad_alloc();
+    if (::mlock(ptr, static_cast<size_t>(mapped)) != 0) {
+      const int err = errno;
+      ::munmap(ptr, static_cast<size_t>(mapped));
+      throw PinnedMemoryError("pinned host memory: mlock of " + format_bytes(mapped) + " for " + what + " failed (" +
+                                  std::strerror(err) + ")",
+                              mapped, memlock_info());
+    }
+    deleter = [this, mapped, bytes](void* p) {
+      ::munlock(p, static_cast<size_t>(mapped));
+      ::munmap(p, static_cast<size_t>(mapped));
+      pinned_ -= bytes;
+    };
+  }
+  note(pinned, bytes);
+  return torch::from_blob(ptr, {numel}, deleter, opts);
+}
+
+}  // namespace zrepro

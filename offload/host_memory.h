@@ -1,0 +1,62 @@
+// Host buffers for offload (optimizer states, gradient accumulators, parameter
+// shards, staging): never device memory, pinned or pageable as the config's
+// pin_memory says. Pinned on the CPU-emulated device is mmap + mlock, bounded by
+// RLIMIT_MEMLOCK unless the process holds CAP_IPC_LOCK, exactly as DeepSpeed's
+// native pinning backend; on CUDA it is cudaHostAlloc (not bounded by ulimit -l),
+// one call per buffer (per layer), never one huge call. A pin that fails throws
+// PinnedMemoryError naming the limit, the bytes needed, CAP_IPC_LOCK and the fixes.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include <torch/torch.h>
+
+namespace zrepro {
+
+struct MemlockInfo {
+  int64_t limit_bytes = -1;    // RLIMIT_MEMLOCK soft limit; -1: unlimited
+  bool cap_ipc_lock = false;   // effective CAP_IPC_LOCK (mlock ignores the limit)
+  int64_t locked_bytes = 0;    // VmLck of this process now
+  // Bytes this process may still lock (-1: no bound).
+  int64_t available() const;
+};
+MemlockInfo memlock_info();
+
+struct PinnedMemoryError : std::runtime_error {
+  PinnedMemoryError(const std::string& what, int64_t needed, const MemlockInfo& info);
+  int64_t needed;
+  MemlockInfo info;
+};
+
+enum class PinBackend { mlock, cuda };
+
+class HostMemory {
+ public:
+  static HostMemory& instance();
+  void set_backend(PinBackend b) { backend_ = b; }
+  PinBackend backend() const { return backend_; }
+
+  // A host tensor of numel elements, zero-filled. pinned: page-locked (throws
+  // PinnedMemoryError), else pageable. `what` names the buffer in errors.
+  torch::Tensor empty(int64_t numel, torch::ScalarType dtype, bool pinned, const std::string& what);
+  // Preflight before allocating: would `bytes` more pinned bytes fit? (mlock backend)
+  void preflight(int64_t bytes, const std::string& what) const;
+
+  int64_t pinned_bytes() const { return pinned_.load(); }
+  int64_t pageable_bytes() const { return pageable_.load(); }
+  int64_t peak_pinned_bytes() const { return peak_pinned_.load(); }
+
+ private:
+  HostMemory() = default;
+  void note(bool pinned, int64_t bytes);
+  PinBackend backend_ = PinBackend::mlock;
+  std::atomic<int64_t> pinned_{0}, pageable_{0}, peak_pinned_{0};
+};
+
+// CUDA runtime pinning (host_memory_cuda.cpp; false without the CUDA toolkit).
+bool cuda_host_alloc(void** ptr, size_t bytes, std::string* error);
+void cuda_host_free(void* ptr);
+
+}  // namespace zrepro

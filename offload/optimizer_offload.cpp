@@ -1,0 +1,116 @@
+// See optimizer_offload.h.
+#include "offload/optimizer_offload.h"
+
+#include <stdexcept>
+
+#include "device/device_memory.h"
+#include "offload/host_memory.h"
+
+namespace zrepro {
+
+OptimizerOffload::OptimizerOffload(const std::vector<int64_t>& numels, const std::vector<bool>& offloaded, Options o,
+                                   CopyEngine& copier)
+    : offloaded_(offloaded), o_(o), copier_(copier) {
+  HostMemory& host = HostMemory::instance();
+  const size_t L = numels.size();
+  master_.resize(L), exp_avg_.resize(L), exp_avg_sq_.resize(L), grad_.resize(L), half_.resize(L);
+  // One host buffer per layer and kind: chunked allocations, never one huge pin.
+  for (size_t l = 0; l < L; ++l) {
+    if (!offloaded_[l]) continue;
+    const std::string what = "offload_optimizer layer " + std::to_string(l);
+    master_[l] = host.empty(numels[l], torch::kFloat, o_.pinned, what + " master");
+    exp_avg_[l] = host.empty(numels[l], torch::kFloat, o_.pinned, what + " exp_avg");
+    exp_avg_sq_[l] = host.empty(numels[l], torch::kFloat, o_.pinned, what + " exp_avg_sq");
+    grad_[l] = host.empty(numels[l], torch::kFloat, o_.pinned, what + " gradient");
+    if (o_.param_dtype != torch::kFloat && !o_.param_offload) half_[l] = host.empty(numels[l], o_.param_dtype, o_.pinned, what + " 16-bit copy");
+  }
+  for (int64_t b = 0; b < o_.buffer_count; ++b)
+    staging_.push_back(host.empty(std::max<int64_t>(o_.staging_numel, 1), o_.grad_dtype, o_.pinned, "gradient staging"));
+  staging_busy_.resize(staging_.size());
+}
+
+int64_t OptimizerOffload::staging_numel_for(int64_t bucket_numel, int world_size, int64_t largest) {
+  return std::max<int64_t>(1, std::min(bucket_numel / world_size, largest));
+}
+
+int64_t OptimizerOffload::bytes_per_element(torch::ScalarType param_dtype, bool param_offload) {
+  // fp32 master, exp_avg, exp_avg_sq and gradient; the 16-bit copy unless it is the shard.
+  return 16 + (param_dtype == torch::kFloat || param_offload ? 0 : static_cast<int64_t>(c10::elementSize(param_dtype)));
+}
+
+void OptimizerOffload::load_master(int layer, const torch::Tensor& params) {
+  torch::NoGradGuard no_grad;
+  DeviceMemory::HostScope host;  // any temporary of the conversion is host memory
+  master_[layer].copy_(params);
+}
+
+void OptimizerOffload::use_as_half(int layer, torch::Tensor host_shard) {
+  half_[layer] = std::move(host_shard);
+  half_is_shard_ = true;
+}
+
+CopyEventPtr OptimizerOffload::add_grad(int layer, int64_t offset, const torch::Tensor& piece) {
+  if (!offloaded_[layer]) throw std::logic_error("OptimizerOffload::add_grad: layer is not offloaded");
+  const bool first = micro_ == 0;
+  const bool keep = first || !o_.drop_accumulated_grads;
+  CopyEventPtr last;
+  // Pieces larger than a staging buffer go down in staging-sized chunks.
+  for (int64_t done = 0; done < piece.numel(); done += o_.staging_numel) {
+    const int64_t n = std::min(o_.staging_numel, piece.numel() - done);
+    const size_t slot = next_staging_;
+    next_staging_ = (next_staging_ + 1) % staging_.size();
+    copier_.wait(staging_busy_[slot]);  // the buffer's previous copy and add must be finished
+    torch::Tensor stage = staging_[slot].narrow(0, 0, n);
+    torch::Tensor acc = grad_[layer].narrow(0, offset + done, n);
+    last = copier_.copy(stage, piece.narrow(0, done, n), CopyDir::d2h, o_.pinned, [stage, acc, first, keep] {
+      torch::NoGradGuard no_grad;
+      DeviceMemory::HostScope host;
+      if (first)
+        acc.copy_(stage);
+      else if (keep)
+        acc.add_(stage);
+    }, "grad layer " + std::to_string(layer));
+    staging_busy_[slot] = last;
+    pending_.push_back(last);
+  }
+  return last;
+}
+
+void OptimizerOffload::finish_grads() {
+  for (auto& e : pending_) copier_.wait(e);
+  pending_.clear();
+}
+
+void OptimizerOffload::step(int layer, const AdamHyper& h, int64_t step, double coef) {
+  torch::NoGradGuard no_grad;
+  DeviceMemory::HostScope host;
+  grad_[layer].mul_(coef);
+  // A 16-bit copy is written in the same pass; an fp32 one (fp32 training under
+  // offload_param: the host shard) is copied after.
+  const torch::Tensor& half = half_[layer];
+  const bool fp32_copy = half.defined() && half.scalar_type() == torch::kFloat;
+  cpu_adam_step(master_[layer], grad_[layer], exp_avg_[layer], exp_avg_sq_[layer], h, step,
+                fp32_copy ? torch::Tensor() : half);
+  if (fp32_copy) half_[layer].copy_(master_[layer]);
+}
+
+bool OptimizerOffload::uploads() const { return !half_is_shard_; }
+
+CopyEventPtr OptimizerOffload::upload(int layer, const torch::Tensor& device_params) {
+  const torch::Tensor& src = half_[layer].defined() ? half_[layer] : master_[layer];
+  return copier_.copy(device_params, src, CopyDir::h2d, o_.pinned, {}, "params layer " + std::to_string(layer));
+}
+
+int64_t OptimizerOffload::host_bytes() const {
+  int64_t b = 0;
+  for (const auto* v : {&master_, &exp_avg_, &exp_avg_sq_, &grad_})
+    for (const auto& t : *v)
+      if (t.defined()) b += t.numel() * 4;
+  if (!half_is_shard_)
+    for (const auto& t : half_)
+      if (t.defined()) b += t.numel() * static_cast<int64_t>(t.element_size());
+  for (const auto& t : staging_) b += t.numel() * static_cast<int64_t>(t.element_size());
+  return b;
+}
+
+}  // namespace zrepro

@@ -1,0 +1,76 @@
+// OptimizerOffload: the host side of ZeRO-Offload (offload_optimizer) on one rank.
+// Per offloaded layer: the fp32 master partition, the Adam moments and the fp32
+// gradient accumulator live in host memory (pinned or pageable), with a 16-bit host
+// copy of the updated partition that goes back up (under offload_param that copy is
+// the layer's host parameter shard itself, so nothing goes up). Reduced gradient
+// pieces come down from the device through the copy engine into a ring of
+// buffer_count staging buffers (a buffer is reused only after its copy and host add
+// finished); micro-step 0 copies into the accumulator, later micro-steps add, so
+// gradient accumulation with offload accumulates on the host as DeepSpeed does.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "offload/copy_engine.h"
+#include "offload/cpu_adam.h"
+
+namespace zrepro {
+
+class OptimizerOffload {
+ public:
+  struct Options {
+    bool pinned = true;
+    int64_t buffer_count = 4;            // staging buffers for gradients coming down
+    int64_t staging_numel = 0;           // largest gradient piece (a bucket's per-rank part)
+    torch::ScalarType grad_dtype = torch::kFloat;   // dtype of the reduced gradients on the device
+    torch::ScalarType param_dtype = torch::kFloat;  // device parameter dtype
+    bool drop_accumulated_grads = false;  // fault injection: micro-steps after the first are lost
+    bool param_offload = false;           // the 16-bit copy is the host shard (use_as_half)
+  };
+  // Staging buffer size for a reduce bucket of bucket_numel elements over world_size
+  // ranks (a piece is at most the bucket's per-rank part), capped at `largest`.
+  static int64_t staging_numel_for(int64_t bucket_numel, int world_size, int64_t largest);
+  // Host bytes the offload pins (or allocates) for partitions of `numel` elements.
+  static int64_t bytes_per_element(torch::ScalarType param_dtype, bool param_offload);
+  // numels: per layer, the partition this rank updates; offloaded[l] false keeps the
+  // layer's optimizer on the device (partial offload, ratio < 1).
+  OptimizerOffload(const std::vector<int64_t>& numels, const std::vector<bool>& offloaded, Options o,
+                   CopyEngine& copier);
+
+  bool offloaded(int layer) const { return offloaded_[layer]; }
+  // Master weights from the layer's parameter partition (device or host shard).
+  void load_master(int layer, const torch::Tensor& params);
+  // Under offload_param: the 16-bit host shard the optimizer writes into.
+  void use_as_half(int layer, torch::Tensor host_shard);
+
+  void begin_micro_step(int64_t micro) { micro_ = micro; }
+  // A reduced gradient piece (device) for [offset, offset + numel) of the layer's
+  // partition. Returns the copy's event (the piece must not change until it completes).
+  CopyEventPtr add_grad(int layer, int64_t offset, const torch::Tensor& device_piece);
+  void finish_grads();  // every gradient copy and host add done (an exposed wait)
+  torch::Tensor& grad(int layer) { return grad_[layer]; }
+
+  // CPU Adam on the host partition with the gradients scaled by coef; writes the
+  // 16-bit copy in the same pass. Then upload() starts its copy to the device.
+  void step(int layer, const AdamHyper& h, int64_t step, double coef);
+  CopyEventPtr upload(int layer, const torch::Tensor& device_params);
+  bool uploads() const;  // false under offload_param (the host shard is the parameter)
+
+  int64_t host_bytes() const;
+
+ private:
+  std::vector<bool> offloaded_;
+  Options o_;
+  CopyEngine& copier_;
+  std::vector<torch::Tensor> master_, exp_avg_, exp_avg_sq_, grad_, half_;
+  std::vector<torch::Tensor> staging_;
+  std::vector<CopyEventPtr> staging_busy_;  // last copy into each staging buffer
+  size_t next_staging_ = 0;
+  std::vector<CopyEventPtr> pending_;
+  int64_t micro_ = 0;
+  bool half_is_shard_ = false;
+};
+
+}  // namespace zrepro
