@@ -77,6 +77,10 @@ json step_json(const StepRecord& s) {
                       {"data_wait", s.data_wait_s},
                       {"comm_wait", s.comm_wait_s}}},
           {"memory", {{"allocated", s.memory.allocated}, {"peak", s.memory.peak}, {"peak_phase", phase_name(s.memory.peak_phase)}}},
+          {"offload", {{"d2h_bytes", s.copies.bytes[0]},
+                       {"h2d_bytes", s.copies.bytes[1]},
+                       {"copy_s", s.copies.busy_s()},
+                       {"exposed_s", s.copies.exposed_s}}},
           {"comm_bytes", {{"all_reduce", s.comm[CollOp::all_reduce].bytes},
                           {"reduce_scatter", s.comm[CollOp::reduce_scatter].bytes},
                           {"all_gather", s.comm[CollOp::all_gather].bytes}}}};
@@ -94,7 +98,10 @@ std::vector<double> RankReport::pack() const {
                            comm_wait_s, step_s,
                            static_cast<double>(device.capacity), static_cast<double>(device.peak),
                            static_cast<double>(static_cast<int>(device.peak_phase)),
-                           static_cast<double>(device.peak_reserved)};
+                           static_cast<double>(device.peak_reserved),
+                           static_cast<double>(memory.host_pinned), static_cast<double>(memory.host_pageable),
+                           static_cast<double>(copies.bytes[0]), static_cast<double>(copies.bytes[1]),
+                           copies.seconds[0], copies.seconds[1], copies.exposed_s};
   for (int64_t b : device.by_category_at_peak) v.push_back(static_cast<double>(b));
   for (int64_t b : device.category_peaks) v.push_back(static_cast<double>(b));
   return v;
@@ -110,9 +117,16 @@ RankReport RankReport::unpack(const double* v) {
   r.device.peak = static_cast<int64_t>(v[7]);
   r.device.peak_phase = static_cast<Phase>(static_cast<int>(v[8]));
   r.device.peak_reserved = static_cast<int64_t>(v[9]);
+  r.memory.host_pinned = static_cast<int64_t>(v[10]);
+  r.memory.host_pageable = static_cast<int64_t>(v[11]);
+  r.copies.bytes[0] = static_cast<int64_t>(v[12]);
+  r.copies.bytes[1] = static_cast<int64_t>(v[13]);
+  r.copies.seconds[0] = v[14];
+  r.copies.seconds[1] = v[15];
+  r.copies.exposed_s = v[16];
   for (int c = 0; c < kNumMemCategories; ++c) {
-    r.device.by_category_at_peak[c] = static_cast<int64_t>(v[10 + c]);
-    r.device.category_peaks[c] = static_cast<int64_t>(v[10 + kNumMemCategories + c]);
+    r.device.by_category_at_peak[c] = static_cast<int64_t>(v[17 + c]);
+    r.device.category_peaks[c] = static_cast<int64_t>(v[17 + kNumMemCategories + c]);
   }
   return r;
 }
@@ -122,6 +136,7 @@ RankReport rank_report(int rank, const TrainResult& res, const MemorySnapshot& d
   r.rank = rank;
   r.memory = res.memory;
   r.device = device;
+  r.copies = res.copies;
   for (const auto& s : res.steps) r.comm_wait_s += s.comm_wait_s, r.step_s += s.step_s;
   return r;
 }
@@ -141,7 +156,8 @@ json memory_rank_json(const RankReport& r) {
           {"model_states", {{"params", r.memory.params},
                             {"grads", r.memory.grads},
                             {"optimizer_states", r.memory.optimizer_states}}},
-          {"host_pinned_bytes", nullptr},
+          {"host_pinned_bytes", r.memory.host_pinned},
+          {"host_pageable_bytes", r.memory.host_pageable},
           {"comm_wait_s", r.comm_wait_s}};
 }
 
@@ -181,6 +197,32 @@ json comm_json(const std::vector<StepRecord>& steps, int world) {
   return {{"bytes_per_step", per_step}, {"ops", ops}};
 }
 
+// What offload moved over the host link per rank, how long the link was busy and
+// how much of that the compute thread waited for (exposed); the rest overlapped.
+json offload_json(const DsConfig& c, const SummaryInput& in, const std::vector<RankReport>& ranks) {
+  const OffloadConfig& oo = c.zero.offload_optimizer;
+  const OffloadConfig& op = c.zero.offload_param;
+  if (!oo.enabled() && !op.enabled()) return nullptr;
+  json rj = json::array();
+  for (const auto& r : ranks) {
+    const CopyStats& k = r.copies;
+    rj.push_back({{"rank", r.rank},
+                  {"d2h_bytes", k.bytes[0]},
+                  {"h2d_bytes", k.bytes[1]},
+                  {"copy_s", k.busy_s()},
+                  {"exposed_s", k.exposed_s},
+                  {"overlapped_s", k.overlapped_s()},
+                  {"overlap_ratio", k.busy_s() > 0 ? json(k.overlapped_s() / k.busy_s()) : json(nullptr)},
+                  {"host_pinned_bytes", r.memory.host_pinned},
+                  {"host_pageable_bytes", r.memory.host_pageable}});
+  }
+  return {{"offload_optimizer", {{"device", oo.device}, {"pin_memory", oo.pin_memory}, {"ratio", oo.ratio}}},
+          {"offload_param", {{"device", op.device}, {"pin_memory", op.pin_memory}}},
+          {"host_link_gbps", in.host_link_gbps > 0 ? json(in.host_link_gbps) : json(nullptr)},
+          {"pageable_ratio", in.pageable_ratio},
+          {"ranks", rj}};
+}
+
 }  // namespace
 
 json build_summary(const SummaryInput& in) {
@@ -202,16 +244,18 @@ json build_summary(const SummaryInput& in) {
   json time = nullptr, memory = nullptr;
   if (in.result) {
     std::vector<double> st;
-    double fwd = 0, bwd = 0, opt = 0, data = 0, wait = 0;
+    double fwd = 0, bwd = 0, opt = 0, data = 0, wait = 0, copy = 0;
     for (const auto& r : in.result->steps) {
       json j = step_json(r);
       j.erase("time_s");
       j.erase("comm_bytes");
       j.erase("memory");
+      j.erase("offload");
       if (j["replicas_identical"].is_null()) j.erase("replicas_identical");
       steps.push_back(j);
       st.push_back(r.step_s);
       fwd += r.forward_s, bwd += r.backward_s, opt += r.optimizer_s, data += r.data_wait_s, wait += r.comm_wait_s;
+      copy += r.copies.exposed_s;
     }
     const double med = median(st);
     const double tokens = c && in.model ? static_cast<double>(c->train_batch_size * in.model->seq) : 0;
@@ -219,7 +263,7 @@ json build_summary(const SummaryInput& in) {
             {"tokens_per_s", med > 0 ? json(tokens / med) : json(nullptr)},
             {"breakdown_s",
              {{"forward", fwd}, {"backward", bwd}, {"comm_wait", wait}, {"optimizer", opt},
-              {"offload_copy", nullptr}, {"data_wait", data}}}};
+              {"offload_copy", copy}, {"data_wait", data}}}};
     std::vector<RankReport> ranks = in.ranks;
     if (ranks.empty()) ranks.push_back(rank_report(0, *in.result, MemorySnapshot{}));
     json rj = json::array();
@@ -232,6 +276,8 @@ json build_summary(const SummaryInput& in) {
   s["time"] = time;
   s["memory"] = memory;
   s["comm"] = in.result ? comm_json(in.result->steps, c ? c->world_size : 1) : json(nullptr);
+  s["offload"] = c && in.result ? offload_json(*c, in, in.ranks.empty() ? std::vector<RankReport>{rank_report(0, *in.result, {})} : in.ranks)
+                                : json(nullptr);
   s["failure"] = in.failure;
   s["effective_config"] = c ? c->effective_json() : json(nullptr);
   return s;

@@ -39,7 +39,8 @@ struct RankReport {
   EngineMemory memory;     // engine-owned model states (exact, from tensor sizes)
   MemorySnapshot device;   // the tracking allocator's view (peaks, categories)
   double comm_wait_s = 0, step_s = 0;
-  static constexpr int kPacked = 10 + 2 * kNumMemCategories;
+  CopyStats copies;        // offload copies over the run
+  static constexpr int kPacked = 17 + 2 * kNumMemCategories;
   std::vector<double> pack() const;
   static RankReport unpack(const double* v);
 };
@@ -56,6 +57,7 @@ struct SummaryInput {
   const TrainResult* result = nullptr;   // rank 0's
   std::vector<RankReport> ranks;         // every rank's (empty: rank 0 alone)
   nlohmann::json failure;  // null or {kind, rank, phase, message, checkpoint, hint}
+  double host_link_gbps = 0, pageable_ratio = 0.5;  // the copy engine's model (offload)
 };
 nlohmann::json build_summary(const SummaryInput& in);
 

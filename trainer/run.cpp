@@ -15,6 +15,7 @@
 
 #include "device/device.h"
 #include "device/errors.h"
+#include "offload/host_memory.h"
 #include "trainer/cli.h"
 #include "trainer/hang.h"
 #include "trainer/html_report.h"
@@ -145,6 +146,7 @@ int run_command(int argc, char** argv) {
   std::unique_ptr<Ranks> ranks;
   std::unique_ptr<ScaleDown> scaled;  // --target-model: the toy derived from the target
   json planned;                       // the planner's prediction for this run (CPU-emulated device)
+  double host_link_gbps = 0, pageable_ratio = 0.5;
   int rank = 0;
 
   // Rank 0 writes the summary from every rank's report. A run that fails writes
@@ -154,7 +156,8 @@ int run_command(int argc, char** argv) {
     if (out_dir.empty() || (all_ranks && rank != 0)) return;
     if (reports.empty()) reports.push_back(rank_report(rank, result, mem.snapshot()));
     SummaryInput in{status, have_cfg ? &cfg : nullptr, have_model ? &model : nullptr, dev.description,
-                    have_cfg ? &result : nullptr, std::move(reports), std::move(failure)};
+                    have_cfg ? &result : nullptr, std::move(reports), std::move(failure), host_link_gbps,
+                    pageable_ratio};
     const std::string name = rank == 0 ? "summary" : "summary_rank" + std::to_string(rank);
     json summary = build_summary(in);
     if (!planned.is_null()) summary["memory"]["planned"] = planned;
@@ -204,8 +207,8 @@ int run_command(int argc, char** argv) {
     const int threads = r["threads"].as<int>();
     if (threads <= 0) throw ConfigError("--threads: must be > 0, got " + std::to_string(threads));
     set_compute_threads(threads);
-    topt.host_link_gbps = r["host-link-gbps"].as<double>();
-    topt.pageable_ratio = r["pageable-ratio"].as<double>();
+    topt.host_link_gbps = host_link_gbps = r["host-link-gbps"].as<double>();
+    topt.pageable_ratio = pageable_ratio = r["pageable-ratio"].as<double>();
     if (topt.host_link_gbps < 0) throw ConfigError("--host-link-gbps: must be >= 0, got " + fmt(topt.host_link_gbps));
     if (topt.pageable_ratio <= 0 || topt.pageable_ratio > 1)
       throw ConfigError("--pageable-ratio: must be in (0, 1], got " + fmt(topt.pageable_ratio));
@@ -396,6 +399,7 @@ int run_command(int argc, char** argv) {
       // rank 0 can merge them once the gather says every rank got there.
       if (!out_dir.empty()) {
         trace.add_collectives(comm.recorder().snapshot());
+        trace.add_copies(result.copy_log);
         std::error_code ec;
         std::filesystem::create_directories(out_dir + "/trace", ec);
         write_file_atomic(out_dir + "/trace/rank" + std::to_string(rank) + ".json", trace.events().dump());
@@ -447,6 +451,17 @@ int run_command(int argc, char** argv) {
     failure["allocated_bytes"] = at.allocated;
     failure["capacity_bytes"] = at.capacity;
     return finish("oom", failure, kExitOom);
+  } catch (const PinnedMemoryError& e) {
+    progress.clear();
+    std::cerr << "[zrepro] rank " << rank << ": " << e.what() << std::endl;
+    json failure = make_failure("pinned-memory", rank, "init", e.what(), "pinned-memory",
+                                "raise the memlock limit (ulimit -l), or set pin_memory false for offload "
+                                "(pageable buffers: synchronous, slower copies)");
+    failure["needed_bytes"] = e.needed;
+    failure["memlock_limit_bytes"] = e.info.limit_bytes < 0 ? json(nullptr) : json(e.info.limit_bytes);
+    failure["locked_bytes"] = e.info.locked_bytes;
+    failure["cap_ipc_lock"] = e.info.cap_ipc_lock;
+    return finish("error", failure, kExitInternal);
   } catch (const NumericalError& e) {
     progress.clear();
     if (rank == 0) std::cerr << "[deepspeed] " << e.what() << std::endl;

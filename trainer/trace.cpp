@@ -6,7 +6,7 @@ namespace zrepro {
 using json = nlohmann::json;
 
 namespace {
-constexpr int kComputeLane = 0, kCommLane = 1;
+constexpr int kComputeLane = 0, kCommLane = 1, kCopyLane = 2;
 double us(double seconds) { return seconds * 1e6; }
 }  // namespace
 
@@ -43,6 +43,18 @@ void TraceRecorder::add_collectives(const std::vector<FlightEntry>& entries) {
   }
 }
 
+void TraceRecorder::add_copies(const std::vector<CopyRecord>& copies) {
+  for (const auto& c : copies)
+    events_.push_back({{"name", std::string(copy_dir_name(c.dir)) + (c.pinned ? "" : " (pageable)")},
+                       {"cat", "copy"},
+                       {"ph", "X"},
+                       {"ts", us(c.t_start)},
+                       {"dur", us(c.t_end - c.t_start)},
+                       {"pid", rank_},
+                       {"tid", kCopyLane},
+                       {"args", {{"bytes", c.bytes}, {"label", c.label}, {"queued_us", us(c.t_start - c.t_submit)}}}});
+}
+
 json merge_traces(const std::vector<json>& per_rank) {
   json all = json::array();
   for (size_t r = 0; r < per_rank.size(); ++r) {
@@ -50,6 +62,7 @@ json merge_traces(const std::vector<json>& per_rank) {
     all.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank}, {"args", {{"name", "rank " + std::to_string(rank)}}}});
     all.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", kComputeLane}, {"args", {{"name", "compute"}}}});
     all.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", kCommLane}, {"args", {{"name", "comm"}}}});
+    all.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", kCopyLane}, {"args", {{"name", "copy"}}}});
     for (const auto& e : per_rank[r]) all.push_back(e);
   }
   return {{"traceEvents", all}, {"displayTimeUnit", "ms"}};

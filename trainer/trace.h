@@ -1,7 +1,7 @@
 // Chrome / Perfetto trace of a run (OUT/trace.json, open in ui.perfetto.dev or
 // chrome://tracing): per rank a "compute" lane (data, forward, backward, step of every
 // micro-step), a "comm" lane (every collective from the flight recorder, start to
-// completion) and a device-memory counter. Timestamps are wall-clock microseconds so
+// completion), a "copy" lane (offload's device<->host copies) and a device-memory counter. Timestamps are wall-clock microseconds so
 // the ranks line up.
 #pragma once
 #include <string>
@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "offload/copy_engine.h"
 #include "zero/comm/flight_recorder.h"
 
 namespace zrepro {
@@ -21,6 +22,8 @@ class TraceRecorder {
   void memory(double t, int64_t allocated, int64_t reserved);
   // Adds the collectives of the flight recorder on the comm lane.
   void add_collectives(const std::vector<FlightEntry>& entries);
+  // Adds offload's copies (copy engine records) on the copy lane.
+  void add_copies(const std::vector<CopyRecord>& copies);
   nlohmann::json events() const { return events_; }
 
  private:

@@ -131,6 +131,7 @@ void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
     StepRecord rec;
     rec.step = step;
     const CommStats comm_before = comm.stats();
+    const CopyStats copies_before = engine.copier() ? engine.copier()->stats() : CopyStats{};
     const auto t_step = Clock::now();
     const double scale = engine.loss_scale();
     double loss_sum = 0;
@@ -198,6 +199,7 @@ void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
     }
     rec.step_s = since(t_step);
     rec.comm = comm.stats().minus(comm_before);
+    if (engine.copier()) rec.copies = engine.copier()->stats().minus(copies_before);
     rec.memory = mem.snapshot();
     if (opts.trace) {
       opts.trace->span("step", w_step, wall_seconds(), json{{"step", step}, {"skipped", sr.skipped}});
@@ -208,6 +210,10 @@ void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
     result.steps.push_back(rec);
     result.memory = engine.memory();
     if (on_step) on_step(rec, scale_log(sr.scale_event, rank));
+  }
+  if (engine.copier()) {
+    result.copies = engine.copier()->stats();
+    result.copy_log = engine.copier()->records();
   }
   if (keep_final_params)
     for (size_t l = 0; l < engine.groups().size(); ++l) result.final_params.push_back(engine.gather_layer(l));

@@ -57,12 +57,15 @@ struct StepRecord {
   double step_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0, data_wait_s = 0;
   double comm_wait_s = 0;  // time blocked waiting for collectives
   CommStats comm;          // collectives issued during this step (this rank)
+  CopyStats copies;        // offload copies completed during this step (this rank)
   int replicas_identical = -1;  // 1 / 0 when verified, -1 when not checked
   MemorySnapshot memory;        // device memory after the step (peaks: since the run started)
 };
 
 struct TrainResult {
   std::vector<StepRecord> steps;
+  CopyStats copies;                  // offload copies over the run (this rank)
+  std::vector<CopyRecord> copy_log;  // the last copies, for the trace
   int64_t skipped_steps = 0;
   EngineMemory memory;  // this rank's engine-owned bytes by category
   // Full fp32 parameters after the last step, one tensor per layer (for checks).
