@@ -99,12 +99,16 @@ void CopyEngine::transfer(Task& t, double gbps) {
     // The link model: the copy cannot finish before bytes / bandwidth.
     const auto until = t0 + std::chrono::duration<double>(static_cast<double>(bytes) / (gbps * 1e9));
     std::this_thread::sleep_until(until);
+  } else if (!t.pinned) {
+    // No link model: a pageable copy still runs at pageable_ratio of the memcpy speed.
+    const auto took = std::chrono::steady_clock::now() - t0;
+    std::this_thread::sleep_for(took * (1.0 / o_.pageable_ratio - 1.0));
   }
 }
 
 void CopyEngine::run(Task& t) {
   const double start = wall_seconds();
-  transfer(t, t.pinned ? o_.link_gbps : o_.link_gbps * o_.pageable_ratio);
+  transfer(t, t.pinned ? o_.link_gbps : o_.link_gbps * o_.pageable_ratio);  // 0 stays 0: no model
   const double end = wall_seconds();
   if (t.then) t.then();
   const int64_t bytes = t.src.numel() * static_cast<int64_t>(t.src.element_size());

@@ -5,7 +5,8 @@
 // out the rest, leaving the compute thread free, as a DMA engine would); on CUDA the
 // worker issues cudaMemcpyAsync on its own stream after an event recorded on the
 // compute stream. Pageable copies are synchronous on the caller and run at
-// pageable_ratio of the pinned bandwidth (CUDA stages them through a bounce buffer).
+// pageable_ratio of the pinned bandwidth, or of memcpy speed without a link model
+// (CUDA stages them through a bounce buffer; there the real link decides).
 // A copy may carry host work (`then`, e.g. adding a gradient into the fp32
 // accumulator) that runs on the worker after the bytes arrived and before the
 // event completes; source and destination stay alive (and their device bytes

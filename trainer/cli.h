@@ -16,6 +16,7 @@ int config_command(int argc, char** argv);
 int plan_command(int argc, char** argv);
 int bench_comm(int argc, char** argv);
 int bench_adam(int argc, char** argv);
+int bench_copy(int argc, char** argv);
 
 // Config-resolving flags (--config, --model, --micro-batch, --lr, ...).
 void add_config_flags(cxxopts::Options& o);

@@ -13,7 +13,8 @@ int main(int argc, char** argv) {
       "          --device-memory SIZE [--json])\n"
       "  config  print the effective config, every value with its source (--config FILE [--json])\n"
       "  bench   benchmarks: `bench comm` (collectives vs raw MPI, nccl-tests format),\n"
-      "          `bench adam` (fused CPU Adam vs LibTorch AdamW vs memory bandwidth)\n"
+      "          `bench adam` (fused CPU Adam vs LibTorch AdamW vs memory bandwidth),\n"
+      "          `bench copy` (offload copies: pinned vs pageable, d2h/h2d, overlap with compute)\n"
       "`zrepro <command> --help` lists a command's options.\n";
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     std::cout << usage;
@@ -26,7 +27,8 @@ int main(int argc, char** argv) {
   if (cmd == "bench") {
     if (argc >= 3 && std::string(argv[2]) == "comm") return zrepro::bench_comm(argc - 2, argv + 2);
     if (argc >= 3 && std::string(argv[2]) == "adam") return zrepro::bench_adam(argc - 2, argv + 2);
-    std::cerr << "zrepro bench: expected a benchmark name: comm, adam\n";
+    if (argc >= 3 && std::string(argv[2]) == "copy") return zrepro::bench_copy(argc - 2, argv + 2);
+    std::cerr << "zrepro bench: expected a benchmark name: comm, adam, copy\n";
     return 2;
   }
   std::cerr << "zrepro: unknown command \"" << cmd << "\"\n" << usage;
