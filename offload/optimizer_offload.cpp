@@ -13,7 +13,7 @@ OptimizerOffload::OptimizerOffload(const std::vector<int64_t>& numels, const std
     : offloaded_(offloaded), o_(o), copier_(copier) {
   HostMemory& host = HostMemory::instance();
   const size_t L = numels.size();
-  master_.resize(L), exp_avg_.resize(L), exp_avg_sq_.resize(L), grad_.resize(L), half_.resize(L);
+  master_.resize(L), exp_avg_.resize(L), exp_avg_sq_.resize(L), grad_.resize(L), half_.resize(L), landing_.resize(L);
   // One host buffer per layer and kind: chunked allocations, never one huge pin.
   for (size_t l = 0; l < L; ++l) {
     if (!offloaded_[l]) continue;
@@ -22,20 +22,17 @@ OptimizerOffload::OptimizerOffload(const std::vector<int64_t>& numels, const std
     exp_avg_[l] = host.empty(numels[l], torch::kFloat, o_.pinned, what + " exp_avg");
     exp_avg_sq_[l] = host.empty(numels[l], torch::kFloat, o_.pinned, what + " exp_avg_sq");
     grad_[l] = host.empty(numels[l], torch::kFloat, o_.pinned, what + " gradient");
+    landing_[l] = host.empty(numels[l], o_.grad_dtype, o_.pinned, what + " gradient landing");
     if (o_.param_dtype != torch::kFloat && !o_.param_offload) half_[l] = host.empty(numels[l], o_.param_dtype, o_.pinned, what + " 16-bit copy");
   }
-  for (int64_t b = 0; b < o_.buffer_count; ++b)
-    staging_.push_back(host.empty(std::max<int64_t>(o_.staging_numel, 1), o_.grad_dtype, o_.pinned, "gradient staging"));
-  staging_busy_.resize(staging_.size());
 }
 
-int64_t OptimizerOffload::staging_numel_for(int64_t bucket_numel, int world_size, int64_t largest) {
-  return std::max<int64_t>(1, std::min(bucket_numel / world_size, largest));
-}
-
-int64_t OptimizerOffload::bytes_per_element(torch::ScalarType param_dtype, bool param_offload) {
-  // fp32 master, exp_avg, exp_avg_sq and gradient; the 16-bit copy unless it is the shard.
-  return 16 + (param_dtype == torch::kFloat || param_offload ? 0 : static_cast<int64_t>(c10::elementSize(param_dtype)));
+int64_t OptimizerOffload::bytes_per_element(torch::ScalarType param_dtype, torch::ScalarType grad_dtype,
+                                            bool param_offload) {
+  // fp32 master, exp_avg, exp_avg_sq and gradient; the gradient landing buffer; the
+  // 16-bit copy unless it is the shard.
+  return 16 + static_cast<int64_t>(c10::elementSize(grad_dtype)) +
+         (param_dtype == torch::kFloat || param_offload ? 0 : static_cast<int64_t>(c10::elementSize(param_dtype)));
 }
 
 void OptimizerOffload::load_master(int layer, const torch::Tensor& params) {
@@ -53,27 +50,18 @@ CopyEventPtr OptimizerOffload::add_grad(int layer, int64_t offset, const torch::
   if (!offloaded_[layer]) throw std::logic_error("OptimizerOffload::add_grad: layer is not offloaded");
   const bool first = micro_ == 0;
   const bool keep = first || !o_.drop_accumulated_grads;
-  CopyEventPtr last;
-  // Pieces larger than a staging buffer go down in staging-sized chunks.
-  for (int64_t done = 0; done < piece.numel(); done += o_.staging_numel) {
-    const int64_t n = std::min(o_.staging_numel, piece.numel() - done);
-    const size_t slot = next_staging_;
-    next_staging_ = (next_staging_ + 1) % staging_.size();
-    copier_.wait(staging_busy_[slot]);  // the buffer's previous copy and add must be finished
-    torch::Tensor stage = staging_[slot].narrow(0, 0, n);
-    torch::Tensor acc = grad_[layer].narrow(0, offset + done, n);
-    last = copier_.copy(stage, piece.narrow(0, done, n), CopyDir::d2h, o_.pinned, [stage, acc, first, keep] {
-      torch::NoGradGuard no_grad;
-      DeviceMemory::HostScope host;
-      if (first)
-        acc.copy_(stage);
-      else if (keep)
-        acc.add_(stage);
-    }, "grad layer " + std::to_string(layer));
-    staging_busy_[slot] = last;
-    pending_.push_back(last);
-  }
-  return last;
+  torch::Tensor land = landing_[layer].narrow(0, offset, piece.numel());
+  torch::Tensor acc = grad_[layer].narrow(0, offset, piece.numel());
+  CopyEventPtr e = copier_.copy(land, piece, CopyDir::d2h, o_.pinned, [land, acc, first, keep] {
+    torch::NoGradGuard no_grad;
+    DeviceMemory::HostScope host;
+    if (first)
+      acc.copy_(land);
+    else if (keep)
+      acc.add_(land);
+  }, "grad layer " + std::to_string(layer));
+  pending_.push_back(e);
+  return e;
 }
 
 void OptimizerOffload::finish_grads() {
@@ -109,7 +97,8 @@ int64_t OptimizerOffload::host_bytes() const {
   if (!half_is_shard_)
     for (const auto& t : half_)
       if (t.defined()) b += t.numel() * static_cast<int64_t>(t.element_size());
-  for (const auto& t : staging_) b += t.numel() * static_cast<int64_t>(t.element_size());
+  for (const auto& t : landing_)
+    if (t.defined()) b += t.numel() * static_cast<int64_t>(t.element_size());
   return b;
 }
 

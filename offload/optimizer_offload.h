@@ -3,10 +3,13 @@
 // gradient accumulator live in host memory (pinned or pageable), with a 16-bit host
 // copy of the updated partition that goes back up (under offload_param that copy is
 // the layer's host parameter shard itself, so nothing goes up). Reduced gradient
-// pieces come down from the device through the copy engine into a ring of
-// buffer_count staging buffers (a buffer is reused only after its copy and host add
-// finished); micro-step 0 copies into the accumulator, later micro-steps add, so
-// gradient accumulation with offload accumulates on the host as DeepSpeed does.
+// pieces come down through the copy engine into the layer's landing buffer (the
+// reduced gradient dtype, like DeepSpeed's 16-bit pinned accumulators), and the host
+// adds them into the fp32 accumulator: micro-step 0 copies, later micro-steps add,
+// so gradient accumulation with offload accumulates on the host as DeepSpeed does.
+// The compute thread never waits for this: the copy engine runs copies and their
+// host adds in submission order, so a landing range is rewritten (by the next
+// micro-step's piece) only after the previous add read it.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -22,18 +25,13 @@ class OptimizerOffload {
  public:
   struct Options {
     bool pinned = true;
-    int64_t buffer_count = 4;            // staging buffers for gradients coming down
-    int64_t staging_numel = 0;           // largest gradient piece (a bucket's per-rank part)
     torch::ScalarType grad_dtype = torch::kFloat;   // dtype of the reduced gradients on the device
     torch::ScalarType param_dtype = torch::kFloat;  // device parameter dtype
     bool drop_accumulated_grads = false;  // fault injection: micro-steps after the first are lost
     bool param_offload = false;           // the 16-bit copy is the host shard (use_as_half)
   };
-  // Staging buffer size for a reduce bucket of bucket_numel elements over world_size
-  // ranks (a piece is at most the bucket's per-rank part), capped at `largest`.
-  static int64_t staging_numel_for(int64_t bucket_numel, int world_size, int64_t largest);
-  // Host bytes the offload pins (or allocates) for partitions of `numel` elements.
-  static int64_t bytes_per_element(torch::ScalarType param_dtype, bool param_offload);
+  // Host bytes the offload pins (or allocates) per partition element.
+  static int64_t bytes_per_element(torch::ScalarType param_dtype, torch::ScalarType grad_dtype, bool param_offload);
   // numels: per layer, the partition this rank updates; offloaded[l] false keeps the
   // layer's optimizer on the device (partial offload, ratio < 1).
   OptimizerOffload(const std::vector<int64_t>& numels, const std::vector<bool>& offloaded, Options o,
@@ -64,10 +62,7 @@ class OptimizerOffload {
   std::vector<bool> offloaded_;
   Options o_;
   CopyEngine& copier_;
-  std::vector<torch::Tensor> master_, exp_avg_, exp_avg_sq_, grad_, half_;
-  std::vector<torch::Tensor> staging_;
-  std::vector<CopyEventPtr> staging_busy_;  // last copy into each staging buffer
-  size_t next_staging_ = 0;
+  std::vector<torch::Tensor> master_, exp_avg_, exp_avg_sq_, grad_, half_, landing_;
   std::vector<CopyEventPtr> pending_;
   int64_t micro_ = 0;
   bool half_is_shard_ = false;

@@ -85,8 +85,6 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
   if (oo.enabled()) {
     OptimizerOffload::Options ho;
     ho.pinned = oo.pin_memory;
-    ho.buffer_count = oo.buffer_count;
-    ho.staging_numel = staging_numel();
     ho.grad_dtype = cfg.comm_dtype;
     ho.param_dtype = sc.dtype;
     ho.drop_accumulated_grads = cfg.drop_accumulated_grads;
@@ -163,12 +161,6 @@ std::vector<bool> ZeroEngine::offloaded_layers(const std::vector<LayerSpec>& lay
   return out;
 }
 
-int64_t ZeroEngine::staging_numel() const {
-  int64_t largest = 0;
-  for (int64_t n : owned_numels_) largest = std::max(largest, n);
-  return OptimizerOffload::staging_numel_for(cfg_.zero.reduce_bucket_size, comm_.world_size(), largest);
-}
-
 void ZeroEngine::preflight_pinned(const std::vector<LayerSpec>& layers, const ShardingConfig& sc) {
   // Everything offload will pin, from the partition arithmetic, checked against the
   // memlock limit before the first buffer is allocated.
@@ -177,20 +169,17 @@ void ZeroEngine::preflight_pinned(const std::vector<LayerSpec>& layers, const Sh
   const int ws = comm_.world_size();
   const int64_t es = static_cast<int64_t>(c10::elementSize(sc.dtype));
   int64_t pinned = 0;
-  owned_numels_.clear();
   for (size_t l = 0; l < layers.size(); ++l) {
     std::vector<int64_t> numels;
     int64_t n = 0;
     for (const auto& p : layers[l].params) numels.push_back(p.numel()), n += p.numel();
     const int64_t owned = sc.stage == 3 ? partition_params(numels, ws).shard_numel : partition_flat(n, ws).partition_numel;
-    owned_numels_.push_back(owned);
     if (op.enabled() && op.pin_memory) pinned += owned * es;
-    if (offloaded_[l] && oo.pin_memory) pinned += owned * OptimizerOffload::bytes_per_element(sc.dtype, op.enabled());
+    if (offloaded_[l] && oo.pin_memory)
+      pinned += owned * OptimizerOffload::bytes_per_element(sc.dtype, cfg_.comm_dtype, op.enabled());
   }
-  if (oo.enabled() && oo.pin_memory)
-    pinned += oo.buffer_count * staging_numel() * static_cast<int64_t>(c10::elementSize(cfg_.comm_dtype));
   HostMemory::instance().preflight(pinned, "offload (" + std::string(op.enabled() ? "parameter shards, " : "") +
-                                               "fp32 master, Adam moments, gradients, staging)");
+                                               "fp32 master, Adam moments, gradients)");
 }
 
 std::vector<ParamGroup*> ZeroEngine::groups() {

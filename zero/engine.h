@@ -109,7 +109,6 @@ class ZeroEngine {
   void release(int layer);
   std::vector<bool> offloaded_layers(const std::vector<LayerSpec>& layers, double ratio);
   void preflight_pinned(const std::vector<LayerSpec>& layers, const ShardingConfig& sc);
-  int64_t staging_numel() const;
 
   EngineConfig cfg_;
   Communicator& comm_;
@@ -125,12 +124,11 @@ class ZeroEngine {
   LossScaler scaler_;
   LrSchedule schedule_;
   int64_t adam_steps_ = 0;
-  std::unique_ptr<GatherSchedule> schedule3_;
+  std::unique_ptr<GatherSchedule> schedule3_;  // stage 3: gather / prefetch / release decisions
   // Offload: device<->host copies, the host optimizer, which layers it holds.
   std::unique_ptr<CopyEngine> copier_;
   std::unique_ptr<OptimizerOffload> host_opt_;
   std::vector<bool> offloaded_;
-  std::vector<int64_t> owned_numels_;  // per layer, from the partition arithmetic (offload sizing)  // stage 3: gather / prefetch / release decisions
 };
 
 }  // namespace zrepro
