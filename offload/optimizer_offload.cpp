@@ -27,14 +27,6 @@ OptimizerOffload::OptimizerOffload(const std::vector<int64_t>& numels, const std
   }
 }
 
-int64_t OptimizerOffload::bytes_per_element(torch::ScalarType param_dtype, torch::ScalarType grad_dtype,
-                                            bool param_offload) {
-  // fp32 master, exp_avg, exp_avg_sq and gradient; the gradient landing buffer; the
-  // 16-bit copy unless it is the shard.
-  return 16 + static_cast<int64_t>(c10::elementSize(grad_dtype)) +
-         (param_dtype == torch::kFloat || param_offload ? 0 : static_cast<int64_t>(c10::elementSize(param_dtype)));
-}
-
 void OptimizerOffload::load_master(int layer, const torch::Tensor& params) {
   torch::NoGradGuard no_grad;
   DeviceMemory::HostScope host;  // any temporary of the conversion is host memory

@@ -30,8 +30,7 @@ class OptimizerOffload {
     bool drop_accumulated_grads = false;  // fault injection: micro-steps after the first are lost
     bool param_offload = false;           // the 16-bit copy is the host shard (use_as_half)
   };
-  // Host bytes the offload pins (or allocates) per partition element.
-  static int64_t bytes_per_element(torch::ScalarType param_dtype, torch::ScalarType grad_dtype, bool param_offload);
+
   // numels: per layer, the partition this rank updates; offloaded[l] false keeps the
   // layer's optimizer on the device (partial offload, ratio < 1).
   OptimizerOffload(const std::vector<int64_t>& numels, const std::vector<bool>& offloaded, Options o,

@@ -9,6 +9,7 @@
 
 #include "device/device_memory.h"
 #include "offload/host_memory.h"
+#include "zero/offload_plan.h"
 
 namespace zrepro {
 
@@ -58,12 +59,24 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
   mem.set_phase(Phase::init);
   const OffloadConfig& oo = cfg.zero.offload_optimizer;
   const OffloadConfig& op = cfg.zero.offload_param;
-  offloaded_ = offloaded_layers(layers, oo.enabled() ? oo.ratio : 0.0);
+  std::vector<std::vector<int64_t>> layer_numels;
+  std::vector<int64_t> layer_totals;
+  for (const auto& l : layers) {
+    layer_numels.emplace_back();
+    int64_t n = 0;
+    for (const auto& p : l.params) layer_numels.back().push_back(p.numel()), n += p.numel();
+    layer_totals.push_back(n);
+  }
+  offloaded_ = offloaded_layers(layer_totals, cfg.zero);
   if (oo.enabled() || op.enabled()) {
     HostMemory::instance().set_backend(cfg.device.is_cuda() ? PinBackend::cuda : PinBackend::mlock);
     copier_ = std::make_unique<CopyEngine>(
         CopyEngine::Options{cfg.host_link_gbps, cfg.pageable_ratio, cfg.device.is_cuda()});
-    preflight_pinned(layers, sc);
+    // Everything offload will pin, checked against the memlock limit before the
+    // first buffer is allocated.
+    const OffloadHostBytes need = offload_host_bytes(layer_numels, cfg.zero, comm.world_size(), sc.dtype, cfg.comm_dtype);
+    HostMemory::instance().preflight(need.pinned, std::string("offload (") + (op.enabled() ? "parameter shards, " : "") +
+                                                      "fp32 master, Adam moments, gradients)");
   }
   if (op.enabled()) {
     sc.host_shard = copier_.get();
@@ -145,42 +158,6 @@ ZeroEngine::~ZeroEngine() {
   if (copier_) copier_->synchronize();  // no copy may outlive the buffers it touches
 }
 
-std::vector<bool> ZeroEngine::offloaded_layers(const std::vector<LayerSpec>& layers, double ratio) {
-  // The first layers (by parameter count) up to `ratio` of the model: DeepSpeed's
-  // partial offload keeps the rest of the optimizer on the device.
-  int64_t total = 0, done = 0;
-  for (const auto& l : layers)
-    for (const auto& p : l.params) total += p.numel();
-  std::vector<bool> out;
-  for (const auto& l : layers) {
-    int64_t n = 0;
-    for (const auto& p : l.params) n += p.numel();
-    out.push_back(ratio > 0 && cfg_.zero.stage >= 1 && static_cast<double>(done) < ratio * static_cast<double>(total));
-    done += n;
-  }
-  return out;
-}
-
-void ZeroEngine::preflight_pinned(const std::vector<LayerSpec>& layers, const ShardingConfig& sc) {
-  // Everything offload will pin, from the partition arithmetic, checked against the
-  // memlock limit before the first buffer is allocated.
-  const OffloadConfig& oo = cfg_.zero.offload_optimizer;
-  const OffloadConfig& op = cfg_.zero.offload_param;
-  const int ws = comm_.world_size();
-  const int64_t es = static_cast<int64_t>(c10::elementSize(sc.dtype));
-  int64_t pinned = 0;
-  for (size_t l = 0; l < layers.size(); ++l) {
-    std::vector<int64_t> numels;
-    int64_t n = 0;
-    for (const auto& p : layers[l].params) numels.push_back(p.numel()), n += p.numel();
-    const int64_t owned = sc.stage == 3 ? partition_params(numels, ws).shard_numel : partition_flat(n, ws).partition_numel;
-    if (op.enabled() && op.pin_memory) pinned += owned * es;
-    if (offloaded_[l] && oo.pin_memory)
-      pinned += owned * OptimizerOffload::bytes_per_element(sc.dtype, cfg_.comm_dtype, op.enabled());
-  }
-  HostMemory::instance().preflight(pinned, "offload (" + std::string(op.enabled() ? "parameter shards, " : "") +
-                                               "fp32 master, Adam moments, gradients)");
-}
 
 std::vector<ParamGroup*> ZeroEngine::groups() {
   std::vector<ParamGroup*> out;

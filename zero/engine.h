@@ -107,8 +107,6 @@ class ZeroEngine {
  private:
   void fetch(int layer);
   void release(int layer);
-  std::vector<bool> offloaded_layers(const std::vector<LayerSpec>& layers, double ratio);
-  void preflight_pinned(const std::vector<LayerSpec>& layers, const ShardingConfig& sc);
 
   EngineConfig cfg_;
   Communicator& comm_;

@@ -127,8 +127,10 @@ void GradReducer::complete_one(std::vector<torch::Tensor>& owned) {
     const Unit& u = units_[p.unit];
     torch::Tensor piece = f.out.narrow(0, pos, p.numel);
     if (o_.offloaded && o_.offloaded(u.group)) {
-      CopyEventPtr e = o_.sink(u.group, u.u.owned_offset + p.offset, piece);
-      if (!reduce_scatter_) buffer_reads_[f.buffer].push_back(e);  // the piece is a view of the buffer
+      // The copy holds the piece (a view of the buffer with reduce_scatter false, the
+      // bucket's output otherwise) until it lands; the buffer is refilled only after
+      // that, so at most one bucket per buffer waits on the link.
+      buffer_reads_[f.buffer].push_back(o_.sink(u.group, u.u.owned_offset + p.offset, piece));
     } else {
       owned[u.group].narrow(0, u.u.owned_offset + p.offset, p.numel).add_(piece);
     }

@@ -34,7 +34,7 @@ class GradReducer {
     torch::Device device = torch::kCPU;
     // Optimizer offload: reduced pieces of the groups `offloaded` accepts go to
     // `sink` (down to the host) instead of into the owned device gradient; a bucket
-    // buffer is refilled only after the copies reading from it completed.
+    // buffer is refilled only after the copies of its previous bucket completed.
     std::function<bool(int group)> offloaded;
     std::function<CopyEventPtr(int group, int64_t owned_offset, const torch::Tensor& piece)> sink;
     CopyEngine* copier = nullptr;
