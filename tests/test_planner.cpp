@@ -279,3 +279,35 @@ TEST(ScaleDown, BadFlagsExitTwoNamingTheFlag) {
   EXPECT_EQ(bad_k.code, 2);
   EXPECT_NE(bad_k.output.find("--scale"), std::string::npos) << bad_k.output;
 }
+
+TEST(Planner, OffloadMovesStatesToTheHostAsMeasured) {
+  auto offload_cfg = [](int stage, bool param) {
+    std::string z = R"({"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+        "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}, "bf16": {"enabled": "auto"},
+        "zero_optimization": {"stage": )" + std::to_string(stage) +
+                    R"(, "reduce_bucket_size": 20000, "stage3_param_persistence_threshold": 1000,
+        "offload_optimizer": {"device": "cpu", "pin_memory": true})";
+    if (param) z += R"(, "offload_param": {"device": "cpu", "pin_memory": true})";
+    return z + "}}";
+  };
+  struct Case {
+    int stage;
+    bool param;
+  };
+  for (const Case c : {Case{1, false}, Case{2, false}, Case{3, false}, Case{3, true}})
+    for (int64_t gas : {1, 4}) {
+      const DsConfig cfg = make_config(offload_cfg(c.stage, c.param), 2, gas, "fp32");
+      const Measured m = measure(cfg, false);
+      const MemoryPlan p = predict(cfg, false);
+      const std::string what = "stage " + std::to_string(c.stage) + (c.param ? " + param" : "") + " gas " +
+                               std::to_string(gas);
+      EXPECT_LE(std::abs(static_cast<double>(p.peak_bytes - m.peak)) / m.peak, 0.05) << what;
+      EXPECT_EQ(p.model_states[static_cast<int>(MemCategory::optimizer_states)], 0) << what;
+      // Host bytes as the engine pins them (its preflight uses the same arithmetic).
+      TrainOptions o;
+      o.steps = 1;
+      TrainResult r;
+      train(cfg, resolve_model("tiny"), o, r);
+      EXPECT_EQ(p.host_pinned_bytes, r.memory.host_pinned) << what;
+    }
+}

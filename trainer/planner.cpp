@@ -11,10 +11,12 @@
 #include <numeric>
 #include <sstream>
 
+#include "offload/host_memory.h"
 #include "trainer/gpt.h"
 #include "trainer/gpt_memory.h"
 #include "trainer/train.h"
 #include "zero/gather_schedule.h"
+#include "zero/offload_plan.h"
 #include "zero/partition.h"
 
 namespace zrepro {
@@ -102,10 +104,14 @@ std::vector<LayerSizes> layer_sizes(const ModelSpec& m, int stage, int ws, int64
 }
 
 // GradReducer's buffer and in-flight bookkeeping (zero/grad_reducer.cpp).
+// GradReducer's buffer and in-flight bookkeeping (zero/grad_reducer.cpp). With
+// optimizer offload a bucket's output stays alive until its copy to the host
+// landed, at the latest until its buffer is refilled (the planner assumes the copies
+// keep up beyond that).
 class ReducerSim {
  public:
   ReducerSim(const std::vector<LayerSizes>& layers, const ZeroConfig& z, int stage, int ws, int64_t comm_elem,
-             Timeline& tl)
+             const std::vector<bool>& offloaded, Timeline& tl)
       : tl_(tl), overlap_(z.overlap_comm), reduce_scatter_(z.reduce_scatter), persistent_(stage == 3),
         comm_elem_(comm_elem), nbuf_(z.overlap_comm ? 2 : 1) {
     std::vector<int64_t> slices;
@@ -116,6 +122,7 @@ class ReducerSim {
     int64_t buffer_numel = 0;
     group_buckets_.resize(layers.size());
     pieces_of_.assign(buckets_.size(), std::vector<int>(layers.size(), 0));
+    offloaded_bucket_.assign(buckets_.size(), false);
     for (size_t b = 0; b < buckets_.size(); ++b) {
       buffer_numel = std::max(buffer_numel, buckets_[b].numel_per_rank * ws);
       for (const auto& p : buckets_[b].pieces) {
@@ -123,35 +130,45 @@ class ReducerSim {
         if (group_buckets_[g].empty() || group_buckets_[g].back() != static_cast<int>(b))
           group_buckets_[g].push_back(static_cast<int>(b));
         ++pieces_of_[b][g];
+        if (offloaded[g]) offloaded_bucket_[b] = true;
       }
     }
     if (z.contiguous_gradients) buffer_numel = std::max(buffer_numel, z.reduce_bucket_size);
     buffer_bytes_ = buffer_numel * comm_elem;
     remaining_.assign(buckets_.size(), 0);
-    filling_.assign(buckets_.size(), false);
+    bucket_buffer_.assign(buckets_.size(), -1);
+    busy_.assign(nbuf_, false);
+    held_.assign(nbuf_, 0);
     if (persistent_) allocate();
   }
   void add(int g) {
     for (int b : group_buckets_[g]) {
-      if (!filling_[b]) {
-        while (busy_ == nbuf_) complete_one();
+      if (bucket_buffer_[b] < 0) {
+        auto free_it = std::find(busy_.begin(), busy_.end(), false);
+        while (free_it == busy_.end()) {
+          complete_one();
+          free_it = std::find(busy_.begin(), busy_.end(), false);
+        }
+        const int i = static_cast<int>(free_it - busy_.begin());
+        release_held(i);  // the reducer waits for the copies of the buffer's previous bucket
         allocate();
-        ++busy_;
-        filling_[b] = true;
+        busy_[i] = true;
+        bucket_buffer_[b] = i;
         remaining_[b] = static_cast<int>(buckets_[b].pieces.size());
       }
       remaining_[b] -= pieces_of_[b][g];
       if (remaining_[b] == 0) {
-        filling_[b] = false;
         const int64_t out = reduce_scatter_ ? buckets_[b].numel_per_rank * comm_elem_ : 0;
         tl_.add(MemCategory::comm_buffers, out);
-        in_flight_.push_back(out);
+        in_flight_.push_back({b, bucket_buffer_[b], out});
+        bucket_buffer_[b] = -1;
         if (!overlap_) complete_one();
       }
     }
   }
   void finish() {
     while (!in_flight_.empty()) complete_one();
+    for (int i = 0; i < nbuf_; ++i) release_held(i);
     if (!persistent_ && allocated_) {
       tl_.add(MemCategory::comm_buffers, -nbuf_ * buffer_bytes_);
       allocated_ = false;
@@ -159,27 +176,41 @@ class ReducerSim {
   }
 
  private:
+  struct InFlight {
+    int bucket, buffer;
+    int64_t out;
+  };
   void allocate() {
     if (allocated_) return;
     tl_.add(MemCategory::comm_buffers, nbuf_ * buffer_bytes_);
     allocated_ = true;
   }
+  void release_held(int i) {
+    tl_.add(MemCategory::comm_buffers, -held_[i]);
+    held_[i] = 0;
+  }
   void complete_one() {
-    tl_.add(MemCategory::comm_buffers, -in_flight_.front());
+    const InFlight f = in_flight_.front();
     in_flight_.pop_front();
-    --busy_;
+    if (offloaded_bucket_[f.bucket])
+      held_[f.buffer] += f.out;  // the copy to the host still reads it
+    else
+      tl_.add(MemCategory::comm_buffers, -f.out);
+    busy_[f.buffer] = false;
   }
   Timeline& tl_;
   bool overlap_, reduce_scatter_, persistent_;
   int64_t comm_elem_, buffer_bytes_ = 0;
-  int nbuf_, busy_ = 0;
+  int nbuf_;
   bool allocated_ = false;
   std::vector<Bucket> buckets_;
   std::vector<std::vector<int>> group_buckets_;
   std::vector<std::vector<int>> pieces_of_;  // [bucket][group] pieces
-  std::vector<int> remaining_;
-  std::vector<bool> filling_;
-  std::deque<int64_t> in_flight_;
+  std::vector<bool> offloaded_bucket_;
+  std::vector<int> remaining_, bucket_buffer_;
+  std::vector<bool> busy_;
+  std::vector<int64_t> held_;  // per buffer: outputs waiting on their copy
+  std::deque<InFlight> in_flight_;
 };
 
 class PlanSim {
@@ -196,6 +227,19 @@ class PlanSim {
     ckpt_ = req.activation_checkpointing;
     cpu_ckpt_ = ckpt_ && req.cfg.activation_checkpointing.cpu_checkpointing;
     if (cpu_ckpt_) plan_.host_bytes = req.model.layers * sym_.at("n");  // one block input per block
+    std::vector<int64_t> totals;
+    std::vector<std::vector<int64_t>> numels;
+    for (const LayerSpec& layer : gpt_layers(req.model)) {
+      numels.emplace_back();
+      for (const auto& p : layer.params) numels.back().push_back(p.numel());
+    }
+    for (const auto& l : layers_) totals.push_back(l.numel);
+    offloaded_ = offloaded_layers(totals, z_);
+    param_offload_ = z_.offload_param.enabled();
+    const OffloadHostBytes host = offload_host_bytes(numels, z_, ws_, pe_ == 4 ? torch::kFloat : torch::kBFloat16,
+                                                     comm_dtype_of(req.cfg));
+    plan_.host_pinned_bytes = host.pinned;
+    plan_.host_pageable_bytes = host.pageable;
   }
 
   void run() {
@@ -205,15 +249,21 @@ class PlanSim {
       optimizer_step();
     }
     for (const auto& l : layers_) {
-      plan_.model_states[static_cast<int>(MemCategory::params)] += (l.param_numel + l.persist_numel) * pe_;
+      plan_.model_states[static_cast<int>(MemCategory::params)] += param_bytes(l) + l.persist_numel * pe_;
       plan_.model_states[static_cast<int>(MemCategory::grads)] += grad_bytes(l);
       plan_.model_states[static_cast<int>(MemCategory::optimizer_states)] += optimizer_bytes(l);
     }
   }
 
  private:
-  int64_t grad_bytes(const LayerSizes& l) const { return (stage_ <= 1 ? l.full_grad_numel : l.owned_numel) * pe_; }
+  // Device bytes of the layer's persistent state (offloaded parts live on the host).
+  int64_t param_bytes(const LayerSizes& l) const { return (param_offload_ ? 0 : l.param_numel) * pe_; }
+  int64_t grad_bytes(const LayerSizes& l) const {
+    if (stage_ <= 1) return l.full_grad_numel * pe_;
+    return offloaded_[&l - layers_.data()] ? 0 : l.owned_numel * pe_;
+  }
   int64_t optimizer_bytes(const LayerSizes& l) const {
+    if (offloaded_[&l - layers_.data()]) return 0;
     const bool aliased = stage_ == 0 && pe_ == 4;  // stage 0 fp32 updates the parameters in place
     return (aliased ? 2 : 3) * 4 * l.owned_numel;
   }
@@ -222,13 +272,14 @@ class PlanSim {
   void init() {
     tl_.phase(Phase::init);
     for (const auto& l : layers_) {
-      tl_.add(MemCategory::params, l.param_numel * pe_);
+      tl_.add(MemCategory::params, param_bytes(l));
       tl_.add(MemCategory::other, 4);  // the layer's autograd carrier
       tl_.add(MemCategory::grads, grad_bytes(l));
     }
     tl_.phase(Phase::partition);
     for (const auto& l : layers_) {
       const int64_t o = 4 * l.owned_numel;
+      if (optimizer_bytes(l) == 0) continue;  // offloaded: master and moments on the host
       if (!(stage_ == 0 && pe_ == 4)) {
         if (pe_ != 4) tl_.add(MemCategory::optimizer_states, o);  // owned.to(float) before the clone
         tl_.add(MemCategory::optimizer_states, o);
@@ -244,8 +295,10 @@ class PlanSim {
           dyn, GatherSchedule::Options{z_.stage3_prefetch_bucket_size, z_.stage3_max_live_parameters,
                                        z_.stage3_max_reuse_distance});
       persist_allocated_.assign(layers_.size(), false);
+      stale_.assign(layers_.size(), true);
+      staged_.assign(layers_.size(), false);
     }
-    if (stage_ >= 1) reducer_ = std::make_unique<ReducerSim>(layers_, z_, stage_, ws_, ce_, tl_);
+    if (stage_ >= 1) reducer_ = std::make_unique<ReducerSim>(layers_, z_, stage_, ws_, ce_, offloaded_, tl_);
     tl_.add(MemCategory::other, req_.model.seq * req_.model.seq);  // causal mask (bool)
   }
 
@@ -253,20 +306,39 @@ class PlanSim {
   void gather(int l) {
     if (!sched_->gathered(l)) tl_.add(MemCategory::comm_buffers, layers_[l].dynamic_numel * pe_);
   }
+  // offload_param: a layer's shard comes up into a device copy (ParamGroup's
+  // device_shard_) at unshard_start, freed once its gathers ran at unshard_wait.
+  void stage_shard(int l, int sign) {
+    if (param_offload_) tl_.add(MemCategory::comm_buffers, sign * layers_[l].param_numel * pe_);
+  }
   void fetch(int l) {
     if (stage_ != 3) return;
+    const bool was = sched_->gathered(l);
     gather(l);
     if (!persist_allocated_[l]) {
       tl_.add(MemCategory::params, layers_[l].persist_numel * pe_);
       persist_allocated_[l] = true;
     }
-    for (int k : prefetch_of(l)) tl_.add(MemCategory::comm_buffers, layers_[k].dynamic_numel * pe_);
+    const bool upload = (!was || stale_[l]) && !staged_[l];
+    if (upload) stage_shard(l, +1);
+    for (int k : prefetch_of(l)) {
+      tl_.add(MemCategory::comm_buffers, layers_[k].dynamic_numel * pe_);
+      stage_shard(k, +1);
+      staged_[k] = true;
+      stale_[k] = false;
+    }
+    if (upload || staged_[l]) stage_shard(l, -1);
+    staged_[l] = stale_[l] = false;
   }
   std::vector<int> prefetch_of(int l) { return sched_->fetch(l); }
+  void reshard(int l) {
+    tl_.add(MemCategory::comm_buffers, -layers_[l].dynamic_numel * pe_);
+    if (staged_[l]) stage_shard(l, -1), staged_[l] = false;
+  }
   void release(int l) {
     if (stage_ != 3) return;
     const bool was = sched_->gathered(l);
-    if (sched_->release(l) && was) tl_.add(MemCategory::comm_buffers, -layers_[l].dynamic_numel * pe_);
+    if (sched_->release(l) && was) reshard(l);
   }
 
   void tape(GptTape which) {
@@ -340,7 +412,7 @@ class PlanSim {
     if (stage_ >= 2) reducer_->finish();
     if (stage_ == 3) {
       for (int l = 0; l <= L; ++l)
-        if (sched_->gathered(l)) tl_.add(MemCategory::comm_buffers, -layers_[l].dynamic_numel * pe_);
+        if (sched_->gathered(l)) reshard(l);
       sched_->end_backward();
     }
     tl_.add(MemCategory::other, -batch);
@@ -348,27 +420,31 @@ class PlanSim {
 
   void optimizer_step() {
     tl_.phase(Phase::step);
+    auto off = [&](const LayerSizes& l) { return bool(offloaded_[&l - layers_.data()]); };
     if (stage_ == 1) {
-      for (const auto& l : layers_) tl_.add(MemCategory::comm_buffers, l.owned_numel * pe_);
+      for (const auto& l : layers_)
+        if (!off(l)) tl_.add(MemCategory::comm_buffers, l.owned_numel * pe_);
       for (int g = last(); g >= 0; --g) reducer_->add(g);
       reducer_->finish();
     }
     // Per layer, one at a time: the fp32 copy the norm is taken of (16-bit grads),
-    // then the fp32 gradient the optimizer reads.
+    // then the fp32 gradient the optimizer reads (offloaded layers: on the host).
     for (const auto& l : layers_) {
-      if (pe_ == 4) continue;
+      if (pe_ == 4 || off(l)) continue;
       const int64_t norm_numel = stage_ == 0 ? l.partition_numel : l.owned_numel;
       tl_.add(MemCategory::other, 4 * norm_numel);
       tl_.add(MemCategory::other, -4 * norm_numel);
     }
     for (const auto& l : layers_) {
-      if (pe_ == 4) continue;
+      if (pe_ == 4 || off(l)) continue;
       const int64_t g = stage_ == 0 ? l.full_grad_numel : l.owned_numel;
       tl_.add(MemCategory::other, 4 * g);
       tl_.add(MemCategory::other, -4 * g);
     }
     if (stage_ == 1)
-      for (const auto& l : layers_) tl_.add(MemCategory::comm_buffers, -l.owned_numel * pe_);
+      for (const auto& l : layers_)
+        if (!off(l)) tl_.add(MemCategory::comm_buffers, -l.owned_numel * pe_);
+    if (stage_ == 3) stale_.assign(layers_.size(), true);  // persistent parameters are re-gathered
   }
 
   const PlanRequest& req_;
@@ -382,6 +458,9 @@ class PlanSim {
   TapeSymbols sym_;
   std::unique_ptr<GatherSchedule> sched_;
   std::vector<bool> persist_allocated_;
+  std::vector<bool> stale_, staged_;  // stage 3: persistent params to refresh; shard copies up
+  std::vector<bool> offloaded_;        // optimizer on the host
+  bool param_offload_ = false;
   std::unique_ptr<ReducerSim> reducer_;
   int64_t param_grads_ = 0;
 };
@@ -447,7 +526,8 @@ json MemoryPlan::to_json() const {
             {"model_states", categories_json(model_states)},
             {"phases", phases_j},
             {"host_bytes", host_bytes},
-            {"host_pinned_bytes", 0},
+            {"host_pinned_bytes", host_pinned_bytes},
+            {"host_pageable_bytes", host_pageable_bytes},
             {"verdict", capacity == 0 ? "fits" : fits ? "fits" : "oom"},
             {"oom_phase", fits ? json(nullptr) : json(phase_name(oom_phase))},
             {"deepspeed_estimates", ds},
@@ -496,6 +576,22 @@ std::string format_plan(const MemoryPlan& p, const PlanRequest& req) {
      << format_bytes(p.model_states[2]) << ")";
   if (p.host_bytes > 0) os << "; host " << format_bytes(p.host_bytes) << " (cpu checkpoints)";
   os << "\n";
+  if (p.host_pinned_bytes > 0 || p.host_pageable_bytes > 0) {
+    os << "  offload host memory per rank: " << format_bytes(p.host_pinned_bytes) << " pinned, "
+       << format_bytes(p.host_pageable_bytes) << " pageable";
+    // The memlock preflight `zrepro run` does on the CPU-emulated device (mlock pinning).
+    const MemlockInfo ml = memlock_info();
+    const int64_t avail = ml.available();
+    if (p.host_pinned_bytes > 0 && req.cpu_device) {
+      if (avail >= 0 && p.host_pinned_bytes > avail)
+        os << "\n  pinned-memory: this machine may lock only " << format_bytes(avail) << " (ulimit -l "
+           << ml.limit_bytes / 1024 << " KiB, CAP_IPC_LOCK not held): the run would fail at init. Raise ulimit -l "
+           << "or set pin_memory false";
+      else
+        os << " (fits this machine's memlock limit)";
+    }
+    os << "\n";
+  }
   if (p.capacity > 0) {
     if (p.fits)
       os << "  verdict: fits (" << format_bytes(p.capacity - p.peak_bytes) << " to spare at the peak)\n";

@@ -55,6 +55,7 @@ struct MemoryPlan {
   std::vector<PhasePeak> phases;    // each phase's peak, in run order
   CategoryBytes model_states{};     // persistent params / grads / optimizer_states
   int64_t host_bytes = 0;           // host memory the run keeps (cpu checkpoints)
+  int64_t host_pinned_bytes = 0, host_pageable_bytes = 0;  // offload buffers
   bool fits = true;
   Phase oom_phase = Phase::init;    // valid when !fits: first phase past capacity
   int64_t oom_request = 0;          // the allocation that crossed it
