@@ -20,7 +20,9 @@
 #include "trainer/hang.h"
 #include "trainer/html_report.h"
 #include "trainer/data.h"
+#include "trainer/gpt.h"
 #include "trainer/launch.h"
+#include "trainer/link_profile.h"
 #include "trainer/report.h"
 #include "trainer/scale_down.h"
 #include "trainer/trace.h"
@@ -117,6 +119,9 @@ int run_command(int argc, char** argv) {
        cxxopts::value<std::string>())
       ("host-link-gbps", "offload: modelled host link bandwidth in GB/s for pinned copies on the CPU-emulated device "
                          "(0: as fast as memcpy)", cxxopts::value<double>()->default_value("0"))
+      ("host-link-profile", "offload: derive --host-link-gbps from a target (a100-pcie4, h100-pcie5, h200-pcie5, "
+                            "l40s-pcie4, gh200-c2c) so copies keep their share of the step",
+       cxxopts::value<std::string>())
       ("pageable-ratio", "offload: pageable copy bandwidth as a fraction of pinned (CPU-emulated device)",
        cxxopts::value<double>()->default_value("0.5"))
       ("comm-timeout", "watchdog: seconds a collective may take before the job is declared hung",
@@ -210,6 +215,8 @@ int run_command(int argc, char** argv) {
     topt.host_link_gbps = host_link_gbps = r["host-link-gbps"].as<double>();
     topt.pageable_ratio = pageable_ratio = r["pageable-ratio"].as<double>();
     if (topt.host_link_gbps < 0) throw ConfigError("--host-link-gbps: must be >= 0, got " + fmt(topt.host_link_gbps));
+    if (r.count("host-link-profile") && r.count("host-link-gbps"))
+      throw ConfigError("--host-link-profile and --host-link-gbps: give one");
     if (topt.pageable_ratio <= 0 || topt.pageable_ratio > 1)
       throw ConfigError("--pageable-ratio: must be in (0, 1], got " + fmt(topt.pageable_ratio));
     const double timeout = r["comm-timeout"].as<double>();
@@ -286,6 +293,19 @@ int run_command(int argc, char** argv) {
       throw ConfigError("--device-memory: only the CPU-emulated device takes a capacity in this build; use --device cpu");
     }
 
+    if (r.count("host-link-profile")) {
+      if (!dev.device.is_cpu()) throw ConfigError("--host-link-profile: only the CPU-emulated device models the link");
+      const DerivedLink d = derive_link(r["host-link-profile"].as<std::string>(), compute_dtype(cfg.precision, dev.device),
+                                        cfg.micro_batch * model.seq, model.hidden, model.intermediate);
+      // Every rank must model the same link: rank 0's measurement decides.
+      torch::Tensor v = torch::tensor({d.link_gbps}, torch::kDouble);
+      comm.broadcast(v, 0, "host link profile")->wait();
+      topt.host_link_gbps = host_link_gbps = v.item<double>();
+      if (rank == 0)
+        std::cout << "[zrepro] host link " << d.profile.name << ": target " << fmt(d.profile.link_gbps) << " GB/s for "
+                  << fmt(d.profile.achieved_tflops) << " achieved TFLOPS; this CPU " << fmt(d.cpu_gflops)
+                  << " GFLOPS -> modelled link " << fmt(host_link_gbps) << " GB/s\n";
+    }
     if (rank == 0) {
       for (const auto& w : cfg.warnings) std::cout << "[zrepro] warning: " << w << "\n";
       if (r.count("print-config")) std::cout << format_config_dump(cfg);
