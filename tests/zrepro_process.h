@@ -22,10 +22,8 @@ struct Process {
   std::string output;  // stdout (+ stderr unless discarded)
 };
 
-// `zrepro ARGS`, killed after timeout_s. keep_stderr false: stdout only.
-inline Process zrepro_cmd(const std::string& args, int timeout_s = 120, bool keep_stderr = true) {
-  const std::string cmd = "timeout -k 5 " + std::to_string(timeout_s) + " " + std::string(ZREPRO_BIN) + " " + args +
-                          (keep_stderr ? " 2>&1" : " 2>/dev/null");
+// A shell command line, with its output.
+inline Process shell(const std::string& cmd) {
   Process r{-1, ""};
   FILE* p = popen(cmd.c_str(), "r");
   std::array<char, 4096> buf;
@@ -33,6 +31,12 @@ inline Process zrepro_cmd(const std::string& args, int timeout_s = 120, bool kee
   const int status = pclose(p);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+// `zrepro ARGS`, killed after timeout_s. keep_stderr false: stdout only.
+inline Process zrepro_cmd(const std::string& args, int timeout_s = 120, bool keep_stderr = true) {
+  return shell("timeout -k 5 " + std::to_string(timeout_s) + " " + std::string(ZREPRO_BIN) + " " + args +
+               (keep_stderr ? " 2>&1" : " 2>/dev/null"));
 }
 
 inline std::string fresh_dir(const std::string& name) {

@@ -213,6 +213,8 @@ json offload_json(const DsConfig& c, const SummaryInput& in, const std::vector<R
                   {"exposed_s", k.exposed_s},
                   {"overlapped_s", k.overlapped_s()},
                   {"overlap_ratio", k.busy_s() > 0 ? json(k.overlapped_s() / k.busy_s()) : json(nullptr)},
+                  // The compute thread ("the device") is idle while it waits on copies.
+                  {"device_busy_fraction", r.step_s > 0 ? json(1.0 - k.exposed_s / r.step_s) : json(nullptr)},
                   {"host_pinned_bytes", r.memory.host_pinned},
                   {"host_pageable_bytes", r.memory.host_pageable}});
   }
