@@ -137,6 +137,18 @@ RankReport rank_report(int rank, const TrainResult& res, const MemorySnapshot& d
   r.memory = res.memory;
   r.device = device;
   r.copies = res.copies;
+  int64_t tracked = 0;
+  for (int64_t b : device.by_category_at_peak) tracked += b;
+  if (tracked == 0 && device.peak > 0) {
+    // CUDA: the caching allocator keeps no categories; the engine's model states are
+    // exact, the rest of the peak is reported as other.
+    auto& c = r.device.by_category_at_peak;
+    c[static_cast<int>(MemCategory::params)] = res.memory.params;
+    c[static_cast<int>(MemCategory::grads)] = res.memory.grads;
+    c[static_cast<int>(MemCategory::optimizer_states)] = res.memory.optimizer_states;
+    c[static_cast<int>(MemCategory::other)] =
+        std::max<int64_t>(0, device.peak - res.memory.params - res.memory.grads - res.memory.optimizer_states);
+  }
   for (const auto& s : res.steps) r.comm_wait_s += s.comm_wait_s, r.step_s += s.step_s;
   return r;
 }

@@ -13,6 +13,7 @@
 #include <iostream>
 #include <thread>
 
+#include "device/cuda_memory.h"
 #include "device/device.h"
 #include "device/errors.h"
 #include "offload/host_memory.h"
@@ -159,7 +160,7 @@ int run_command(int argc, char** argv) {
   DeviceMemory& mem = DeviceMemory::instance();
   auto write_summary = [&](const std::string& status, json failure, std::vector<RankReport> reports, bool all_ranks) {
     if (out_dir.empty() || (all_ranks && rank != 0)) return;
-    if (reports.empty()) reports.push_back(rank_report(rank, result, mem.snapshot()));
+    if (reports.empty()) reports.push_back(rank_report(rank, result, device_memory_snapshot(dev.device)));
     SummaryInput in{status, have_cfg ? &cfg : nullptr, have_model ? &model : nullptr, dev.description,
                     have_cfg ? &result : nullptr, std::move(reports), std::move(failure), host_link_gbps,
                     pageable_ratio};
@@ -289,8 +290,15 @@ int run_command(int argc, char** argv) {
       pr.device_capacity = cap;
       pr.activation_checkpointing = topt.activation_checkpointing;
       planned = plan_memory(pr).to_json();
-    } else if (r.count("device-memory") || scaled) {
-      throw ConfigError("--device-memory: only the CPU-emulated device takes a capacity in this build; use --device cpu");
+    } else {
+      // CUDA: LibTorch's caching allocator, its memory fraction as the capacity.
+      const int64_t cap = scaled ? scaled->toy_capacity
+                          : r.count("device-memory") ? parse_size("--device-memory", r["device-memory"].as<std::string>())
+                                                     : 0;
+      if (cap > 0) {
+        cuda_set_capacity(dev.device.index(), cap);
+        dev.description += ", capacity " + format_bytes(cap) + " (memory fraction)";
+      }
     }
 
     if (r.count("host-link-profile")) {
@@ -426,7 +434,7 @@ int run_command(int argc, char** argv) {
       }
       // Every rank reports to rank 0 (a collective, so a rank still stuck elsewhere
       // makes this one time out too, and the watchdog diagnoses it).
-      torch::Tensor mine = torch::tensor(rank_report(rank, result, mem.snapshot()).pack(), torch::kDouble);
+      torch::Tensor mine = torch::tensor(rank_report(rank, result, device_memory_snapshot(dev.device)).pack(), torch::kDouble);
       torch::Tensor all = torch::empty({world * RankReport::kPacked}, torch::kDouble);
       comm.all_gather(all, mine, "gather rank reports")->wait();
       std::vector<RankReport> reports;
@@ -461,7 +469,7 @@ int run_command(int argc, char** argv) {
                   kExitBadInput);
   } catch (const c10::OutOfMemoryError& e) {
     progress.clear();
-    const MemorySnapshot at = mem.at_oom();
+    const MemorySnapshot at = dev.device.is_cuda() ? device_memory_snapshot(dev.device) : mem.at_oom();
     const std::string msg = mem.last_oom().empty() ? e.what_without_backtrace() : mem.last_oom();
     std::cerr << "[zrepro] rank " << rank << ": torch.OutOfMemoryError: " << msg << std::endl;
     json failure = make_failure("oom", rank, phase_name(mem.phase()), msg, "zero-stage", oom_hint(at, mem.phase(), have_cfg ? cfg.zero.stage : 0));

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <thread>
 
+#include "device/cuda_memory.h"
 #include "device/errors.h"
 #include "trainer/data.h"
 #include "trainer/gpt.h"
@@ -167,7 +168,7 @@ void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
         opts.trace->span("data", w_data, w_fwd, pos);
         opts.trace->span("forward", w_fwd, w_bwd, pos);
         opts.trace->span("backward", w_bwd, wall_seconds(), pos);
-        const MemorySnapshot m = mem.snapshot();
+        const MemorySnapshot m = device_memory_snapshot(opts.device);
         opts.trace->memory(wall_seconds(), m.allocated, m.reserved);
       }
     }
@@ -200,7 +201,7 @@ void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
     rec.step_s = since(t_step);
     rec.comm = comm.stats().minus(comm_before);
     if (engine.copier()) rec.copies = engine.copier()->stats().minus(copies_before);
-    rec.memory = mem.snapshot();
+    rec.memory = device_memory_snapshot(opts.device);
     if (opts.trace) {
       opts.trace->span("step", w_step, wall_seconds(), json{{"step", step}, {"skipped", sr.skipped}});
       opts.trace->memory(wall_seconds(), rec.memory.allocated, rec.memory.reserved);
