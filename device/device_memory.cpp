@@ -85,7 +85,7 @@ void DeviceMemory::log_event(char kind, int64_t bytes, int category) const {
 
 void DeviceMemory::copy_data(void* dest, const void* src, std::size_t count) const { std::memcpy(dest, src, count); }
 
-c10::DataPtr DeviceMemory::allocate(size_t n) const {
+c10::DataPtr DeviceMemory::allocate(size_t n) ZREPRO_ALLOCATE_CONST {
   int category = -1;
   if (!tl_host) {
     std::lock_guard<std::mutex> lock(mu_);

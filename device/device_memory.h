@@ -13,8 +13,16 @@
 #include <unordered_map>
 
 #include <c10/core/Allocator.h>
+#include <torch/version.h>
 
 #include "device/caching_pool.h"
+
+// LibTorch 2.x made Allocator::allocate non-const (1.13: const).
+#if TORCH_VERSION_MAJOR >= 2
+#define ZREPRO_ALLOCATE_CONST
+#else
+#define ZREPRO_ALLOCATE_CONST const
+#endif
 
 namespace zrepro {
 
@@ -47,7 +55,7 @@ class DeviceMemory : public c10::Allocator {
   bool caching() const { return caching_; }
   void set_capacity(int64_t capacity);
 
-  c10::DataPtr allocate(size_t n) const override;
+  c10::DataPtr allocate(size_t n) ZREPRO_ALLOCATE_CONST override;
   // Some kernels use raw_allocate, which needs data == context and a raw deleter.
   c10::DeleterFnPtr raw_deleter() const override { return &DeviceMemory::free_raw; }
   // Newer LibTorch: pure virtual copy_data (no override keyword: absent in 1.13).
