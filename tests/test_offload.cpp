@@ -12,6 +12,7 @@
 #include "offload/copy_engine.h"
 #include "offload/host_memory.h"
 #include "offload/optimizer_offload.h"
+#include "tests/train_helpers.h"
 #include "tests/zrepro_process.h"
 #include "trainer/ds_config.h"
 #include "trainer/model_spec.h"
@@ -19,6 +20,7 @@
 
 using namespace zrepro;
 using zrepro_test::expect_same_losses;
+using zrepro_test::train_tiny;
 
 TEST(CopyEngine, CopiesCompleteInOrderAfterTheirHostWork) {
   CopyEngine ce({/*link_gbps=*/0.2, 0.5, false});
@@ -119,16 +121,6 @@ DsConfig offload_config(int stage, const std::string& offload, int64_t gas, cons
       "bf16": {"enabled": "auto"}, "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.01}},
       "zero_optimization": {)" + zero + "}}",
                          "offload_test.json", f);
-}
-
-TrainResult train_tiny(const DsConfig& cfg, int64_t steps, std::vector<Injection> inject = {}) {
-  DeviceMemory::instance().install(0);
-  TrainOptions o;
-  o.steps = steps;
-  o.inject = std::move(inject);
-  TrainResult r;
-  train(cfg, resolve_model("tiny"), o, r);
-  return r;
 }
 
 void expect_same(const TrainResult& a, const TrainResult& b, double tol, const std::string& what) {

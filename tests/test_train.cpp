@@ -7,6 +7,7 @@
 #include "trainer/ds_config.h"
 #include "trainer/model_spec.h"
 #include "trainer/train.h"
+#include "tests/train_helpers.h"
 
 using namespace zrepro;
 
@@ -15,12 +16,7 @@ namespace {
 DsConfig config(const std::string& json, ConfigFlags f = {}) { return parse_ds_config(json, "test.json", f); }
 
 TrainResult run(const DsConfig& cfg, int64_t steps, std::vector<Injection> inject = {}) {
-  TrainOptions o;
-  o.steps = steps;
-  o.inject = std::move(inject);
-  TrainResult r;
-  train(cfg, resolve_model("tiny"), o, r);
-  return r;
+  return zrepro_test::train_tiny(cfg, steps, std::move(inject));
 }
 
 const char* kAdam = R"("optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.01}})";

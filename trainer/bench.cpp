@@ -15,6 +15,7 @@
 
 #include "device/device.h"
 #include "device/errors.h"
+#include "trainer/bench_util.h"
 #include "trainer/cli.h"
 #include "trainer/launch.h"
 #include "offload/cpu_adam.h"
@@ -181,17 +182,6 @@ double triad_gbps(int64_t n, int reps) {
   return 12.0 * static_cast<double>(n) / best / 1e9;
 }
 
-template <class F>
-double best_seconds(int reps, F&& f) {
-  f();  // warm-up (page faults, first-touch)
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = Clock::now();
-    f();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return best;
-}
 
 }  // namespace
 

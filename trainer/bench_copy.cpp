@@ -3,7 +3,6 @@
 // measured in the same run (on the CPU-emulated device with the --host-link-gbps
 // model when given; on CUDA the real link), and how much of a copy hides behind
 // compute: a matmul loop alone, the copies alone, then both at once.
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -14,27 +13,12 @@
 #include "device/errors.h"
 #include "offload/copy_engine.h"
 #include "offload/host_memory.h"
+#include "trainer/bench_util.h"
 #include "trainer/cli.h"
 
 namespace zrepro {
 
 using json = nlohmann::json;
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_of(const std::function<void()>& f, int reps) {
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    const auto t0 = Clock::now();
-    f();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return best;
-}
-
-}  // namespace
 
 int bench_copy(int argc, char** argv) {
   cxxopts::Options o("zrepro bench copy", "Offload copy bandwidth: pinned vs pageable, d2h and h2d, and overlap.");
@@ -73,13 +57,13 @@ int bench_copy(int argc, char** argv) {
       torch::Tensor pinned = host.empty(n, torch::kFloat, true, "bench copy");
       torch::Tensor pageable = host.empty(n, torch::kFloat, false, "bench copy");
       std::vector<char> a(static_cast<size_t>(n) * 4), b(a.size());
-      const double t_memcpy = seconds_of([&] { std::memcpy(b.data(), a.data(), a.size()); }, reps);
+      const double t_memcpy = best_seconds(reps, [&] { std::memcpy(b.data(), a.data(), a.size()); });
       for (CopyDir dir : {CopyDir::d2h, CopyDir::h2d}) {
         auto timed = [&](torch::Tensor& h, bool is_pinned) {
-          return seconds_of([&] {
+          return best_seconds(reps, [&] {
             auto e = dir == CopyDir::d2h ? ce.copy(h, device_buf, dir, is_pinned) : ce.copy(device_buf, h, dir, is_pinned);
             ce.wait(e);
-          }, reps);
+          });
         };
         const double t_pin = timed(pinned, true), t_page = timed(pageable, false);
         const double gb = static_cast<double>(n) * 4 / 1e9;
@@ -108,13 +92,13 @@ int bench_copy(int argc, char** argv) {
       for (int i = 0; i < 4; ++i) ev.push_back(ce.copy(hbuf, dbuf, CopyDir::d2h, true));
       return ev;
     };
-    const double t_compute = seconds_of(compute, reps);
-    const double t_copies = seconds_of([&] { for (auto& e : copies()) ce.wait(e); }, reps);
-    const double t_both = seconds_of([&] {
+    const double t_compute = best_seconds(reps, compute);
+    const double t_copies = best_seconds(reps, [&] { for (auto& e : copies()) ce.wait(e); });
+    const double t_both = best_seconds(reps, [&] {
       auto ev = copies();
       compute();
       for (auto& e : ev) ce.wait(e);
-    }, reps);
+    });
     const double eff = std::clamp((t_compute + t_copies - t_both) / std::min(t_compute, t_copies), 0.0, 1.0);
     rows.push_back({{"overlap", {{"compute_s", t_compute}, {"copies_s", t_copies}, {"both_s", t_both},
                                  {"overlap_efficiency", eff}}}});
