@@ -203,6 +203,8 @@ TEST(Offload, Stage3FullOffloadOnTwoRanksMatchesAndReportsCopies) {
   }
   EXPECT_EQ(on.summary["offload"]["host_link_gbps"], 4.0);
   EXPECT_GT(on.summary["time"]["breakdown_s"]["offload_copy"].get<double>(), 0);
+  const std::string html = zrepro_test::read_text(on.dir + "/out/report.html");
+  EXPECT_NE(html.find("<h2>Offload (host link 4 GB/s modelled)</h2>"), std::string::npos);
   const auto& dev = on.summary["memory"]["ranks"][0]["model_states"];
   EXPECT_EQ(dev["optimizer_states"], 0);
   EXPECT_EQ(dev["grads"], 0);

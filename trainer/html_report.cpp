@@ -160,6 +160,34 @@ std::string html_report(const json& s) {
       o << "</tr>";
     }
     o << "</table>";
+    const json& pl = s["memory"].value("planned", json());
+    if (pl.is_object())
+      o << "<p>Planner (zrepro plan) for this run: peak " << mib(pl["peak_bytes"].get<double>()) << " in phase "
+        << esc(str(pl["peak_phase"])) << ", verdict " << esc(str(pl["verdict"])) << ".</p>";
+  }
+  if (s.contains("scale_down") && s["scale_down"].is_object()) {
+    const json& sd = s["scale_down"];
+    o << "<h2>Scale-down fidelity (share of capacity at the peak, planned)</h2><p>target "
+      << esc(str(sd["target_model"]["name"])) << " (" << str(sd["target_model"]["params"]) << " params), verdict "
+      << esc(str(sd["target_planned"]["verdict"])) << "; toy " << str(sd["toy_model"]["params"])
+      << " params, factor " << str(sd["parameter_factor"]) << "</p><table><tr><th>category</th><th>target</th>"
+      << "<th>toy</th></tr>";
+    for (const auto& r : sd["fidelity"])
+      o << "<tr><td>" << esc(str(r["category"])) << "</td><td>" << str(r["target_share"]) << "</td><td>"
+        << str(r["toy_share"]) << "</td></tr>";
+    o << "</table>";
+  }
+  if (s.contains("offload") && s["offload"].is_object()) {
+    o << "<h2>Offload (host link " << str(s["offload"]["host_link_gbps"]) << " GB/s modelled)</h2><table><tr>"
+      << "<th>rank</th><th>down (B)</th><th>up (B)</th><th>copy s</th><th>exposed s</th><th>overlap</th>"
+      << "<th>device busy</th><th>pinned host</th><th>pageable host</th></tr>";
+    for (const auto& r : s["offload"]["ranks"])
+      o << "<tr><td>" << r["rank"] << "</td><td>" << str(r["d2h_bytes"]) << "</td><td>" << str(r["h2d_bytes"])
+        << "</td><td>" << str(r["copy_s"]) << "</td><td>" << str(r["exposed_s"]) << "</td><td>"
+        << str(r["overlap_ratio"]) << "</td><td>" << str(r["device_busy_fraction"]) << "</td><td>"
+        << mib(r["host_pinned_bytes"].get<double>()) << "</td><td>" << mib(r["host_pageable_bytes"].get<double>())
+        << "</td></tr>";
+    o << "</table>";
   }
   if (s["comm"].is_object() && s["comm"].contains("ops")) {
     o << "<h2>Collectives (rank 0, per step)</h2><table><tr><th>op</th><th>calls</th><th>bytes</th><th>seconds</th>"
