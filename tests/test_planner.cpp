@@ -311,3 +311,23 @@ TEST(Planner, OffloadMovesStatesToTheHostAsMeasured) {
       EXPECT_EQ(p.host_pinned_bytes, r.memory.host_pinned) << what;
     }
 }
+
+TEST(Planner, OffloadParamBufferCountBoundsTheShardsOnTheirWayUp) {
+  auto cfg = [](int buffers) {
+    return make_config(R"({"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+        "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}, "bf16": {"enabled": "auto"},
+        "zero_optimization": {"stage": 3, "reduce_bucket_size": 20000, "stage3_param_persistence_threshold": 1000,
+          "stage3_max_reuse_distance": 0, "offload_optimizer": {"device": "cpu"},
+          "offload_param": {"device": "cpu", "buffer_count": )" + std::to_string(buffers) + "}}}",
+                       2, 2, "fp32");
+  };
+  int64_t peak[2];
+  for (int i : {0, 1}) {
+    const DsConfig c = cfg(i == 0 ? 1 : 5);
+    const Measured m = measure(c, false);
+    const MemoryPlan p = predict(c, false);
+    EXPECT_LE(std::abs(static_cast<double>(p.peak_bytes - m.peak)) / m.peak, 0.05) << "buffer_count " << (i ? 5 : 1);
+    peak[i] = m.peak;
+  }
+  EXPECT_LT(peak[0], peak[1]);  // fewer shards prefetched up at a time
+}

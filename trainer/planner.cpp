@@ -297,14 +297,18 @@ class PlanSim {
       persist_allocated_.assign(layers_.size(), false);
       stale_.assign(layers_.size(), true);
       staged_.assign(layers_.size(), false);
+      act_.assign(layers_.size(), false);
     }
     if (stage_ >= 1) reducer_ = std::make_unique<ReducerSim>(layers_, z_, stage_, ws_, ce_, offloaded_, tl_);
     tl_.add(MemCategory::other, req_.model.seq * req_.model.seq);  // causal mask (bool)
   }
 
   // ---- stage 3 gathers (ZeroEngine::fetch / release / end_backward)
+  // ParamGroup's own gathered state (the schedule may count a prefetch the engine
+  // skipped: offload_param's buffer_count bound).
   void gather(int l) {
-    if (!sched_->gathered(l)) tl_.add(MemCategory::comm_buffers, layers_[l].dynamic_numel * pe_);
+    if (!act_[l]) tl_.add(MemCategory::comm_buffers, layers_[l].dynamic_numel * pe_);
+    act_[l] = true;
   }
   // offload_param: a layer's shard comes up into a device copy (ParamGroup's
   // device_shard_) at unshard_start, freed once its gathers ran at unshard_wait.
@@ -313,7 +317,7 @@ class PlanSim {
   }
   void fetch(int l) {
     if (stage_ != 3) return;
-    const bool was = sched_->gathered(l);
+    const bool was = act_[l];
     gather(l);
     if (!persist_allocated_[l]) {
       tl_.add(MemCategory::params, layers_[l].persist_numel * pe_);
@@ -321,24 +325,28 @@ class PlanSim {
     }
     const bool upload = (!was || stale_[l]) && !staged_[l];
     if (upload) stage_shard(l, +1);
+    int64_t uploading = 0;
+    for (size_t k = 0; k < staged_.size(); ++k) uploading += staged_[k] || (static_cast<int>(k) == l && upload);
     for (int k : prefetch_of(l)) {
-      tl_.add(MemCategory::comm_buffers, layers_[k].dynamic_numel * pe_);
+      if (param_offload_ && uploading >= z_.offload_param.buffer_count) continue;
+      gather(k);
       stage_shard(k, +1);
       staged_[k] = true;
       stale_[k] = false;
+      uploading += param_offload_;
     }
     if (upload || staged_[l]) stage_shard(l, -1);
     staged_[l] = stale_[l] = false;
   }
   std::vector<int> prefetch_of(int l) { return sched_->fetch(l); }
   void reshard(int l) {
+    if (!act_[l]) return;
     tl_.add(MemCategory::comm_buffers, -layers_[l].dynamic_numel * pe_);
+    act_[l] = false;
     if (staged_[l]) stage_shard(l, -1), staged_[l] = false;
   }
   void release(int l) {
-    if (stage_ != 3) return;
-    const bool was = sched_->gathered(l);
-    if (sched_->release(l) && was) reshard(l);
+    if (stage_ == 3 && sched_->release(l)) reshard(l);
   }
 
   void tape(GptTape which) {
@@ -411,8 +419,7 @@ class PlanSim {
     reduce(0);
     if (stage_ >= 2) reducer_->finish();
     if (stage_ == 3) {
-      for (int l = 0; l <= L; ++l)
-        if (sched_->gathered(l)) reshard(l);
+      for (int l = 0; l <= L; ++l) reshard(l);
       sched_->end_backward();
     }
     tl_.add(MemCategory::other, -batch);
@@ -459,6 +466,7 @@ class PlanSim {
   std::unique_ptr<GatherSchedule> sched_;
   std::vector<bool> persist_allocated_;
   std::vector<bool> stale_, staged_;  // stage 3: persistent params to refresh; shard copies up
+  std::vector<bool> act_;             // stage 3: layers gathered now
   std::vector<bool> offloaded_;        // optimizer on the host
   bool param_offload_ = false;
   std::unique_ptr<ReducerSim> reducer_;

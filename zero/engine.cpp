@@ -219,7 +219,16 @@ void ZeroEngine::reduce_grad(int layer, const std::vector<torch::Tensor>& grads)
 void ZeroEngine::fetch(int layer) {
   const std::vector<int> prefetch = schedule3_->fetch(layer);
   groups_[layer]->unshard_start(comm_);  // also refreshes stale persistent parameters
-  for (int l : prefetch) groups_[l]->unshard_start(comm_);
+  // offload_param: at most buffer_count shards on their way up at a time (DeepSpeed's
+  // parameter buffers); a prefetch past that is gathered when its layer is needed.
+  int64_t uploading = 0;
+  if (cfg_.zero.offload_param.enabled())
+    for (auto& g : groups_) uploading += g->uploading();
+  for (int l : prefetch) {
+    if (groups_[l]->host_shard() && uploading >= cfg_.zero.offload_param.buffer_count) continue;
+    groups_[l]->unshard_start(comm_);
+    uploading += groups_[l]->host_shard();
+  }
   groups_[layer]->unshard_wait();
 }
 

@@ -62,6 +62,7 @@ class ParamGroup {
   void unshard_start(Communicator& comm);  // also refreshes stale persistent params
   void unshard_wait();
   bool host_shard() const { return cfg_.host_shard != nullptr; }
+  bool uploading() const { return upload_ != nullptr; }  // host shard on its way up
   void reshard();                          // frees the dynamic full buffer
   int64_t dynamic_numel() const;           // elements freed by reshard (padded)
   void mark_persistent_stale() { persistent_stale_ = true; }
