@@ -53,10 +53,31 @@ void CachingPool::release_free_segments() {
   }
 }
 
+int64_t CachingPool::expandable_reserved(int64_t small_bytes, int64_t large_bytes) const {
+  auto pages = [](int64_t b) { return (b + kRoundLarge - 1) / kRoundLarge * kRoundLarge; };
+  return pages(small_bytes) + pages(large_bytes);
+}
+
+std::optional<CachingPool::Block> CachingPool::allocate_expandable(int64_t rounded, int64_t* new_segment_bytes) {
+  const bool sm = small(rounded);
+  const int64_t sb = small_bytes_ + (sm ? rounded : 0), lp = large_bytes_ + (sm ? 0 : rounded);
+  if (capacity_ > 0 && expandable_reserved(sb, lp) > capacity_) return std::nullopt;
+  small_bytes_ = sb, large_bytes_ = lp;
+  reserved_ = expandable_reserved(sb, lp);
+  allocated_ += rounded;
+  // Each block gets its own backing (the owner maps it); its id is a "segment".
+  const int64_t id = next_segment_++;
+  segment_size_[id] = rounded;
+  segment_small_[id] = sm;
+  if (new_segment_bytes) *new_segment_bytes = rounded;
+  return Block{id, 0, rounded};
+}
+
 std::optional<CachingPool::Block> CachingPool::allocate(int64_t n, int64_t* new_segment_bytes) {
   const int64_t rounded = round_size(n);
   const bool sm = small(rounded);
   if (new_segment_bytes) *new_segment_bytes = 0;
+  if (expandable_) return allocate_expandable(rounded, new_segment_bytes);
   if (auto b = take(sm, rounded)) return b;
   const int64_t seg = segment_size(rounded);
   if (capacity_ > 0 && reserved_ + seg > capacity_) {
@@ -74,6 +95,16 @@ std::optional<CachingPool::Block> CachingPool::allocate(int64_t n, int64_t* new_
 }
 
 void CachingPool::free(const Block& b) {
+  if (expandable_) {
+    // Its pages are unmapped: the memory goes back at once.
+    (segment_small_[b.segment] ? small_bytes_ : large_bytes_) -= b.size;
+    allocated_ -= b.size;
+    reserved_ = expandable_reserved(small_bytes_, large_bytes_);
+    segment_size_.erase(b.segment);
+    segment_small_.erase(b.segment);
+    released_.insert(b.segment);
+    return;
+  }
   auto& seg = layout_[b.segment];
   auto& pool = free_[segment_small_[b.segment] ? 1 : 0];
   allocated_ -= b.size;

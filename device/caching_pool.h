@@ -33,6 +33,12 @@ class CachingPool {
 
   explicit CachingPool(int64_t capacity = 0) : capacity_(capacity) {}
   void set_capacity(int64_t c) { capacity_ = c; }
+  // PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: each pool is one segment that
+  // maps and unmaps 2 MiB pages as needed, so free memory never stays stranded in a
+  // segment: reserved is each pool's allocated bytes rounded up to a page (blocks
+  // packed back to back in the pool's virtual range), and fragmentation OOMs go away.
+  void set_expandable(bool e) { expandable_ = e; }
+  bool expandable() const { return expandable_; }
 
   // A block of at least n bytes, or nullopt when capacity forbids a new segment
   // even after releasing the cached free segments. new_segment / released report
@@ -59,7 +65,12 @@ class CachingPool {
   std::optional<Block> take(bool small_pool, int64_t rounded);
   void release_free_segments();
 
+  std::optional<Block> allocate_expandable(int64_t rounded, int64_t* new_segment_bytes);
+  int64_t expandable_reserved(int64_t small_bytes, int64_t large_bytes) const;
+
   int64_t capacity_;
+  bool expandable_ = false;
+  int64_t small_bytes_ = 0, large_bytes_ = 0;  // expandable mode
   int64_t allocated_ = 0, reserved_ = 0;
   int64_t next_segment_ = 0;
   std::set<Free> free_[2];                                  // [0] large pool, [1] small pool

@@ -39,7 +39,7 @@ DeviceMemory& DeviceMemory::instance() {
   return *m;
 }
 
-void DeviceMemory::install(int64_t capacity, bool caching) {
+void DeviceMemory::install(int64_t capacity, bool caching, bool expandable) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!underlying_) {
     underlying_ = c10::GetCPUAllocator();
@@ -47,6 +47,7 @@ void DeviceMemory::install(int64_t capacity, bool caching) {
   }
   s_.capacity = capacity;
   pool_.set_capacity(capacity);
+  pool_.set_expandable(expandable);
   caching_ = caching;
 }
 
@@ -111,7 +112,7 @@ c10::DataPtr DeviceMemory::allocate(size_t n) ZREPRO_ALLOCATE_CONST {
                   format_bytes(s_.capacity - reserved) + " is free. Of the allocated memory " +
                   format_bytes(s_.allocated) + " is allocated by PyTorch, and " + format_bytes(reserved - s_.allocated) +
                   " is reserved by PyTorch but unallocated." +
-                  (caching_ && reserved - s_.allocated > bytes
+                  (caching_ && !pool_.expandable() && reserved - s_.allocated > bytes
                        ? " If reserved but unallocated memory is large try setting "
                          "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
                        : "") +
@@ -119,6 +120,7 @@ c10::DataPtr DeviceMemory::allocate(size_t n) ZREPRO_ALLOCATE_CONST {
                   phase_name(phase_) + ")";
       at_oom_ = s_;
       at_oom_.reserved = reserved;
+      at_oom_.request = bytes;
       C10_THROW_ERROR(OutOfMemoryError, last_oom_);
     }
     if (caching_) {

@@ -35,6 +35,7 @@ const char* phase_name(Phase p);
 
 struct MemorySnapshot {
   int64_t capacity = 0;  // 0: unlimited
+  int64_t request = 0;   // at an OOM: the allocation that failed (bytes asked for)
   int64_t allocated = 0, peak = 0;
   int64_t reserved = 0, peak_reserved = 0;  // caching mode: segments; else = allocated
   std::array<int64_t, kNumMemCategories> by_category{};          // now
@@ -51,7 +52,8 @@ class DeviceMemory : public c10::Allocator {
   // Installs the tracking allocator as LibTorch's CPU allocator. capacity 0: no
   // limit. caching: emulate the CUDA caching allocator (rounding, segments, cached
   // blocks, reserved vs allocated) instead of charging exact request sizes.
-  void install(int64_t capacity, bool caching = false);
+  // expandable: the caching emulation with PyTorch's expandable segments.
+  void install(int64_t capacity, bool caching = false, bool expandable = false);
   bool caching() const { return caching_; }
   void set_capacity(int64_t capacity);
 

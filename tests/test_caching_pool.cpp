@@ -69,3 +69,24 @@ TEST(CachingPool, FragmentationOomWithEnoughAggregateFreeMemory) {
   ASSERT_TRUE(huge.has_value());
   EXPECT_EQ(p.reserved(), 30 * MiB);
 }
+
+TEST(CachingPool, ExpandableSegmentsServeWhatFragmentationRefused) {
+  // The sequence that fragments the segmented pool: with expandable segments the
+  // freed holes are unmapped, so the 12 MiB request fits.
+  CachingPool p(40 * MiB);
+  p.set_expandable(true);
+  std::vector<CachingPool::Block> blocks;
+  for (int i = 0; i < 6; ++i) blocks.push_back(*p.allocate(6 * MiB));
+  EXPECT_EQ(p.reserved(), 36 * MiB);  // pages of what is allocated, no 20 MiB segments
+  for (int i = 0; i < 6; i += 2) p.free(blocks[i]);
+  EXPECT_EQ(p.reserved(), 18 * MiB);
+  EXPECT_TRUE(p.allocate(12 * MiB).has_value());
+  EXPECT_EQ(p.reserved(), 30 * MiB);
+  EXPECT_FALSE(p.allocate(12 * MiB).has_value());  // capacity still holds: 42 > 40 MiB
+  // Small requests share pages: 512-byte rounding, reserved rounded to 2 MiB per pool.
+  CachingPool s(0);
+  s.set_expandable(true);
+  for (int i = 0; i < 8; ++i) s.allocate(1000);
+  EXPECT_EQ(s.allocated(), 8 * 1024);
+  EXPECT_EQ(s.reserved(), 2 * MiB);
+}

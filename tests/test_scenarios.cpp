@@ -192,3 +192,25 @@ TEST(Scenario, MemlockLimit) {
   auto ok = limited("run --config " + src + "fixed.json --steps 2 --out " + dir + "/o2");
   EXPECT_EQ(ok.code, 0) << ok.output;
 }
+
+TEST(Scenario, Fragmentation) {
+  const std::string cfg = scenario("fragmentation");
+  const std::string base = "--model small --allocator caching --device-memory 150MB --steps 40";
+  RunResult frag = run("frag", cfg, base + " --dynamic-seq 16");
+  ASSERT_EQ(frag.code, 3) << frag.output;
+  const auto& f = frag.summary["failure"];
+  EXPECT_GT(f["step"].get<int64_t>(), 1) << "the OOM must come after the first steps";
+  const int64_t stranded = f["reserved_bytes"].get<int64_t>() - f["allocated_bytes"].get<int64_t>();
+  EXPECT_GT(stranded, f["request_bytes"].get<int64_t>()) << f.dump();
+  EXPECT_NE(frag.output.find("expandable_segments:True"), std::string::npos);
+  ASSERT_EQ(frag.metrics.size(), f["step"].get<size_t>());  // the steps before it completed
+  RunResult fixed_len = run("frag_fixed", cfg, base);
+  EXPECT_EQ(fixed_len.code, 0) << fixed_len.output;
+  const std::string dir = zrepro_test::fresh_dir("frag_expandable");
+  std::ofstream(dir + "/ds.json") << cfg;
+  auto expandable = zrepro_test::shell("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout 300 " +
+                                       std::string(ZREPRO_BIN) + " run --config " + dir + "/ds.json --out " + dir +
+                                       "/out " + base + " --dynamic-seq 16 2>&1");
+  EXPECT_EQ(expandable.code, 0) << expandable.output;
+  EXPECT_NE(expandable.output.find("expandable segments"), std::string::npos);
+}

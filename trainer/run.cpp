@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -113,7 +114,8 @@ int run_command(int argc, char** argv) {
       ("device-memory", "device capacity, e.g. 80GB, 512MiB (CPU-emulated device; default: unlimited)",
        cxxopts::value<std::string>())
       ("allocator", "CPU-emulated device allocator: tracking (exact bytes), caching (CUDA caching allocator "
-                    "emulation: rounding, segments, fragmentation) or plain (LibTorch's, untracked)",
+                    "emulation: rounding, segments, fragmentation; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+                    "switches it to expandable segments) or plain (LibTorch's, untracked)",
        cxxopts::value<std::string>()->default_value("tracking"))
       ("memory-log", "write every device allocation and free to this file (one line each, for re-deriving the "
                      "planner's activation tapes after a LibTorch upgrade; rank r writes FILE.rank<r> when ranks > 1)",
@@ -137,6 +139,8 @@ int run_command(int argc, char** argv) {
       ("target-device-memory", "the target's device capacity, e.g. 80GB", cxxopts::value<std::string>())
       ("scale", "scale-down parameter factor K, or auto (a toy of at most 2M parameters)",
        cxxopts::value<std::string>()->default_value("auto"))
+      ("dynamic-seq", "dynamic padding: each step's batches are MIN..seq tokens long (varying shapes, as "
+                      "HF's dynamic padding gives)", cxxopts::value<int64_t>())
       ("activation-checkpointing", "recompute each block in backward (HF gradient_checkpointing); the "
                                    "config's activation_checkpointing.cpu_checkpointing keeps checkpoints on the host")
       ("verify-replicas", "stages 0-2: check after every step that all ranks hold bit-identical parameters")
@@ -210,6 +214,7 @@ int run_command(int argc, char** argv) {
     topt.seed = r["seed"].as<uint64_t>();
     topt.verify_replicas = r.count("verify-replicas") > 0;
     topt.activation_checkpointing = r.count("activation-checkpointing") > 0;
+    if (r.count("dynamic-seq")) topt.dynamic_seq_min = r["dynamic-seq"].as<int64_t>();
     const int threads = r["threads"].as<int>();
     if (threads <= 0) throw ConfigError("--threads: must be > 0, got " + std::to_string(threads));
     set_compute_threads(threads);
@@ -261,6 +266,9 @@ int run_command(int argc, char** argv) {
     }
     have_model = true;
     have_cfg = true;
+    if (r.count("dynamic-seq") && (topt.dynamic_seq_min < 1 || topt.dynamic_seq_min > model.seq))
+      throw ConfigError("--dynamic-seq: got " + std::to_string(topt.dynamic_seq_min) + ", expected 1.." +
+                        std::to_string(model.seq) + " (the model's sequence length)");
     dev = select_device(r["device"].as<std::string>(), mpi_local_rank());
     topt.device = dev.device;
     const std::string allocator = r["allocator"].as<std::string>();
@@ -272,7 +280,10 @@ int run_command(int argc, char** argv) {
                                                      : 0;
       if (allocator == "plain" && cap > 0)
         throw ConfigError("--device-memory needs a tracking allocator; drop --allocator plain");
-      if (allocator != "plain") mem.install(cap, allocator == "caching");
+      // The caching emulation honours PyTorch's own switch for expandable segments.
+      const char* conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
+      const bool expandable = allocator == "caching" && conf && std::strstr(conf, "expandable_segments:True");
+      if (allocator != "plain") mem.install(cap, allocator == "caching", expandable);
       if (r.count("memory-log")) {
         if (allocator == "plain") throw ConfigError("--memory-log needs a tracking allocator; drop --allocator plain");
         const std::string path = r["memory-log"].as<std::string>() + (world > 1 ? ".rank" + std::to_string(rank) : "");
@@ -282,7 +293,8 @@ int run_command(int argc, char** argv) {
           throw ConfigError("--memory-log: " + std::string(e.what()));
         }
       }
-      dev.description += ", " + allocator + " allocator" + (cap > 0 ? ", capacity " + format_bytes(cap) : "");
+      dev.description += ", " + allocator + " allocator" + (expandable ? " (expandable segments)" : "") +
+                         (cap > 0 ? ", capacity " + format_bytes(cap) : "");
       PlanRequest pr;
       pr.model = model;
       pr.cfg = cfg;
@@ -478,6 +490,9 @@ int run_command(int argc, char** argv) {
     failure["by_category"] = breakdown;
     failure["allocated_bytes"] = at.allocated;
     failure["capacity_bytes"] = at.capacity;
+    failure["reserved_bytes"] = at.reserved;  // caching emulation: segments; reserved - allocated is stranded
+    failure["request_bytes"] = at.request;
+    failure["step"] = static_cast<int64_t>(result.steps.size());  // the optimizer step that was running
     return finish("oom", failure, kExitOom);
   } catch (const PinnedMemoryError& e) {
     progress.clear();

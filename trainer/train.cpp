@@ -81,6 +81,14 @@ Injection parse_injection(const std::string& spec) {
   return inj;
 }
 
+int64_t dynamic_seq_len(int64_t step, int64_t min_len, int64_t max_len) {
+  uint64_t h = static_cast<uint64_t>(step) * 0x9E3779B97F4A7C15ULL;  // splitmix64
+  h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  h = (h ^ (h >> 27)) * 0x94D049BB133111EBULL;
+  h ^= h >> 31;
+  return min_len + static_cast<int64_t>(h % static_cast<uint64_t>(max_len - min_len + 1));
+}
+
 torch::ScalarType comm_dtype_of(const DsConfig& cfg) {
   const std::string& t = cfg.communication_data_type;
   return t == "fp16" ? torch::kHalf : t == "bf16" ? torch::kBFloat16 : torch::kFloat;
@@ -145,7 +153,8 @@ void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
       const double w_data = wall_seconds();
       torch::Tensor batch =
           data.samples(MarkovData::first_sample(step, t, rank, world, micro, gas), micro).to(opts.device);
-      torch::Tensor inputs = batch.narrow(1, 0, spec.seq), targets = batch.narrow(1, 1, spec.seq);
+      const int64_t len = opts.dynamic_seq_min > 0 ? dynamic_seq_len(step, opts.dynamic_seq_min, spec.seq) : spec.seq;
+      torch::Tensor inputs = batch.narrow(1, 0, len), targets = batch.narrow(1, 1, len);
       rec.data_wait_s += since(t0);
       const double w_fwd = wall_seconds();
 

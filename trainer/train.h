@@ -45,7 +45,13 @@ struct TrainOptions {
   TraceRecorder* trace = nullptr;         // compute spans and memory counter, when set
   double host_link_gbps = 0;              // offload copy engine: host-link model
   double pageable_ratio = 0.5;
+  // Dynamic padding (batches padded to their longest sample instead of a fixed
+  // length): step j uses a sequence length between dynamic_seq_min and the model's,
+  // the same for every micro-step and rank of the step. 0: fixed length.
+  int64_t dynamic_seq_min = 0;
 };
+// The sequence length of step `step` under dynamic padding (deterministic).
+int64_t dynamic_seq_len(int64_t step, int64_t min_len, int64_t max_len);
 
 struct StepRecord {
   int64_t step = 0;
