@@ -3,6 +3,8 @@
 // and finally aborts under injected inf gradients.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "device/errors.h"
 #include "trainer/ds_config.h"
 #include "trainer/model_spec.h"
@@ -154,4 +156,31 @@ TEST(Train, Stage3RegatherOnOneRankMatchesStage0) {
   ASSERT_EQ(s3.steps.size(), s0.steps.size());
   for (size_t i = 0; i < s0.steps.size(); ++i)
     EXPECT_NEAR(s3.steps[i].loss, s0.steps[i].loss, 1e-5 * s0.steps[i].loss) << "step " << i;
+}
+
+// Dynamic padding changes the sequence length from step to step, never within a
+// step, so accumulation splits stay equivalent; the lengths are deterministic.
+TEST(Train, DynamicSequenceLengthsKeepSplitsEquivalent) {
+  const std::string base = std::string(kAdam) + R"(, "train_batch_size": 4})";
+  auto run_dyn = [&](int64_t micro) {
+    TrainOptions o;
+    o.steps = 8;
+    o.dynamic_seq_min = 8;
+    TrainResult r;
+    train(config(R"({"train_micro_batch_size_per_gpu": )" + std::to_string(micro) + ", " + base), resolve_model("tiny"),
+          o, r);
+    return r;
+  };
+  const TrainResult a = run_dyn(4), b = run_dyn(1);
+  for (size_t i = 0; i < a.steps.size(); ++i)
+    EXPECT_NEAR(a.steps[i].loss, b.steps[i].loss, 1e-5 * a.steps[i].loss) << "step " << i;
+  std::set<int64_t> lengths;
+  for (int64_t s = 0; s < 50; ++s) {
+    const int64_t len = dynamic_seq_len(s, 8, 32);
+    EXPECT_GE(len, 8);
+    EXPECT_LE(len, 32);
+    lengths.insert(len);
+  }
+  EXPECT_GT(lengths.size(), 10u);
+  EXPECT_EQ(dynamic_seq_len(7, 8, 32), dynamic_seq_len(7, 8, 32));
 }
