@@ -35,7 +35,6 @@ void OptimizerOffload::load_master(int layer, const torch::Tensor& params) {
 
 void OptimizerOffload::use_as_half(int layer, torch::Tensor host_shard) {
   half_[layer] = std::move(host_shard);
-  half_is_shard_ = true;
 }
 
 CopyEventPtr OptimizerOffload::add_grad(int layer, int64_t offset, const torch::Tensor& piece) {
@@ -74,8 +73,6 @@ void OptimizerOffload::step(int layer, const AdamHyper& h, int64_t step, double 
   if (fp32_copy) half_[layer].copy_(master_[layer]);
 }
 
-bool OptimizerOffload::uploads() const { return !half_is_shard_; }
-
 CopyEventPtr OptimizerOffload::upload(int layer, const torch::Tensor& device_params) {
   const torch::Tensor& src = half_[layer].defined() ? half_[layer] : master_[layer];
   return copier_.copy(device_params, src, CopyDir::h2d, o_.pinned, {}, "params layer " + std::to_string(layer));
@@ -86,7 +83,7 @@ int64_t OptimizerOffload::host_bytes() const {
   for (const auto* v : {&master_, &exp_avg_, &exp_avg_sq_, &grad_})
     for (const auto& t : *v)
       if (t.defined()) b += t.numel() * 4;
-  if (!half_is_shard_)
+  if (!o_.param_offload)
     for (const auto& t : half_)
       if (t.defined()) b += t.numel() * static_cast<int64_t>(t.element_size());
   for (const auto& t : landing_)

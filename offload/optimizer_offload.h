@@ -39,7 +39,7 @@ class OptimizerOffload {
   bool offloaded(int layer) const { return offloaded_[layer]; }
   // Master weights from the layer's parameter partition (device or host shard).
   void load_master(int layer, const torch::Tensor& params);
-  // Under offload_param: the 16-bit host shard the optimizer writes into.
+  // Under offload_param (Options::param_offload): the host shard the optimizer writes into.
   void use_as_half(int layer, torch::Tensor host_shard);
 
   void begin_micro_step(int64_t micro) { micro_ = micro; }
@@ -53,7 +53,7 @@ class OptimizerOffload {
   // 16-bit copy in the same pass. Then upload() starts its copy to the device.
   void step(int layer, const AdamHyper& h, int64_t step, double coef);
   CopyEventPtr upload(int layer, const torch::Tensor& device_params);
-  bool uploads() const;  // false under offload_param (the host shard is the parameter)
+  bool uploads() const { return !o_.param_offload; }  // under offload_param the host shard is the parameter
 
   int64_t host_bytes() const;
 
@@ -64,7 +64,6 @@ class OptimizerOffload {
   std::vector<torch::Tensor> master_, exp_avg_, exp_avg_sq_, grad_, half_, landing_;
   std::vector<CopyEventPtr> pending_;
   int64_t micro_ = 0;
-  bool half_is_shard_ = false;
 };
 
 }  // namespace zrepro

@@ -225,7 +225,9 @@ TEST(ScaleDown, ToyKeepsEveryCategorysShareOfCapacity) {
   EXPECT_EQ(sd.toy_cfg.zero.reduce_bucket_size, std::llround(5e8 / sd.factor));
   EXPECT_EQ(sd.toy_capacity, std::llround(4e10 / sd.factor));
   for (const auto& row : sd.fidelity)
-    if (row.target_share > 0.01) EXPECT_NEAR(row.toy_share, row.target_share, 0.05 * row.target_share) << row.category;
+    if (row.target_share > 0.01) {
+      EXPECT_NEAR(row.toy_share, row.target_share, 0.05 * row.target_share) << row.category;
+    }
   EXPECT_FALSE(sd.target_plan.fits);
   EXPECT_EQ(sd.toy_plan.fits, sd.target_plan.fits);
   EXPECT_EQ(sd.toy_plan.oom_phase, sd.target_plan.oom_phase);

@@ -227,14 +227,12 @@ class PlanSim {
     ckpt_ = req.activation_checkpointing;
     cpu_ckpt_ = ckpt_ && req.cfg.activation_checkpointing.cpu_checkpointing;
     if (cpu_ckpt_) plan_.host_bytes = req.model.layers * sym_.at("n");  // one block input per block
-    std::vector<int64_t> totals;
     std::vector<std::vector<int64_t>> numels;
     for (const LayerSpec& layer : gpt_layers(req.model)) {
       numels.emplace_back();
       for (const auto& p : layer.params) numels.back().push_back(p.numel());
     }
-    for (const auto& l : layers_) totals.push_back(l.numel);
-    offloaded_ = offloaded_layers(totals, z_);
+    offloaded_ = offloaded_layers(numels, z_);
     param_offload_ = z_.offload_param.enabled();
     const OffloadHostBytes host = offload_host_bytes(numels, z_, ws_, pe_ == 4 ? torch::kFloat : torch::kBFloat16,
                                                      comm_dtype_of(req.cfg));

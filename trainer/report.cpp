@@ -257,6 +257,9 @@ json build_summary(const SummaryInput& in) {
                  : json(nullptr);
   json steps = json::array();
   json time = nullptr, memory = nullptr;
+  // Every rank's report, or rank 0's own when it ran alone.
+  std::vector<RankReport> ranks = in.ranks;
+  if (ranks.empty() && in.result) ranks.push_back(rank_report(0, *in.result, MemorySnapshot{}));
   if (in.result) {
     std::vector<double> st;
     double fwd = 0, bwd = 0, opt = 0, data = 0, wait = 0, copy = 0;
@@ -279,8 +282,6 @@ json build_summary(const SummaryInput& in) {
             {"breakdown_s",
              {{"forward", fwd}, {"backward", bwd}, {"comm_wait", wait}, {"optimizer", opt},
               {"offload_copy", copy}, {"data_wait", data}}}};
-    std::vector<RankReport> ranks = in.ranks;
-    if (ranks.empty()) ranks.push_back(rank_report(0, *in.result, MemorySnapshot{}));
     json rj = json::array();
     for (const auto& r : ranks) rj.push_back(memory_rank_json(r));
     memory = {{"device_capacity_bytes", ranks[0].device.capacity > 0 ? json(ranks[0].device.capacity) : json(nullptr)},
@@ -291,8 +292,7 @@ json build_summary(const SummaryInput& in) {
   s["time"] = time;
   s["memory"] = memory;
   s["comm"] = in.result ? comm_json(in.result->steps, c ? c->world_size : 1) : json(nullptr);
-  s["offload"] = c && in.result ? offload_json(*c, in, in.ranks.empty() ? std::vector<RankReport>{rank_report(0, *in.result, {})} : in.ranks)
-                                : json(nullptr);
+  s["offload"] = c && in.result ? offload_json(*c, in, ranks) : json(nullptr);
   s["failure"] = in.failure;
   s["effective_config"] = c ? c->effective_json() : json(nullptr);
   return s;

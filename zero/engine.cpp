@@ -60,14 +60,11 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
   const OffloadConfig& oo = cfg.zero.offload_optimizer;
   const OffloadConfig& op = cfg.zero.offload_param;
   std::vector<std::vector<int64_t>> layer_numels;
-  std::vector<int64_t> layer_totals;
   for (const auto& l : layers) {
     layer_numels.emplace_back();
-    int64_t n = 0;
-    for (const auto& p : l.params) layer_numels.back().push_back(p.numel()), n += p.numel();
-    layer_totals.push_back(n);
+    for (const auto& p : l.params) layer_numels.back().push_back(p.numel());
   }
-  offloaded_ = offloaded_layers(layer_totals, cfg.zero);
+  offloaded_ = offloaded_layers(layer_numels, cfg.zero);
   if (oo.enabled() || op.enabled()) {
     HostMemory::instance().set_backend(cfg.device.is_cuda() ? PinBackend::cuda : PinBackend::mlock);
     copier_ = std::make_unique<CopyEngine>(
@@ -157,7 +154,6 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
 ZeroEngine::~ZeroEngine() {
   if (copier_) copier_->synchronize();  // no copy may outlive the buffers it touches
 }
-
 
 std::vector<ParamGroup*> ZeroEngine::groups() {
   std::vector<ParamGroup*> out;

@@ -5,9 +5,22 @@
 
 namespace zrepro {
 
-std::vector<bool> offloaded_layers(const std::vector<int64_t>& numels, const ZeroConfig& z) {
+namespace {
+std::vector<int64_t> layer_totals(const std::vector<std::vector<int64_t>>& layers) {
+  std::vector<int64_t> totals;
+  for (const auto& l : layers) {
+    int64_t n = 0;
+    for (int64_t p : l) n += p;
+    totals.push_back(n);
+  }
+  return totals;
+}
+}  // namespace
+
+std::vector<bool> offloaded_layers(const std::vector<std::vector<int64_t>>& layers, const ZeroConfig& z) {
   const double ratio = z.offload_optimizer.enabled() && z.stage >= 1 ? z.offload_optimizer.ratio : 0.0;
   int64_t total = 0, done = 0;
+  const std::vector<int64_t> numels = layer_totals(layers);
   for (int64_t n : numels) total += n;
   std::vector<bool> out;
   for (int64_t n : numels) {
@@ -28,13 +41,8 @@ OffloadHostBytes offload_host_bytes(const std::vector<std::vector<int64_t>>& lay
                                     c10::ScalarType param_dtype, c10::ScalarType grad_dtype) {
   const OffloadConfig& oo = z.offload_optimizer;
   const OffloadConfig& op = z.offload_param;
-  std::vector<int64_t> totals;
-  for (const auto& l : layers) {
-    int64_t n = 0;
-    for (int64_t p : l) n += p;
-    totals.push_back(n);
-  }
-  const std::vector<bool> offloaded = offloaded_layers(totals, z);
+  const std::vector<int64_t> totals = layer_totals(layers);
+  const std::vector<bool> offloaded = offloaded_layers(layers, z);
   const int64_t es = static_cast<int64_t>(c10::elementSize(param_dtype));
   OffloadHostBytes b;
   for (size_t l = 0; l < layers.size(); ++l) {

@@ -13,13 +13,13 @@ namespace zrepro {
 
 // Per layer: true when its optimizer states live on the host. DeepSpeed's partial
 // offload takes the first layers up to `ratio` of the parameters.
-std::vector<bool> offloaded_layers(const std::vector<int64_t>& layer_numels, const ZeroConfig& z);
+// layer_param_numels: per layer, its parameters' sizes.
+std::vector<bool> offloaded_layers(const std::vector<std::vector<int64_t>>& layer_param_numels, const ZeroConfig& z);
 
 struct OffloadHostBytes {
   int64_t pinned = 0, pageable = 0;
 };
-// layer_param_numels: per layer, its parameters' sizes. param_dtype: the 16-bit (or
-// fp32) parameter storage; grad_dtype: the reduced gradient (communication) dtype.
+// param_dtype: the 16-bit (or fp32) parameter storage; grad_dtype: the reduced gradient (communication) dtype.
 OffloadHostBytes offload_host_bytes(const std::vector<std::vector<int64_t>>& layer_param_numels, const ZeroConfig& z,
                                     int world_size, c10::ScalarType param_dtype, c10::ScalarType grad_dtype);
 
