@@ -3,7 +3,7 @@
 // getDeviceStats with an AGGREGATE stat at index 0).
 #include "device/cuda_memory.h"
 
-#include "device/errors.h"
+#include "device/base/errors.h"
 
 #ifdef ZREPRO_TORCH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -14,7 +14,7 @@ namespace zrepro {
 
 #ifdef ZREPRO_TORCH_CUDA
 namespace {
-int64_t g_capacity = 0;  // the --device-memory a run set (0: the whole device)
+int64_t g_capacity = 0;  // the capacity a run set (0: the whole device)
 }
 
 bool cuda_memory_supported() { return true; }
@@ -22,9 +22,9 @@ bool cuda_memory_supported() { return true; }
 void cuda_set_capacity(int device, int64_t bytes) {
   size_t free_b = 0, total = 0;
   if (cudaSetDevice(device) != cudaSuccess || cudaMemGetInfo(&free_b, &total) != cudaSuccess)
-    throw ConfigError("--device-memory: cannot query cuda:" + std::to_string(device));
+    throw ConfigError("cannot query cuda:" + std::to_string(device));
   if (bytes > static_cast<int64_t>(total))
-    throw ConfigError("--device-memory " + format_bytes(bytes) + ": more than cuda:" + std::to_string(device) +
+    throw ConfigError(format_bytes(bytes) + " is more than cuda:" + std::to_string(device) +
                       " has (" + format_bytes(static_cast<int64_t>(total)) + ")");
   g_capacity = bytes;
   c10::cuda::CUDACachingAllocator::setMemoryFraction(static_cast<double>(bytes) / static_cast<double>(total),
@@ -45,8 +45,8 @@ MemorySnapshot cuda_memory_snapshot(int device) {
 bool cuda_memory_supported() { return false; }
 
 void cuda_set_capacity(int, int64_t) {
-  throw ConfigError("--device-memory with --device cuda needs zrepro built against a CUDA LibTorch (this build's "
-                    "LibTorch is CPU-only); use --device cpu for the emulated device");
+  throw ConfigError("a capacity on a CUDA device needs zrepro built against a CUDA LibTorch (this build's "
+                    "LibTorch is CPU-only); use the CPU-emulated device");
 }
 
 MemorySnapshot cuda_memory_snapshot(int) { return {}; }

@@ -2,7 +2,8 @@
 // set through the allocator's memory fraction (so an over-capacity allocation fails
 // with PyTorch's own OOM), and its allocated / reserved figures and peaks for the
 // summary. Needs a CUDA build of LibTorch (ZREPRO_TORCH_CUDA); without it
-// cuda_memory_supported() is false and the setters throw ConfigError.
+// cuda_memory_supported() is false and the setters throw ConfigError (messages
+// name no flag: the caller adds which option gave the value).
 #pragma once
 #include <cstdint>
 

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <thread>
 
-#include "device/errors.h"
+#include "device/base/errors.h"
 
 namespace zrepro {
 
@@ -18,14 +18,14 @@ DeviceInfo select_device(const std::string& kind, int local_rank) {
   }
   if (kind == "cuda") {
     if (!torch::cuda::is_available())
-      throw ConfigError("--device cuda: no CUDA device is usable (this LibTorch has no CUDA support or no GPU "
-                        "is present). Use --device cpu, or build against a CUDA LibTorch on a GPU machine");
+      throw ConfigError("cuda: no CUDA device is usable (this LibTorch has no CUDA support or no GPU is present). "
+                        "Use the cpu device, or build against a CUDA LibTorch on a GPU machine");
     const int n = static_cast<int>(torch::cuda::device_count());
     info.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank % n));
     info.description = "cuda:" + std::to_string(local_rank % n);
     return info;
   }
-  throw ConfigError("--device: got \"" + kind + "\", expected cpu or cuda");
+  throw ConfigError("got \"" + kind + "\", expected cpu or cuda");
 }
 
 void set_compute_threads(int threads) {

@@ -14,7 +14,8 @@ struct DeviceInfo {
 };
 
 // kind: "cpu" | "cuda". local_rank picks the GPU (ranks share GPUs round-robin).
-// Throws ConfigError when the kind is unknown or CUDA is unavailable.
+// Throws ConfigError when the kind is unknown or CUDA is unavailable (the message
+// names the kind, not a flag: callers add which option gave it).
 DeviceInfo select_device(const std::string& kind, int local_rank);
 
 // Seconds since the epoch (wall clock shared by ranks on a node: traces, flight records).

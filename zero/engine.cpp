@@ -9,7 +9,7 @@
 
 #include "device/device_memory.h"
 #include "offload/host_memory.h"
-#include "zero/offload_plan.h"
+#include "zero/schedule/offload_plan.h"
 
 namespace zrepro {
 
@@ -40,13 +40,14 @@ struct LayerParams : public torch::autograd::Function<LayerParams> {
 ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<torch::Tensor>& init,
                        const EngineConfig& cfg, Communicator& comm)
     : cfg_(cfg),
+      policy_(stage_policy(cfg.zero.stage)),
+      buffers_(cfg.buffers ? *cfg.buffers : buffer_policy(cfg.zero)),
       comm_(comm),
       scaler_(cfg.loss_scale, cfg.precision == Precision::fp16),
       schedule_(cfg.scheduler, cfg.optimizer.lr) {
   torch::NoGradGuard no_grad;
-  const int stage = cfg_.zero.stage;
   ShardingConfig sc;
-  sc.stage = stage;
+  sc.policy = policy_;
   sc.rank = comm.rank();
   sc.world_size = comm.world_size();
   sc.dtype = cfg.precision == Precision::fp16 ? torch::kHalf
@@ -84,71 +85,59 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
     groups_.back()->load(init[l].to(sc.device));
     dummies_.push_back(torch::zeros({1}, torch::TensorOptions().device(sc.device)).requires_grad_(true));
     DeviceMemory::CategoryScope tag(MemCategory::grads);
-    full_grads_.push_back(stage <= 1 ? torch::zeros({groups_.back()->full_grad_numel()}, opts) : torch::Tensor());
+    const LayerLayout& lay = groups_.back()->layout();
+    full_grads_.push_back(policy_.full_grads() ? torch::zeros({lay.full_grad_numel()}, opts) : torch::Tensor());
     // Offloaded layers accumulate their gradient partition on the host.
-    owned_grads_.push_back(stage >= 2 && !offloaded_[l] ? torch::zeros({groups_.back()->owned_numel()}, opts)
-                                                        : torch::Tensor());
+    owned_grads_.push_back(policy_.shard_grads() && !offloaded_[l] ? torch::zeros({lay.owned_numel()}, opts)
+                                                                   : torch::Tensor());
   }
+  build_optimizers(sc);
+  if (policy_.shard_params()) {
+    std::vector<int64_t> dynamic;
+    for (auto& g : groups_) dynamic.push_back(g->layout().dynamic_numel);
+    gathers_ = std::make_unique<GatherSchedule>(
+        dynamic, GatherSchedule::Options{cfg.zero.stage3_prefetch_bucket_size, cfg.zero.stage3_max_live_parameters,
+                                         cfg.zero.stage3_max_reuse_distance, buffers_.max_param_uploads});
+  }
+  if (policy_.uses_reducer()) build_reducer();
+}
+
+void ZeroEngine::build_optimizers(const ShardingConfig& sc) {
   // DeepSpeed creates (and partitions) the optimizer states after the model: an
   // OOM here is "while partitioning optimizer states".
-  mem.set_phase(Phase::partition);
-  if (oo.enabled()) {
+  DeviceMemory::instance().set_phase(Phase::partition);
+  if (cfg_.zero.offload_optimizer.enabled()) {
     OptimizerOffload::Options ho;
-    ho.pinned = oo.pin_memory;
-    ho.grad_dtype = cfg.comm_dtype;
+    ho.pinned = cfg_.zero.offload_optimizer.pin_memory;
+    ho.grad_dtype = cfg_.comm_dtype;
     ho.param_dtype = sc.dtype;
-    ho.drop_accumulated_grads = cfg.drop_accumulated_grads;
-    ho.param_offload = op.enabled();
+    ho.drop_accumulated_grads = cfg_.drop_accumulated_grads;
+    ho.param_offload = cfg_.zero.offload_param.enabled();
     std::vector<int64_t> numels;
     for (auto& g : groups_) numels.push_back(g->owned_numel());
     host_opt_ = std::make_unique<OptimizerOffload>(numels, offloaded_, ho, *copier_);
   }
   DeviceMemory::CategoryScope tag(MemCategory::optimizer_states);
-  for (auto& g : groups_) {
-    if (offloaded_[g->index()]) {
-      // DeepSpeed's ZeRO-Offload: fp32 master and moments only on the host.
-      host_opt_->load_master(g->index(), g->owned_params());
-      if (op.enabled()) host_opt_->use_as_half(g->index(), g->owned_params());
-      states_.emplace_back();
-      continue;
-    }
-    // fp32 master weights; stage 0 in fp32 updates the parameters in place (a plain
-    // torch optimizer), ZeRO stages always keep their own fp32 partition copy.
-    State s;
-    torch::Tensor owned = g->owned_params();
-    s.master = (stage == 0 && sc.dtype == torch::kFloat) ? owned : owned.to(torch::kFloat).clone();
-    s.exp_avg = torch::zeros_like(s.master);
-    s.exp_avg_sq = torch::zeros_like(s.master);
-    states_.push_back(std::move(s));
+  for (auto& g : groups_)
+    optimizers_.push_back(offloaded_[g->index()] ? make_host_adam(*g, *host_opt_) : make_device_adam(*g));
+}
+
+void ZeroEngine::build_reducer() {
+  std::vector<ParamGroup*> reverse;
+  for (auto it = groups_.rbegin(); it != groups_.rend(); ++it) reverse.push_back(it->get());
+  GradReducer::Options ro;
+  ro.reduce_bucket_size = cfg_.zero.reduce_bucket_size;
+  ro.reduce_scatter = cfg_.zero.reduce_scatter;
+  ro.buffers = buffers_;
+  ro.comm_dtype = cfg_.comm_dtype;
+  ro.device = cfg_.device;
+  if (host_opt_) {
+    ro.offloaded = [this](int g) { return bool(offloaded_[g]); };
+    ro.sink = [this](int g, int64_t offset, const torch::Tensor& piece) { return host_opt_->add_grad(g, offset, piece); };
+    ro.copier = copier_.get();
   }
-  if (stage == 3) {
-    std::vector<int64_t> dynamic;
-    for (auto& g : groups_) dynamic.push_back(g->dynamic_numel());
-    schedule3_ = std::make_unique<GatherSchedule>(
-        dynamic, GatherSchedule::Options{cfg.zero.stage3_prefetch_bucket_size, cfg.zero.stage3_max_live_parameters,
-                                         cfg.zero.stage3_max_reuse_distance});
-  }
-  if (stage >= 1) {
-    std::vector<ParamGroup*> reverse;
-    for (auto it = groups_.rbegin(); it != groups_.rend(); ++it) reverse.push_back(it->get());
-    GradReducer::Options ro;
-    ro.reduce_bucket_size = cfg.zero.reduce_bucket_size;
-    ro.overlap_comm = cfg.zero.overlap_comm;
-    ro.reduce_scatter = cfg.zero.reduce_scatter;
-    ro.contiguous_gradients = cfg.zero.contiguous_gradients;
-    ro.persistent_buffers = stage == 3;
-    ro.comm_dtype = cfg.comm_dtype;
-    ro.device = cfg.device;
-    if (host_opt_) {
-      ro.offloaded = [this](int g) { return bool(offloaded_[g]); };
-      ro.sink = [this](int g, int64_t offset, const torch::Tensor& piece) {
-        return host_opt_->add_grad(g, offset, piece);
-      };
-      ro.copier = copier_.get();
-    }
-    mem.set_phase(Phase::init);
-    reducer_ = std::make_unique<GradReducer>(reverse, ro, comm);
-  }
+  DeviceMemory::instance().set_phase(Phase::init);
+  reducer_ = std::make_unique<GradReducer>(reverse, ro, comm_);
 }
 
 ZeroEngine::~ZeroEngine() {
@@ -166,12 +155,9 @@ EngineMemory ZeroEngine::memory() const {
   for (size_t l = 0; l < groups_.size(); ++l) {
     m.params += groups_[l]->param_bytes();
     // Persistent gradient storage: the full buffer (stages 0-1) or the shard (2-3).
-    const torch::Tensor& g = cfg_.zero.stage <= 1 ? full_grads_[l] : owned_grads_[l];
+    const torch::Tensor& g = policy_.full_grads() ? full_grads_[l] : owned_grads_[l];
     if (g.defined()) m.grads += g.numel() * g.element_size();
-    const State& s = states_[l];
-    if (!s.master.defined()) continue;  // offloaded: on the host
-    const bool aliased = s.master.data_ptr() == groups_[l]->owned_params().data_ptr();
-    m.optimizer_states += (aliased ? 2 : 3) * s.master.numel() * 4;
+    m.optimizer_states += optimizers_[l]->device_bytes();
   }
   m.host_pinned = HostMemory::instance().pinned_bytes();
   m.host_pageable = HostMemory::instance().pageable_bytes();
@@ -181,14 +167,14 @@ EngineMemory ZeroEngine::memory() const {
 // ---------------------------------------------------------------- model side
 
 std::vector<torch::Tensor> ZeroEngine::acquire(int layer) {
-  if (cfg_.zero.stage == 3) fetch(layer);
+  if (gathers_) gathers_->fetch(layer, *this);
   return LayerParams::apply(dummies_[layer], static_cast<int64_t>(layer),
                             static_cast<int64_t>(reinterpret_cast<intptr_t>(this)));
 }
 
 torch::Tensor ZeroEngine::after_forward(int layer, torch::Tensor output) {
-  if (cfg_.zero.stage != 3) return output;
-  release(layer);
+  if (!gathers_) return output;
+  gathers_->release(layer, *this);
   if (output.requires_grad()) output.register_hook([this, layer](torch::Tensor g) {
     pre_backward(layer);
     return g;
@@ -196,116 +182,94 @@ torch::Tensor ZeroEngine::after_forward(int layer, torch::Tensor output) {
   return output;
 }
 
-void ZeroEngine::pre_backward(int layer) { fetch(layer); }
+void ZeroEngine::pre_backward(int layer) { gathers_->fetch(layer, *this); }
 
 void ZeroEngine::reduce_grad(int layer, const std::vector<torch::Tensor>& grads) {
   torch::NoGradGuard no_grad;
   DeviceMemory::CategoryScope tag(MemCategory::comm_buffers);
   ParamGroup& g = *groups_[layer];
-  if (cfg_.zero.stage <= 1) {
+  if (policy_.reduction() != GradReduction::reduce_scatter_per_micro_step) {
     g.scatter_param_grads(grads, full_grads_[layer]);  // accumulates locally until the boundary
     return;
   }
   reducer_->add(g, grads, owned_grads_);
-  if (cfg_.zero.stage == 3) release(layer);
-}
-
-// ---------------------------------------------------------------- stage 3 schedule
-
-void ZeroEngine::fetch(int layer) {
-  const std::vector<int> prefetch = schedule3_->fetch(layer);
-  groups_[layer]->unshard_start(comm_);  // also refreshes stale persistent parameters
-  // offload_param: at most buffer_count shards on their way up at a time (DeepSpeed's
-  // parameter buffers); a prefetch past that is gathered when its layer is needed.
-  int64_t uploading = 0;
-  if (cfg_.zero.offload_param.enabled())
-    for (auto& g : groups_) uploading += g->uploading();
-  for (int l : prefetch) {
-    if (groups_[l]->host_shard() && uploading >= cfg_.zero.offload_param.buffer_count) continue;
-    groups_[l]->unshard_start(comm_);
-    uploading += groups_[l]->host_shard();
-  }
-  groups_[layer]->unshard_wait();
-}
-
-void ZeroEngine::release(int layer) {
-  if (schedule3_->release(layer)) groups_[layer]->reshard();
+  if (gathers_) gathers_->release(layer, *this);
 }
 
 // ---------------------------------------------------------------- loop side
 
 void ZeroEngine::begin_micro_step(int64_t step, int64_t micro_step) {
   comm_.set_position(step, micro_step);
-  if (schedule3_) schedule3_->begin_micro_step();
+  if (gathers_) gathers_->begin_micro_step();
   if (host_opt_) host_opt_->begin_micro_step(micro_step);
 }
 
 void ZeroEngine::end_backward() {
-  if (cfg_.zero.stage >= 2) reducer_->finish(owned_grads_);
-  if (cfg_.zero.stage == 3) {
-    for (auto& g : groups_) g->reshard();  // DeepSpeed's release_and_reset_all
-    schedule3_->end_backward();
-  }
+  if (policy_.reduction() == GradReduction::reduce_scatter_per_micro_step) reducer_->finish(owned_grads_);
+  if (gathers_) gathers_->end_backward(*this);
 }
 
 void ZeroEngine::inject_inf_grad() {
   torch::NoGradGuard no_grad;
-  if (cfg_.zero.stage >= 2 && offloaded_.front()) {
+  if (policy_.shard_grads() && offloaded_.front()) {
     host_opt_->finish_grads();  // the accumulator is final once its copies landed
     DeviceMemory::HostScope host;
     host_opt_->grad(0)[0] = std::numeric_limits<double>::infinity();
     return;
   }
-  torch::Tensor& g = cfg_.zero.stage <= 1 ? full_grads_.front() : owned_grads_.front();
+  torch::Tensor& g = policy_.full_grads() ? full_grads_.front() : owned_grads_.front();
   g[0] = std::numeric_limits<double>::infinity();
 }
 
-StepResult ZeroEngine::step(double local_loss) {
-  torch::NoGradGuard no_grad;
-  const int stage = cfg_.zero.stage, ws = comm_.world_size();
-  StepResult r;
-  r.loss_scale = scaler_.scale();
-  r.lr = schedule_.lr();
+torch::Tensor ZeroEngine::owned_grad(size_t l) { return policy_.owns_whole_flat() ? full_grads_[l] : owned_grads_[l]; }
 
-  // Gradient reduction at the boundary (stages 0 and 1; 2 and 3 reduced per micro-step).
-  if (stage == 0 && ws > 1) {
-    std::vector<WorkPtr> works;
-    for (size_t l = 0; l < groups_.size(); ++l) {
-      torch::Tensor& g = full_grads_[l];
-      g.div_(ws);
-      for (int64_t off = 0; off < g.numel(); off += cfg_.zero.reduce_bucket_size)
-        works.push_back(comm_.all_reduce(g.narrow(0, off, std::min(cfg_.zero.reduce_bucket_size, g.numel() - off)),
-                                         "all_reduce grads " + groups_[l]->name()));
+torch::Tensor ZeroEngine::norm_share(size_t l) {
+  // Stage 0 holds every gradient, so each rank takes its partition's share of the
+  // norm; the others own exactly their partition or shard.
+  if (!policy_.owns_whole_flat() || offloaded_[l]) return owned_grads_[l];
+  const FlatPartition& f = groups_[l]->flat_partition();
+  return full_grads_[l].narrow(0, f.begin(comm_.rank()), f.partition_numel);
+}
+
+void ZeroEngine::reduce_at_boundary() {
+  const int ws = comm_.world_size();
+  switch (policy_.reduction()) {
+    case GradReduction::all_reduce_at_boundary: {
+      if (ws == 1) return;
+      std::vector<WorkPtr> works;
+      for (size_t l = 0; l < groups_.size(); ++l) {
+        torch::Tensor& g = full_grads_[l];
+        g.div_(ws);
+        for (int64_t off = 0; off < g.numel(); off += cfg_.zero.reduce_bucket_size)
+          works.push_back(comm_.all_reduce(g.narrow(0, off, std::min(cfg_.zero.reduce_bucket_size, g.numel() - off)),
+                                           "all_reduce grads " + groups_[l]->name()));
+      }
+      for (auto& w : works) w->wait();
+      return;
     }
-    for (auto& w : works) w->wait();
-  } else if (stage == 1) {
-    // The reduced partition only lives through the step: a comm buffer, not grads.
-    DeviceMemory::CategoryScope tag(MemCategory::comm_buffers);
-    for (size_t l = 0; l < groups_.size(); ++l)
-      if (!offloaded_[l]) owned_grads_[l] = torch::zeros({groups_[l]->owned_numel()}, full_grads_[l].options());
-    if (host_opt_) host_opt_->begin_micro_step(0);  // the boundary's reduce lands in the host accumulators
-    for (auto it = groups_.rbegin(); it != groups_.rend(); ++it)
-      reducer_->add((*it)->index(), full_grads_[(*it)->index()], owned_grads_);
-    reducer_->finish(owned_grads_);
+    case GradReduction::reduce_scatter_at_boundary: {
+      // The reduced partition only lives through the step: a comm buffer, not grads.
+      DeviceMemory::CategoryScope tag(MemCategory::comm_buffers);
+      for (size_t l = 0; l < groups_.size(); ++l)
+        if (!offloaded_[l]) owned_grads_[l] = torch::zeros({groups_[l]->owned_numel()}, full_grads_[l].options());
+      if (host_opt_) host_opt_->begin_micro_step(0);  // the boundary's reduce lands in the host accumulators
+      for (auto it = groups_.rbegin(); it != groups_.rend(); ++it)
+        reducer_->add((*it)->index(), full_grads_[(*it)->index()], owned_grads_);
+      reducer_->finish(owned_grads_);
+      return;
+    }
+    case GradReduction::reduce_scatter_per_micro_step:
+      return;  // reduced by every backward
   }
+}
 
-  // This rank's gradients: stage 0 holds them all, so each rank takes its partition's
-  // share of the norm; the others own exactly their shard.
+ZeroEngine::GradStats ZeroEngine::grad_stats(double local_loss) {
   if (host_opt_) host_opt_->finish_grads();
-  std::vector<torch::Tensor> grads;
   double sq = 0, nonfinite = 0;
   for (size_t l = 0; l < groups_.size(); ++l) {
-    grads.push_back(stage == 0 ? full_grads_[l] : owned_grads_[l]);
-    torch::Tensor mine = stage == 0          ? full_grads_[l].narrow(0, groups_[l]->flat_partition().begin(comm_.rank()),
-                                                                     groups_[l]->flat_partition().partition_numel)
-                         : offloaded_[l] ? host_opt_->grad(static_cast<int>(l))
-                                         : owned_grads_[l];
     // One norm per layer (fp32 accumulation; no full-size temporaries for fp32
     // grads): an inf or NaN anywhere makes it non-finite, which is the overflow flag.
-    std::optional<DeviceMemory::HostScope> host;
-    if (offloaded_[l]) host.emplace();  // the host optimizer's norm runs on the host
-    const double n = mine.to(torch::kFloat).norm().item<double>();
-    host.reset();
+    const double n = optimizers_[l]->grad_norm(norm_share(l));
     if (std::isfinite(n))
       sq += n * n;
     else
@@ -314,22 +278,56 @@ StepResult ZeroEngine::step(double local_loss) {
   torch::Tensor stats = torch::tensor({local_loss, sq, nonfinite}, torch::kDouble).to(cfg_.device);
   comm_.all_reduce(stats, "loss+grad_norm+overflow")->wait();
   stats = stats.cpu();
-  r.loss = stats[0].item<double>() / ws;
-  const bool overflow = stats[2].item<double>() > 0;
+  return {stats[0].item<double>() / comm_.world_size(), stats[1].item<double>(), stats[2].item<double>() > 0};
+}
+
+std::vector<CopyEventPtr> ZeroEngine::update(double coef, double lr) {
+  ++adam_steps_;
+  const OptimizerConfig& o = cfg_.optimizer;
+  const AdamHyper h{lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.adam_w_mode, o.bias_correction};
+  std::vector<CopyEventPtr> uploads(groups_.size());
+  for (size_t l = 0; l < groups_.size(); ++l) uploads[l] = optimizers_[l]->update(owned_grad(l), h, adam_steps_, coef);
+  return uploads;
+}
+
+void ZeroEngine::sync_params(const std::vector<CopyEventPtr>& uploads) {
+  if (policy_.gathers_updated_partitions()) {
+    std::vector<WorkPtr> works;
+    for (size_t l = 0; l < groups_.size(); ++l) {
+      if (uploads[l]) copier_->wait(uploads[l]);  // the partition must be on the device before it is gathered
+      works.push_back(groups_[l]->gather_partitions(comm_));
+    }
+    for (auto& w : works) w->wait();
+  } else if (policy_.shard_params()) {
+    for (size_t l = 0; l < groups_.size(); ++l) {
+      if (uploads[l]) copier_->wait(uploads[l]);
+      groups_[l]->mark_persistent_stale();
+    }
+  }
+}
+
+void ZeroEngine::zero_grads() {
+  for (auto& g : full_grads_)
+    if (g.defined()) g.zero_();
+  for (auto& g : owned_grads_) {
+    if (policy_.transient_reduced_partition())
+      g = torch::Tensor();  // stage 1's reduced partition only lives through the step
+    else if (g.defined())
+      g.zero_();
+  }
+}
+
+StepResult ZeroEngine::step(double local_loss) {
+  torch::NoGradGuard no_grad;
+  StepResult r;
+  r.loss_scale = scaler_.scale();
+  r.lr = schedule_.lr();
+  reduce_at_boundary();
+  const GradStats s = grad_stats(local_loss);
+  r.loss = s.loss;
   const bool check = (cfg_.precision == Precision::fp16 && scaler_.dynamic()) ||
                      (cfg_.precision == Precision::bf16 && cfg_.bf16_check_grad_overflow);
-
-  auto zero_grads = [&] {
-    for (auto& g : full_grads_)
-      if (g.defined()) g.zero_();
-    for (auto& g : owned_grads_) {
-      if (stage == 1)
-        g = torch::Tensor();  // stage 1's reduced partition only lives through the step
-      else if (g.defined())
-        g.zero_();
-    }
-  };
-  if (check && overflow) {
+  if (check && s.overflow) {
     r.skipped = true;
     r.grad_norm = std::numeric_limits<double>::quiet_NaN();
     zero_grads();
@@ -338,52 +336,11 @@ StepResult ZeroEngine::step(double local_loss) {
   }
   // Unchecked precision (fp32, static fp16 scale): a non-finite gradient goes through
   // as in DeepSpeed and the norm is reported as such.
-  r.grad_norm = overflow ? std::numeric_limits<double>::quiet_NaN() : std::sqrt(stats[1].item<double>()) / r.loss_scale;
+  r.grad_norm = s.overflow ? std::numeric_limits<double>::quiet_NaN() : std::sqrt(s.sq_norm) / r.loss_scale;
   double coef = 1.0 / r.loss_scale;
   if (cfg_.gradient_clipping > 0 && r.grad_norm > cfg_.gradient_clipping)
     coef *= cfg_.gradient_clipping / (r.grad_norm + 1e-6);
-
-  ++adam_steps_;
-  const OptimizerConfig& o = cfg_.optimizer;
-  AdamHyper h{r.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.adam_w_mode, o.bias_correction};
-  std::vector<CopyEventPtr> uploads(groups_.size());
-  for (size_t l = 0; l < groups_.size(); ++l) {
-    if (offloaded_[l]) {
-      // CPU Adam on the host partition; the updated 16-bit partition goes up while
-      // the next layer's update runs.
-      host_opt_->step(static_cast<int>(l), h, adam_steps_, coef);
-      if (host_opt_->uploads()) uploads[l] = host_opt_->upload(static_cast<int>(l), groups_[l]->owned_params());
-      continue;
-    }
-    State& s = states_[l];
-    // fp32 gradients are scaled in place (they are zeroed after the step); 16-bit
-    // ones get the fp32 copy the optimizer needs.
-    torch::Tensor g32 = grads[l].to(torch::kFloat);
-    g32.mul_(coef);
-    torch::Tensor owned = groups_[l]->owned_params();
-    const bool aliased = s.master.data_ptr() == owned.data_ptr();
-    if (s.master.device().is_cpu()) {
-      const bool half = owned.scalar_type() != torch::kFloat;
-      cpu_adam_step(s.master, g32, s.exp_avg, s.exp_avg_sq, h, adam_steps_, half ? owned : torch::Tensor());
-      if (!half && !aliased) owned.copy_(s.master);
-    } else {
-      torch_adam_step(s.master, g32, s.exp_avg, s.exp_avg_sq, h, adam_steps_);
-      if (!aliased) owned.copy_(s.master);
-    }
-  }
-  if (stage == 1 || stage == 2) {
-    std::vector<WorkPtr> works;
-    for (size_t l = 0; l < groups_.size(); ++l) {
-      if (uploads[l]) copier_->wait(uploads[l]);  // the partition must be on the device before it is gathered
-      works.push_back(groups_[l]->gather_partitions(comm_));
-    }
-    for (auto& w : works) w->wait();
-  } else if (stage == 3) {
-    for (size_t l = 0; l < groups_.size(); ++l) {
-      if (uploads[l]) copier_->wait(uploads[l]);
-      groups_[l]->mark_persistent_stale();
-    }
-  }
+  sync_params(update(coef, r.lr));
   zero_grads();
   r.scale_event = scaler_.update(false);
   schedule_.step();
@@ -391,7 +348,7 @@ StepResult ZeroEngine::step(double local_loss) {
 }
 
 int64_t ZeroEngine::replica_fingerprint() {
-  TORCH_CHECK(cfg_.zero.stage < 3, "replica_fingerprint: stage 3 keeps no replica");
+  TORCH_CHECK(policy_.replicated_params(), "replica_fingerprint: sharded parameters have no replica");
   uint64_t h = 1469598103934665603ULL;
   for (auto& g : groups_) {
     torch::Tensor all = torch::cat([&] {
@@ -409,7 +366,7 @@ int64_t ZeroEngine::replica_fingerprint() {
 torch::Tensor ZeroEngine::gather_layer(int layer) {
   torch::NoGradGuard no_grad;
   ParamGroup& g = *groups_[layer];
-  const bool was = g.unsharded();
+  const bool was = g.state() != ShardState::sharded;
   g.unshard_start(comm_);
   g.unshard_wait();
   std::vector<torch::Tensor> flat;

@@ -1,18 +1,17 @@
 // ZeroEngine: DeepSpeed's ZeRO stages 0-3 over ParamGroups and one Communicator.
-//   stage 0: full params, grads and optimizer states; all-reduce at the boundary.
-//   stage 1: optimizer states partitioned; full grads accumulate locally and are
-//            reduce-scattered at the boundary; updated partitions all-gathered.
-//   stage 2: + gradients reduce-scattered every micro-step into the partition.
-//   stage 3: + parameters sharded; each layer gathered before its forward and
-//            backward, released per DeepSpeed's reuse-distance rule, prefetched
-//            along the trace recorded in the first step.
-// The model asks for a layer's parameters with acquire() and hands the layer's
-// output to after_forward(); a custom autograd function delivers the layer's
-// gradients in one piece (reduce_grad) and a hook on the output re-gathers the
-// layer before its backward. The boundary step does loss / norm / overflow in
-// one all-reduce, unscale + clip, Adam on the owned shard, write-back.
+// What a stage shards and when it reduces is the StagePolicy's to say
+// (zero/schedule/stage_policy.h, [Note: which stage shards what]); buffer sizes and
+// counts come from BufferPolicy and the schedules in zero/schedule/, which the
+// planner runs too. The model asks for a layer's parameters with acquire() and hands
+// the layer's output to after_forward(); a custom autograd function delivers the
+// layer's gradients in one piece (reduce_grad) and a hook on the output re-gathers
+// the layer before its backward. The boundary step is four parts: reduce (stages
+// 0-1), gradient statistics (loss, norm and overflow in one all-reduce), the update
+// (each layer's LayerOptimizer, on the device or the host), and the parameter sync
+// (all-gather of updated partitions, or marking stage-3 persistent params stale).
 #pragma once
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <torch/torch.h>
@@ -21,11 +20,14 @@
 #include "offload/cpu_adam.h"
 #include "offload/optimizer_offload.h"
 #include "zero/comm/communicator.h"
-#include "zero/gather_schedule.h"
 #include "zero/grad_reducer.h"
+#include "zero/layer_optimizer.h"
 #include "zero/loss_scaler.h"
 #include "zero/lr_schedule.h"
 #include "zero/param_group.h"
+#include "zero/schedule/buffer_policy.h"
+#include "zero/schedule/gather_schedule.h"
+#include "zero/schedule/stage_policy.h"
 #include "zero/zero_config.h"
 
 namespace zrepro {
@@ -45,6 +47,9 @@ struct EngineConfig {
   double host_link_gbps = 0;
   double pageable_ratio = 0.5;
   bool drop_accumulated_grads = false;
+  // Transient buffers: buffer_policy(zero) unless a run overrides it (see
+  // [Note: one buffer policy for run and plan]).
+  std::optional<BufferPolicy> buffers;
 };
 
 struct LayerSpec {
@@ -68,7 +73,7 @@ struct EngineMemory {
   int64_t host_pinned = 0, host_pageable = 0;  // offload buffers in host memory
 };
 
-class ZeroEngine {
+class ZeroEngine : private ShardOps {
  public:
   // init: each layer's initial values (fp32, params back to back), identical on all ranks.
   ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<torch::Tensor>& init, const EngineConfig& cfg,
@@ -88,7 +93,7 @@ class ZeroEngine {
   // Fault injection: +inf into this rank's accumulated gradients (drives the scaler).
   void inject_inf_grad();
 
-  int zero_stage() const { return cfg_.zero.stage; }
+  const StagePolicy& policy() const { return policy_; }
   // The copy engine of offload (null without offload).
   const CopyEngine* copier() const { return copier_.get(); }
   EngineMemory memory() const;
@@ -96,8 +101,8 @@ class ZeroEngine {
   std::vector<ParamGroup*> groups();
   // Full fp32 values of a layer (gathered across ranks); for checks and tests.
   torch::Tensor gather_layer(int layer);
-  // FNV-1a hash of this rank's full 16-bit parameters (stages 0-2, where every rank
-  // holds them): equal on all ranks exactly when the replicas are bit-identical.
+  // FNV-1a hash of this rank's full 16-bit parameters (replicated stages, where every
+  // rank holds them): equal on all ranks exactly when the replicas are bit-identical.
   int64_t replica_fingerprint();
 
   // Called by the autograd function with a layer's parameter gradients.
@@ -105,24 +110,44 @@ class ZeroEngine {
   void pre_backward(int layer);
 
  private:
-  void fetch(int layer);
-  void release(int layer);
+  // The step's parts, in order.
+  void reduce_at_boundary();
+  struct GradStats {
+    double loss = 0, sq_norm = 0;
+    bool overflow = false;
+  };
+  GradStats grad_stats(double local_loss);
+  std::vector<CopyEventPtr> update(double coef, double lr);
+  void sync_params(const std::vector<CopyEventPtr>& uploads);
+  void zero_grads();
+  // This rank's gradient of layer l the optimizer reads, and its share for the norm.
+  torch::Tensor owned_grad(size_t l);
+  torch::Tensor norm_share(size_t l);
+
+  // ShardOps: the stage-3 GatherSchedule acts on the ParamGroups.
+  void unshard_start(int layer) override { groups_[layer]->unshard_start(comm_); }
+  void unshard_wait(int layer) override { groups_[layer]->unshard_wait(); }
+  void reshard(int layer) override { groups_[layer]->reshard(); }
+  bool uploading(int layer) const override { return groups_[layer]->uploading(); }
+  bool host_shard(int layer) const override { return groups_[layer]->host_shard(); }
+
+  void build_optimizers(const ShardingConfig& sc);
+  void build_reducer();
 
   EngineConfig cfg_;
+  StagePolicy policy_;
+  BufferPolicy buffers_;
   Communicator& comm_;
   std::vector<std::unique_ptr<ParamGroup>> groups_;
   std::vector<torch::Tensor> dummies_;     // one leaf per layer that carries the autograd function
-  std::vector<torch::Tensor> full_grads_;  // stage 0/1: persistent, full layout
-  std::vector<torch::Tensor> owned_grads_;  // stage 1 (boundary) / 2 / 3: this rank's gradient shard
+  std::vector<torch::Tensor> full_grads_;  // full_grads(): persistent, full layout
+  std::vector<torch::Tensor> owned_grads_;  // this rank's gradient partition / shard (stage 1: during the step)
   std::unique_ptr<GradReducer> reducer_;
-  struct State {
-    torch::Tensor master, exp_avg, exp_avg_sq;
-  };
-  std::vector<State> states_;
+  std::vector<std::unique_ptr<LayerOptimizer>> optimizers_;
   LossScaler scaler_;
   LrSchedule schedule_;
   int64_t adam_steps_ = 0;
-  std::unique_ptr<GatherSchedule> schedule3_;  // stage 3: gather / prefetch / release decisions
+  std::unique_ptr<GatherSchedule> gathers_;  // sharded parameters: gather / prefetch / release
   // Offload: device<->host copies, the host optimizer, which layers it holds.
   std::unique_ptr<CopyEngine> copier_;
   std::unique_ptr<OptimizerOffload> host_opt_;

@@ -1,17 +1,14 @@
-// GradReducer: moves gradients from the full layout of each layer into the
-// owned (partitioned) gradient buffers through reduce_bucket_size buckets, the
-// way DeepSpeed's stage 1/2/3 do: pieces are copied into a contiguous bucket
-// buffer (rank-major), a full bucket is pre-divided by the world size and
-// reduce-scattered, and the result is added to the owned gradients. With
-// overlap_comm two bucket buffers alternate so one reduces while the next fills.
-// With reduce_scatter false a bucket is all-reduced instead and each rank keeps
-// its slice (DeepSpeed's fallback; twice the bytes on the wire).
-// Buffers: with contiguous_gradients DeepSpeed allocates full reduce_bucket_size
-// buffers whatever the model size (stage 1/2 at the start of backward, stage 3 once
-// for the run), which is why a small model can use more memory under ZeRO than
-// without it; otherwise each buffer is as large as the largest bucket needs.
+// GradReducer: moves gradients from the full layout of each layer into the owned
+// (partitioned) gradient buffers through reduce_bucket_size buckets, the way
+// DeepSpeed's stage 1/2/3 do. It executes ReduceSchedule's decisions
+// (zero/schedule/reduce_schedule.h: which bucket, which buffer, when) on tensors:
+// pieces are copied into a contiguous bucket buffer (rank-major), a full bucket is
+// pre-divided by the world size and reduce-scattered, and the result is added to
+// the owned gradients (or, under optimizer offload, sent down to the host). With
+// reduce_scatter false a bucket is all-reduced instead and each rank keeps its slice
+// (DeepSpeed's fallback; twice the bytes on the wire). Buffer count and size come
+// from BufferPolicy (see [Note: one buffer policy for run and plan]).
 #pragma once
-#include <deque>
 #include <functional>
 #include <string>
 #include <vector>
@@ -19,17 +16,16 @@
 #include "offload/copy_engine.h"
 #include "zero/comm/communicator.h"
 #include "zero/param_group.h"
+#include "zero/schedule/reduce_schedule.h"
 
 namespace zrepro {
 
-class GradReducer {
+class GradReducer : private ReduceOps {
  public:
-  // groups: in the order their gradients become ready (reverse layer order).
-  // owned: each group's owned gradient buffer, indexed by group index.
   struct Options {
     int64_t reduce_bucket_size = 500000000;
-    bool overlap_comm = false, reduce_scatter = true, contiguous_gradients = true;
-    bool persistent_buffers = false;  // stage 3: allocated once, kept for the run
+    bool reduce_scatter = true;
+    BufferPolicy buffers;
     torch::ScalarType comm_dtype = torch::kFloat;
     torch::Device device = torch::kCPU;
     // Optimizer offload: reduced pieces of the groups `offloaded` accepts go to
@@ -39,49 +35,43 @@ class GradReducer {
     std::function<CopyEventPtr(int group, int64_t owned_offset, const torch::Tensor& piece)> sink;
     CopyEngine* copier = nullptr;
   };
+  // groups: in the order their gradients become ready (reverse layer order).
   GradReducer(std::vector<ParamGroup*> groups, const Options& options, Communicator& comm);
 
   // Adds group g's gradient; launches every bucket it completes. The gradient is
   // either a full-layout tensor (stage 1's accumulated buffer) or the layer's
   // per-parameter gradients, copied straight into the bucket (stages 2 and 3).
+  // owned: each group's owned gradient buffer, indexed by group index.
   void add(int group_index, const torch::Tensor& full_grad, std::vector<torch::Tensor>& owned);
   void add(const ParamGroup& group, const std::vector<torch::Tensor>& grads, std::vector<torch::Tensor>& owned);
   // Waits for all launched buckets and accumulates their results; frees buffers.
   void finish(std::vector<torch::Tensor>& owned);
 
+  const ReduceSchedule& schedule() const { return schedule_; }
+  int64_t buffer_numel() const { return schedule_.buffer_numel(); }
 
  private:
-  struct Unit {
-    int group;
-    ParamGroup::Unit u;
-  };
-  struct InFlight {
-    int bucket, buffer;
+  // ReduceOps: the schedule's decisions on tensors.
+  void allocate_buffers(int count, int64_t numel) override;
+  void reuse_buffer(int buffer) override;
+  void fill(int bucket, int buffer, int group) override;
+  void launch(int bucket, int buffer) override;
+  void complete(int bucket, int buffer) override;
+  void end(bool free_buffers) override;
+
+  Communicator& comm_;
+  Options o_;
+  ReduceSchedule schedule_;
+  std::vector<torch::Tensor> buffers_;
+  std::vector<std::vector<CopyEventPtr>> buffer_reads_;  // offload copies still reading each buffer
+  struct Launched {
     torch::Tensor out;
     WorkPtr work;
   };
-  void launch(int b, std::vector<torch::Tensor>& owned);
-  void complete_one(std::vector<torch::Tensor>& owned);
-  void allocate_buffers();
-  // fill(unit base offset + rank slice offset, destination) writes one piece.
-  void add_pieces(int g, const std::function<void(int64_t, torch::Tensor)>& fill, std::vector<torch::Tensor>& owned);
-
-  Communicator& comm_;
-  int ws_;
-  bool overlap_, reduce_scatter_, persistent_;
-  torch::ScalarType dtype_;
-  torch::Device device_;
-  int64_t buffer_numel_;
-  std::vector<Unit> units_;
-  std::vector<Bucket> buckets_;
-  std::vector<std::vector<int>> group_buckets_;  // group index -> buckets with its pieces
-  std::vector<int> remaining_;                   // pieces still to arrive, per bucket
-  std::vector<int> bucket_buffer_;               // buffer a filling bucket writes to (-1: none)
-  std::vector<torch::Tensor> buffers_;
-  std::vector<bool> buffer_busy_;
-  std::vector<std::vector<CopyEventPtr>> buffer_reads_;  // offload copies still reading each buffer
-  Options o_;
-  std::deque<InFlight> in_flight_;
+  std::vector<Launched> launched_;  // per bucket, while in flight
+  // The current add's source: fill(begin, dst) writes full-layout elements [begin, begin + dst.numel()).
+  std::function<void(int64_t, torch::Tensor)> fill_;
+  std::vector<torch::Tensor>* owned_ = nullptr;
 };
 
 }  // namespace zrepro

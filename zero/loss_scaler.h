@@ -4,7 +4,7 @@
 // A static scale (fp16.loss_scale > 0) never changes and checks nothing.
 #pragma once
 #include <cstdint>
-#include "device/errors.h"
+#include "device/base/errors.h"
 #include "zero/zero_config.h"
 
 namespace zrepro {

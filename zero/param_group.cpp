@@ -14,47 +14,45 @@ int64_t ParamSpec::numel() const {
   return n;
 }
 
+namespace {
+
+std::vector<int64_t> numels_of(const std::vector<ParamSpec>& specs) {
+  std::vector<int64_t> out;
+  for (const auto& s : specs) out.push_back(s.numel());
+  return out;
+}
+
+}  // namespace
+
 ParamGroup::ParamGroup(int index, std::string name, std::vector<ParamSpec> specs, const ShardingConfig& cfg)
-    : index_(index), name_(std::move(name)), specs_(std::move(specs)), cfg_(cfg) {
-  std::vector<int64_t> numels;
-  for (const auto& s : specs_) {
-    offsets_.push_back(numel_);
-    numels.push_back(s.numel());
-    numel_ += s.numel();
-  }
+    : index_(index),
+      name_(std::move(name)),
+      specs_(std::move(specs)),
+      cfg_(cfg),
+      layout_(layer_layout(numels_of(specs_), cfg.policy, cfg.world_size, cfg.persistence_threshold)),
+      life_(cfg.policy.shard_params(), cfg.host_shard != nullptr) {
   auto opts = torch::TensorOptions().dtype(cfg_.dtype).device(cfg_.device);
   DeviceMemory::CategoryScope tag(MemCategory::params);
-  flat_ = partition_flat(numel_, cfg_.world_size);
-  if (cfg_.stage < 3) {
-    flat_tensor_ = torch::zeros({flat_.padded_numel}, opts);
-    units_.push_back({0, flat_.partition_numel, 0});
-  } else {
-    layout_ = partition_params(numels, cfg_.world_size);
-    int64_t dyn = 0, per = 0;
-    for (size_t i = 0; i < specs_.size(); ++i) {
-      const auto& p = layout_.params[i];
-      persistent_.push_back(p.numel < cfg_.persistence_threshold);
-      full_offsets_.push_back(persistent_.back() ? per : dyn);
-      (persistent_.back() ? per : dyn) += p.padded_numel;
-      units_.push_back({p.full_offset, p.slice_numel, p.shard_offset});
-    }
-    shard_ = cfg_.host_shard ? HostMemory::instance().empty(layout_.shard_numel, cfg_.dtype, cfg_.host_pinned,
-                                                           "offload_param shard " + name_)
-                             : torch::zeros({layout_.shard_numel}, opts);
-    flat_tensor_ = torch::empty({dyn}, opts);
-    persist_ = torch::empty({per}, opts);
-    gathered_ = false;
+  if (!cfg_.policy.shard_params()) {
+    flat_tensor_ = torch::zeros({layout_.flat.padded_numel}, opts);
+    return;
   }
-  if (cfg_.stage == 3) free_storage(flat_tensor_), free_storage(persist_);
+  shard_ = cfg_.host_shard ? HostMemory::instance().empty(layout_.shard.shard_numel, cfg_.dtype, cfg_.host_pinned,
+                                                         "offload_param shard " + name_)
+                           : torch::zeros({layout_.shard.shard_numel}, opts);
+  flat_tensor_ = torch::empty({layout_.dynamic_numel}, opts);
+  persist_ = torch::empty({layout_.persist_numel}, opts);
+  free_storage(flat_tensor_);
+  free_storage(persist_);
 }
 
 std::vector<torch::Tensor> ParamGroup::params() const {
   std::vector<torch::Tensor> views;
+  const bool sharded = cfg_.policy.shard_params();
   for (size_t i = 0; i < specs_.size(); ++i) {
-    const int64_t n = specs_[i].numel();
-    const torch::Tensor& buf = cfg_.stage < 3 ? flat_tensor_ : (persistent_[i] ? persist_ : flat_tensor_);
-    const int64_t off = cfg_.stage < 3 ? offsets_[i] : full_offsets_[i];
-    views.push_back(buf.narrow(0, off, n).view(specs_[i].shape));
+    const torch::Tensor& buf = sharded && layout_.persistent[i] ? persist_ : flat_tensor_;
+    const int64_t off = sharded ? layout_.gathered_offsets[i] : layout_.natural_offsets[i];
+    views.push_back(buf.narrow(0, off, specs_[i].numel()).view(specs_[i].shape));
   }
   return views;
 }
@@ -75,56 +73,54 @@ void ParamGroup::alloc_storage(torch::Tensor& t) {
 
 void ParamGroup::load(const torch::Tensor& values) {
   torch::NoGradGuard no_grad;
-  TORCH_CHECK(values.numel() == numel_, "ParamGroup::load: ", name_, " expects ", numel_, " values");
-  if (cfg_.stage < 3) {
-    flat_tensor_.narrow(0, 0, numel_).copy_(values);
+  TORCH_CHECK(values.numel() == layout_.numel, "ParamGroup::load: ", name_, " expects ", layout_.numel, " values");
+  if (!cfg_.policy.shard_params()) {
+    flat_tensor_.narrow(0, 0, layout_.numel).copy_(values);
     return;
   }
   // This rank's slice of each padded parameter.
   for (size_t i = 0; i < specs_.size(); ++i) {
-    const auto& p = layout_.params[i];
+    const auto& p = layout_.shard.params[i];
     const int64_t lo = cfg_.rank * p.slice_numel, hi = std::min(lo + p.slice_numel, p.numel);
-    if (hi > lo) shard_.narrow(0, p.shard_offset, hi - lo).copy_(values.narrow(0, offsets_[i] + lo, hi - lo));
+    if (hi > lo)
+      shard_.narrow(0, p.shard_offset, hi - lo).copy_(values.narrow(0, layout_.natural_offsets[i] + lo, hi - lo));
   }
 }
 
 void ParamGroup::unshard_start(Communicator& comm) {
-  if (cfg_.stage < 3 || !pending_.empty() || upload_) return;
-  const bool dyn = !gathered_, per = persistent_stale_;
-  if (!dyn && !per) return;
+  const ShardLifecycle::Start s = life_.start();
+  if (!s.any()) return;
   {
     // Gathered layers are transient (comm buffers); persistent ones stay (params).
     DeviceMemory::CategoryScope tag(MemCategory::comm_buffers);
-    if (dyn) alloc_storage(flat_tensor_);
+    if (s.alloc_dynamic) alloc_storage(flat_tensor_);
   }
   {
     DeviceMemory::CategoryScope tag(MemCategory::params);
-    if (per) alloc_storage(persist_);
+    if (s.alloc_persistent) alloc_storage(persist_);
   }
-  gathered_ = true;
-  persistent_stale_ = false;
-  if (cfg_.host_shard) {
+  if (s.upload) {
     DeviceMemory::CategoryScope tag(MemCategory::comm_buffers);
-    device_shard_ = torch::empty({layout_.shard_numel}, torch::TensorOptions().dtype(cfg_.dtype).device(cfg_.device));
+    device_shard_ =
+        torch::empty({layout_.shard.shard_numel}, torch::TensorOptions().dtype(cfg_.dtype).device(cfg_.device));
     upload_ = cfg_.host_shard->copy(device_shard_, shard_, CopyDir::h2d, cfg_.host_pinned, {}, "shard " + name_);
     upload_comm_ = &comm;
-    upload_dyn_ = dyn, upload_per_ = per;
     return;
   }
-  submit_gathers(comm, shard_, dyn, per);
+  submit_gathers(comm, shard_, s.gather_dynamic, s.gather_persistent);
 }
 
 void ParamGroup::submit_gathers(Communicator& comm, const torch::Tensor& shard, bool dyn, bool per) {
   // One all-gather per parameter, straight into its padded slot: rank-major
   // slices of a padded parameter are the parameter itself.
   for (size_t i = 0; i < specs_.size(); ++i) {
-    if (persistent_[i] ? !per : !dyn) continue;
-    const auto& p = layout_.params[i];
-    torch::Tensor& buf = persistent_[i] ? persist_ : flat_tensor_;
+    if (layout_.persistent[i] ? !per : !dyn) continue;
+    const auto& p = layout_.shard.params[i];
+    torch::Tensor& buf = layout_.persistent[i] ? persist_ : flat_tensor_;
     // The gather rewrites the parameter with its own values: write through an alias
     // with its own version counter, so autograd does not see the views it saved for
     // backward as modified in place (FSDP preserves the version counter likewise).
-    auto* dst = static_cast<char*>(buf.data_ptr()) + full_offsets_[i] * buf.element_size();
+    auto* dst = static_cast<char*>(buf.data_ptr()) + layout_.gathered_offsets[i] * buf.element_size();
     pending_.push_back(comm.all_gather(torch::from_blob(dst, {p.padded_numel}, buf.options()),
                                        shard.narrow(0, p.shard_offset, p.slice_numel),
                                        "unshard " + name_ + "." + specs_[i].name));
@@ -132,37 +128,28 @@ void ParamGroup::submit_gathers(Communicator& comm, const torch::Tensor& shard, 
 }
 
 void ParamGroup::unshard_wait() {
-  if (upload_) {
+  const ShardLifecycle::Wait w = life_.wait();
+  if (w.upload_landed) {
     cfg_.host_shard->wait(upload_);
     upload_.reset();
-    submit_gathers(*upload_comm_, device_shard_, upload_dyn_, upload_per_);
+    submit_gathers(*upload_comm_, device_shard_, w.gather_dynamic, w.gather_persistent);
   }
-  for (auto& w : pending_) w->wait();
+  for (auto& p : pending_) p->wait();
   pending_.clear();
   device_shard_ = torch::Tensor();
 }
 
 void ParamGroup::reshard() {
-  if (cfg_.stage < 3 || !gathered_) return;
+  const ShardState s = life_.state();
+  if (s != ShardState::gathering && s != ShardState::gathered) return;
   unshard_wait();
-  free_storage(flat_tensor_);
-  gathered_ = false;
-}
-
-int64_t ParamGroup::dynamic_numel() const { return cfg_.stage < 3 ? 0 : flat_tensor_.numel(); }
-
-int64_t ParamGroup::full_grad_numel() const {
-  return cfg_.stage < 3 ? flat_.padded_numel : layout_.full_numel;
-}
-
-int64_t ParamGroup::grad_offset(size_t i) const {
-  return cfg_.stage < 3 ? offsets_[i] : layout_.params[i].full_offset;
+  if (life_.reshard()) free_storage(flat_tensor_);
 }
 
 void ParamGroup::scatter_param_grads(const std::vector<torch::Tensor>& grads, torch::Tensor& full) const {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < specs_.size(); ++i)
-    if (grads[i].defined()) full.narrow(0, grad_offset(i), specs_[i].numel()).add_(grads[i].reshape({-1}));
+    if (grads[i].defined()) full.narrow(0, layout_.grad_offset(i), specs_[i].numel()).add_(grads[i].reshape({-1}));
 }
 
 void ParamGroup::copy_grad_range(const std::vector<torch::Tensor>& grads, int64_t begin, torch::Tensor dst) const {
@@ -171,7 +158,7 @@ void ParamGroup::copy_grad_range(const std::vector<torch::Tensor>& grads, int64_
   const int64_t end = begin + dst.numel();
   int64_t pos = begin;  // first element of the range not written yet
   for (size_t i = 0; i < specs_.size(); ++i) {
-    const int64_t off = grad_offset(i);
+    const int64_t off = layout_.grad_offset(i);
     const int64_t lo = std::max(begin, off), hi = std::min(end, off + specs_[i].numel());
     if (lo >= hi) continue;
     if (lo > pos) dst.narrow(0, pos - begin, lo - pos).zero_();
@@ -186,30 +173,22 @@ void ParamGroup::copy_grad_range(const std::vector<torch::Tensor>& grads, int64_
 }
 
 torch::Tensor ParamGroup::owned_params() {
-  if (cfg_.stage == 0) return flat_tensor_;
-  if (cfg_.stage < 3) return flat_tensor_.narrow(0, flat_.begin(cfg_.rank), flat_.partition_numel);
-  return shard_;
-}
-
-int64_t ParamGroup::owned_numel() const {
-  if (cfg_.stage == 0) return flat_.padded_numel;
-  if (cfg_.stage < 3) return flat_.partition_numel;
-  return layout_.shard_numel;
+  if (cfg_.policy.shard_params()) return shard_;
+  if (cfg_.policy.owns_whole_flat()) return flat_tensor_;
+  return flat_tensor_.narrow(0, layout_.flat.begin(cfg_.rank), layout_.flat.partition_numel);
 }
 
 WorkPtr ParamGroup::gather_partitions(Communicator& comm) {
-  torch::Tensor part = flat_tensor_.narrow(0, flat_.begin(cfg_.rank), flat_.partition_numel);
+  torch::Tensor part = flat_tensor_.narrow(0, layout_.flat.begin(cfg_.rank), layout_.flat.partition_numel);
   return comm.all_gather(flat_tensor_, part, "gather_partitions " + name_);
 }
 
 int64_t ParamGroup::param_bytes() const {
-  const int64_t es = c10::elementSize(cfg_.dtype);
-  if (cfg_.stage < 3) return flat_.padded_numel * es;
-  return ((cfg_.host_shard ? 0 : layout_.shard_numel) + persist_.numel()) * es;
+  return layout_.param_device_numel(host_shard()) * static_cast<int64_t>(c10::elementSize(cfg_.dtype));
 }
 
 int64_t ParamGroup::host_bytes() const {
-  return cfg_.host_shard ? layout_.shard_numel * static_cast<int64_t>(c10::elementSize(cfg_.dtype)) : 0;
+  return host_shard() ? layout_.shard.shard_numel * static_cast<int64_t>(c10::elementSize(cfg_.dtype)) : 0;
 }
 
 }  // namespace zrepro

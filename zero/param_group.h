@@ -1,12 +1,15 @@
 // ParamGroup: the unit ZeRO shards, one per model layer (FSDP2-style). It owns
-// this rank's storage of the layer's parameters for the configured stage:
-//   stage 0-2: the full 16-bit flat buffer (padded to 2 x world size), with this
-//              rank's partition [r*P, (r+1)*P) being what it updates;
-//   stage 3:   only its 1/ws shard; the gathered ("full") buffers exist between
-//              unshard() and reshard(). Parameters under the persistence threshold
-//              live in a second full buffer that stays gathered.
-// Parameters are handed to compute as views of the full buffers. Range maps
-// come from zero/partition.h and are computed once.
+// this rank's storage of the layer's parameters under the stage policy:
+//   replicated parameters (stages 0-2): the full 16-bit flat buffer (padded to
+//       2 x world size), with this rank's partition [r*P, (r+1)*P) being what it
+//       updates (stage 0: all of it);
+//   sharded parameters (stage 3): only its 1/ws shard; the gathered ("full")
+//       buffers exist between unshard and reshard. Parameters under the persistence
+//       threshold live in a second full buffer that stays gathered.
+// Sizes come from its LayerLayout (zero/schedule/layer_layout.h), the stage-3 state
+// from its ShardLifecycle (zero/schedule/shard_state.h, [Note: stage-3 lifecycle]):
+// ParamGroup executes their decisions on tensors. Parameters are handed to compute
+// as views of the full buffers.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -16,7 +19,8 @@
 
 #include "offload/copy_engine.h"
 #include "zero/comm/communicator.h"
-#include "zero/partition.h"
+#include "zero/schedule/layer_layout.h"
+#include "zero/schedule/shard_state.h"
 
 namespace zrepro {
 
@@ -27,7 +31,7 @@ struct ParamSpec {
 };
 
 struct ShardingConfig {
-  int stage = 0;
+  StagePolicy policy;
   int rank = 0, world_size = 1;
   torch::ScalarType dtype = torch::kFloat;  // 16-bit (or fp32) parameter storage
   torch::Device device = torch::kCPU;
@@ -45,50 +49,42 @@ class ParamGroup {
   int index() const { return index_; }
   const std::string& name() const { return name_; }
   const std::vector<ParamSpec>& specs() const { return specs_; }
-  int64_t numel() const { return numel_; }  // unpadded parameter count
+  int64_t numel() const { return layout_.numel; }  // unpadded parameter count
   const ShardingConfig& config() const { return cfg_; }
+  const LayerLayout& layout() const { return layout_; }
+  ShardState state() const { return life_.state(); }
 
   // Takes this rank's part of the layer's initial values (fp32, params back to back).
   void load(const torch::Tensor& values_fp32);
 
-  // Fresh views of the full parameters for compute; valid while unsharded (always
-  // for stages 0-2).
+  // Fresh views of the full parameters for compute; valid while gathered (always
+  // for replicated parameters).
   std::vector<torch::Tensor> params() const;
 
-  // --- stage 3: gather / release (start-wait pairs so gathers can overlap compute).
-  // With a host shard, start brings the shard up (async) and the gathers are issued
-  // by wait, once it arrived: prefetching then overlaps the host-to-device copy.
-  bool unsharded() const { return gathered_; }
+  // --- sharded parameters: gather / release (start-wait pairs so gathers can overlap
+  // compute). With a host shard, start brings the shard up (async) and the gathers
+  // are issued by wait, once it arrived: prefetching then overlaps the upload.
   void unshard_start(Communicator& comm);  // also refreshes stale persistent params
   void unshard_wait();
-  bool host_shard() const { return cfg_.host_shard != nullptr; }
-  bool uploading() const { return upload_ != nullptr; }  // host shard on its way up
   void reshard();                          // frees the dynamic full buffer
-  int64_t dynamic_numel() const;           // elements freed by reshard (padded)
-  void mark_persistent_stale() { persistent_stale_ = true; }
+  bool host_shard() const { return life_.host_shard(); }
+  bool uploading() const { return life_.uploading(); }  // host shard on its way up
+  void mark_persistent_stale() { life_.mark_stale(); }
 
-  // --- gradients in the full layout (padded); this rank's rank-major slice layout
-  // is partition (stages 0-2) or per-parameter slices (stage 3).
-  int64_t full_grad_numel() const;
+  // --- gradients in the full layout (padded); units for bucketing come from the layout.
   // Adds per-parameter gradients into `full` (full layout) at their offsets.
   void scatter_param_grads(const std::vector<torch::Tensor>& grads, torch::Tensor& full) const;
   // Writes elements [begin, begin + dst.numel()) of the full-layout gradient made of
   // `grads` into dst (zeros for padding), without materialising the full layout.
   void copy_grad_range(const std::vector<torch::Tensor>& grads, int64_t begin, torch::Tensor dst) const;
-  // Gradient units for bucketing: (offset of rank 0's slice in the full layout,
-  // slice length, offset in this rank's owned gradient).
-  struct Unit {
-    int64_t base, slice, owned_offset;
-  };
-  const std::vector<Unit>& units() const { return units_; }
 
   // --- what this rank owns and updates
-  torch::Tensor owned_params();  // 16-bit view: partition (0-2: whole flat for stage 0) or shard
-  int64_t owned_numel() const;
-  // Stages 0-2: this rank's partition range [begin, begin + numel) of the flat.
-  const FlatPartition& flat_partition() const { return flat_; }
+  torch::Tensor owned_params();  // 16-bit view: whole flat (stage 0), partition (1-2) or shard (3)
+  int64_t owned_numel() const { return layout_.owned_numel(); }
+  // Replicated parameters: this rank's partition range of the flat.
+  const FlatPartition& flat_partition() const { return layout_.flat; }
 
-  // Stage 1/2: all-gather the updated partitions back into the full buffer.
+  // Stages 1-2: all-gather the updated partitions back into the full buffer.
   WorkPtr gather_partitions(Communicator& comm);
 
   // Persistent device bytes this rank keeps for parameters (full flat, or shard +
@@ -97,7 +93,6 @@ class ParamGroup {
   int64_t host_bytes() const;  // the host shard under offload_param
 
  private:
-  int64_t grad_offset(size_t i) const;  // parameter i in the full gradient layout
   void free_storage(torch::Tensor& t);
   void alloc_storage(torch::Tensor& t);
   void submit_gathers(Communicator& comm, const torch::Tensor& shard, bool dyn, bool per);
@@ -106,25 +101,17 @@ class ParamGroup {
   std::string name_;
   std::vector<ParamSpec> specs_;
   ShardingConfig cfg_;
-  int64_t numel_ = 0;
-  std::vector<int64_t> offsets_;  // natural offsets (stages 0-2)
-  FlatPartition flat_;
-  ShardLayout layout_;            // stage 3
-  std::vector<bool> persistent_;  // stage 3
-  std::vector<int64_t> full_offsets_;  // stage 3: offset of each padded param in its buffer
-  std::vector<Unit> units_;
+  LayerLayout layout_;
+  ShardLifecycle life_;
 
-  torch::Tensor flat_tensor_;  // stages 0-2: full flat; stage 3: dynamic full buffer
-  torch::Tensor persist_;  // stage 3: persistent full buffer
-  torch::Tensor shard_;    // stage 3
-  bool gathered_ = true;
-  bool persistent_stale_ = true;
+  torch::Tensor flat_tensor_;  // replicated: full flat; sharded: dynamic gathered buffer
+  torch::Tensor persist_;      // sharded: persistent gathered buffer
+  torch::Tensor shard_;        // sharded
   std::vector<WorkPtr> pending_;
-  // host shard: the upload in flight, its device copy and the gathers it will feed
+  // host shard: the upload in flight, its device copy, the communicator of its gathers
   CopyEventPtr upload_;
   torch::Tensor device_shard_;
   Communicator* upload_comm_ = nullptr;
-  bool upload_dyn_ = false, upload_per_ = false;
 };
 
 }  // namespace zrepro

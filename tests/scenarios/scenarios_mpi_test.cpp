@@ -1,0 +1,107 @@
+// The SCENARIOS.md reproductions that need several ranks (configs/scenarios/): each
+// symptom (exit code, phase, hint) and its fix, through the zrepro binary.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include "tests/support/process.h"
+#include "trainer/config/ds_config.h"
+#include "trainer/planner/planner.h"
+
+using zrepro_test::expect_same_losses;
+using zrepro_test::RunResult;
+
+namespace {
+
+std::string scenario(const std::string& name, const std::string& file = "ds_config.json") {
+  return zrepro_test::read_text(std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/" + name + "/" + file);
+}
+RunResult run(const std::string& name, const std::string& cfg, const std::string& args) {
+  return zrepro_test::zrepro_run(name, cfg, args);
+}
+
+}  // namespace
+
+TEST(Scenario, OptimizerPartitionOom) {
+  const std::string cfg = scenario("optimizer-partition-oom");
+  RunResult one = run("opt_oom1", cfg, "--model small --device-memory 48MB --steps 2");
+  EXPECT_EQ(one.code, 3) << one.output;
+  EXPECT_EQ(one.summary["failure"]["phase"], "partition");
+  EXPECT_NE(one.summary["failure"]["hint"].get<std::string>().find("Optimizer states"), std::string::npos);
+  RunResult four = run("opt_oom4", cfg, "--model small --device-memory 48MB --steps 2 --ranks 4");
+  ASSERT_EQ(four.code, 0) << four.output;
+  const int64_t psi = four.summary["model"]["params"];
+  for (const auto& rank : four.summary["memory"]["ranks"]) {
+    EXPECT_EQ(rank["by_category"]["optimizer_states"], 12 * psi / 4);
+    EXPECT_LE(rank["peak_bytes"].get<int64_t>(), 48000000);
+  }
+}
+
+TEST(Scenario, BucketBuffers) {
+  auto read = [](const char* name) { return scenario("bucket-buffers", name); };
+  RunResult fail = run("bb_fail", read("ds_config.json"), "--ranks 2 --device-memory 256MB --steps 3");
+  EXPECT_EQ(fail.code, 3) << fail.output;
+  EXPECT_EQ(fail.summary["failure"]["phase"], "backward");
+  EXPECT_NE(fail.summary["failure"]["message"].get<std::string>().find("category comm_buffers"), std::string::npos);
+  RunResult fixed = run("bb_fixed", read("fixed.json"), "--ranks 2 --device-memory 256MB --steps 3");
+  ASSERT_EQ(fixed.code, 0) << fixed.output;
+  // Unconstrained, the peaks differ by the bucket bytes: (5e8 - 5e5) fp32 elements.
+  RunResult big = run("bb_big", read("ds_config.json"), "--ranks 2 --steps 2");
+  RunResult small = run("bb_small", read("fixed.json"), "--ranks 2 --steps 2");
+  const double diff = big.summary["memory"]["ranks"][0]["peak_bytes"].get<double>() -
+                      small.summary["memory"]["ranks"][0]["peak_bytes"].get<double>();
+  EXPECT_NEAR(diff, 4.0 * (5e8 - 5e5), 0.01 * 4.0 * (5e8 - 5e5));
+}
+
+TEST(Scenario, Zero2ParamsDontFit) {
+  const std::string target =
+      "--ranks 4 --target-model gpt3-6.7b --target-device-memory 40GB --activation-checkpointing --steps 2";
+  RunResult fail = run("z2_fail", scenario("zero2-params-dont-fit"), target);
+  ASSERT_EQ(fail.code, 3) << fail.output;
+  EXPECT_EQ(fail.summary["failure"]["phase"], "forward");
+  EXPECT_EQ(fail.summary["scale_down"]["target_planned"]["oom_phase"], "forward");
+  EXPECT_NE(fail.summary["failure"]["hint"].get<std::string>().find("ZeRO stage 3"), std::string::npos)
+      << fail.summary["failure"].dump();
+  RunResult fixed = run("z2_fixed", scenario("zero2-params-dont-fit", "fixed.json"), target);
+  ASSERT_EQ(fixed.code, 0) << fixed.output;
+  const double stage2_params = fail.summary["failure"]["by_category"]["params"];
+  for (const auto& rank : fixed.summary["memory"]["ranks"])
+    EXPECT_GT(stage2_params / rank["model_states"]["params"].get<double>(), 3.0) << rank.dump();
+}
+
+TEST(Scenario, Zero3LiveParams) {
+  using nlohmann::json;
+  const json fixed = json::parse(scenario("zero3-live-params", "fixed.json"));
+  auto variant = [&](const json& zero) {
+    json c = fixed;
+    c["zero_optimization"].update(zero);
+    return c.dump();
+  };
+  struct Case {
+    const char* name;
+    std::string config;
+  };
+  const std::vector<Case> cases = {
+      {"defaults", scenario("zero3-live-params")},
+      {"big_prefetch", variant({{"stage3_prefetch_bucket_size", 50000000}, {"stage3_max_live_parameters", 1000000000}})},
+      {"fixed", fixed.dump()},
+      {"max_live_1", variant({{"stage3_prefetch_bucket_size", 50000000}, {"stage3_max_live_parameters", 1}})},
+  };
+  std::map<std::string, int64_t> comm_peak;
+  for (const auto& c : cases) {
+    RunResult r = run(std::string("lp_") + c.name, c.config, "--ranks 2 --model small --steps 3");
+    ASSERT_EQ(r.code, 0) << r.output;
+    const auto& rank0 = r.summary["memory"]["ranks"][0];
+    const auto& planned = r.summary["memory"]["planned"];
+    const double measured = rank0["peak_bytes"];
+    EXPECT_LE(std::abs(planned["peak_bytes"].get<double>() - measured) / measured, 0.05) << c.name;
+    comm_peak[c.name] = rank0["category_peaks"]["comm_buffers"];
+    EXPECT_NEAR(planned["category_peaks"]["comm_buffers"].get<double>(), comm_peak[c.name], 0.05 * comm_peak[c.name])
+        << c.name;
+  }
+  const int64_t block_bytes = 2 * zrepro::resolve_model("small").block_params();  // one gathered bf16 block
+  EXPECT_EQ(comm_peak["big_prefetch"], comm_peak["defaults"]);  // prefetching everything = keeping everything
+  EXPECT_LT(comm_peak["fixed"], comm_peak["defaults"]);
+  EXPECT_LT(comm_peak["max_live_1"], comm_peak["fixed"]);
+  EXPECT_GE(comm_peak["max_live_1"], block_bytes);  // the current layer is gathered whatever max_live says
+}

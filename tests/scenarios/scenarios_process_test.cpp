@@ -1,0 +1,132 @@
+// The single-rank SCENARIOS.md reproductions (configs/scenarios/): each symptom
+// (exit code, phase, hint) and its fix, through the zrepro binary as a user runs them.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include "tests/support/process.h"
+#include "trainer/config/ds_config.h"
+#include "trainer/planner/planner.h"
+
+using zrepro_test::expect_same_losses;
+using zrepro_test::RunResult;
+
+namespace {
+
+std::string scenario(const std::string& name, const std::string& file = "ds_config.json") {
+  return zrepro_test::read_text(std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/" + name + "/" + file);
+}
+RunResult run(const std::string& name, const std::string& cfg, const std::string& args) {
+  return zrepro_test::zrepro_run(name, cfg, args);
+}
+
+}  // namespace
+
+TEST(Scenario, FirstBatchActivations) {
+  const std::string cfg = scenario("first-batch-activations");
+  const std::string base = "--model small --steps 3 ";
+  RunResult ref = run("fba_ref", cfg, base);
+  RunResult fail = run("fba_fail", cfg, base + "--device-memory 120MB");
+  EXPECT_EQ(fail.code, 3) << fail.output;
+  const std::string phase = fail.summary["failure"]["phase"];
+  EXPECT_TRUE(phase == "forward" || phase == "backward") << phase;
+  EXPECT_NE(fail.summary["failure"]["hint"].get<std::string>().find("activation checkpointing"), std::string::npos);
+  RunResult ckpt = run("fba_ckpt", cfg, base + "--device-memory 120MB --activation-checkpointing");
+  RunResult split = run("fba_split", cfg, base + "--device-memory 120MB --micro-batch 2");
+  EXPECT_EQ(split.summary["batch"]["grad_accum"], 4);
+  expect_same_losses(ref, ckpt, 1e-6, "activation checkpointing");
+  expect_same_losses(ref, split, 1e-5, "micro 2 x gas 4");
+}
+
+TEST(Scenario, OffloadLinkBottleneck) {
+  const std::string args = "--model small --steps 3 --host-link-gbps 0.5";
+  RunResult slow = run("lb_slow", scenario("offload-link-bottleneck"), args);
+  RunResult fast = run("lb_fast", scenario("offload-link-bottleneck", "fixed.json"), args);
+  ASSERT_EQ(slow.code, 0) << slow.output;
+  ASSERT_EQ(fast.code, 0) << fast.output;
+  const auto& s = slow.summary["offload"]["ranks"][0];
+  const auto& f = fast.summary["offload"]["ranks"][0];
+  // Gradients go down every micro-step (8 of them) instead of once.
+  EXPECT_EQ(s["d2h_bytes"].get<int64_t>(), 8 * f["d2h_bytes"].get<int64_t>());
+  // Parameter shards come up for every gather instead of the updated partition once per step.
+  EXPECT_GT(s["h2d_bytes"].get<int64_t>(), 4 * f["h2d_bytes"].get<int64_t>());
+  for (const auto* r : {&s, &f}) {
+    EXPECT_GT((*r)["copy_s"].get<double>(), 0);
+    EXPECT_GE((*r)["device_busy_fraction"].get<double>(), 0);
+    EXPECT_LE((*r)["device_busy_fraction"].get<double>(), 1);
+  }
+}
+
+TEST(Scenario, PageableCopies) {
+  const std::string args = "--model tiny --steps 4 --host-link-gbps 0.5";
+  RunResult pageable = run("pg_pageable", scenario("pageable-copies"), args);
+  RunResult pinned = run("pg_pinned", scenario("pageable-copies", "fixed.json"), args);
+  expect_same_losses(pinned, pageable, 1e-6, "pinned vs pageable");
+  const auto& pg = pageable.summary["offload"]["ranks"][0];
+  EXPECT_EQ(pg["overlap_ratio"].get<double>(), 0.0);  // synchronous: every copy exposed
+  EXPECT_EQ(pg["host_pinned_bytes"], 0);
+  EXPECT_GT(pg["host_pageable_bytes"].get<int64_t>(), 0);
+  EXPECT_EQ(pinned.summary["offload"]["ranks"][0]["host_pageable_bytes"], 0);
+}
+
+TEST(Scenario, OffloadWithAccumulation) {
+  RunResult ref = run("acc_ref", scenario("offload-with-accumulation", "reference.json"), "--steps 8");
+  RunResult off = run("acc_off", scenario("offload-with-accumulation"), "--steps 8");
+  expect_same_losses(ref, off, 1e-5, "offload, micro 2 x gas 4 vs micro 8");
+  RunResult bug = run("acc_bug", scenario("offload-with-accumulation"), "--steps 8 --inject drop-accumulated-grads:0");
+  ASSERT_EQ(bug.code, 0) << bug.output;
+  for (size_t i = 0; i < ref.summary["steps"].size(); ++i) {
+    const double a = ref.summary["steps"][i]["grad_norm"], b = bug.summary["steps"][i]["grad_norm"];
+    EXPECT_GT(std::abs(a - b), 0.1 * a) << "step " << i << ": the dropped micro-steps must show";
+  }
+}
+
+TEST(Scenario, MemlockLimit) {
+  const bool root = ::geteuid() == 0;
+  if (root && zrepro_test::shell("setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock true").code != 0)
+    GTEST_SKIP() << "cannot drop CAP_IPC_LOCK here (setpriv missing)";
+  const std::string dir = zrepro_test::fresh_dir("memlock");
+  const std::string src = std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/memlock-limit/";
+  const std::string drop = root ? "setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock " : "";
+  auto limited = [&](const std::string& args) {
+    return zrepro_test::shell("sh -c 'ulimit -l 64 && " + drop + std::string(ZREPRO_BIN) + " " + args + "' 2>&1");
+  };
+  auto fail = limited("run --config " + src + "ds_config.json --steps 2 --out " + dir + "/o1");
+  EXPECT_EQ(fail.code, 1) << fail.output;
+  EXPECT_NE(fail.output.find("ulimit -l is 64 KiB"), std::string::npos) << fail.output;
+  EXPECT_NE(fail.output.find("CAP_IPC_LOCK not held"), std::string::npos) << fail.output;
+  EXPECT_NE(fail.output.find("\"pin_memory\": false"), std::string::npos) << fail.output;
+  const auto summary = nlohmann::json::parse(zrepro_test::read_text(dir + "/o1/summary.json"));
+  EXPECT_EQ(summary["status"], "error");
+  EXPECT_EQ(summary["failure"]["checkpoint"], "pinned-memory");
+  EXPECT_EQ(summary["failure"]["phase"], "init");
+  EXPECT_EQ(summary["failure"]["memlock_limit_bytes"], 65536);
+  EXPECT_EQ(summary["failure"]["cap_ipc_lock"], false);
+  EXPECT_GT(summary["failure"]["needed_bytes"].get<int64_t>(), 65536);
+  auto plan = limited("plan --config " + src + "ds_config.json");
+  EXPECT_NE(plan.output.find("the run would fail at init"), std::string::npos) << plan.output;
+  auto ok = limited("run --config " + src + "fixed.json --steps 2 --out " + dir + "/o2");
+  EXPECT_EQ(ok.code, 0) << ok.output;
+}
+
+TEST(Scenario, Fragmentation) {
+  const std::string cfg = scenario("fragmentation");
+  const std::string base = "--model small --allocator caching --device-memory 150MB --steps 40";
+  RunResult frag = run("frag", cfg, base + " --dynamic-seq 16");
+  ASSERT_EQ(frag.code, 3) << frag.output;
+  const auto& f = frag.summary["failure"];
+  EXPECT_GT(f["step"].get<int64_t>(), 1) << "the OOM must come after the first steps";
+  const int64_t stranded = f["reserved_bytes"].get<int64_t>() - f["allocated_bytes"].get<int64_t>();
+  EXPECT_GT(stranded, f["request_bytes"].get<int64_t>()) << f.dump();
+  EXPECT_NE(frag.output.find("expandable_segments:True"), std::string::npos);
+  ASSERT_EQ(frag.metrics.size(), f["step"].get<size_t>());  // the steps before it completed
+  RunResult fixed_len = run("frag_fixed", cfg, base);
+  EXPECT_EQ(fixed_len.code, 0) << fixed_len.output;
+  const std::string dir = zrepro_test::fresh_dir("frag_expandable");
+  std::ofstream(dir + "/ds.json") << cfg;
+  auto expandable = zrepro_test::shell("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout 300 " +
+                                       std::string(ZREPRO_BIN) + " run --config " + dir + "/ds.json --out " + dir +
+                                       "/out " + base + " --dynamic-seq 16 2>&1");
+  EXPECT_EQ(expandable.code, 0) << expandable.output;
+  EXPECT_NE(expandable.output.find("expandable segments"), std::string::npos);
+}

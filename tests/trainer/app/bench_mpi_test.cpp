@@ -1,0 +1,60 @@
+// `zrepro bench comm` (exact checks, nccl-tests columns) and `bench adam` through the binary.
+#include <gtest/gtest.h>
+
+#include "tests/support/process.h"
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+using json = nlohmann::json;
+
+namespace {
+
+constexpr int64_t kPsi = 118528;  // tiny: every layer divides by 16, so no padding for N <= 8
+
+using zrepro_test::expect_same_losses;
+using zrepro_test::RunResult;
+RunResult zrepro(const std::string& name, const std::string& cfg, const std::string& args) {
+  return zrepro_test::zrepro_run(name, cfg, args);
+}
+
+std::string config(int stage, const std::string& extra = "") {
+  return R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.01}},
+             "zero_optimization": {"stage": )" +
+         std::to_string(stage) + R"(, "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0}
+             )" + extra + "}";
+}
+
+void expect_replicas_identical(const RunResult& r) {
+  for (const auto& m : r.metrics) EXPECT_EQ(m["replicas_identical"], true) << "step " << m["step"];
+}
+
+}  // namespace
+
+TEST(Bench, CommIsExactAndAdamReportsEveryColumn) {
+  auto run = [](const std::string& args) {
+    const zrepro_test::Process p = zrepro_test::zrepro_cmd(args, 120, false);
+    return std::make_pair(p.code, p.output);
+  };
+  auto [code, out] = run("bench comm --ranks 4 --min-bytes 4K --max-bytes 256K --iters 2 --json");
+  ASSERT_EQ(code, 0) << out;
+  json rows = json::parse(out);
+  EXPECT_EQ(rows.size(), 4u * 7u);  // 4 ops x 4K..256K
+  for (const auto& r : rows) {
+    EXPECT_EQ(r["wrong"], 0) << r.dump();
+    EXPECT_EQ(r["ranks"], 4);
+    EXPECT_GT(r["busbw_GBps"].get<double>(), 0);
+  }
+  auto [acode, aout] = run("bench adam --sizes 64K --reps 1 --threads 1 --json");
+  ASSERT_EQ(acode, 0) << aout;
+  json a = json::parse(aout);
+  ASSERT_EQ(a.size(), 1u);
+  for (const char* k : {"fused_mparams_per_s", "torch_adamw_mparams_per_s", "triad_gbps", "fused_fraction_of_triad"})
+    EXPECT_GT(a[0][k].get<double>(), 0) << k;
+}

@@ -1,0 +1,141 @@
+// The zrepro binary as a user runs it: exit codes, error messages naming the
+// flag/key/file, summary.json and metrics.jsonl contents.
+#include <gtest/gtest.h>
+
+#include "tests/support/process.h"
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+using json = nlohmann::json;
+
+namespace {
+
+using Result = zrepro_test::Process;
+Result zrepro(const std::string& args) { return zrepro_test::zrepro_cmd(args); }
+
+std::string src(const std::string& rel) { return std::string(ZREPRO_SOURCE_DIR) + "/" + rel; }
+
+std::string tmpdir(const std::string& name) { return zrepro_test::fresh_dir("cli_" + name); }
+
+std::string write(const std::string& dir, const std::string& text) {
+  std::string p = dir + "/ds_config.json";
+  std::ofstream(p) << text;
+  return p;
+}
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return json::parse(in);
+}
+
+}  // namespace
+
+TEST(Cli, RunWritesSummaryAndMetrics) {
+  std::string out = tmpdir("run");
+  Result r = zrepro("run --config " + src("configs/examples/stage0_fp32.json") + " --model tiny --steps 12 --out " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("[deepspeed] step=10, skipped=0, lr=["), std::string::npos) << r.output;
+  json s = read_json(out + "/summary.json");
+  EXPECT_EQ(s["status"], "ok");
+  EXPECT_EQ(s["world_size"], 1);
+  EXPECT_EQ(s["zero_stage"], 0);
+  EXPECT_EQ(s["model"]["params"], 118528);
+  EXPECT_EQ(s["batch"]["global"], 8);
+  EXPECT_EQ(s["steps"].size(), 12u);
+  for (const char* k : {"step", "loss", "grad_norm", "loss_scale", "skipped", "lr"}) EXPECT_TRUE(s["steps"][0].contains(k)) << k;
+  for (const char* k : {"step_s_median", "tokens_per_s", "breakdown_s"}) EXPECT_TRUE(s["time"].contains(k)) << k;
+  for (const char* k : {"memory", "comm", "failure", "effective_config"}) EXPECT_TRUE(s.contains(k)) << k;
+  EXPECT_TRUE(s["failure"].is_null());
+  EXPECT_EQ(s["memory"]["ranks"][0]["by_category"]["params"], 118528 * 4);
+  EXPECT_GT(s["time"]["tokens_per_s"].get<double>(), 0);
+  std::ifstream metrics(out + "/metrics.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(metrics, line); ++lines) EXPECT_EQ(json::parse(line)["step"], lines);
+  EXPECT_EQ(lines, 12);
+  EXPECT_FALSE(std::filesystem::exists(out + "/metrics.jsonl.partial"));
+  // report.html: the same run drawn (status, loss polyline, memory bars, config table).
+  std::ifstream html(out + "/report.html");
+  const std::string page((std::istreambuf_iterator<char>(html)), std::istreambuf_iterator<char>());
+  EXPECT_NE(page.find("<span class='status'>ok</span>"), std::string::npos);
+  EXPECT_NE(page.find("<polyline"), std::string::npos);
+  EXPECT_NE(page.find("aria-label='memory per rank'"), std::string::npos);
+  EXPECT_NE(page.find("train_micro_batch_size_per_gpu"), std::string::npos);
+}
+
+TEST(Cli, BadConfigExitsTwoWithAConfigErrorSummary) {
+  std::string out = tmpdir("bad");
+  std::string cfg = write(out, "{\"train_micro_batch_size_per_gpu\": 2, \"zero_optimization\": {\"stage\": 5}}");
+  Result r = zrepro("run --config " + cfg + " --steps 2 --out " + out);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("zero_optimization.stage: got 5, expected 0, 1, 2 or 3"), std::string::npos) << r.output;
+  json s = read_json(out + "/summary.json");
+  EXPECT_EQ(s["status"], "config_error");
+  EXPECT_EQ(s["failure"]["kind"], "config_error");
+}
+
+TEST(Cli, MalformedJsonAndMissingFileAndBadFlagsExitTwo) {
+  std::string dir = tmpdir("malformed");
+  Result r = zrepro("run --config " + write(dir, "{\n \"train_batch_size\": 8\n \"x\": 1}") + " --steps 1");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("line 3, column"), std::string::npos) << r.output;
+  r = zrepro("run --config /nonexistent/ds.json");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("/nonexistent/ds.json"), std::string::npos);
+  r = zrepro("run --config " + src("configs/examples/stage0_fp32.json") + " --steps zero");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("steps"), std::string::npos) << r.output;
+  r = zrepro("run --config " + src("configs/examples/stage0_fp32.json") + " --precision fp8");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("--precision"), std::string::npos) << r.output;
+  r = zrepro("run --config " + src("configs/examples/stage0_fp32.json") + " --device tpu");
+  EXPECT_EQ(r.code, 2);
+  r = zrepro("frobnicate");
+  EXPECT_EQ(r.code, 2);
+}
+
+TEST(Cli, LossScaleAtMinimumExitsFiveWithDeepSpeedLines) {
+  std::string out = tmpdir("fp16");
+  std::string cfg = write(out, R"({"train_micro_batch_size_per_gpu": 2,
+      "fp16": {"enabled": true, "initial_scale_power": 3, "hysteresis": 1}})");
+  Result r = zrepro("run --config " + cfg + " --steps 20 --inject inf-grad:0:2- --out " + out);
+  EXPECT_EQ(r.code, 5) << r.output;
+  EXPECT_NE(r.output.find("[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 8, reducing to 4"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("Current loss scale already at minimum"), std::string::npos) << r.output;
+  json s = read_json(out + "/summary.json");
+  EXPECT_EQ(s["status"], "diverged");
+  std::ifstream html(out + "/report.html");
+  const std::string page((std::istreambuf_iterator<char>(html)), std::istreambuf_iterator<char>());
+  EXPECT_NE(page.find("class='fail'"), std::string::npos);  // the failure box
+  EXPECT_NE(page.find("<circle"), std::string::npos);       // skipped steps marked
+  EXPECT_EQ(s["failure"]["kind"], "numerical");
+  EXPECT_EQ(s["skipped_steps"], 3);
+  EXPECT_TRUE(s["steps"][2]["skipped"].get<bool>());
+  EXPECT_TRUE(s["steps"][2]["grad_norm"].is_null());
+}
+
+TEST(Cli, ConfigCommandPrintsEveryValueWithItsSource) {
+  Result r = zrepro("config --config " + src("configs/examples/hf_auto_zero2.json") +
+                    " --world-size 4 --micro-batch 2 --lr 3e-4 --precision bf16");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("train_batch_size ...."), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" 8   [auto: world_size * micro * gas]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("optimizer.params.lr"), std::string::npos);
+  EXPECT_NE(r.output.find("0.0003   [auto: from --lr]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("4096   [auto: h*h with model hidden size h = 64]"), std::string::npos) << r.output;
+  r = zrepro("config --config " + src("configs/examples/hf_auto_zero2.json") + " --json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  json j = json::parse(r.output);
+  EXPECT_EQ(j["resolved"]["train_micro_batch_size_per_gpu"], 8);
+  EXPECT_EQ(j["resolved"]["zero_optimization"]["stage"], 2);
+  bool found = false;
+  for (const auto& e : j["entries"])
+    if (e["key"] == "gradient_clipping") { found = true; EXPECT_EQ(e["source"], "auto"); }
+  EXPECT_TRUE(found);
+}

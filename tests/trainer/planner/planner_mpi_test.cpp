@@ -1,0 +1,135 @@
+// The planner against runs on several ranks through the binary: per-rank peaks on two
+// ranks, and scale-down toys that reproduce the predicted OOM and its fix.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "device/device_memory.h"
+#include "tests/support/process.h"
+#include "trainer/config/ds_config.h"
+#include "trainer/planner/planner.h"
+#include "trainer/planner/scale_down.h"
+#include "trainer/loop/train.h"
+
+using namespace zrepro;
+
+namespace {
+
+// Small buckets and a low persistence threshold so that activations, buckets and
+// stage-3 gathers all matter on `tiny` (DeepSpeed's 5e8 buckets would dwarf them).
+std::string sized_config(int stage, bool live_params_bounded) {
+  return R"({"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+             "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}, "bf16": {"enabled": "auto"},
+             "zero_optimization": {"stage": )" +
+         std::to_string(stage) + R"(, "reduce_bucket_size": 20000, "stage3_param_persistence_threshold": 1000,
+             "stage3_prefetch_bucket_size": 30000)" +
+         (live_params_bounded ? R"(, "stage3_max_reuse_distance": 0, "overlap_comm": false)" : "") + "}}";
+}
+
+DsConfig make_config(const std::string& json, int64_t micro, int64_t gas, const std::string& precision, int ws = 1) {
+  ConfigFlags f;
+  f.micro_batch = micro;
+  f.grad_accum = gas;
+  f.precision = precision;
+  f.world_size = ws;
+  return parse_ds_config(json, "planner_test.json", f);
+}
+
+struct Measured {
+  int64_t peak;
+  Phase phase;
+};
+
+Measured measure(const DsConfig& cfg, bool ckpt) {
+  DeviceMemory& mem = DeviceMemory::instance();
+  mem.install(0);
+  const int64_t base = mem.snapshot().allocated;
+  mem.set_phase(Phase::init);
+  mem.reset_peaks();
+  TrainOptions o;
+  o.steps = 2;
+  o.activation_checkpointing = ckpt;
+  TrainResult r;
+  train(cfg, resolve_model("tiny"), o, r);
+  const MemorySnapshot s = mem.snapshot();
+  return {s.peak - base, s.peak_phase};
+}
+
+MemoryPlan predict(const DsConfig& cfg, bool ckpt, int ws = 1, int64_t capacity = 0) {
+  PlanRequest req;
+  req.model = resolve_model("tiny");
+  req.cfg = cfg;
+  req.world_size = ws;
+  req.device_capacity = capacity;
+  req.activation_checkpointing = ckpt;
+  return plan_memory(req);
+}
+
+}  // namespace
+
+namespace {
+const char* kZero2Bf16 = R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+  "bf16": {"enabled": true}, "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
+  "zero_optimization": {"stage": 2, "overlap_comm": true}})";
+}  // namespace
+
+TEST(Planner, PeakMatchesMeasuredOnTwoRanks) {
+  for (int stage : {1, 2, 3})
+    for (bool ckpt : {false, true}) {
+      const std::string cfg = sized_config(stage, false);
+      const std::string flags = std::string("--micro-batch 2 --precision fp32") + (ckpt ? " --activation-checkpointing" : "");
+      zrepro_test::RunResult run = zrepro_test::zrepro_run("plan2_" + std::to_string(stage) + (ckpt ? "c" : ""), cfg,
+                                                           "--ranks 2 --steps 2 " + flags);
+      ASSERT_EQ(run.code, 0) << run.output;
+      const MemoryPlan p = predict(make_config(cfg, 2, 1, "fp32", 2), ckpt, 2);
+      for (const auto& rank : run.summary["memory"]["ranks"]) {
+        const double measured = rank["peak_bytes"];
+        EXPECT_LE(std::abs(p.peak_bytes - measured) / measured, 0.05)
+            << "stage " << stage << (ckpt ? " ckpt" : "") << " rank " << rank["rank"] << ": planned " << p.peak_bytes
+            << ", measured " << measured;
+      }
+    }
+}
+
+TEST(ScaleDown, ToyRunReproducesThePredictedOomAndTheFix) {
+  const std::string target = "--target-model gpt2-xl --target-device-memory 40GB --steps 2 --ranks 2";
+  zrepro_test::RunResult oom = zrepro_test::zrepro_run("sd_oom", kZero2Bf16, target);
+  ASSERT_EQ(oom.code, 3) << oom.output;
+  const auto& sd = oom.summary["scale_down"];
+  ASSERT_EQ(sd["target_planned"]["verdict"], "oom");
+  EXPECT_EQ(oom.summary["failure"]["phase"], sd["target_planned"]["oom_phase"]);
+  EXPECT_NE(oom.output.find("share of capacity"), std::string::npos) << oom.output;
+  zrepro_test::RunResult fixed = zrepro_test::zrepro_run("sd_fix", kZero2Bf16, target + " --activation-checkpointing");
+  ASSERT_EQ(fixed.code, 0) << fixed.output;
+  EXPECT_EQ(fixed.summary["scale_down"]["target_planned"]["verdict"], "fits");
+  // The run's own measured peak against the planner's figure for the toy.
+  const double measured = fixed.summary["memory"]["ranks"][0]["peak_bytes"];
+  const double planned = fixed.summary["memory"]["planned"]["peak_bytes"];
+  EXPECT_LE(std::abs(planned - measured) / measured, 0.05);
+
+  // One rank runs out while partitioning the optimizer states; four ranks get past it.
+  const char* zero1 = R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true},
+    "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}, "zero_optimization": {"stage": 1}})";
+  const std::string t27 = "--target-model gpt3-2.7b --target-device-memory 40GB --steps 1 --activation-checkpointing";
+  zrepro_test::RunResult one = zrepro_test::zrepro_run("sd_one", zero1, t27);
+  EXPECT_EQ(one.code, 3) << one.output;
+  EXPECT_EQ(one.summary["failure"]["phase"], "partition");
+  EXPECT_EQ(one.summary["scale_down"]["target_planned"]["oom_phase"], "partition");
+  zrepro_test::RunResult four = zrepro_test::zrepro_run("sd_four", zero1, t27 + " --ranks 4");
+  EXPECT_EQ(four.code, 0) << four.output;
+}
+
+TEST(ScaleDown, BadFlagsExitTwoNamingTheFlag) {
+  const std::string base = "--target-model gpt2-xl --steps 1";
+  auto mismatch = zrepro_test::zrepro_run("sd_bad1", kZero2Bf16, base + " --target-device-memory 40GB --target-world-size 8");
+  EXPECT_EQ(mismatch.code, 2);
+  EXPECT_NE(mismatch.output.find("--target-world-size 8"), std::string::npos) << mismatch.output;
+  EXPECT_NE(mismatch.output.find("--ranks 8"), std::string::npos) << mismatch.output;
+  auto no_cap = zrepro_test::zrepro_run("sd_bad2", kZero2Bf16, base);
+  EXPECT_EQ(no_cap.code, 2);
+  EXPECT_NE(no_cap.output.find("--target-device-memory"), std::string::npos) << no_cap.output;
+  auto bad_k = zrepro_test::zrepro_run("sd_bad3", kZero2Bf16, base + " --target-device-memory 40GB --scale 0.5");
+  EXPECT_EQ(bad_k.code, 2);
+  EXPECT_NE(bad_k.output.find("--scale"), std::string::npos) << bad_k.output;
+}

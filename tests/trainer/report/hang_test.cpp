@@ -1,0 +1,60 @@
+// The hang diagnosis that merges flight-recorder dumps of every rank.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "trainer/report/hang.h"
+#include "zero/comm/communicator.h"
+#include "zero/schedule/partition.h"
+
+using namespace zrepro;
+
+namespace {
+FlightEntry entry(int64_t seq, CollOp op, int64_t n, int64_t micro = 0, FlightEntry::State st = FlightEntry::completed) {
+  FlightEntry e;
+  e.seq = seq;
+  e.op = op;
+  e.dtype = "Float";
+  e.in_numel = e.out_numel = n;
+  e.micro_step = micro;
+  e.step = 0;
+  e.state = st;
+  e.label = "x";
+  return e;
+}
+}  // namespace
+
+TEST(HangDiagnosis, NamesTheRankThatIssuedADifferentCollective) {
+  std::vector<std::vector<FlightEntry>> ranks(4);
+  for (int r = 0; r < 4; ++r) {
+    ranks[r].push_back(entry(0, CollOp::reduce_scatter, 100));
+    ranks[r].push_back(r == 2 ? entry(1, CollOp::reduce_scatter, 100, 1, FlightEntry::started)
+                              : entry(1, CollOp::all_reduce, 3, 0, FlightEntry::started));
+  }
+  HangDiagnosis d = diagnose_hang(ranks, 1);
+  EXPECT_EQ(d.kind, "mismatch");
+  EXPECT_EQ(d.seq, 1);
+  EXPECT_EQ(d.culprits, std::vector<int>{2});
+  // Two ranks: a tie, broken by the collective from a micro-step the config does not have.
+  std::vector<std::vector<FlightEntry>> two = {ranks[0], ranks[2]};
+  EXPECT_EQ(diagnose_hang(two, 1).culprits, std::vector<int>{1});
+}
+
+TEST(HangDiagnosis, MissingAndStuckRanks) {
+  std::vector<std::vector<FlightEntry>> ranks(3);
+  for (int r = 0; r < 3; ++r) ranks[r].push_back(entry(0, CollOp::all_reduce, 3));
+  for (int r : {0, 2}) ranks[r].push_back(entry(1, CollOp::all_gather, 8, 0, FlightEntry::started));
+  HangDiagnosis d = diagnose_hang(ranks, 1);
+  EXPECT_EQ(d.kind, "missing");
+  EXPECT_EQ(d.seq, 1);
+  EXPECT_EQ(d.culprits, std::vector<int>{1});
+  ranks[1].push_back(entry(1, CollOp::all_gather, 8, 0, FlightEntry::completed));
+  d = diagnose_hang(ranks, 1);
+  EXPECT_EQ(d.kind, "stuck");
+  EXPECT_EQ(d.culprits, (std::vector<int>{0, 2}));
+  // Dumps round-trip through JSON.
+  auto back = flight_from_json(flight_json(ranks[0]));
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[1].op, CollOp::all_gather);
+  EXPECT_EQ(back[1].state, FlightEntry::started);
+}

@@ -1,0 +1,253 @@
+// Multi-rank behaviour through the zrepro binary under mpirun (--ranks N):
+// loss equivalence of stages 1-3 on N ranks with stage 0 on one rank, replicas
+// bit-identical, model-state bytes against the ZeRO formulas, collective bytes per
+// step against theory, and the watchdog turning a collective mismatch into exit 4.
+#include <gtest/gtest.h>
+
+#include "tests/support/process.h"
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+using json = nlohmann::json;
+
+namespace {
+
+constexpr int64_t kPsi = 118528;  // tiny: every layer divides by 16, so no padding for N <= 8
+
+using zrepro_test::expect_same_losses;
+using zrepro_test::RunResult;
+RunResult zrepro(const std::string& name, const std::string& cfg, const std::string& args) {
+  return zrepro_test::zrepro_run(name, cfg, args);
+}
+
+std::string config(int stage, const std::string& extra = "") {
+  return R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.01}},
+             "zero_optimization": {"stage": )" +
+         std::to_string(stage) + R"(, "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0}
+             )" + extra + "}";
+}
+
+void expect_replicas_identical(const RunResult& r) {
+  for (const auto& m : r.metrics) EXPECT_EQ(m["replicas_identical"], true) << "step " << m["step"];
+}
+
+}  // namespace
+
+TEST(Mpi, StagesOnTwoAndFourRanksMatchStageZeroOnOneRank) {
+  const RunResult ref = zrepro("ref", config(0), "--steps 20");
+  for (int ranks : {2, 4})
+    for (int stage : {0, 1, 2, 3}) {
+      const std::string what = "stage " + std::to_string(stage) + " on " + std::to_string(ranks) + " ranks";
+      RunResult r = zrepro("s" + std::to_string(stage) + "n" + std::to_string(ranks), config(stage),
+                     "--steps 20 --verify-replicas --ranks " + std::to_string(ranks));
+      expect_same_losses(ref, r, 1e-4, what);
+      if (stage < 3) expect_replicas_identical(r);
+      EXPECT_EQ(r.summary["world_size"], ranks);
+      EXPECT_EQ(r.summary["batch"]["micro"], 8 / ranks);
+    }
+}
+
+TEST(Mpi, AccumulationOnFourRanksMatches) {
+  const RunResult ref = zrepro("gas_ref", config(0), "--steps 12");
+  for (int stage : {1, 2, 3}) {
+    RunResult r = zrepro("gas_s" + std::to_string(stage), config(stage, R"(, "gradient_accumulation_steps": 2)"),
+                   "--steps 12 --verify-replicas --ranks 4");
+    EXPECT_EQ(r.summary["batch"]["grad_accum"], 2);
+    expect_same_losses(ref, r, 1e-4, "gas 2, stage " + std::to_string(stage));
+  }
+}
+
+TEST(Mpi, ActivationCheckpointingUnderStage3KeepsLosses) {
+  const RunResult ref = zrepro("ck_ref", config(3), "--steps 6 --ranks 2");
+  RunResult r = zrepro("ck", config(3), "--steps 6 --ranks 2 --activation-checkpointing");
+  expect_same_losses(ref, r, 1e-6, "stage 3 with activation checkpointing");
+  EXPECT_LT(r.summary["memory"]["ranks"][0]["category_peaks"]["activations"].get<int64_t>(),
+            ref.summary["memory"]["ranks"][0]["category_peaks"]["activations"].get<int64_t>());
+  EXPECT_EQ(r.summary["comm"]["bytes_per_step"], ref.summary["comm"]["bytes_per_step"]);
+}
+
+TEST(Mpi, Bf16StagesStayWithinBf16Tolerance) {
+  const std::string bf16 = R"(, "bf16": {"enabled": true})";
+  const RunResult ref = zrepro("bf_ref", config(0, bf16), "--steps 15");
+  for (int stage : {2, 3})
+    expect_same_losses(ref, zrepro("bf_s" + std::to_string(stage), config(stage, bf16), "--steps 15 --ranks 2"), 2e-2,
+                       "bf16 stage " + std::to_string(stage));
+}
+
+TEST(Mpi, ModelStateBytesPerRankFollowTheZeroPaper) {
+  // bf16 weights and grads (2 bytes each), fp32 master + Adam moments (K = 12).
+  const std::string bf16 = R"(, "bf16": {"enabled": true})";
+  for (int n : {2, 4})
+    for (int stage : {0, 1, 2, 3}) {
+      RunResult r = zrepro("mem" + std::to_string(stage) + std::to_string(n), config(stage, bf16),
+                     "--steps 1 --ranks " + std::to_string(n));
+      ASSERT_EQ(r.code, 0) << r.output;
+      const int64_t params = stage == 3 ? 2 * kPsi / n : 2 * kPsi;
+      const int64_t grads = stage >= 2 ? 2 * kPsi / n : 2 * kPsi;
+      const int64_t opt = stage >= 1 ? 12 * kPsi / n : 12 * kPsi;
+      ASSERT_EQ(r.summary["memory"]["ranks"].size(), static_cast<size_t>(n));
+      for (const auto& rank : r.summary["memory"]["ranks"]) {
+        // The engine's own sizes and the tracking allocator's categories agree.
+        for (const char* k : {"params", "grads", "optimizer_states"})
+          EXPECT_EQ(rank["model_states"][k], rank["by_category"][k]) << k << " stage " << stage;
+        const auto& c = rank["by_category"];
+        EXPECT_EQ(c["params"], params) << "stage " << stage << " N " << n;
+        EXPECT_EQ(c["grads"], grads) << "stage " << stage << " N " << n;
+        EXPECT_EQ(c["optimizer_states"], opt) << "stage " << stage << " N " << n;
+        // Totals: 16 psi, 4 psi + 12 psi/N, 2 psi + 14 psi/N, 16 psi/N.
+        const int64_t total = c["params"].get<int64_t>() + c["grads"].get<int64_t>() + c["optimizer_states"].get<int64_t>();
+        const int64_t formula = stage == 0 ? 16 * kPsi : stage == 1 ? 4 * kPsi + 12 * kPsi / n
+                                : stage == 2 ? 2 * kPsi + 14 * kPsi / n : 16 * kPsi / n;
+        EXPECT_EQ(total, formula);
+      }
+    }
+}
+
+TEST(Mpi, CollectiveBytesPerStepFollowTheory) {
+  // fp32 gradients and parameters (4 bytes). The loss + norm + overflow all-reduce
+  // adds 3 doubles, counted out and back: 48 bytes.
+  const int64_t psi_bytes = 4 * kPsi;
+  for (int stage : {0, 1, 2, 3}) {
+    RunResult r = zrepro("bytes" + std::to_string(stage), config(stage), "--steps 3 --ranks 4");
+    ASSERT_EQ(r.code, 0) << r.output;
+    const auto& b = r.summary["comm"]["bytes_per_step"];
+    if (stage == 0) {
+      EXPECT_EQ(b["all_reduce"], 2 * psi_bytes + 48);  // 2 psi: all-reduce = reduce-scatter + all-gather
+      EXPECT_EQ(b["reduce_scatter"], 0);
+      EXPECT_EQ(b["all_gather"], 0);
+    } else {
+      EXPECT_EQ(b["all_reduce"], 48);
+      EXPECT_EQ(b["reduce_scatter"], psi_bytes);
+      // Stage 1/2: updated partitions gathered once; stage 3: every layer gathered
+      // before its forward and again before its backward (reuse distance 0).
+      EXPECT_EQ(b["all_gather"], stage == 3 ? 2 * psi_bytes : psi_bytes);
+    }
+    EXPECT_GT(r.summary["comm"]["ops"]["all_reduce"]["busbw_GBps"].get<double>(), 0);
+  }
+}
+
+TEST(Mpi, ReduceScatterFalseAllReducesBucketsWithTheSameLosses) {
+  const RunResult ref = zrepro("rsf_ref", config(0), "--steps 8");
+  RunResult r = zrepro("rsf", R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 0.003,
+                                  "weight_decay": 0.01}}, "zero_optimization": {"stage": 2, "reduce_scatter": false}})",
+                       "--steps 8 --ranks 2");
+  expect_same_losses(ref, r, 1e-4, "stage 2, reduce_scatter false");
+  const auto& b = r.summary["comm"]["bytes_per_step"];
+  EXPECT_EQ(b["reduce_scatter"], 0);
+  EXPECT_EQ(b["all_reduce"], 2 * 4 * kPsi + 48);
+  EXPECT_EQ(b["all_gather"], 4 * kPsi);
+}
+
+TEST(Mpi, Stage3DefaultReuseDistanceKeepsLayersForTheirBackward) {
+  // DeepSpeed's defaults (persistence 1e5, reuse distance 1e9) on a model this small:
+  // step 0 records the trace and releases after every use; from step 1 on a layer
+  // stays gathered until its backward, so it is gathered once per step.
+  const std::string cfg = R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+                              "stage3_param_persistence_threshold": 1000}})";
+  RunResult r = zrepro("reuse", cfg, "--steps 3 --ranks 2");
+  ASSERT_EQ(r.code, 0) << r.output;
+  ASSERT_EQ(r.metrics.size(), 3u);
+  const int64_t step0 = r.metrics[0]["comm_bytes"]["all_gather"], step1 = r.metrics[1]["comm_bytes"]["all_gather"];
+  EXPECT_GT(step0, step1);
+  // Persistent (< 1000 elements) parameters: gathered once per step either way.
+  int64_t persistent = 0;
+  for (int64_t n : {64, 64, 192, 64, 64, 64, 256, 64}) persistent += n < 1000 ? n : 0;  // per block
+  persistent = 2 * persistent + 2 * 64;                                                // 2 blocks + ln_f
+  EXPECT_EQ(step0, 4 * (2 * (kPsi - persistent) + persistent));
+  EXPECT_EQ(step1, 4 * kPsi);
+}
+
+TEST(Mpi, WatchdogTurnsAGasMismatchIntoExitFourOnEveryRank) {
+  const auto t0 = std::chrono::steady_clock::now();
+  RunResult r = zrepro("hang", config(2), "--steps 5 --ranks 4 --inject gas-mismatch:2 --comm-timeout 3");
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.code, 4) << r.output;
+  EXPECT_LT(took, 3 + 25) << "the job must end within the timeout plus a margin";
+  EXPECT_NE(r.output.find("Watchdog caught collective operation timeout"), std::string::npos) << r.output;
+  EXPECT_EQ(r.summary["status"], "hang");
+  EXPECT_EQ(r.summary["failure"]["checkpoint"], "communication");
+  EXPECT_EQ(r.summary["failure"]["rank"], 2);
+  const std::string dir = r.dir + "/out";
+  std::ifstream h(dir + "/hang_report.json");
+  ASSERT_TRUE(h.good());
+  json report = json::parse(h);
+  EXPECT_EQ(report["diagnosis"]["seq"], 1);  // rank 2's extra reduce-scatter meets the others' all-reduce
+  EXPECT_EQ(report["diagnosis"]["culprit_ranks"], json::array({2}));
+  for (int k = 0; k < 4; ++k) EXPECT_TRUE(std::filesystem::exists(dir + "/flight/rank" + std::to_string(k) + ".json"));
+  // No orphan: nothing of this run is still alive ("[z]" keeps pgrep from matching its own shell).
+  const std::string config_path = r.dir + "/ds.json";
+  EXPECT_NE(std::system(("pgrep -f '[z]repro run --config " + config_path + "' > /dev/null").c_str()), 0);
+}
+
+TEST(Mpi, SkipForwardAndStragglerAreDiagnosed) {
+  RunResult skip = zrepro("skip", config(3), "--steps 4 --ranks 2 --inject skip-forward:1:1 --comm-timeout 3");
+  EXPECT_EQ(skip.code, 4) << skip.output;
+  EXPECT_EQ(skip.summary["status"], "hang");
+  // A straggler is slow, not stuck: the run completes and the other rank waits.
+  RunResult slow = zrepro("straggler", config(2), "--steps 4 --ranks 2 --inject straggler:1:100");
+  ASSERT_EQ(slow.code, 0) << slow.output;
+  const auto& ranks = slow.summary["memory"]["ranks"];
+  EXPECT_GT(ranks[0]["comm_wait_s"].get<double>(), ranks[1]["comm_wait_s"].get<double>());
+  EXPECT_GT(ranks[0]["comm_wait_s"].get<double>(), 0.2);
+}
+
+TEST(Mpi, OutOfMemoryOnEveryRankEndsWithExitThreeAndABreakdown) {
+  RunResult r = zrepro("oom", config(1), "--steps 2 --ranks 2 --device-memory 1MiB");
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_NE(r.output.find("CUDA out of memory (emulated device). Tried to allocate"), std::string::npos) << r.output;
+  ASSERT_FALSE(r.summary.is_null());
+  EXPECT_EQ(r.summary["status"], "oom");
+  const auto& f = r.summary["failure"];
+  EXPECT_EQ(f["kind"], "oom");
+  int64_t sum = 0;
+  for (auto& [k, v] : f["by_category"].items()) sum += v.get<int64_t>();
+  EXPECT_EQ(sum, f["allocated_bytes"].get<int64_t>());
+  EXPECT_LE(f["allocated_bytes"].get<int64_t>(), 1048576);
+  const std::string dir = r.dir + "/out";
+  EXPECT_TRUE(std::filesystem::exists(dir + "/summary_rank1.json"));
+  const std::string config_path = r.dir + "/ds.json";
+  EXPECT_NE(std::system(("pgrep -f '[z]repro run --config " + config_path + "' > /dev/null").c_str()), 0);
+}
+
+TEST(Mpi, TraceJsonHasComputeAndCommLanesForEveryRank) {
+  RunResult r = zrepro("trace", config(3), "--steps 3 --ranks 2");
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream in(r.dir + "/out/trace.json");
+  ASSERT_TRUE(in.good());
+  json t = json::parse(in);
+  std::map<std::pair<int, std::string>, int> count;
+  for (const auto& e : t["traceEvents"])
+    if (e["ph"] == "X") count[{e["pid"].get<int>(), e["cat"].get<std::string>()}] += 1;
+  for (int rank : {0, 1}) {
+    const int compute = count[std::make_pair(rank, std::string("compute"))];
+    const int comm = count[std::make_pair(rank, std::string("comm"))];
+    EXPECT_EQ(compute, 3 * 3 + 3) << "data/forward/backward per micro-step + step, rank " << rank;
+    // Every collective of the 3 steps (the final report gather comes after the trace).
+    double calls = 0;
+    for (auto& [op, s] : r.summary["comm"]["ops"].items()) calls += s["calls_per_step"].get<double>() * 3;
+    EXPECT_EQ(comm, static_cast<int>(calls)) << "rank " << rank;
+  }
+  EXPECT_FALSE(std::filesystem::exists(r.dir + "/out/trace"));
+}
+
+TEST(Mpi, OddSizesExercisePaddingStraddlingAndSplitBuckets) {
+  // Dimensions no world size divides, 3 ranks, a bucket size that splits layers:
+  // padded flats, straddling parameters, per-parameter stage-3 padding, split units.
+  const std::string cfg = R"({"train_batch_size": 6, "zero_optimization": {"stage": 0, "reduce_bucket_size": 3001,
+                              "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0}})";
+  const std::string dims = "--vocab 127 --hidden 60 --heads 4 --seq 31 --intermediate 201 --steps 5 ";
+  const RunResult ref = zrepro("odd_ref", cfg, dims);
+  for (int stage : {1, 2, 3})
+    expect_same_losses(ref,
+                       zrepro("odd" + std::to_string(stage), cfg,
+                              dims + "--ranks 3 --micro-batch 1 --grad-accum 2 --verify-replicas --zero-stage " +
+                                  std::to_string(stage)),
+                       1e-5, "odd sizes, stage " + std::to_string(stage));
+}

@@ -1,0 +1,141 @@
+// Command-line flags shared by the subcommands (cxxopts), and `zrepro config`.
+#include <cstdio>
+#include <iostream>
+
+#include "device/base/errors.h"
+#include "trainer/app/cli.h"
+
+namespace zrepro {
+
+using json = nlohmann::json;
+
+// Flags shared by run and config: they resolve DeepSpeed "auto" values (or override).
+void add_config_flags(cxxopts::Options& o) {
+  o.add_options("config")
+      ("config", "DeepSpeed JSON config (ds_config.json)", cxxopts::value<std::string>())
+      ("model", "model preset or Hugging Face config.json", cxxopts::value<std::string>()->default_value("tiny"))
+      ("micro-batch", "train_micro_batch_size_per_gpu for \"auto\" (default 8)", cxxopts::value<int64_t>())
+      ("grad-accum", "gradient_accumulation_steps for \"auto\" (default 1)", cxxopts::value<int64_t>())
+      ("lr", "optimizer lr for \"auto\" (default 1e-3)", cxxopts::value<double>())
+      ("weight-decay", "optimizer weight_decay for \"auto\" (default 0)", cxxopts::value<double>())
+      ("max-grad-norm", "gradient_clipping for \"auto\" (default 1.0)", cxxopts::value<double>())
+      ("adam-beta1", "optimizer betas[0] for \"auto\" (default 0.9)", cxxopts::value<double>())
+      ("adam-beta2", "optimizer betas[1] for \"auto\" (default 0.999)", cxxopts::value<double>())
+      ("adam-eps", "optimizer eps for \"auto\" (default 1e-8)", cxxopts::value<double>())
+      ("precision", "fp32|fp16|bf16: fp16/bf16 \"enabled\" (default fp32)", cxxopts::value<std::string>())
+      ("warmup-steps", "scheduler warmup_num_steps for \"auto\" (default 0)", cxxopts::value<int64_t>())
+      ("zero-stage", "override zero_optimization.stage", cxxopts::value<int64_t>())
+      ("strict", "unknown config keys are errors")
+      ("layers", "override the model's layer count", cxxopts::value<int64_t>())
+      ("hidden", "override the model's hidden size", cxxopts::value<int64_t>())
+      ("heads", "override the model's attention heads", cxxopts::value<int64_t>())
+      ("seq", "override the model's sequence length", cxxopts::value<int64_t>())
+      ("vocab", "override the model's vocabulary size", cxxopts::value<int64_t>())
+      ("intermediate", "override the model's MLP width", cxxopts::value<int64_t>())
+      ("h,help", "show this help");
+}
+
+ModelOverrides overrides_from(const cxxopts::ParseResult& r) {
+  return {opt<int64_t>(r, "vocab"),  opt<int64_t>(r, "seq"),   opt<int64_t>(r, "hidden"),
+          opt<int64_t>(r, "layers"), opt<int64_t>(r, "heads"), opt<int64_t>(r, "intermediate")};
+}
+
+ModelSpec model_from(const cxxopts::ParseResult& r) { return resolve_model(r["model"].as<std::string>(), overrides_from(r)); }
+
+ConfigFlags flags_from(const cxxopts::ParseResult& r, const ModelSpec& m, int world_size, int64_t steps) {
+  ConfigFlags f;
+  f.micro_batch = opt<int64_t>(r, "micro-batch");
+  f.grad_accum = opt<int64_t>(r, "grad-accum");
+  f.lr = opt<double>(r, "lr");
+  f.weight_decay = opt<double>(r, "weight-decay");
+  f.max_grad_norm = opt<double>(r, "max-grad-norm");
+  f.adam_beta1 = opt<double>(r, "adam-beta1");
+  f.adam_beta2 = opt<double>(r, "adam-beta2");
+  f.adam_eps = opt<double>(r, "adam-eps");
+  f.precision = opt<std::string>(r, "precision");
+  f.warmup_steps = opt<int64_t>(r, "warmup-steps");
+  f.zero_stage = opt<int64_t>(r, "zero-stage");
+  f.strict = r.count("strict") > 0;
+  f.hidden_size = m.hidden;
+  f.world_size = world_size;
+  f.total_steps = steps;
+  return f;
+}
+
+std::string require_config(const cxxopts::ParseResult& r) {
+  if (!r.count("config"))
+    throw ConfigError("--config: missing. Pass a DeepSpeed JSON config, e.g. --config configs/examples/stage0_fp32.json");
+  return r["config"].as<std::string>();
+}
+
+// Parses argv, turning cxxopts errors into ConfigError (exit 2).
+cxxopts::ParseResult parse(cxxopts::Options& o, int argc, char** argv) {
+  try {
+    return o.parse(argc, argv);
+  } catch (const cxxopts::exceptions::incorrect_argument_type& e) {
+    // cxxopts names the bad value only: find the flag it was given to.
+    std::string flag;
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      const auto eq = a.find('=');
+      if (eq != std::string::npos && e.what() == "Argument ‘" + a.substr(eq + 1) + "’ failed to parse")
+        flag = a.substr(0, eq);
+      else if (i > 1 && std::string(e.what()) == "Argument ‘" + a + "’ failed to parse")
+        flag = argv[i - 1];
+    }
+    throw ConfigError((flag.empty() ? "" : flag + ": ") + std::string(e.what()) + " (wrong type, e.g. text where a " +
+                      "number is expected). See " + o.program() + " --help");
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw ConfigError(std::string(e.what()) + ". See " + o.program() + " --help");
+  }
+}
+
+int64_t parse_size(const std::string& flag, const std::string& v) {
+  size_t used = 0;
+  double x = -1;
+  try {
+    x = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string unit = v.substr(used);
+  static const std::vector<std::pair<std::string, double>> units = {
+      {"", 1},           {"B", 1},          {"K", 1024.0},      {"KiB", 1024.0},   {"KB", 1e3},
+      {"M", 1048576.0},  {"MiB", 1048576.0}, {"MB", 1e6},       {"G", 1073741824.0}, {"GiB", 1073741824.0},
+      {"GB", 1e9},       {"T", 1099511627776.0}, {"TiB", 1099511627776.0}, {"TB", 1e12}};
+  for (const auto& [name, mult] : units)
+    if (used > 0 && unit == name && x > 0) return static_cast<int64_t>(x * mult);
+  throw ConfigError(flag + ": got \"" + v + "\", expected a size such as 512MiB, 2GiB, 80GB or 1048576 (bytes)");
+}
+
+std::string fmt(double v, int prec) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*g", prec, v);
+  return buf;
+}
+
+int config_command(int argc, char** argv) {
+  cxxopts::Options o("zrepro config", "Print the effective DeepSpeed config with the source of every value.");
+  add_config_flags(o);
+  o.add_options("output")
+      ("world-size", "world size for the batch triple", cxxopts::value<int>()->default_value("1"))
+      ("steps", "total steps (resolves scheduler total_num_steps \"auto\")", cxxopts::value<int64_t>()->default_value("50"))
+      ("json", "print JSON instead of the name ..... value table");
+  try {
+    auto r = parse(o, argc, argv);
+    if (r.count("help")) { std::cout << o.help() << std::endl; return kExitOk; }
+    ModelSpec model = model_from(r);
+    DsConfig cfg = load_ds_config(require_config(r), flags_from(r, model, r["world-size"].as<int>(),
+                                                               r["steps"].as<int64_t>()));
+    if (r.count("json"))
+      std::cout << cfg.effective_json().dump(2) << std::endl;
+    else
+      std::cout << format_config_dump(cfg);
+    return kExitOk;
+  } catch (const ConfigError& e) {
+    std::cerr << "[zrepro] error: " << e.what() << std::endl;
+    return kExitBadInput;
+  }
+}
+
+}  // namespace zrepro

@@ -1,0 +1,51 @@
+// The zrepro subcommands and the flags they share. Each subcommand returns the
+// process exit code of the DESIGN.md contract.
+#pragma once
+#include <optional>
+#include <string>
+
+#include <cxxopts.hpp>
+
+#include "device/base/errors.h"
+#include "trainer/config/ds_config.h"
+#include "trainer/config/model_spec.h"
+
+namespace zrepro {
+
+int run_command(int argc, char** argv);
+int config_command(int argc, char** argv);
+int plan_command(int argc, char** argv);
+int bench_comm(int argc, char** argv);
+int bench_adam(int argc, char** argv);
+int bench_copy(int argc, char** argv);
+
+// Config-resolving flags (--config, --model, --micro-batch, --lr, ...).
+void add_config_flags(cxxopts::Options& o);
+ModelOverrides overrides_from(const cxxopts::ParseResult& r);
+ModelSpec model_from(const cxxopts::ParseResult& r);
+ConfigFlags flags_from(const cxxopts::ParseResult& r, const ModelSpec& m, int world_size, int64_t steps);
+std::string require_config(const cxxopts::ParseResult& r);
+// Parses argv; cxxopts errors become ConfigError naming the flag (exit 2).
+cxxopts::ParseResult parse(cxxopts::Options& o, int argc, char** argv);
+std::string fmt(double v, int prec = 4);
+// SIZE: plain bytes or a number with a unit: K/KiB/M/MiB/G/GiB/T/TiB (powers of 1024)
+// or KB/MB/GB/TB (powers of 1000), e.g. 512MiB, 2GiB, 80GB. Throws ConfigError naming flag.
+int64_t parse_size(const std::string& flag, const std::string& value);
+
+// Runs f(); a ConfigError from a layer below (whose messages name values, never
+// flags) is rethrown with the flag that gave the value in front.
+template <class F>
+auto for_flag(const std::string& flag, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const ConfigError& e) {
+    throw ConfigError(flag + ": " + e.what());
+  }
+}
+
+template <class T>
+std::optional<T> opt(const cxxopts::ParseResult& r, const char* name) {
+  return r.count(name) ? std::optional<T>(r[name].as<T>()) : std::nullopt;
+}
+
+}  // namespace zrepro

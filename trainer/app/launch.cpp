@@ -1,0 +1,62 @@
+// See launch.h.
+#include "trainer/app/launch.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "device/base/errors.h"
+#include "zero/comm/mpi_communicator.h"
+#include "zero/comm/nccl_communicator.h"
+
+namespace zrepro {
+
+Ranks::Ranks(int* argc, char*** argv, bool cuda) {
+  if (launched_by_mpi()) {
+    mpi_init(argc, argv);
+    mpi = true;
+    if (cuda && nccl_usable(mpi_local_size()))
+      comm = std::make_unique<NcclCommunicator>(mpi_local_rank());
+    else
+      comm = std::make_unique<MpiCommunicator>();
+  } else {
+    comm = std::make_unique<SelfCommunicator>();
+  }
+}
+
+Ranks::~Ranks() {
+  comm.reset();
+  if (mpi) mpi_finalize();
+}
+
+void relaunch_under_mpirun(int ranks, const std::vector<std::string>& subcommand, int argc, char** argv) {
+  // Oversubscription and no core binding: ranks share the cores of one machine.
+  std::vector<std::string> args = {"mpirun", "-np", std::to_string(ranks), "--oversubscribe", "--bind-to", "none"};
+  if (::geteuid() == 0) args.push_back("--allow-run-as-root");
+  char exe[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  args.push_back(n > 0 ? std::string(exe, n) : "zrepro");
+  args.insert(args.end(), subcommand.begin(), subcommand.end());
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--ranks") { ++i; continue; }
+    if (a.rfind("--ranks=", 0) == 0) continue;
+    args.push_back(a);
+  }
+  ::setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+  std::vector<char*> cargs;
+  for (auto& a : args) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  std::fflush(nullptr);
+  ::execvp("mpirun", cargs.data());
+  std::fprintf(stderr, "[zrepro] error: --ranks: cannot start mpirun (%s). Install openmpi-bin or launch with "
+               "mpirun -np N yourself\n", std::strerror(errno));
+  std::_Exit(kExitBadInput);
+}
+
+}  // namespace zrepro

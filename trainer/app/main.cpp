@@ -1,0 +1,36 @@
+// zrepro: reproduce DeepSpeed ZeRO failures with a small LibTorch trainer.
+// Dispatches to the subcommands; each returns the exit code of DESIGN.md.
+#include <cstring>
+#include <iostream>
+
+#include "trainer/app/cli.h"
+
+int main(int argc, char** argv) {
+  const char* usage =
+      "usage: zrepro <command> [options]\n"
+      "  run     train the toy GPT under a DeepSpeed config (--config FILE --model tiny --steps N --out DIR)\n"
+      "  plan    predict per-rank device memory and a fits/OOM verdict (--config FILE --model M --world-size N\n"
+      "          --device-memory SIZE [--json])\n"
+      "  config  print the effective config, every value with its source (--config FILE [--json])\n"
+      "  bench   benchmarks: `bench comm` (collectives vs raw MPI, nccl-tests format),\n"
+      "          `bench adam` (fused CPU Adam vs LibTorch AdamW vs memory bandwidth),\n"
+      "          `bench copy` (offload copies: pinned vs pageable, d2h/h2d, overlap with compute)\n"
+      "`zrepro <command> --help` lists a command's options.\n";
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    std::cout << usage;
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  if (cmd == "run") return zrepro::run_command(argc - 1, argv + 1);
+  if (cmd == "plan") return zrepro::plan_command(argc - 1, argv + 1);
+  if (cmd == "config") return zrepro::config_command(argc - 1, argv + 1);
+  if (cmd == "bench") {
+    if (argc >= 3 && std::string(argv[2]) == "comm") return zrepro::bench_comm(argc - 2, argv + 2);
+    if (argc >= 3 && std::string(argv[2]) == "adam") return zrepro::bench_adam(argc - 2, argv + 2);
+    if (argc >= 3 && std::string(argv[2]) == "copy") return zrepro::bench_copy(argc - 2, argv + 2);
+    std::cerr << "zrepro bench: expected a benchmark name: comm, adam, copy\n";
+    return 2;
+  }
+  std::cerr << "zrepro: unknown command \"" << cmd << "\"\n" << usage;
+  return 2;
+}

@@ -1,0 +1,57 @@
+// `zrepro plan`: predicted device memory per rank for a DeepSpeed config, a model
+// and a world size, without training (trainer/planner.h), as a table or JSON.
+// Exit 0 when the run fits (or no capacity is given), 3 when it is predicted to
+// run out of memory, 2 on bad input.
+#include <iostream>
+
+#include "device/base/errors.h"
+#include "trainer/app/cli.h"
+#include "trainer/planner/planner.h"
+
+namespace zrepro {
+
+int plan_command(int argc, char** argv) {
+  cxxopts::Options o("zrepro plan", "Predict per-rank device memory by category and phase, and a verdict.");
+  add_config_flags(o);
+  o.add_options("plan")
+      ("world-size", "data-parallel ranks", cxxopts::value<int>()->default_value("1"))
+      ("device-memory", "device capacity, e.g. 80GB, 40GiB (no verdict without it)", cxxopts::value<std::string>())
+      ("activation-checkpointing", "recompute each block in backward (as zrepro run's flag)")
+      ("device", "cpu|cuda: the device the run would use (fp16 computes in fp32 on the CPU)",
+       cxxopts::value<std::string>()->default_value("cpu"))
+      ("steps", "total steps (resolves scheduler \"auto\")", cxxopts::value<int64_t>()->default_value("50"))
+      ("json", "print JSON");
+  try {
+    auto r = parse(o, argc, argv);
+    if (r.count("help")) { std::cout << o.help() << std::endl; return kExitOk; }
+    PlanRequest req;
+    req.world_size = r["world-size"].as<int>();
+    if (req.world_size < 1) throw ConfigError("--world-size: must be >= 1, got " + std::to_string(req.world_size));
+    req.model = model_from(r);
+    req.cfg = load_ds_config(require_config(r), flags_from(r, req.model, req.world_size, r["steps"].as<int64_t>()));
+    if (r.count("device-memory")) req.device_capacity = parse_size("--device-memory", r["device-memory"].as<std::string>());
+    req.activation_checkpointing = r.count("activation-checkpointing") > 0;
+    const std::string device = r["device"].as<std::string>();
+    if (device != "cpu" && device != "cuda") throw ConfigError("--device: got \"" + device + "\", expected cpu or cuda");
+    req.cpu_device = device == "cpu";
+    const MemoryPlan plan = plan_memory(req);
+    if (r.count("json")) {
+      nlohmann::json j = plan.to_json();
+      j["model"] = req.model.to_json();
+      j["batch"] = {{"micro", req.cfg.micro_batch}, {"grad_accum", req.cfg.grad_accum},
+                    {"global", req.cfg.train_batch_size}};
+      j["precision"] = precision_name(req.cfg.precision);
+      j["activation_checkpointing"] = req.activation_checkpointing;
+      std::cout << j.dump(2) << std::endl;
+    } else {
+      for (const auto& w : req.cfg.warnings) std::cout << "[zrepro] warning: " << w << "\n";
+      std::cout << format_plan(plan, req);
+    }
+    return plan.capacity > 0 && !plan.fits ? kExitOom : kExitOk;
+  } catch (const ConfigError& e) {
+    std::cerr << "[zrepro] error: " << e.what() << std::endl;
+    return kExitBadInput;
+  }
+}
+
+}  // namespace zrepro

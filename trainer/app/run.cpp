@@ -1,0 +1,564 @@
+// `zrepro run`: train under a DeepSpeed config on 1..N ranks and record what
+// happens. Under mpirun (or with --ranks N, which starts mpirun) every rank runs
+// this; rank 0 alone prints for humans and writes summary.json, gathering the
+// other ranks' reports. A watchdog turns a stuck collective into a diagnosed hang
+// (exit 4 on every rank); every other failure becomes a summary and its exit code
+// (the failure table in trainer/report/report.h).
+//
+// The command is a sequence of steps on one RunState: parse the flags into a
+// RunSpec (run_spec.h), set up (ranks, output folder, config and model, device,
+// plan, host link), print the header, train, gather the ranks' reports, write the
+// outputs. Failures unwind to run_command, which maps each to its table row.
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "device/base/errors.h"
+#include "device/cuda_memory.h"
+#include "device/device.h"
+#include "offload/host_memory.h"
+#include "trainer/app/cli.h"
+#include "trainer/app/launch.h"
+#include "trainer/app/run_spec.h"
+#include "trainer/model/data.h"
+#include "trainer/model/gpt.h"
+#include "trainer/planner/link_profile.h"
+#include "trainer/report/hang.h"
+#include "trainer/report/html_report.h"
+#include "trainer/report/report.h"
+#include "zero/comm/mpi_communicator.h"
+#include "zero/comm/watchdog.h"
+
+namespace zrepro {
+
+using json = nlohmann::json;
+
+namespace {
+
+// One-line progress on a terminal (stderr), overwritten in place.
+class Progress {
+ public:
+  explicit Progress(bool enabled) : on_(enabled && ::isatty(STDERR_FILENO)) {}
+  void update(const StepRecord& s, int64_t total) {
+    if (!on_) return;
+    std::fprintf(stderr, "\r[zrepro] step %lld/%lld  loss %.4f  %.3f s/step  ETA %.0fs   ",
+                 static_cast<long long>(s.step + 1), static_cast<long long>(total), s.loss, s.step_s,
+                 s.step_s * static_cast<double>(total - s.step - 1));
+    std::fflush(stderr);
+    dirty_ = true;
+  }
+  void clear() {
+    if (dirty_) std::fprintf(stderr, "\r%80s\r", "");
+    dirty_ = false;
+  }
+
+ private:
+  bool on_;
+  bool dirty_ = false;
+};
+
+// What to try, from the phase and the category that filled the device (SCENARIOS.md 1).
+std::string oom_hint(const MemorySnapshot& at, Phase phase, const StagePolicy& policy) {
+  int top = 0;
+  for (int c = 1; c < kNumMemCategories; ++c)
+    if (at.by_category[c] > at.by_category[top]) top = c;
+  const std::string largest = std::string("largest category: ") + mem_category_name(static_cast<MemCategory>(top)) +
+                              " (" + format_bytes(at.by_category[top]) + "). ";
+  const int64_t params = at.by_category[static_cast<int>(MemCategory::params)];
+  switch (phase) {
+    case Phase::init:
+      return largest + "The 16-bit parameters do not fit: ZeRO stage 3 shards them (stage 1/2 keep a full copy per rank).";
+    case Phase::partition:
+      return largest + "Optimizer states (fp32 master + Adam moments, 12 bytes/param) do not fit: more ranks with "
+                       "stage >= 1, or offload_optimizer to cpu.";
+    case Phase::forward:
+    case Phase::backward:
+      // Replicated parameters: every 16-bit parameter on every rank (SCENARIOS.md zero2-params-dont-fit).
+      if (policy.replicated_params() && at.capacity > 0 && params * 4 > at.capacity)
+        return largest + "The full 16-bit parameters take " + std::to_string(100 * params / at.capacity) +
+               "% of the device on every rank (stage " + std::to_string(policy.stage) +
+               " does not shard them): ZeRO stage 3 keeps 1/N of them per rank; otherwise activation "
+               "checkpointing or a smaller micro-batch.";
+      return largest + "Model states fit but this micro-batch's activations or buffers do not: activation "
+                       "checkpointing, or a smaller micro-batch with more gradient accumulation (same global batch); "
+                       "if comm_buffers dominate, smaller reduce_bucket_size / stage3_prefetch_bucket_size.";
+    default:
+      return largest + "Out of memory in the optimizer step: optimizer offload, or more ranks.";
+  }
+}
+
+bool wait_for(const std::function<bool()>& ready, double seconds) {
+  const double until = wall_seconds() + seconds;
+  while (!ready()) {
+    if (wall_seconds() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
+// Everything one rank's run holds, filled step by step.
+struct RunState {
+  RunSpec spec;
+  int rank = 0, world = 1;
+  std::unique_ptr<Ranks> ranks;
+  DsConfig cfg;
+  ModelSpec model;
+  bool have_cfg = false, have_model = false;
+  std::unique_ptr<ScaleDown> scaled;     // --target-model: the toy derived from the target
+  std::optional<MemoryPlan> planned;     // the planner's prediction for this run (CPU-emulated device)
+  DeviceInfo dev;
+  TrainOptions topt;
+  TrainResult result;
+  Progress progress{true};
+  std::unique_ptr<MetricsWriter> metrics;
+
+  Communicator& comm() { return *ranks->comm; }
+  // The emulated or fractioned device capacity: the toy's under scale-down, else the flag's.
+  int64_t capacity() const { return scaled ? scaled->toy_capacity : spec.device_memory.value_or(0); }
+  std::string flight_dir() const { return (spec.out_dir.empty() ? std::string("zrepro_flight") : spec.out_dir) + "/flight"; }
+
+  // Rank 0 writes the summary from every rank's report. A run that fails writes
+  // the failing rank's own view: summary.json on rank 0, summary_rank<r>.json elsewhere.
+  void write_summary(const std::string& status, json failure, std::vector<RankReport> reports, bool all_ranks) {
+    if (spec.out_dir.empty() || (all_ranks && rank != 0)) return;
+    if (reports.empty()) reports.push_back(rank_report(rank, result, device_memory_snapshot(dev.device)));
+    SummaryInput in{status, have_cfg ? &cfg : nullptr, have_model ? &model : nullptr, dev.description,
+                    have_cfg ? &result : nullptr, std::move(reports), std::move(failure), topt.host_link_gbps,
+                    topt.pageable_ratio, planned ? &*planned : nullptr, scaled.get()};
+    const std::string name = rank == 0 ? "summary" : "summary_rank" + std::to_string(rank);
+    const json summary = build_summary(in);
+    write_file_atomic(spec.out_dir + "/" + name + ".json", summary.dump(2) + "\n");
+    if (rank == 0) write_file_atomic(spec.out_dir + "/report.html", html_report(summary));
+  }
+
+  // The end of a failed run: this rank's summary and the failure's exit code.
+  int fail(FailureKind kind, json failure) {
+    progress.clear();
+    const FailureRow& row = failure_row(kind);
+    write_summary(row.status, std::move(failure), {}, false);
+    // With peers, never finalize MPI on a failure (peers may be inside a collective
+    // and MPI_Finalize would wait for them): exit now, and mpirun ends the others.
+    if (ranks && ranks->comm->world_size() > 1) {
+      std::fflush(nullptr);
+      std::_Exit(row.exit_code);
+    }
+    return row.exit_code;
+  }
+};
+
+// ---------------------------------------------------------------- set-up
+
+void make_out_dir(RunState& s) {
+  if (s.spec.out_dir.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(s.spec.out_dir, ec);
+  if (ec) {
+    const std::string bad = s.spec.out_dir;
+    s.spec.out_dir.clear();
+    throw ConfigError("--out: cannot create \"" + bad + "\": " + ec.message());
+  }
+}
+
+// A flag error found before set-up still leaves its summary in --out, if it can be made.
+void make_out_dir_quietly(RunState& s) {
+  if (s.spec.out_dir.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(s.spec.out_dir, ec);
+  if (ec) s.spec.out_dir.clear();
+}
+
+ConfigFlags flags_for(const RunSpec& spec, const ModelSpec& m, int world) {
+  ConfigFlags f = spec.flags;
+  f.hidden_size = m.hidden;
+  f.world_size = world;
+  f.total_steps = spec.steps;
+  return f;
+}
+
+std::string config_path(const RunSpec& spec) {
+  if (!spec.config_path)
+    throw ConfigError("--config: missing. Pass a DeepSpeed JSON config, e.g. --config configs/examples/stage0_fp32.json");
+  return *spec.config_path;
+}
+
+// The config and the model: as given, or a toy scaled down from the target.
+void resolve_config(RunState& s) {
+  const RunSpec& spec = s.spec;
+  if (spec.target_model) {
+    const int target_world = spec.target_world_size.value_or(s.world);
+    if (target_world != s.world)
+      throw ConfigError("--target-world-size " + std::to_string(target_world) + ": this run has " +
+                        std::to_string(s.world) + " rank(s); ZeRO's per-rank partitions depend on the world size, so "
+                        "run the toy on as many ranks: --ranks " + std::to_string(target_world));
+    ScaleRequest sr;
+    sr.target = resolve_model(*spec.target_model);
+    sr.cfg = load_ds_config(config_path(spec), flags_for(spec, sr.target, s.world));
+    sr.world_size = s.world;
+    sr.target_capacity = *spec.target_device_memory;
+    if (spec.scale) sr.scale = *spec.scale;
+    sr.activation_checkpointing = spec.activation_checkpointing;
+    s.scaled = std::make_unique<ScaleDown>(scale_down(sr));
+    s.model = s.scaled->toy;
+    s.cfg = s.scaled->toy_cfg;
+  } else {
+    s.model = resolve_model(spec.model, spec.model_overrides);
+    s.cfg = load_ds_config(config_path(spec), flags_for(spec, s.model, s.world));
+  }
+  s.have_model = s.have_cfg = true;
+  if (spec.dynamic_seq_min && (*spec.dynamic_seq_min < 1 || *spec.dynamic_seq_min > s.model.seq))
+    throw ConfigError("--dynamic-seq: got " + std::to_string(*spec.dynamic_seq_min) + ", expected 1.." +
+                      std::to_string(s.model.seq) + " (the model's sequence length)");
+}
+
+// The device: the emulated one (tracking / caching allocator, capacity, memory log,
+// the planner's figures for this run) or CUDA (the caching allocator's memory fraction).
+void install_device(RunState& s) {
+  const RunSpec& spec = s.spec;
+  s.dev = for_flag("--device " + spec.device, [&] { return select_device(spec.device, mpi_local_rank()); });
+  s.topt.device = s.dev.device;
+  const int64_t cap = s.capacity();
+  if (!s.dev.device.is_cpu()) {
+    if (cap > 0) {
+      for_flag("--device-memory", [&] { cuda_set_capacity(s.dev.device.index(), cap); });
+      s.dev.description += ", capacity " + format_bytes(cap) + " (memory fraction)";
+    }
+    return;
+  }
+  DeviceMemory& mem = DeviceMemory::instance();
+  // The caching emulation honours PyTorch's own switch for expandable segments.
+  const char* conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
+  const bool expandable = spec.allocator == "caching" && conf && std::strstr(conf, "expandable_segments:True");
+  if (spec.allocator != "plain") mem.install(cap, spec.allocator == "caching", expandable);
+  if (spec.memory_log) {
+    const std::string path = *spec.memory_log + (s.world > 1 ? ".rank" + std::to_string(s.rank) : "");
+    try {
+      mem.log_to(path);
+    } catch (const std::exception& e) {
+      throw ConfigError("--memory-log: " + std::string(e.what()));
+    }
+  }
+  s.dev.description += ", " + spec.allocator + " allocator" + (expandable ? " (expandable segments)" : "") +
+                       (cap > 0 ? ", capacity " + format_bytes(cap) : "");
+  PlanRequest pr;
+  pr.model = s.model;
+  pr.cfg = s.cfg;
+  pr.world_size = s.world;
+  pr.device_capacity = cap;
+  pr.activation_checkpointing = spec.activation_checkpointing;
+  s.planned = plan_memory(pr);
+}
+
+// --host-link-profile: the modelled link from a target GPU and this CPU's speed.
+void derive_host_link(RunState& s) {
+  if (!s.spec.host_link_profile) return;
+  if (!s.dev.device.is_cpu()) throw ConfigError("--host-link-profile: only the CPU-emulated device models the link");
+  const DerivedLink d = derive_link(*s.spec.host_link_profile, compute_dtype(s.cfg.precision, s.dev.device),
+                                    s.cfg.micro_batch * s.model.seq, s.model.hidden, s.model.intermediate);
+  // Every rank must model the same link: rank 0's measurement decides.
+  torch::Tensor v = torch::tensor({d.link_gbps}, torch::kDouble);
+  s.comm().broadcast(v, 0, "host link profile")->wait();
+  s.topt.host_link_gbps = v.item<double>();
+  if (s.rank == 0)
+    std::cout << "[zrepro] host link " << d.profile.name << ": target " << fmt(d.profile.link_gbps) << " GB/s for "
+              << fmt(d.profile.achieved_tflops) << " achieved TFLOPS; this CPU " << fmt(d.cpu_gflops)
+              << " GFLOPS -> modelled link " << fmt(s.topt.host_link_gbps) << " GB/s\n";
+}
+
+void set_up(RunState& s, int* argc, char*** argv) {
+  const RunSpec& spec = s.spec;
+  s.ranks = std::make_unique<Ranks>(argc, argv, spec.device == "cuda");
+  s.rank = s.comm().rank();
+  s.world = s.comm().world_size();
+  make_out_dir(s);
+  s.topt.comm = &s.comm();
+  s.topt.steps = spec.steps;
+  s.topt.seed = spec.seed;
+  s.topt.verify_replicas = spec.verify_replicas;
+  s.topt.activation_checkpointing = spec.activation_checkpointing;
+  s.topt.dynamic_seq_min = spec.dynamic_seq_min.value_or(0);
+  s.topt.host_link_gbps = spec.host_link_gbps;
+  s.topt.pageable_ratio = spec.pageable_ratio;
+  set_compute_threads(spec.threads);
+  for (size_t i = 0; i < spec.injections.size(); ++i) {
+    if (spec.injections[i].rank >= s.world)
+      throw ConfigError("--inject \"" + spec.inject_specs[i] + "\": rank " + std::to_string(spec.injections[i].rank) +
+                        " does not exist in a world of " + std::to_string(s.world));
+    s.topt.inject.push_back(spec.injections[i]);
+  }
+  resolve_config(s);
+  install_device(s);
+  derive_host_link(s);
+}
+
+void print_header(RunState& s) {
+  if (s.rank != 0) return;
+  const DsConfig& cfg = s.cfg;
+  const ModelSpec& model = s.model;
+  for (const auto& w : cfg.warnings) std::cout << "[zrepro] warning: " << w << "\n";
+  if (s.spec.print_config) std::cout << format_config_dump(cfg);
+  if (s.scaled) {
+    const ScaleDown& sd = *s.scaled;
+    const MemoryPlan& tp = sd.target_plan;
+    std::cout << "[zrepro] scale-down: target " << sd.target.name << " (" << sd.target.param_count() << " params) on "
+              << s.world << " rank(s) with " << format_bytes(tp.capacity) << " -> toy " << model.param_count()
+              << " params (factor " << fmt(sd.factor, 5) << ", hidden " << model.hidden << ", seq " << model.seq
+              << ", vocab " << model.vocab << ") with " << format_bytes(sd.toy_capacity) << "\n[zrepro] scaled:";
+    for (const auto& k : sd.scaled_keys) std::cout << " " << k << ";";
+    std::cout << "\n[zrepro] planner, target: "
+              << (tp.fits ? std::string("fits") : "OOM in phase " + std::string(phase_name(tp.oom_phase)))
+              << " (peak " << format_bytes(tp.peak_bytes) << " per rank); fidelity (planned, at the peak):\n"
+              << sd.table();
+    for (const auto& w : sd.warnings) std::cout << "[zrepro] warning: " << w << "\n";
+  }
+  std::cout << "[zrepro] world_size=" << s.world << " zero_stage=" << cfg.zero.stage
+            << " precision=" << precision_name(cfg.precision) << " device=" << s.dev.description
+            << " comm=" << s.comm().backend() << "\n"
+            << "[zrepro] model " << model.name << ": " << model.param_count() << " params, " << model.layers
+            << " layers, hidden " << model.hidden << ", heads " << model.heads << ", seq " << model.seq << ", vocab "
+            << model.vocab << "\n"
+            << "[zrepro] batch: micro " << cfg.micro_batch << " x gas " << cfg.grad_accum << " x world " << s.world
+            << " = " << cfg.train_batch_size << " samples/step; data: Markov chain, a perfect model reaches "
+            << fmt(MarkovData(model.vocab, model.seq, s.topt.seed).entropy_floor(), 3) << " nats\n"
+            << std::flush;
+}
+
+// ---------------------------------------------------------------- hang path
+
+// Dumps this rank's flight recorder; rank 0 merges the dumps, diagnoses and writes
+// the summary; every rank exits 4. Runs on the watchdog thread (or the thread that
+// saw a collective fail) while the training thread may be blocked.
+[[noreturn]] void on_hang(RunState& s, const std::string& reason) {
+  static std::atomic<bool> once{false};
+  if (once.exchange(true)) {
+    // Another thread is already reporting: it exits the process.
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  s.progress.clear();
+  const std::string flight = s.flight_dir(), out = s.spec.out_dir;
+  const double timeout = s.spec.comm_timeout;
+  std::error_code ec;
+  std::filesystem::create_directories(flight, ec);
+  write_file_atomic(flight + "/rank" + std::to_string(s.rank) + ".json",
+                    json{{"rank", s.rank}, {"reason", reason}, {"entries", flight_json(s.comm().recorder().snapshot())}}
+                        .dump(1));
+  if (s.rank == 0) {
+    if (s.metrics) s.metrics->close();  // the training thread is blocked in a collective
+    auto dump = [&](int k) { return flight + "/rank" + std::to_string(k) + ".json"; };
+    wait_for([&] {
+      for (int k = 0; k < s.world; ++k)
+        if (!std::filesystem::exists(dump(k))) return false;
+      return true;
+    }, std::min(timeout, 30.0) + 5.0);
+    std::vector<std::vector<FlightEntry>> all(s.world);
+    for (int k = 0; k < s.world; ++k) {
+      std::ifstream in(dump(k));
+      if (in) all[k] = flight_from_json(json::parse(in).at("entries"));
+    }
+    const HangDiagnosis d = diagnose_hang(all, s.cfg.grad_accum);
+    std::cerr << "[zrepro] Watchdog caught collective operation timeout: " << reason << "\n"
+              << "[zrepro] hang diagnosis: " << d.text << std::endl;
+    if (!out.empty())
+      write_file_atomic(out + "/hang_report.json",
+                        json{{"reason", reason}, {"timeout_s", timeout}, {"diagnosis", d.to_json()}}.dump(2));
+    s.write_summary(failure_row(FailureKind::hang).status,
+                    make_failure(FailureKind::hang, d.culprits.empty() ? s.rank : d.culprits.front(),
+                                 "collective #" + std::to_string(d.seq), reason + ". " + d.text,
+                                 "ranks issued different collectives (per-rank gradient accumulation, a rank that "
+                                 "stops early or skips a forward): make every rank run the same micro-steps; see "
+                                 "flight/ and hang_report.json"),
+                    {}, true);
+  } else {
+    wait_for([&] { return out.empty() || std::filesystem::exists(out + "/hang_report.json"); },
+             std::min(timeout, 30.0) + 10.0);
+  }
+  std::fflush(nullptr);
+  std::_Exit(failure_row(FailureKind::hang).exit_code);
+}
+
+std::unique_ptr<Watchdog> arm_watchdog(RunState& s) {
+  s.comm().on_failure([&s](const std::string& reason) { on_hang(s, reason); });
+  if (s.world == 1) return nullptr;
+  const double timeout = s.spec.comm_timeout;
+  return std::make_unique<Watchdog>(s.comm().recorder(), timeout, [&s, timeout](const FlightEntry& e) {
+    on_hang(s, "collective #" + std::to_string(e.seq) + " " + coll_op_name(e.op) + " (" + e.label + ", numel in " +
+                   std::to_string(e.in_numel) + ", out " + std::to_string(e.out_numel) + ") ran for " +
+                   fmt(wall_seconds() - e.t_scheduled, 3) + " s, past --comm-timeout " + fmt(timeout) + " s");
+  });
+}
+
+// ---------------------------------------------------------------- train, gather, write
+
+// Rank 0's step log: DeepSpeed's step line, zrepro's with loss and throughput,
+// the memory line when asked, metrics.jsonl, the progress line.
+StepCallback step_logger(RunState& s, int64_t every) {
+  return [&s, every](const StepRecord& r, const std::string& scale_log) {
+    if (s.rank != 0) return;
+    if (s.metrics) s.metrics->append(step_json(r));
+    if (!scale_log.empty()) {
+      s.progress.clear();
+      std::cout << scale_log << "\n";
+    }
+    const int64_t steps = s.topt.steps;
+    if ((r.step + 1) % every == 0 || r.step + 1 == steps) {
+      s.progress.clear();
+      const double sps = r.step_s > 0 ? s.cfg.train_batch_size / r.step_s : 0;
+      std::cout << "[deepspeed] step=" << r.step + 1 << ", skipped=" << s.result.skipped_steps << ", lr=["
+                << fmt(r.lr) << "], mom=[(" << s.cfg.optimizer.beta1 << ", " << s.cfg.optimizer.beta2 << ")]\n"
+                << "[zrepro] step=" << r.step + 1 << "/" << steps << " loss=" << fmt(r.loss, 6)
+                << " grad_norm=" << fmt(r.grad_norm) << " loss_scale=" << fmt(r.loss_scale, 8)
+                << " samples/sec=" << fmt(sps, 6) << " tokens/sec=" << fmt(sps * s.model.seq, 6)
+                << " comm_wait=" << fmt(r.comm_wait_s, 3) << "s\n";
+      if (s.cfg.memory_breakdown) std::cout << "[deepspeed] " << memory_line(r.memory) << "\n";
+    }
+    std::cout << std::flush;
+    s.progress.update(r, steps);
+  };
+}
+
+// Every rank reports to rank 0 (a collective, so a rank still stuck elsewhere makes
+// this one time out too, and the watchdog diagnoses it).
+std::vector<RankReport> gather_reports(RunState& s) {
+  torch::Tensor mine =
+      torch::tensor(rank_report(s.rank, s.result, device_memory_snapshot(s.dev.device)).pack(), torch::kDouble);
+  torch::Tensor all = torch::empty({s.world * RankReport::kPacked}, torch::kDouble);
+  s.comm().all_gather(all, mine, "gather rank reports")->wait();
+  std::vector<RankReport> reports;
+  for (int k = 0; k < s.world; ++k)
+    reports.push_back(RankReport::unpack(all.data_ptr<double>() + k * RankReport::kPacked));
+  return reports;
+}
+
+// Each rank leaves its trace in OUT/trace/ before the report gather, so rank 0 can
+// merge them once the gather says every rank got there.
+void write_rank_trace(RunState& s, const TraceRecorder& trace) {
+  const std::string dir = s.spec.out_dir + "/trace";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  write_file_atomic(dir + "/rank" + std::to_string(s.rank) + ".json", trace.events().dump());
+}
+
+void merge_rank_traces(RunState& s) {
+  std::vector<json> per_rank;
+  for (int k = 0; k < s.world; ++k) {
+    const std::string f = s.spec.out_dir + "/trace/rank" + std::to_string(k) + ".json";
+    std::ifstream in(f);
+    per_rank.push_back(in ? json::parse(in) : json::array());
+    std::filesystem::remove(f);
+  }
+  std::filesystem::remove(s.spec.out_dir + "/trace");
+  write_file_atomic(s.spec.out_dir + "/trace.json", merge_traces(per_rank).dump());
+}
+
+int train_and_report(RunState& s) {
+  const bool out = !s.spec.out_dir.empty();
+  if (out && s.rank == 0) s.metrics = std::make_unique<MetricsWriter>(s.spec.out_dir);
+  const std::unique_ptr<Watchdog> watchdog = arm_watchdog(s);
+  const int64_t every = s.cfg.steps_per_print.value_or(s.spec.log_every);
+  if (every <= 0) throw ConfigError("--log-every: must be > 0, got " + std::to_string(every));
+  TraceRecorder trace(s.rank);
+  if (out) s.topt.trace = &trace;
+  try {
+    train(s.cfg, s.model, s.topt, s.result, step_logger(s, every));
+    if (out) {
+      trace.add_collectives(s.comm().recorder().snapshot());
+      trace.add_copies(s.result.copy_log);
+      write_rank_trace(s, trace);
+    }
+    const std::vector<RankReport> reports = gather_reports(s);
+    if (s.metrics) s.metrics->close();
+    s.progress.clear();
+    if (s.rank == 0 && !s.result.steps.empty())
+      std::cout << "[zrepro] done: " << s.result.steps.size() << " steps, loss " << fmt(s.result.steps.front().loss)
+                << " -> " << fmt(s.result.steps.back().loss) << ", skipped " << s.result.skipped_steps
+                << (out ? ", summary " + s.spec.out_dir + "/summary.json" : "") << "\n";
+    if (s.rank == 0 && out) merge_rank_traces(s);
+    s.write_summary("ok", nullptr, reports, true);
+    return kExitOk;
+  } catch (const CommError& e) {
+    on_hang(s, e.what());
+  }
+}
+
+// ---------------------------------------------------------------- failures
+
+int oom_failure(RunState& s, const c10::OutOfMemoryError& e) {
+  s.progress.clear();
+  DeviceMemory& mem = DeviceMemory::instance();
+  const MemorySnapshot at = s.dev.device.is_cuda() ? device_memory_snapshot(s.dev.device) : mem.at_oom();
+  const std::string msg = mem.last_oom().empty() ? e.what_without_backtrace() : mem.last_oom();
+  std::cerr << "[zrepro] rank " << s.rank << ": torch.OutOfMemoryError: " << msg << std::endl;
+  json failure = make_failure(FailureKind::oom, s.rank, phase_name(mem.phase()), msg,
+                              oom_hint(at, mem.phase(), stage_policy(s.have_cfg ? s.cfg.zero.stage : 0)));
+  json breakdown = json::object();
+  for (int c = 0; c < kNumMemCategories; ++c) breakdown[mem_category_name(static_cast<MemCategory>(c))] = at.by_category[c];
+  failure["by_category"] = breakdown;
+  failure["allocated_bytes"] = at.allocated;
+  failure["capacity_bytes"] = at.capacity;
+  failure["reserved_bytes"] = at.reserved;  // caching emulation: segments; reserved - allocated is stranded
+  failure["request_bytes"] = at.request;
+  failure["step"] = static_cast<int64_t>(s.result.steps.size());  // the optimizer step that was running
+  return s.fail(FailureKind::oom, failure);
+}
+
+int pinned_failure(RunState& s, const PinnedMemoryError& e) {
+  s.progress.clear();
+  std::cerr << "[zrepro] rank " << s.rank << ": " << e.what() << std::endl;
+  json failure = make_failure(FailureKind::pinned_memory, s.rank, "init", e.what(),
+                              "raise the memlock limit (ulimit -l), or set pin_memory false for offload "
+                              "(pageable buffers: synchronous, slower copies)");
+  failure["needed_bytes"] = e.needed;
+  failure["memlock_limit_bytes"] = e.info.limit_bytes < 0 ? json(nullptr) : json(e.info.limit_bytes);
+  failure["locked_bytes"] = e.info.locked_bytes;
+  failure["cap_ipc_lock"] = e.info.cap_ipc_lock;
+  return s.fail(FailureKind::pinned_memory, failure);
+}
+
+}  // namespace
+
+int run_command(int argc, char** argv) {
+  RunState s;
+  try {
+    parse_run_spec(argc, argv, s.spec);
+    if (s.spec.help) {
+      std::cout << s.spec.help_text << std::endl;
+      return kExitOk;
+    }
+    if (s.spec.ranks) {
+      if (launched_by_mpi()) throw ConfigError("--ranks: already running under an MPI launcher; drop --ranks");
+      relaunch_under_mpirun(*s.spec.ranks, {"run"}, argc, argv);
+    }
+    set_up(s, &argc, &argv);
+    print_header(s);
+    return train_and_report(s);
+  } catch (const ConfigError& e) {
+    if (s.rank == 0) std::cerr << "[zrepro] error: " << e.what() << std::endl;
+    if (!s.ranks) make_out_dir_quietly(s);
+    return s.fail(FailureKind::config_error,
+                  make_failure(FailureKind::config_error, s.rank, "init", e.what(), "fix the flag, key or file named above"));
+  } catch (const c10::OutOfMemoryError& e) {
+    return oom_failure(s, e);
+  } catch (const PinnedMemoryError& e) {
+    return pinned_failure(s, e);
+  } catch (const NumericalError& e) {
+    s.progress.clear();
+    if (s.rank == 0) std::cerr << "[deepspeed] " << e.what() << std::endl;
+    return s.fail(FailureKind::numerical,
+                  make_failure(FailureKind::numerical, s.rank, "step", e.what(),
+                               "fp16 overflowed until the loss scale hit min_loss_scale (or the loss went non-finite): "
+                               "use bf16, lower the lr, or keep gradient clipping on"));
+  } catch (const std::exception& e) {
+    s.progress.clear();
+    std::cerr << "[zrepro] internal error on rank " << s.rank << ": " << e.what() << std::endl;
+    return s.fail(FailureKind::internal,
+                  make_failure(FailureKind::internal, s.rank, "unknown", e.what(), "report this as a zrepro bug"));
+  }
+}
+
+}  // namespace zrepro

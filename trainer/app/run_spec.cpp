@@ -1,0 +1,141 @@
+// See run_spec.h.
+#include "trainer/app/run_spec.h"
+
+#include "trainer/app/cli.h"
+
+namespace zrepro {
+
+namespace {
+
+cxxopts::Options run_options() {
+  cxxopts::Options o("zrepro run", "Train the toy GPT under a DeepSpeed config and record what happens.");
+  add_config_flags(o);
+  o.add_options("run")
+      ("steps", "optimizer steps", cxxopts::value<int64_t>()->default_value("50"))
+      ("seed", "seed for init and data", cxxopts::value<uint64_t>()->default_value("1234"))
+      ("device", "cpu|cuda", cxxopts::value<std::string>()->default_value("cpu"))
+      ("out", "output folder for summary.json, metrics.jsonl and flight dumps", cxxopts::value<std::string>())
+      ("ranks", "start N ranks on this node under mpirun", cxxopts::value<int>())
+      ("device-memory", "device capacity, e.g. 80GB, 512MiB (CPU-emulated device; default: unlimited)",
+       cxxopts::value<std::string>())
+      ("allocator", "CPU-emulated device allocator: tracking (exact bytes), caching (CUDA caching allocator "
+                    "emulation: rounding, segments, fragmentation; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+                    "switches it to expandable segments) or plain (LibTorch's, untracked)",
+       cxxopts::value<std::string>()->default_value("tracking"))
+      ("memory-log", "write every device allocation and free to this file (one line each, for re-deriving the "
+                     "planner's activation tapes after a LibTorch upgrade; rank r writes FILE.rank<r> when ranks > 1)",
+       cxxopts::value<std::string>())
+      ("host-link-gbps", "offload: modelled host link bandwidth in GB/s for pinned copies on the CPU-emulated device "
+                         "(0: as fast as memcpy)", cxxopts::value<double>()->default_value("0"))
+      ("host-link-profile", "offload: derive --host-link-gbps from a target (a100-pcie4, h100-pcie5, h200-pcie5, "
+                            "l40s-pcie4, gh200-c2c) so copies keep their share of the step",
+       cxxopts::value<std::string>())
+      ("pageable-ratio", "offload: pageable copy bandwidth as a fraction of pinned (CPU-emulated device)",
+       cxxopts::value<double>()->default_value("0.5"))
+      ("comm-timeout", "watchdog: seconds a collective may take before the job is declared hung",
+       cxxopts::value<double>()->default_value("1800"))
+      ("log-every", "step log line interval when steps_per_print is unset", cxxopts::value<int64_t>()->default_value("10"))
+      ("threads", "intra-op threads per rank", cxxopts::value<int>()->default_value("1"))
+      ("inject", "fault injection KIND:RANK[:ARG] (repeatable): inf-grad:R[:STEPS], gas-mismatch:R, "
+                 "skip-forward:R[:STEP], straggler:R:MS, drop-accumulated-grads:R", cxxopts::value<std::vector<std::string>>())
+      ("target-model", "scale down from this model (preset or HF config.json): train a toy that keeps each memory "
+                       "category's share of --target-device-memory", cxxopts::value<std::string>())
+      ("target-world-size", "ranks of the target run (default and required: this run's)", cxxopts::value<int>())
+      ("target-device-memory", "the target's device capacity, e.g. 80GB", cxxopts::value<std::string>())
+      ("scale", "scale-down parameter factor K, or auto (a toy of at most 2M parameters)",
+       cxxopts::value<std::string>()->default_value("auto"))
+      ("dynamic-seq", "dynamic padding: each step's batches are MIN..seq tokens long (varying shapes, as "
+                      "HF's dynamic padding gives)", cxxopts::value<int64_t>())
+      ("activation-checkpointing", "recompute each block in backward (HF gradient_checkpointing); the "
+                                   "config's activation_checkpointing.cpu_checkpointing keeps checkpoints on the host")
+      ("verify-replicas", "stages 0-2: check after every step that all ranks hold bit-identical parameters")
+      ("print-config", "print the effective config at init");
+  return o;
+}
+
+void positive(const char* flag, double v, const char* what = "> 0") {
+  if (!(v > 0)) throw ConfigError(std::string(flag) + ": must be " + what + ", got " + fmt(v));
+}
+
+// The scale-down flags: a target instead of --model and --device-memory.
+void parse_target(const cxxopts::ParseResult& r, RunSpec& s) {
+  if (!r.count("target-model")) return;
+  if (r.count("model")) throw ConfigError("--model and --target-model: give one; the toy is derived from the target");
+  if (r.count("device-memory"))
+    throw ConfigError("--device-memory and --target-device-memory: give the target's; the toy's capacity is derived");
+  if (!r.count("target-device-memory"))
+    throw ConfigError("--target-device-memory: required with --target-model, e.g. --target-device-memory 80GB");
+  s.target_model = r["target-model"].as<std::string>();
+  s.target_world_size = opt<int>(r, "target-world-size");
+  s.target_device_memory = parse_size("--target-device-memory", r["target-device-memory"].as<std::string>());
+  const std::string k = r["scale"].as<std::string>();
+  if (k != "auto") {
+    size_t used = 0;
+    double scale = 0;
+    try {
+      scale = std::stod(k, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != k.size() || scale < 1) throw ConfigError("--scale: got \"" + k + "\", expected auto or a factor >= 1");
+    s.scale = scale;
+  }
+}
+
+}  // namespace
+
+void parse_run_spec(int argc, char** argv, RunSpec& s) {
+  cxxopts::Options o = run_options();
+  auto r = parse(o, argc, argv);
+  if (r.count("help")) {
+    s.help = true;
+    s.help_text = o.help();
+    return;
+  }
+  if (r.count("out")) s.out_dir = r["out"].as<std::string>();
+  s.ranks = opt<int>(r, "ranks");
+  if (s.ranks && *s.ranks < 1) throw ConfigError("--ranks: must be >= 1, got " + std::to_string(*s.ranks));
+  s.device = r["device"].as<std::string>();
+  s.steps = r["steps"].as<int64_t>();
+  if (s.steps <= 0) throw ConfigError("--steps: must be > 0, got " + std::to_string(s.steps));
+  s.seed = r["seed"].as<uint64_t>();
+  s.verify_replicas = r.count("verify-replicas") > 0;
+  s.activation_checkpointing = r.count("activation-checkpointing") > 0;
+  s.print_config = r.count("print-config") > 0;
+  s.dynamic_seq_min = opt<int64_t>(r, "dynamic-seq");
+  s.threads = r["threads"].as<int>();
+  if (s.threads <= 0) throw ConfigError("--threads: must be > 0, got " + std::to_string(s.threads));
+  s.host_link_gbps = r["host-link-gbps"].as<double>();
+  s.pageable_ratio = r["pageable-ratio"].as<double>();
+  if (s.host_link_gbps < 0) throw ConfigError("--host-link-gbps: must be >= 0, got " + fmt(s.host_link_gbps));
+  s.host_link_profile = opt<std::string>(r, "host-link-profile");
+  if (s.host_link_profile && r.count("host-link-gbps"))
+    throw ConfigError("--host-link-profile and --host-link-gbps: give one");
+  if (s.pageable_ratio <= 0 || s.pageable_ratio > 1)
+    throw ConfigError("--pageable-ratio: must be in (0, 1], got " + fmt(s.pageable_ratio));
+  s.comm_timeout = r["comm-timeout"].as<double>();
+  positive("--comm-timeout", s.comm_timeout, "> 0 seconds");
+  if (r.count("inject"))
+    for (const auto& spec : r["inject"].as<std::vector<std::string>>()) {
+      s.inject_specs.push_back(spec);
+      s.injections.push_back(parse_injection(spec));
+    }
+  s.config_path = opt<std::string>(r, "config");
+  s.model = r["model"].as<std::string>();
+  s.model_given = r.count("model") > 0;
+  s.model_overrides = overrides_from(r);
+  s.flags = flags_from(r, ModelSpec{}, 1, s.steps);
+  parse_target(r, s);
+  s.allocator = r["allocator"].as<std::string>();
+  if (s.allocator != "tracking" && s.allocator != "caching" && s.allocator != "plain")
+    throw ConfigError("--allocator: got \"" + s.allocator + "\", expected tracking, caching or plain");
+  if (r.count("device-memory")) s.device_memory = parse_size("--device-memory", r["device-memory"].as<std::string>());
+  s.memory_log = opt<std::string>(r, "memory-log");
+  if (s.allocator == "plain" && (s.device_memory || s.target_device_memory))
+    throw ConfigError("--device-memory needs a tracking allocator; drop --allocator plain");
+  if (s.allocator == "plain" && s.memory_log)
+    throw ConfigError("--memory-log needs a tracking allocator; drop --allocator plain");
+  s.log_every = r["log-every"].as<int64_t>();
+}
+
+}  // namespace zrepro

@@ -1,0 +1,63 @@
+// RunSpec: the `zrepro run` command line as plain data. parse_run_spec reads every
+// flag and checks each value on its own (exit 2, the flag named), before MPI,
+// devices or files are touched, so it is unit-tested without a process
+// (tests/trainer/app/run_spec_test.cpp). What needs the world size or the model
+// (injection ranks, --dynamic-seq against the sequence length, --target-world-size,
+// the DeepSpeed config itself) is checked by the run's set-up (run.cpp).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "trainer/config/ds_config.h"
+#include "trainer/config/model_spec.h"
+#include "trainer/loop/train.h"
+
+namespace zrepro {
+
+struct RunSpec {
+  bool help = false;
+  std::string help_text;
+  std::optional<int> ranks;  // --ranks: relaunch under mpirun
+
+  // What to train: a config and a model, or a target to scale down from.
+  std::optional<std::string> config_path;
+  std::string model = "tiny";
+  bool model_given = false;
+  ModelOverrides model_overrides;
+  ConfigFlags flags;  // world size, hidden size and total steps are filled at set-up
+  std::optional<std::string> target_model;
+  std::optional<int> target_world_size;
+  std::optional<int64_t> target_device_memory;
+  std::optional<double> scale;  // nullopt: auto
+
+  // Training.
+  int64_t steps = 50;
+  uint64_t seed = 1234;
+  std::string device = "cpu";
+  int threads = 1;
+  bool verify_replicas = false, activation_checkpointing = false, print_config = false;
+  std::optional<int64_t> dynamic_seq_min;
+  std::vector<std::string> inject_specs;
+  std::vector<Injection> injections;  // parsed; ranks checked at set-up
+
+  // The device and the host link.
+  std::string allocator = "tracking";  // tracking | caching | plain
+  std::optional<int64_t> device_memory;
+  std::optional<std::string> memory_log;
+  double host_link_gbps = 0;
+  std::optional<std::string> host_link_profile;
+  double pageable_ratio = 0.5;
+
+  // Failures and outputs.
+  double comm_timeout = 1800;
+  int64_t log_every = 10;
+  std::string out_dir;  // empty: no files
+};
+
+// Fills spec from argv; throws ConfigError naming the flag. The fields read before
+// the error stay filled (out_dir first, so a failure summary can still be written).
+void parse_run_spec(int argc, char** argv, RunSpec& spec);
+
+}  // namespace zrepro

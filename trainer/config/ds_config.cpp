@@ -1,0 +1,667 @@
+// Loads a DeepSpeed config into DsConfig. A Section walks one JSON object: each
+// get() consumes a key, resolves file / flag / "auto" / default in that order and
+// records the entry; finish() reports what was left unconsumed as unknown keys.
+#include "trainer/config/ds_config.h"
+
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "device/base/errors.h"
+
+namespace zrepro {
+
+using json = nlohmann::json;
+
+const char* source_name(Source s) {
+  switch (s) {
+    case Source::file: return "file";
+    case Source::default_: return "default";
+    case Source::auto_: return "auto";
+    case Source::flag: return "flag";
+    case Source::derived: return "derived";
+  }
+  return "?";
+}
+
+namespace {
+
+// HF-integration defaults for "auto" values when no flag is given (documented in README).
+constexpr int64_t kAutoMicroBatch = 8;
+constexpr int64_t kAutoGradAccum = 1;
+constexpr double kAutoLr = 1e-3;
+
+// A value from a zrepro flag: the JSON value, and the flag that set it (for an
+// override) or a note on how the "auto" value was obtained (for an auto).
+struct FlagValue {
+  json value;
+  std::string flag;
+};
+
+const char* json_type(const json& v) {
+  if (v.is_boolean()) return "boolean";
+  if (v.is_number_integer() || v.is_number_unsigned()) return "integer";
+  if (v.is_number()) return "number";
+  if (v.is_string()) return "string";
+  if (v.is_array()) return "array";
+  if (v.is_object()) return "object";
+  return "null";
+}
+
+class Loader;
+
+class Section {
+ public:
+  Section(Loader& loader, const json* obj, std::string prefix)
+      : L_(loader), obj_(obj), prefix_(std::move(prefix)) {}
+
+  bool has(const std::string& key) const { return obj_ && obj_->contains(key); }
+  const json* raw(const std::string& key) const { return has(key) ? &(*obj_)[key] : nullptr; }
+  std::string path(const std::string& key) const { return prefix_ + key; }
+  void consume(const std::string& key) { consumed_.insert(key); }
+
+  // Typed read with resolution order: flag override, file value ("auto" -> HF
+  // auto value or default), default.
+  template <class T>
+  T get(const std::string& key, T def);
+
+  // Nested object (absent -> empty section). Throws if present but not an object.
+  Section sub(const std::string& key);
+
+  // Unknown keys: warning, or error under --strict.
+  void finish(const std::set<std::string>& not_emulated = {});
+
+ private:
+  Loader& L_;
+  const json* obj_;
+  std::string prefix_;
+  std::set<std::string> consumed_;
+};
+
+class Loader {
+ public:
+  Loader(std::string file, const ConfigFlags& flags, DsConfig& out)
+      : file_(std::move(file)), flags_(flags), out_(out) {}
+
+  [[noreturn]] void fail(const std::string& path, const std::string& what) {
+    throw ConfigError(file_ + ": " + path + ": " + what);
+  }
+  void warn(const std::string& msg) { out_.warnings.push_back(file_ + ": " + msg); }
+  void record(const std::string& path, json value, Source src, std::string note = "") {
+    for (auto& e : out_.entries)
+      if (e.path == path) { e = {path, std::move(value), src, std::move(note)}; return; }
+    out_.entries.push_back({path, std::move(value), src, std::move(note)});
+  }
+  bool strict() const { return flags_.strict; }
+
+  std::map<std::string, FlagValue> overrides;  // path -> flag that overrides the file
+  std::map<std::string, FlagValue> autos;      // path -> HF-style value for "auto"
+
+  template <class T>
+  T convert(const std::string& path, const json& v);
+
+ private:
+  std::string file_;
+  const ConfigFlags& flags_;
+  DsConfig& out_;
+};
+
+template <>
+bool Loader::convert<bool>(const std::string& path, const json& v) {
+  if (!v.is_boolean())
+    fail(path, std::string("expected true or false, got ") + v.dump() + " (" + json_type(v) + ")");
+  return v.get<bool>();
+}
+
+template <>
+int64_t Loader::convert<int64_t>(const std::string& path, const json& v) {
+  // DeepSpeed configs commonly write sizes as 5e8: accept integral floats.
+  if (v.is_number_integer() || v.is_number_unsigned()) return v.get<int64_t>();
+  if (v.is_number_float()) {
+    double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.2e18) return static_cast<int64_t>(d);
+  }
+  fail(path, std::string("expected an integer, got ") + v.dump() + " (" + json_type(v) + ")");
+}
+
+template <>
+int Loader::convert<int>(const std::string& path, const json& v) {
+  return static_cast<int>(convert<int64_t>(path, v));
+}
+
+template <>
+double Loader::convert<double>(const std::string& path, const json& v) {
+  if (!v.is_number()) fail(path, std::string("expected a number, got ") + v.dump() + " (" + json_type(v) + ")");
+  return v.get<double>();
+}
+
+template <>
+std::string Loader::convert<std::string>(const std::string& path, const json& v) {
+  if (!v.is_string()) fail(path, std::string("expected a string, got ") + v.dump() + " (" + json_type(v) + ")");
+  return v.get<std::string>();
+}
+
+template <class T>
+T Section::get(const std::string& key, T def) {
+  consume(key);
+  const std::string p = path(key);
+  const json* v = raw(key);
+  const bool is_auto = v && v->is_string() && *v == "auto";
+  if (auto it = L_.overrides.find(p); it != L_.overrides.end() && !is_auto) {
+    T val = L_.convert<T>(p, it->second.value);
+    if (v && *v != it->second.value)
+      L_.warn(p + " = " + v->dump() + " in the file is overridden by " + it->second.flag + " " +
+              it->second.value.dump());
+    L_.record(p, json(val), Source::flag, it->second.flag);
+    return val;
+  }
+  if (is_auto) {
+    if (auto it = L_.autos.find(p); it != L_.autos.end()) {
+      T val = L_.convert<T>(p, it->second.value);
+      L_.record(p, json(val), Source::auto_, it->second.flag);
+      return val;
+    }
+    L_.record(p, json(def), Source::auto_, "DeepSpeed drops \"auto\": default applies");
+    return def;
+  }
+  if (v) {
+    T val = L_.convert<T>(p, *v);
+    L_.record(p, json(val), Source::file);
+    return val;
+  }
+  L_.record(p, json(def), Source::default_);
+  return def;
+}
+
+Section Section::sub(const std::string& key) {
+  consume(key);
+  const json* v = raw(key);
+  if (v && !v->is_object())
+    L_.fail(path(key), std::string("expected an object, got ") + v->dump() + " (" + json_type(*v) + ")");
+  return Section(L_, v, path(key) + ".");
+}
+
+void Section::finish(const std::set<std::string>& not_emulated) {
+  if (!obj_) return;
+  for (auto it = obj_->begin(); it != obj_->end(); ++it) {
+    if (consumed_.count(it.key())) continue;
+    const std::string p = path(it.key());
+    if (not_emulated.count(it.key())) {
+      L_.warn(p + " is a DeepSpeed key that zrepro does not emulate; ignored");
+      continue;
+    }
+    std::string msg = p + " is not a key zrepro knows (DeepSpeed 0.19.6); check its spelling";
+    if (L_.strict()) L_.fail(p, "unknown key (--strict). Remove it or fix its spelling");
+    L_.warn(msg + "; ignored");
+  }
+}
+
+void require(Loader& L, bool ok, const std::string& path, const std::string& what) {
+  if (!ok) L.fail(path, what);
+}
+
+void one_of(Loader& L, const std::string& path, const std::string& v, std::initializer_list<const char*> allowed) {
+  std::string list;
+  for (auto a : allowed) {
+    if (v == a) return;
+    list += std::string(list.empty() ? "" : ", ") + a;
+  }
+  L.fail(path, "got \"" + v + "\", expected one of " + list);
+}
+
+// Deprecated zero_optimization keys, mapped onto their successors with a warning
+// (DeepSpeed's zero config does the same through pydantic aliases).
+void map_deprecated_zero_keys(Loader& L, json& zero) {
+  auto take = [&](const char* old_key, const std::string& new_path, auto apply) {
+    if (!zero.contains(old_key)) return;
+    L.warn(std::string("zero_optimization.") + old_key + " is deprecated; mapped to zero_optimization." + new_path);
+    apply(zero[old_key]);
+    zero.erase(old_key);
+  };
+  take("cpu_offload", "offload_optimizer.device", [&](const json& v) {
+    if (v == true && !zero.contains("offload_optimizer")) zero["offload_optimizer"] = {{"device", "cpu"}};
+  });
+  take("cpu_offload_param", "offload_param.device", [&](const json& v) {
+    if (v == true && !zero.contains("offload_param")) zero["offload_param"] = {{"device", "cpu"}};
+  });
+  take("cpu_offload_use_pin_memory", "offload_*.pin_memory", [&](const json& v) {
+    for (const char* k : {"offload_optimizer", "offload_param"})
+      if (zero.contains(k) && zero[k].is_object() && !zero[k].contains("pin_memory")) zero[k]["pin_memory"] = v;
+  });
+  take("stage3_gather_fp16_weights_on_model_save", "stage3_gather_16bit_weights_on_model_save", [&](const json& v) {
+    if (!zero.contains("stage3_gather_16bit_weights_on_model_save"))
+      zero["stage3_gather_16bit_weights_on_model_save"] = v;
+  });
+}
+
+OffloadConfig load_offload(Loader& L, Section s, bool is_param) {
+  OffloadConfig d;
+  if (is_param) d.buffer_count = 5;
+  OffloadConfig o;
+  o.device = s.get<std::string>("device", d.device);
+  one_of(L, s.path("device"), o.device, {"none", "cpu", "nvme"});
+  o.nvme_path = s.get<std::string>("nvme_path", d.nvme_path);
+  o.buffer_count = s.get<int64_t>("buffer_count", d.buffer_count);
+  require(L, o.buffer_count > 0, s.path("buffer_count"), "must be > 0, got " + std::to_string(o.buffer_count));
+  o.pin_memory = s.get<bool>("pin_memory", d.pin_memory);
+  if (is_param) {
+    o.buffer_size = s.get<int64_t>("buffer_size", d.buffer_size);
+    o.max_in_cpu = s.get<int64_t>("max_in_cpu", d.max_in_cpu);
+    require(L, o.buffer_size > 0, s.path("buffer_size"), "must be > 0, got " + std::to_string(o.buffer_size));
+  } else {
+    o.pipeline_read = s.get<bool>("pipeline_read", d.pipeline_read);
+    o.pipeline_write = s.get<bool>("pipeline_write", d.pipeline_write);
+    o.fast_init = s.get<bool>("fast_init", d.fast_init);
+    o.ratio = s.get<double>("ratio", d.ratio);
+    require(L, o.ratio > 0 && o.ratio <= 1, s.path("ratio"),
+            "must be in (0, 1], got " + json(o.ratio).dump());
+  }
+  if (o.device == "nvme")
+    L.fail(s.path("device"),
+           "\"nvme\" offload is not emulated by zrepro. Use \"cpu\" to reproduce host-link effects");
+  s.finish();
+  return o;
+}
+
+ZeroConfig load_zero(Loader& L, Section s) {
+  ZeroConfig d, z;
+  z.stage = s.get<int>("stage", d.stage);
+  require(L, z.stage >= 0 && z.stage <= 3, s.path("stage"),
+          "got " + std::to_string(z.stage) + ", expected 0, 1, 2 or 3");
+  z.contiguous_gradients = s.get<bool>("contiguous_gradients", d.contiguous_gradients);
+  z.reduce_scatter = s.get<bool>("reduce_scatter", d.reduce_scatter);
+  z.reduce_bucket_size = s.get<int64_t>("reduce_bucket_size", d.reduce_bucket_size);
+  z.allgather_partitions = s.get<bool>("allgather_partitions", d.allgather_partitions);
+  z.allgather_bucket_size = s.get<int64_t>("allgather_bucket_size", d.allgather_bucket_size);
+  z.overlap_comm = s.get<bool>("overlap_comm", z.stage == 3);
+  z.sub_group_size = s.get<int64_t>("sub_group_size", d.sub_group_size);
+  z.stage3_prefetch_bucket_size = s.get<int64_t>("stage3_prefetch_bucket_size", d.stage3_prefetch_bucket_size);
+  z.stage3_param_persistence_threshold =
+      s.get<int64_t>("stage3_param_persistence_threshold", d.stage3_param_persistence_threshold);
+  z.stage3_max_live_parameters = s.get<int64_t>("stage3_max_live_parameters", d.stage3_max_live_parameters);
+  z.stage3_max_reuse_distance = s.get<int64_t>("stage3_max_reuse_distance", d.stage3_max_reuse_distance);
+  z.stage3_gather_16bit_weights_on_model_save =
+      s.get<bool>("stage3_gather_16bit_weights_on_model_save", d.stage3_gather_16bit_weights_on_model_save);
+  z.round_robin_gradients = s.get<bool>("round_robin_gradients", d.round_robin_gradients);
+  z.ignore_unused_parameters = s.get<bool>("ignore_unused_parameters", d.ignore_unused_parameters);
+  for (auto [key, v] : {std::pair<const char*, int64_t>{"reduce_bucket_size", z.reduce_bucket_size},
+                        {"allgather_bucket_size", z.allgather_bucket_size},
+                        {"sub_group_size", z.sub_group_size}})
+    require(L, v > 0, s.path(key), "must be > 0 elements, got " + std::to_string(v));
+  // 0 is meaningful for these: no prefetch, nothing kept, no reuse.
+  for (auto [key, v] : {std::pair<const char*, int64_t>{"stage3_param_persistence_threshold",
+                                                        z.stage3_param_persistence_threshold},
+                        {"stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size},
+                        {"stage3_max_live_parameters", z.stage3_max_live_parameters},
+                        {"stage3_max_reuse_distance", z.stage3_max_reuse_distance}})
+    require(L, v >= 0, s.path(key), "must be >= 0, got " + std::to_string(v));
+
+  z.offload_param = load_offload(L, s.sub("offload_param"), true);
+  z.offload_optimizer = load_offload(L, s.sub("offload_optimizer"), false);
+  if (z.offload_param.enabled() && z.stage < 3)
+    L.fail(s.path("offload_param.device"),
+           "\"" + z.offload_param.device + "\" needs ZeRO stage 3 (stage is " + std::to_string(z.stage) +
+               "). Set zero_optimization.stage to 3 or offload_param.device to \"none\"");
+  if (z.offload_optimizer.ratio < 1.0 && z.stage < 3)
+    L.fail(s.path("offload_optimizer.ratio"),
+           "Partial offloading only supported for ZeRO Stage 3 (ratio " + json(z.offload_optimizer.ratio).dump() +
+               ", stage " + std::to_string(z.stage) + "). Set ratio to 1.0 or stage to 3");
+  if (z.offload_optimizer.enabled() && z.stage == 0)
+    L.fail(s.path("offload_optimizer.device"),
+           "optimizer offload needs ZeRO stage 1, 2 or 3 (stage is 0). Raise zero_optimization.stage");
+  s.finish();
+  return z;
+}
+
+void load_precision(Loader& L, Section& top, DsConfig& c) {
+  Section fp16 = top.sub("fp16");
+  bool fp16_on = fp16.get<bool>("enabled", false);
+  LossScaleConfig d;
+  c.fp16.loss_scale = fp16.get<double>("loss_scale", d.loss_scale);
+  c.fp16.initial_scale_power = fp16.get<int>("initial_scale_power", d.initial_scale_power);
+  c.fp16.loss_scale_window = fp16.get<int64_t>("loss_scale_window", d.loss_scale_window);
+  c.fp16.hysteresis = fp16.get<int>("hysteresis", d.hysteresis);
+  c.fp16.consecutive_hysteresis = fp16.get<bool>("consecutive_hysteresis", d.consecutive_hysteresis);
+  c.fp16.min_loss_scale = fp16.get<double>("min_loss_scale", d.min_loss_scale);
+  fp16.get<bool>("auto_cast", false);
+  require(L, c.fp16.loss_scale >= 0, fp16.path("loss_scale"), "must be >= 0 (0 = dynamic)");
+  require(L, c.fp16.initial_scale_power >= 0 && c.fp16.initial_scale_power < 64, fp16.path("initial_scale_power"),
+          "must be in [0, 63], got " + std::to_string(c.fp16.initial_scale_power));
+  require(L, c.fp16.loss_scale_window > 0, fp16.path("loss_scale_window"), "must be > 0");
+  require(L, c.fp16.hysteresis >= 1, fp16.path("hysteresis"), "must be >= 1");
+  require(L, c.fp16.min_loss_scale > 0, fp16.path("min_loss_scale"), "must be > 0");
+  fp16.finish();
+
+  // Older configs spell the bf16 section "bfloat16".
+  Section bf16 = top.sub(top.has("bfloat16") && !top.has("bf16") ? "bfloat16" : "bf16");
+  bool bf16_on = bf16.get<bool>("enabled", false);
+  c.bf16_check_grad_overflow = bf16.get<bool>("check_grad_overflow", true);
+  bf16.finish({"immediate_grad_update"});
+  if (fp16_on && bf16_on)
+    L.fail("fp16.enabled", "fp16 and bf16 are both enabled; enable at most one (or pass --precision)");
+  c.precision = fp16_on ? Precision::fp16 : bf16_on ? Precision::bf16 : Precision::fp32;
+}
+
+void load_optimizer(Loader& L, Section& top, DsConfig& c) {
+  Section opt = top.sub("optimizer");
+  OptimizerConfig d;
+  c.optimizer.type = opt.get<std::string>("type", d.type);
+  std::string lower;
+  for (char ch : c.optimizer.type) lower += static_cast<char>(std::tolower(ch));
+  if (lower == "adam") c.optimizer.type = "Adam";
+  else if (lower == "adamw") c.optimizer.type = "AdamW";
+  else
+    L.fail(opt.path("type"), "\"" + c.optimizer.type +
+                                 "\" is not an optimizer zrepro emulates; expected \"Adam\" or \"AdamW\"");
+  Section p = opt.sub("params");
+  c.optimizer.lr = p.get<double>("lr", d.lr);
+  // betas is a pair: resolve it as two values so that "auto" maps onto two flags.
+  {
+    const json* b = p.raw("betas");
+    p.consume("betas");
+    const std::string path = p.path("betas");
+    const bool is_auto = b && *b == "auto";
+    if (b && !is_auto && (!b->is_array() || b->size() != 2 || !(*b)[0].is_number() || !(*b)[1].is_number()))
+      L.fail(path, "expected [beta1, beta2] or \"auto\", got " + b->dump());
+    Source src = Source::default_;
+    auto pick = [&](int i, double def) {
+      const std::string key = path + "." + std::to_string(i);
+      if (auto ov = L.overrides.find(key); ov != L.overrides.end()) { src = Source::flag; return ov->second.value.get<double>(); }
+      if (is_auto) { if (src != Source::flag) src = Source::auto_; return L.autos.at(key).value.get<double>(); }
+      if (b) { if (src == Source::default_) src = Source::file; return (*b)[i].get<double>(); }
+      return def;
+    };
+    c.optimizer.beta1 = pick(0, d.beta1);
+    c.optimizer.beta2 = pick(1, d.beta2);
+    L.record(path, json::array({c.optimizer.beta1, c.optimizer.beta2}), src,
+             src == Source::auto_ ? "from --adam-beta1/--adam-beta2" : "");
+  }
+  c.optimizer.eps = p.get<double>("eps", d.eps);
+  c.optimizer.weight_decay = p.get<double>("weight_decay", d.weight_decay);
+  c.optimizer.adam_w_mode = p.get<bool>("adam_w_mode", true);
+  if (c.optimizer.type == "AdamW") c.optimizer.adam_w_mode = true;
+  c.optimizer.bias_correction = p.get<bool>("bias_correction", true);
+  p.get<bool>("torch_adam", false);
+  require(L, c.optimizer.lr >= 0, p.path("lr"), "must be >= 0");
+  require(L, c.optimizer.beta1 >= 0 && c.optimizer.beta1 < 1 && c.optimizer.beta2 >= 0 && c.optimizer.beta2 < 1,
+          p.path("betas"), "each beta must be in [0, 1)");
+  require(L, c.optimizer.eps > 0, p.path("eps"), "must be > 0");
+  require(L, c.optimizer.weight_decay >= 0, p.path("weight_decay"), "must be >= 0");
+  p.finish({"amsgrad", "fused", "foreach", "capturable", "maximize", "differentiable"});
+  opt.finish();
+}
+
+void load_scheduler(Loader& L, Section& top, DsConfig& c) {
+  if (!top.has("scheduler")) { top.consume("scheduler"); return; }
+  Section s = top.sub("scheduler");
+  SchedulerConfig d;
+  c.scheduler.type = s.get<std::string>("type", "");
+  one_of(L, s.path("type"), c.scheduler.type, {"WarmupLR", "WarmupDecayLR"});
+  Section p = s.sub("params");
+  c.scheduler.warmup_min_lr = p.get<double>("warmup_min_lr", d.warmup_min_lr);
+  c.scheduler.warmup_max_lr = p.get<double>("warmup_max_lr", d.warmup_max_lr);
+  c.scheduler.warmup_num_steps = p.get<int64_t>("warmup_num_steps", d.warmup_num_steps);
+  c.scheduler.warmup_type = p.get<std::string>("warmup_type", d.warmup_type);
+  one_of(L, p.path("warmup_type"), c.scheduler.warmup_type, {"log", "linear"});
+  require(L, c.scheduler.warmup_num_steps >= 0, p.path("warmup_num_steps"), "must be >= 0");
+  if (c.scheduler.type == "WarmupDecayLR") {
+    if (!p.has("total_num_steps"))
+      L.fail(p.path("total_num_steps"), "is required by WarmupDecayLR; set it (or \"auto\" to use --steps)");
+    c.scheduler.total_num_steps = p.get<int64_t>("total_num_steps", 0);
+    require(L, c.scheduler.total_num_steps > 0, p.path("total_num_steps"), "must be > 0");
+  }
+  p.finish({"last_batch_iteration"});
+  s.finish();
+}
+
+}  // namespace
+
+BatchTriple derive_batch_triple(std::optional<int64_t> tb, std::optional<int64_t> mb, std::optional<int64_t> gas,
+                                int ws) {
+  BatchTriple r{0, 0, 0, ""};
+  if (tb && mb && gas) {
+    r = {*tb, *mb, *gas, "all three given"};
+  } else if (tb && mb) {
+    r = {*tb, *mb, *tb / *mb / ws, "gradient_accumulation_steps = train_batch_size / micro / world_size"};
+  } else if (tb && gas) {
+    r = {*tb, *tb / ws / *gas, *gas, "train_micro_batch_size_per_gpu = train_batch_size / world_size / gas"};
+  } else if (mb && gas) {
+    r = {*mb * *gas * ws, *mb, *gas, "train_batch_size = micro * gas * world_size"};
+  } else if (tb) {
+    r = {*tb, *tb / ws, 1, "gas = 1, micro = train_batch_size / world_size"};
+  } else if (mb) {
+    r = {*mb * ws, *mb, 1, "gas = 1, train_batch_size = micro * world_size"};
+  } else {
+    throw ConfigError(
+        "Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided. "
+        "Fix: add \"train_micro_batch_size_per_gpu\" (or \"auto\" with --micro-batch) to the config");
+  }
+  const std::string fix = " Fix: change train_batch_size, train_micro_batch_size_per_gpu or "
+                          "gradient_accumulation_steps (or drop one and let it be derived) for world size " +
+                          std::to_string(ws) + ".";
+  if (r.train_batch_size <= 0)
+    throw ConfigError("Train batch size: " + std::to_string(r.train_batch_size) + " has to be greater than 0." + fix);
+  if (r.micro_batch <= 0)
+    throw ConfigError("Micro batch size per gpu: " + std::to_string(r.micro_batch) + " has to be greater than 0." +
+                      fix);
+  if (r.grad_accum <= 0)
+    throw ConfigError("Gradient accumulation steps: " + std::to_string(r.grad_accum) +
+                      " has to be greater than 0." + fix);
+  if (r.train_batch_size != r.micro_batch * r.grad_accum * ws)
+    throw ConfigError(
+        "Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * "
+        "gradient_acc_step * world_size " +
+        std::to_string(r.train_batch_size) + " != " + std::to_string(r.micro_batch) + " * " +
+        std::to_string(r.grad_accum) + " * " + std::to_string(ws) + "." + fix);
+  return r;
+}
+
+DsConfig parse_ds_config(const std::string& text, const std::string& name, const ConfigFlags& flags) {
+  json root;
+  try {
+    root = json::parse(text);
+  } catch (const json::parse_error& e) {
+    // nlohmann reports a byte offset: turn it into line and column.
+    size_t line = 1, col = 1;
+    for (size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
+      if (text[i] == '\n') { ++line; col = 1; } else { ++col; }
+    }
+    std::string what = e.what();
+    auto pos = what.find("syntax error");
+    throw ConfigError(name + ": malformed JSON at line " + std::to_string(line) + ", column " +
+                      std::to_string(col) + ": " + (pos == std::string::npos ? what : what.substr(pos)) +
+                      ". Fix the JSON syntax (a trailing comma or a missing quote is the usual cause)");
+  }
+  if (!root.is_object()) throw ConfigError(name + ": expected a JSON object at the top level, got " + json_type(root));
+  DsConfig c;
+  c.file = name;
+  c.world_size = flags.world_size;
+  if (flags.world_size < 1) throw ConfigError("--world-size: must be >= 1, got " + std::to_string(flags.world_size));
+  Loader L(name, flags, c);
+  if (root.contains("zero_optimization") && root["zero_optimization"].is_object())
+    map_deprecated_zero_keys(L, root["zero_optimization"]);
+
+  // Flag overrides (explicit flags) and HF-style auto values (flag or its default).
+  auto flag_or_auto = [&](const std::string& path, const char* flag, auto opt, json def) {
+    if (opt) {
+      L.overrides[path] = {json(*opt), flag};
+      L.autos[path] = {json(*opt), std::string("from ") + flag};
+    } else {
+      L.autos[path] = {def, std::string("default of ") + flag};
+    }
+  };
+  flag_or_auto("train_micro_batch_size_per_gpu", "--micro-batch", flags.micro_batch, kAutoMicroBatch);
+  flag_or_auto("gradient_accumulation_steps", "--grad-accum", flags.grad_accum, kAutoGradAccum);
+  flag_or_auto("gradient_clipping", "--max-grad-norm", flags.max_grad_norm, 1.0);
+  flag_or_auto("optimizer.params.lr", "--lr", flags.lr, kAutoLr);
+  flag_or_auto("optimizer.params.weight_decay", "--weight-decay", flags.weight_decay, 0.0);
+  flag_or_auto("optimizer.params.eps", "--adam-eps", flags.adam_eps, 1e-8);
+  flag_or_auto("optimizer.params.betas.0", "--adam-beta1", flags.adam_beta1, 0.9);
+  flag_or_auto("optimizer.params.betas.1", "--adam-beta2", flags.adam_beta2, 0.999);
+  flag_or_auto("scheduler.params.warmup_num_steps", "--warmup-steps", flags.warmup_steps, int64_t{0});
+  if (flags.zero_stage) L.overrides["zero_optimization.stage"] = {*flags.zero_stage, "--zero-stage"};
+  L.autos["scheduler.params.warmup_min_lr"] = {0.0, "0, as the HF integration sets it"};
+  L.autos["scheduler.params.warmup_max_lr"] = {flags.lr.value_or(kAutoLr), flags.lr ? "from --lr" : "default of --lr"};
+  L.autos["scheduler.params.total_num_steps"] = {flags.total_steps, "from --steps"};
+  if (flags.precision) {
+    const std::string& p = *flags.precision;
+    if (p != "fp32" && p != "fp16" && p != "bf16")
+      throw ConfigError("--precision: got \"" + p + "\", expected fp32, fp16 or bf16");
+    L.overrides["fp16.enabled"] = {p == "fp16", "--precision"};
+    L.overrides["bf16.enabled"] = {p == "bf16", "--precision"};
+    L.overrides["bfloat16.enabled"] = {p == "bf16", "--precision"};
+  }
+  const std::string prec = flags.precision.value_or("fp32");
+  const std::string prec_note = flags.precision ? "from --precision" : "default of --precision (fp32)";
+  L.autos["fp16.enabled"] = {prec == "fp16", prec_note};
+  L.autos["bf16.enabled"] = {prec == "bf16", prec_note};
+  L.autos["bfloat16.enabled"] = L.autos["bf16.enabled"];
+  if (flags.hidden_size > 0) {
+    const int64_t h = flags.hidden_size;
+    const std::string h_is = " with model hidden size h = " + std::to_string(h);
+    L.autos["zero_optimization.reduce_bucket_size"] = {h * h, "h*h" + h_is};
+    L.autos["zero_optimization.stage3_prefetch_bucket_size"] = {static_cast<int64_t>(0.9 * h * h), "0.9*h*h" + h_is};
+    L.autos["zero_optimization.stage3_param_persistence_threshold"] = {10 * h, "10*h" + h_is};
+  }
+
+  Section top(L, &root, "");
+
+  // Batch triple: resolve each of the three (flag / file / auto), then derive.
+  auto batch_value = [&](const char* key) -> std::optional<int64_t> {
+    top.consume(key);
+    const json* v = top.raw(key);
+    if (auto it = L.overrides.find(key); it != L.overrides.end()) return it->second.value.get<int64_t>();
+    if (!v) return std::nullopt;
+    if (v->is_string() && *v == "auto") {
+      if (std::string(key) == "train_batch_size") {
+        return static_cast<int64_t>(flags.world_size) * flags.micro_batch.value_or(kAutoMicroBatch) *
+               flags.grad_accum.value_or(kAutoGradAccum);
+      }
+      return L.autos.at(key).value.get<int64_t>();
+    }
+    return L.convert<int64_t>(key, *v);
+  };
+  auto tb = batch_value("train_batch_size");
+  auto mb = batch_value("train_micro_batch_size_per_gpu");
+  auto gas = batch_value("gradient_accumulation_steps");
+  for (auto [key, v] : {std::pair<const char*, std::optional<int64_t>>{"train_batch_size", tb},
+                        {"train_micro_batch_size_per_gpu", mb},
+                        {"gradient_accumulation_steps", gas}})
+    if (v && *v <= 0) L.fail(key, "must be a positive integer, got " + std::to_string(*v));
+  BatchTriple bt;
+  try {
+    bt = derive_batch_triple(tb, mb, gas, flags.world_size);
+  } catch (const ConfigError& e) {
+    throw ConfigError(name + ": " + e.what());
+  }
+  c.train_batch_size = bt.train_batch_size;
+  c.micro_batch = bt.micro_batch;
+  c.grad_accum = bt.grad_accum;
+  auto batch_source = [&](const char* key, std::optional<int64_t> given) {
+    const json* v = top.raw(key);
+    const bool is_auto = v && v->is_string();
+    if (L.overrides.count(key) && !is_auto) return std::pair<Source, std::string>{Source::flag, L.overrides[key].flag};
+    if (!given) return std::pair<Source, std::string>{Source::derived, bt.how};
+    if (is_auto) {
+      if (std::string(key) == "train_batch_size") return std::pair<Source, std::string>{Source::auto_, "world_size * micro * gas"};
+      return std::pair<Source, std::string>{Source::auto_, L.autos.at(key).flag};
+    }
+    return std::pair<Source, std::string>{Source::file, ""};
+  };
+  for (auto [key, val, given] : {std::tuple<const char*, int64_t, std::optional<int64_t>>{
+                                     "train_batch_size", c.train_batch_size, tb},
+                                 {"train_micro_batch_size_per_gpu", c.micro_batch, mb},
+                                 {"gradient_accumulation_steps", c.grad_accum, gas}}) {
+    auto [src, note] = batch_source(key, given);
+    L.record(key, val, src, note);
+  }
+
+  load_precision(L, top, c);
+  c.gradient_clipping = top.get<double>("gradient_clipping", 1.0);
+  require(L, c.gradient_clipping >= 0, "gradient_clipping", "must be >= 0 (0 disables clipping)");
+  if (top.has("steps_per_print")) {
+    c.steps_per_print = top.get<int64_t>("steps_per_print", 10);
+    require(L, *c.steps_per_print > 0, "steps_per_print", "must be > 0");
+  } else {
+    top.consume("steps_per_print");
+    L.record("steps_per_print", nullptr, Source::default_, "unset: zrepro prints every --log-every steps");
+  }
+  {
+    const std::string implied = c.precision == Precision::fp16 ? "fp16" : c.precision == Precision::bf16 ? "bf16" : "fp32";
+    if (top.has("communication_data_type") && !top.raw("communication_data_type")->is_null()) {
+      c.communication_data_type = top.get<std::string>("communication_data_type", implied);
+      one_of(L, "communication_data_type", c.communication_data_type, {"fp32", "fp16", "bf16"});
+    } else {
+      top.consume("communication_data_type");
+      c.communication_data_type = implied;
+      L.record("communication_data_type", implied, Source::derived, "unset: follows the training precision");
+    }
+  }
+  c.managed_gradient_accumulation = top.get<bool>("managed_gradient_accumulation", true);
+  load_optimizer(L, top, c);
+  load_scheduler(L, top, c);
+  {
+    Section ac = top.sub("activation_checkpointing");
+    c.activation_checkpointing.partition_activations = ac.get<bool>("partition_activations", false);
+    c.activation_checkpointing.contiguous_memory_optimization = ac.get<bool>("contiguous_memory_optimization", false);
+    c.activation_checkpointing.cpu_checkpointing = ac.get<bool>("cpu_checkpointing", false);
+    if (ac.has("number_checkpoints") && !ac.raw("number_checkpoints")->is_null())
+      c.activation_checkpointing.number_checkpoints = ac.get<int64_t>("number_checkpoints", 0);
+    else
+      ac.consume("number_checkpoints");
+    ac.finish({"synchronize_checkpoint_boundary", "profile"});
+  }
+  c.wall_clock_breakdown = top.get<bool>("wall_clock_breakdown", false);
+  c.memory_breakdown = top.get<bool>("memory_breakdown", false);
+  c.zero = load_zero(L, top.sub("zero_optimization"));
+  top.finish({"zero_allow_untested_optimizer", "prescale_gradients", "gradient_predivide_factor",
+              "sparse_gradients", "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comet",
+              "comms_logger", "aio", "checkpoint", "data_types", "compile", "dump_state", "amp",
+              "elasticity", "zero_force_ds_cpu_optimizer", "seq_parallel_communication_data_type",
+              "dataloader_drop_last", "timers", "monitor_config", "autotuning", "nebula",
+              "data_efficiency", "curriculum_learning", "compression_training", "pipeline",
+              "gradient_accumulation_dtype", "torch_autocast", "graph_harvesting", "use_data_before_expert_parallelism"});
+  return c;
+}
+
+c10::ScalarType comm_dtype_of(const DsConfig& cfg) {
+  const std::string& t = cfg.communication_data_type;
+  return t == "fp16" ? c10::ScalarType::Half : t == "bf16" ? c10::ScalarType::BFloat16 : c10::ScalarType::Float;
+}
+
+DsConfig load_ds_config(const std::string& path, const ConfigFlags& flags) {
+  std::ifstream in(path);
+  if (!in)
+    throw ConfigError("--config: cannot read \"" + path + "\" (no such file or not readable). Pass the path of a "
+                      "DeepSpeed JSON config, e.g. configs/examples/stage0_fp32.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_ds_config(ss.str(), path, flags);
+}
+
+nlohmann::json DsConfig::resolved_json() const {
+  json out = json::object();
+  for (const auto& e : entries) {
+    if (e.value.is_null()) continue;
+    out[json::json_pointer("/" + [&] {
+      std::string p = e.path;
+      for (auto& ch : p) if (ch == '.') ch = '/';
+      return p;
+    }())] = e.value;
+  }
+  return out;
+}
+
+nlohmann::json DsConfig::effective_json() const {
+  json list = json::array();
+  for (const auto& e : entries) {
+    json j = {{"key", e.path}, {"value", e.value}, {"source", source_name(e.source)}};
+    if (!e.note.empty()) j["note"] = e.note;
+    list.push_back(j);
+  }
+  return {{"file", file}, {"world_size", world_size}, {"resolved", resolved_json()}, {"entries", list},
+          {"warnings", warnings}};
+}
+
+}  // namespace zrepro

@@ -1,0 +1,92 @@
+// The training loop of one rank: micro-steps over the rank's slice of each global
+// batch, loss / gas (times the loss scale) backward, then the ZeRO optimizer step
+// at the accumulation boundary. Records one StepRecord per optimizer step.
+#pragma once
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "device/device_memory.h"
+#include "trainer/config/ds_config.h"
+#include "trainer/config/model_spec.h"
+#include "trainer/loop/trace.h"
+#include "zero/comm/communicator.h"
+#include "zero/engine.h"
+
+namespace zrepro {
+
+// --inject KIND:RANK[:ARG], faults for tests and scenarios:
+//   inf-grad:R[:STEPS]    +inf into rank R's gradients on STEPS ("N", "N-", "N-M"; all)
+//   gas-mismatch:R        rank R runs one more micro-step per step
+//   skip-forward:R[:STEP] rank R skips micro-step 0 of step STEP (default 1)
+//   straggler:R:MS        rank R sleeps MS milliseconds per micro-step
+//   drop-accumulated-grads:R  with optimizer offload, rank R's host accumulator drops
+//                         the gradients of micro-steps after the first (a historic bug)
+struct Injection {
+  std::string kind;
+  int rank = 0;
+  int64_t from = 0, to = -1;  // inclusive step range; to = -1: no end
+  double ms = 0;              // straggler delay
+  bool covers(int64_t step) const { return step >= from && (to < 0 || step <= to); }
+};
+Injection parse_injection(const std::string& spec);  // throws ConfigError
+
+struct TrainOptions {
+  int64_t steps = 50;
+  uint64_t seed = 1234;
+  torch::Device device = torch::kCPU;
+  Communicator* comm = nullptr;  // null: a single rank (SelfCommunicator)
+  std::vector<Injection> inject;
+  bool verify_replicas = false;  // stages 0-2: check parameters are bit-identical on all ranks each step
+  bool activation_checkpointing = false;  // recompute each block in backward
+  TraceRecorder* trace = nullptr;         // compute spans and memory counter, when set
+  double host_link_gbps = 0;              // offload copy engine: host-link model
+  double pageable_ratio = 0.5;
+  // Dynamic padding (batches padded to their longest sample instead of a fixed
+  // length): step j uses a sequence length between dynamic_seq_min and the model's,
+  // the same for every micro-step and rank of the step. 0: fixed length.
+  int64_t dynamic_seq_min = 0;
+  // Overrides the engine's buffer policy (experiments and tests; see
+  // [Note: one buffer policy for run and plan] in zero/schedule/buffer_policy.h).
+  std::optional<BufferPolicy> buffer_policy;
+};
+// The sequence length of step `step` under dynamic padding (deterministic).
+int64_t dynamic_seq_len(int64_t step, int64_t min_len, int64_t max_len);
+
+struct StepRecord {
+  int64_t step = 0;
+  double loss = 0;       // mean over the global batch
+  double grad_norm = 0;  // NaN when the step was skipped
+  double loss_scale = 1;
+  bool skipped = false;
+  double lr = 0;
+  double step_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0, data_wait_s = 0;
+  double comm_wait_s = 0;  // time blocked waiting for collectives
+  CommStats comm;          // collectives issued during this step (this rank)
+  CopyStats copies;        // offload copies completed during this step (this rank)
+  int replicas_identical = -1;  // 1 / 0 when verified, -1 when not checked
+  MemorySnapshot memory;        // device memory after the step (peaks: since the run started)
+};
+
+struct TrainResult {
+  std::vector<StepRecord> steps;
+  CopyStats copies;                  // offload copies over the run (this rank)
+  std::vector<CopyRecord> copy_log;  // the last copies, for the trace
+  int64_t skipped_steps = 0;
+  EngineMemory memory;  // this rank's engine-owned bytes by category
+  // Full fp32 parameters after the last step, one tensor per layer (for checks).
+  std::vector<torch::Tensor> final_params;
+};
+
+// Runs until opts.steps optimizer steps are done. Throws NumericalError (loss scale
+// at minimum, non-finite loss); result keeps the steps completed before that.
+// on_step runs after every optimizer step (logging, metrics) with the scaler event.
+using StepCallback = std::function<void(const StepRecord&, const std::string& scale_log)>;
+void train(const DsConfig& cfg, const ModelSpec& model, const TrainOptions& opts, TrainResult& result,
+           const StepCallback& on_step = {}, bool keep_final_params = false);
+
+}  // namespace zrepro

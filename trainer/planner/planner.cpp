@@ -1,0 +1,549 @@
+// See planner.h. PlanSim runs the engine's own schedules (zero/schedule/: the
+// layer size tables, ShardLifecycle, GatherSchedule, ReduceSchedule, BufferPolicy)
+// on byte counts instead of tensors, in the order the GPT model calls the engine,
+// with the model's activation tapes in between, on one rank (every rank of this
+// trainer holds the same amounts: partitions and shards are padded to equal sizes),
+// over two optimizer steps: the first records the stage-3 trace, the second is the
+// steady state with prefetching and reuse. See docs/ARCHITECTURE.md "How plan and
+// run share the schedule".
+#include "trainer/planner/planner.h"
+
+#include <algorithm>
+#include <memory>
+#include <numeric>
+#include <sstream>
+
+#include "offload/host_memory.h"
+#include "trainer/model/gpt.h"
+#include "trainer/planner/gpt_memory.h"
+#include "zero/schedule/buffer_policy.h"
+#include "zero/schedule/gather_schedule.h"
+#include "zero/schedule/layer_layout.h"
+#include "zero/schedule/offload_plan.h"
+#include "zero/schedule/reduce_schedule.h"
+#include "zero/schedule/shard_state.h"
+#include "zero/schedule/stage_policy.h"
+
+namespace zrepro {
+
+using json = nlohmann::json;
+
+namespace {
+
+int64_t elem_size(torch::ScalarType t) { return static_cast<int64_t>(c10::elementSize(t)); }
+
+// The running device total and everything the plan reports about it.
+class Timeline {
+ public:
+  explicit Timeline(MemoryPlan& plan) : p_(plan) {}
+  void phase(Phase ph) {
+    phase_ = ph;
+    if (p_.phases.empty() || p_.phases.back().phase != ph) {
+      auto it = std::find_if(p_.phases.begin(), p_.phases.end(), [&](const PhasePeak& x) { return x.phase == ph; });
+      if (it == p_.phases.end()) p_.phases.push_back({ph, total_, now_});
+    }
+  }
+  void add(MemCategory c, int64_t bytes) {
+    if (bytes == 0) return;
+    const int ci = static_cast<int>(c);
+    if (bytes > 0 && p_.capacity > 0 && total_ + bytes > p_.capacity && p_.fits) {
+      p_.fits = false;
+      p_.oom_phase = phase_;
+      p_.oom_request = bytes;
+      p_.at_oom = now_;
+    }
+    now_[ci] += bytes;
+    total_ += bytes;
+    p_.category_peaks[ci] = std::max(p_.category_peaks[ci], now_[ci]);
+    if (total_ > p_.peak_bytes) {
+      p_.peak_bytes = total_;
+      p_.peak_phase = phase_;
+      p_.by_category = now_;
+    }
+    for (auto& ph : p_.phases)
+      if (ph.phase == phase_ && total_ > ph.peak) ph.peak = total_, ph.by_category = now_;
+  }
+  int64_t now(MemCategory c) const { return now_[static_cast<int>(c)]; }
+
+ private:
+  MemoryPlan& p_;
+  Phase phase_ = Phase::init;
+  int64_t total_ = 0;
+  CategoryBytes now_{};
+};
+
+// The engine's per-layer size tables (zero/schedule/layer_layout.h), from the model.
+std::vector<LayerLayout> layer_layouts(const ModelSpec& m, const StagePolicy& policy, int ws,
+                                       int64_t persistence_threshold) {
+  std::vector<LayerLayout> out;
+  for (const LayerSpec& layer : gpt_layers(m)) {
+    std::vector<int64_t> numels;
+    for (const auto& p : layer.params) numels.push_back(p.numel());
+    out.push_back(layer_layout(numels, policy, ws, persistence_threshold));
+  }
+  return out;
+}
+
+// ShardOps on byte counts: GatherSchedule runs the engine's stage-3 algorithm on these
+// lifecycles, and each transition adds what ParamGroup allocates or frees for it.
+class PlannedShards : public ShardOps {
+ public:
+  PlannedShards(const std::vector<LayerLayout>& layers, bool host_shard, int64_t pe, Timeline& tl)
+      : layers_(layers), pe_(pe), tl_(tl) {
+    for (size_t l = 0; l < layers.size(); ++l) life_.emplace_back(true, host_shard);
+  }
+  void unshard_start(int l) override {
+    const ShardLifecycle::Start s = life_[l].start();
+    if (s.alloc_dynamic) tl_.add(MemCategory::comm_buffers, layers_[l].dynamic_numel * pe_);
+    if (s.alloc_persistent) tl_.add(MemCategory::params, layers_[l].persist_numel * pe_);
+    if (s.upload) tl_.add(MemCategory::comm_buffers, layers_[l].shard.shard_numel * pe_);  // the shard's device copy
+  }
+  void unshard_wait(int l) override {
+    if (life_[l].wait().upload_landed) tl_.add(MemCategory::comm_buffers, -layers_[l].shard.shard_numel * pe_);
+  }
+  void reshard(int l) override {
+    const ShardState s = life_[l].state();
+    if (s != ShardState::gathering && s != ShardState::gathered) return;
+    unshard_wait(l);
+    if (life_[l].reshard()) tl_.add(MemCategory::comm_buffers, -layers_[l].dynamic_numel * pe_);
+  }
+  bool uploading(int l) const override { return life_[l].uploading(); }
+  bool host_shard(int l) const override { return life_[l].host_shard(); }
+  void mark_stale() {
+    for (auto& l : life_) l.mark_stale();
+  }
+
+ private:
+  const std::vector<LayerLayout>& layers_;
+  int64_t pe_;
+  Timeline& tl_;
+  std::vector<ShardLifecycle> life_;
+};
+
+// ReduceOps on byte counts: ReduceSchedule runs GradReducer's bucketing, and each
+// event adds what GradReducer allocates or frees. With optimizer offload a bucket's
+// output stays alive until its copy to the host landed, at the latest until its
+// buffer is refilled (the planner assumes the copies keep up beyond that).
+class PlannedReduce : public ReduceOps {
+ public:
+  PlannedReduce(const ReduceSchedule& sched, bool reduce_scatter, int64_t comm_elem, const std::vector<bool>& offloaded,
+                Timeline& tl)
+      : sched_(sched), reduce_scatter_(reduce_scatter), ce_(comm_elem), tl_(tl) {
+    held_.assign(sched.buffers(), 0);
+    out_.assign(sched.buckets().size(), 0);
+    for (const Bucket& b : sched.buckets()) {
+      bool off = false;
+      for (const auto& p : b.pieces) off = off || offloaded[sched.unit(p.unit).group];
+      offloaded_bucket_.push_back(off);
+    }
+  }
+  void allocate_buffers(int count, int64_t numel) override { tl_.add(MemCategory::comm_buffers, count * numel * ce_); }
+  void reuse_buffer(int i) override {
+    tl_.add(MemCategory::comm_buffers, -held_[i]);  // the reducer waits for the copies of its previous bucket
+    held_[i] = 0;
+  }
+  void fill(int, int, int) override {}
+  void launch(int b, int) override {
+    out_[b] = reduce_scatter_ ? sched_.buckets()[b].numel_per_rank * ce_ : 0;
+    tl_.add(MemCategory::comm_buffers, out_[b]);
+  }
+  void complete(int b, int buffer) override {
+    if (offloaded_bucket_[b])
+      held_[buffer] += out_[b];  // the copy to the host still reads it
+    else
+      tl_.add(MemCategory::comm_buffers, -out_[b]);
+  }
+  void end(bool free_buffers) override {
+    for (int i = 0; i < sched_.buffers(); ++i) reuse_buffer(i);
+    if (free_buffers) tl_.add(MemCategory::comm_buffers, -sched_.buffers() * sched_.buffer_numel() * ce_);
+  }
+
+ private:
+  const ReduceSchedule& sched_;
+  bool reduce_scatter_;
+  int64_t ce_;
+  Timeline& tl_;
+  std::vector<int64_t> held_;  // per buffer: outputs waiting on their copy
+  std::vector<int64_t> out_;   // per bucket: its output while in flight
+  std::vector<bool> offloaded_bucket_;
+};
+
+// One rank's device timeline over two optimizer steps: the engine's schedules
+// (GatherSchedule, ReduceSchedule, ShardLifecycle, BufferPolicy) executed on byte
+// counts, driven in the order the GPT model calls the engine, with the model's
+// activation tapes between the calls, plus the engine's init and step allocations.
+class PlanSim {
+ public:
+  PlanSim(const PlanRequest& req, MemoryPlan& plan)
+      : req_(req), z_(req.cfg.zero), policy_(stage_policy(z_.stage)),
+        buffers_(req.buffers ? *req.buffers : buffer_policy(z_)), ws_(req.world_size), plan_(plan), tl_(plan) {
+    const Precision p = req.cfg.precision;
+    pe_ = p == Precision::fp32 ? 4 : 2;
+    ce_ = elem_size(comm_dtype_of(req.cfg));
+    B_ = req.cfg.micro_batch;
+    layers_ = layer_layouts(req.model, policy_, ws_, z_.stage3_param_persistence_threshold);
+    sym_ = gpt_tape_symbols(req.model, B_, p, req.cpu_device);
+    fp16_cpu_ = p == Precision::fp16 && req.cpu_device;
+    ckpt_ = req.activation_checkpointing;
+    cpu_ckpt_ = ckpt_ && req.cfg.activation_checkpointing.cpu_checkpointing;
+    if (cpu_ckpt_) plan_.host_bytes = req.model.layers * sym_.at("n");  // one block input per block
+    std::vector<std::vector<int64_t>> numels;
+    for (const auto& l : layers_) numels.push_back(l.param_numels);
+    offloaded_ = offloaded_layers(numels, z_);
+    param_offload_ = z_.offload_param.enabled();
+    const OffloadHostBytes host = offload_host_bytes(numels, z_, ws_, pe_ == 4 ? torch::kFloat : torch::kBFloat16,
+                                                     comm_dtype_of(req.cfg));
+    plan_.host_pinned_bytes = host.pinned;
+    plan_.host_pageable_bytes = host.pageable;
+  }
+
+  void run() {
+    init();
+    for (int step = 0; step < 2; ++step) {
+      for (int64_t t = 0; t < req_.cfg.grad_accum; ++t) micro_step();
+      optimizer_step();
+    }
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      plan_.model_states[static_cast<int>(MemCategory::params)] += layers_[l].param_device_numel(param_offload_) * pe_;
+      plan_.model_states[static_cast<int>(MemCategory::grads)] += grad_bytes(l);
+      plan_.model_states[static_cast<int>(MemCategory::optimizer_states)] += optimizer_bytes(l);
+    }
+  }
+
+ private:
+  // Persistent gradient storage: the full layout (stages 0-1) or the owned part on
+  // the device (offloaded layers accumulate on the host).
+  int64_t grad_bytes(size_t l) const {
+    if (policy_.full_grads()) return layers_[l].full_grad_numel() * pe_;
+    return offloaded_[l] ? 0 : layers_[l].owned_numel() * pe_;
+  }
+  bool master_aliased() const { return policy_.owns_whole_flat() && pe_ == 4; }  // DeviceAdam updates in place
+  int64_t optimizer_bytes(size_t l) const {
+    if (offloaded_[l]) return 0;
+    return (master_aliased() ? 2 : 3) * 4 * layers_[l].owned_numel();
+  }
+  int last() const { return static_cast<int>(layers_.size()) - 1; }
+
+  // ZeroEngine's constructor: parameters and gradients per layer, then the optimizer
+  // states (phase partition), then the reducer's persistent buffers.
+  void init() {
+    tl_.phase(Phase::init);
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      tl_.add(MemCategory::params, layers_[l].resident_param_numel(param_offload_) * pe_);
+      tl_.add(MemCategory::other, 4);  // the layer's autograd carrier
+      tl_.add(MemCategory::grads, grad_bytes(l));
+    }
+    tl_.phase(Phase::partition);
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const int64_t o = 4 * layers_[l].owned_numel();
+      if (optimizer_bytes(l) == 0) continue;  // offloaded: master and moments on the host
+      if (!master_aliased()) {
+        if (pe_ != 4) tl_.add(MemCategory::optimizer_states, o);  // owned.to(float) before the clone
+        tl_.add(MemCategory::optimizer_states, o);
+        if (pe_ != 4) tl_.add(MemCategory::optimizer_states, -o);
+      }
+      tl_.add(MemCategory::optimizer_states, 2 * o);  // Adam moments
+    }
+    tl_.phase(Phase::init);
+    if (policy_.shard_params()) {
+      std::vector<int64_t> dyn;
+      for (const auto& l : layers_) dyn.push_back(l.dynamic_numel);
+      gathers_ = std::make_unique<GatherSchedule>(
+          dyn, GatherSchedule::Options{z_.stage3_prefetch_bucket_size, z_.stage3_max_live_parameters,
+                                       z_.stage3_max_reuse_distance, buffers_.max_param_uploads});
+      shards_ = std::make_unique<PlannedShards>(layers_, param_offload_, pe_, tl_);
+    }
+    if (policy_.uses_reducer()) {
+      std::vector<std::pair<int, const LayerLayout*>> reverse;
+      for (int g = last(); g >= 0; --g) reverse.emplace_back(g, &layers_[g]);
+      reduce_ = std::make_unique<ReduceSchedule>(reverse, z_.reduce_bucket_size, ws_, buffers_);
+      reduce_ops_ = std::make_unique<PlannedReduce>(*reduce_, z_.reduce_scatter, ce_, offloaded_, tl_);
+      reduce_->prepare(*reduce_ops_);
+    }
+    tl_.add(MemCategory::other, req_.model.seq * req_.model.seq);  // causal mask (bool)
+  }
+
+  // ---- the engine's entry points, as the model calls them
+  void fetch(int l) {
+    if (gathers_) gathers_->fetch(l, *shards_);
+  }
+  void release(int l) {
+    if (gathers_) gathers_->release(l, *shards_);
+  }
+  void tape(GptTape which) {
+    replay_tape(gpt_tape(which, B_, req_.cfg.precision, req_.cpu_device), sym_,
+                [&](int64_t b) { tl_.add(MemCategory::activations, b); },
+                [&](int64_t b) {
+                  tl_.add(MemCategory::activations, b);
+                  param_grads_ += b;
+                });
+  }
+  // fp16 on the CPU: every layer's weights are cast to fp32 for compute and saved.
+  void weight_copies(int l, int sign) {
+    if (fp16_cpu_) tl_.add(MemCategory::activations, sign * 4 * layers_[l].numel);
+  }
+  // The layer's parameter gradients are complete (ZeroEngine::reduce_grad): reduce
+  // (per micro-step stages) or add into the full gradient, then autograd frees them.
+  void reduce(int l) {
+    if (policy_.reduction() == GradReduction::reduce_scatter_per_micro_step) reduce_->add(l, *reduce_ops_);
+    release(l);
+    tl_.add(MemCategory::activations, -param_grads_);
+    param_grads_ = 0;
+    weight_copies(l, -1);
+  }
+
+  void forward() {
+    const int L = last();
+    tl_.phase(Phase::forward);
+    fetch(0);
+    weight_copies(0, +1);
+    tape(GptTape::embed_forward);
+    release(0);
+    for (int l = 1; l < L; ++l) {
+      fetch(l);
+      if (!ckpt_) weight_copies(l, +1);  // a checkpointed block saves them in its recomputation
+      tape(ckpt_ ? GptTape::block_forward_no_grad : GptTape::block_forward);
+      // cpu checkpointing keeps the block's input on the host: the previous output dies.
+      if (cpu_ckpt_) tl_.add(MemCategory::activations, -sym_.at("n"));
+      release(l);
+    }
+    fetch(L);
+    weight_copies(L, +1);
+    tape(GptTape::head_forward);
+    release(L);
+  }
+
+  void backward() {
+    const int L = last();
+    tl_.phase(Phase::backward);
+    fetch(L);
+    tape(GptTape::head_backward);
+    reduce(L);
+    for (int l = L - 1; l >= 1; --l) {
+      fetch(l);
+      if (ckpt_) {
+        fetch(l);  // the recomputation acquires the layer again
+        weight_copies(l, +1);
+        tape(GptTape::block_forward);
+        tape(GptTape::block_backward_recomputed);
+        reduce(l);
+        tape(GptTape::block_recompute_release);
+        // With cpu checkpointing one of those frees is the host copy of the input.
+        if (cpu_ckpt_) tl_.add(MemCategory::activations, sym_.at("n"));
+      } else {
+        tape(GptTape::block_backward);
+        reduce(l);
+      }
+    }
+    fetch(0);
+    tape(GptTape::embed_backward);
+    reduce(0);
+    // ZeroEngine::end_backward
+    if (policy_.reduction() == GradReduction::reduce_scatter_per_micro_step) reduce_->finish(*reduce_ops_);
+    if (gathers_) gathers_->end_backward(*shards_);
+  }
+
+  void micro_step() {
+    const int64_t batch = B_ * (req_.model.seq + 1) * 8;  // int64 tokens
+    tl_.add(MemCategory::other, batch);
+    if (gathers_) gathers_->begin_micro_step();
+    forward();
+    backward();
+    tl_.add(MemCategory::other, -batch);
+  }
+
+  // ZeroEngine::step: the boundary reduce (stage 1: into a transient partition), then
+  // per layer, one at a time, the fp32 copy the norm is taken of (16-bit grads) and
+  // the fp32 gradient the optimizer reads (offloaded layers: on the host).
+  void optimizer_step() {
+    tl_.phase(Phase::step);
+    const bool transient = policy_.transient_reduced_partition();
+    if (transient) {
+      for (size_t l = 0; l < layers_.size(); ++l)
+        if (!offloaded_[l]) tl_.add(MemCategory::comm_buffers, layers_[l].owned_numel() * pe_);
+      for (int g = last(); g >= 0; --g) reduce_->add(g, *reduce_ops_);
+      reduce_->finish(*reduce_ops_);
+    }
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      if (pe_ == 4 || offloaded_[l]) continue;
+      const int64_t norm_numel = policy_.owns_whole_flat() ? layers_[l].flat.partition_numel : layers_[l].owned_numel();
+      tl_.add(MemCategory::other, 4 * norm_numel);
+      tl_.add(MemCategory::other, -4 * norm_numel);
+    }
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      if (pe_ == 4 || offloaded_[l]) continue;
+      const int64_t g = policy_.owns_whole_flat() ? layers_[l].full_grad_numel() : layers_[l].owned_numel();
+      tl_.add(MemCategory::other, 4 * g);
+      tl_.add(MemCategory::other, -4 * g);
+    }
+    if (transient)
+      for (size_t l = 0; l < layers_.size(); ++l)
+        if (!offloaded_[l]) tl_.add(MemCategory::comm_buffers, -layers_[l].owned_numel() * pe_);
+    if (shards_) shards_->mark_stale();  // persistent parameters are re-gathered
+  }
+
+  const PlanRequest& req_;
+  const ZeroConfig& z_;
+  StagePolicy policy_;
+  BufferPolicy buffers_;
+  int ws_;
+  MemoryPlan& plan_;
+  Timeline tl_;
+  int64_t pe_ = 4, ce_ = 4, B_ = 1;
+  bool fp16_cpu_ = false, ckpt_ = false, cpu_ckpt_ = false;
+  std::vector<LayerLayout> layers_;
+  TapeSymbols sym_;
+  std::unique_ptr<GatherSchedule> gathers_;
+  std::unique_ptr<PlannedShards> shards_;
+  std::unique_ptr<ReduceSchedule> reduce_;
+  std::unique_ptr<PlannedReduce> reduce_ops_;
+  std::vector<bool> offloaded_;  // optimizer on the host
+  bool param_offload_ = false;
+  int64_t param_grads_ = 0;
+};
+
+json categories_json(const CategoryBytes& c) {
+  json j = json::object();
+  for (int i = 0; i < kNumMemCategories; ++i) j[mem_category_name(static_cast<MemCategory>(i))] = c[i];
+  return j;
+}
+
+}  // namespace
+
+std::vector<DeepSpeedEstimate> deepspeed_estimates(int64_t psi, int64_t largest, int gpus, int stage) {
+  const double P = static_cast<double>(psi), G = gpus, f = 1.5;
+  std::vector<DeepSpeedEstimate> out;
+  auto add = [&](std::string setting, double gpu, double cpu, std::string formula) {
+    out.push_back({std::move(setting), static_cast<int64_t>(gpu), static_cast<int64_t>(cpu), std::move(formula)});
+  };
+  if (stage <= 2) {
+    add("zero2, offload_optimizer=none", 2 * P + 18 * P / G, P * 4 * G * f, "gpu 2psi + 18psi/G; cpu 4psi*g*1.5");
+    add("zero2, offload_optimizer=cpu", 2 * P, P * std::max(4 * G, 16.0) * f, "gpu 2psi; cpu psi*max(4G,16)*1.5");
+  } else {
+    const double L4 = 4.0 * static_cast<double>(largest);
+    add("zero3, offload_param=none, offload_optimizer=none", L4 + 18 * P / G, static_cast<double>(largest) * 4 * G * f,
+        "gpu 4L + 18psi/G; cpu 4L*g*1.5");
+    add("zero3, offload_param=none, offload_optimizer=cpu", L4 + 2 * P / G, P * 16 * f,
+        "gpu 4L + 2psi/G; cpu 16psi*1.5");
+    add("zero3, offload_param=cpu, offload_optimizer=cpu", L4, P * 18 * f, "gpu 4L; cpu 18psi*1.5");
+  }
+  return out;
+}
+
+MemoryPlan plan_memory(const PlanRequest& req) {
+  MemoryPlan plan;
+  plan.world_size = req.world_size;
+  plan.zero_stage = req.cfg.zero.stage;
+  plan.capacity = req.device_capacity;
+  PlanSim(req, plan).run();
+  int64_t largest = 0;
+  for (const auto& l : gpt_layers(req.model)) {
+    int64_t n = 0;
+    for (const auto& p : l.params) n += p.numel();
+    largest = std::max(largest, n);
+  }
+  plan.deepspeed = deepspeed_estimates(req.model.param_count(), largest, req.world_size, req.cfg.zero.stage);
+  return plan;
+}
+
+json MemoryPlan::to_json() const {
+  json phases_j = json::array();
+  for (const auto& p : phases)
+    phases_j.push_back({{"phase", phase_name(p.phase)}, {"peak_bytes", p.peak}, {"by_category", categories_json(p.by_category)}});
+  json ds = json::array();
+  for (const auto& d : deepspeed)
+    ds.push_back({{"setting", d.setting}, {"gpu_bytes", d.gpu_bytes}, {"cpu_bytes", d.cpu_bytes}, {"formula", d.formula}});
+  json j = {{"world_size", world_size},
+            {"zero_stage", zero_stage},
+            {"device_capacity_bytes", capacity},
+            {"peak_bytes", peak_bytes},
+            {"peak_phase", phase_name(peak_phase)},
+            {"by_category", categories_json(by_category)},
+            {"category_peaks", categories_json(category_peaks)},
+            {"model_states", categories_json(model_states)},
+            {"phases", phases_j},
+            {"host_bytes", host_bytes},
+            {"host_pinned_bytes", host_pinned_bytes},
+            {"host_pageable_bytes", host_pageable_bytes},
+            {"verdict", capacity == 0 ? "fits" : fits ? "fits" : "oom"},
+            {"oom_phase", fits ? json(nullptr) : json(phase_name(oom_phase))},
+            {"deepspeed_estimates", ds},
+            // Every rank holds the same amounts (equal padded partitions and shards).
+            {"ranks", "all ranks equal"}};
+  if (!fits) {
+    j["oom_request_bytes"] = oom_request;
+    j["at_oom"] = categories_json(at_oom);
+  }
+  return j;
+}
+
+std::string format_plan(const MemoryPlan& p, const PlanRequest& req) {
+  std::ostringstream os;
+  const ModelSpec& m = req.model;
+  os << "[zrepro plan] model " << m.name << " (" << m.param_count() << " params, " << m.layers << " layers, hidden "
+     << m.hidden << ", seq " << m.seq << ", vocab " << m.vocab << "), zero_stage " << p.zero_stage << ", "
+     << precision_name(req.cfg.precision) << ", world_size " << p.world_size << ", micro " << req.cfg.micro_batch
+     << " x gas " << req.cfg.grad_accum << (req.activation_checkpointing ? ", activation checkpointing" : "") << "\n";
+  os << "predicted device memory per rank (every rank the same)";
+  if (p.capacity > 0) os << ", capacity " << format_bytes(p.capacity);
+  os << "\n\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "  %-10s %12s", "phase", "peak");
+  os << line;
+  for (int c = 0; c < kNumMemCategories; ++c) {
+    std::snprintf(line, sizeof line, " %14s", mem_category_name(static_cast<MemCategory>(c)));
+    os << line;
+  }
+  os << "\n";
+  auto row = [&](const std::string& name, int64_t total, const CategoryBytes& by) {
+    std::snprintf(line, sizeof line, "  %-10s %12s", name.c_str(), format_bytes(total).c_str());
+    os << line;
+    for (int c = 0; c < kNumMemCategories; ++c) {
+      std::snprintf(line, sizeof line, " %14s", format_bytes(by[c]).c_str());
+      os << line;
+    }
+    os << "\n";
+  };
+  for (const auto& ph : p.phases) row(phase_name(ph.phase), ph.peak, ph.by_category);
+  row("PEAK", p.peak_bytes, p.by_category);
+  int64_t states = 0;
+  for (int64_t b : p.model_states) states += b;
+  os << "\n  peak in phase " << phase_name(p.peak_phase) << "; model states " << format_bytes(states) << " (params "
+     << format_bytes(p.model_states[0]) << ", grads " << format_bytes(p.model_states[1]) << ", optimizer_states "
+     << format_bytes(p.model_states[2]) << ")";
+  if (p.host_bytes > 0) os << "; host " << format_bytes(p.host_bytes) << " (cpu checkpoints)";
+  os << "\n";
+  if (p.host_pinned_bytes > 0 || p.host_pageable_bytes > 0) {
+    os << "  offload host memory per rank: " << format_bytes(p.host_pinned_bytes) << " pinned, "
+       << format_bytes(p.host_pageable_bytes) << " pageable";
+    // The memlock preflight `zrepro run` does on the CPU-emulated device (mlock pinning).
+    const MemlockInfo ml = memlock_info();
+    const int64_t avail = ml.available();
+    if (p.host_pinned_bytes > 0 && req.cpu_device) {
+      if (avail >= 0 && p.host_pinned_bytes > avail)
+        os << "\n  pinned-memory: this machine may lock only " << format_bytes(avail) << " (ulimit -l "
+           << ml.limit_bytes / 1024 << " KiB, CAP_IPC_LOCK not held): the run would fail at init. Raise ulimit -l "
+           << "or set pin_memory false";
+      else
+        os << " (fits this machine's memlock limit)";
+    }
+    os << "\n";
+  }
+  if (p.capacity > 0) {
+    if (p.fits)
+      os << "  verdict: fits (" << format_bytes(p.capacity - p.peak_bytes) << " to spare at the peak)\n";
+    else
+      os << "  verdict: OOM in phase " << phase_name(p.oom_phase) << " (allocating " << format_bytes(p.oom_request)
+         << " with " << format_bytes(std::accumulate(p.at_oom.begin(), p.at_oom.end(), int64_t{0}))
+         << " in use; the run would need " << format_bytes(p.peak_bytes) << ")\n";
+  }
+  os << "\nDeepSpeed's estimator for the same setting (model states only: no activations, buffers or gathers):\n";
+  for (const auto& d : p.deepspeed) {
+    std::snprintf(line, sizeof line, "  %-52s gpu %12s  cpu %12s   (%s)\n", d.setting.c_str(),
+                  format_bytes(d.gpu_bytes).c_str(), format_bytes(d.cpu_bytes).c_str(), d.formula.c_str());
+    os << line;
+  }
+  return os.str();
+}
+
+}  // namespace zrepro

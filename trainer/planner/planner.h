@@ -1,0 +1,81 @@
+// The memory planner behind `zrepro plan`: predicts, without training, the device
+// bytes per rank of a run by replaying what the engine and the model allocate and
+// free, in order: persistent model states from the ZeRO partition arithmetic
+// (padding included), the activation tapes of gpt_memory.h for every micro-step,
+// the stage-3 gather schedule (zero/gather_schedule.h), the gradient buckets and
+// the optimizer step's temporaries. The peak of that timeline, its phase, the
+// category breakdown there, and the first point where it passes the capacity are
+// the prediction. DeepSpeed's own estimator figures (model states only) come
+// alongside, so users see what they leave out.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "device/device_memory.h"
+#include "trainer/config/ds_config.h"
+#include "trainer/config/model_spec.h"
+#include "zero/schedule/buffer_policy.h"
+
+namespace zrepro {
+
+using CategoryBytes = std::array<int64_t, kNumMemCategories>;
+
+struct PlanRequest {
+  ModelSpec model;
+  DsConfig cfg;  // resolved for world_size (batch triple, precision, zero section)
+  int world_size = 1;
+  int64_t device_capacity = 0;  // 0: unlimited
+  bool activation_checkpointing = false;
+  bool cpu_device = true;  // the CPU-emulated device (fp16 computes in fp32 there)
+  // The engine's buffer policy, when a run overrides it (EngineConfig::buffers).
+  std::optional<BufferPolicy> buffers;
+};
+
+struct PhasePeak {
+  Phase phase = Phase::init;
+  int64_t peak = 0;
+  CategoryBytes by_category{};  // at this phase's peak
+};
+
+// One of DeepSpeed's estimate_zero{2,3}_model_states_mem_needs settings.
+struct DeepSpeedEstimate {
+  std::string setting;  // e.g. "zero3, offload_optimizer=none, offload_param=none"
+  int64_t gpu_bytes = 0, cpu_bytes = 0;
+  std::string formula;
+};
+
+struct MemoryPlan {
+  int world_size = 1, zero_stage = 0;
+  int64_t capacity = 0;
+  int64_t peak_bytes = 0;
+  Phase peak_phase = Phase::init;
+  CategoryBytes by_category{};      // at the peak
+  CategoryBytes category_peaks{};   // each category's own maximum
+  std::vector<PhasePeak> phases;    // each phase's peak, in run order
+  CategoryBytes model_states{};     // persistent params / grads / optimizer_states
+  int64_t host_bytes = 0;           // host memory the run keeps (cpu checkpoints)
+  int64_t host_pinned_bytes = 0, host_pageable_bytes = 0;  // offload buffers
+  bool fits = true;
+  Phase oom_phase = Phase::init;    // valid when !fits: first phase past capacity
+  int64_t oom_request = 0;          // the allocation that crossed it
+  CategoryBytes at_oom{};           // by category just before that allocation
+  std::vector<DeepSpeedEstimate> deepspeed;
+
+  nlohmann::json to_json() const;
+};
+
+MemoryPlan plan_memory(const PlanRequest& req);
+
+// DeepSpeed 0.19.6 estimators (REFERENCE.md "Memory"), largest_layer = the largest
+// layer's parameter count, gpus = world size on one node.
+std::vector<DeepSpeedEstimate> deepspeed_estimates(int64_t params, int64_t largest_layer, int gpus, int zero_stage);
+
+// Human table: phases, categories at the peak, verdict, DeepSpeed's figures.
+std::string format_plan(const MemoryPlan& plan, const PlanRequest& req);
+
+}  // namespace zrepro

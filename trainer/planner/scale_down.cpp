@@ -1,0 +1,150 @@
+// See scale_down.h.
+#include "trainer/planner/scale_down.h"
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "device/base/errors.h"
+
+namespace zrepro {
+
+using json = nlohmann::json;
+
+namespace {
+
+ModelSpec shrink(const ModelSpec& t, int64_t hidden) {
+  const double s = static_cast<double>(t.hidden) / static_cast<double>(hidden);
+  auto scaled = [&](int64_t v, int64_t lo) { return std::max(lo, static_cast<int64_t>(std::llround(v / s))); };
+  ModelSpec m = t;
+  m.name = t.name + "/scaled";
+  m.hidden = hidden;
+  m.seq = scaled(t.seq, 2);
+  m.vocab = scaled(t.vocab, 8);
+  m.intermediate = scaled(t.intermediate, 1);
+  return m;
+}
+
+// Toy hidden size: a multiple of the head count (head dimension >= 1).
+int64_t toy_hidden(const ModelSpec& t, double K) {
+  const int64_t a = t.heads;
+  if (K > 0) {
+    const double want = static_cast<double>(t.hidden) / std::sqrt(K);
+    return std::max<int64_t>(a, std::llround(want / a) * a);
+  }
+  for (int64_t h = t.hidden; h >= a; h -= a)
+    if (shrink(t, h).param_count() <= kAutoToyParams) return h;
+  return a;
+}
+
+int64_t divide(int64_t v, double k) { return std::max<int64_t>(1, std::llround(static_cast<double>(v) / k)); }
+
+}  // namespace
+
+ScaleDown scale_down(const ScaleRequest& req) {
+  if (req.target_capacity <= 0)
+    throw ConfigError("--target-device-memory: required with --target-model (scale-down keeps each memory category's "
+                      "share of the target's capacity), e.g. --target-device-memory 80GB");
+  if (req.scale != 0 && req.scale < 1)
+    throw ConfigError("--scale: got " + std::to_string(req.scale) + ", expected auto or a factor >= 1");
+  ScaleDown sd;
+  sd.target = req.target;
+  const ModelSpec& t = req.target;
+  const int64_t h = req.scale == 1 ? t.hidden : toy_hidden(t, req.scale);
+  sd.toy = h == t.hidden ? t : shrink(t, h);
+  sd.linear = static_cast<double>(t.hidden) / static_cast<double>(h);
+  sd.factor = static_cast<double>(t.param_count()) / static_cast<double>(sd.toy.param_count());
+  if (req.scale == 0 && sd.toy.param_count() > kAutoToyParams)
+    sd.warnings.push_back("--scale auto: even the smallest toy with " + std::to_string(t.heads) + " heads has " +
+                          std::to_string(sd.toy.param_count()) + " parameters (> " + std::to_string(kAutoToyParams) +
+                          "); the run will be slow");
+
+  sd.toy_cfg = req.cfg;
+  ZeroConfig& z = sd.toy_cfg.zero;
+  auto scale_key = [&](const char* name, int64_t& v, double k) {
+    const int64_t before = v;
+    v = divide(v, k);
+    sd.scaled_keys.push_back(std::string(name) + " " + std::to_string(before) + " -> " + std::to_string(v));
+  };
+  scale_key("reduce_bucket_size", z.reduce_bucket_size, sd.factor);
+  scale_key("allgather_bucket_size", z.allgather_bucket_size, sd.factor);
+  scale_key("stage3_prefetch_bucket_size", z.stage3_prefetch_bucket_size, sd.factor);
+  scale_key("stage3_max_live_parameters", z.stage3_max_live_parameters, sd.factor);
+  scale_key("stage3_max_reuse_distance", z.stage3_max_reuse_distance, sd.factor);
+  scale_key("stage3_param_persistence_threshold", z.stage3_param_persistence_threshold, sd.linear);
+  sd.toy_capacity = divide(req.target_capacity, sd.factor);
+
+  PlanRequest target_req;
+  target_req.model = t;
+  target_req.cfg = req.cfg;
+  target_req.world_size = req.world_size;
+  target_req.device_capacity = req.target_capacity;
+  target_req.activation_checkpointing = req.activation_checkpointing;
+  target_req.cpu_device = false;  // the target runs on GPUs
+  sd.target_plan = plan_memory(target_req);
+  PlanRequest toy_req = target_req;
+  toy_req.model = sd.toy;
+  toy_req.cfg = sd.toy_cfg;
+  toy_req.device_capacity = sd.toy_capacity;
+  toy_req.cpu_device = true;
+  sd.toy_plan = plan_memory(toy_req);
+
+  auto share = [](int64_t b, int64_t cap) { return static_cast<double>(b) / static_cast<double>(cap); };
+  for (int c = 0; c < kNumMemCategories; ++c)
+    sd.fidelity.push_back({mem_category_name(static_cast<MemCategory>(c)),
+                           share(sd.target_plan.by_category[c], req.target_capacity),
+                           share(sd.toy_plan.by_category[c], sd.toy_capacity)});
+  sd.fidelity.push_back({"peak", share(sd.target_plan.peak_bytes, req.target_capacity),
+                         share(sd.toy_plan.peak_bytes, sd.toy_capacity)});
+  for (const auto& r : sd.fidelity) {
+    const double big = std::max(r.target_share, r.toy_share);
+    if (big > 0.01 && std::abs(r.toy_share - r.target_share) > 0.1 * big) {
+      char buf[200];
+      std::snprintf(buf, sizeof buf, "%s: %.1f%% of capacity in the toy vs %.1f%% in the target", r.category.c_str(),
+                    100 * r.toy_share, 100 * r.target_share);
+      sd.warnings.push_back(std::string("scale-down cannot keep the share of ") + buf);
+    }
+  }
+  if (sd.target_plan.fits != sd.toy_plan.fits ||
+      (!sd.target_plan.fits && sd.target_plan.oom_phase != sd.toy_plan.oom_phase))
+    sd.warnings.push_back("the planner's verdict differs between the target and the toy; the toy may not reproduce it");
+  if (req.cfg.precision == Precision::fp16)
+    sd.warnings.push_back("fp16 computes in fp32 on the CPU-emulated device (LibTorch 1.13 has no CPU fp16 matmul): "
+                          "the toy's activations are larger than the target's");
+  return sd;
+}
+
+json ScaleDown::to_json() const {
+  json rows = json::array();
+  for (const auto& r : fidelity) rows.push_back({{"category", r.category}, {"target_share", r.target_share},
+                                                  {"toy_share", r.toy_share}});
+  auto verdict = [](const MemoryPlan& p) {
+    return json{{"verdict", p.fits ? "fits" : "oom"}, {"oom_phase", p.fits ? json(nullptr) : json(phase_name(p.oom_phase))},
+                {"peak_bytes", p.peak_bytes}, {"peak_phase", phase_name(p.peak_phase)}};
+  };
+  return {{"target_model", target.to_json()},
+          {"toy_model", toy.to_json()},
+          {"parameter_factor", factor},
+          {"linear_factor", linear},
+          {"toy_capacity_bytes", toy_capacity},
+          {"scaled_keys", scaled_keys},
+          {"fidelity", rows},
+          {"target_planned", verdict(target_plan)},
+          {"toy_planned", verdict(toy_plan)},
+          {"warnings", warnings}};
+}
+
+std::string ScaleDown::table() const {
+  std::ostringstream os;
+  char line[160];
+  std::snprintf(line, sizeof line, "  %-18s %14s %14s\n", "share of capacity", "target", "toy");
+  os << line;
+  for (const auto& r : fidelity) {
+    std::snprintf(line, sizeof line, "  %-18s %13.1f%% %13.1f%%\n", r.category.c_str(), 100 * r.target_share,
+                  100 * r.toy_share);
+    os << line;
+  }
+  return os.str();
+}
+
+}  // namespace zrepro

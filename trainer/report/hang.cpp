@@ -1,0 +1,149 @@
+// See hang.h.
+#include "trainer/report/hang.h"
+
+#include <map>
+#include <sstream>
+
+namespace zrepro {
+
+using json = nlohmann::json;
+
+json flight_json(const std::vector<FlightEntry>& entries) {
+  json a = json::array();
+  for (const auto& e : entries)
+    a.push_back({{"seq", e.seq},
+                 {"op", coll_op_name(e.op)},
+                 {"dtype", e.dtype},
+                 {"in_numel", e.in_numel},
+                 {"out_numel", e.out_numel},
+                 {"state", flight_state_name(e.state)},
+                 {"t_scheduled", e.t_scheduled},
+                 {"t_started", e.t_started},
+                 {"t_completed", e.t_completed},
+                 {"step", e.step},
+                 {"micro_step", e.micro_step},
+                 {"label", e.label}});
+  return a;
+}
+
+std::vector<FlightEntry> flight_from_json(const json& j) {
+  std::vector<FlightEntry> out;
+  for (const auto& x : j) {
+    FlightEntry e;
+    e.seq = x.at("seq");
+    const std::string op = x.at("op");
+    for (int i = 0; i < kNumCollOps; ++i)
+      if (op == coll_op_name(static_cast<CollOp>(i))) e.op = static_cast<CollOp>(i);
+    e.dtype = x.at("dtype");
+    e.in_numel = x.at("in_numel");
+    e.out_numel = x.at("out_numel");
+    const std::string st = x.at("state");
+    for (auto s : {FlightEntry::scheduled, FlightEntry::started, FlightEntry::completed, FlightEntry::failed})
+      if (st == flight_state_name(s)) e.state = s;
+    e.t_scheduled = x.at("t_scheduled");
+    e.t_started = x.at("t_started");
+    e.t_completed = x.at("t_completed");
+    e.step = x.at("step");
+    e.micro_step = x.at("micro_step");
+    e.label = x.at("label");
+    out.push_back(e);
+  }
+  return out;
+}
+
+json HangDiagnosis::to_json() const {
+  return {{"seq", seq}, {"culprit_ranks", culprits}, {"kind", kind}, {"text", text}};
+}
+
+namespace {
+
+std::string describe(const FlightEntry& e) {
+  std::ostringstream os;
+  os << coll_op_name(e.op) << "(" << e.dtype << ", in " << e.in_numel << ", out " << e.out_numel << ") ["
+     << e.label << ", step " << e.step << " micro-step " << e.micro_step << ", " << flight_state_name(e.state) << "]";
+  return os.str();
+}
+
+std::string signature(const FlightEntry& e) {
+  return std::string(coll_op_name(e.op)) + "/" + e.dtype + "/" + std::to_string(e.in_numel) + "/" +
+         std::to_string(e.out_numel);
+}
+
+std::string rank_list(const std::vector<int>& r) {
+  std::string s;
+  for (int x : r) s += (s.empty() ? "" : ", ") + std::to_string(x);
+  return s;
+}
+
+}  // namespace
+
+HangDiagnosis diagnose_hang(const std::vector<std::vector<FlightEntry>>& per_rank, int64_t gas) {
+  HangDiagnosis d;
+  const int n = static_cast<int>(per_rank.size());
+  std::vector<std::map<int64_t, const FlightEntry*>> by_seq(n);
+  int64_t lo = 0, hi = -1;
+  std::vector<int> no_dump;
+  for (int r = 0; r < n; ++r) {
+    if (per_rank[r].empty()) { no_dump.push_back(r); continue; }
+    for (const auto& e : per_rank[r]) by_seq[r][e.seq] = &e;
+    lo = std::max(lo, per_rank[r].front().seq);
+    hi = std::max(hi, per_rank[r].back().seq);
+  }
+  for (int64_t k = lo; k <= hi; ++k) {
+    std::vector<int> missing;
+    std::map<std::string, std::vector<int>> sigs;
+    for (int r = 0; r < n; ++r) {
+      if (per_rank[r].empty()) continue;
+      auto it = by_seq[r].find(k);
+      if (it == by_seq[r].end()) missing.push_back(r);
+      else sigs[signature(*it->second)].push_back(r);
+    }
+    std::ostringstream os;
+    if (!missing.empty()) {
+      d.seq = k;
+      d.kind = "missing";
+      d.culprits = missing;
+      os << "not all ranks joined collective #" << k << ": missing rank(s) " << rank_list(missing) << ". ";
+      for (auto& [sig, ranks] : sigs) os << "Rank(s) " << rank_list(ranks) << " issued " << describe(*by_seq[ranks[0]][k]) << ". ";
+    } else if (sigs.size() > 1) {
+      d.seq = k;
+      d.kind = "mismatch";
+      // Culprit: a minority signature; on a tie, the rank whose collective came
+      // from a micro-step the configuration does not have.
+      size_t best = 0;
+      for (auto& [sig, ranks] : sigs) best = std::max(best, ranks.size());
+      std::vector<int> majority_count;
+      for (auto& [sig, ranks] : sigs)
+        if (ranks.size() == best) majority_count.push_back(ranks[0]);
+      for (auto& [sig, ranks] : sigs) {
+        const bool minority = ranks.size() < best;
+        const bool extra = by_seq[ranks[0]][k]->micro_step >= gas;
+        if (minority || (majority_count.size() > 1 && extra)) d.culprits.insert(d.culprits.end(), ranks.begin(), ranks.end());
+      }
+      os << "ranks disagree on collective #" << k << ": ";
+      for (auto& [sig, ranks] : sigs) os << "rank(s) " << rank_list(ranks) << " issued " << describe(*by_seq[ranks[0]][k]) << "; ";
+    } else {
+      bool all_done = true;
+      std::vector<int> stuck;
+      for (auto& [sig, ranks] : sigs)
+        for (int r : ranks)
+          if (by_seq[r][k]->state != FlightEntry::completed) all_done = false, stuck.push_back(r);
+      if (all_done) continue;
+      d.seq = k;
+      d.kind = "stuck";
+      d.culprits = stuck;
+      os << "every rank issued collective #" << k << " " << describe(*by_seq[sigs.begin()->second[0]][k])
+         << " but rank(s) " << rank_list(stuck) << " never completed it (a peer is slow or blocked elsewhere). ";
+    }
+    if (!no_dump.empty()) os << "No flight dump from rank(s) " << rank_list(no_dump) << ".";
+    d.text = os.str();
+    return d;
+  }
+  d.kind = "unknown";
+  d.text = no_dump.empty() ? "every recorded collective matched and completed on all ranks"
+                           : "no flight dump from rank(s) " + rank_list(no_dump) + "; they may be the ones stuck";
+  d.culprits = no_dump;
+  return d;
+}
+
+}  // namespace zrepro

@@ -1,0 +1,321 @@
+// See report.h.
+#include "trainer/report/report.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "device/base/errors.h"
+#include "trainer/model/data.h"
+
+namespace zrepro {
+
+using json = nlohmann::json;
+
+namespace {
+// JSON has no NaN/inf: non-finite numbers become null.
+json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::string& content) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << content;
+    out.flush();
+    if (!out) throw std::runtime_error("cannot write " + tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot rename " + tmp + " to " + path + ": " + ec.message());
+  }
+}
+
+MetricsWriter::MetricsWriter(const std::string& dir)
+    : final_path_(dir + "/metrics.jsonl"), partial_path_(dir + "/metrics.jsonl.partial") {
+  out_.open(partial_path_, std::ios::trunc);
+  if (!out_) throw ConfigError("--out: cannot write " + partial_path_ + "; pass a writable folder");
+}
+
+MetricsWriter::~MetricsWriter() { close(); }
+
+void MetricsWriter::append(const json& line) {
+  out_ << line.dump() << '\n';
+  out_.flush();
+}
+
+void MetricsWriter::close() {
+  if (!out_.is_open()) return;
+  out_.close();
+  std::filesystem::rename(partial_path_, final_path_);
+}
+
+json step_json(const StepRecord& s) {
+  return {{"step", s.step},
+          {"loss", num(s.loss)},
+          {"grad_norm", num(s.grad_norm)},
+          {"loss_scale", s.loss_scale},
+          {"skipped", s.skipped},
+          {"lr", s.lr},
+          {"replicas_identical", s.replicas_identical < 0 ? json(nullptr) : json(s.replicas_identical == 1)},
+          {"time_s", {{"step", s.step_s},
+                      {"forward", s.forward_s},
+                      {"backward", s.backward_s},
+                      {"optimizer", s.optimizer_s},
+                      {"data_wait", s.data_wait_s},
+                      {"comm_wait", s.comm_wait_s}}},
+          {"memory", {{"allocated", s.memory.allocated}, {"peak", s.memory.peak}, {"peak_phase", phase_name(s.memory.peak_phase)},
+                      {"reserved", s.memory.reserved}, {"peak_reserved", s.memory.peak_reserved}}},
+          {"offload", {{"d2h_bytes", s.copies.bytes[0]},
+                       {"h2d_bytes", s.copies.bytes[1]},
+                       {"copy_s", s.copies.busy_s()},
+                       {"exposed_s", s.copies.exposed_s}}},
+          {"comm_bytes", {{"all_reduce", s.comm[CollOp::all_reduce].bytes},
+                          {"reduce_scatter", s.comm[CollOp::reduce_scatter].bytes},
+                          {"all_gather", s.comm[CollOp::all_gather].bytes}}}};
+}
+
+namespace {
+
+// Pinned-memory failures keep exit 1 for now (DESIGN.md reserves 1 for zrepro bugs;
+// a code of their own is open work).
+constexpr FailureRow kFailures[] = {
+    {"config_error", "config_error", kExitBadInput, "config"},
+    {"oom", "oom", kExitOom, "zero-stage"},
+    {"hang", "hang", kExitHang, "communication"},
+    {"numerical", "diverged", kExitNumerical, "numerics"},
+    {"pinned-memory", "error", kExitInternal, "pinned-memory"},
+    {"error", "error", kExitInternal, ""},
+};
+
+}  // namespace
+
+const FailureRow& failure_row(FailureKind k) { return kFailures[static_cast<int>(k)]; }
+
+json make_failure(FailureKind k, int rank, const std::string& phase, const std::string& message,
+                  const std::string& hint) {
+  const FailureRow& row = failure_row(k);
+  return {{"kind", row.kind},          {"rank", rank}, {"phase", phase}, {"message", message},
+          {"checkpoint", row.checkpoint}, {"hint", hint}};
+}
+
+std::vector<double> RankReport::pack() const {
+  std::vector<double> v = {static_cast<double>(rank), static_cast<double>(memory.params),
+                           static_cast<double>(memory.grads), static_cast<double>(memory.optimizer_states),
+                           comm_wait_s, step_s,
+                           static_cast<double>(device.capacity), static_cast<double>(device.peak),
+                           static_cast<double>(static_cast<int>(device.peak_phase)),
+                           static_cast<double>(device.peak_reserved),
+                           static_cast<double>(memory.host_pinned), static_cast<double>(memory.host_pageable),
+                           static_cast<double>(copies.bytes[0]), static_cast<double>(copies.bytes[1]),
+                           copies.seconds[0], copies.seconds[1], copies.exposed_s};
+  for (int64_t b : device.by_category_at_peak) v.push_back(static_cast<double>(b));
+  for (int64_t b : device.category_peaks) v.push_back(static_cast<double>(b));
+  return v;
+}
+
+RankReport RankReport::unpack(const double* v) {
+  RankReport r;
+  r.rank = static_cast<int>(v[0]);
+  r.memory = {static_cast<int64_t>(v[1]), static_cast<int64_t>(v[2]), static_cast<int64_t>(v[3])};
+  r.comm_wait_s = v[4];
+  r.step_s = v[5];
+  r.device.capacity = static_cast<int64_t>(v[6]);
+  r.device.peak = static_cast<int64_t>(v[7]);
+  r.device.peak_phase = static_cast<Phase>(static_cast<int>(v[8]));
+  r.device.peak_reserved = static_cast<int64_t>(v[9]);
+  r.memory.host_pinned = static_cast<int64_t>(v[10]);
+  r.memory.host_pageable = static_cast<int64_t>(v[11]);
+  r.copies.bytes[0] = static_cast<int64_t>(v[12]);
+  r.copies.bytes[1] = static_cast<int64_t>(v[13]);
+  r.copies.seconds[0] = v[14];
+  r.copies.seconds[1] = v[15];
+  r.copies.exposed_s = v[16];
+  for (int c = 0; c < kNumMemCategories; ++c) {
+    r.device.by_category_at_peak[c] = static_cast<int64_t>(v[17 + c]);
+    r.device.category_peaks[c] = static_cast<int64_t>(v[17 + kNumMemCategories + c]);
+  }
+  return r;
+}
+
+RankReport rank_report(int rank, const TrainResult& res, const MemorySnapshot& device) {
+  RankReport r;
+  r.rank = rank;
+  r.memory = res.memory;
+  r.device = device;
+  r.copies = res.copies;
+  int64_t tracked = 0;
+  for (int64_t b : device.by_category_at_peak) tracked += b;
+  if (tracked == 0 && device.peak > 0) {
+    // CUDA: the caching allocator keeps no categories; the engine's model states are
+    // exact, the rest of the peak is reported as other.
+    auto& c = r.device.by_category_at_peak;
+    c[static_cast<int>(MemCategory::params)] = res.memory.params;
+    c[static_cast<int>(MemCategory::grads)] = res.memory.grads;
+    c[static_cast<int>(MemCategory::optimizer_states)] = res.memory.optimizer_states;
+    c[static_cast<int>(MemCategory::other)] =
+        std::max<int64_t>(0, device.peak - res.memory.params - res.memory.grads - res.memory.optimizer_states);
+  }
+  for (const auto& s : res.steps) r.comm_wait_s += s.comm_wait_s, r.step_s += s.step_s;
+  return r;
+}
+
+json memory_rank_json(const RankReport& r) {
+  json at_peak = json::object(), peaks = json::object();
+  for (int c = 0; c < kNumMemCategories; ++c) {
+    at_peak[mem_category_name(static_cast<MemCategory>(c))] = r.device.by_category_at_peak[c];
+    peaks[mem_category_name(static_cast<MemCategory>(c))] = r.device.category_peaks[c];
+  }
+  return {{"rank", r.rank},
+          {"peak_bytes", r.device.peak},
+          {"peak_phase", phase_name(r.device.peak_phase)},
+          {"peak_reserved_bytes", r.device.peak_reserved},
+          {"by_category", at_peak},
+          {"category_peaks", peaks},
+          {"model_states", {{"params", r.memory.params},
+                            {"grads", r.memory.grads},
+                            {"optimizer_states", r.memory.optimizer_states}}},
+          {"host_pinned_bytes", r.memory.host_pinned},
+          {"host_pageable_bytes", r.memory.host_pageable},
+          {"comm_wait_s", r.comm_wait_s}};
+}
+
+std::string memory_line(const MemorySnapshot& m) {
+  char buf[200];
+  // CA: reserved (caching mode: segments; otherwise nothing is cached and CA = MA).
+  std::snprintf(buf, sizeof buf, "MA %.2f GB         Max_MA %.2f GB         CA %.2f GB         Max_CA %.2f GB ",
+                m.allocated / 1e9, m.peak / 1e9, m.reserved / 1e9, m.peak_reserved / 1e9);
+  return buf;
+}
+
+namespace {
+
+// Per collective type: calls, bytes (ZeRO convention) and time per step, and
+// nccl-tests bandwidths from the whole-run totals of rank 0.
+json comm_json(const std::vector<StepRecord>& steps, int world) {
+  json per_step = json::object(), ops = json::object();
+  CommStats total;
+  for (const auto& s : steps)
+    for (int i = 0; i < kNumCollOps; ++i) {
+      total.ops[i].calls += s.comm.ops[i].calls;
+      total.ops[i].bytes += s.comm.ops[i].bytes;
+      total.ops[i].array_bytes += s.comm.ops[i].array_bytes;
+      total.ops[i].seconds += s.comm.ops[i].seconds;
+    }
+  const double n = steps.empty() ? 1.0 : static_cast<double>(steps.size());
+  for (CollOp op : {CollOp::all_reduce, CollOp::reduce_scatter, CollOp::all_gather, CollOp::broadcast}) {
+    const OpStats& t = total[op];
+    per_step[coll_op_name(op)] = steps.empty() ? json(nullptr) : json(static_cast<double>(t.bytes) / n);
+    const double algbw = t.seconds > 0 ? static_cast<double>(t.array_bytes) / t.seconds / 1e9 : 0;
+    ops[coll_op_name(op)] = {{"calls_per_step", static_cast<double>(t.calls) / n},
+                             {"bytes_per_step", static_cast<double>(t.bytes) / n},
+                             {"seconds_per_step", t.seconds / n},
+                             {"algbw_GBps", t.seconds > 0 ? json(algbw) : json(nullptr)},
+                             {"busbw_GBps", t.seconds > 0 ? json(algbw * busbw_factor(op, world)) : json(nullptr)}};
+  }
+  return {{"bytes_per_step", per_step}, {"ops", ops}};
+}
+
+// What offload moved over the host link per rank, how long the link was busy and
+// how much of that the compute thread waited for (exposed); the rest overlapped.
+json offload_json(const DsConfig& c, const SummaryInput& in, const std::vector<RankReport>& ranks) {
+  const OffloadConfig& oo = c.zero.offload_optimizer;
+  const OffloadConfig& op = c.zero.offload_param;
+  if (!oo.enabled() && !op.enabled()) return nullptr;
+  json rj = json::array();
+  for (const auto& r : ranks) {
+    const CopyStats& k = r.copies;
+    rj.push_back({{"rank", r.rank},
+                  {"d2h_bytes", k.bytes[0]},
+                  {"h2d_bytes", k.bytes[1]},
+                  {"copy_s", k.busy_s()},
+                  {"exposed_s", k.exposed_s},
+                  {"overlapped_s", k.overlapped_s()},
+                  {"overlap_ratio", k.busy_s() > 0 ? json(k.overlapped_s() / k.busy_s()) : json(nullptr)},
+                  // The compute thread ("the device") is idle while it waits on copies.
+                  {"device_busy_fraction", r.step_s > 0 ? json(1.0 - k.exposed_s / r.step_s) : json(nullptr)},
+                  {"host_pinned_bytes", r.memory.host_pinned},
+                  {"host_pageable_bytes", r.memory.host_pageable}});
+  }
+  return {{"offload_optimizer", {{"device", oo.device}, {"pin_memory", oo.pin_memory}, {"ratio", oo.ratio}}},
+          {"offload_param", {{"device", op.device}, {"pin_memory", op.pin_memory}}},
+          {"host_link_gbps", in.host_link_gbps > 0 ? json(in.host_link_gbps) : json(nullptr)},
+          {"pageable_ratio", in.pageable_ratio},
+          {"ranks", rj}};
+}
+
+}  // namespace
+
+json build_summary(const SummaryInput& in) {
+  json s;
+  s["status"] = in.status;
+  const DsConfig* c = in.config;
+  s["world_size"] = c ? json(c->world_size) : json(nullptr);
+  s["zero_stage"] = c ? json(c->zero.stage) : json(nullptr);
+  s["precision"] = c ? json(precision_name(c->precision)) : json(nullptr);
+  s["device"] = in.device.empty() ? json(nullptr) : json(in.device);
+  s["model"] = in.model ? in.model->to_json() : json(nullptr);
+  // The loss a perfect model approaches on the synthetic Markov data.
+  s["data"] = in.model ? json{{"kind", "markov"},
+                              {"entropy_floor_nats", MarkovData(in.model->vocab, in.model->seq, 0).entropy_floor()}}
+                       : json(nullptr);
+  s["batch"] = c ? json{{"micro", c->micro_batch}, {"grad_accum", c->grad_accum}, {"global", c->train_batch_size}}
+                 : json(nullptr);
+  json steps = json::array();
+  json time = nullptr, memory = nullptr;
+  // Every rank's report, or rank 0's own when it ran alone.
+  std::vector<RankReport> ranks = in.ranks;
+  if (ranks.empty() && in.result) ranks.push_back(rank_report(0, *in.result, MemorySnapshot{}));
+  if (in.result) {
+    std::vector<double> st;
+    double fwd = 0, bwd = 0, opt = 0, data = 0, wait = 0, copy = 0;
+    for (const auto& r : in.result->steps) {
+      json j = step_json(r);
+      j.erase("time_s");
+      j.erase("comm_bytes");
+      j.erase("memory");
+      j.erase("offload");
+      if (j["replicas_identical"].is_null()) j.erase("replicas_identical");
+      steps.push_back(j);
+      st.push_back(r.step_s);
+      fwd += r.forward_s, bwd += r.backward_s, opt += r.optimizer_s, data += r.data_wait_s, wait += r.comm_wait_s;
+      copy += r.copies.exposed_s;
+    }
+    const double med = median(st);
+    const double tokens = c && in.model ? static_cast<double>(c->train_batch_size * in.model->seq) : 0;
+    time = {{"step_s_median", st.empty() ? json(nullptr) : json(med)},
+            {"tokens_per_s", med > 0 ? json(tokens / med) : json(nullptr)},
+            {"breakdown_s",
+             {{"forward", fwd}, {"backward", bwd}, {"comm_wait", wait}, {"optimizer", opt},
+              {"offload_copy", copy}, {"data_wait", data}}}};
+    json rj = json::array();
+    for (const auto& r : ranks) rj.push_back(memory_rank_json(r));
+    memory = {{"device_capacity_bytes", ranks[0].device.capacity > 0 ? json(ranks[0].device.capacity) : json(nullptr)},
+              {"ranks", rj}};
+    s["skipped_steps"] = in.result->skipped_steps;
+  }
+  s["steps"] = steps;
+  s["time"] = time;
+  s["memory"] = memory;
+  if (in.planned) s["memory"]["planned"] = in.planned->to_json();
+  s["comm"] = in.result ? comm_json(in.result->steps, c ? c->world_size : 1) : json(nullptr);
+  s["offload"] = c && in.result ? offload_json(*c, in, ranks) : json(nullptr);
+  s["failure"] = in.failure;
+  s["effective_config"] = c ? c->effective_json() : json(nullptr);
+  if (in.scale_down) s["scale_down"] = in.scale_down->to_json();
+  return s;
+}
+
+}  // namespace zrepro

@@ -1,0 +1,83 @@
+// Machine-readable outputs of a run: summary.json (DESIGN.md contract) and
+// metrics.jsonl (one line per optimizer step), both written atomically: a file
+// appears complete under its final name or not at all.
+#pragma once
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "trainer/config/ds_config.h"
+#include "trainer/config/model_spec.h"
+#include "trainer/loop/train.h"
+#include "trainer/planner/planner.h"
+#include "trainer/planner/scale_down.h"
+
+namespace zrepro {
+
+// Writes content to path through a temporary file in the same folder + rename.
+void write_file_atomic(const std::string& path, const std::string& content);
+
+// Appends step lines to DIR/metrics.jsonl.partial (flushed per line, so a killed
+// run leaves evidence) and renames it to DIR/metrics.jsonl on close().
+class MetricsWriter {
+ public:
+  explicit MetricsWriter(const std::string& dir);
+  ~MetricsWriter();
+  void append(const nlohmann::json& line);
+  void close();
+
+ private:
+  std::string final_path_, partial_path_;
+  std::ofstream out_;
+};
+
+nlohmann::json step_json(const StepRecord& s);
+
+// What every rank contributes to rank 0's summary (packed into doubles so that
+// one all-gather carries it).
+struct RankReport {
+  int rank = 0;
+  EngineMemory memory;     // engine-owned model states (exact, from tensor sizes)
+  MemorySnapshot device;   // the tracking allocator's view (peaks, categories)
+  double comm_wait_s = 0, step_s = 0;
+  CopyStats copies;        // offload copies over the run
+  static constexpr int kPacked = 17 + 2 * kNumMemCategories;
+  std::vector<double> pack() const;
+  static RankReport unpack(const double* v);
+};
+RankReport rank_report(int rank, const TrainResult& r, const MemorySnapshot& device);
+nlohmann::json memory_rank_json(const RankReport& r);
+// DeepSpeed's see_memory_usage line: "MA 1.23 GB  Max_MA 2.34 GB  CA 2.50 GB  Max_CA 3 GB".
+std::string memory_line(const MemorySnapshot& m);
+
+struct SummaryInput {
+  std::string status = "ok";  // ok | oom | hang | diverged | config_error | error
+  const DsConfig* config = nullptr;
+  const ModelSpec* model = nullptr;
+  std::string device;
+  const TrainResult* result = nullptr;   // rank 0's
+  std::vector<RankReport> ranks;         // every rank's (empty: rank 0 alone)
+  nlohmann::json failure;  // null or {kind, rank, phase, message, checkpoint, hint}
+  double host_link_gbps = 0, pageable_ratio = 0.5;  // the copy engine's model (offload)
+  const MemoryPlan* planned = nullptr;   // the planner's figures for this run (memory.planned)
+  const ScaleDown* scale_down = nullptr;  // --target-model: the target, the toy, the fidelity
+};
+nlohmann::json build_summary(const SummaryInput& in);
+
+// How a run can fail, and for each kind the summary status, the exit code and the
+// diagnosis checkpoint (SCENARIOS.md) its failure record points at: one table
+// (kFailures in report.cpp), read by every failure path of every command.
+enum class FailureKind { config_error, oom, hang, numerical, pinned_memory, internal };
+struct FailureRow {
+  const char* kind;        // failure.kind in summary.json
+  const char* status;      // summary.json status
+  int exit_code;           // process exit code (device/base/errors.h)
+  const char* checkpoint;  // failure.checkpoint
+};
+const FailureRow& failure_row(FailureKind k);
+// {kind, rank, phase, message, checkpoint, hint} for summary.json.
+nlohmann::json make_failure(FailureKind k, int rank, const std::string& phase, const std::string& message,
+                            const std::string& hint);
+
+}  // namespace zrepro

@@ -1,0 +1,77 @@
+// See layer_optimizer.h.
+#include "zero/layer_optimizer.h"
+
+#include "device/device_memory.h"
+
+namespace zrepro {
+
+namespace {
+
+class DeviceAdam : public LayerOptimizer {
+ public:
+  explicit DeviceAdam(ParamGroup& g) : group_(g) {
+    torch::Tensor owned = g.owned_params();
+    const bool in_place = g.config().policy.owns_whole_flat() && owned.scalar_type() == torch::kFloat;
+    master_ = in_place ? owned : owned.to(torch::kFloat).clone();
+    exp_avg_ = torch::zeros_like(master_);
+    exp_avg_sq_ = torch::zeros_like(master_);
+  }
+  double grad_norm(const torch::Tensor& share) override { return share.to(torch::kFloat).norm().item<double>(); }
+  CopyEventPtr update(const torch::Tensor& grad, const AdamHyper& h, int64_t step, double coef) override {
+    // fp32 gradients are scaled in place (they are zeroed after the step); 16-bit
+    // ones get the fp32 copy the optimizer needs.
+    torch::Tensor g32 = grad.to(torch::kFloat);
+    g32.mul_(coef);
+    torch::Tensor owned = group_.owned_params();
+    if (master_.device().is_cpu()) {
+      const bool half = owned.scalar_type() != torch::kFloat;
+      cpu_adam_step(master_, g32, exp_avg_, exp_avg_sq_, h, step, half ? owned : torch::Tensor());
+      if (!half && !aliased()) owned.copy_(master_);
+    } else {
+      torch_adam_step(master_, g32, exp_avg_, exp_avg_sq_, h, step);
+      if (!aliased()) owned.copy_(master_);
+    }
+    return nullptr;
+  }
+  int64_t device_bytes() const override { return (aliased() ? 2 : 3) * master_.numel() * 4; }
+
+ private:
+  bool aliased() const { return master_.data_ptr() == group_.owned_params().data_ptr(); }
+  ParamGroup& group_;
+  torch::Tensor master_, exp_avg_, exp_avg_sq_;
+};
+
+class HostAdam : public LayerOptimizer {
+ public:
+  HostAdam(ParamGroup& g, OptimizerOffload& host) : group_(g), host_(host), layer_(g.index()) {
+    // DeepSpeed's ZeRO-Offload: fp32 master and moments only on the host.
+    host_.load_master(layer_, g.owned_params());
+    if (g.host_shard()) host_.use_as_half(layer_, g.owned_params());
+  }
+  double grad_norm(const torch::Tensor&) override {
+    DeviceMemory::HostScope host;  // the host optimizer's norm runs on the host
+    return host_.grad(layer_).to(torch::kFloat).norm().item<double>();
+  }
+  CopyEventPtr update(const torch::Tensor&, const AdamHyper& h, int64_t step, double coef) override {
+    // CPU Adam on the host partition; the updated 16-bit partition goes up while the
+    // next layer's update runs.
+    host_.step(layer_, h, step, coef);
+    return host_.uploads() ? host_.upload(layer_, group_.owned_params()) : nullptr;
+  }
+  int64_t device_bytes() const override { return 0; }
+
+ private:
+  ParamGroup& group_;
+  OptimizerOffload& host_;
+  int layer_;
+};
+
+}  // namespace
+
+std::unique_ptr<LayerOptimizer> make_device_adam(ParamGroup& group) { return std::make_unique<DeviceAdam>(group); }
+
+std::unique_ptr<LayerOptimizer> make_host_adam(ParamGroup& group, OptimizerOffload& host) {
+  return std::make_unique<HostAdam>(group, host);
+}
+
+}  // namespace zrepro

@@ -1,0 +1,39 @@
+// LayerOptimizer: the optimizer of one layer's owned partition, wherever its states
+// live: DeviceAdam keeps the fp32 master and the Adam moments in device memory
+// (ZeRO stages 0-3), HostAdam hands the layer to OptimizerOffload (ZeRO-Offload: CPU
+// Adam on host states, the updated 16-bit partition copied back up). The engine's
+// step treats every layer alike through this interface.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include <torch/torch.h>
+
+#include "offload/cpu_adam.h"
+#include "offload/optimizer_offload.h"
+#include "zero/param_group.h"
+
+namespace zrepro {
+
+class LayerOptimizer {
+ public:
+  virtual ~LayerOptimizer() = default;
+  // L2 norm of this rank's share of the layer's gradient (fp32 accumulation; inf or
+  // NaN anywhere make it non-finite). device_share: that share where it is on the device.
+  virtual double grad_norm(const torch::Tensor& device_share) = 0;
+  // One Adam step with the gradients scaled by coef. device_grad: the owned gradient
+  // on the device (ignored when the gradient is on the host). Returns the copy that
+  // must land before the partition is gathered (null: nothing in flight).
+  virtual CopyEventPtr update(const torch::Tensor& device_grad, const AdamHyper& h, int64_t step, double coef) = 0;
+  // Device bytes of the optimizer states (fp32 master unless aliased, two moments).
+  virtual int64_t device_bytes() const = 0;
+};
+
+// Master weights and moments on the device. With fp32 parameters and no partition
+// of its own (stage 0) the master is the parameter buffer itself (a plain torch
+// optimizer updates in place).
+std::unique_ptr<LayerOptimizer> make_device_adam(ParamGroup& group);
+// The layer's optimizer on the host (OptimizerOffload); loads its master weights.
+std::unique_ptr<LayerOptimizer> make_host_adam(ParamGroup& group, OptimizerOffload& host);
+
+}  // namespace zrepro

@@ -1,0 +1,42 @@
+// BufferPolicy: how many transient buffers the engine keeps and how large, decided
+// once from the ZeRO config and the stage policy.
+//
+// [Note: one buffer policy for run and plan]
+// GradReducer (through ReduceSchedule) and the stage-3 fetch (GatherSchedule) size
+// and count their buffers from this struct alone, and the planner executes the same
+// schedules with the same struct, so a change here moves the measured and the
+// planned bytes together (tests/trainer/planner/planner_test.cpp changes one field
+// and checks both). A run or plan may override it (TrainOptions / PlanRequest) to
+// try a policy DeepSpeed does not have.
+#pragma once
+#include <cstdint>
+
+#include "zero/schedule/stage_policy.h"
+#include "zero/zero_config.h"
+
+namespace zrepro {
+
+struct BufferPolicy {
+  // Gradient bucket buffers: 2 with overlap_comm (one reduces while the next fills).
+  int reduce_buffers = 1;
+  // contiguous_gradients: every bucket buffer is reduce_bucket_size elements whatever
+  // the model size (DeepSpeed's IPG buffer); otherwise as large as the largest bucket.
+  bool full_size_reduce_buffers = true;
+  // Stage 3 allocates its bucket buffers once for the run; stages 1-2 at the start of
+  // each backward and free them at its end.
+  bool persistent_reduce_buffers = false;
+  // offload_param: at most this many parameter shards on their way up at a time
+  // (DeepSpeed's buffer_count parameter buffers); 0: no bound.
+  int64_t max_param_uploads = 0;
+};
+
+inline BufferPolicy buffer_policy(const ZeroConfig& z) {
+  BufferPolicy b;
+  b.reduce_buffers = z.overlap_comm ? 2 : 1;
+  b.full_size_reduce_buffers = z.contiguous_gradients;
+  b.persistent_reduce_buffers = stage_policy(z.stage).shard_params();
+  b.max_param_uploads = z.offload_param.enabled() ? z.offload_param.buffer_count : 0;
+  return b;
+}
+
+}  // namespace zrepro

@@ -1,0 +1,66 @@
+// LayerLayout: the size table of one layer (one ParamGroup) for a stage policy and
+// world size, computed once from its parameters' sizes. It is the one source of the
+// layer's element counts: ParamGroup allocates its buffers from it, GradReducer takes
+// its gradient units from it, and the planner sums bytes from it (llm.c's
+// fill_in_parameter_sizes: one table serves bytes and allocation).
+//
+// [Note: padding] All padding is decided here and in zero/schedule/partition.h:
+// stages 0-2 pad the layer's flat buffer to a multiple of 2 x world size
+// (DeepSpeed's alignment), stage 3 pads each parameter to a multiple of the world
+// size. Nothing else rounds sizes.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "zero/schedule/partition.h"
+#include "zero/schedule/stage_policy.h"
+
+namespace zrepro {
+
+// A piece of the gradient with one equal slice per rank: a stage 1/2 partition or a
+// stage 3 parameter slice. base: where rank 0's slice starts in the full gradient
+// layout; owned_offset: where this rank's slice sits in its owned gradient.
+struct GradUnit {
+  int64_t base, slice, owned_offset;
+};
+
+struct LayerLayout {
+  StagePolicy policy;
+  std::vector<int64_t> param_numels;
+  int64_t numel = 0;                    // unpadded parameter count
+  std::vector<int64_t> natural_offsets; // parameters back to back (the init values' layout)
+  FlatPartition flat;                   // stages 0-2
+  ShardLayout shard;                    // stage 3
+  std::vector<bool> persistent;         // stage 3: under the persistence threshold, kept gathered
+  std::vector<int64_t> gathered_offsets;  // stage 3: offset of each padded parameter in its gathered buffer
+  int64_t dynamic_numel = 0;            // stage 3: gathered buffer freed by reshard
+  int64_t persist_numel = 0;            // stage 3: gathered buffer of the persistent parameters
+  std::vector<GradUnit> units;
+
+  // Persistent parameter storage in 16-bit (or fp32) elements: the padded flat
+  // (stages 0-2) or this rank's shard (stage 3; persistent parameters separately).
+  int64_t param_numel() const { return policy.shard_params() ? shard.shard_numel : flat.padded_numel; }
+  // The full (padded) gradient layout: persistent in stages 0-1, bucket source in 2-3.
+  int64_t full_grad_numel() const { return policy.shard_params() ? shard.full_numel : flat.padded_numel; }
+  // What this rank updates (and so its optimizer states and owned gradient).
+  int64_t owned_numel() const {
+    return policy.shard_params() ? shard.shard_numel : policy.owns_whole_flat() ? flat.padded_numel : flat.partition_numel;
+  }
+  // Where parameter i's gradient starts in the full gradient layout.
+  int64_t grad_offset(size_t i) const {
+    return policy.shard_params() ? shard.params[i].full_offset : natural_offsets[i];
+  }
+  // Device elements of parameters allocated with the group: the flat or the shard; a
+  // host shard (offload_param) is not on the device.
+  int64_t resident_param_numel(bool host_shard) const {
+    return policy.shard_params() && host_shard ? 0 : param_numel();
+  }
+  // All persistent device parameter elements: the resident ones and, once first
+  // gathered, the persistent gathered buffer.
+  int64_t param_device_numel(bool host_shard) const { return resident_param_numel(host_shard) + persist_numel; }
+};
+
+LayerLayout layer_layout(const std::vector<int64_t>& param_numels, const StagePolicy& policy, int world_size,
+                         int64_t persistence_threshold);
+
+}  // namespace zrepro
