@@ -62,11 +62,13 @@ ConfigFlags flags_from(const cxxopts::ParseResult& r, const ModelSpec& m, int wo
   return f;
 }
 
-std::string require_config(const cxxopts::ParseResult& r) {
-  if (!r.count("config"))
+std::string require_config(const std::optional<std::string>& path) {
+  if (!path)
     throw ConfigError("--config: missing. Pass a DeepSpeed JSON config, e.g. --config configs/examples/stage0_fp32.json");
-  return r["config"].as<std::string>();
+  return *path;
 }
+
+std::string require_config(const cxxopts::ParseResult& r) { return require_config(opt<std::string>(r, "config")); }
 
 // Parses argv, turning cxxopts errors into ConfigError (exit 2).
 cxxopts::ParseResult parse(cxxopts::Options& o, int argc, char** argv) {

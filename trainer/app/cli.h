@@ -25,6 +25,7 @@ ModelOverrides overrides_from(const cxxopts::ParseResult& r);
 ModelSpec model_from(const cxxopts::ParseResult& r);
 ConfigFlags flags_from(const cxxopts::ParseResult& r, const ModelSpec& m, int world_size, int64_t steps);
 std::string require_config(const cxxopts::ParseResult& r);
+std::string require_config(const std::optional<std::string>& path);  // --config, or the error naming it
 // Parses argv; cxxopts errors become ConfigError naming the flag (exit 2).
 cxxopts::ParseResult parse(cxxopts::Options& o, int argc, char** argv);
 std::string fmt(double v, int prec = 4);

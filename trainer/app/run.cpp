@@ -182,12 +182,6 @@ ConfigFlags flags_for(const RunSpec& spec, const ModelSpec& m, int world) {
   return f;
 }
 
-std::string config_path(const RunSpec& spec) {
-  if (!spec.config_path)
-    throw ConfigError("--config: missing. Pass a DeepSpeed JSON config, e.g. --config configs/examples/stage0_fp32.json");
-  return *spec.config_path;
-}
-
 // The config and the model: as given, or a toy scaled down from the target.
 void resolve_config(RunState& s) {
   const RunSpec& spec = s.spec;
@@ -199,7 +193,7 @@ void resolve_config(RunState& s) {
                         "run the toy on as many ranks: --ranks " + std::to_string(target_world));
     ScaleRequest sr;
     sr.target = resolve_model(*spec.target_model);
-    sr.cfg = load_ds_config(config_path(spec), flags_for(spec, sr.target, s.world));
+    sr.cfg = load_ds_config(require_config(spec.config_path), flags_for(spec, sr.target, s.world));
     sr.world_size = s.world;
     sr.target_capacity = *spec.target_device_memory;
     if (spec.scale) sr.scale = *spec.scale;
@@ -209,7 +203,7 @@ void resolve_config(RunState& s) {
     s.cfg = s.scaled->toy_cfg;
   } else {
     s.model = resolve_model(spec.model, spec.model_overrides);
-    s.cfg = load_ds_config(config_path(spec), flags_for(spec, s.model, s.world));
+    s.cfg = load_ds_config(require_config(spec.config_path), flags_for(spec, s.model, s.world));
   }
   s.have_model = s.have_cfg = true;
   if (spec.dynamic_seq_min && (*spec.dynamic_seq_min < 1 || *spec.dynamic_seq_min > s.model.seq))

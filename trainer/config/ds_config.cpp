@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "device/base/errors.h"
+#include "zero/schedule/stage_policy.h"
 
 namespace zrepro {
 
@@ -269,12 +270,13 @@ ZeroConfig load_zero(Loader& L, Section s) {
   z.stage = s.get<int>("stage", d.stage);
   require(L, z.stage >= 0 && z.stage <= 3, s.path("stage"),
           "got " + std::to_string(z.stage) + ", expected 0, 1, 2 or 3");
+  const StagePolicy policy{z.stage};  // DeepSpeed's stage-dependent defaults and rules below
   z.contiguous_gradients = s.get<bool>("contiguous_gradients", d.contiguous_gradients);
   z.reduce_scatter = s.get<bool>("reduce_scatter", d.reduce_scatter);
   z.reduce_bucket_size = s.get<int64_t>("reduce_bucket_size", d.reduce_bucket_size);
   z.allgather_partitions = s.get<bool>("allgather_partitions", d.allgather_partitions);
   z.allgather_bucket_size = s.get<int64_t>("allgather_bucket_size", d.allgather_bucket_size);
-  z.overlap_comm = s.get<bool>("overlap_comm", z.stage == 3);
+  z.overlap_comm = s.get<bool>("overlap_comm", policy.shard_params());
   z.sub_group_size = s.get<int64_t>("sub_group_size", d.sub_group_size);
   z.stage3_prefetch_bucket_size = s.get<int64_t>("stage3_prefetch_bucket_size", d.stage3_prefetch_bucket_size);
   z.stage3_param_persistence_threshold =
@@ -299,15 +301,15 @@ ZeroConfig load_zero(Loader& L, Section s) {
 
   z.offload_param = load_offload(L, s.sub("offload_param"), true);
   z.offload_optimizer = load_offload(L, s.sub("offload_optimizer"), false);
-  if (z.offload_param.enabled() && z.stage < 3)
+  if (z.offload_param.enabled() && !policy.shard_params())
     L.fail(s.path("offload_param.device"),
            "\"" + z.offload_param.device + "\" needs ZeRO stage 3 (stage is " + std::to_string(z.stage) +
                "). Set zero_optimization.stage to 3 or offload_param.device to \"none\"");
-  if (z.offload_optimizer.ratio < 1.0 && z.stage < 3)
+  if (z.offload_optimizer.ratio < 1.0 && !policy.shard_params())
     L.fail(s.path("offload_optimizer.ratio"),
            "Partial offloading only supported for ZeRO Stage 3 (ratio " + json(z.offload_optimizer.ratio).dump() +
                ", stage " + std::to_string(z.stage) + "). Set ratio to 1.0 or stage to 3");
-  if (z.offload_optimizer.enabled() && z.stage == 0)
+  if (z.offload_optimizer.enabled() && !policy.shard_optimizer())
     L.fail(s.path("offload_optimizer.device"),
            "optimizer offload needs ZeRO stage 1, 2 or 3 (stage is 0). Raise zero_optimization.stage");
   s.finish();

@@ -416,7 +416,7 @@ std::vector<DeepSpeedEstimate> deepspeed_estimates(int64_t psi, int64_t largest,
   auto add = [&](std::string setting, double gpu, double cpu, std::string formula) {
     out.push_back({std::move(setting), static_cast<int64_t>(gpu), static_cast<int64_t>(cpu), std::move(formula)});
   };
-  if (stage <= 2) {
+  if (!stage_policy(stage).shard_params()) {  // DeepSpeed's estimate_zero2 vs estimate_zero3
     add("zero2, offload_optimizer=none", 2 * P + 18 * P / G, P * 4 * G * f, "gpu 2psi + 18psi/G; cpu 4psi*g*1.5");
     add("zero2, offload_optimizer=cpu", 2 * P, P * std::max(4 * G, 16.0) * f, "gpu 2psi; cpu psi*max(4G,16)*1.5");
   } else {

@@ -3,39 +3,11 @@
 
 #include "tests/support/process.h"
 
-#include <array>
-#include <chrono>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <map>
 
 #include <nlohmann/json.hpp>
 
 using json = nlohmann::json;
 
-namespace {
-
-constexpr int64_t kPsi = 118528;  // tiny: every layer divides by 16, so no padding for N <= 8
-
-using zrepro_test::expect_same_losses;
-using zrepro_test::RunResult;
-RunResult zrepro(const std::string& name, const std::string& cfg, const std::string& args) {
-  return zrepro_test::zrepro_run(name, cfg, args);
-}
-
-std::string config(int stage, const std::string& extra = "") {
-  return R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.01}},
-             "zero_optimization": {"stage": )" +
-         std::to_string(stage) + R"(, "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0}
-             )" + extra + "}";
-}
-
-void expect_replicas_identical(const RunResult& r) {
-  for (const auto& m : r.metrics) EXPECT_EQ(m["replicas_identical"], true) << "step " << m["step"];
-}
-
-}  // namespace
 
 TEST(Bench, CommIsExactAndAdamReportsEveryColumn) {
   auto run = [](const std::string& args) {

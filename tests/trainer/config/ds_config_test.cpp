@@ -253,5 +253,7 @@ TEST(Config, ResolvedJsonRoundTrips) {
   EXPECT_EQ(again.zero.stage, 2);
   EXPECT_EQ(again.zero.reduce_bucket_size, 1000);
   for (const auto& e : again.entries)
-    if (!e.value.is_null() && e.path != "communication_data_type") EXPECT_EQ(e.source, Source::file) << e.path;
+    if (!e.value.is_null() && e.path != "communication_data_type") {
+      EXPECT_EQ(e.source, Source::file) << e.path;
+    }
 }

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "device/device_memory.h"
 #include "tests/support/process.h"
@@ -14,68 +15,40 @@
 #include "trainer/planner/planner.h"
 #include "trainer/planner/scale_down.h"
 #include "trainer/loop/train.h"
+#include "tests/trainer/planner/planner_configs.h"
+#include "zero/schedule/buffer_policy.h"
 
 using namespace zrepro;
+using namespace planner_test;
 
 namespace {
-
-// Small buckets and a low persistence threshold so that activations, buckets and
-// stage-3 gathers all matter on `tiny` (DeepSpeed's 5e8 buckets would dwarf them).
-std::string sized_config(int stage, bool live_params_bounded) {
-  return R"({"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
-             "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}, "bf16": {"enabled": "auto"},
-             "zero_optimization": {"stage": )" +
-         std::to_string(stage) + R"(, "reduce_bucket_size": 20000, "stage3_param_persistence_threshold": 1000,
-             "stage3_prefetch_bucket_size": 30000)" +
-         (live_params_bounded ? R"(, "stage3_max_reuse_distance": 0, "overlap_comm": false)" : "") + "}}";
-}
-
-DsConfig make_config(const std::string& json, int64_t micro, int64_t gas, const std::string& precision, int ws = 1) {
-  ConfigFlags f;
-  f.micro_batch = micro;
-  f.grad_accum = gas;
-  f.precision = precision;
-  f.world_size = ws;
-  return parse_ds_config(json, "planner_test.json", f);
-}
 
 struct Measured {
   int64_t peak;
   Phase phase;
+  int64_t comm_buffers_peak;
 };
 
-Measured measure(const DsConfig& cfg, bool ckpt) {
+constexpr int kComm = static_cast<int>(MemCategory::comm_buffers);
+
+Measured measure(const DsConfig& cfg, bool ckpt, std::optional<BufferPolicy> buffers = std::nullopt) {
   DeviceMemory& mem = DeviceMemory::instance();
   mem.install(0);
-  const int64_t base = mem.snapshot().allocated;
+  const MemorySnapshot before = mem.snapshot();
   mem.set_phase(Phase::init);
   mem.reset_peaks();
   TrainOptions o;
   o.steps = 2;
   o.activation_checkpointing = ckpt;
+  o.buffer_policy = buffers;
   TrainResult r;
   train(cfg, resolve_model("tiny"), o, r);
   const MemorySnapshot s = mem.snapshot();
-  return {s.peak - base, s.peak_phase};
-}
-
-MemoryPlan predict(const DsConfig& cfg, bool ckpt, int ws = 1, int64_t capacity = 0) {
-  PlanRequest req;
-  req.model = resolve_model("tiny");
-  req.cfg = cfg;
-  req.world_size = ws;
-  req.device_capacity = capacity;
-  req.activation_checkpointing = ckpt;
-  return plan_memory(req);
+  return {s.peak - before.allocated, s.peak_phase, s.category_peaks[kComm] - before.by_category[kComm]};
 }
 
 }  // namespace
 
-namespace {
-const char* kZero2Bf16 = R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
-  "bf16": {"enabled": true}, "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
-  "zero_optimization": {"stage": 2, "overlap_comm": true}})";
-}  // namespace
 
 TEST(Planner, PeakMatchesTheTrackingAllocatorOnOneRank) {
   std::printf("%-34s %12s %-9s %12s %-9s %8s\n", "case", "measured", "phase", "planned", "phase", "error");
@@ -101,6 +74,34 @@ TEST(Planner, PeakMatchesTheTrackingAllocatorOnOneRank) {
           }
       }
   std::printf("worst |error| %.2f%%\n", 100 * worst);
+}
+
+// [Note: one buffer policy for run and plan]: one field of BufferPolicy changed in one
+// place (the struct handed to the run and to the plan) moves the measured and the
+// planned bytes together, and they still agree: comm buffers exactly (fp32).
+TEST(Planner, ABufferPolicyChangeMovesRunAndPlanTogether) {
+  for (int stage : {2, 3}) {
+    // Buckets larger than the model (one bucket), so that buffer sizing matters.
+    std::string json = sized_config(stage, false);
+    json.replace(json.find("\"reduce_bucket_size\": 20000"), 27, "\"reduce_bucket_size\": 200000");
+    const DsConfig cfg = make_config(json, 2, 2, "fp32");
+    ASSERT_EQ(cfg.zero.reduce_bucket_size, 200000);
+    const BufferPolicy deepspeed = buffer_policy(cfg.zero);
+    std::vector<BufferPolicy> policies(3, deepspeed);
+    policies[1].reduce_buffers = 3;               // triple-buffered buckets
+    policies[2].full_size_reduce_buffers = false;  // buffers only as large as the largest bucket
+    std::vector<int64_t> comm_peaks;
+    for (const BufferPolicy& p : policies) {
+      const Measured m = measure(cfg, false, p);
+      const MemoryPlan plan = predict(cfg, false, 1, 0, p);
+      EXPECT_EQ(plan.category_peaks[kComm], m.comm_buffers_peak) << "stage " << stage << " buffers " << p.reduce_buffers;
+      // The total within the sweep's fp32 error (a few bytes of scalars the planner leaves out).
+      EXPECT_NEAR(plan.peak_bytes, m.peak, 1e-4 * m.peak) << "stage " << stage << " buffers " << p.reduce_buffers;
+      comm_peaks.push_back(m.comm_buffers_peak);
+    }
+    EXPECT_GT(comm_peaks[1], comm_peaks[0]) << "stage " << stage << ": a third buffer costs memory";
+    EXPECT_LT(comm_peaks[2], comm_peaks[0]) << "stage " << stage << ": smaller buffers save it";
+  }
 }
 
 TEST(Planner, ActivationTapesBalanceEveryMicroStep) {

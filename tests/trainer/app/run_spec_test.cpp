@@ -1,0 +1,102 @@
+// `zrepro run` flags into a RunSpec without a process: defaults, every value check
+// naming its flag (exit 2 material), the scale-down rules, and --out kept even when a
+// later flag is refused (so the failure summary still has a folder).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "device/base/errors.h"
+#include "trainer/app/run_spec.h"
+
+using namespace zrepro;
+
+namespace {
+
+RunSpec parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "run");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  RunSpec s;
+  parse_run_spec(static_cast<int>(argv.size()), argv.data(), s);
+  return s;
+}
+
+// The ConfigError message of parsing args ("" when it parses).
+std::string error_of(std::vector<std::string> args) {
+  try {
+    parse(std::move(args));
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(RunSpec, DefaultsAndValues) {
+  const RunSpec d = parse({"--config", "c.json"});
+  EXPECT_EQ(*d.config_path, "c.json");
+  EXPECT_EQ(d.model, "tiny");
+  EXPECT_EQ(d.steps, 50);
+  EXPECT_EQ(d.allocator, "tracking");
+  EXPECT_FALSE(d.device_memory);
+  EXPECT_FALSE(d.ranks);
+  EXPECT_DOUBLE_EQ(d.comm_timeout, 1800);
+  const RunSpec s = parse({"--config", "c.json", "--ranks", "4", "--steps", "3", "--device-memory", "2GiB",
+                           "--inject", "inf-grad:1:2-", "--micro-batch", "2", "--activation-checkpointing",
+                           "--dynamic-seq", "8", "--out", "o"});
+  EXPECT_EQ(*s.ranks, 4);
+  EXPECT_EQ(s.steps, 3);
+  EXPECT_EQ(*s.device_memory, int64_t{2} << 30);
+  ASSERT_EQ(s.injections.size(), 1u);
+  EXPECT_EQ(s.injections[0].rank, 1);
+  EXPECT_EQ(s.injections[0].from, 2);
+  EXPECT_EQ(*s.flags.micro_batch, 2);
+  EXPECT_TRUE(s.activation_checkpointing);
+  EXPECT_EQ(*s.dynamic_seq_min, 8);
+  EXPECT_EQ(s.out_dir, "o");
+}
+
+TEST(RunSpec, EveryRefusalNamesItsFlag) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--steps", "0"}, "--steps"},
+      {{"--ranks", "0"}, "--ranks"},
+      {{"--threads", "0"}, "--threads"},
+      {{"--host-link-gbps", "-1"}, "--host-link-gbps"},
+      {{"--host-link-gbps", "5", "--host-link-profile", "a100-pcie4"}, "--host-link-profile"},
+      {{"--pageable-ratio", "1.5"}, "--pageable-ratio"},
+      {{"--comm-timeout", "0"}, "--comm-timeout"},
+      {{"--allocator", "fancy"}, "--allocator"},
+      {{"--device-memory", "lots"}, "--device-memory"},
+      {{"--allocator", "plain", "--device-memory", "1GB"}, "--device-memory"},
+      {{"--inject", "nonsense"}, "--inject"},
+      {{"--steps", "many"}, "--steps"},
+      {{"--target-model", "gpt2", "--model", "tiny", "--target-device-memory", "1GB"}, "--model and --target-model"},
+      {{"--target-model", "gpt2"}, "--target-device-memory"},
+      {{"--target-model", "gpt2", "--target-device-memory", "1GB", "--scale", "0.5"}, "--scale"},
+  };
+  for (const auto& [args, flag] : bad) {
+    const std::string e = error_of(args);
+    EXPECT_NE(e.find(flag), std::string::npos) << "args " << args.front() << ": \"" << e << "\"";
+  }
+}
+
+TEST(RunSpec, OutIsKeptWhenALaterFlagIsRefused) {
+  RunSpec s;
+  std::vector<std::string> args = {"run", "--out", "somewhere", "--steps", "0"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  EXPECT_THROW(parse_run_spec(static_cast<int>(argv.size()), argv.data(), s), ConfigError);
+  EXPECT_EQ(s.out_dir, "somewhere");
+}
+
+TEST(RunSpec, ScaleDownFlags) {
+  const RunSpec s = parse({"--config", "c.json", "--target-model", "gpt2-xl", "--target-device-memory", "40GB",
+                           "--target-world-size", "4", "--scale", "16"});
+  EXPECT_EQ(*s.target_model, "gpt2-xl");
+  EXPECT_EQ(*s.target_device_memory, int64_t{40000000000});
+  EXPECT_EQ(*s.target_world_size, 4);
+  EXPECT_DOUBLE_EQ(*s.scale, 16);
+  EXPECT_FALSE(parse({"--target-model", "gpt2", "--target-device-memory", "1GB"}).scale) << "auto";
+}

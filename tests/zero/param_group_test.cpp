@@ -1,0 +1,70 @@
+// ParamGroup on tensors, one rank: the stage-3 state transitions with the bytes each
+// allocates and frees, persistent parameters (under the threshold) allocated once and
+// regathered only when stale, and replicated groups that never change state.
+#include <gtest/gtest.h>
+
+#include "device/device_memory.h"
+#include "zero/param_group.h"
+
+using namespace zrepro;
+
+namespace {
+
+int64_t now(MemCategory c) { return DeviceMemory::instance().snapshot().by_category[static_cast<int>(c)]; }
+size_t gathers(Communicator& comm) { return comm.recorder().snapshot().size(); }
+
+}  // namespace
+
+TEST(ParamGroup, Stage3StatesAndTheirBytes) {
+  DeviceMemory::instance().install(0);
+  SelfCommunicator comm;
+  ShardingConfig sc;
+  sc.policy = stage_policy(3);
+  sc.persistence_threshold = 100;
+  const int64_t params0 = now(MemCategory::params), comm0 = now(MemCategory::comm_buffers);
+  ParamGroup g(0, "g", {{"w", {25, 40}}, {"b", {40}}}, sc);  // w dynamic (1000), b persistent (40)
+  EXPECT_EQ(g.state(), ShardState::sharded);
+  EXPECT_EQ(now(MemCategory::params) - params0, 1040 * 4) << "the shard (one rank: everything)";
+  g.load(torch::arange(1040, torch::kFloat));
+
+  g.unshard_start(comm);
+  EXPECT_EQ(g.state(), ShardState::gathering);
+  g.unshard_wait();
+  EXPECT_EQ(g.state(), ShardState::gathered);
+  EXPECT_EQ(now(MemCategory::comm_buffers) - comm0, 1000 * 4) << "the dynamic gathered buffer";
+  EXPECT_EQ(now(MemCategory::params) - params0, 1040 * 4 + 40 * 4) << "+ the persistent buffer";
+  const auto p = g.params();
+  EXPECT_TRUE(torch::equal(p[0].reshape({-1}), torch::arange(1000, torch::kFloat)));
+  EXPECT_TRUE(torch::equal(p[1], torch::arange(1000, 1040, torch::kFloat)));
+  EXPECT_EQ(gathers(comm), 2u);
+
+  g.reshard();
+  EXPECT_EQ(g.state(), ShardState::sharded);
+  EXPECT_EQ(now(MemCategory::comm_buffers) - comm0, 0);
+  EXPECT_EQ(now(MemCategory::params) - params0, 1080 * 4) << "persistent parameters stay gathered";
+
+  g.unshard_start(comm);
+  g.unshard_wait();
+  EXPECT_EQ(gathers(comm), 3u) << "fresh persistent parameters are not regathered";
+  g.mark_persistent_stale();
+  g.unshard_start(comm);
+  g.unshard_wait();
+  EXPECT_EQ(gathers(comm), 4u) << "stale persistent parameters are";
+  g.reshard();
+}
+
+TEST(ParamGroup, ReplicatedGroupsHoldTheFlatAndNeverChangeState) {
+  DeviceMemory::instance().install(0);
+  SelfCommunicator comm;
+  for (int stage : {0, 1, 2}) {
+    ShardingConfig sc;
+    sc.policy = stage_policy(stage);
+    ParamGroup g(0, "g", {{"w", {5}}}, sc);
+    EXPECT_EQ(g.state(), ShardState::replicated);
+    g.unshard_start(comm);
+    g.reshard();
+    EXPECT_EQ(g.state(), ShardState::replicated);
+    EXPECT_EQ(g.param_bytes(), 6 * 4) << "padded to 2 x world size";
+    EXPECT_EQ(gathers(comm), 0u);
+  }
+}

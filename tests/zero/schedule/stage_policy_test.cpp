@@ -1,0 +1,86 @@
+// The stage policy as one table ([Note: which stage shards what]), and the per-rank
+// model-state bytes it implies through LayerLayout against the ZeRO paper's formulas
+// (psi parameters, N ranks, 16-bit parameters and gradients, fp32 Adam: 2 + 2 + 12).
+#include <gtest/gtest.h>
+
+#include "zero/schedule/buffer_policy.h"
+#include "zero/schedule/layer_layout.h"
+#include "zero/schedule/stage_policy.h"
+
+using namespace zrepro;
+
+TEST(StagePolicy, WhichStageShardsWhat) {
+  struct Row {
+    int stage;
+    bool optimizer, grads, params;
+    GradReduction reduction;
+  };
+  const Row table[] = {
+      {0, false, false, false, GradReduction::all_reduce_at_boundary},
+      {1, true, false, false, GradReduction::reduce_scatter_at_boundary},
+      {2, true, true, false, GradReduction::reduce_scatter_per_micro_step},
+      {3, true, true, true, GradReduction::reduce_scatter_per_micro_step},
+  };
+  for (const Row& r : table) {
+    const StagePolicy p = stage_policy(r.stage);
+    EXPECT_EQ(p.shards(ModelState::optimizer_states), r.optimizer) << r.stage;
+    EXPECT_EQ(p.shards(ModelState::gradients), r.grads) << r.stage;
+    EXPECT_EQ(p.shards(ModelState::parameters), r.params) << r.stage;
+    EXPECT_EQ(p.reduction(), r.reduction) << r.stage;
+    EXPECT_EQ(p.full_grads(), !r.grads) << r.stage;
+    EXPECT_EQ(p.uses_reducer(), r.optimizer) << r.stage;
+    EXPECT_EQ(p.transient_reduced_partition(), r.stage == 1) << r.stage;
+    EXPECT_EQ(p.gathers_updated_partitions(), r.stage == 1 || r.stage == 2) << r.stage;
+    EXPECT_EQ(p.owns_whole_flat(), r.stage == 0) << r.stage;
+    EXPECT_EQ(p.replicated_params(), r.stage < 3) << r.stage;
+  }
+  EXPECT_THROW(stage_policy(4), std::invalid_argument);
+  EXPECT_THROW(stage_policy(-1), std::invalid_argument);
+}
+
+TEST(StagePolicy, LayerLayoutGivesTheZeroPaperBytesPerRank) {
+  // Sizes that divide by 2N: no padding, so the formulas hold exactly.
+  const std::vector<int64_t> params = {4096, 64, 4096 * 4, 4096};
+  int64_t psi = 0;
+  for (int64_t n : params) psi += n;
+  const int N = 4;
+  for (int stage = 0; stage <= 3; ++stage) {
+    const StagePolicy p = stage_policy(stage);
+    const LayerLayout l = layer_layout(params, p, N, /*persistence_threshold=*/0);
+    const int64_t param_bytes = 2 * l.param_device_numel(false);
+    const int64_t grad_bytes = 2 * (p.full_grads() ? l.full_grad_numel() : l.owned_numel());
+    const int64_t optimizer_bytes = 12 * l.owned_numel();
+    EXPECT_EQ(param_bytes, stage == 3 ? 2 * psi / N : 2 * psi) << "stage " << stage;
+    EXPECT_EQ(grad_bytes, stage >= 2 ? 2 * psi / N : 2 * psi) << "stage " << stage;
+    EXPECT_EQ(optimizer_bytes, stage >= 1 ? 12 * psi / N : 12 * psi) << "stage " << stage;
+  }
+}
+
+TEST(StagePolicy, PersistentParametersStayWholeUnderStage3) {
+  const LayerLayout l = layer_layout({10, 1000, 7}, stage_policy(3), 4, /*persistence_threshold=*/100);
+  EXPECT_EQ(l.persistent, (std::vector<bool>{true, false, true}));
+  EXPECT_EQ(l.persist_numel, 12 + 8);  // each padded to a multiple of 4
+  EXPECT_EQ(l.dynamic_numel, 1000);
+  EXPECT_EQ(l.gathered_offsets, (std::vector<int64_t>{0, 0, 12}));
+  EXPECT_EQ(l.param_device_numel(true), l.persist_numel) << "a host shard is not device memory";
+}
+
+TEST(BufferPolicy, FollowsTheZeroConfig) {
+  ZeroConfig z;
+  z.stage = 2;
+  BufferPolicy b = buffer_policy(z);
+  EXPECT_EQ(b.reduce_buffers, 1);
+  EXPECT_TRUE(b.full_size_reduce_buffers);
+  EXPECT_FALSE(b.persistent_reduce_buffers);
+  EXPECT_EQ(b.max_param_uploads, 0);
+  z.stage = 3;
+  z.overlap_comm = true;
+  z.contiguous_gradients = false;
+  z.offload_param.device = "cpu";
+  z.offload_param.buffer_count = 5;
+  b = buffer_policy(z);
+  EXPECT_EQ(b.reduce_buffers, 2);
+  EXPECT_FALSE(b.full_size_reduce_buffers);
+  EXPECT_TRUE(b.persistent_reduce_buffers);
+  EXPECT_EQ(b.max_param_uploads, 5);
+}
