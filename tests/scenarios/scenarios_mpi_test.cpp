@@ -1,4 +1,4 @@
-// The SCENARIOS.md reproductions that need several ranks (configs/scenarios/): each
+// The scenario reproductions that need several ranks (configs/scenarios/): each
 // symptom (exit code, phase, hint) and its fix, through the zrepro binary.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// The single-rank SCENARIOS.md reproductions (configs/scenarios/): each symptom
+// The single-rank scenario reproductions (configs/scenarios/): each symptom
 // (exit code, phase, hint) and its fix, through the zrepro binary as a user runs them.
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // The zrepro subcommands and the flags they share. Each subcommand returns the
-// process exit code of the DESIGN.md contract.
+// process exit code of the contract (docs/ARCHITECTURE.md, "Contracts").
 #pragma once
 #include <optional>
 #include <string>

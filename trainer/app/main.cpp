@@ -1,5 +1,5 @@
 // zrepro: reproduce DeepSpeed ZeRO failures with a small LibTorch trainer.
-// Dispatches to the subcommands; each returns the exit code of DESIGN.md.
+// Dispatches to the subcommands; each returns the exit code of docs/ARCHITECTURE.md "Contracts".
 #include <cstring>
 #include <iostream>
 

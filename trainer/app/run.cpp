@@ -64,7 +64,7 @@ class Progress {
   bool dirty_ = false;
 };
 
-// What to try, from the phase and the category that filled the device (SCENARIOS.md 1).
+// What to try, from the phase and the category that filled the device (checkpoint zero-stage, docs/ARCHITECTURE.md).
 std::string oom_hint(const MemorySnapshot& at, Phase phase, const StagePolicy& policy) {
   int top = 0;
   for (int c = 1; c < kNumMemCategories; ++c)
@@ -80,7 +80,7 @@ std::string oom_hint(const MemorySnapshot& at, Phase phase, const StagePolicy& p
                        "stage >= 1, or offload_optimizer to cpu.";
     case Phase::forward:
     case Phase::backward:
-      // Replicated parameters: every 16-bit parameter on every rank (SCENARIOS.md zero2-params-dont-fit).
+      // Replicated parameters: every 16-bit parameter on every rank (configs/scenarios/zero2-params-dont-fit).
       if (policy.replicated_params() && at.capacity > 0 && params * 4 > at.capacity)
         return largest + "The full 16-bit parameters take " + std::to_string(100 * params / at.capacity) +
                "% of the device on every rank (stage " + std::to_string(policy.stage) +

@@ -1,4 +1,4 @@
-// See link_profile.h. Link figures: REFERENCE.md "Pinned memory and links" (PCIe gen4
+// See link_profile.h. Link figures: measured pinned host-link bandwidths (PCIe gen4
 // ~25 GB/s, gen5 ~50-55 GB/s pinned); compute: 40% of the dense bf16 peak.
 #include "trainer/planner/link_profile.h"
 

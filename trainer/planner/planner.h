@@ -71,7 +71,7 @@ struct MemoryPlan {
 
 MemoryPlan plan_memory(const PlanRequest& req);
 
-// DeepSpeed 0.19.6 estimators (REFERENCE.md "Memory"), largest_layer = the largest
+// DeepSpeed 0.19.6 estimators (estimate_zero2/3_model_states_mem_needs), largest_layer = the largest
 // layer's parameter count, gpus = world size on one node.
 std::vector<DeepSpeedEstimate> deepspeed_estimates(int64_t params, int64_t largest_layer, int gpus, int zero_stage);
 

@@ -89,7 +89,7 @@ json step_json(const StepRecord& s) {
 
 namespace {
 
-// Pinned-memory failures keep exit 1 for now (DESIGN.md reserves 1 for zrepro bugs;
+// Pinned-memory failures keep exit 1 for now (exit 1 is meant for zrepro bugs;
 // a code of their own is open work).
 constexpr FailureRow kFailures[] = {
     {"config_error", "config_error", kExitBadInput, "config"},
