@@ -459,7 +459,9 @@ BatchTriple derive_batch_triple(std::optional<int64_t> tb, std::optional<int64_t
   return r;
 }
 
-DsConfig parse_ds_config(const std::string& text, const std::string& name, const ConfigFlags& flags) {
+namespace {
+
+json parse_json(const std::string& text, const std::string& name) {
   json root;
   try {
     root = json::parse(text);
@@ -475,16 +477,11 @@ DsConfig parse_ds_config(const std::string& text, const std::string& name, const
                       std::to_string(col) + ": " + (pos == std::string::npos ? what : what.substr(pos)) +
                       ". Fix the JSON syntax (a trailing comma or a missing quote is the usual cause)");
   }
-  if (!root.is_object()) throw ConfigError(name + ": expected a JSON object at the top level, got " + json_type(root));
-  DsConfig c;
-  c.file = name;
-  c.world_size = flags.world_size;
-  if (flags.world_size < 1) throw ConfigError("--world-size: must be >= 1, got " + std::to_string(flags.world_size));
-  Loader L(name, flags, c);
-  if (root.contains("zero_optimization") && root["zero_optimization"].is_object())
-    map_deprecated_zero_keys(L, root["zero_optimization"]);
+  return root;
+}
 
-  // Flag overrides (explicit flags) and HF-style auto values (flag or its default).
+// Flag overrides (explicit flags) and HF-style auto values (flag or its default).
+void register_flags(Loader& L, const ConfigFlags& flags) {
   auto flag_or_auto = [&](const std::string& path, const char* flag, auto opt, json def) {
     if (opt) {
       L.overrides[path] = {json(*opt), flag};
@@ -527,9 +524,10 @@ DsConfig parse_ds_config(const std::string& text, const std::string& name, const
     L.autos["zero_optimization.stage3_param_persistence_threshold"] = {10 * h, "10*h" + h_is};
   }
 
-  Section top(L, &root, "");
+}
 
-  // Batch triple: resolve each of the three (flag / file / auto), then derive.
+// The batch triple: resolve each of the three (flag / file / auto), then derive.
+void load_batch(Loader& L, Section& top, const ConfigFlags& flags, const std::string& name, DsConfig& c) {
   auto batch_value = [&](const char* key) -> std::optional<int64_t> {
     top.consume(key);
     const json* v = top.raw(key);
@@ -579,6 +577,11 @@ DsConfig parse_ds_config(const std::string& text, const std::string& name, const
     L.record(key, val, src, note);
   }
 
+}
+
+// Everything after the batch triple: precision, clipping, logging, communication dtype,
+// optimizer, scheduler, activation checkpointing, ZeRO, the keys zrepro accepts unread.
+void load_sections(Loader& L, Section& top, DsConfig& c) {
   load_precision(L, top, c);
   c.gradient_clipping = top.get<double>("gradient_clipping", 1.0);
   require(L, c.gradient_clipping >= 0, "gradient_clipping", "must be >= 0 (0 disables clipping)");
@@ -624,6 +627,24 @@ DsConfig parse_ds_config(const std::string& text, const std::string& name, const
               "dataloader_drop_last", "timers", "monitor_config", "autotuning", "nebula",
               "data_efficiency", "curriculum_learning", "compression_training", "pipeline",
               "gradient_accumulation_dtype", "torch_autocast", "graph_harvesting", "use_data_before_expert_parallelism"});
+}
+
+}  // namespace
+
+DsConfig parse_ds_config(const std::string& text, const std::string& name, const ConfigFlags& flags) {
+  json root = parse_json(text, name);
+  if (!root.is_object()) throw ConfigError(name + ": expected a JSON object at the top level, got " + json_type(root));
+  DsConfig c;
+  c.file = name;
+  c.world_size = flags.world_size;
+  if (flags.world_size < 1) throw ConfigError("--world-size: must be >= 1, got " + std::to_string(flags.world_size));
+  Loader L(name, flags, c);
+  if (root.contains("zero_optimization") && root["zero_optimization"].is_object())
+    map_deprecated_zero_keys(L, root["zero_optimization"]);
+  register_flags(L, flags);
+  Section top(L, &root, "");
+  load_batch(L, top, flags, name, c);
+  load_sections(L, top, c);
   return c;
 }
 
