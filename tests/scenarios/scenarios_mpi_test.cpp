@@ -4,23 +4,11 @@
 
 #include <unistd.h>
 
-#include "tests/support/process.h"
+#include "tests/scenarios/scenario_support.h"
 #include "trainer/config/ds_config.h"
 #include "trainer/planner/planner.h"
 
-using zrepro_test::expect_same_losses;
-using zrepro_test::RunResult;
-
-namespace {
-
-std::string scenario(const std::string& name, const std::string& file = "ds_config.json") {
-  return zrepro_test::read_text(std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/" + name + "/" + file);
-}
-RunResult run(const std::string& name, const std::string& cfg, const std::string& args) {
-  return zrepro_test::zrepro_run(name, cfg, args);
-}
-
-}  // namespace
+using namespace scenario_test;
 
 TEST(Scenario, OptimizerPartitionOom) {
   const std::string cfg = scenario("optimizer-partition-oom");

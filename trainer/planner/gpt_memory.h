@@ -5,7 +5,7 @@
 // of the model's dimensions (n = B*S*h elements of the compute dtype, m = B*S*I,
 // t = B*a*S*S, ...). Replaying the tapes gives the activation bytes at every point
 // of a micro-step, transient peaks included, for any model size. A test replays
-// them against the allocator on real runs (tests/test_planner.cpp).
+// them against the allocator on real runs (tests/trainer/planner/planner_test.cpp).
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -1,9 +1,9 @@
 // The memory planner behind `zrepro plan`: predicts, without training, the device
-// bytes per rank of a run by replaying what the engine and the model allocate and
-// free, in order: persistent model states from the ZeRO partition arithmetic
-// (padding included), the activation tapes of gpt_memory.h for every micro-step,
-// the stage-3 gather schedule (zero/gather_schedule.h), the gradient buckets and
-// the optimizer step's temporaries. The peak of that timeline, its phase, the
+// bytes per rank of a run by executing the engine's own schedules (zero/schedule/:
+// layer size tables, the stage-3 lifecycle and gather schedule, the gradient
+// buckets, the buffer policy) on byte counts, with the model's activation tapes
+// (gpt_memory.h) between the engine calls and the optimizer step's temporaries
+// (docs/ARCHITECTURE.md, "How plan and run share the schedule"). The peak of that timeline, its phase, the
 // category breakdown there, and the first point where it passes the capacity are
 // the prediction. DeepSpeed's own estimator figures (model states only) come
 // alongside, so users see what they leave out.

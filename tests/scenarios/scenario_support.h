@@ -1,0 +1,20 @@
+// Shared by the scenario tests: a scenario folder's config text, and `zrepro run`
+// of a config in a fresh folder.
+#pragma once
+#include <string>
+
+#include "tests/support/process.h"
+
+namespace scenario_test {
+
+using zrepro_test::expect_same_losses;
+using zrepro_test::RunResult;
+
+inline std::string scenario(const std::string& name, const std::string& file = "ds_config.json") {
+  return zrepro_test::read_text(std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/" + name + "/" + file);
+}
+inline RunResult run(const std::string& name, const std::string& cfg, const std::string& args) {
+  return zrepro_test::zrepro_run(name, cfg, args);
+}
+
+}  // namespace scenario_test
