@@ -15,6 +15,7 @@ namespace zrepro {
 int run_command(int argc, char** argv);
 int config_command(int argc, char** argv);
 int plan_command(int argc, char** argv);
+int ab_command(int argc, char** argv);
 int bench_comm(int argc, char** argv);
 int bench_adam(int argc, char** argv);
 int bench_copy(int argc, char** argv);

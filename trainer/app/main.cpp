@@ -12,6 +12,8 @@ int main(int argc, char** argv) {
       "  plan    predict per-rank device memory and a fits/OOM verdict (--config FILE --model M --world-size N\n"
       "          --device-memory SIZE [--json])\n"
       "  config  print the effective config, every value with its source (--config FILE [--json])\n"
+      "  ab      verify a fix: run side A and side B at each rank count and compare (--a A.json --b B.json\n"
+      "          | --b-args FLAGS, --ranks 1,4, --plan-only, and any run flag); exit 0 when B fixes A\n"
       "  bench   benchmarks: `bench comm` (collectives vs raw MPI, nccl-tests format),\n"
       "          `bench adam` (fused CPU Adam vs LibTorch AdamW vs memory bandwidth),\n"
       "          `bench copy` (offload copies: pinned vs pageable, d2h/h2d, overlap with compute)\n"
@@ -24,6 +26,7 @@ int main(int argc, char** argv) {
   if (cmd == "run") return zrepro::run_command(argc - 1, argv + 1);
   if (cmd == "plan") return zrepro::plan_command(argc - 1, argv + 1);
   if (cmd == "config") return zrepro::config_command(argc - 1, argv + 1);
+  if (cmd == "ab") return zrepro::ab_command(argc - 1, argv + 1);
   if (cmd == "bench") {
     if (argc >= 3 && std::string(argv[2]) == "comm") return zrepro::bench_comm(argc - 2, argv + 2);
     if (argc >= 3 && std::string(argv[2]) == "adam") return zrepro::bench_adam(argc - 2, argv + 2);

@@ -9,9 +9,7 @@ namespace zrepro {
 
 using json = nlohmann::json;
 
-namespace {
-
-std::string esc(const std::string& s) {
+std::string html_escape(const std::string& s) {
   std::string o;
   for (char c : s) {
     switch (c) {
@@ -24,6 +22,10 @@ std::string esc(const std::string& s) {
   }
   return o;
 }
+
+namespace {
+
+std::string esc(const std::string& s) { return html_escape(s); }
 
 std::string str(const json& v) {
   if (v.is_null()) return "–";

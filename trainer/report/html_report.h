@@ -10,5 +10,7 @@
 namespace zrepro {
 
 std::string html_report(const nlohmann::json& summary);
+// Text safe inside HTML elements and attribute values.
+std::string html_escape(const std::string& s);
 
 }  // namespace zrepro

@@ -1,0 +1,68 @@
+// `zrepro ab` as a user runs it: a failing config and its fix given as flags, the
+// table, the verdict, ab.json / ab.html and the exit code; --plan-only; bad input.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/support/process.h"
+
+namespace {
+
+std::string scenario(const std::string& name) {
+  return std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/" + name + "/ds_config.json";
+}
+
+nlohmann::json read(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+}  // namespace
+
+TEST(Ab, ActivationCheckpointingFixesFirstBatchActivations) {
+  const std::string out = zrepro_test::fresh_dir("ab_fba");
+  const auto r = zrepro_test::zrepro_cmd("ab --a " + scenario("first-batch-activations") +
+                                         " --b-args --activation-checkpointing --model small --device-memory 120MB "
+                                         "--steps 2 --out " + out);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("A reproduces: oom in"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("B fixes it: runs through"), std::string::npos) << r.output;
+  const nlohmann::json ab = read(out + "/ab.json");
+  EXPECT_EQ(ab["outcome"], "fixed");
+  EXPECT_EQ(ab["rows"][0]["status"], "oom");
+  EXPECT_EQ(ab["rows"][1]["status"], "ok");
+  EXPECT_LT(ab["rows"][1]["peak_bytes_max"].get<double>(), ab["rows"][1]["capacity_bytes"].get<double>());
+  EXPECT_TRUE(std::filesystem::exists(out + "/ab.html"));
+  EXPECT_TRUE(std::filesystem::exists(out + "/A_r1/summary.json"));
+
+  // The same A/B without the fix: B fails too.
+  const auto same = zrepro_test::zrepro_cmd("ab --a " + scenario("first-batch-activations") + " --b " +
+                                            scenario("first-batch-activations") +
+                                            " --model small --device-memory 120MB --steps 2 --out " + out + "/same");
+  EXPECT_EQ(same.code, 6) << same.output;
+  EXPECT_NE(same.output.find("B does not fix it"), std::string::npos) << same.output;
+}
+
+TEST(Ab, PlanOnlyAndBadInput) {
+  const std::string out = zrepro_test::fresh_dir("ab_plan");
+  const auto p = zrepro_test::zrepro_cmd("ab --plan-only --a " + scenario("first-batch-activations") +
+                                         " --b-args --activation-checkpointing --model small --device-memory 120MB "
+                                         "--out " + out);
+  EXPECT_EQ(p.code, 0) << p.output;
+  EXPECT_EQ(read(out + "/ab.json")["plan_only"], true);
+  EXPECT_NE(p.output.find("B fixes it"), std::string::npos) << p.output;
+  // train_batch_size 8 with micro-batch 8 has no gradient accumulation for 2 ranks:
+  // the side is refused with DeepSpeed's message and ab exits 2.
+  const auto two = zrepro_test::zrepro_cmd("ab --plan-only --a " + scenario("first-batch-activations") +
+                                           " --b-args --activation-checkpointing --model small --ranks 1,2 --out " + out);
+  EXPECT_EQ(two.code, 2) << two.output;
+  EXPECT_NE(two.output.find("Gradient accumulation steps"), std::string::npos) << two.output;
+  const auto missing = zrepro_test::zrepro_cmd("ab --b x.json");
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.output.find("--a"), std::string::npos) << missing.output;
+  const auto refused = zrepro_test::zrepro_cmd("ab --a " + scenario("first-batch-activations") +
+                                               " --b-args --activation-checkpointing --steps 0 --out " + out + "/bad");
+  EXPECT_EQ(refused.code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("--steps"), std::string::npos) << refused.output;
+}

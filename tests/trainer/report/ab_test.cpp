@@ -1,0 +1,78 @@
+// The A/B comparison on hand-made summaries: the verdict and exit code for each
+// outcome (fixed, not fixed, nothing to fix), loss differences over common steps,
+// per-rank spread, bytes at target scale after a scale-down, and plans.
+#include <gtest/gtest.h>
+
+#include "device/base/errors.h"
+#include "trainer/report/ab.h"
+
+using namespace zrepro;
+using json = nlohmann::json;
+
+namespace {
+
+json summary(const std::string& status, std::vector<double> losses, std::vector<double> peaks, double capacity,
+             const char* phase = nullptr) {
+  json steps = json::array(), ranks = json::array();
+  for (size_t i = 0; i < losses.size(); ++i) steps.push_back({{"step", i}, {"loss", losses[i]}, {"grad_norm", 1.0}});
+  for (size_t r = 0; r < peaks.size(); ++r) ranks.push_back({{"rank", r}, {"peak_bytes", peaks[r]}, {"by_category", json::object()}});
+  json s = {{"status", status},
+            {"steps", steps},
+            {"memory", {{"device_capacity_bytes", capacity}, {"ranks", ranks}}},
+            {"time", {{"step_s_median", 0.5}, {"tokens_per_s", 100.0}, {"breakdown_s", {{"forward", 1.0}, {"comm_wait", 1.0}}}}},
+            {"failure", phase ? json{{"kind", status}, {"phase", phase}, {"checkpoint", "zero-stage"}} : json(nullptr)}};
+  if (status != "ok") s["ab_failed_ranks"] = static_cast<int>(peaks.size());
+  return s;
+}
+
+AbRun run(const std::string& side, int ranks, int code, json s) { return {side, ranks, code, std::move(s), ""}; }
+
+}  // namespace
+
+TEST(Ab, BFixesWhatAShows) {
+  const AbResult r = compare_ab({run("A", 4, 3, summary("oom", {}, {100, 98, 100, 99}, 100, "forward"))},
+                                {run("B", 4, 0, summary("ok", {2.0, 1.5}, {70, 78, 70, 70}, 100))}, false);
+  EXPECT_EQ(r.exit_code, kExitOk);
+  ASSERT_EQ(r.verdicts.size(), 1u);
+  EXPECT_NE(r.verdicts[0].find("A reproduces: oom in forward on every rank (exit 3)"), std::string::npos) << r.verdicts[0];
+  EXPECT_NE(r.verdicts[0].find("B fixes it: runs through, peak 78% of capacity"), std::string::npos) << r.verdicts[0];
+  EXPECT_EQ(r.json["outcome"], "fixed");
+  EXPECT_EQ(r.json["rows"][1]["peak_bytes_spread"], 8.0);
+  EXPECT_EQ(r.json["rows"][1]["comm_wait_share"], 0.5);
+}
+
+TEST(Ab, BFailingTooIsNotFixedAndARunningThroughIsNothingToFix) {
+  EXPECT_EQ(compare_ab({run("A", 1, 3, summary("oom", {}, {100}, 100, "backward"))},
+                       {run("B", 1, 3, summary("oom", {}, {100}, 100, "step"))}, false)
+                .exit_code,
+            kExitAbNotFixed);
+  const AbResult same = compare_ab({run("A", 1, 0, summary("ok", {2.0, 1.5, 1.2}, {50}, 100))},
+                                   {run("B", 1, 0, summary("ok", {2.0, 1.5, 1.2}, {40}, 100))}, false);
+  EXPECT_EQ(same.exit_code, kExitAbNoFailure);
+  EXPECT_NE(same.verdicts[0].find("losses equal within 1e-6"), std::string::npos) << same.verdicts[0];
+  EXPECT_NE(same.verdicts[0].find("B's step time 1.00x A's"), std::string::npos) << same.verdicts[0];
+  const AbResult differ = compare_ab({run("A", 1, 0, summary("ok", {2.0, 1.5}, {50}, 100))},
+                                     {run("B", 1, 0, summary("ok", {2.0, 1.65}, {40}, 100))}, false);
+  EXPECT_NEAR(differ.json["comparisons"][0]["max_loss_rel_diff"].get<double>(), 0.1, 1e-12);
+  EXPECT_NE(differ.verdicts[0].find("losses differ by up to 0.1"), std::string::npos) << differ.verdicts[0];
+}
+
+TEST(Ab, OneRankCountNotFixedDecidesAndTargetScaleIsReported) {
+  json scaled = summary("ok", {2.0}, {10}, 20);
+  scaled["scale_down"] = {{"parameter_factor", 1000.0}};
+  const AbResult r = compare_ab({run("A", 1, 3, summary("oom", {}, {20}, 20, "forward")), run("A", 4, 0, summary("ok", {2.0}, {10}, 20))},
+                                {run("B", 1, 0, scaled), run("B", 4, 3, summary("oom", {}, {20}, 20, "forward"))}, false);
+  EXPECT_EQ(r.exit_code, kExitOk) << "at 4 ranks A runs through: B failing there is a new failure, not an unfixed one";
+  EXPECT_EQ(r.json["rows"][1]["target_peak_bytes_max"], 10000.0);
+  EXPECT_EQ(r.json["rows"][1]["target_capacity_bytes"], 20000.0);
+}
+
+TEST(Ab, PlansCompareVerdicts) {
+  const json oom = {{"verdict", "oom"}, {"oom_phase", "partition"}, {"peak_bytes", 120}, {"device_capacity_bytes", 100}};
+  const json fits = {{"verdict", "fits"}, {"oom_phase", nullptr}, {"peak_bytes", 60}, {"device_capacity_bytes", 100}};
+  const AbResult r = compare_ab({run("A", 8, 3, oom)}, {run("B", 8, 0, fits)}, true);
+  EXPECT_EQ(r.exit_code, kExitOk);
+  EXPECT_NE(r.verdicts[0].find("A reproduces: oom (planned) in partition"), std::string::npos) << r.verdicts[0];
+  EXPECT_NE(r.verdicts[0].find("peak 60% of capacity"), std::string::npos) << r.verdicts[0];
+  EXPECT_NE(ab_html(r.json).find("<svg"), std::string::npos);
+}

@@ -1,0 +1,220 @@
+// `zrepro ab`: verify a fix in one command. Runs side A (the failing setup) and side B
+// (the fix: another config, or the same config with other flags) at each rank count,
+// each as its own `zrepro run` (or `zrepro plan --json` under --plan-only) into
+// OUT/<side>_r<ranks>/, then compares them (trainer/report/ab.h): one table, a verdict
+// line per rank count, OUT/ab.json and OUT/ab.html. Exit 0 when B fixes the failure A
+// shows, 6 when B fails too, 7 when A shows no failure, 2 on bad input.
+#include <sys/wait.h>
+#include <unistd.h>
+#include <wordexp.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "trainer/app/cli.h"
+#include "trainer/report/ab.h"
+#include "trainer/report/report.h"
+#include "zero/comm/mpi_communicator.h"
+
+namespace zrepro {
+
+using json = nlohmann::json;
+
+namespace {
+
+struct Side {
+  std::string name;
+  std::string config;
+  std::vector<std::string> args;  // the side's own flags
+};
+
+// Shell-like words of a flag value ("--micro-batch 2 --activation-checkpointing").
+std::vector<std::string> words(const std::string& flag, const std::string& text) {
+  wordexp_t w;
+  if (wordexp(text.c_str(), &w, WRDE_NOCMD | WRDE_UNDEF) != 0)
+    throw ConfigError(flag + ": cannot split \"" + text + "\" into flags (unbalanced quotes or a command substitution)");
+  std::vector<std::string> out(w.we_wordv, w.we_wordv + w.we_wordc);
+  wordfree(&w);
+  return out;
+}
+
+std::vector<int> rank_list(const std::string& text) {
+  std::vector<int> out;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    size_t used = 0;
+    int n = 0;
+    try {
+      n = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || n < 1) throw ConfigError("--ranks: got \"" + text + "\", expected rank counts such as 1,4");
+    out.push_back(n);
+  }
+  if (out.empty()) throw ConfigError("--ranks: got \"" + text + "\", expected rank counts such as 1,4");
+  return out;
+}
+
+// Runs this binary with args, its output into log; returns the exit code.
+int run_self(const std::vector<std::string>& args, const std::string& log) {
+  std::vector<char*> argv;
+  std::string self = "/proc/self/exe";
+  argv.push_back(self.data());
+  std::vector<std::string> copy = args;
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::cout << std::flush;
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("zrepro ab: fork failed");
+  if (pid == 0) {
+    FILE* f = std::fopen(log.c_str(), "w");
+    if (f) {
+      dup2(fileno(f), STDOUT_FILENO);
+      dup2(fileno(f), STDERR_FILENO);
+    }
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string tail_of(const std::string& path, size_t lines) {
+  std::ifstream in(path);
+  std::vector<std::string> all;
+  for (std::string l; std::getline(in, l);) all.push_back(l);
+  std::string out;
+  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i) out += "    " + all[i] + "\n";
+  return out;
+}
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return nullptr;
+  try {
+    return json::parse(in);
+  } catch (const json::exception&) {
+    return nullptr;
+  }
+}
+
+// One side at one rank count: the run (or the plan) and what it left.
+AbRun run_side(const Side& side, int ranks, const std::vector<std::string>& common, const std::string& out,
+               bool plan_only) {
+  AbRun r;
+  r.side = side.name;
+  r.ranks = ranks;
+  const std::string dir = out + "/" + side.name + "_r" + std::to_string(ranks);
+  r.log = dir + (plan_only ? ".plan.json" : ".log");
+  std::vector<std::string> args;
+  if (plan_only)
+    args = {"plan", "--config", side.config, "--world-size", std::to_string(ranks), "--json"};
+  else
+    args = {"run", "--config", side.config, "--out", dir};
+  if (!plan_only && ranks > 1) args.insert(args.end(), {"--ranks", std::to_string(ranks)});
+  args.insert(args.end(), common.begin(), common.end());
+  args.insert(args.end(), side.args.begin(), side.args.end());
+  if (!plan_only) std::filesystem::remove_all(dir);
+  std::cout << "[zrepro ab] " << side.name << " on " << ranks << " rank(s): zrepro";
+  for (const auto& a : args) std::cout << " " << a;
+  std::cout << std::endl;
+  r.exit_code = run_self(args, r.log);
+  if (r.exit_code == kExitBadInput)
+    throw ConfigError("side " + side.name + " on " + std::to_string(ranks) + " rank(s) was refused (exit 2):\n" +
+                      tail_of(r.log, 6) + "  fix the flags or config named above");
+  if (plan_only) {
+    r.summary = read_json(r.log);
+    return r;
+  }
+  r.summary = read_json(dir + "/summary.json");
+  if (r.summary.is_object()) {
+    // Every rank that failed left its own summary (rank 0: summary.json).
+    int failed = r.summary.value("status", "ok") != "ok";
+    for (int k = 1; k < ranks; ++k) {
+      const json s = read_json(dir + "/summary_rank" + std::to_string(k) + ".json");
+      failed += s.is_object() && s.value("status", "ok") != "ok";
+    }
+    r.summary["ab_failed_ranks"] = failed;
+  }
+  return r;
+}
+
+// cxxopts takes one-letter names as short options (-a); the command line of
+// `zrepro ab` spells them --a / --b: those two spellings become --a-config / --b-config.
+std::vector<std::string> long_side_flags(int argc, char** argv) {
+  std::vector<std::string> out(argv, argv + argc);
+  for (auto& a : out)
+    for (const char* side : {"a", "b"}) {
+      const std::string flag = std::string("--") + side;
+      if (a == flag || a.rfind(flag + "=", 0) == 0) a = flag + "-config" + a.substr(flag.size());
+    }
+  return out;
+}
+
+}  // namespace
+
+int ab_command(int argc, char** argv) {
+  cxxopts::Options o("zrepro ab",
+                     "Verify a fix: run side A and side B at each rank count and compare them. Every other flag "
+                     "(--model, --device-memory, --steps, --target-model, --inject, ...) goes to both sides' "
+                     "`zrepro run`.");
+  o.allow_unrecognised_options();
+  o.add_options("ab")
+      ("a-config", "--a FILE: side A's DeepSpeed config (the failing setup)", cxxopts::value<std::string>())
+      ("b-config", "--b FILE: side B's DeepSpeed config (default: A's)", cxxopts::value<std::string>())
+      ("a-args", "flags for side A only, e.g. \"--micro-batch 8\"", cxxopts::value<std::string>())
+      ("b-args", "flags for side B only, e.g. \"--activation-checkpointing\"", cxxopts::value<std::string>())
+      ("ranks", "rank counts to run each side at, e.g. 1,4", cxxopts::value<std::string>()->default_value("1"))
+      ("plan-only", "answer from the planner (zrepro plan) instead of training")
+      ("out", "folder for each side's outputs, ab.json and ab.html", cxxopts::value<std::string>()->default_value("ab_out"))
+      ("h,help", "show this help");
+  try {
+    std::vector<std::string> args = long_side_flags(argc, argv);
+    std::vector<char*> cargs;
+    for (auto& x : args) cargs.push_back(x.data());
+    auto r = parse(o, static_cast<int>(cargs.size()), cargs.data());
+    if (r.count("help")) {
+      std::cout << o.help() << std::endl;
+      return kExitOk;
+    }
+    if (launched_by_mpi()) throw ConfigError("zrepro ab starts its runs itself: run it without mpirun (use --ranks)");
+    if (!r.count("a-config")) throw ConfigError("--a: missing. Give side A's config: zrepro ab --a before.json --b after.json");
+    Side a{"A", r["a-config"].as<std::string>(), r.count("a-args") ? words("--a-args", r["a-args"].as<std::string>()) : std::vector<std::string>{}};
+    Side b{"B", r.count("b-config") ? r["b-config"].as<std::string>() : a.config,
+           r.count("b-args") ? words("--b-args", r["b-args"].as<std::string>()) : std::vector<std::string>{}};
+    if (!r.count("b-config") && !r.count("b-args") && !r.count("a-args"))
+      throw ConfigError("--b: missing. Give side B's config (--b after.json) or its flags (--b-args \"...\")");
+    for (const std::string* f : {&a.config, &b.config})
+      if (!std::filesystem::is_regular_file(*f)) throw ConfigError("--a/--b: \"" + *f + "\" is not a readable file");
+    const std::vector<int> ranks = rank_list(r["ranks"].as<std::string>());
+    const bool plan_only = r.count("plan-only") > 0;
+    const std::vector<std::string> common = r.unmatched();
+    const std::string out = r["out"].as<std::string>();
+    std::error_code ec;
+    std::filesystem::create_directories(out, ec);
+    if (ec) throw ConfigError("--out: cannot create \"" + out + "\": " + ec.message());
+
+    std::vector<AbRun> ra, rb;
+    for (int n : ranks) {
+      ra.push_back(run_side(a, n, common, out, plan_only));
+      rb.push_back(run_side(b, n, common, out, plan_only));
+    }
+    const AbResult res = compare_ab(ra, rb, plan_only);
+    write_file_atomic(out + "/ab.json", res.json.dump(2) + "\n");
+    write_file_atomic(out + "/ab.html", ab_html(res.json));
+    std::cout << "\n" << res.table << "\n";
+    for (const auto& v : res.verdicts) std::cout << "[zrepro ab] " << v << "\n";
+    std::cout << "[zrepro ab] outcome: " << res.json["outcome"].get<std::string>() << " (exit " << res.exit_code
+              << "); " << out << "/ab.json, " << out << "/ab.html" << std::endl;
+    return res.exit_code;
+  } catch (const ConfigError& e) {
+    std::cerr << "[zrepro ab] error: " << e.what() << std::endl;
+    return kExitBadInput;
+  }
+}
+
+}  // namespace zrepro

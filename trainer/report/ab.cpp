@@ -1,0 +1,289 @@
+// See ab.h.
+#include "trainer/report/ab.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "device/base/errors.h"
+#include "device/device_memory.h"
+#include "trainer/report/html_report.h"
+
+namespace zrepro {
+
+using json = nlohmann::json;
+
+namespace {
+
+double num(const json& v, double fallback = NAN) { return v.is_number() ? v.get<double>() : fallback; }
+
+std::string fixed(double v, int prec) {
+  if (!std::isfinite(v)) return "-";
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", prec, v);
+  return b;
+}
+
+std::string bytes(double b) { return std::isfinite(b) ? format_bytes(static_cast<int64_t>(b)) : "-"; }
+
+// Memory of a run: the per-rank peaks (max and spread), the capacity, the categories
+// of the rank that peaked highest, and the same at target scale after a scale-down.
+void memory_of(const json& s, bool plan_only, json& row) {
+  double cap = NAN, hi = NAN, lo = NAN;
+  json cats;
+  if (plan_only) {
+    cap = num(s.value("device_capacity_bytes", json()));
+    hi = lo = num(s.value("peak_bytes", json()));
+    cats = s.value("by_category", json());
+  } else if (s.contains("memory") && s["memory"].is_object()) {
+    cap = num(s["memory"].value("device_capacity_bytes", json()));
+    for (const auto& r : s["memory"].value("ranks", json::array())) {
+      const double p = num(r.value("peak_bytes", json()));
+      if (!std::isfinite(p)) continue;
+      if (!std::isfinite(hi) || p > hi) hi = p, cats = r.value("by_category", json());
+      if (!std::isfinite(lo) || p < lo) lo = p;
+    }
+  }
+  row["capacity_bytes"] = std::isfinite(cap) && cap > 0 ? json(cap) : json(nullptr);
+  row["peak_bytes_max"] = std::isfinite(hi) ? json(hi) : json(nullptr);
+  row["peak_bytes_spread"] = std::isfinite(hi) ? json(hi - lo) : json(nullptr);
+  row["peak_share_of_capacity"] = std::isfinite(hi) && cap > 0 ? json(hi / cap) : json(nullptr);
+  row["by_category"] = cats;
+  // A scale-down toy keeps each category's share of capacity: target bytes are toy
+  // bytes times the parameter factor (the capacity was divided by it).
+  if (s.contains("scale_down") && s["scale_down"].is_object()) {
+    const double f = num(s["scale_down"].value("parameter_factor", json()));
+    row["target_peak_bytes_max"] = std::isfinite(hi) ? json(hi * f) : json(nullptr);
+    row["target_capacity_bytes"] = std::isfinite(cap) ? json(cap * f) : json(nullptr);
+  }
+}
+
+// Time of a run: median step, tokens/s, and each part's share of the accounted time.
+void time_of(const json& s, json& row) {
+  if (!s.contains("time") || !s["time"].is_object()) return;
+  const json& t = s["time"];
+  row["step_s_median"] = t.value("step_s_median", json());
+  row["tokens_per_s"] = t.value("tokens_per_s", json());
+  double total = 0;
+  const json br = t.value("breakdown_s", json::object());
+  for (const auto& [k, v] : br.items()) total += num(v, 0);
+  for (const char* k : {"comm_wait", "offload_copy"})
+    row[std::string(k) + "_share"] = total > 0 ? json(num(br.value(k, json()), 0) / total) : json(nullptr);
+  if (s.contains("offload") && s["offload"].is_object() && !s["offload"]["ranks"].empty())
+    row["device_busy_fraction"] = s["offload"]["ranks"][0].value("device_busy_fraction", json());
+}
+
+json row_of(const AbRun& r, bool plan_only) {
+  json row = {{"side", r.side}, {"ranks", r.ranks}, {"exit_code", r.exit_code}, {"log", r.log}};
+  const json& s = r.summary;
+  if (s.is_null()) {
+    row["status"] = "no summary";
+    return row;
+  }
+  if (plan_only) {
+    row["status"] = s.value("verdict", "?") == "oom" ? "oom (planned)" : "fits (planned)";
+    row["phase"] = s.value("oom_phase", json());
+  } else {
+    row["status"] = s.value("status", "?");
+    const json f = s.value("failure", json());
+    row["phase"] = f.is_object() ? f.value("phase", json()) : json(nullptr);
+    row["checkpoint"] = f.is_object() ? f.value("checkpoint", json()) : json(nullptr);
+    row["failed_ranks"] = r.summary.value("ab_failed_ranks", json());
+    const json steps = s.value("steps", json::array());
+    row["steps"] = steps.size();
+    row["final_loss"] = steps.empty() ? json(nullptr) : steps.back().value("loss", json());
+    time_of(s, row);
+  }
+  memory_of(s, plan_only, row);
+  return row;
+}
+
+bool failed(const AbRun& r, bool plan_only) {
+  if (plan_only) return r.exit_code != 0;
+  return r.exit_code != 0 || r.summary.is_null();
+}
+
+// Largest relative difference of a per-step field over the common steps (NaN: none).
+double max_rel_diff(const json& a, const json& b, const char* key) {
+  const json sa = a.is_object() ? a.value("steps", json::array()) : json::array();
+  const json sb = b.is_object() ? b.value("steps", json::array()) : json::array();
+  double worst = NAN;
+  for (size_t i = 0; i < std::min(sa.size(), sb.size()); ++i) {
+    const double x = num(sa[i].value(key, json())), y = num(sb[i].value(key, json()));
+    if (!std::isfinite(x) || !std::isfinite(y)) continue;
+    const double d = std::abs(x - y) / std::max(std::abs(x), 1e-12);
+    worst = std::isfinite(worst) ? std::max(worst, d) : d;
+  }
+  return worst;
+}
+
+std::string describe_failure(const json& row) {
+  std::string s = row["status"].get<std::string>();
+  if (row.value("phase", json()).is_string()) s += " in " + row["phase"].get<std::string>();
+  const json fr = row.value("failed_ranks", json());
+  const int ranks = row["ranks"].get<int>();
+  if (fr.is_number() && ranks > 1)
+    s += fr.get<int>() == ranks ? " on every rank" : " on " + std::to_string(fr.get<int>()) + " of " + std::to_string(ranks) + " ranks";
+  return s + " (exit " + std::to_string(row["exit_code"].get<int>()) + ")";
+}
+
+std::string describe_fit(const json& row) {
+  std::string s = "runs through";
+  if (row.value("peak_share_of_capacity", json()).is_number())
+    s += ", peak " + fixed(100 * row["peak_share_of_capacity"].get<double>(), 0) + "% of capacity";
+  return s;
+}
+
+std::string verdict(const json& ra, const json& rb, bool a_fail, bool b_fail, double loss_diff, bool plan_only) {
+  std::string v = std::to_string(ra["ranks"].get<int>()) + " rank(s): ";
+  v += a_fail ? "A reproduces: " + describe_failure(ra) : "A " + describe_fit(ra);
+  v += "; ";
+  if (b_fail)
+    v += "B does not fix it: " + describe_failure(rb);
+  else
+    v += std::string("B ") + (a_fail ? "fixes it: " : "") + describe_fit(rb);
+  if (!plan_only) {
+    if (std::isfinite(loss_diff))
+      v += "; losses " + (loss_diff <= 1e-6 ? std::string("equal within 1e-6") : "differ by up to " + fixed(loss_diff, 8));
+    else
+      v += "; no common steps to compare losses";
+    const double ta = num(ra.value("step_s_median", json())), tb = num(rb.value("step_s_median", json()));
+    if (!a_fail && !b_fail && ta > 0 && tb > 0) v += "; B's step time " + fixed(tb / ta, 2) + "x A's";
+  }
+  return v;
+}
+
+std::string table(const json& rows) {
+  std::ostringstream os;
+  char line[400];
+  std::snprintf(line, sizeof line, "  %-4s %5s  %-16s %-9s %-11s %10s %6s %10s %12s %9s %9s %6s %6s %10s\n", "side",
+                "ranks", "status", "exit", "phase", "peak max", "%cap", "spread", "at target", "step s", "tok/s",
+                "comm%", "copy%", "loss");
+  os << line;
+  for (const auto& r : rows) {
+    auto pct = [&](const char* k) {
+      return r.value(k, json()).is_number() ? fixed(100 * r[k].get<double>(), 0) : std::string("-");
+    };
+    std::snprintf(line, sizeof line, "  %-4s %5d  %-16s %-9d %-11s %10s %6s %10s %12s %9s %9s %6s %6s %10s\n",
+                  r["side"].get<std::string>().c_str(), r["ranks"].get<int>(), r["status"].get<std::string>().c_str(),
+                  r["exit_code"].get<int>(), r.value("phase", json()).is_string() ? r["phase"].get<std::string>().c_str() : "-",
+                  bytes(num(r.value("peak_bytes_max", json()))).c_str(), pct("peak_share_of_capacity").c_str(),
+                  bytes(num(r.value("peak_bytes_spread", json()))).c_str(),
+                  bytes(num(r.value("target_peak_bytes_max", json()))).c_str(),
+                  fixed(num(r.value("step_s_median", json())), 4).c_str(),
+                  fixed(num(r.value("tokens_per_s", json())), 0).c_str(), pct("comm_wait_share").c_str(),
+                  pct("offload_copy_share").c_str(), fixed(num(r.value("final_loss", json())), 5).c_str());
+    os << line;
+  }
+  return os.str();
+}
+
+}  // namespace
+
+AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bool plan_only) {
+  AbResult out;
+  json rows = json::array(), pairs = json::array();
+  bool any_a_fail = false, any_unfixed = false;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    const json ra = row_of(a[i], plan_only), rb = row_of(b[i], plan_only);
+    const bool af = failed(a[i], plan_only), bf = failed(b[i], plan_only);
+    any_a_fail = any_a_fail || af;
+    any_unfixed = any_unfixed || (af && bf);
+    const double dl = plan_only ? NAN : max_rel_diff(a[i].summary, b[i].summary, "loss");
+    const double dg = plan_only ? NAN : max_rel_diff(a[i].summary, b[i].summary, "grad_norm");
+    out.verdicts.push_back(verdict(ra, rb, af, bf, dl, plan_only));
+    rows.push_back(ra);
+    rows.push_back(rb);
+    pairs.push_back({{"ranks", a[i].ranks},
+                     {"a_fails", af},
+                     {"b_fails", bf},
+                     {"max_loss_rel_diff", std::isfinite(dl) ? json(dl) : json(nullptr)},
+                     {"max_grad_norm_rel_diff", std::isfinite(dg) ? json(dg) : json(nullptr)},
+                     {"verdict", out.verdicts.back()}});
+  }
+  out.exit_code = any_unfixed ? kExitAbNotFixed : any_a_fail ? kExitOk : kExitAbNoFailure;
+  const char* outcome = any_unfixed ? "not fixed" : any_a_fail ? "fixed" : "nothing to fix";
+  out.table = table(rows);
+  json curves = json::object();
+  for (const auto* side : {&a, &b})
+    for (const AbRun& r : *side) {
+      json losses = json::array();
+      if (r.summary.is_object())
+        for (const auto& st : r.summary.value("steps", json::array())) losses.push_back(st.value("loss", json()));
+      curves[r.side + " " + std::to_string(r.ranks)] = losses;
+    }
+  out.json = {{"plan_only", plan_only}, {"outcome", outcome},  {"exit_code", out.exit_code},
+              {"rows", rows},           {"comparisons", pairs}, {"loss_curves", curves}};
+  return out;
+}
+
+std::string ab_html(const json& ab) {
+  std::ostringstream o;
+  const std::string outcome = ab.value("outcome", "?");
+  o << "<!doctype html><html><head><meta charset='utf-8'><title>zrepro ab: " << html_escape(outcome) << "</title>"
+    << "<style>body{font-family:sans-serif;margin:2em;max-width:70em}table{border-collapse:collapse}"
+       "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#eee}"
+       ".v{padding:.5em;margin:.3em 0;background:#f4f4f4;border-left:4px solid #888}</style></head><body>"
+    << "<h1>zrepro ab: " << html_escape(outcome) << " (exit " << ab.value("exit_code", 0) << ")</h1>";
+  for (const auto& c : ab["comparisons"]) o << "<div class='v'>" << html_escape(c["verdict"].get<std::string>()) << "</div>";
+  // Memory bars: each side's highest per-rank peak against the capacity.
+  o << "<h2>Peak device memory per rank (highest rank)</h2><svg width='720' height='" << 30 * ab["rows"].size() + 10
+    << "'>";
+  double scale = 1;
+  for (const auto& r : ab["rows"])
+    for (const char* k : {"peak_bytes_max", "capacity_bytes"})
+      if (r.value(k, json()).is_number()) scale = std::max(scale, r[k].get<double>());
+  int y = 5;
+  for (const auto& r : ab["rows"]) {
+    const double peak = num(r.value("peak_bytes_max", json()), 0), cap = num(r.value("capacity_bytes", json()), 0);
+    const std::string label = r["side"].get<std::string>() + " x" + std::to_string(r["ranks"].get<int>());
+    const bool bad = r["exit_code"].get<int>() != 0;
+    o << "<text x='0' y='" << y + 15 << "' font-size='12'>" << html_escape(label) << "</text><rect x='60' y='" << y
+      << "' width='" << 600 * peak / scale << "' height='20' fill='" << (bad ? "#d66" : "#6a6") << "'/>";
+    if (cap > 0) o << "<line x1='" << 60 + 600 * cap / scale << "' x2='" << 60 + 600 * cap / scale << "' y1='" << y - 2
+                   << "' y2='" << y + 22 << "' stroke='black' stroke-width='2'/>";
+    o << "<text x='" << 65 + 600 * peak / scale << "' y='" << y + 15 << "' font-size='11'>" << bytes(peak) << "</text>";
+    y += 30;
+  }
+  o << "</svg><p>black line: the device capacity; red: the run failed.</p>";
+  // Loss curves of every run on one chart.
+  double lo = INFINITY, hi = -INFINITY;
+  size_t n = 0;
+  for (const auto& [name, c] : ab["loss_curves"].items())
+    for (const auto& v : c)
+      if (v.is_number()) lo = std::min(lo, v.get<double>()), hi = std::max(hi, v.get<double>()), n = std::max(n, c.size());
+  if (n > 1 && hi > lo) {
+    o << "<h2>Loss per step</h2><svg width='720' height='260'>";
+    const char* colors[] = {"#c33", "#36c", "#e90", "#393", "#939", "#399"};
+    int k = 0;
+    for (const auto& [name, c] : ab["loss_curves"].items()) {
+      std::string pts;
+      for (size_t i = 0; i < c.size(); ++i)
+        if (c[i].is_number())
+          pts += std::to_string(40 + 660.0 * i / (n - 1)) + "," + std::to_string(240 - 220 * (c[i].get<double>() - lo) / (hi - lo)) + " ";
+      const char* col = colors[k % 6];
+      o << "<polyline fill='none' stroke='" << col << "' stroke-width='2' points='" << pts << "'/><text x='600' y='"
+        << 20 + 15 * k << "' fill='" << col << "' font-size='12'>" << html_escape(name) << "</text>";
+      ++k;
+    }
+    o << "<text x='0' y='20' font-size='11'>" << fixed(hi, 3) << "</text><text x='0' y='240' font-size='11'>"
+      << fixed(lo, 3) << "</text></svg>";
+  }
+  o << "<h2>Runs</h2><table><tr><th>side</th><th>ranks</th><th>status</th><th>exit</th><th>phase</th><th>peak max</th>"
+       "<th>% capacity</th><th>spread</th><th>at target</th><th>step s</th><th>tokens/s</th><th>final loss</th></tr>";
+  for (const auto& r : ab["rows"])
+    o << "<tr><td>" << html_escape(r["side"].get<std::string>()) << "</td><td>" << r["ranks"] << "</td><td>"
+      << html_escape(r["status"].get<std::string>()) << "</td><td>" << r["exit_code"] << "</td><td>"
+      << (r.value("phase", json()).is_string() ? html_escape(r["phase"].get<std::string>()) : "-") << "</td><td>"
+      << bytes(num(r.value("peak_bytes_max", json()))) << "</td><td>"
+      << (r.value("peak_share_of_capacity", json()).is_number() ? fixed(100 * r["peak_share_of_capacity"].get<double>(), 0) : "-")
+      << "</td><td>" << bytes(num(r.value("peak_bytes_spread", json()))) << "</td><td>"
+      << bytes(num(r.value("target_peak_bytes_max", json()))) << "</td><td>" << fixed(num(r.value("step_s_median", json())), 4)
+      << "</td><td>" << fixed(num(r.value("tokens_per_s", json())), 0) << "</td><td>"
+      << fixed(num(r.value("final_loss", json())), 5) << "</td></tr>";
+  o << "</table></body></html>\n";
+  return o.str();
+}
+
+}  // namespace zrepro
