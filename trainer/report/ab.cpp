@@ -9,6 +9,7 @@
 #include "device/base/errors.h"
 #include "device/device_memory.h"
 #include "trainer/report/html_report.h"
+#include "zero/schedule/stage_policy.h"
 
 namespace zrepro {
 
@@ -179,6 +180,51 @@ std::string table(const json& rows) {
   return os.str();
 }
 
+// [Note: equivalence between rank counts] With the same global batch, N ranks give the
+// losses of one rank up to reduction order, and each model state the stage shards is
+// divided by the rank ratio while the others stay (zero/schedule/stage_policy.h).
+// Persistent stage-3 parameters and padding keep this from being exact: 5% is allowed.
+json equivalence(const AbRun& base, const AbRun& r, std::string& line) {
+  json e = {{"side", r.side}, {"ranks", {base.ranks, r.ranks}}};
+  const std::string head = r.side + " " + std::to_string(base.ranks) + " -> " + std::to_string(r.ranks) + " ranks: ";
+  if (base.exit_code != 0 || r.exit_code != 0 || !base.summary.is_object() || !r.summary.is_object()) {
+    line = head + "not compared (a run failed)";
+    e["holds"] = nullptr;
+    return e;
+  }
+  bool holds = true;
+  const json g0 = base.summary["batch"].value("global", json()), g1 = r.summary["batch"].value("global", json());
+  if (g0 == g1) {
+    const std::string prec = base.summary.value("precision", "fp32");
+    const double tol = prec == "fp32" ? 1e-5 : 2e-2;  // 16-bit: rounding of a different reduction order
+    const double d = max_rel_diff(base.summary, r.summary, "loss");
+    e["max_loss_rel_diff"] = std::isfinite(d) ? json(d) : json(nullptr);
+    holds = std::isfinite(d) && d <= tol;
+    line = head + (holds ? "losses equal within " + fixed(tol, 6) : "losses differ by up to " + fixed(d, 8));
+  } else {
+    line = head + "global batch " + g0.dump() + " vs " + g1.dump() + ", losses not comparable";
+  }
+  const StagePolicy policy = stage_policy(base.summary.value("zero_stage", 0));
+  const std::pair<const char*, ModelState> cats[] = {{"params", ModelState::parameters},
+                                                     {"grads", ModelState::gradients},
+                                                     {"optimizer_states", ModelState::optimizer_states}};
+  json states = json::object();
+  line += "; per-rank";
+  for (const auto& [cat, state] : cats) {
+    const double m0 = num(base.summary["memory"]["ranks"][0]["model_states"].value(cat, json()), 0);
+    const double m1 = num(r.summary["memory"]["ranks"][0]["model_states"].value(cat, json()), 0);
+    const double expected = policy.shards(state) ? m0 * base.ranks / r.ranks : m0;
+    const bool ok = std::abs(m1 - expected) <= 0.05 * expected + 64;
+    holds = holds && ok;
+    states[cat] = {{"measured", m1}, {"expected", expected}, {"holds", ok}};
+    line += std::string(" ") + cat + " x" + fixed(m0 > 0 ? m1 / m0 : 1.0, 2) + (ok ? "" : " (expected x" + fixed(m0 > 0 ? expected / m0 : 1.0, 2) + ")");
+  }
+  line += std::string(holds ? ": as " : ": NOT as ") + "the equivalence rules predict for stage " + std::to_string(policy.stage);
+  e["model_states"] = states;
+  e["holds"] = holds;
+  return e;
+}
+
 }  // namespace
 
 AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bool plan_only) {
@@ -202,6 +248,13 @@ AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bo
                      {"max_grad_norm_rel_diff", std::isfinite(dg) ? json(dg) : json(nullptr)},
                      {"verdict", out.verdicts.back()}});
   }
+  json equiv = json::array();
+  for (const auto* side : {&a, &b})
+    for (size_t i = 1; i < side->size() && !plan_only; ++i) {
+      std::string line;
+      equiv.push_back(equivalence(side->front(), (*side)[i], line));
+      out.verdicts.push_back(line);
+    }
   out.exit_code = any_unfixed ? kExitAbNotFixed : any_a_fail ? kExitOk : kExitAbNoFailure;
   const char* outcome = any_unfixed ? "not fixed" : any_a_fail ? "fixed" : "nothing to fix";
   out.table = table(rows);
@@ -214,7 +267,8 @@ AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bo
       curves[r.side + " " + std::to_string(r.ranks)] = losses;
     }
   out.json = {{"plan_only", plan_only}, {"outcome", outcome},  {"exit_code", out.exit_code},
-              {"rows", rows},           {"comparisons", pairs}, {"loss_curves", curves}};
+              {"rows", rows},           {"comparisons", pairs}, {"equivalence", equiv},
+              {"loss_curves", curves}};
   return out;
 }
 

@@ -2,7 +2,10 @@
 // each run at one or more rank counts, read back from their summary.json files (or
 // `zrepro plan --json` outputs under --plan-only), reduced to one row per side and
 // rank count, the largest loss / grad-norm difference between the sides over their
-// common steps, a verdict line per rank count and the exit code of the whole A/B.
+// common steps, a verdict line per rank count, for each side whether its larger rank
+// counts behave as the equivalence rules predict against its first (same losses with
+// the same global batch, sharded model states divided by the rank ratio), and the exit
+// code of the whole A/B.
 // Pure: no processes, no files (trainer/app/ab.cpp runs the sides).
 #pragma once
 #include <string>
@@ -22,7 +25,7 @@ struct AbRun {
 
 struct AbResult {
   nlohmann::json json;               // ab.json
-  std::vector<std::string> verdicts;  // one line per rank count
+  std::vector<std::string> verdicts;  // one line per rank count, then one per equivalence check
   std::string table;                 // human table
   int exit_code = 0;                 // 0 fixed, kExitAbNotFixed, kExitAbNoFailure
 };

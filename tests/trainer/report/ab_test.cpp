@@ -76,3 +76,28 @@ TEST(Ab, PlansCompareVerdicts) {
   EXPECT_NE(r.verdicts[0].find("peak 60% of capacity"), std::string::npos) << r.verdicts[0];
   EXPECT_NE(ab_html(r.json).find("<svg"), std::string::npos);
 }
+
+TEST(Ab, RankCountsAreCheckedAgainstTheEquivalenceRules) {
+  auto with_states = [](json s, int stage, double params, double grads, double opt) {
+    s["zero_stage"] = stage;
+    s["precision"] = "fp32";
+    s["batch"] = {{"global", 8}};
+    s["memory"]["ranks"][0]["model_states"] = {{"params", params}, {"grads", grads}, {"optimizer_states", opt}};
+    return s;
+  };
+  const json one = with_states(summary("ok", {2.0, 1.5}, {100}, 0), 2, 400, 400, 2400);
+  const json four = with_states(summary("ok", {2.0, 1.5000001}, {60}, 0), 2, 400, 100, 600);
+  const AbResult good = compare_ab({run("A", 1, 0, one), run("A", 4, 0, four)}, {run("B", 1, 0, one), run("B", 4, 0, four)}, false);
+  ASSERT_EQ(good.json["equivalence"].size(), 2u);
+  EXPECT_EQ(good.json["equivalence"][0]["holds"], true) << good.json["equivalence"].dump();
+  const std::string line = good.verdicts[2];
+  EXPECT_NE(line.find("A 1 -> 4 ranks: losses equal within"), std::string::npos) << line;
+  EXPECT_NE(line.find("params x1.00 grads x0.25 optimizer_states x0.25: as the equivalence rules predict for stage 2"),
+            std::string::npos) << line;
+  // Gradients not divided (a stage-2 run that kept full gradients) or different losses: flagged.
+  const json wrong = with_states(summary("ok", {2.0, 1.6}, {60}, 0), 2, 400, 400, 600);
+  const AbResult bad = compare_ab({run("A", 1, 0, one), run("A", 4, 0, wrong)}, {run("B", 1, 0, one), run("B", 4, 0, four)}, false);
+  EXPECT_EQ(bad.json["equivalence"][0]["holds"], false);
+  EXPECT_NE(bad.verdicts[2].find("grads x1.00 (expected x0.25)"), std::string::npos) << bad.verdicts[2];
+  EXPECT_NE(bad.verdicts[2].find("NOT as"), std::string::npos) << bad.verdicts[2];
+}
