@@ -11,7 +11,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "trainer/app/cli.h"
 #include "trainer/report/ab.h"
@@ -37,24 +36,6 @@ std::vector<std::string> words(const std::string& flag, const std::string& text)
     throw ConfigError(flag + ": cannot split \"" + text + "\" into flags (unbalanced quotes or a command substitution)");
   std::vector<std::string> out(w.we_wordv, w.we_wordv + w.we_wordc);
   wordfree(&w);
-  return out;
-}
-
-std::vector<int> rank_list(const std::string& text) {
-  std::vector<int> out;
-  std::stringstream ss(text);
-  for (std::string item; std::getline(ss, item, ',');) {
-    size_t used = 0;
-    int n = 0;
-    try {
-      n = std::stoi(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != item.size() || n < 1) throw ConfigError("--ranks: got \"" + text + "\", expected rank counts such as 1,4");
-    out.push_back(n);
-  }
-  if (out.empty()) throw ConfigError("--ranks: got \"" + text + "\", expected rank counts such as 1,4");
   return out;
 }
 
@@ -168,7 +149,7 @@ int ab_command(int argc, char** argv) {
       ("b-config", "--b FILE: side B's DeepSpeed config (default: A's)", cxxopts::value<std::string>())
       ("a-args", "flags for side A only, e.g. \"--micro-batch 8\"", cxxopts::value<std::string>())
       ("b-args", "flags for side B only, e.g. \"--activation-checkpointing\"", cxxopts::value<std::string>())
-      ("ranks", "rank counts to run each side at, e.g. 1,4", cxxopts::value<std::string>()->default_value("1"))
+      ("ranks", "rank counts to run each side at, e.g. 1,4", cxxopts::value<std::vector<int>>()->default_value("1"))
       ("plan-only", "answer from the planner (zrepro plan) instead of training")
       ("out", "folder for each side's outputs, ab.json and ab.html", cxxopts::value<std::string>()->default_value("ab_out"))
       ("h,help", "show this help");
@@ -190,7 +171,9 @@ int ab_command(int argc, char** argv) {
       throw ConfigError("--b: missing. Give side B's config (--b after.json) or its flags (--b-args \"...\")");
     for (const std::string* f : {&a.config, &b.config})
       if (!std::filesystem::is_regular_file(*f)) throw ConfigError("--a/--b: \"" + *f + "\" is not a readable file");
-    const std::vector<int> ranks = rank_list(r["ranks"].as<std::string>());
+    const std::vector<int> ranks = r["ranks"].as<std::vector<int>>();
+    for (int n : ranks)
+      if (n < 1) throw ConfigError("--ranks: got " + std::to_string(n) + ", expected rank counts >= 1 such as 1,4");
     const bool plan_only = r.count("plan-only") > 0;
     const std::vector<std::string> common = r.unmatched();
     const std::string out = r["out"].as<std::string>();
