@@ -17,6 +17,8 @@ enum ExitCode : int {
   // zrepro ab: the verdict (0 when B fixes the failure A shows).
   kExitAbNotFixed = 6,    // B fails too (on some rank count)
   kExitAbNoFailure = 7,   // A runs through everywhere: nothing to fix (the table still compares)
+  // zrepro verify: an equivalence that must hold does not.
+  kExitVerifyFailed = 8,
 };
 
 // Bad config, flag or file: the message names the key/flag/file, the value,

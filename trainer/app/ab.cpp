@@ -4,15 +4,12 @@
 // OUT/<side>_r<ranks>/, then compares them (trainer/report/ab.h): one table, a verdict
 // line per rank count, OUT/ab.json and OUT/ab.html. Exit 0 when B fixes the failure A
 // shows, 6 when B fails too, 7 when A shows no failure, 2 on bad input.
-#include <sys/wait.h>
-#include <unistd.h>
-#include <wordexp.h>
-
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 
 #include "trainer/app/cli.h"
+#include "trainer/app/subprocess.h"
 #include "trainer/report/ab.h"
 #include "trainer/report/report.h"
 #include "zero/comm/mpi_communicator.h"
@@ -28,60 +25,6 @@ struct Side {
   std::string config;
   std::vector<std::string> args;  // the side's own flags
 };
-
-// Shell-like words of a flag value ("--micro-batch 2 --activation-checkpointing").
-std::vector<std::string> words(const std::string& flag, const std::string& text) {
-  wordexp_t w;
-  if (wordexp(text.c_str(), &w, WRDE_NOCMD | WRDE_UNDEF) != 0)
-    throw ConfigError(flag + ": cannot split \"" + text + "\" into flags (unbalanced quotes or a command substitution)");
-  std::vector<std::string> out(w.we_wordv, w.we_wordv + w.we_wordc);
-  wordfree(&w);
-  return out;
-}
-
-// Runs this binary with args, its output into log; returns the exit code.
-int run_self(const std::vector<std::string>& args, const std::string& log) {
-  std::vector<char*> argv;
-  std::string self = "/proc/self/exe";
-  argv.push_back(self.data());
-  std::vector<std::string> copy = args;
-  for (auto& a : copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::cout << std::flush;
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("zrepro ab: fork failed");
-  if (pid == 0) {
-    FILE* f = std::fopen(log.c_str(), "w");
-    if (f) {
-      dup2(fileno(f), STDOUT_FILENO);
-      dup2(fileno(f), STDERR_FILENO);
-    }
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-std::string tail_of(const std::string& path, size_t lines) {
-  std::ifstream in(path);
-  std::vector<std::string> all;
-  for (std::string l; std::getline(in, l);) all.push_back(l);
-  std::string out;
-  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i) out += "    " + all[i] + "\n";
-  return out;
-}
-
-json read_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return nullptr;
-  try {
-    return json::parse(in);
-  } catch (const json::exception&) {
-    return nullptr;
-  }
-}
 
 // One side at one rank count: the run (or the plan) and what it left.
 AbRun run_side(const Side& side, int ranks, const std::vector<std::string>& common, const std::string& out,
@@ -108,15 +51,15 @@ AbRun run_side(const Side& side, int ranks, const std::vector<std::string>& comm
     throw ConfigError("side " + side.name + " on " + std::to_string(ranks) + " rank(s) was refused (exit 2):\n" +
                       tail_of(r.log, 6) + "  fix the flags or config named above");
   if (plan_only) {
-    r.summary = read_json(r.log);
+    r.summary = read_json_file(r.log);
     return r;
   }
-  r.summary = read_json(dir + "/summary.json");
+  r.summary = read_json_file(dir + "/summary.json");
   if (r.summary.is_object()) {
     // Every rank that failed left its own summary (rank 0: summary.json).
     int failed = r.summary.value("status", "ok") != "ok";
     for (int k = 1; k < ranks; ++k) {
-      const json s = read_json(dir + "/summary_rank" + std::to_string(k) + ".json");
+      const json s = read_json_file(dir + "/summary_rank" + std::to_string(k) + ".json");
       failed += s.is_object() && s.value("status", "ok") != "ok";
     }
     r.summary["ab_failed_ranks"] = failed;

@@ -105,20 +105,6 @@ bool failed(const AbRun& r, bool plan_only) {
   return r.exit_code != 0 || r.summary.is_null();
 }
 
-// Largest relative difference of a per-step field over the common steps (NaN: none).
-double max_rel_diff(const json& a, const json& b, const char* key) {
-  const json sa = a.is_object() ? a.value("steps", json::array()) : json::array();
-  const json sb = b.is_object() ? b.value("steps", json::array()) : json::array();
-  double worst = NAN;
-  for (size_t i = 0; i < std::min(sa.size(), sb.size()); ++i) {
-    const double x = num(sa[i].value(key, json())), y = num(sb[i].value(key, json()));
-    if (!std::isfinite(x) || !std::isfinite(y)) continue;
-    const double d = std::abs(x - y) / std::max(std::abs(x), 1e-12);
-    worst = std::isfinite(worst) ? std::max(worst, d) : d;
-  }
-  return worst;
-}
-
 std::string describe_failure(const json& row) {
   std::string s = row["status"].get<std::string>();
   if (row.value("phase", json()).is_string()) s += " in " + row["phase"].get<std::string>();
@@ -197,7 +183,7 @@ json equivalence(const AbRun& base, const AbRun& r, std::string& line) {
   if (g0 == g1) {
     const std::string prec = base.summary.value("precision", "fp32");
     const double tol = prec == "fp32" ? 1e-5 : 2e-2;  // 16-bit: rounding of a different reduction order
-    const double d = max_rel_diff(base.summary, r.summary, "loss");
+    const double d = max_step_rel_diff(base.summary, r.summary, "loss");
     e["max_loss_rel_diff"] = std::isfinite(d) ? json(d) : json(nullptr);
     holds = std::isfinite(d) && d <= tol;
     line = head + (holds ? "losses equal within " + fixed(tol, 6) : "losses differ by up to " + fixed(d, 8));
@@ -227,6 +213,21 @@ json equivalence(const AbRun& base, const AbRun& r, std::string& line) {
 
 }  // namespace
 
+// ---- public
+
+double max_step_rel_diff(const json& a, const json& b, const char* key) {
+  const json sa = a.is_object() ? a.value("steps", json::array()) : json::array();
+  const json sb = b.is_object() ? b.value("steps", json::array()) : json::array();
+  double worst = NAN;
+  for (size_t i = 0; i < std::min(sa.size(), sb.size()); ++i) {
+    const double x = num(sa[i].value(key, json())), y = num(sb[i].value(key, json()));
+    if (!std::isfinite(x) || !std::isfinite(y)) continue;
+    const double d = std::abs(x - y) / std::max(std::abs(x), 1e-12);
+    worst = std::isfinite(worst) ? std::max(worst, d) : d;
+  }
+  return worst;
+}
+
 AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bool plan_only) {
   AbResult out;
   json rows = json::array(), pairs = json::array();
@@ -236,8 +237,8 @@ AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bo
     const bool af = failed(a[i], plan_only), bf = failed(b[i], plan_only);
     any_a_fail = any_a_fail || af;
     any_unfixed = any_unfixed || (af && bf);
-    const double dl = plan_only ? NAN : max_rel_diff(a[i].summary, b[i].summary, "loss");
-    const double dg = plan_only ? NAN : max_rel_diff(a[i].summary, b[i].summary, "grad_norm");
+    const double dl = plan_only ? NAN : max_step_rel_diff(a[i].summary, b[i].summary, "loss");
+    const double dg = plan_only ? NAN : max_step_rel_diff(a[i].summary, b[i].summary, "grad_norm");
     out.verdicts.push_back(verdict(ra, rb, af, bf, dl, plan_only));
     rows.push_back(ra);
     rows.push_back(rb);

@@ -33,6 +33,10 @@ struct AbResult {
 // a[i] and b[i] ran at the same rank count. plan_only: the summaries are plans.
 AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bool plan_only);
 
+// Largest relative difference of a per-step field ("loss", "grad_norm") between two
+// summaries over their common steps; NaN when there is none.
+double max_step_rel_diff(const nlohmann::json& a, const nlohmann::json& b, const char* key);
+
 // ab.html: both sides' memory bars per rank count and loss curves on one page.
 std::string ab_html(const nlohmann::json& ab);
 
