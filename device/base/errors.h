@@ -14,6 +14,8 @@ enum ExitCode : int {
   kExitOom = 3,
   kExitHang = 4,
   kExitNumerical = 5,
+  // Offload's pinned host memory cannot be locked (memlock limit, no CAP_IPC_LOCK).
+  kExitPinnedMemory = 9,
   // zrepro ab: the verdict (0 when B fixes the failure A shows).
   kExitAbNotFixed = 6,    // B fails too (on some rank count)
   kExitAbNoFailure = 7,   // A runs through everywhere: nothing to fix (the table still compares)

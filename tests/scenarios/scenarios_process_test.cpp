@@ -81,12 +81,13 @@ TEST(Scenario, MemlockLimit) {
     return zrepro_test::shell("sh -c 'ulimit -l 64 && " + drop + std::string(ZREPRO_BIN) + " " + args + "' 2>&1");
   };
   auto fail = limited("run --config " + src + "ds_config.json --steps 2 --out " + dir + "/o1");
-  EXPECT_EQ(fail.code, 1) << fail.output;
+  EXPECT_EQ(fail.code, 9) << fail.output;
   EXPECT_NE(fail.output.find("ulimit -l is 64 KiB"), std::string::npos) << fail.output;
   EXPECT_NE(fail.output.find("CAP_IPC_LOCK not held"), std::string::npos) << fail.output;
   EXPECT_NE(fail.output.find("\"pin_memory\": false"), std::string::npos) << fail.output;
   const auto summary = nlohmann::json::parse(zrepro_test::read_text(dir + "/o1/summary.json"));
-  EXPECT_EQ(summary["status"], "error");
+  EXPECT_EQ(summary["status"], "pinned_memory");
+  EXPECT_EQ(summary["failure"]["kind"], "pinned-memory");
   EXPECT_EQ(summary["failure"]["checkpoint"], "pinned-memory");
   EXPECT_EQ(summary["failure"]["phase"], "init");
   EXPECT_EQ(summary["failure"]["memlock_limit_bytes"], 65536);
@@ -94,6 +95,8 @@ TEST(Scenario, MemlockLimit) {
   EXPECT_GT(summary["failure"]["needed_bytes"].get<int64_t>(), 65536);
   auto plan = limited("plan --config " + src + "ds_config.json");
   EXPECT_NE(plan.output.find("the run would fail at init"), std::string::npos) << plan.output;
+  EXPECT_NE(plan.output.find("verdict: fails at init"), std::string::npos) << plan.output;
+  EXPECT_EQ(plan.code, 9) << "the plan's verdict includes the pinned-memory preflight";
   auto ok = limited("run --config " + src + "fixed.json --steps 2 --out " + dir + "/o2");
   EXPECT_EQ(ok.code, 0) << ok.output;
 }

@@ -1,7 +1,8 @@
 // `zrepro plan`: predicted device memory per rank for a DeepSpeed config, a model
 // and a world size, without training (trainer/planner.h), as a table or JSON.
 // Exit 0 when the run fits (or no capacity is given), 3 when it is predicted to
-// run out of memory, 2 on bad input.
+// run out of memory, 9 when its offload buffers cannot be pinned on this machine,
+// 2 on bad input.
 #include <iostream>
 
 #include "device/base/errors.h"
@@ -47,6 +48,7 @@ int plan_command(int argc, char** argv) {
       for (const auto& w : req.cfg.warnings) std::cout << "[zrepro] warning: " << w << "\n";
       std::cout << format_plan(plan, req);
     }
+    if (!plan.pinned_fits) return kExitPinnedMemory;  // the run would fail at init, before any OOM
     return plan.capacity > 0 && !plan.fits ? kExitOom : kExitOk;
   } catch (const ConfigError& e) {
     std::cerr << "[zrepro] error: " << e.what() << std::endl;

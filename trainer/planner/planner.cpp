@@ -443,6 +443,12 @@ MemoryPlan plan_memory(const PlanRequest& req) {
     largest = std::max(largest, n);
   }
   plan.deepspeed = deepspeed_estimates(req.model.param_count(), largest, req.world_size, req.cfg.zero.stage);
+  if (plan.host_pinned_bytes > 0 && req.cpu_device) {
+    const MemlockInfo ml = memlock_info();
+    plan.memlock_available = ml.available();
+    plan.memlock_limit = ml.limit_bytes;
+    plan.pinned_fits = plan.memlock_available < 0 || plan.host_pinned_bytes <= plan.memlock_available;
+  }
   return plan;
 }
 
@@ -465,7 +471,9 @@ json MemoryPlan::to_json() const {
             {"host_bytes", host_bytes},
             {"host_pinned_bytes", host_pinned_bytes},
             {"host_pageable_bytes", host_pageable_bytes},
-            {"verdict", capacity == 0 ? "fits" : fits ? "fits" : "oom"},
+            {"verdict", !pinned_fits ? "pinned-memory" : capacity == 0 || fits ? "fits" : "oom"},
+            {"pinned_fits", pinned_fits},
+            {"memlock_available_bytes", memlock_available < 0 ? json(nullptr) : json(memlock_available)},
             {"oom_phase", fits ? json(nullptr) : json(phase_name(oom_phase))},
             {"deepspeed_estimates", ds},
             // Every rank holds the same amounts (equal padded partitions and shards).
@@ -516,20 +524,20 @@ std::string format_plan(const MemoryPlan& p, const PlanRequest& req) {
   if (p.host_pinned_bytes > 0 || p.host_pageable_bytes > 0) {
     os << "  offload host memory per rank: " << format_bytes(p.host_pinned_bytes) << " pinned, "
        << format_bytes(p.host_pageable_bytes) << " pageable";
-    // The memlock preflight `zrepro run` does on the CPU-emulated device (mlock pinning).
-    const MemlockInfo ml = memlock_info();
-    const int64_t avail = ml.available();
     if (p.host_pinned_bytes > 0 && req.cpu_device) {
-      if (avail >= 0 && p.host_pinned_bytes > avail)
-        os << "\n  pinned-memory: this machine may lock only " << format_bytes(avail) << " (ulimit -l "
-           << ml.limit_bytes / 1024 << " KiB, CAP_IPC_LOCK not held): the run would fail at init. Raise ulimit -l "
+      if (!p.pinned_fits)
+        os << "\n  pinned-memory: this machine may lock only " << format_bytes(p.memlock_available) << " (ulimit -l "
+           << p.memlock_limit / 1024 << " KiB, CAP_IPC_LOCK not held): the run would fail at init. Raise ulimit -l "
            << "or set pin_memory false";
       else
         os << " (fits this machine's memlock limit)";
     }
     os << "\n";
   }
-  if (p.capacity > 0) {
+  if (!p.pinned_fits) {
+    os << "  verdict: fails at init: offload needs " << format_bytes(p.host_pinned_bytes) << " of pinned host memory, "
+       << "this machine may lock " << format_bytes(p.memlock_available) << "\n";
+  } else if (p.capacity > 0) {
     if (p.fits)
       os << "  verdict: fits (" << format_bytes(p.capacity - p.peak_bytes) << " to spare at the peak)\n";
     else

@@ -60,6 +60,11 @@ struct MemoryPlan {
   CategoryBytes model_states{};     // persistent params / grads / optimizer_states
   int64_t host_bytes = 0;           // host memory the run keeps (cpu checkpoints)
   int64_t host_pinned_bytes = 0, host_pageable_bytes = 0;  // offload buffers
+  // The memlock preflight `zrepro run` does on the CPU-emulated device (mlock pinning),
+  // against this machine's limit: pinned_fits false = the run fails at init.
+  bool pinned_fits = true;
+  int64_t memlock_available = -1;  // bytes this process may still lock (-1: unlimited or not checked)
+  int64_t memlock_limit = -1;      // ulimit -l in bytes (-1: unlimited)
   bool fits = true;
   Phase oom_phase = Phase::init;    // valid when !fits: first phase past capacity
   int64_t oom_request = 0;          // the allocation that crossed it

@@ -89,14 +89,12 @@ json step_json(const StepRecord& s) {
 
 namespace {
 
-// Pinned-memory failures keep exit 1 for now (exit 1 is meant for zrepro bugs;
-// a code of their own is open work).
 constexpr FailureRow kFailures[] = {
     {"config_error", "config_error", kExitBadInput, "config"},
     {"oom", "oom", kExitOom, "zero-stage"},
     {"hang", "hang", kExitHang, "communication"},
     {"numerical", "diverged", kExitNumerical, "numerics"},
-    {"pinned-memory", "error", kExitInternal, "pinned-memory"},
+    {"pinned-memory", "pinned_memory", kExitPinnedMemory, "pinned-memory"},
     {"error", "error", kExitInternal, ""},
 };
 
