@@ -20,6 +20,11 @@ TEST(Scenario, FirstBatchActivations) {
   const std::string phase = fail.summary["failure"]["phase"];
   EXPECT_TRUE(phase == "forward" || phase == "backward") << phase;
   EXPECT_NE(fail.summary["failure"]["hint"].get<std::string>().find("activation checkpointing"), std::string::npos);
+  // The planner's fixes, best first: the one run below fits.
+  const auto& fixes = fail.summary["failure"]["planned_fixes"];
+  ASSERT_FALSE(fixes.empty());
+  EXPECT_EQ(fixes[0]["flags"], "--activation-checkpointing");
+  EXPECT_EQ(fixes[0]["fits"], true);
   RunResult ckpt = run("fba_ckpt", cfg, base + "--device-memory 120MB --activation-checkpointing");
   RunResult split = run("fba_split", cfg, base + "--device-memory 120MB --micro-batch 2");
   EXPECT_EQ(split.summary["batch"]["grad_accum"], 4);

@@ -7,6 +7,7 @@
 
 #include "device/base/errors.h"
 #include "trainer/app/cli.h"
+#include "trainer/planner/fixes.h"
 #include "trainer/planner/planner.h"
 
 namespace zrepro {
@@ -36,6 +37,8 @@ int plan_command(int argc, char** argv) {
     if (device != "cpu" && device != "cuda") throw ConfigError("--device: got \"" + device + "\", expected cpu or cuda");
     req.cpu_device = device == "cpu";
     const MemoryPlan plan = plan_memory(req);
+    // An OOM verdict comes with the usual fixes, each planned.
+    const std::vector<FixPrediction> fixes = plan.capacity > 0 && !plan.fits ? predict_fixes(req) : std::vector<FixPrediction>{};
     if (r.count("json")) {
       nlohmann::json j = plan.to_json();
       j["model"] = req.model.to_json();
@@ -43,10 +46,17 @@ int plan_command(int argc, char** argv) {
                     {"global", req.cfg.train_batch_size}};
       j["precision"] = precision_name(req.cfg.precision);
       j["activation_checkpointing"] = req.activation_checkpointing;
+      if (!fixes.empty()) {
+        j["fixes"] = nlohmann::json::array();
+        for (const auto& f : fixes)
+          j["fixes"].push_back({{"fix", f.fix}, {"flags", f.flags}, {"fits", f.fits}, {"peak_bytes", f.peak_bytes},
+                                {"peak_share", f.peak_share}});
+      }
       std::cout << j.dump(2) << std::endl;
     } else {
       for (const auto& w : req.cfg.warnings) std::cout << "[zrepro] warning: " << w << "\n";
       std::cout << format_plan(plan, req);
+      if (!fixes.empty()) std::cout << "\n" << format_fixes(fixes) << "\n";
     }
     if (!plan.pinned_fits) return kExitPinnedMemory;  // the run would fail at init, before any OOM
     return plan.capacity > 0 && !plan.fits ? kExitOom : kExitOk;

@@ -29,6 +29,7 @@
 #include "trainer/app/run_spec.h"
 #include "trainer/model/data.h"
 #include "trainer/model/gpt.h"
+#include "trainer/planner/fixes.h"
 #include "trainer/planner/link_profile.h"
 #include "trainer/report/hang.h"
 #include "trainer/report/html_report.h"
@@ -211,6 +212,17 @@ void resolve_config(RunState& s) {
                       std::to_string(s.model.seq) + " (the model's sequence length)");
 }
 
+// What the planner is asked about this run (CPU-emulated device).
+PlanRequest plan_request(const RunState& s) {
+  PlanRequest pr;
+  pr.model = s.model;
+  pr.cfg = s.cfg;
+  pr.world_size = s.world;
+  pr.device_capacity = s.capacity();
+  pr.activation_checkpointing = s.spec.activation_checkpointing;
+  return pr;
+}
+
 // The device: the emulated one (tracking / caching allocator, capacity, memory log,
 // the planner's figures for this run) or CUDA (the caching allocator's memory fraction).
 void install_device(RunState& s) {
@@ -240,13 +252,7 @@ void install_device(RunState& s) {
   }
   s.dev.description += ", " + spec.allocator + " allocator" + (expandable ? " (expandable segments)" : "") +
                        (cap > 0 ? ", capacity " + format_bytes(cap) : "");
-  PlanRequest pr;
-  pr.model = s.model;
-  pr.cfg = s.cfg;
-  pr.world_size = s.world;
-  pr.device_capacity = cap;
-  pr.activation_checkpointing = spec.activation_checkpointing;
-  s.planned = plan_memory(pr);
+  s.planned = plan_memory(plan_request(s));
 }
 
 // --host-link-profile: the modelled link from a target GPU and this CPU's speed.
@@ -498,6 +504,19 @@ int oom_failure(RunState& s, const c10::OutOfMemoryError& e) {
   failure["reserved_bytes"] = at.reserved;  // caching emulation: segments; reserved - allocated is stranded
   failure["request_bytes"] = at.request;
   failure["step"] = static_cast<int64_t>(s.result.steps.size());  // the optimizer step that was running
+  // Which of the usual fixes the planner predicts would fit (CPU-emulated device).
+  if (s.have_cfg && s.have_model && s.dev.device.is_cpu() && s.capacity() > 0) {
+    const std::vector<FixPrediction> fixes = predict_fixes(plan_request(s));
+    json fj = json::array();
+    for (const auto& f : fixes)
+      fj.push_back({{"fix", f.fix}, {"flags", f.flags}, {"fits", f.fits}, {"peak_bytes", f.peak_bytes},
+                    {"peak_share", f.peak_share}});
+    failure["planned_fixes"] = fj;
+    if (!fixes.empty()) {
+      failure["hint"] = failure["hint"].get<std::string>() + " " + format_fixes(fixes) + ".";
+      if (s.rank == 0) std::cerr << "[zrepro] " << format_fixes(fixes) << std::endl;
+    }
+  }
   return s.fail(FailureKind::oom, failure);
 }
 

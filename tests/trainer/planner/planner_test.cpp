@@ -16,6 +16,7 @@
 #include "trainer/planner/scale_down.h"
 #include "trainer/loop/train.h"
 #include "tests/trainer/planner/planner_configs.h"
+#include "trainer/planner/fixes.h"
 #include "zero/schedule/buffer_policy.h"
 
 using namespace zrepro;
@@ -253,4 +254,33 @@ TEST(Planner, OffloadParamBufferCountBoundsTheShardsOnTheirWayUp) {
     peak[i] = m.peak;
   }
   EXPECT_LT(peak[0], peak[1]);  // fewer shards prefetched up at a time
+}
+
+// The fixes the OOM hint and `zrepro plan` propose are planned, not listed: on the
+// first-batch-activations scenario (activations overflow 120 MB) checkpointing and a
+// smaller micro-batch are predicted to fit and come first; each prediction is the
+// plan of the changed run.
+TEST(Planner, FixesArePlannedAndTheOnesThatFitComeFirst) {
+  PlanRequest req;
+  req.model = resolve_model("small");
+  req.cfg = load_ds_config(std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/first-batch-activations/ds_config.json",
+                           ConfigFlags{});
+  req.device_capacity = 120000000;
+  ASSERT_FALSE(plan_memory(req).fits);
+  const std::vector<FixPrediction> fixes = predict_fixes(req);
+  ASSERT_GE(fixes.size(), 3u);
+  EXPECT_EQ(fixes[0].fix, "activation checkpointing");
+  EXPECT_TRUE(fixes[0].fits);
+  EXPECT_EQ(fixes[1].fix, "micro-batch 4 x gas 2");
+  EXPECT_TRUE(fixes[1].fits);
+  for (size_t i = 1; i < fixes.size(); ++i)
+    EXPECT_TRUE(fixes[i - 1].fits > fixes[i].fits ||
+                (fixes[i - 1].fits == fixes[i].fits && fixes[i - 1].peak_bytes <= fixes[i].peak_bytes));
+  PlanRequest ckpt = req;
+  ckpt.activation_checkpointing = true;
+  EXPECT_EQ(fixes[0].peak_bytes, plan_memory(ckpt).peak_bytes);
+  EXPECT_NE(format_fixes(fixes).find("planner: fits with activation checkpointing (peak 76%)"), std::string::npos)
+      << format_fixes(fixes);
+  req.device_capacity = 0;
+  EXPECT_TRUE(predict_fixes(req).empty()) << "no capacity, no verdict, no fixes";
 }
