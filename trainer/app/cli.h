@@ -17,6 +17,7 @@ int config_command(int argc, char** argv);
 int plan_command(int argc, char** argv);
 int ab_command(int argc, char** argv);
 int verify_command(int argc, char** argv);
+int scenario_command(int argc, char** argv);
 int bench_comm(int argc, char** argv);
 int bench_adam(int argc, char** argv);
 int bench_copy(int argc, char** argv);

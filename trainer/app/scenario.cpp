@@ -1,0 +1,122 @@
+// `zrepro scenario list | run NAME`: the failure scenarios under configs/scenarios/ that
+// carry a scenario.json (the failing side A, the fix B, the shared run arguments and
+// rank counts) run as `zrepro ab`, and answer "symptom reproduced / fix verified".
+//   scenario.json: {"name", "symptom", "grep", "a": {"config", "args"}, "b": {...},
+//                   "args": [...], "ranks": [...]}
+// Exit codes are ab's: 0 reproduced and fixed, 6 reproduced and not fixed, 7 not
+// reproduced, 2 bad input.
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "trainer/app/cli.h"
+
+#ifndef ZREPRO_SCENARIOS_DIR
+#define ZREPRO_SCENARIOS_DIR "configs/scenarios"
+#endif
+
+namespace zrepro {
+
+using json = nlohmann::json;
+
+namespace {
+
+// configs/scenarios under the working directory, else the source tree's.
+std::string scenarios_dir(const std::optional<std::string>& given) {
+  if (given) return *given;
+  return std::filesystem::is_directory("configs/scenarios") ? "configs/scenarios" : ZREPRO_SCENARIOS_DIR;
+}
+
+json load_scenario(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(path + ": cannot read");
+  json s = json::parse(in, nullptr, false);
+  if (s.is_discarded() || !s.is_object()) throw ConfigError(path + ": not a JSON object");
+  for (const char* key : {"name", "symptom", "a", "b", "args", "ranks"})
+    if (!s.contains(key)) throw ConfigError(path + ": key \"" + key + "\" missing");
+  for (const char* side : {"a", "b"})
+    if (!s[side].is_object() || !s[side].value("config", json()).is_string())
+      throw ConfigError(path + ": \"" + side + ".config\" must name the side's DeepSpeed config");
+  return s;
+}
+
+std::vector<std::string> names(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (std::filesystem::exists(e.path() / "scenario.json")) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string joined(const json& args) {
+  std::string s;
+  for (const auto& a : args) s += (s.empty() ? "" : " ") + a.get<std::string>();
+  return s;
+}
+
+int run_scenario(const std::string& dir, const std::string& name, const std::optional<std::string>& ranks,
+                 const std::string& out) {
+  const std::string folder = dir + "/" + name;
+  if (!std::filesystem::exists(folder + "/scenario.json"))
+    throw ConfigError("scenario \"" + name + "\": no " + folder + "/scenario.json (zrepro scenario list names them)");
+  const json s = load_scenario(folder + "/scenario.json");
+  std::string rank_list;
+  for (const auto& n : s["ranks"]) rank_list += (rank_list.empty() ? "" : ",") + std::to_string(n.get<int>());
+  std::vector<std::string> args = {"ab",       "--a",      folder + "/" + s["a"]["config"].get<std::string>(),
+                                   "--b",      folder + "/" + s["b"]["config"].get<std::string>(),
+                                   "--ranks",  ranks.value_or(rank_list),
+                                   "--out",    out};
+  if (!s["a"].value("args", json::array()).empty()) args.insert(args.end(), {"--a-args", joined(s["a"]["args"])});
+  if (!s["b"].value("args", json::array()).empty()) args.insert(args.end(), {"--b-args", joined(s["b"]["args"])});
+  for (const auto& a : s["args"]) args.push_back(a.get<std::string>());
+  std::cout << "[zrepro scenario] " << name << ": " << s["symptom"].get<std::string>() << std::endl;
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  const int code = ab_command(static_cast<int>(argv.size()), argv.data());
+  const char* outcome = code == kExitOk              ? "symptom reproduced, fix verified"
+                        : code == kExitAbNotFixed    ? "symptom reproduced, fix NOT verified"
+                        : code == kExitAbNoFailure   ? "symptom NOT reproduced"
+                                                     : "could not run";
+  std::cout << "[zrepro scenario] " << name << ": " << outcome << " (exit " << code << ")" << std::endl;
+  return code;
+}
+
+}  // namespace
+
+int scenario_command(int argc, char** argv) {
+  cxxopts::Options o("zrepro scenario", "The failure scenarios: list them, or run one (failing vs fixed, as zrepro ab).");
+  o.add_options("scenario")
+      ("action", "list | run", cxxopts::value<std::string>())
+      ("name", "the scenario to run", cxxopts::value<std::string>())
+      ("ranks", "rank counts instead of the scenario's, e.g. 1,4", cxxopts::value<std::string>())
+      ("out", "output folder (default scenario_out/NAME)", cxxopts::value<std::string>())
+      ("dir", "scenarios folder (default configs/scenarios)", cxxopts::value<std::string>())
+      ("h,help", "show this help");
+  o.parse_positional({"action", "name"});
+  try {
+    auto r = parse(o, argc, argv);
+    if (r.count("help") || !r.count("action")) {
+      std::cout << o.help() << std::endl;
+      return r.count("help") ? kExitOk : kExitBadInput;
+    }
+    const std::string dir = scenarios_dir(opt<std::string>(r, "dir"));
+    const std::string action = r["action"].as<std::string>();
+    if (action == "list") {
+      for (const auto& n : names(dir))
+        std::cout << n << ": " << load_scenario(dir + "/" + n + "/scenario.json")["symptom"].get<std::string>() << "\n";
+      return kExitOk;
+    }
+    if (action != "run") throw ConfigError("zrepro scenario: got \"" + action + "\", expected list or run");
+    if (!r.count("name")) throw ConfigError("zrepro scenario run: a scenario name is missing (zrepro scenario list)");
+    const std::string name = r["name"].as<std::string>();
+    return run_scenario(dir, name, opt<std::string>(r, "ranks"),
+                        r.count("out") ? r["out"].as<std::string>() : "scenario_out/" + name);
+  } catch (const ConfigError& e) {
+    std::cerr << "[zrepro scenario] error: " << e.what() << std::endl;
+    return kExitBadInput;
+  }
+}
+
+}  // namespace zrepro
