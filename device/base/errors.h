@@ -21,6 +21,8 @@ enum ExitCode : int {
   kExitAbNoFailure = 7,   // A runs through everywhere: nothing to fix (the table still compares)
   // zrepro verify: an equivalence that must hold does not.
   kExitVerifyFailed = 8,
+  // zrepro doctor: a checkpoint fails on this machine.
+  kExitDoctorFailed = 10,
 };
 
 // Bad config, flag or file: the message names the key/flag/file, the value,

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   if (cmd == "ab") return zrepro::ab_command(argc - 1, argv + 1);
   if (cmd == "verify") return zrepro::verify_command(argc - 1, argv + 1);
   if (cmd == "scenario") return zrepro::scenario_command(argc - 1, argv + 1);
+  if (cmd == "doctor") return zrepro::doctor_command(argc - 1, argv + 1);
   if (cmd == "bench") {
     if (argc >= 3 && std::string(argv[2]) == "comm") return zrepro::bench_comm(argc - 2, argv + 2);
     if (argc >= 3 && std::string(argv[2]) == "adam") return zrepro::bench_adam(argc - 2, argv + 2);

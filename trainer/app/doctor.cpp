@@ -1,0 +1,181 @@
+// `zrepro doctor [--config X --model M --world-size N --device-memory SIZE]`: a
+// preflight of this machine for a run, one line per checkpoint with ok / warn / fail
+// and the fix: libraries, the config, device memory against the planner's peak, host
+// memory, pinned memory (the memlock limit and a real pinned allocation), the host
+// link (pinned vs pageable copies, through `zrepro bench copy`) and collectives
+// (through `zrepro bench comm` on 2 ranks). Exit 0 without a failing line, 10 with one,
+// 2 on bad input.
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "device/device_memory.h"
+#include "offload/host_memory.h"
+#include "trainer/app/cli.h"
+#include "trainer/app/subprocess.h"
+#include "trainer/planner/fixes.h"
+
+namespace zrepro {
+
+using json = nlohmann::json;
+
+namespace {
+
+struct Check {
+  std::string name, level, text;  // level: ok | warn | fail
+};
+
+int64_t mem_available() {
+  std::ifstream in("/proc/meminfo");
+  for (std::string key; in >> key;) {
+    int64_t kb = 0;
+    in >> kb;
+    if (key == "MemAvailable:") return kb * 1024;
+    in.ignore(1 << 10, '\n');
+  }
+  return -1;
+}
+
+Check libraries() {
+  std::string blas = "unknown";
+  std::error_code ec;
+  const auto target = std::filesystem::canonical("/etc/alternatives/libblas.so.3-x86_64-linux-gnu", ec);
+  if (!ec) blas = target.string();
+  const bool openblas = blas.find("openblas") != std::string::npos;
+  std::string text = "LibTorch " + std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
+                     std::to_string(TORCH_VERSION_PATCH) + (torch::cuda::is_available() ? " with CUDA" : " (CPU)") +
+                     "; BLAS " + blas;
+  if (!openblas) text += ": LibTorch falls back to the reference BLAS (about 25x slower); install libopenblas0-pthread";
+  return {"libraries", openblas ? "ok" : "warn", text};
+}
+
+// The planner's peak against the capacity, and the host memory the run keeps.
+std::vector<Check> memory(const PlanRequest& req) {
+  std::vector<Check> out;
+  const MemoryPlan p = plan_memory(req);
+  if (req.device_capacity <= 0) {
+    out.push_back({"device memory", "warn", "planned peak " + format_bytes(p.peak_bytes) + " per rank; give "
+                   "--device-memory for a verdict"});
+  } else if (p.fits) {
+    out.push_back({"device memory", "ok", "planned peak " + format_bytes(p.peak_bytes) + " per rank, " +
+                   std::to_string(100 * p.peak_bytes / req.device_capacity) + "% of " + format_bytes(req.device_capacity)});
+  } else {
+    out.push_back({"device memory", "fail", "planned OOM in phase " + std::string(phase_name(p.oom_phase)) + " (needs " +
+                   format_bytes(p.peak_bytes) + " of " + format_bytes(req.device_capacity) + "); " +
+                   format_fixes(predict_fixes(req))});
+  }
+  const int64_t host = p.host_pinned_bytes + p.host_pageable_bytes + p.host_bytes, avail = mem_available();
+  if (host > 0)
+    out.push_back({"host memory", avail >= 0 && host > avail ? "fail" : "ok",
+                   "the run keeps " + format_bytes(host) + " in host memory per rank; " + format_bytes(avail) +
+                       " available" + (avail >= 0 && host > avail ? ": fewer ranks per node or less offload" : "")});
+  // Pinned memory: the limit, then a real pinned allocation of what the run needs.
+  if (p.host_pinned_bytes > 0) {
+    const MemlockInfo ml = memlock_info();
+    std::string text = "needs " + format_bytes(p.host_pinned_bytes) + " pinned; memlock " +
+                       (ml.limit_bytes < 0 ? std::string("unlimited") : format_bytes(ml.limit_bytes)) +
+                       (ml.cap_ipc_lock ? ", CAP_IPC_LOCK held" : ", CAP_IPC_LOCK not held");
+    if (!p.pinned_fits) {
+      out.push_back({"pinned memory", "fail", text + ": raise ulimit -l (docker: --ulimit memlock=-1) or set pin_memory false"});
+    } else if (avail >= 0 && p.host_pinned_bytes > avail / 2) {
+      out.push_back({"pinned memory", "warn", text + "; a trial allocation of that size was not tried (over half the "
+                     "available host memory)"});
+    } else {
+      try {
+        DeviceMemory::HostScope host_scope;
+        HostMemory::instance().set_backend(PinBackend::mlock);
+        torch::Tensor t = HostMemory::instance().empty(p.host_pinned_bytes, torch::kByte, true, "doctor trial");
+        out.push_back({"pinned memory", "ok", text + "; a trial pinned allocation of that size succeeded"});
+      } catch (const std::exception& e) {
+        out.push_back({"pinned memory", "fail", text + "; the trial pinned allocation failed: " + e.what()});
+      }
+    }
+  }
+  return out;
+}
+
+// A measured figure from a bench run as a child process.
+Check bench_check(const std::string& name, const std::vector<std::string>& args, const std::string& log) {
+  const int code = run_self(args, log);
+  std::ifstream in(log);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto at = text.find('[');
+  const json rows = code == 0 && at != std::string::npos ? json::parse(text.substr(at), nullptr, false) : json();
+  if (!rows.is_array() || rows.empty())
+  {
+    std::string why = tail_of(log, 2);
+    while (!why.empty() && std::isspace(static_cast<unsigned char>(why.back()))) why.pop_back();
+    return {name, "fail", "zrepro " + args[0] + " " + args[1] + " did not run (exit " + std::to_string(code) + "): " +
+                              why.substr(why.find_first_not_of(' '))};
+  }
+  char buf[256];
+  if (name == "host link") {
+    const json& r = rows[0];
+    const double pinned = r.value("pinned_gbps", 0.0), pageable = r.value("pageable_gbps", 0.0);
+    std::snprintf(buf, sizeof buf, "16 MiB copies: pinned %.1f GB/s, pageable %.1f GB/s (%.2fx)", pinned, pageable,
+                  pinned > 0 ? pageable / pinned : 0.0);
+    return {name, pageable >= pinned ? "warn" : "ok",
+            std::string(buf) + (pageable >= pinned ? ": pinning buys nothing here" : "")};
+  }
+  const double busbw = rows[0].value("busbw_GBps", 0.0);
+  std::snprintf(buf, sizeof buf, "all-reduce 1 MiB on 2 ranks: bus bandwidth %.2f GB/s", busbw);
+  return {name, busbw < 0.1 ? "warn" : "ok", buf};
+}
+
+}  // namespace
+
+int doctor_command(int argc, char** argv) {
+  cxxopts::Options o("zrepro doctor", "Preflight this machine for a run: one line per checkpoint with the fix.");
+  add_config_flags(o);
+  o.add_options("doctor")
+      ("world-size", "data-parallel ranks of the run", cxxopts::value<int>()->default_value("1"))
+      ("device-memory", "device capacity, e.g. 40GB", cxxopts::value<std::string>())
+      ("activation-checkpointing", "the run recomputes blocks in backward")
+      ("out", "folder for the bench logs", cxxopts::value<std::string>()->default_value("doctor_out"));
+  std::vector<Check> checks;
+  try {
+    auto r = parse(o, argc, argv);
+    if (r.count("help")) {
+      std::cout << o.help() << std::endl;
+      return kExitOk;
+    }
+    const std::string out = r["out"].as<std::string>();
+    std::error_code ec;
+    std::filesystem::create_directories(out, ec);
+    if (ec) throw ConfigError("--out: cannot create \"" + out + "\": " + ec.message());
+    checks.push_back(libraries());
+    if (r.count("config")) {
+      PlanRequest req;
+      req.world_size = r["world-size"].as<int>();
+      if (req.world_size < 1) throw ConfigError("--world-size: must be >= 1, got " + std::to_string(req.world_size));
+      req.model = model_from(r);
+      req.cfg = load_ds_config(require_config(r), flags_from(r, req.model, req.world_size, 50));
+      if (r.count("device-memory")) req.device_capacity = parse_size("--device-memory", r["device-memory"].as<std::string>());
+      req.activation_checkpointing = r.count("activation-checkpointing") > 0;
+      checks.push_back({"config", req.cfg.warnings.empty() ? "ok" : "warn",
+                        req.cfg.file + " resolves (" + std::to_string(req.cfg.warnings.size()) + " warning(s)" +
+                            (req.cfg.warnings.empty() ? "" : ": " + req.cfg.warnings.front()) + ")"});
+      for (Check& c : memory(req)) checks.push_back(c);
+    } else {
+      checks.push_back({"config", "warn", "no --config: the memory checks need the run's config and model"});
+    }
+    checks.push_back(bench_check("host link", {"bench", "copy", "--sizes", "16M", "--reps", "2", "--json"}, out + "/copy.log"));
+    checks.push_back(bench_check("communication", {"bench", "comm", "--ranks", "2", "--min-bytes", "1M", "--max-bytes", "1M",
+                                                   "--iters", "2", "--json"}, out + "/comm.log"));
+  } catch (const ConfigError& e) {
+    std::cerr << "[zrepro doctor] error: " << e.what() << std::endl;
+    return kExitBadInput;
+  }
+  bool failed = false;
+  for (const Check& c : checks) {
+    char head[64];
+    std::snprintf(head, sizeof head, "[zrepro doctor] %-5s %-15s ", c.level.c_str(), c.name.c_str());
+    std::cout << head << c.text << "\n";
+    failed = failed || c.level == "fail";
+  }
+  std::cout << std::flush;
+  return failed ? kExitDoctorFailed : kExitOk;
+}
+
+}  // namespace zrepro
