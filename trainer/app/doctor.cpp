@@ -130,7 +130,7 @@ int doctor_command(int argc, char** argv) {
   add_config_flags(o);
   o.add_options("doctor")
       ("world-size", "data-parallel ranks of the run", cxxopts::value<int>()->default_value("1"))
-      ("device-memory", "device capacity, e.g. 40GB", cxxopts::value<std::string>())
+      ("device-memory", "device capacity, e.g. 40GB or 37GiB (GB = 1e9 bytes, GiB = 2^30)", cxxopts::value<std::string>())
       ("activation-checkpointing", "the run recomputes blocks in backward")
       ("out", "folder for the bench logs", cxxopts::value<std::string>()->default_value("doctor_out"));
   std::vector<Check> checks;

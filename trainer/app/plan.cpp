@@ -17,7 +17,7 @@ int plan_command(int argc, char** argv) {
   add_config_flags(o);
   o.add_options("plan")
       ("world-size", "data-parallel ranks", cxxopts::value<int>()->default_value("1"))
-      ("device-memory", "device capacity, e.g. 80GB, 40GiB (no verdict without it)", cxxopts::value<std::string>())
+      ("device-memory", "device capacity, e.g. 80GB, 40GiB (GB = 1e9 bytes, GiB = 2^30; no verdict without it)", cxxopts::value<std::string>())
       ("activation-checkpointing", "recompute each block in backward (as zrepro run's flag)")
       ("device", "cpu|cuda: the device the run would use (fp16 computes in fp32 on the CPU)",
        cxxopts::value<std::string>()->default_value("cpu"))

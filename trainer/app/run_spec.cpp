@@ -16,7 +16,7 @@ cxxopts::Options run_options() {
       ("device", "cpu|cuda", cxxopts::value<std::string>()->default_value("cpu"))
       ("out", "output folder for summary.json, metrics.jsonl and flight dumps", cxxopts::value<std::string>())
       ("ranks", "start N ranks on this node under mpirun", cxxopts::value<int>())
-      ("device-memory", "device capacity, e.g. 80GB, 512MiB (CPU-emulated device; default: unlimited)",
+      ("device-memory", "device capacity, e.g. 80GB, 512MiB (GB = 1e9 bytes, GiB = 2^30; CPU-emulated device; default: unlimited)",
        cxxopts::value<std::string>())
       ("allocator", "CPU-emulated device allocator: tracking (exact bytes), caching (CUDA caching allocator "
                     "emulation: rounding, segments, fragmentation; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
@@ -41,7 +41,7 @@ cxxopts::Options run_options() {
       ("target-model", "scale down from this model (preset or HF config.json): train a toy that keeps each memory "
                        "category's share of --target-device-memory", cxxopts::value<std::string>())
       ("target-world-size", "ranks of the target run (default and required: this run's)", cxxopts::value<int>())
-      ("target-device-memory", "the target's device capacity, e.g. 80GB", cxxopts::value<std::string>())
+      ("target-device-memory", "the target's device capacity, e.g. 80GB (GB = 1e9 bytes, GiB = 2^30)", cxxopts::value<std::string>())
       ("scale", "scale-down parameter factor K, or auto (a toy of at most 2M parameters)",
        cxxopts::value<std::string>()->default_value("auto"))
       ("dynamic-seq", "dynamic padding: each step's batches are MIN..seq tokens long (varying shapes, as "
