@@ -9,6 +9,7 @@
 #include "device/base/errors.h"
 #include "trainer/config/ds_config.h"
 #include "trainer/config/model_spec.h"
+#include "trainer/planner/planner.h"
 
 namespace zrepro {
 
@@ -22,6 +23,11 @@ int doctor_command(int argc, char** argv);
 int bench_comm(int argc, char** argv);
 int bench_adam(int argc, char** argv);
 int bench_copy(int argc, char** argv);
+
+// The flags of a planned run (config flags + --world-size, --device-memory,
+// --activation-checkpointing, --device, --steps) and the PlanRequest they give (plan, doctor).
+void add_plan_flags(cxxopts::Options& o);
+PlanRequest plan_request_from(const cxxopts::ParseResult& r);
 
 // Config-resolving flags (--config, --model, --micro-batch, --lr, ...).
 void add_config_flags(cxxopts::Options& o);

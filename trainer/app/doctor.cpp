@@ -127,12 +127,8 @@ Check bench_check(const std::string& name, const std::vector<std::string>& args,
 
 int doctor_command(int argc, char** argv) {
   cxxopts::Options o("zrepro doctor", "Preflight this machine for a run: one line per checkpoint with the fix.");
-  add_config_flags(o);
-  o.add_options("doctor")
-      ("world-size", "data-parallel ranks of the run", cxxopts::value<int>()->default_value("1"))
-      ("device-memory", "device capacity, e.g. 40GB or 37GiB (GB = 1e9 bytes, GiB = 2^30)", cxxopts::value<std::string>())
-      ("activation-checkpointing", "the run recomputes blocks in backward")
-      ("out", "folder for the bench logs", cxxopts::value<std::string>()->default_value("doctor_out"));
+  add_plan_flags(o);
+  o.add_options("doctor")("out", "folder for the bench logs", cxxopts::value<std::string>()->default_value("doctor_out"));
   std::vector<Check> checks;
   try {
     auto r = parse(o, argc, argv);
@@ -146,13 +142,7 @@ int doctor_command(int argc, char** argv) {
     if (ec) throw ConfigError("--out: cannot create \"" + out + "\": " + ec.message());
     checks.push_back(libraries());
     if (r.count("config")) {
-      PlanRequest req;
-      req.world_size = r["world-size"].as<int>();
-      if (req.world_size < 1) throw ConfigError("--world-size: must be >= 1, got " + std::to_string(req.world_size));
-      req.model = model_from(r);
-      req.cfg = load_ds_config(require_config(r), flags_from(r, req.model, req.world_size, 50));
-      if (r.count("device-memory")) req.device_capacity = parse_size("--device-memory", r["device-memory"].as<std::string>());
-      req.activation_checkpointing = r.count("activation-checkpointing") > 0;
+      const PlanRequest req = plan_request_from(r);
       checks.push_back({"config", req.cfg.warnings.empty() ? "ok" : "warn",
                         req.cfg.file + " resolves (" + std::to_string(req.cfg.warnings.size()) + " warning(s)" +
                             (req.cfg.warnings.empty() ? "" : ": " + req.cfg.warnings.front()) + ")"});

@@ -12,8 +12,7 @@
 
 namespace zrepro {
 
-int plan_command(int argc, char** argv) {
-  cxxopts::Options o("zrepro plan", "Predict per-rank device memory by category and phase, and a verdict.");
+void add_plan_flags(cxxopts::Options& o) {
   add_config_flags(o);
   o.add_options("plan")
       ("world-size", "data-parallel ranks", cxxopts::value<int>()->default_value("1"))
@@ -21,21 +20,31 @@ int plan_command(int argc, char** argv) {
       ("activation-checkpointing", "recompute each block in backward (as zrepro run's flag)")
       ("device", "cpu|cuda: the device the run would use (fp16 computes in fp32 on the CPU)",
        cxxopts::value<std::string>()->default_value("cpu"))
-      ("steps", "total steps (resolves scheduler \"auto\")", cxxopts::value<int64_t>()->default_value("50"))
-      ("json", "print JSON");
+      ("steps", "total steps (resolves scheduler \"auto\")", cxxopts::value<int64_t>()->default_value("50"));
+}
+
+PlanRequest plan_request_from(const cxxopts::ParseResult& r) {
+  PlanRequest req;
+  req.world_size = r["world-size"].as<int>();
+  if (req.world_size < 1) throw ConfigError("--world-size: must be >= 1, got " + std::to_string(req.world_size));
+  req.model = model_from(r);
+  req.cfg = load_ds_config(require_config(r), flags_from(r, req.model, req.world_size, r["steps"].as<int64_t>()));
+  if (r.count("device-memory")) req.device_capacity = parse_size("--device-memory", r["device-memory"].as<std::string>());
+  req.activation_checkpointing = r.count("activation-checkpointing") > 0;
+  const std::string device = r["device"].as<std::string>();
+  if (device != "cpu" && device != "cuda") throw ConfigError("--device: got \"" + device + "\", expected cpu or cuda");
+  req.cpu_device = device == "cpu";
+  return req;
+}
+
+int plan_command(int argc, char** argv) {
+  cxxopts::Options o("zrepro plan", "Predict per-rank device memory by category and phase, and a verdict.");
+  add_plan_flags(o);
+  o.add_options("plan")("json", "print JSON");
   try {
     auto r = parse(o, argc, argv);
     if (r.count("help")) { std::cout << o.help() << std::endl; return kExitOk; }
-    PlanRequest req;
-    req.world_size = r["world-size"].as<int>();
-    if (req.world_size < 1) throw ConfigError("--world-size: must be >= 1, got " + std::to_string(req.world_size));
-    req.model = model_from(r);
-    req.cfg = load_ds_config(require_config(r), flags_from(r, req.model, req.world_size, r["steps"].as<int64_t>()));
-    if (r.count("device-memory")) req.device_capacity = parse_size("--device-memory", r["device-memory"].as<std::string>());
-    req.activation_checkpointing = r.count("activation-checkpointing") > 0;
-    const std::string device = r["device"].as<std::string>();
-    if (device != "cpu" && device != "cuda") throw ConfigError("--device: got \"" + device + "\", expected cpu or cuda");
-    req.cpu_device = device == "cpu";
+    const PlanRequest req = plan_request_from(r);
     const MemoryPlan plan = plan_memory(req);
     // An OOM verdict comes with the usual fixes, each planned.
     const std::vector<FixPrediction> fixes = plan.capacity > 0 && !plan.fits ? predict_fixes(req) : std::vector<FixPrediction>{};
