@@ -1,6 +1,7 @@
 // `zrepro scenario list | run` as a user runs them: every scenario.json is listed and
 // valid (its configs exist), and the runnable scenarios reproduce their symptom and
-// verify their fix through ab (first-batch-activations on 1 rank, bucket-buffers on 2).
+// verify their fix through ab (first-batch-activations on 1 rank, bucket-buffers and
+// mismatched-collectives on 2).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -33,7 +34,7 @@ TEST(ScenarioCommand, ListNamesEveryScenarioJsonAndTheirConfigsExist) {
 }
 
 TEST(ScenarioCommand, RunReproducesAndVerifies) {
-  for (const char* name : {"first-batch-activations", "bucket-buffers"}) {
+  for (const char* name : {"first-batch-activations", "bucket-buffers", "mismatched-collectives"}) {
     const std::string out = zrepro_test::fresh_dir(std::string("scenario_") + name);
     const auto r = zrepro_test::zrepro_cmd(std::string("scenario run ") + name + " --dir " + kDir + " --out " + out, 180);
     EXPECT_EQ(r.code, 0) << r.output;

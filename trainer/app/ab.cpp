@@ -56,7 +56,12 @@ AbRun run_side(const Side& side, int ranks, const std::vector<std::string>& comm
   }
   r.summary = read_json_file(dir + "/summary.json");
   if (r.summary.is_object()) {
-    // Every rank that failed left its own summary (rank 0: summary.json).
+    // A hang stops every rank (rank 0's summary covers them all); any other failure
+    // leaves each failing rank's own summary (rank 0: summary.json).
+    if (r.summary.value("status", "ok") == "hang") {
+      r.summary["ab_failed_ranks"] = ranks;
+      return r;
+    }
     int failed = r.summary.value("status", "ok") != "ok";
     for (int k = 1; k < ranks; ++k) {
       const json s = read_json_file(dir + "/summary_rank" + std::to_string(k) + ".json");
