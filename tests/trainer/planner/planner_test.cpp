@@ -225,7 +225,13 @@ TEST(Planner, OffloadMovesStatesToTheHostAsMeasured) {
       const MemoryPlan p = predict(cfg, false);
       const std::string what = "stage " + std::to_string(c.stage) + (c.param ? " + param" : "") + " gas " +
                                std::to_string(gas);
-      EXPECT_LE(std::abs(static_cast<double>(p.peak_bytes - m.peak)) / m.peak, 0.05) << what;
+      // The planner takes the copies of reduced gradients to the host as landed by the end
+      // of backward. When the copy thread lags (a loaded machine), up to one bucket output
+      // per reduce buffer is still in flight during the next forward: the measured peak may
+      // exceed the plan by that much, never more.
+      const int64_t in_flight = buffer_policy(cfg.zero).reduce_buffers * cfg.zero.reduce_bucket_size * 4;
+      EXPECT_LE(p.peak_bytes, m.peak * 1.05) << what << ": planned " << p.peak_bytes << ", measured " << m.peak;
+      EXPECT_LE(m.peak, p.peak_bytes * 1.05 + in_flight) << what << ": planned " << p.peak_bytes << ", measured " << m.peak;
       EXPECT_EQ(p.model_states[static_cast<int>(MemCategory::optimizer_states)], 0) << what;
       // Host bytes as the engine pins them (its preflight uses the same arithmetic).
       TrainOptions o;
