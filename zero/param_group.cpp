@@ -140,9 +140,7 @@ void ParamGroup::unshard_wait() {
 }
 
 void ParamGroup::reshard() {
-  const ShardState s = life_.state();
-  if (s != ShardState::gathering && s != ShardState::gathered) return;
-  unshard_wait();
+  unshard_wait();  // nothing to wait for unless gathering
   if (life_.reshard()) free_storage(flat_tensor_);
 }
 

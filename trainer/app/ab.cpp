@@ -46,10 +46,7 @@ AbRun run_side(const Side& side, int ranks, const std::vector<std::string>& comm
   std::cout << "[zrepro ab] " << side.name << " on " << ranks << " rank(s): zrepro";
   for (const auto& a : args) std::cout << " " << a;
   std::cout << std::endl;
-  r.exit_code = run_self(args, r.log);
-  if (r.exit_code == kExitBadInput)
-    throw ConfigError("side " + side.name + " on " + std::to_string(ranks) + " rank(s) was refused (exit 2):\n" +
-                      tail_of(r.log, 6) + "  fix the flags or config named above");
+  r.exit_code = run_self_or_refuse("side " + side.name + " on " + std::to_string(ranks) + " rank(s)", args, r.log);
   if (plan_only) {
     r.summary = read_json_file(r.log);
     return r;
@@ -59,7 +56,7 @@ AbRun run_side(const Side& side, int ranks, const std::vector<std::string>& comm
     // A hang stops every rank (rank 0's summary covers them all); any other failure
     // leaves each failing rank's own summary (rank 0: summary.json).
     if (r.summary.value("status", "ok") == "hang") {
-      r.summary["ab_failed_ranks"] = ranks;
+      r.failed_ranks = ranks;
       return r;
     }
     int failed = r.summary.value("status", "ok") != "ok";
@@ -67,7 +64,7 @@ AbRun run_side(const Side& side, int ranks, const std::vector<std::string>& comm
       const json s = read_json_file(dir + "/summary_rank" + std::to_string(k) + ".json");
       failed += s.is_object() && s.value("status", "ok") != "ok";
     }
-    r.summary["ab_failed_ranks"] = failed;
+    r.failed_ranks = failed;
   }
   return r;
 }
@@ -125,9 +122,7 @@ int ab_command(int argc, char** argv) {
     const bool plan_only = r.count("plan-only") > 0;
     const std::vector<std::string> common = r.unmatched();
     const std::string out = r["out"].as<std::string>();
-    std::error_code ec;
-    std::filesystem::create_directories(out, ec);
-    if (ec) throw ConfigError("--out: cannot create \"" + out + "\": " + ec.message());
+    make_out_dir(out);
 
     std::vector<AbRun> ra, rb;
     for (int n : ranks) {

@@ -1,5 +1,6 @@
 // Command-line flags shared by the subcommands (cxxopts), and `zrepro config`.
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "device/base/errors.h"
@@ -90,6 +91,12 @@ cxxopts::ParseResult parse(cxxopts::Options& o, int argc, char** argv) {
   } catch (const cxxopts::exceptions::exception& e) {
     throw ConfigError(std::string(e.what()) + ". See " + o.program() + " --help");
   }
+}
+
+void make_out_dir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw ConfigError("--out: cannot create \"" + dir + "\": " + ec.message());
 }
 
 int64_t parse_size(const std::string& flag, const std::string& v) {

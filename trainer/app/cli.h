@@ -43,6 +43,9 @@ std::string fmt(double v, int prec = 4);
 // or KB/MB/GB/TB (powers of 1000), e.g. 512MiB, 2GiB, 80GB. Throws ConfigError naming flag.
 int64_t parse_size(const std::string& flag, const std::string& value);
 
+// Creates the --out folder (and its parents); ConfigError naming --out when it cannot.
+void make_out_dir(const std::string& dir);
+
 // Runs f(); a ConfigError from a layer below (whose messages name values, never
 // flags) is rethrown with the flag that gave the value in front.
 template <class F>

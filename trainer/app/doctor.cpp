@@ -95,32 +95,44 @@ std::vector<Check> memory(const PlanRequest& req) {
   return out;
 }
 
-// A measured figure from a bench run as a child process.
-Check bench_check(const std::string& name, const std::vector<std::string>& args, const std::string& log) {
+// The JSON rows of a bench run as a child process; empty with `why` set when it did not run.
+json bench_rows(const std::vector<std::string>& args, const std::string& log, std::string& why) {
   const int code = run_self(args, log);
   std::ifstream in(log);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const auto at = text.find('[');
   const json rows = code == 0 && at != std::string::npos ? json::parse(text.substr(at), nullptr, false) : json();
-  if (!rows.is_array() || rows.empty())
-  {
-    std::string why = tail_of(log, 2);
-    while (!why.empty() && std::isspace(static_cast<unsigned char>(why.back()))) why.pop_back();
-    return {name, "fail", "zrepro " + args[0] + " " + args[1] + " did not run (exit " + std::to_string(code) + "): " +
-                              why.substr(why.find_first_not_of(' '))};
-  }
-  char buf[256];
-  if (name == "host link") {
-    const json& r = rows[0];
-    const double pinned = r.value("pinned_gbps", 0.0), pageable = r.value("pageable_gbps", 0.0);
-    std::snprintf(buf, sizeof buf, "16 MiB copies: pinned %.1f GB/s, pageable %.1f GB/s (%.2fx)", pinned, pageable,
-                  pinned > 0 ? pageable / pinned : 0.0);
-    return {name, pageable >= pinned ? "warn" : "ok",
-            std::string(buf) + (pageable >= pinned ? ": pinning buys nothing here" : "")};
-  }
+  if (rows.is_array() && !rows.empty()) return rows;
+  std::string tail = tail_of(log, 2);
+  while (!tail.empty() && std::isspace(static_cast<unsigned char>(tail.back()))) tail.pop_back();
+  const size_t start = tail.find_first_not_of(' ');
+  why = "zrepro " + args[0] + " " + args[1] + " did not run (exit " + std::to_string(code) +
+        "): " + (start == std::string::npos ? std::string() : tail.substr(start));
+  return json::array();
+}
+
+Check host_link(const std::string& out) {
+  std::string why;
+  const json rows = bench_rows({"bench", "copy", "--sizes", "16M", "--reps", "2", "--json"}, out + "/copy.log", why);
+  if (rows.empty()) return {"host link", "fail", why};
+  const double pinned = rows[0].value("pinned_gbps", 0.0), pageable = rows[0].value("pageable_gbps", 0.0);
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "16 MiB copies: pinned %.1f GB/s, pageable %.1f GB/s (%.2fx)", pinned, pageable,
+                pinned > 0 ? pageable / pinned : 0.0);
+  return {"host link", pageable >= pinned ? "warn" : "ok",
+          std::string(buf) + (pageable >= pinned ? ": pinning buys nothing here" : "")};
+}
+
+Check collectives(const std::string& out) {
+  std::string why;
+  const json rows = bench_rows({"bench", "comm", "--ranks", "2", "--min-bytes", "1M", "--max-bytes", "1M", "--iters",
+                                "2", "--json"},
+                               out + "/comm.log", why);
+  if (rows.empty()) return {"communication", "fail", why};
   const double busbw = rows[0].value("busbw_GBps", 0.0);
+  char buf[160];
   std::snprintf(buf, sizeof buf, "all-reduce 1 MiB on 2 ranks: bus bandwidth %.2f GB/s", busbw);
-  return {name, busbw < 0.1 ? "warn" : "ok", buf};
+  return {"communication", busbw < 0.1 ? "warn" : "ok", buf};
 }
 
 }  // namespace
@@ -137,9 +149,7 @@ int doctor_command(int argc, char** argv) {
       return kExitOk;
     }
     const std::string out = r["out"].as<std::string>();
-    std::error_code ec;
-    std::filesystem::create_directories(out, ec);
-    if (ec) throw ConfigError("--out: cannot create \"" + out + "\": " + ec.message());
+    make_out_dir(out);
     checks.push_back(libraries());
     if (r.count("config")) {
       const PlanRequest req = plan_request_from(r);
@@ -150,9 +160,8 @@ int doctor_command(int argc, char** argv) {
     } else {
       checks.push_back({"config", "warn", "no --config: the memory checks need the run's config and model"});
     }
-    checks.push_back(bench_check("host link", {"bench", "copy", "--sizes", "16M", "--reps", "2", "--json"}, out + "/copy.log"));
-    checks.push_back(bench_check("communication", {"bench", "comm", "--ranks", "2", "--min-bytes", "1M", "--max-bytes", "1M",
-                                                   "--iters", "2", "--json"}, out + "/comm.log"));
+    checks.push_back(host_link(out));
+    checks.push_back(collectives(out));
   } catch (const ConfigError& e) {
     std::cerr << "[zrepro doctor] error: " << e.what() << std::endl;
     return kExitBadInput;

@@ -156,23 +156,23 @@ struct RunState {
 
 // ---------------------------------------------------------------- set-up
 
-void make_out_dir(RunState& s) {
+// --out for this run; when it cannot be made it is forgotten (no summary can go there).
+void make_run_out_dir(RunState& s) {
   if (s.spec.out_dir.empty()) return;
-  std::error_code ec;
-  std::filesystem::create_directories(s.spec.out_dir, ec);
-  if (ec) {
-    const std::string bad = s.spec.out_dir;
+  try {
+    make_out_dir(s.spec.out_dir);
+  } catch (const ConfigError&) {
     s.spec.out_dir.clear();
-    throw ConfigError("--out: cannot create \"" + bad + "\": " + ec.message());
+    throw;
   }
 }
 
 // A flag error found before set-up still leaves its summary in --out, if it can be made.
 void make_out_dir_quietly(RunState& s) {
-  if (s.spec.out_dir.empty()) return;
-  std::error_code ec;
-  std::filesystem::create_directories(s.spec.out_dir, ec);
-  if (ec) s.spec.out_dir.clear();
+  try {
+    make_run_out_dir(s);
+  } catch (const ConfigError&) {
+  }
 }
 
 ConfigFlags flags_for(const RunSpec& spec, const ModelSpec& m, int world) {
@@ -276,7 +276,7 @@ void set_up(RunState& s, int* argc, char*** argv) {
   s.ranks = std::make_unique<Ranks>(argc, argv, spec.device == "cuda");
   s.rank = s.comm().rank();
   s.world = s.comm().world_size();
-  make_out_dir(s);
+  make_run_out_dir(s);
   s.topt.comm = &s.comm();
   s.topt.steps = spec.steps;
   s.topt.seed = spec.seed;

@@ -51,6 +51,13 @@ int run_self(const std::vector<std::string>& args, const std::string& log) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+int run_self_or_refuse(const std::string& what, const std::vector<std::string>& args, const std::string& log) {
+  const int code = run_self(args, log);
+  if (code == kExitBadInput)
+    throw ConfigError(what + " was refused (exit 2):\n" + tail_of(log, 6) + "  fix the flags or config named above");
+  return code;
+}
+
 std::string tail_of(const std::string& path, size_t lines) {
   std::ifstream in(path);
   std::vector<std::string> all;

@@ -12,6 +12,9 @@ namespace zrepro {
 // `zrepro ARGS...` (this binary), stdout and stderr into log; the exit code (128 + signal
 // when killed).
 int run_self(const std::vector<std::string>& args, const std::string& log);
+// run_self for a child whose bad input is the caller's: its exit 2 becomes a ConfigError
+// naming `what` (e.g. "side A on 2 rank(s)") with the child's last lines.
+int run_self_or_refuse(const std::string& what, const std::vector<std::string>& args, const std::string& log);
 // The last lines of a file, indented, for error messages.
 std::string tail_of(const std::string& path, size_t lines);
 // A JSON file, or null when it is missing or not valid JSON.

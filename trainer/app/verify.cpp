@@ -37,10 +37,7 @@ struct Verify {
     std::vector<std::string> args = {"run", "--config", config_path.empty() ? config : config_path, "--out", dir};
     args.insert(args.end(), common.begin(), common.end());
     args.insert(args.end(), extra.begin(), extra.end());
-    const int code = last_code = run_self(args, dir + ".log");
-    if (code == kExitBadInput)
-      throw ConfigError("the " + name + " run was refused (exit 2):\n" + tail_of(dir + ".log", 6) +
-                        "  fix the flags or config named above");
+    const int code = last_code = run_self_or_refuse("the " + name + " run", args, dir + ".log");
     return code == 0 ? read_json_file(dir + "/summary.json") : json(nullptr);
   }
 };
@@ -158,9 +155,7 @@ int verify_command(int argc, char** argv) {
     const int ranks = r["ranks"].as<int>();
     if (ranks < 2) throw ConfigError("--ranks: got " + std::to_string(ranks) + ", expected 2 or more");
     v.out = r["out"].as<std::string>();
-    std::error_code ec;
-    std::filesystem::create_directories(v.out, ec);
-    if (ec) throw ConfigError("--out: cannot create \"" + v.out + "\": " + ec.message());
+    make_out_dir(v.out);
     v.common = r.unmatched();
     v.common.insert(v.common.end(), {"--steps", std::to_string(r["steps"].as<int64_t>())});
 

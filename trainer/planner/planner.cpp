@@ -102,9 +102,7 @@ class PlannedShards : public ShardOps {
     if (life_[l].wait().upload_landed) tl_.add(MemCategory::comm_buffers, -layers_[l].shard.shard_numel * pe_);
   }
   void reshard(int l) override {
-    const ShardState s = life_[l].state();
-    if (s != ShardState::gathering && s != ShardState::gathered) return;
-    unshard_wait(l);
+    unshard_wait(l);  // nothing to wait for unless gathering
     if (life_[l].reshard()) tl_.add(MemCategory::comm_buffers, -layers_[l].dynamic_numel * pe_);
   }
   bool uploading(int l) const override { return life_[l].uploading(); }

@@ -90,7 +90,7 @@ json row_of(const AbRun& r, bool plan_only) {
     const json f = s.value("failure", json());
     row["phase"] = f.is_object() ? f.value("phase", json()) : json(nullptr);
     row["checkpoint"] = f.is_object() ? f.value("checkpoint", json()) : json(nullptr);
-    row["failed_ranks"] = r.summary.value("ab_failed_ranks", json());
+    row["failed_ranks"] = r.failed_ranks;
     const json steps = s.value("steps", json::array());
     row["steps"] = steps.size();
     row["final_loss"] = steps.empty() ? json(nullptr) : steps.back().value("loss", json());

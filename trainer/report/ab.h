@@ -21,6 +21,7 @@ struct AbRun {
   int exit_code = 0;
   nlohmann::json summary;  // summary.json (or a plan's JSON under plan_only); null: none written
   std::string log;         // where the run's output went
+  int failed_ranks = 0;    // ranks that ended with a failure (a hang: all of them)
 };
 
 struct AbResult {

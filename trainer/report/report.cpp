@@ -1,6 +1,8 @@
 // See report.h.
 #include "trainer/report/report.h"
 
+#include <iterator>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -99,6 +101,9 @@ constexpr FailureRow kFailures[] = {
 };
 
 }  // namespace
+
+// One row per FailureKind, in its order.
+static_assert(std::size(kFailures) == static_cast<size_t>(FailureKind::internal) + 1, "a FailureKind without its row");
 
 const FailureRow& failure_row(FailureKind k) { return kFailures[static_cast<int>(k)]; }
 

@@ -3,16 +3,6 @@
 
 namespace zrepro {
 
-const char* shard_state_name(ShardState s) {
-  switch (s) {
-    case ShardState::replicated: return "replicated";
-    case ShardState::sharded: return "sharded";
-    case ShardState::gathering: return "gathering";
-    case ShardState::gathered: return "gathered";
-  }
-  return "?";
-}
-
 ShardLifecycle::ShardLifecycle(bool sharded, bool host_shard)
     : sharded_(sharded), host_shard_(host_shard && sharded), gathered_(!sharded), stale_(sharded) {}
 

@@ -19,7 +19,6 @@
 namespace zrepro {
 
 enum class ShardState { replicated, sharded, gathering, gathered };
-const char* shard_state_name(ShardState s);
 
 class ShardLifecycle {
  public:

@@ -21,11 +21,11 @@ json summary(const std::string& status, std::vector<double> losses, std::vector<
             {"memory", {{"device_capacity_bytes", capacity}, {"ranks", ranks}}},
             {"time", {{"step_s_median", 0.5}, {"tokens_per_s", 100.0}, {"breakdown_s", {{"forward", 1.0}, {"comm_wait", 1.0}}}}},
             {"failure", phase ? json{{"kind", status}, {"phase", phase}, {"checkpoint", "zero-stage"}} : json(nullptr)}};
-  if (status != "ok") s["ab_failed_ranks"] = static_cast<int>(peaks.size());
   return s;
 }
 
-AbRun run(const std::string& side, int ranks, int code, json s) { return {side, ranks, code, std::move(s), ""}; }
+// A run whose failure (if any) ended every rank.
+AbRun run(const std::string& side, int ranks, int code, json s) { return {side, ranks, code, std::move(s), "", code != 0 ? ranks : 0}; }
 
 }  // namespace
 
