@@ -33,6 +33,7 @@
 #include "trainer/planner/link_profile.h"
 #include "trainer/report/hang.h"
 #include "trainer/report/html_report.h"
+#include "trainer/report/inputs_export.h"
 #include "trainer/report/report.h"
 #include "zero/comm/mpi_communicator.h"
 #include "zero/comm/watchdog.h"
@@ -459,6 +460,9 @@ void merge_rank_traces(RunState& s) {
 int train_and_report(RunState& s) {
   const bool out = !s.spec.out_dir.empty();
   if (out && s.rank == 0) s.metrics = std::make_unique<MetricsWriter>(s.spec.out_dir);
+  if (s.spec.export_inputs && s.rank == 0)
+    export_inputs(s.spec.out_dir + "/inputs", s.model,
+                  {s.spec.steps, s.cfg.micro_batch, s.cfg.grad_accum, s.world, s.spec.seed});
   const std::unique_ptr<Watchdog> watchdog = arm_watchdog(s);
   const int64_t every = s.cfg.steps_per_print.value_or(s.spec.log_every);
   if (every <= 0) throw ConfigError("--log-every: must be > 0, got " + std::to_string(every));

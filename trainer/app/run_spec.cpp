@@ -49,7 +49,9 @@ cxxopts::Options run_options() {
       ("activation-checkpointing", "recompute each block in backward (HF gradient_checkpointing); the "
                                    "config's activation_checkpointing.cpu_checkpointing keeps checkpoints on the host")
       ("verify-replicas", "stages 0-2: check after every step that all ranks hold bit-identical parameters")
-      ("print-config", "print the effective config at init");
+      ("print-config", "print the effective config at init")
+      ("export-inputs", "write OUT/inputs: the model layout, initial weights and token batches as .npy, for "
+                        "training the same run elsewhere (the DeepSpeed conformance harness)");
   return o;
 }
 
@@ -102,6 +104,8 @@ void parse_run_spec(int argc, char** argv, RunSpec& s) {
   s.verify_replicas = r.count("verify-replicas") > 0;
   s.activation_checkpointing = r.count("activation-checkpointing") > 0;
   s.print_config = r.count("print-config") > 0;
+  s.export_inputs = r.count("export-inputs") > 0;
+  if (s.export_inputs && s.out_dir.empty()) throw ConfigError("--export-inputs: needs --out DIR (it writes DIR/inputs)");
   s.dynamic_seq_min = opt<int64_t>(r, "dynamic-seq");
   s.threads = r["threads"].as<int>();
   if (s.threads <= 0) throw ConfigError("--threads: must be > 0, got " + std::to_string(s.threads));

@@ -38,6 +38,7 @@ struct RunSpec {
   std::string device = "cpu";
   int threads = 1;
   bool verify_replicas = false, activation_checkpointing = false, print_config = false;
+  bool export_inputs = false;  // --export-inputs: OUT/inputs for an outside trainer
   std::optional<int64_t> dynamic_seq_min;
   std::vector<std::string> inject_specs;
   std::vector<Injection> injections;  // parsed; ranks checked at set-up

@@ -1,0 +1,64 @@
+"""The conformance cases: each is one DeepSpeed config trained by zrepro and by real
+DeepSpeed on the same inputs. Names are stable: the recorded results and the CI
+test (tests/conformance/) refer to them."""
+
+STEPS = 20
+
+# fp32 training equivalence: losses and grad norms equal within 1e-5 relative.
+FP32_TOL = 1e-5
+# bf16: both sides round the same fp32 arithmetic to bf16 at different points
+# (DeepSpeed keeps bf16 params and grads in its own flat buffers and reduces in bf16
+# buckets; zrepro's kernels come from LibTorch 1.13, DeepSpeed's from torch 2.15), so
+# a loss agrees to bf16's 8-bit mantissa per step (2^-8 = 0.4%) and drifts apart
+# slowly; 2% over 20 steps is the tolerance.
+BF16_TOL = 2e-2
+# Model-state bytes by category, per rank.
+BYTES_TOL = 3e-3
+
+
+def ds_config(stage, gas, precision="fp32", extra=None):
+    c = {
+        "train_micro_batch_size_per_gpu": 8,
+        "gradient_accumulation_steps": gas,
+        "optimizer": {"type": "AdamW",
+                      "params": {"lr": 0.003, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.01}},
+        "gradient_clipping": 1.0,
+        "zero_optimization": {"stage": stage},
+        "steps_per_print": 1000,
+    }
+    if precision == "bf16":
+        c["bf16"] = {"enabled": True}
+    for k, v in (extra or {}).items():
+        if isinstance(v, dict):
+            c.setdefault(k, {}).update(v)
+        else:
+            c[k] = v
+    return c
+
+
+def training_cases():
+    out = []
+    for stage in (0, 1, 2, 3):
+        for ranks in (1, 2):
+            for gas in (1, 2):
+                out.append({"name": f"fp32-stage{stage}-ranks{ranks}-gas{gas}", "kind": "training",
+                            "ranks": ranks, "steps": STEPS, "tolerance": FP32_TOL,
+                            "config": ds_config(stage, gas)})
+    for stage in (1, 2, 3):
+        out.append({"name": f"bf16-stage{stage}-ranks2-gas2", "kind": "training", "ranks": 2, "steps": STEPS,
+                    "tolerance": BF16_TOL, "config": ds_config(stage, 2, "bf16")})
+    out.append({"name": "fp32-stage2-ranks2-gas2-overlap", "kind": "training", "ranks": 2, "steps": STEPS,
+                "tolerance": FP32_TOL,
+                "config": ds_config(2, 2, extra={"zero_optimization": {"overlap_comm": True,
+                                                                       "reduce_bucket_size": 50000}})})
+    return out
+
+
+def mismatch_cases():
+    """gradient_accumulation_steps 2 on rank 0 and 3 on rank 1 (equal optimizer steps)."""
+    return [{"name": f"gas-mismatch-stage{stage}", "kind": "gas_mismatch", "ranks": 2, "steps": 3,
+             "config": ds_config(stage, 2), "extra_rank": 1} for stage in (1, 2, 3)]
+
+
+def all_cases():
+    return training_cases() + mismatch_cases()

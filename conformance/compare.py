@@ -1,0 +1,112 @@
+"""Compares one zrepro run (its summary.json) with one real DeepSpeed run
+(ds_run.py's record) and says where they agree. Rows are what docs/CONFORMANCE.md
+renders and what the CI test (tests/conformance/) checks again."""
+import re
+
+import cases as C
+
+
+def rel(a, b):
+    if a is None or b is None:
+        return None
+    if a == b:
+        return 0.0
+    return abs(a - b) / max(abs(b), 1e-30)
+
+
+def training_rows(case, summary, ds):
+    tol = case["tolerance"]
+    z_steps = summary["steps"]
+    d_steps = ds["ranks"][0]["steps"]
+    rows = []
+    for key in ("loss", "grad_norm"):
+        diffs = [rel(z[key], d[key]) for z, d in zip(z_steps, d_steps)]
+        worst = max(diffs) if diffs else None
+        rows.append({"what": key, "zrepro": [z[key] for z in z_steps], "deepspeed": [d[key] for d in d_steps],
+                     "max_rel_diff": worst, "tolerance": tol,
+                     "ok": worst is not None and worst <= tol and len(z_steps) == len(d_steps)})
+    return rows
+
+
+def ds_bytes(rank_rec, category):
+    """DeepSpeed's bytes of a category at the point zrepro's figure stands for:
+    params and optimizer states after the optimizer step, gradients at the
+    accumulation boundary (after backward), bucket buffers at their largest."""
+    mem = rank_rec["memory"]
+    if category == "grads":
+        return mem["boundary"]["bytes"]["grads"]
+    if category == "bucket_buffers":
+        return max(m["bytes"]["bucket_buffers"] for m in mem.values())
+    return mem["after_step"]["bytes"][category]
+
+
+def memory_rows(summary, ds):
+    rows = []
+    z_ranks = {r["rank"]: r for r in summary["memory"]["ranks"]}
+    for d in ds["ranks"]:
+        z = z_ranks.get(d["rank"])
+        if z is None:
+            continue
+        ours = {"params": z["model_states"]["params"], "grads": z["model_states"]["grads"],
+                "optimizer_states": z["model_states"]["optimizer_states"],
+                "bucket_buffers": z["category_peaks"]["comm_buffers"]}
+        for cat, v in ours.items():
+            theirs = ds_bytes(d, cat)
+            r = rel(v, theirs) if theirs else (0.0 if v == 0 else None)
+            rows.append({"what": f"bytes.{cat}", "rank": d["rank"], "zrepro": v, "deepspeed": theirs,
+                         "rel_diff": r, "tolerance": C.BYTES_TOL, "ok": r is not None and r <= C.BYTES_TOL,
+                         "deepspeed_sources": {k: m.get("sources", {}).get(cat if cat != "bucket_buffers"
+                                                                          else "bucket_buffers", {})
+                                               for k, m in d["memory"].items()}})
+    return rows
+
+
+def comm_rows(summary, ds):
+    d_steps = ds["ranks"][0]["steps"]
+    n = len(d_steps)
+    theirs = {}
+    for s in d_steps:
+        for op, b in s["comm_bytes"].items():
+            theirs[op] = theirs.get(op, 0) + b / n
+    ours = dict(summary["comm"]["bytes_per_step"])
+    rows = []
+    for op in sorted(set(theirs) | set(ours)):
+        z, d = ours.get(op) or 0, theirs.get(op) or 0
+        if z == 0 and d == 0:
+            continue
+        r = rel(z, d) if d else None
+        rows.append({"what": f"comm.{op}", "zrepro": z, "deepspeed": d, "rel_diff": r, "tolerance": C.BYTES_TOL,
+                     "ok": r is not None and r <= C.BYTES_TOL,
+                     "deepspeed_calls_per_step": sum(s["comm_calls"].get(k, 0) for s in d_steps
+                                                     for k in s["comm_calls"] if op in k) / n})
+    zt, dt = sum(v or 0 for v in ours.values()), sum(theirs.values())
+    rows.append({"what": "comm.total", "zrepro": zt, "deepspeed": dt, "rel_diff": rel(zt, dt),
+                 "tolerance": C.BYTES_TOL, "ok": rel(zt, dt) is not None and rel(zt, dt) <= C.BYTES_TOL})
+    return rows
+
+
+def compare_training(case, summary, ds):
+    rows = training_rows(case, summary, ds) + memory_rows(summary, ds) + comm_rows(summary, ds)
+    train_ok = all(r["ok"] for r in rows[:2])
+    return {"rows": rows, "training_ok": train_ok,
+            "verdict": "conformant" if all(r["ok"] for r in rows) else
+                       ("training conformant, bytes differ" if train_ok else "differs")}
+
+
+def outcome(rc, log, seconds, timeout_hint):
+    if rc is None:
+        return {"outcome": "hang", "detail": f"still running after {seconds:.0f} s, killed"}
+    if rc == 0:
+        return {"outcome": "ran through", "detail": ""}
+    m = re.search(r"(Received data size doesn't match[^\n]*|[A-Za-z]*Error: [^\n]*)", log)
+    return {"outcome": "crash" if rc != 4 else "hang", "exit_code": rc, "detail": m.group(1)[:300] if m else log[-300:]}
+
+
+def compare_mismatch(case, z_rc, summary, z_log, ds_rc, ds_log, ds_s):
+    z = {"exit_code": z_rc, "status": summary.get("status") if summary else None}
+    if summary and summary.get("failure"):
+        f = summary["failure"]
+        z["failure"] = {k: f.get(k) for k in ("kind", "message", "collective") if k in f}
+    ds = outcome(ds_rc, ds_log, ds_s, None)
+    return {"zrepro_outcome": z, "deepspeed_outcome": ds,
+            "verdict": f"zrepro: {z.get('status')} (exit {z_rc}); DeepSpeed: {ds['outcome']}"}

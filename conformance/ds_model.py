@@ -1,0 +1,91 @@
+"""zrepro's toy GPT (trainer/model/gpt.cpp) as a torch.nn.Module.
+
+The same parameters in the same order (DeepSpeed flattens and partitions in
+registration order, as zrepro lays out its layers), the same arithmetic: token +
+position embedding, pre-LN blocks (causal attention with the softmax in fp32, exact
+GELU MLP), final LayerNorm, untied LM head without bias, mean cross-entropy.
+Initial values come from zrepro's export (`zrepro run --export-inputs`).
+"""
+import json
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, h, heads, inter):
+        super().__init__()
+        self.heads = heads
+        # Registration order = zrepro's BlockParam order.
+        self.ln1 = nn.LayerNorm(h, eps=1e-5)
+        self.qkv = nn.Linear(h, 3 * h)
+        self.proj = nn.Linear(h, h)
+        self.ln2 = nn.LayerNorm(h, eps=1e-5)
+        self.fc = nn.Linear(h, inter)
+        self.fc2 = nn.Linear(inter, h)
+
+    def forward(self, x, mask):
+        B, S, h = x.shape
+        a = self.heads
+        hd = h // a
+        q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
+        q, k, v = (t.view(B, S, a, hd).transpose(1, 2) for t in (q, k, v))
+        att = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+        att = att.masked_fill(mask[:S, :S], float("-inf"))
+        att = torch.softmax(att, dim=-1, dtype=torch.float32).to(x.dtype)
+        y = torch.matmul(att, v).transpose(1, 2).reshape(B, S, h)
+        r = x + self.proj(y)
+        return r + self.fc2(F.gelu(self.fc(self.ln2(r))))
+
+
+class ToyGpt(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        V, S, h = model["vocab"], model["seq"], model["hidden"]
+        self.wte = nn.Parameter(torch.empty(V, h))
+        self.wpe = nn.Parameter(torch.empty(S, h))
+        self.blocks = nn.ModuleList(
+            Block(h, model["heads"], model["intermediate"]) for _ in range(model["layers"]))
+        self.ln_f = nn.LayerNorm(h, eps=1e-5)
+        self.lm_head = nn.Linear(h, V, bias=False)
+        self.register_buffer("mask", torch.ones(S, S, dtype=torch.bool).triu(1), persistent=False)
+
+    def forward(self, inputs, targets):
+        S = inputs.shape[1]
+        x = F.embedding(inputs, self.wte) + self.wpe[:S].unsqueeze(0)
+        for b in self.blocks:
+            x = b(x, self.mask)
+        logits = self.lm_head(self.ln_f(x))
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+
+
+def load(inputs_dir):
+    """The model with zrepro's initial weights, the layout and the token array."""
+    layout = json.load(open(f"{inputs_dir}/layout.json"))
+    init = torch.from_numpy(np.load(f"{inputs_dir}/init.npy"))
+    tokens = torch.from_numpy(np.load(f"{inputs_dir}/tokens.npy"))
+    model = ToyGpt(layout["model"])
+    names = [p["name"] for layer in layout["layers"] for p in layer["params"]]
+    params = list(model.parameters())
+    if len(params) != len(names):
+        raise SystemExit(f"layout has {len(names)} parameters, the module {len(params)}")
+    # zrepro's layer params map onto the module's parameters in order.
+    flat = [p for layer in layout["layers"] for p in layer["params"]]
+    with torch.no_grad():
+        for p, spec in zip(params, flat):
+            if list(p.shape) != spec["shape"]:
+                raise SystemExit(f"{spec['name']}: module shape {list(p.shape)}, layout {spec['shape']}")
+            p.copy_(init[spec["offset"]:spec["offset"] + spec["numel"]].view(p.shape))
+    return model, layout, tokens
+
+
+def micro_batch(tokens, layout, step, micro_step, rank):
+    """The samples zrepro's rank `rank` trains on at (step, micro_step)."""
+    b = layout["batch"]
+    first = step * b["global"] + (micro_step * b["world"] + rank) * b["micro"]
+    first %= tokens.shape[0] - b["micro"] + 1  # extra micro-steps (a mismatch case) reuse samples
+    t = tokens[first:first + b["micro"]]
+    return t[:, :-1].contiguous(), t[:, 1:].contiguous()

@@ -1,0 +1,121 @@
+"""One real DeepSpeed training run on the CPU, on zrepro's inputs.
+
+Launched by harness.py under torch.distributed.run (one process per rank, gloo):
+    DS_ACCELERATOR=cpu python -m torch.distributed.run --nproc_per_node N ds_run.py \
+        --inputs OUT/inputs --config ds_config.json --steps 20 --out ds.json
+Each step: the same micro-batches zrepro's rank trains on, engine(inputs, targets),
+engine.backward, engine.step. Records per step the global mean loss, the grad norm
+before clipping, the collectives by op, and the live-tensor memory walk at the
+first step's boundary micro-step: inside backward once the last gradient exists
+(`backward`: DeepSpeed's stage 1/2 reduce buckets live only then), after backward
+(`boundary`, before the optimizer step), and after the last step (`after_step`). Rank 0 writes every rank's record to --out.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ds_probe import CommCounter, memory_by_category, zero_convention  # noqa: E402
+
+COUNTER = CommCounter()  # before deepspeed binds torch.distributed's functions
+
+import deepspeed  # noqa: E402
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+from ds_model import load, micro_batch  # noqa: E402
+
+
+def grad_norm_now(model):
+    """L2 norm of the full (already averaged) gradients: stage 0 keeps them whole
+    and its engine does not store the norm it clips with."""
+    total = sum(float(p.grad.float().pow(2).sum()) for p in model.parameters() if p.grad is not None)
+    return math.sqrt(total)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--inputs", required=True)
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--steps", type=int, required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--extra-micro-step-rank", type=int, default=-1,
+                    help="this rank runs one more micro-step per step (a gradient_accumulation_steps mismatch)")
+    a = ap.parse_args()
+
+    torch.set_num_threads(1)
+    deepspeed.init_distributed(dist_backend="gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model, layout, tokens = load(a.inputs)
+    if layout["batch"]["world"] != world:
+        raise SystemExit(f"inputs were exported for {layout['batch']['world']} ranks, this run has {world}")
+    config = json.load(open(a.config))
+    if rank == a.extra_micro_step_rank:
+        # This rank's config says one more accumulation step (equal optimizer steps).
+        config["gradient_accumulation_steps"] += 1
+        config.pop("train_batch_size", None)
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+    stage = engine.zero_optimization_stage()
+    gas = engine.gradient_accumulation_steps()
+    memory = {"init": memory_by_category(engine, model)}
+    steps = []
+    probe = {"armed": False}
+
+    def in_backward(grad):
+        # The embedding's gradient is the last one backward computes.
+        if probe["armed"]:
+            probe["armed"] = False
+            was, COUNTER.enabled = COUNTER.enabled, False
+            memory["backward"] = memory_by_category(engine, model)
+            COUNTER.enabled = was
+        return grad
+
+    model.wte.register_hook(in_backward)
+    t0 = time.time()
+    for step in range(a.steps):
+        micro_steps = gas
+        losses, norm = [], None
+        COUNTER.enabled = True
+        for t in range(micro_steps):
+            inputs, targets = micro_batch(tokens, layout, step, t, rank)
+            loss = engine(inputs, targets)
+            probe["armed"] = step == 0 and t == micro_steps - 1
+            engine.backward(loss)
+            losses.append(float(loss.detach()))
+            if engine.is_gradient_accumulation_boundary():
+                if stage == 0:
+                    norm = grad_norm_now(model)
+                if step == 0:
+                    COUNTER.enabled = False
+                    memory["boundary"] = memory_by_category(engine, model)
+                    COUNTER.enabled = True
+            engine.step()
+        COUNTER.enabled = False
+        calls = COUNTER.take()
+        local = torch.tensor([sum(losses) / len(losses)], dtype=torch.float64)
+        dist.all_reduce(local)
+        if stage > 0:
+            norm = engine.get_global_grad_norm()
+            norm = float(norm) if norm is not None else None
+        steps.append({"step": step, "loss": float(local) / world, "grad_norm": norm,
+                      "comm_bytes": zero_convention(calls, world),
+                      "comm_calls": {op: sum(1 for c in calls if c["op"] == op) for op in {c["op"] for c in calls}}})
+    memory["after_step"] = memory_by_category(engine, model)
+    record = {"rank": rank, "world": world, "zero_stage": stage, "grad_accum": gas,
+              "micro": engine.train_micro_batch_size_per_gpu(), "steps": steps, "memory": memory,
+              "seconds": time.time() - t0}
+    gathered = [None] * world
+    dist.all_gather_object(gathered, record)
+    if rank == 0:
+        tmp = a.out + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"ranks": gathered, "versions": {"torch": torch.__version__, "deepspeed": deepspeed.__version__}},
+                      f, indent=1)
+        os.replace(tmp, a.out)
+
+
+if __name__ == "__main__":
+    main()

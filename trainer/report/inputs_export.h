@@ -1,0 +1,34 @@
+// What a run trains on, written for an outside trainer (the DeepSpeed conformance
+// harness, conformance/): the model layout, the initial weights and the token
+// batches, as NumPy .npy files (torch.from_numpy(numpy.load(...)) reads them).
+//
+//   DIR/layout.json  model dimensions, layers in order with each parameter's name,
+//                    shape and offset into init.npy, the batch geometry and how a
+//                    (step, micro-step, rank) finds its samples
+//   DIR/init.npy     float32 [params]: every layer's initial values back to back
+//   DIR/tokens.npy   int64 [steps * global_batch, seq + 1]: global samples in order
+//
+// Each file is written through a temporary file and renamed (write_file_atomic).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "trainer/config/model_spec.h"
+
+namespace zrepro {
+
+struct InputsGeometry {
+  int64_t steps = 0, micro = 0, grad_accum = 0;
+  int world = 1;
+  uint64_t seed = 0;
+};
+
+// The bytes of a .npy (format 1.0) file holding a contiguous CPU tensor of float32
+// or int64.
+std::string npy_bytes(const torch::Tensor& t);
+
+void export_inputs(const std::string& dir, const ModelSpec& spec, const InputsGeometry& g);
+
+}  // namespace zrepro
