@@ -8,12 +8,17 @@ STEPS = 20
 FP32_TOL = 1e-5
 # bf16: both sides round the same fp32 arithmetic to bf16 at different points
 # (DeepSpeed keeps bf16 params and grads in its own flat buffers and reduces in bf16
-# buckets; zrepro's kernels come from LibTorch 1.13, DeepSpeed's from torch 2.15), so
-# a loss agrees to bf16's 8-bit mantissa per step (2^-8 = 0.4%) and drifts apart
-# slowly; 2% over 20 steps is the tolerance.
-BF16_TOL = 2e-2
+# buckets; zrepro's kernels come from LibTorch 1.13, DeepSpeed's from torch 2.15).
+# The first step's grad norm agrees to bf16's 8-bit mantissa (2^-8 = 0.4%); after
+# it the parameters differ by a bf16 ulp here and there, which moves the losses
+# little (1%) and the grad norms more (5%: a norm is dominated by few large,
+# parameter-sensitive gradient entries).
+BF16_TOL = {"loss": 1e-2, "grad_norm": 5e-2, "first_grad_norm": 2.0 ** -8}
 # Model-state bytes by category, per rank.
 BYTES_TOL = 3e-3
+# Collectives under this many bytes per step on both sides (the loss, grad norm and
+# overflow-flag reductions) are latency, not traffic: listed, not compared.
+SCALAR_COMM_BYTES = 1024
 
 
 def ds_config(stage, gas, precision="fp32", extra=None):
@@ -62,3 +67,41 @@ def mismatch_cases():
 
 def all_cases():
     return training_cases() + mismatch_cases()
+
+
+# Causes of the differences the harness still finds, by (case name part, row).
+# render.py prints them beside the rows; the closing notes list them.
+KNOWN_GAPS = {
+    ("stage2-ranks2-gas2-overlap", "bytes.grads"):
+        "overlap_comm with accumulation: during every backward after the first micro-step DeepSpeed holds the "
+        "previous micro-steps' whole-parameter partition (all_grad_tensors, kept alive by reference) beside the "
+        "new grads_in_partition, twice the partition; zrepro accumulates into one partition "
+        "(stage_1_and_2.py independent_gradient_partition_epilogue; next: model the second buffer)",
+}
+
+
+
+def known_gap(case, what):
+    """The recorded cause of a difference, or None (the CI test then fails: every
+    remaining disagreement must say why)."""
+    for (pattern, row), cause in KNOWN_GAPS.items():
+        if pattern in case and what.startswith(row):
+            return cause
+    return None
+
+
+# Config resolutions that differ, by (config file, key): their causes.
+CONFIG_GAPS = {}
+
+
+def config_gap(config, key):
+    return CONFIG_GAPS.get((config, key))
+
+
+MISMATCH_NOTE = (
+    "On gloo, DeepSpeed stage 2/3 reduce gradients every micro-step, so rank 1's extra micro-step meets "
+    "rank 0's end-of-step all-reduce with a different size and gloo aborts (\"Received data size doesn't "
+    "match expected size\"); on NCCL the same mismatch typically hangs until the NCCL timeout. Stage 1 "
+    "reduces only at the boundary, so with equal optimizer steps the collectives line up and the run goes "
+    "through, silently averaging unequal batches. zrepro reports stage 2/3 as a hang (exit 4) naming both "
+    "ranks' collectives, which is what an NCCL job shows; stage 1 runs through as in DeepSpeed.")

@@ -33,7 +33,7 @@ def _tensors_in(obj, depth=0):
     elif depth < 4 and isinstance(obj, dict):
         for o in obj.values():
             yield from _tensors_in(o, depth + 1)
-    elif depth < 4 and type(obj).__name__ == "IPGBucket":
+    elif depth < 4 and type(obj).__name__.startswith("IPGBucket"):
         yield from _tensors_in(vars(obj), depth + 1)
 
 

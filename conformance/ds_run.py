@@ -64,16 +64,16 @@ def main():
     steps = []
     probe = {"armed": False}
 
-    def in_backward(grad):
-        # The embedding's gradient is the last one backward computes.
+    def in_backward(param):
+        # The embedding's gradient is the last one backward computes; this runs once
+        # it is accumulated (after DeepSpeed's own hooks, registered earlier).
         if probe["armed"]:
             probe["armed"] = False
             was, COUNTER.enabled = COUNTER.enabled, False
             memory["backward"] = memory_by_category(engine, model)
             COUNTER.enabled = was
-        return grad
 
-    model.wte.register_hook(in_backward)
+    model.wte.register_post_accumulate_grad_hook(in_backward)
     t0 = time.time()
     for step in range(a.steps):
         micro_steps = gas
@@ -115,6 +115,10 @@ def main():
             json.dump({"ranks": gathered, "versions": {"torch": torch.__version__, "deepspeed": deepspeed.__version__}},
                       f, indent=1)
         os.replace(tmp, a.out)
+    # Nobody leaves before the record is on disk (a rank that crashes in its own
+    # teardown must not take rank 0 down with it before the write).
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -91,6 +91,7 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
     owned_grads_.push_back(policy_.shard_grads() && !offloaded_[l] ? torch::zeros({lay.owned_numel()}, opts)
                                                                    : torch::Tensor());
   }
+  allocate_grad_overhang(opts);
   build_optimizers(sc);
   if (policy_.shard_params()) {
     std::vector<int64_t> dynamic;
@@ -127,7 +128,7 @@ void ZeroEngine::build_reducer() {
   for (auto it = groups_.rbegin(); it != groups_.rend(); ++it) reverse.push_back(it->get());
   GradReducer::Options ro;
   ro.reduce_bucket_size = cfg_.zero.reduce_bucket_size;
-  ro.reduce_scatter = cfg_.zero.reduce_scatter;
+  ro.reduce_scatter = bucket_reduce_scatters(cfg_.zero);
   ro.buffers = buffers_;
   ro.comm_dtype = cfg_.comm_dtype;
   ro.device = cfg_.device;
@@ -150,6 +151,16 @@ std::vector<ParamGroup*> ZeroEngine::groups() {
   return out;
 }
 
+void ZeroEngine::allocate_grad_overhang(const torch::TensorOptions& opts) {
+  for (bool off : offloaded_)
+    if (off) return;  // offloaded gradients accumulate on the host
+  std::vector<const LayerLayout*> layouts;
+  for (auto& g : groups_) layouts.push_back(&g->layout());
+  const int64_t n = grad_overhang_numel(layouts, comm_.world_size(), comm_.rank());
+  DeviceMemory::CategoryScope tag(MemCategory::grads);
+  if (n > 0) grad_overhang_ = torch::zeros({n}, opts);
+}
+
 EngineMemory ZeroEngine::memory() const {
   EngineMemory m;
   for (size_t l = 0; l < groups_.size(); ++l) {
@@ -159,6 +170,7 @@ EngineMemory ZeroEngine::memory() const {
     if (g.defined()) m.grads += g.numel() * g.element_size();
     m.optimizer_states += optimizers_[l]->device_bytes();
   }
+  if (grad_overhang_.defined()) m.grads += grad_overhang_.numel() * grad_overhang_.element_size();
   m.host_pinned = HostMemory::instance().pinned_bytes();
   m.host_pageable = HostMemory::instance().pageable_bytes();
   return m;

@@ -133,6 +133,7 @@ class ZeroEngine : private ShardOps {
 
   void build_optimizers(const ShardingConfig& sc);
   void build_reducer();
+  void allocate_grad_overhang(const torch::TensorOptions& opts);
 
   EngineConfig cfg_;
   StagePolicy policy_;
@@ -142,6 +143,10 @@ class ZeroEngine : private ShardOps {
   std::vector<torch::Tensor> dummies_;     // one leaf per layer that carries the autograd function
   std::vector<torch::Tensor> full_grads_;  // full_grads(): persistent, full layout
   std::vector<torch::Tensor> owned_grads_;  // this rank's gradient partition / shard (stage 1: during the step)
+  // Stage 2: the rest of DeepSpeed's whole-parameter gradient partition on this rank
+  // (grad_overhang_numel): held, never read ([Note: DeepSpeed's whole-parameter
+  // gradient partition] in zero/schedule/partition.h).
+  torch::Tensor grad_overhang_;
   std::unique_ptr<GradReducer> reducer_;
   std::vector<std::unique_ptr<LayerOptimizer>> optimizers_;
   LossScaler scaler_;

@@ -9,8 +9,23 @@ namespace zrepro {
 LrSchedule::LrSchedule(const SchedulerConfig& cfg, double base_lr)
     : cfg_(cfg), base_lr_(base_lr), warmup_steps_(std::max<int64_t>(2, cfg.warmup_num_steps)) {}
 
+double LrSchedule::cosine_ratio(int64_t it) const {
+  if (it < 0) return 0.0;  // DeepSpeed: "before it has started"
+  if (it < warmup_steps_) {
+    const double r = cfg_.warmup_type == "linear" ? static_cast<double>(it) / warmup_steps_
+                                                  : std::log(static_cast<double>(it + 1)) / std::log(double(warmup_steps_));
+    return cfg_.warmup_min_ratio + r * (1.0 - cfg_.warmup_min_ratio);
+  }
+  const double done = static_cast<double>(it - warmup_steps_ + 1);
+  const double span = std::max<double>(1.0, static_cast<double>(cfg_.total_num_steps - warmup_steps_));
+  const double progress = std::min(1.0, done / span);
+  const double r = (1.0 + std::cos(M_PI * progress)) / 2.0;
+  return std::max(0.0, cfg_.cos_min_ratio + (1.0 - cfg_.cos_min_ratio) * r);
+}
+
 double LrSchedule::lr_at(int64_t it) const {
   if (cfg_.type.empty()) return base_lr_;
+  if (cfg_.type == "WarmupCosineLR") return base_lr_ * cosine_ratio(it);
   const double lo = cfg_.warmup_min_lr, delta = cfg_.warmup_max_lr - cfg_.warmup_min_lr;
   if (it < 0) return lo;
   double gamma;

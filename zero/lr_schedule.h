@@ -1,7 +1,8 @@
 // Learning-rate schedules of DeepSpeed's lr_schedules.py: constant (no scheduler),
-// WarmupLR and WarmupDecayLR, indexed by last_batch_iteration exactly as there:
-// the first optimizer step runs at iteration -1 (warmup_min_lr), and the
-// scheduler only advances after a step that was applied (not skipped).
+// WarmupLR, WarmupDecayLR and WarmupCosineLR, indexed by last_batch_iteration
+// exactly as there: the first optimizer step runs at iteration -1 (warmup_min_lr;
+// WarmupCosineLR: 0), and the scheduler only advances after a step that was
+// applied (not skipped).
 #pragma once
 #include <cstdint>
 
@@ -14,6 +15,7 @@ class LrSchedule {
   LrSchedule(const SchedulerConfig& cfg, double base_lr);
   double lr() const { return lr_at(iteration_); }
   double lr_at(int64_t last_batch_iteration) const;
+  double cosine_ratio(int64_t last_batch_iteration) const;  // WarmupCosineLR's factor of the base lr
   void step() { ++iteration_; }
 
  private:

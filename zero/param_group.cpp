@@ -29,7 +29,8 @@ ParamGroup::ParamGroup(int index, std::string name, std::vector<ParamSpec> specs
       name_(std::move(name)),
       specs_(std::move(specs)),
       cfg_(cfg),
-      layout_(layer_layout(numels_of(specs_), cfg.policy, cfg.world_size, cfg.persistence_threshold)),
+      layout_(layer_layout(numels_of(specs_), cfg.policy, cfg.world_size, cfg.persistence_threshold,
+                           cfg.host_shard != nullptr)),
       life_(cfg.policy.shard_params(), cfg.host_shard != nullptr) {
   auto opts = torch::TensorOptions().dtype(cfg_.dtype).device(cfg_.device);
   DeviceMemory::CategoryScope tag(MemCategory::params);
@@ -50,7 +51,10 @@ std::vector<torch::Tensor> ParamGroup::params() const {
   std::vector<torch::Tensor> views;
   const bool sharded = cfg_.policy.shard_params();
   for (size_t i = 0; i < specs_.size(); ++i) {
-    const torch::Tensor& buf = sharded && layout_.persistent[i] ? persist_ : flat_tensor_;
+    const torch::Tensor& buf = !sharded                  ? flat_tensor_
+                               : layout_.shard_is_gathered ? shard_
+                               : layout_.persistent[i]     ? persist_
+                                                           : flat_tensor_;
     const int64_t off = sharded ? layout_.gathered_offsets[i] : layout_.natural_offsets[i];
     views.push_back(buf.narrow(0, off, specs_[i].numel()).view(specs_[i].shape));
   }
@@ -111,6 +115,7 @@ void ParamGroup::unshard_start(Communicator& comm) {
 }
 
 void ParamGroup::submit_gathers(Communicator& comm, const torch::Tensor& shard, bool dyn, bool per) {
+  if (layout_.shard_is_gathered) return;  // one rank: the parameters are views of the shard
   // One all-gather per parameter, straight into its padded slot: rank-major
   // slices of a padded parameter are the parameter itself.
   for (size_t i = 0; i < specs_.size(); ++i) {

@@ -38,10 +38,23 @@ struct ZeroConfig {
   int64_t stage3_max_reuse_distance = 1000000000;
   bool stage3_gather_16bit_weights_on_model_save = false;
   bool round_robin_gradients = false;
+  bool use_multi_rank_bucket_allreduce = true;  // see bucket_reduce_scatters
   bool ignore_unused_parameters = true;
   OffloadConfig offload_param;
   OffloadConfig offload_optimizer;
 };
+
+// [Note: the bucket collective] Which collective reduces a gradient bucket, as
+// DeepSpeed 0.19 does (measured: docs/CONFORMANCE.md). Stages 1-2
+// (stage_1_and_2.py average_tensor) all-reduce the whole bucket and each rank keeps
+// its slice: use_multi_rank_bucket_allreduce is on by default, and reduce_scatter
+// false all-reduces too. With use_multi_rank_bucket_allreduce off they reduce each
+// slice to its owner, the bytes of a reduce-scatter. Stage 3 reduce-scatters
+// unless reduce_scatter is false. False: all-reduce.
+inline bool bucket_reduce_scatters(const ZeroConfig& z) {
+  if (z.stage >= 3) return z.reduce_scatter;
+  return z.reduce_scatter && !z.use_multi_rank_bucket_allreduce;
+}
 
 // fp16.loss_scale == 0 means dynamic loss scaling.
 struct LossScaleConfig {
@@ -64,12 +77,16 @@ struct OptimizerConfig {
 };
 
 struct SchedulerConfig {
-  std::string type;  // empty: constant lr | WarmupLR | WarmupDecayLR
+  std::string type;  // empty: constant lr | WarmupLR | WarmupDecayLR | WarmupCosineLR
   double warmup_min_lr = 0.0;
   double warmup_max_lr = 0.001;
   int64_t warmup_num_steps = 1000;
   std::string warmup_type = "log";  // log | linear
-  int64_t total_num_steps = 0;      // WarmupDecayLR only
+  int64_t total_num_steps = 0;      // WarmupDecayLR, WarmupCosineLR
+  // WarmupCosineLR: ratios of the optimizer's lr (warmup from warmup_min_ratio to 1,
+  // then cosine down to cos_min_ratio).
+  double warmup_min_ratio = 0.0;
+  double cos_min_ratio = 0.0001;
 };
 
 }  // namespace zrepro

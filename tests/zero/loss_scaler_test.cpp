@@ -96,3 +96,23 @@ TEST(LrSchedule, WarmupLogLinearAndDecay) {
   SchedulerConfig none;
   EXPECT_DOUBLE_EQ(LrSchedule(none, 5.0).lr_at(3), 5.0);
 }
+
+TEST(LrSchedule, WarmupCosineIsARatioOfTheOptimizersLr) {
+  // DeepSpeed's WarmupCosineLR: 0 before the first step, warmup from
+  // warmup_min_ratio to 1 over warmup_num_steps, then cosine down to cos_min_ratio
+  // at total_num_steps, and it stays there.
+  SchedulerConfig c;
+  c.type = "WarmupCosineLR";
+  c.warmup_num_steps = 10;
+  c.warmup_type = "linear";
+  c.warmup_min_ratio = 0.0;
+  c.cos_min_ratio = 0.001;
+  c.total_num_steps = 110;
+  LrSchedule s(c, 2.0);
+  EXPECT_DOUBLE_EQ(s.lr(), 0.0);
+  EXPECT_DOUBLE_EQ(s.lr_at(5), 2.0 * 0.5);
+  EXPECT_DOUBLE_EQ(s.lr_at(9), 2.0 * 0.9);
+  EXPECT_NEAR(s.lr_at(59), 2.0 * (0.001 + 0.999 * 0.5), 1e-12);  // halfway through the cosine
+  EXPECT_NEAR(s.lr_at(109), 2.0 * 0.001, 1e-12);
+  EXPECT_NEAR(s.lr_at(500), 2.0 * 0.001, 1e-12);
+}

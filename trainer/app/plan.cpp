@@ -16,6 +16,8 @@ void add_plan_flags(cxxopts::Options& o) {
   add_config_flags(o);
   o.add_options("plan")
       ("world-size", "data-parallel ranks", cxxopts::value<int>()->default_value("1"))
+      ("gpus-per-node", "GPUs per node, for DeepSpeed's estimator figures (default: every rank on one node)",
+       cxxopts::value<int>())
       ("device-memory", "device capacity, e.g. 80GB, 40GiB (GB = 1e9 bytes, GiB = 2^30; no verdict without it)", cxxopts::value<std::string>())
       ("activation-checkpointing", "recompute each block in backward (as zrepro run's flag)")
       ("device", "cpu|cuda: the device the run would use (fp16 computes in fp32 on the CPU)",
@@ -27,6 +29,12 @@ PlanRequest plan_request_from(const cxxopts::ParseResult& r) {
   PlanRequest req;
   req.world_size = r["world-size"].as<int>();
   if (req.world_size < 1) throw ConfigError("--world-size: must be >= 1, got " + std::to_string(req.world_size));
+  if (r.count("gpus-per-node")) {
+    req.gpus_per_node = r["gpus-per-node"].as<int>();
+    if (req.gpus_per_node < 1 || req.world_size % req.gpus_per_node != 0)
+      throw ConfigError("--gpus-per-node: got " + std::to_string(req.gpus_per_node) + ", expected a divisor of " +
+                        "--world-size " + std::to_string(req.world_size) + " (nodes x GPUs per node = world size)");
+  }
   req.model = model_from(r);
   req.cfg = load_ds_config(require_config(r), flags_from(r, req.model, req.world_size, r["steps"].as<int64_t>()));
   if (r.count("device-memory")) req.device_capacity = parse_size("--device-memory", r["device-memory"].as<std::string>());

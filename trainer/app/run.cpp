@@ -221,6 +221,7 @@ PlanRequest plan_request(const RunState& s) {
   pr.world_size = s.world;
   pr.device_capacity = s.capacity();
   pr.activation_checkpointing = s.spec.activation_checkpointing;
+  pr.rank = s.rank;  // ranks differ at stage 2 (DeepSpeed's whole-parameter gradient partition)
   return pr;
 }
 
@@ -363,7 +364,12 @@ void print_header(RunState& s) {
       if (in) all[k] = flight_from_json(json::parse(in).at("entries"));
     }
     const HangDiagnosis d = diagnose_hang(all, s.cfg.grad_accum);
-    std::cerr << "[zrepro] Watchdog caught collective operation timeout: " << reason << "\n"
+    // A mismatch caught by the collective signatures ([Note: collective signatures])
+    // ends here at once; a collective that simply never completes, at the timeout.
+    const bool mismatch = reason.find("ranks disagree") != std::string::npos;
+    std::cerr << (mismatch ? "[zrepro] Collective mismatch caught before any data moved (NCCL would hang here): "
+                           : "[zrepro] Watchdog caught collective operation timeout: ")
+              << reason << "\n"
               << "[zrepro] hang diagnosis: " << d.text << std::endl;
     if (!out.empty())
       write_file_atomic(out + "/hang_report.json",

@@ -234,6 +234,19 @@ void map_deprecated_zero_keys(Loader& L, json& zero) {
     if (!zero.contains("stage3_gather_16bit_weights_on_model_save"))
       zero["stage3_gather_16bit_weights_on_model_save"] = v;
   });
+  // DeepSpeed's pydantic field names, which it accepts beside the stage3_ aliases
+  // (axolotl's zero3_bf16_cpuoffload_all.json writes max_live_parameters: 0).
+  for (const char* name : {"prefetch_bucket_size", "param_persistence_threshold", "max_live_parameters",
+                           "max_reuse_distance", "gather_16bit_weights_on_model_save"}) {
+    const std::string alias = std::string("stage3_") + name;
+    if (!zero.contains(name)) continue;
+    if (zero.contains(alias))
+      L.warn(std::string("zero_optimization.") + name + " and zero_optimization." + alias +
+             " are the same setting; " + alias + " is used");
+    else
+      zero[alias] = zero[name];
+    zero.erase(name);
+  }
 }
 
 OffloadConfig load_offload(Loader& L, Section s, bool is_param) {
@@ -287,10 +300,15 @@ ZeroConfig load_zero(Loader& L, Section s) {
       s.get<bool>("stage3_gather_16bit_weights_on_model_save", d.stage3_gather_16bit_weights_on_model_save);
   z.round_robin_gradients = s.get<bool>("round_robin_gradients", d.round_robin_gradients);
   z.ignore_unused_parameters = s.get<bool>("ignore_unused_parameters", d.ignore_unused_parameters);
+  z.use_multi_rank_bucket_allreduce =
+      s.get<bool>("use_multi_rank_bucket_allreduce", d.use_multi_rank_bucket_allreduce);
   for (auto [key, v] : {std::pair<const char*, int64_t>{"reduce_bucket_size", z.reduce_bucket_size},
-                        {"allgather_bucket_size", z.allgather_bucket_size},
-                        {"sub_group_size", z.sub_group_size}})
+                        {"allgather_bucket_size", z.allgather_bucket_size}})
     require(L, v > 0, s.path(key), "must be > 0 elements, got " + std::to_string(v));
+  // DeepSpeed accepts 0 (each parameter its own optimizer sub-group; axolotl's
+  // zero3_bf16_cpuoffload_all.json sets it); zrepro steps per layer either way.
+  require(L, z.sub_group_size >= 0, s.path("sub_group_size"),
+          "must be >= 0 elements, got " + std::to_string(z.sub_group_size));
   // 0 is meaningful for these: no prefetch, nothing kept, no reuse.
   for (auto [key, v] : {std::pair<const char*, int64_t>{"stage3_param_persistence_threshold",
                                                         z.stage3_param_persistence_threshold},
@@ -394,13 +412,36 @@ void load_optimizer(Loader& L, Section& top, DsConfig& c) {
   opt.finish();
 }
 
+// WarmupCosineLR: ratios of the optimizer's lr; warmup_num_steps must be a positive
+// integer (DeepSpeed raises otherwise), total_num_steps is required.
+void load_cosine_scheduler(Loader& L, Section& p, SchedulerConfig& sc) {
+  const SchedulerConfig d;
+  sc.warmup_min_ratio = p.get<double>("warmup_min_ratio", d.warmup_min_ratio);
+  sc.cos_min_ratio = p.get<double>("cos_min_ratio", d.cos_min_ratio);
+  sc.warmup_num_steps = p.get<int64_t>("warmup_num_steps", d.warmup_num_steps);
+  sc.warmup_type = p.get<std::string>("warmup_type", d.warmup_type);
+  one_of(L, p.path("warmup_type"), sc.warmup_type, {"log", "linear"});
+  require(L, sc.warmup_num_steps > 0, p.path("warmup_num_steps"),
+          "must be a positive integer for WarmupCosineLR, got " + std::to_string(sc.warmup_num_steps));
+  if (!p.has("total_num_steps"))
+    L.fail(p.path("total_num_steps"), "is required by WarmupCosineLR; set it (or \"auto\" to use --steps)");
+  sc.total_num_steps = p.get<int64_t>("total_num_steps", 0);
+  require(L, sc.total_num_steps > 0, p.path("total_num_steps"), "must be > 0");
+  p.finish({"last_batch_iteration"});
+}
+
 void load_scheduler(Loader& L, Section& top, DsConfig& c) {
   if (!top.has("scheduler")) { top.consume("scheduler"); return; }
   Section s = top.sub("scheduler");
   SchedulerConfig d;
   c.scheduler.type = s.get<std::string>("type", "");
-  one_of(L, s.path("type"), c.scheduler.type, {"WarmupLR", "WarmupDecayLR"});
+  one_of(L, s.path("type"), c.scheduler.type, {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"});
   Section p = s.sub("params");
+  if (c.scheduler.type == "WarmupCosineLR") {
+    load_cosine_scheduler(L, p, c.scheduler);
+    s.finish();
+    return;
+  }
   c.scheduler.warmup_min_lr = p.get<double>("warmup_min_lr", d.warmup_min_lr);
   c.scheduler.warmup_max_lr = p.get<double>("warmup_max_lr", d.warmup_max_lr);
   c.scheduler.warmup_num_steps = p.get<int64_t>("warmup_num_steps", d.warmup_num_steps);

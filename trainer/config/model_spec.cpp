@@ -1,6 +1,8 @@
 // See model_spec.h.
 #include "trainer/config/model_spec.h"
 
+#include <algorithm>
+
 #include <fstream>
 #include <map>
 
@@ -44,6 +46,11 @@ void validate(const ModelSpec& m, const std::string& where) {
 int64_t ModelSpec::block_params() const {
   const int64_t h = hidden, I = intermediate;
   return 4 * h * h + 2 * h * I + 9 * h + I;
+}
+
+int64_t ModelSpec::largest_module_params() const {
+  const int64_t h = hidden, I = intermediate;
+  return std::max({vocab * h, seq * h, 3 * h * h + 3 * h, h * h + h, I * h + I, h * I + h, 2 * h});
 }
 
 int64_t ModelSpec::param_count() const {

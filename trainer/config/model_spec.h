@@ -19,6 +19,10 @@ struct ModelSpec {
   // biases, two LayerNorms); final LayerNorm 2h; LM head h*V (untied, no bias).
   int64_t param_count() const;
   int64_t block_params() const;
+  // DeepSpeed's model_to_params "largest layer": the most parameters one module owns
+  // itself (an nn.Embedding or nn.Linear: the word embedding or the LM head for GPT
+  // shapes), not a whole block.
+  int64_t largest_module_params() const;
   nlohmann::json to_json() const;
 };
 

@@ -8,6 +8,8 @@
 // run share the schedule".
 #include "trainer/planner/planner.h"
 
+#include <cmath>
+
 #include <algorithm>
 #include <memory>
 #include <numeric>
@@ -74,12 +76,12 @@ class Timeline {
 
 // The engine's per-layer size tables (zero/schedule/layer_layout.h), from the model.
 std::vector<LayerLayout> layer_layouts(const ModelSpec& m, const StagePolicy& policy, int ws,
-                                       int64_t persistence_threshold) {
+                                       int64_t persistence_threshold, bool host_shard) {
   std::vector<LayerLayout> out;
   for (const LayerSpec& layer : gpt_layers(m)) {
     std::vector<int64_t> numels;
     for (const auto& p : layer.params) numels.push_back(p.numel());
-    out.push_back(layer_layout(numels, policy, ws, persistence_threshold));
+    out.push_back(layer_layout(numels, policy, ws, persistence_threshold, host_shard));
   }
   return out;
 }
@@ -182,7 +184,8 @@ class PlanSim {
     pe_ = p == Precision::fp32 ? 4 : 2;
     ce_ = elem_size(comm_dtype_of(req.cfg));
     B_ = req.cfg.micro_batch;
-    layers_ = layer_layouts(req.model, policy_, ws_, z_.stage3_param_persistence_threshold);
+    layers_ = layer_layouts(req.model, policy_, ws_, z_.stage3_param_persistence_threshold,
+                            z_.offload_param.enabled());
     sym_ = gpt_tape_symbols(req.model, B_, p, req.cpu_device);
     fp16_cpu_ = p == Precision::fp16 && req.cpu_device;
     ckpt_ = req.activation_checkpointing;
@@ -192,6 +195,7 @@ class PlanSim {
     for (const auto& l : layers_) numels.push_back(l.param_numels);
     offloaded_ = offloaded_layers(numels, z_);
     param_offload_ = z_.offload_param.enabled();
+    grad_overhang_bytes_ = grad_overhang_bytes(req.rank);
     const OffloadHostBytes host = offload_host_bytes(numels, z_, ws_, pe_ == 4 ? torch::kFloat : torch::kBFloat16,
                                                      comm_dtype_of(req.cfg));
     plan_.host_pinned_bytes = host.pinned;
@@ -209,6 +213,7 @@ class PlanSim {
       plan_.model_states[static_cast<int>(MemCategory::grads)] += grad_bytes(l);
       plan_.model_states[static_cast<int>(MemCategory::optimizer_states)] += optimizer_bytes(l);
     }
+    plan_.model_states[static_cast<int>(MemCategory::grads)] += grad_overhang_bytes_;
   }
 
  private:
@@ -217,6 +222,18 @@ class PlanSim {
   int64_t grad_bytes(size_t l) const {
     if (policy_.full_grads()) return layers_[l].full_grad_numel() * pe_;
     return offloaded_[l] ? 0 : layers_[l].owned_numel() * pe_;
+  }
+  // The engine's gradient overhang (DeepSpeed's whole-parameter partition, stage 2)
+  // of `rank`, or of the rank that holds the most.
+  int64_t grad_overhang_bytes(std::optional<int> rank) const {
+    for (bool off : offloaded_)
+      if (off) return 0;
+    std::vector<const LayerLayout*> layouts;
+    for (const auto& l : layers_) layouts.push_back(&l);
+    int64_t most = 0;
+    for (int r = 0; r < ws_; ++r)
+      if (!rank || *rank == r) most = std::max(most, grad_overhang_numel(layouts, ws_, r));
+    return most * pe_;
   }
   bool master_aliased() const { return policy_.owns_whole_flat() && pe_ == 4; }  // DeviceAdam updates in place
   int64_t optimizer_bytes(size_t l) const {
@@ -234,6 +251,7 @@ class PlanSim {
       tl_.add(MemCategory::other, 4);  // the layer's autograd carrier
       tl_.add(MemCategory::grads, grad_bytes(l));
     }
+    tl_.add(MemCategory::grads, grad_overhang_bytes_);
     tl_.phase(Phase::partition);
     for (size_t l = 0; l < layers_.size(); ++l) {
       const int64_t o = 4 * layers_[l].owned_numel();
@@ -258,7 +276,7 @@ class PlanSim {
       std::vector<std::pair<int, const LayerLayout*>> reverse;
       for (int g = last(); g >= 0; --g) reverse.emplace_back(g, &layers_[g]);
       reduce_ = std::make_unique<ReduceSchedule>(reverse, z_.reduce_bucket_size, ws_, buffers_);
-      reduce_ops_ = std::make_unique<PlannedReduce>(*reduce_, z_.reduce_scatter, ce_, offloaded_, tl_);
+      reduce_ops_ = std::make_unique<PlannedReduce>(*reduce_, bucket_reduce_scatters(z_), ce_, offloaded_, tl_);
       reduce_->prepare(*reduce_ops_);
     }
     tl_.add(MemCategory::other, req_.model.seq * req_.model.seq);  // causal mask (bool)
@@ -400,6 +418,7 @@ class PlanSim {
   std::unique_ptr<PlannedReduce> reduce_ops_;
   std::vector<bool> offloaded_;  // optimizer on the host
   bool param_offload_ = false;
+  int64_t grad_overhang_bytes_ = 0;
   int64_t param_grads_ = 0;
 };
 
@@ -411,22 +430,25 @@ json categories_json(const CategoryBytes& c) {
 
 }  // namespace
 
-std::vector<DeepSpeedEstimate> deepspeed_estimates(int64_t psi, int64_t largest, int gpus, int stage) {
-  const double P = static_cast<double>(psi), G = gpus, f = 1.5;
+std::vector<DeepSpeedEstimate> deepspeed_estimates(int64_t psi, int64_t largest, int gpn, int nodes, int stage) {
+  const double P = static_cast<double>(psi), n = gpn, G = static_cast<double>(gpn) * nodes, f = 1.5;
+  const double L = static_cast<double>(largest), per_node = 1.0 / nodes;
   std::vector<DeepSpeedEstimate> out;
+  // DeepSpeed truncates each term to an integer as below (int(18 * psi / G), int(cpu)).
   auto add = [&](std::string setting, double gpu, double cpu, std::string formula) {
     out.push_back({std::move(setting), static_cast<int64_t>(gpu), static_cast<int64_t>(cpu), std::move(formula)});
   };
-  if (!stage_policy(stage).shard_params()) {  // DeepSpeed's estimate_zero2 vs estimate_zero3
-    add("zero2, offload_optimizer=none", 2 * P + 18 * P / G, P * 4 * G * f, "gpu 2psi + 18psi/G; cpu 4psi*g*1.5");
+  auto trunc = [](double x) { return std::floor(x); };
+  if (!stage_policy(stage).shard_params()) {  // estimate_zero2 vs estimate_zero3
+    add("zero2, offload_optimizer=none", 2 * P + trunc(18 * P / G), P * 4 * n * f,
+        "gpu 2psi + 18psi/G; cpu 4psi*gpus_per_node*1.5");
     add("zero2, offload_optimizer=cpu", 2 * P, P * std::max(4 * G, 16.0) * f, "gpu 2psi; cpu psi*max(4G,16)*1.5");
   } else {
-    const double L4 = 4.0 * static_cast<double>(largest);
-    add("zero3, offload_param=none, offload_optimizer=none", L4 + 18 * P / G, static_cast<double>(largest) * 4 * G * f,
-        "gpu 4L + 18psi/G; cpu 4L*g*1.5");
-    add("zero3, offload_param=none, offload_optimizer=cpu", L4 + 2 * P / G, P * 16 * f,
-        "gpu 4L + 2psi/G; cpu 16psi*1.5");
-    add("zero3, offload_param=cpu, offload_optimizer=cpu", L4, P * 18 * f, "gpu 4L; cpu 18psi*1.5");
+    add("zero3, offload_param=none, offload_optimizer=none", 4 * L + trunc(18 * P / G), L * 4 * n * f,
+        "gpu 4L + 18psi/G; cpu 4L*gpus_per_node*1.5");
+    add("zero3, offload_param=none, offload_optimizer=cpu", 4 * L + trunc(2 * P / G), P * 16 * per_node * f,
+        "gpu 4L + 2psi/G; cpu 16psi/nodes*1.5");
+    add("zero3, offload_param=cpu, offload_optimizer=cpu", 4 * L, P * 18 * per_node * f, "gpu 4L; cpu 18psi/nodes*1.5");
   }
   return out;
 }
@@ -437,13 +459,9 @@ MemoryPlan plan_memory(const PlanRequest& req) {
   plan.zero_stage = req.cfg.zero.stage;
   plan.capacity = req.device_capacity;
   PlanSim(req, plan).run();
-  int64_t largest = 0;
-  for (const auto& l : gpt_layers(req.model)) {
-    int64_t n = 0;
-    for (const auto& p : l.params) n += p.numel();
-    largest = std::max(largest, n);
-  }
-  plan.deepspeed = deepspeed_estimates(req.model.param_count(), largest, req.world_size, req.cfg.zero.stage);
+  const int gpn = req.gpus_per_node > 0 ? req.gpus_per_node : req.world_size;
+  plan.deepspeed = deepspeed_estimates(req.model.param_count(), req.model.largest_module_params(), gpn,
+                                       std::max(1, req.world_size / gpn), req.cfg.zero.stage);
   if (plan.host_pinned_bytes > 0 && req.cpu_device) {
     const MemlockInfo ml = memlock_info();
     plan.memlock_available = ml.available();

@@ -34,6 +34,11 @@ struct PlanRequest {
   bool cpu_device = true;  // the CPU-emulated device (fp16 computes in fp32 there)
   // The engine's buffer policy, when a run overrides it (EngineConfig::buffers).
   std::optional<BufferPolicy> buffers;
+  // Whose bytes: DeepSpeed's stage 2 gradient partition differs by rank (zero/
+  // schedule/partition.h). Unset: the rank that holds the most, which OOMs first.
+  std::optional<int> rank;
+  // GPUs per node, for DeepSpeed's estimator figures (0: all world_size on one node).
+  int gpus_per_node = 0;
 };
 
 struct PhasePeak {
@@ -78,7 +83,11 @@ MemoryPlan plan_memory(const PlanRequest& req);
 
 // DeepSpeed 0.19.6 estimators (estimate_zero2/3_model_states_mem_needs), largest_layer = the largest
 // layer's parameter count, gpus = world size on one node.
-std::vector<DeepSpeedEstimate> deepspeed_estimates(int64_t params, int64_t largest_layer, int gpus, int zero_stage);
+// DeepSpeed's estimate_zero2/zero3_model_states_mem_needs (zero_init true, buffer
+// factor 1.5) for a cluster of nodes x gpus_per_node: the GPU column depends on the
+// total, the CPU column on the GPUs per node or the node count.
+std::vector<DeepSpeedEstimate> deepspeed_estimates(int64_t params, int64_t largest_module, int gpus_per_node, int nodes,
+                                                   int zero_stage);
 
 // Human table: phases, categories at the peak, verdict, DeepSpeed's figures.
 std::string format_plan(const MemoryPlan& plan, const PlanRequest& req);

@@ -4,6 +4,8 @@
 #include <mpi.h>
 
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 namespace zrepro {
 
@@ -140,9 +142,38 @@ void mpi_collective(MPI_Comm c, int rank, CollOp op, torch::Tensor& out, torch::
   if (staged) out.copy_(op == CollOp::all_reduce || op == CollOp::broadcast ? hin : hout);
 }
 
+// [Note: collective signatures] MPI gives no guarantee when ranks call one
+// collective with different counts or types: a 3-element all-reduce meeting a
+// 118,528-element one corrupted the heap here (gloo aborts with "Received data
+// size doesn't match expected size", NCCL hangs). Before moving data every rank
+// therefore exchanges what it is about to run (op, dtype, element count); these
+// fixed-size exchanges always pair up in issue order, so the first divergent
+// collective is caught on every rank at once and fails as a CommError, which the
+// run turns into its hang report (exit 4) naming each rank's collective.
+void check_signatures(MPI_Comm c, CollOp op, const torch::Tensor& in) {
+  if (op == CollOp::barrier) return;
+  int n = 1;
+  MPI_Comm_size(c, &n);
+  if (n == 1) return;
+  const int64_t mine[3] = {static_cast<int64_t>(op), static_cast<int64_t>(in.scalar_type()), in.numel()};
+  std::vector<int64_t> all(3 * static_cast<size_t>(n));
+  check(MPI_Allgather(mine, 3, MPI_INT64_T, all.data(), 3, MPI_INT64_T, c), "MPI_Allgather (collective signature)");
+  bool same = true;
+  for (int r = 1; r < n; ++r)
+    for (int k = 0; k < 3; ++k) same = same && all[3 * r + k] == all[k];
+  if (same) return;
+  std::string text = "ranks disagree on the next collective:";
+  for (int r = 0; r < n; ++r)
+    text += " rank " + std::to_string(r) + " " + coll_op_name(static_cast<CollOp>(all[3 * r])) + "(" +
+            c10::toString(static_cast<torch::ScalarType>(all[3 * r + 1])) + ", " + std::to_string(all[3 * r + 2]) +
+            ")" + (r + 1 < n ? ";" : "");
+  throw CommError(text);
+}
+
 }  // namespace
 
 void MpiCommunicator::execute(CollOp op, torch::Tensor& out, torch::Tensor& in, int root) {
+  check_signatures(as_comm(comm_), op, in);
   mpi_collective(as_comm(comm_), rank(), op, out, in, root);
 }
 

@@ -17,7 +17,9 @@
 namespace zrepro {
 
 struct BufferPolicy {
-  // Gradient bucket buffers: 2 with overlap_comm (one reduces while the next fills).
+  // Gradient bucket buffers: stages 1-2 take 2 with overlap_comm (one reduces while
+  // the next fills: stage_1_and_2.py setup_buckets); stage 3 allocates one at init
+  // whatever overlap_comm says (stage3.py, its IPG bucket per dtype).
   int reduce_buffers = 1;
   // contiguous_gradients: every bucket buffer is reduce_bucket_size elements whatever
   // the model size (DeepSpeed's IPG buffer); otherwise as large as the largest bucket.
@@ -32,9 +34,10 @@ struct BufferPolicy {
 
 inline BufferPolicy buffer_policy(const ZeroConfig& z) {
   BufferPolicy b;
-  b.reduce_buffers = z.overlap_comm ? 2 : 1;
+  const StagePolicy policy = stage_policy(z.stage);
+  b.reduce_buffers = z.overlap_comm && !policy.shard_params() ? 2 : 1;
   b.full_size_reduce_buffers = z.contiguous_gradients;
-  b.persistent_reduce_buffers = stage_policy(z.stage).shard_params();
+  b.persistent_reduce_buffers = policy.shard_params();
   b.max_param_uploads = z.offload_param.enabled() ? z.offload_param.buffer_count : 0;
   return b;
 }

@@ -1,10 +1,12 @@
 // See layer_layout.h.
 #include "zero/schedule/layer_layout.h"
 
+#include <algorithm>
+
 namespace zrepro {
 
 LayerLayout layer_layout(const std::vector<int64_t>& numels, const StagePolicy& policy, int world_size,
-                         int64_t persistence_threshold) {
+                         int64_t persistence_threshold, bool host_shard) {
   LayerLayout l;
   l.policy = policy;
   l.param_numels = numels;
@@ -18,15 +20,31 @@ LayerLayout layer_layout(const std::vector<int64_t>& numels, const StagePolicy& 
     return l;
   }
   l.shard = partition_params(numels, world_size);
+  l.shard_is_gathered = world_size == 1 && !host_shard;
   for (const ParamShard& p : l.shard.params) {
     const bool persistent = p.numel < persistence_threshold;
     l.persistent.push_back(persistent);
+    l.units.push_back({p.full_offset, p.slice_numel, p.shard_offset});
+    if (l.shard_is_gathered) {
+      l.gathered_offsets.push_back(p.shard_offset);
+      continue;
+    }
     int64_t& buffer = persistent ? l.persist_numel : l.dynamic_numel;
     l.gathered_offsets.push_back(buffer);
     buffer += p.padded_numel;
-    l.units.push_back({p.full_offset, p.slice_numel, p.shard_offset});
   }
   return l;
+}
+
+int64_t grad_overhang_numel(const std::vector<const LayerLayout*>& layers, int world_size, int rank) {
+  if (layers.empty() || !layers[0]->policy.shard_grads() || layers[0]->policy.shard_params()) return 0;
+  std::vector<int64_t> numels;
+  int64_t owned = 0;
+  for (const LayerLayout* l : layers) {
+    numels.insert(numels.end(), l->param_numels.begin(), l->param_numels.end());
+    owned += l->owned_numel();
+  }
+  return std::max<int64_t>(0, whole_param_partition_numel(numels, world_size, rank) - owned);
 }
 
 }  // namespace zrepro

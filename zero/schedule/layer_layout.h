@@ -33,6 +33,10 @@ struct LayerLayout {
   ShardLayout shard;                    // stage 3
   std::vector<bool> persistent;         // stage 3: under the persistence threshold, kept gathered
   std::vector<int64_t> gathered_offsets;  // stage 3: offset of each padded parameter in its gathered buffer
+  // Stage 3 on one rank with the shard on the device: the shard is the gathered
+  // layer (DeepSpeed points each parameter at its partition and gathers nothing),
+  // so there are no gathered buffers and gathered_offsets index the shard.
+  bool shard_is_gathered = false;
   int64_t dynamic_numel = 0;            // stage 3: gathered buffer freed by reshard
   int64_t persist_numel = 0;            // stage 3: gathered buffer of the persistent parameters
   std::vector<GradUnit> units;
@@ -60,7 +64,15 @@ struct LayerLayout {
   int64_t param_device_numel(bool host_shard) const { return resident_param_numel(host_shard) + persist_numel; }
 };
 
+// host_shard: offload_param keeps the shard in host memory (so even one rank gathers
+// into device buffers).
 LayerLayout layer_layout(const std::vector<int64_t>& param_numels, const StagePolicy& policy, int world_size,
-                         int64_t persistence_threshold);
+                         int64_t persistence_threshold, bool host_shard = false);
+
+// Stage 2 (gradients partitioned, parameters whole): the gradient elements
+// DeepSpeed holds on `rank` beyond the rank's per-layer owned gradients ([Note:
+// DeepSpeed's whole-parameter gradient partition] in partition.h); 0 at the other
+// stages (stage 1 holds the full gradient anyway, stage 3 partitions per parameter).
+int64_t grad_overhang_numel(const std::vector<const LayerLayout*>& layers, int world_size, int rank);
 
 }  // namespace zrepro

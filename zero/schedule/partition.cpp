@@ -28,6 +28,15 @@ std::vector<ParamSegment> partition_segments(const std::vector<int64_t>& numels,
   return out;
 }
 
+int64_t whole_param_partition_numel(const std::vector<int64_t>& numels, int world_size, int rank) {
+  int64_t total = 0;
+  for (int64_t n : numels) total += n;
+  int64_t whole = 0;
+  for (const ParamSegment& s : partition_segments(numels, partition_flat(total, world_size), rank))
+    whole += numels[s.param];
+  return whole;
+}
+
 ShardLayout partition_params(const std::vector<int64_t>& numels, int world_size) {
   if (world_size < 1) throw std::invalid_argument("partition_params: world size < 1");
   ShardLayout l;

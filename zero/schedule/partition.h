@@ -31,6 +31,19 @@ struct ParamSegment {
 std::vector<ParamSegment> partition_segments(const std::vector<int64_t>& param_numels, const FlatPartition& p,
                                              int rank);
 
+// [Note: DeepSpeed's whole-parameter gradient partition] DeepSpeed stages 1-2
+// flatten the model's parameters into one group and cut it into world-size
+// partitions (partition_flat). At the accumulation boundary a rank holds the
+// gradients of every parameter that overlaps its partition, whole
+// (stage_1_and_2.py params_in_partition -> averaged_gradients, grads_in_partition),
+// so the ranks differ: `tiny` on 2 ranks holds 60,160 and 74,752 elements against
+// an exact 59,264 (docs/CONFORMANCE.md). zrepro partitions per layer and holds the
+// difference as the engine's gradient overhang (grad_overhang_numel) to match.
+//
+// The elements of the parameters (sizes in model order) that overlap `rank`'s
+// partition of one flat group over all of them.
+int64_t whole_param_partition_numel(const std::vector<int64_t>& param_numels, int world_size, int rank);
+
 // Stage 3: each parameter is padded to a multiple of world size and every rank keeps
 // a 1/ws slice. A group's shard is its parameters' slices back to back; the
 // gathered ("full") buffer keeps each padded parameter contiguous.

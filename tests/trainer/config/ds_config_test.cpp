@@ -194,6 +194,35 @@ TEST(Config, DeprecatedKeysAreMappedWithAWarning) {
   EXPECT_NE(c.warnings[0].find("deprecated"), std::string::npos);
 }
 
+TEST(Config, RealWorldSpellingsDeepSpeedAccepts) {
+  // axolotl's zero3_bf16_cpuoffload_all.json: sub_group_size 0 and the pydantic
+  // field names max_live_parameters / max_reuse_distance (conformance/configs/).
+  DsConfig c = parse(R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3,
+      "sub_group_size": 0, "max_live_parameters": 0, "max_reuse_distance": 0,
+      "gather_16bit_weights_on_model_save": true}})");
+  EXPECT_EQ(c.zero.sub_group_size, 0);
+  EXPECT_EQ(c.zero.stage3_max_live_parameters, 0);
+  EXPECT_EQ(c.zero.stage3_max_reuse_distance, 0);
+  EXPECT_TRUE(c.zero.stage3_gather_16bit_weights_on_model_save);
+  EXPECT_TRUE(c.warnings.empty()) << c.warnings.at(0);
+  // Both spellings: the stage3_ one wins, with a warning.
+  DsConfig both = parse(R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3,
+      "max_live_parameters": 5, "stage3_max_live_parameters": 7}})");
+  EXPECT_EQ(both.zero.stage3_max_live_parameters, 7);
+  ASSERT_EQ(both.warnings.size(), 1u);
+  // DeepSpeedExamples' WarmupCosineLR.
+  DsConfig cos = parse(R"({"train_micro_batch_size_per_gpu": 1, "scheduler": {"type": "WarmupCosineLR",
+      "params": {"total_num_steps": 1000, "warmup_min_ratio": 0, "warmup_num_steps": 100, "cos_min_ratio": 0.001,
+      "warmup_type": "linear"}}})");
+  EXPECT_EQ(cos.scheduler.type, "WarmupCosineLR");
+  EXPECT_EQ(cos.scheduler.total_num_steps, 1000);
+  EXPECT_DOUBLE_EQ(cos.scheduler.cos_min_ratio, 0.001);
+  expect_error(R"({"train_micro_batch_size_per_gpu": 1, "scheduler": {"type": "WarmupCosineLR",
+      "params": {"total_num_steps": 10, "warmup_num_steps": 0}}})", {"warmup_num_steps", "positive integer"});
+  expect_error(R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"sub_group_size": -1}})",
+               {"sub_group_size", ">= 0"});
+}
+
 TEST(Config, UnknownKeysWarnOrFailUnderStrict) {
   const std::string text = R"({"train_micro_batch_size_per_gpu": 1, "zero_optimisation": {"stage": 2},
                                "fp16": {"enabled": false, "loss_scael": 0}})";

@@ -17,6 +17,8 @@
 #include "trainer/loop/train.h"
 #include "tests/trainer/planner/planner_configs.h"
 #include "trainer/planner/fixes.h"
+#include "trainer/model/gpt.h"
+#include "zero/schedule/partition.h"
 #include "zero/schedule/buffer_policy.h"
 
 using namespace zrepro;
@@ -150,7 +152,15 @@ TEST(Planner, ModelStatesFollowTheZeroFormulas) {
     };
     EXPECT_EQ(bytes(0), 16 * psi);
     EXPECT_EQ(bytes(1), 4 * psi + 12 * psi / ws);
-    EXPECT_EQ(bytes(2), 2 * psi + 14 * psi / ws);
+    // Stage 2: the paper's 2 psi / N of gradients become DeepSpeed's whole-parameter
+    // partition of the rank that holds most (zero/schedule/partition.h).
+    std::vector<int64_t> numels;
+    for (const auto& layer : gpt_layers(resolve_model("tiny")))
+      for (const auto& p : layer.params) numels.push_back(p.numel());
+    int64_t most = 0;
+    for (int r = 0; r < ws; ++r) most = std::max(most, whole_param_partition_numel(numels, ws, r));
+    EXPECT_EQ(bytes(2), 2 * psi + 12 * psi / ws + 2 * most);
+    EXPECT_GE(bytes(2), 2 * psi + 14 * psi / ws);
     // Stage 3 keeps params under the persistence threshold whole on every rank.
     EXPECT_GE(bytes(3), 16 * psi / ws);
   }
@@ -158,17 +168,32 @@ TEST(Planner, ModelStatesFollowTheZeroFormulas) {
 
 TEST(Planner, DeepSpeedEstimatorFormulas) {
   // ZeRO-2 without offload: 2 psi + 18 psi / G; with optimizer offload 2 psi on the GPU.
-  auto z2 = deepspeed_estimates(7500000000LL, 0, 64, 2);
+  auto z2 = deepspeed_estimates(7500000000LL, 0, 64, 1, 2);
   ASSERT_EQ(z2.size(), 2u);
   EXPECT_EQ(z2[0].gpu_bytes, static_cast<int64_t>(2 * 7.5e9 + 18 * 7.5e9 / 64));
   EXPECT_EQ(z2[1].gpu_bytes, static_cast<int64_t>(2 * 7.5e9));
   EXPECT_EQ(z2[1].cpu_bytes, static_cast<int64_t>(7.5e9 * 256 * 1.5));
   // ZeRO-3: 4L + 18 psi / G, 4L + 2 psi / G, 4L.
-  auto z3 = deepspeed_estimates(1000000, 1000, 4, 3);
+  auto z3 = deepspeed_estimates(1000000, 1000, 4, 1, 3);
   ASSERT_EQ(z3.size(), 3u);
   EXPECT_EQ(z3[0].gpu_bytes, 4000 + 4500000);
   EXPECT_EQ(z3[1].gpu_bytes, 4000 + 500000);
   EXPECT_EQ(z3[2].gpu_bytes, 4000);
+  // Two nodes of 2: the GPU column sees 4 GPUs, the CPU column a node's share.
+  auto two = deepspeed_estimates(1000000, 1000, 2, 2, 3);
+  EXPECT_EQ(two[0].gpu_bytes, z3[0].gpu_bytes);
+  EXPECT_EQ(two[0].cpu_bytes, static_cast<int64_t>(1000 * 4 * 2 * 1.5));
+  EXPECT_EQ(two[2].cpu_bytes, static_cast<int64_t>(1000000 * 18 * 0.5 * 1.5));
+  auto z2two = deepspeed_estimates(1000000, 0, 8, 2, 2);
+  EXPECT_EQ(z2two[0].cpu_bytes, static_cast<int64_t>(1000000 * 4 * 8 * 1.5));
+}
+
+TEST(Planner, DeepSpeedsLargestLayerIsTheLargestModule) {
+  // model_to_params takes the largest module's own parameters: for GPT shapes the
+  // word embedding (V x h), not a block.
+  const ModelSpec m = resolve_model("gpt3-13b");
+  EXPECT_EQ(m.largest_module_params(), m.vocab * m.hidden);
+  EXPECT_LT(m.largest_module_params(), m.block_params());
 }
 
 TEST(ScaleDown, ToyKeepsEveryCategorysShareOfCapacity) {

@@ -65,6 +65,35 @@ TEST(StagePolicy, PersistentParametersStayWholeUnderStage3) {
   EXPECT_EQ(l.param_device_numel(true), l.persist_numel) << "a host shard is not device memory";
 }
 
+TEST(StagePolicy, OneRankStage3GathersNothing) {
+  // DeepSpeed points each parameter at its partition on a world of one; zrepro's
+  // parameters are then views of the shard, with no gathered buffers.
+  const LayerLayout l = layer_layout({10, 1000, 7}, stage_policy(3), 1, /*persistence_threshold=*/100);
+  EXPECT_TRUE(l.shard_is_gathered);
+  EXPECT_EQ(l.persist_numel, 0);
+  EXPECT_EQ(l.dynamic_numel, 0);
+  EXPECT_EQ(l.gathered_offsets, (std::vector<int64_t>{0, 10, 1010}));
+  EXPECT_EQ(l.param_device_numel(false), 1017);
+  // With the shard on the host (offload_param) one rank still gathers to the device.
+  const LayerLayout h = layer_layout({10, 1000, 7}, stage_policy(3), 1, 100, /*host_shard=*/true);
+  EXPECT_FALSE(h.shard_is_gathered);
+  EXPECT_EQ(h.persist_numel, 17);
+}
+
+TEST(StagePolicy, Stage2HoldsDeepSpeedsWholeParameterPartition) {
+  // Two layers {6, 10} and {4}: one flat group of 20, padded to 20 on 2 ranks:
+  // partitions [0, 10) and [10, 20). Rank 0 overlaps params 6 and 10 (16 whole),
+  // rank 1 params 10 and 4 (14 whole); per-layer shards give each 8 + 2 = 10.
+  EXPECT_EQ(whole_param_partition_numel({6, 10, 4}, 2, 0), 16);
+  EXPECT_EQ(whole_param_partition_numel({6, 10, 4}, 2, 1), 14);
+  const LayerLayout a = layer_layout({6, 10}, stage_policy(2), 2, 0), b = layer_layout({4}, stage_policy(2), 2, 0);
+  EXPECT_EQ(grad_overhang_numel({&a, &b}, 2, 0), 16 - 10);
+  EXPECT_EQ(grad_overhang_numel({&a, &b}, 2, 1), 14 - 10);
+  // Stage 1 holds the full gradient, stage 3 partitions per parameter: no overhang.
+  const LayerLayout a1 = layer_layout({6, 10}, stage_policy(1), 2, 0), b1 = layer_layout({4}, stage_policy(1), 2, 0);
+  EXPECT_EQ(grad_overhang_numel({&a1, &b1}, 2, 0), 0);
+}
+
 TEST(BufferPolicy, FollowsTheZeroConfig) {
   ZeroConfig z;
   z.stage = 2;
@@ -73,13 +102,16 @@ TEST(BufferPolicy, FollowsTheZeroConfig) {
   EXPECT_TRUE(b.full_size_reduce_buffers);
   EXPECT_FALSE(b.persistent_reduce_buffers);
   EXPECT_EQ(b.max_param_uploads, 0);
-  z.stage = 3;
   z.overlap_comm = true;
+  EXPECT_EQ(buffer_policy(z).reduce_buffers, 2) << "stages 1-2 double their bucket with overlap_comm";
+  z.stage = 3;
   z.contiguous_gradients = false;
   z.offload_param.device = "cpu";
   z.offload_param.buffer_count = 5;
   b = buffer_policy(z);
-  EXPECT_EQ(b.reduce_buffers, 2);
+  // Stage 3 allocates one bucket at init whatever overlap_comm says (measured in
+  // DeepSpeed 0.19.8: docs/CONFORMANCE.md).
+  EXPECT_EQ(b.reduce_buffers, 1);
   EXPECT_FALSE(b.full_size_reduce_buffers);
   EXPECT_TRUE(b.persistent_reduce_buffers);
   EXPECT_EQ(b.max_param_uploads, 5);

@@ -1,0 +1,201 @@
+// zrepro against real DeepSpeed's recorded figures (conformance/results/*.json,
+// written by scripts/conformance.sh): each recorded case is rerun with today's
+// zrepro and every row that agreed with DeepSpeed when it was recorded (losses and
+// grad norms per step, per-rank bytes by category, collective bytes per step by
+// op) must still agree within the recorded tolerance. A row that did not agree
+// must carry its cause in the record (conformance/cases.py KNOWN_GAPS). A change
+// that moves zrepro away from DeepSpeed fails here without DeepSpeed installed.
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/process.h"
+
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+std::string results_dir() { return std::string(ZREPRO_SOURCE_DIR) + "/conformance/results"; }
+
+std::vector<std::string> recorded_cases() {
+  std::vector<std::string> names;
+  if (fs::is_directory(results_dir()))
+    for (const auto& e : fs::directory_iterator(results_dir()))
+      if (e.path().extension() == ".json" && e.path().stem() != "estimators" &&
+          e.path().stem() != "configs") names.push_back(e.path().stem().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+json load_record(const std::string& name) {
+  std::ifstream in(results_dir() + "/" + name + ".json");
+  return json::parse(in);
+}
+
+double rel(double a, double b) { return a == b ? 0.0 : std::abs(a - b) / std::max(std::abs(b), 1e-30); }
+
+// zrepro's figure for a recorded row, from today's run (same definitions as
+// conformance/compare.py).
+double zrepro_figure(const json& row, const zrepro_test::RunResult& r) {
+  const std::string what = row["what"];
+  if (what == "first_grad_norm") return r.summary["steps"][0]["grad_norm"].get<double>();
+  if (what.rfind("bytes.", 0) == 0) {
+    const std::string cat = what.substr(6);
+    for (const auto& rank : r.summary["memory"]["ranks"])
+      if (rank["rank"] == row["rank"])
+        return cat == "bucket_buffers" ? rank["category_peaks"]["comm_buffers"].get<double>()
+                                       : rank["model_states"][cat].get<double>();
+    ADD_FAILURE() << "no rank " << row["rank"] << " in summary.json";
+    return 0;
+  }
+  // comm.<op>: rank 0's bytes per step after the first step.
+  const std::string op = what.substr(5);
+  double sum = 0;
+  const size_t first = r.metrics.size() > 1 ? 1 : 0;
+  for (size_t i = first; i < r.metrics.size(); ++i)
+    for (const auto& [name, bytes] : r.metrics[i]["comm_bytes"].items())
+      if (op == "total" || name == op) sum += bytes.get<double>();
+  return sum / static_cast<double>(r.metrics.size() - first);
+}
+
+class DeepSpeedRecord : public testing::TestWithParam<std::string> {};
+
+TEST_P(DeepSpeedRecord, ZreproStillAgreesWithRealDeepSpeed) {
+  const json rec = load_record(GetParam());
+  std::string flags;
+  for (const auto& f : rec["zrepro_flags"]) flags += " " + f.get<std::string>();
+  const auto r = zrepro_test::zrepro_run("conformance_" + GetParam(), rec["config"].dump(), flags);
+
+  if (rec["kind"] == "gas_mismatch") {
+    // The outcome zrepro had when DeepSpeed's was recorded beside it.
+    EXPECT_EQ(r.code, rec["zrepro"]["exit_code"].get<int>()) << r.output;
+    return;
+  }
+  ASSERT_FALSE(rec.contains("error")) << "the recorded run failed: rerun scripts/conformance.sh --only " << GetParam();
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto& steps = r.summary["steps"];
+  int checked = 0;
+  for (const auto& row : rec["rows"]) {
+    const std::string what = row["what"];
+    if (!row["ok"].get<bool>()) {
+      EXPECT_TRUE(row.contains("cause") && row["cause"].is_string())
+          << what << " differs from DeepSpeed in the record with no cause: add it to conformance/cases.py KNOWN_GAPS";
+      continue;
+    }
+    if (row.contains("note") && !row["note"].get<std::string>().empty()) continue;  // listed, not compared
+    const double tol = row["tolerance"];
+    if (what == "loss" || what == "grad_norm") {
+      const auto& theirs = row["deepspeed"];
+      ASSERT_EQ(steps.size(), theirs.size());
+      for (size_t i = 0; i < steps.size(); ++i)
+        EXPECT_LE(rel(steps[i][what].get<double>(), theirs[i].get<double>()), tol)
+            << what << " at step " << i << ": zrepro " << steps[i][what] << ", DeepSpeed " << theirs[i];
+    } else {
+      const double ours = zrepro_figure(row, r), theirs = row["deepspeed"];
+      EXPECT_LE(rel(ours, theirs), tol) << what << (row.contains("rank") ? " rank " + row["rank"].dump() : "")
+                                        << ": zrepro " << ours << ", DeepSpeed " << theirs << " (recorded)";
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 2) << "the record has almost nothing that agrees";
+}
+
+INSTANTIATE_TEST_SUITE_P(Recorded, DeepSpeedRecord, testing::ValuesIn(recorded_cases()),
+                         [](const testing::TestParamInfo<std::string>& i) {
+                           std::string n = i.param;
+                           for (char& c : n)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return n;
+                         });
+
+// DeepSpeed's estimate_zero2/3_model_states_mem_needs, recorded for several models
+// and clusters, against `zrepro plan`'s deepspeed_estimates: exactly.
+TEST(DeepSpeedRecord, PlanQuotesDeepSpeedsEstimatorsExactly) {
+  std::ifstream in(results_dir() + "/estimators.json");
+  ASSERT_TRUE(in) << "conformance/results/estimators.json is missing: scripts/conformance.sh --only estimators";
+  const json rec = json::parse(in);
+  const std::string dir = zrepro_test::fresh_dir("conformance_estimators");
+  int checked = 0;
+  for (const auto& row : rec["rows"]) {
+    const std::string cfg = dir + "/stage" + row["stage"].dump() + ".json";
+    std::ofstream(cfg) << json{{"train_micro_batch_size_per_gpu", 1}, {"zero_optimization", {{"stage", row["stage"]}}}};
+    const auto p = zrepro_test::zrepro_cmd("plan --config " + cfg + " --model " + row["model"].get<std::string>() +
+                                               " --world-size " + row["world_size"].dump() + " --gpus-per-node " +
+                                               row["gpus_per_node"].dump() + " --json",
+                                           60, false);
+    ASSERT_EQ(p.code, 0) << p.output;
+    const json plan = json::parse(p.output);
+    EXPECT_EQ(plan["model"]["params"], row["params"]["deepspeed"]) << row["model"];
+    bool found = false;
+    for (const auto& e : plan["deepspeed_estimates"])
+      if (e["setting"] == row["setting"]) {
+        found = true;
+        EXPECT_EQ(e["gpu_bytes"], row["gpu_bytes"]["deepspeed"]) << row.dump();
+        EXPECT_EQ(e["cpu_bytes"], row["cpu_bytes"]["deepspeed"]) << row.dump();
+      }
+    EXPECT_TRUE(found) << row["setting"] << " missing from zrepro plan's deepspeed_estimates";
+    ++checked;
+  }
+  EXPECT_GE(checked, 10);
+}
+
+// Real-world configs (conformance/configs/), "auto" filled as HF does: zrepro
+// accepts what DeepSpeed accepted and refuses what it refused, and every setting
+// that resolved alike when recorded still does.
+TEST(DeepSpeedRecord, RealWorldConfigsResolveAsInDeepSpeed) {
+  std::ifstream in(results_dir() + "/configs.json");
+  ASSERT_TRUE(in) << "conformance/results/configs.json is missing: scripts/conformance.sh --only configs";
+  const json rec = json::parse(in);
+  const std::string dir = zrepro_test::fresh_dir("conformance_configs");
+  for (const auto& row : rec["rows"]) {
+    const std::string name = row["config"];
+    const std::string cfg = dir + "/" + name;
+    std::ofstream(cfg) << row["filled"].dump();
+    const auto p = zrepro_test::zrepro_cmd("config --config " + cfg + " --world-size 1 --json", 60, false);
+    const bool accepted = p.code == 0;
+    EXPECT_EQ(accepted, row["deepspeed"]["accepted"].get<bool>())
+        << name << ": DeepSpeed " << (accepted ? "refused" : "accepted") << " it; zrepro said:\n" << p.output;
+    if (!accepted) {
+      EXPECT_EQ(p.code, 2) << name;
+      continue;
+    }
+    const json resolved = json::parse(p.output)["resolved"];
+    for (const auto& k : row["keys"]) {
+      if (!k["ok"].get<bool>()) {
+        EXPECT_TRUE(k.contains("cause") && k["cause"].is_string())
+            << name << " " << k["key"] << " differs with no cause: add it to conformance/cases.py CONFIG_GAPS";
+        continue;
+      }
+      json v = resolved;
+      const std::string key = k["key"];
+      for (size_t a = 0, b; a != std::string::npos; a = b == std::string::npos ? b : b + 1) {
+        b = key.find('.', a);
+        const std::string part = key.substr(a, b == std::string::npos ? std::string::npos : b - a);
+        v = v.is_object() && v.contains(part) ? v[part] : json(nullptr);
+      }
+      const json& theirs = k["deepspeed"];
+      if (key.find("pin_memory") != std::string::npos && theirs.is_null()) continue;  // no offload
+      if (theirs.is_number() && v.is_number())
+        EXPECT_DOUBLE_EQ(v.get<double>(), theirs.get<double>()) << name << " " << key;
+      else
+        EXPECT_EQ(v, theirs) << name << " " << key;
+    }
+  }
+}
+
+TEST(DeepSpeedRecord, TheRecordCoversEveryStageRankCountAndAccumulation) {
+  const auto names = recorded_cases();
+  for (int stage = 0; stage <= 3; ++stage)
+    for (int ranks : {1, 2})
+      for (int gas : {1, 2}) {
+        const std::string n = "fp32-stage" + std::to_string(stage) + "-ranks" + std::to_string(ranks) + "-gas" +
+                              std::to_string(gas);
+        EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n << " is not recorded";
+      }
+}
+
+}  // namespace
