@@ -45,8 +45,10 @@ class ToyGpt(nn.Module):
     def __init__(self, model):
         super().__init__()
         V, S, h = model["vocab"], model["seq"], model["hidden"]
-        self.wte = nn.Parameter(torch.empty(V, h))
-        self.wpe = nn.Parameter(torch.empty(S, h))
+        # Embedding modules, as in Hugging Face's GPT-2 (DeepSpeed's model_to_params
+        # takes the largest module's own parameters: here the word embedding).
+        self.wte = nn.Embedding(V, h)
+        self.wpe = nn.Embedding(S, h)
         self.blocks = nn.ModuleList(
             Block(h, model["heads"], model["intermediate"]) for _ in range(model["layers"]))
         self.ln_f = nn.LayerNorm(h, eps=1e-5)
@@ -55,7 +57,7 @@ class ToyGpt(nn.Module):
 
     def forward(self, inputs, targets):
         S = inputs.shape[1]
-        x = F.embedding(inputs, self.wte) + self.wpe[:S].unsqueeze(0)
+        x = F.embedding(inputs, self.wte.weight) + self.wpe.weight[:S].unsqueeze(0)
         for b in self.blocks:
             x = b(x, self.mask)
         logits = self.lm_head(self.ln_f(x))

@@ -73,7 +73,7 @@ def main():
             memory["backward"] = memory_by_category(engine, model)
             COUNTER.enabled = was
 
-    model.wte.register_post_accumulate_grad_hook(in_backward)
+    model.wte.weight.register_post_accumulate_grad_hook(in_backward)
     t0 = time.time()
     for step in range(a.steps):
         micro_steps = gas
