@@ -57,7 +57,9 @@ def memory_rows(summary, ds):
         z = z_ranks.get(d["rank"])
         if z is None:
             continue
-        ours = {"params": z["model_states"]["params"], "grads": z["model_states"]["grads"],
+        # Gradients and buckets at their peak (transient partitions included), the
+        # other model states as held.
+        ours = {"params": z["model_states"]["params"], "grads": z["category_peaks"]["grads"],
                 "optimizer_states": z["model_states"]["optimizer_states"],
                 "bucket_buffers": z["category_peaks"]["comm_buffers"]}
         for cat, v in ours.items():

@@ -110,8 +110,8 @@ def main():
     import deepspeed
     import torch
     versions = {"torch": torch.__version__, "deepspeed": deepspeed.__version__, "python": platform.python_version(),
-                "zrepro_commit": subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"],
-                                                capture_output=True, text=True).stdout.strip(),
+                "zrepro_commit": subprocess.run(["git", "-C", HERE, "describe", "--always", "--dirty",
+                                                 "--exclude", "*"], capture_output=True, text=True).stdout.strip(),
                 "machine": platform.processor() or platform.machine()}
     work = a.work or tempfile.mkdtemp(prefix="zrepro-conformance-")
     os.makedirs(a.results, exist_ok=True)

@@ -72,6 +72,7 @@ def estimator_table(folder):
 
 def header(recs):
     v = recs[0]["versions"]
+    commits = sorted({r["versions"]["zrepro_commit"] for r in recs})
     total = sum(r["zrepro"]["seconds"] + r["deepspeed"]["seconds"] for r in recs)
     return [
         "# Conformance with real DeepSpeed",
@@ -80,7 +81,7 @@ def header(recs):
         "Rerun: `scripts/conformance.sh` (about 10 minutes here after the venv exists; see conformance/README.md).",
         "",
         f"Oracle: DeepSpeed {v['deepspeed']} on torch {v['torch']} (CPU accelerator, gloo), Python {v['python']}; "
-        f"zrepro at commit {v['zrepro_commit']}; recorded {recs[0]['recorded']} on {v['machine']}; "
+        f"zrepro at commit {', '.join(commits)}; recorded {recs[0]['recorded']} on {v['machine']}; "
         f"{len(recs)} cases, {total:.0f} s of runs.",
         "",
         "Both sides train zrepro's toy GPT (`tiny`: 118,528 parameters, untied head) from the same initial "
@@ -172,12 +173,32 @@ def mismatch_table(recs):
     return out + ["", C.MISMATCH_NOTE, ""]
 
 
+def remaining(recs):
+    """Every row that disagrees, with its cause: the list a release note carries."""
+    out = ["## Remaining disagreements", ""]
+    n = 0
+    for r in recs:
+        for row in r.get("rows", []):
+            if not row["ok"]:
+                n += 1
+                where = f" rank {row['rank']}" if "rank" in row else ""
+                if isinstance(row.get("zrepro"), list):
+                    figures = f"max relative difference {pct(row.get('max_rel_diff'))}"
+                else:
+                    figures = f"zrepro {num(row.get('zrepro'))}, DeepSpeed {num(row.get('deepspeed'))}"
+                out.append(f"- {r['case']}{where} {row['what']}: {figures}. {row.get('cause') or '**unexplained**'}")
+    if n == 0:
+        out.append("None: every compared row agrees within its tolerance.")
+    total = sum(len(r.get("rows", [])) for r in recs)
+    return [f"{total - n} of {total} compared rows agree.", ""] + out + [""]
+
+
 def main():
     folder, target = sys.argv[1], sys.argv[2]
     recs = load(folder)
     if not recs:
         raise SystemExit(f"no results in {folder}")
-    lines = (header(recs) + training_table(recs) + bytes_table(recs) + comm_table(recs) + mismatch_table(recs) +
+    lines = (header(recs) + remaining(recs) + training_table(recs) + bytes_table(recs) + comm_table(recs) + mismatch_table(recs) +
              configs_table(folder) + estimator_table(folder))
     for extra in sorted(glob.glob(os.path.join(folder, "extra", "*.md"))):
         lines += open(extra).read().splitlines() + [""]

@@ -204,6 +204,12 @@ void ZeroEngine::reduce_grad(int layer, const std::vector<torch::Tensor>& grads)
     g.scatter_param_grads(grads, full_grads_[layer]);  // accumulates locally until the boundary
     return;
   }
+  if (buffers_.second_grad_partition && micro_step_ > 0 && !second_grad_partition_.defined()) {
+    DeviceMemory::CategoryScope grads_tag(MemCategory::grads);
+    int64_t n = grad_overhang_.defined() ? grad_overhang_.numel() : 0;
+    for (const auto& o : owned_grads_) n += o.defined() ? o.numel() : 0;
+    second_grad_partition_ = torch::empty({n}, owned_grads_.front().options());
+  }
   reducer_->add(g, grads, owned_grads_);
   if (gathers_) gathers_->release(layer, *this);
 }
@@ -212,12 +218,14 @@ void ZeroEngine::reduce_grad(int layer, const std::vector<torch::Tensor>& grads)
 
 void ZeroEngine::begin_micro_step(int64_t step, int64_t micro_step) {
   comm_.set_position(step, micro_step);
+  micro_step_ = micro_step;
   if (gathers_) gathers_->begin_micro_step();
   if (host_opt_) host_opt_->begin_micro_step(micro_step);
 }
 
 void ZeroEngine::end_backward() {
   if (policy_.reduction() == GradReduction::reduce_scatter_per_micro_step) reducer_->finish(owned_grads_);
+  second_grad_partition_ = torch::Tensor();
   if (gathers_) gathers_->end_backward(*this);
 }
 

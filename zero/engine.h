@@ -147,6 +147,11 @@ class ZeroEngine : private ShardOps {
   // (grad_overhang_numel): held, never read ([Note: DeepSpeed's whole-parameter
   // gradient partition] in zero/schedule/partition.h).
   torch::Tensor grad_overhang_;
+  // BufferPolicy::second_grad_partition: the partition DeepSpeed reduces into during
+  // the backward of a micro-step after the first; held from its first reduction to
+  // end_backward, never read.
+  torch::Tensor second_grad_partition_;
+  int64_t micro_step_ = 0;
   std::unique_ptr<GradReducer> reducer_;
   std::vector<std::unique_ptr<LayerOptimizer>> optimizers_;
   LossScaler scaler_;

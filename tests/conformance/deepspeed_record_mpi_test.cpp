@@ -48,6 +48,7 @@ double zrepro_figure(const json& row, const zrepro_test::RunResult& r) {
     for (const auto& rank : r.summary["memory"]["ranks"])
       if (rank["rank"] == row["rank"])
         return cat == "bucket_buffers" ? rank["category_peaks"]["comm_buffers"].get<double>()
+               : cat == "grads"        ? rank["category_peaks"]["grads"].get<double>()
                                        : rank["model_states"][cat].get<double>();
     ADD_FAILURE() << "no rank " << row["rank"] << " in summary.json";
     return 0;

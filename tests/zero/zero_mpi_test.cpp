@@ -182,6 +182,26 @@ TEST(Mpi, ReduceScatterFalseAllReducesBucketsWithTheSameLosses) {
   EXPECT_EQ(b["all_gather"], 4 * kPsi);
 }
 
+TEST(Mpi, Stage2OverlapWithAccumulationHoldsTheGradientPartitionTwice) {
+  // DeepSpeed 0.19.8, measured (docs/CONFORMANCE.md): with overlap_comm and
+  // accumulation, every backward after the first micro-step reduces into a fresh
+  // partition while the accumulated one stays alive. fp32: 4 bytes per element.
+  for (int gas : {1, 2}) {
+    RunResult r = zrepro("ovl" + std::to_string(gas), R"({"train_micro_batch_size_per_gpu": 4,
+        "gradient_accumulation_steps": )" + std::to_string(gas) + R"(, "optimizer": {"type": "AdamW",
+        "params": {"lr": 0.003}}, "zero_optimization": {"stage": 2, "overlap_comm": true, "reduce_bucket_size": 50000}})",
+                         "--steps 2 --ranks 2");
+    ASSERT_EQ(r.code, 0) << r.output;
+    for (const auto& rank : r.summary["memory"]["ranks"]) {
+      const int64_t partition = 4 * deepspeed_grad_partition(rank["rank"].get<int>(), 2);
+      EXPECT_EQ(rank["model_states"]["grads"], partition);
+      EXPECT_EQ(rank["category_peaks"]["grads"], gas * partition) << "gas " << gas << " rank " << rank["rank"];
+    }
+    // Rank 0's plan says the same.
+    EXPECT_EQ(r.summary["memory"]["planned"]["category_peaks"]["grads"], gas * 4 * deepspeed_grad_partition(0, 2));
+  }
+}
+
 TEST(Mpi, WithoutMultiRankBucketAllReduceStage2ReduceScattersWithTheSameLosses) {
   const RunResult ref = zrepro("mrb_ref", config(0), "--steps 8");
   RunResult r = zrepro("mrb", R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 0.003,

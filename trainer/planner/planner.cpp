@@ -205,7 +205,7 @@ class PlanSim {
   void run() {
     init();
     for (int step = 0; step < 2; ++step) {
-      for (int64_t t = 0; t < req_.cfg.grad_accum; ++t) micro_step();
+      for (int64_t t = 0; t < req_.cfg.grad_accum; ++t) micro_step(t);
       optimizer_step();
     }
     for (size_t l = 0; l < layers_.size(); ++l) {
@@ -234,6 +234,12 @@ class PlanSim {
     for (int r = 0; r < ws_; ++r)
       if (!rank || *rank == r) most = std::max(most, grad_overhang_numel(layouts, ws_, r));
     return most * pe_;
+  }
+  // BufferPolicy::second_grad_partition: the owned gradients plus the overhang, once more.
+  int64_t second_partition_bytes() const {
+    int64_t n = 0;
+    for (size_t l = 0; l < layers_.size(); ++l) n += grad_bytes(l);
+    return n + grad_overhang_bytes_;
   }
   bool master_aliased() const { return policy_.owns_whole_flat() && pe_ == 4; }  // DeviceAdam updates in place
   int64_t optimizer_bytes(size_t l) const {
@@ -337,6 +343,7 @@ class PlanSim {
     tl_.phase(Phase::backward);
     fetch(L);
     tape(GptTape::head_backward);
+    tl_.add(MemCategory::grads, second_partition_);  // ZeroEngine::reduce_grad, first reduction
     reduce(L);
     for (int l = L - 1; l >= 1; --l) {
       fetch(l);
@@ -359,14 +366,16 @@ class PlanSim {
     reduce(0);
     // ZeroEngine::end_backward
     if (policy_.reduction() == GradReduction::reduce_scatter_per_micro_step) reduce_->finish(*reduce_ops_);
+    tl_.add(MemCategory::grads, -second_partition_);
     if (gathers_) gathers_->end_backward(*shards_);
   }
 
-  void micro_step() {
+  void micro_step(int64_t t) {
     const int64_t batch = B_ * (req_.model.seq + 1) * 8;  // int64 tokens
     tl_.add(MemCategory::other, batch);
     if (gathers_) gathers_->begin_micro_step();
     forward();
+    second_partition_ = buffers_.second_grad_partition && t > 0 ? second_partition_bytes() : 0;
     backward();
     tl_.add(MemCategory::other, -batch);
   }
@@ -419,6 +428,7 @@ class PlanSim {
   std::vector<bool> offloaded_;  // optimizer on the host
   bool param_offload_ = false;
   int64_t grad_overhang_bytes_ = 0;
+  int64_t second_partition_ = 0;  // bytes held during this micro-step's backward
   int64_t param_grads_ = 0;
 };
 

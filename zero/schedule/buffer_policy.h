@@ -30,6 +30,12 @@ struct BufferPolicy {
   // offload_param: at most this many parameter shards on their way up at a time
   // (DeepSpeed's buffer_count parameter buffers); 0: no bound.
   int64_t max_param_uploads = 0;
+  // Stage 2 with overlap_comm and contiguous_gradients (no optimizer offload):
+  // during the backward of every micro-step after the first, DeepSpeed reduces into
+  // a fresh gradient partition (grads_in_partition) while the previous micro-steps'
+  // accumulated partition stays alive beside it (all_grad_tensors), so it holds the
+  // rank's whole-parameter partition twice (measured: docs/CONFORMANCE.md).
+  bool second_grad_partition = false;
 };
 
 inline BufferPolicy buffer_policy(const ZeroConfig& z) {
@@ -39,6 +45,8 @@ inline BufferPolicy buffer_policy(const ZeroConfig& z) {
   b.full_size_reduce_buffers = z.contiguous_gradients;
   b.persistent_reduce_buffers = policy.shard_params();
   b.max_param_uploads = z.offload_param.enabled() ? z.offload_param.buffer_count : 0;
+  b.second_grad_partition = policy.shard_grads() && !policy.shard_params() && z.overlap_comm &&
+                            z.contiguous_gradients && !z.offload_optimizer.enabled();
   return b;
 }
 
