@@ -56,6 +56,10 @@ def training_cases():
                 "tolerance": FP32_TOL,
                 "config": ds_config(2, 2, extra={"zero_optimization": {"overlap_comm": True,
                                                                        "reduce_bucket_size": 50000}})})
+    out.append({"name": "bf16-stage2-ranks2-gas2-overlap", "kind": "training", "ranks": 2, "steps": STEPS,
+                "tolerance": BF16_TOL,
+                "config": ds_config(2, 2, "bf16", extra={"zero_optimization": {"overlap_comm": True,
+                                                                               "reduce_bucket_size": 50000}})})
     return out
 
 
