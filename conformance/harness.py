@@ -100,6 +100,16 @@ def run_case(case, zrepro, work, port):
     return rec
 
 
+def zrepro_commit():
+    """HEAD, with "-dirty" when the tree differs from it outside the record itself."""
+    git = ["git", "-C", os.path.dirname(HERE)]
+    head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    changed = subprocess.run(git + ["status", "--porcelain", "--untracked-files=no", "--", ".",
+                                    ":!conformance/results", ":!docs/CONFORMANCE.md"],
+                             capture_output=True, text=True).stdout.strip()
+    return head + ("-dirty" if changed else "")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--zrepro", required=True)
@@ -110,8 +120,7 @@ def main():
     import deepspeed
     import torch
     versions = {"torch": torch.__version__, "deepspeed": deepspeed.__version__, "python": platform.python_version(),
-                "zrepro_commit": subprocess.run(["git", "-C", HERE, "describe", "--always", "--dirty",
-                                                 "--exclude", "*"], capture_output=True, text=True).stdout.strip(),
+                "zrepro_commit": zrepro_commit(),
                 "machine": platform.processor() or platform.machine()}
     work = a.work or tempfile.mkdtemp(prefix="zrepro-conformance-")
     os.makedirs(a.results, exist_ok=True)
