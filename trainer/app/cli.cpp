@@ -76,14 +76,25 @@ cxxopts::ParseResult parse(cxxopts::Options& o, int argc, char** argv) {
   try {
     return o.parse(argc, argv);
   } catch (const cxxopts::exceptions::incorrect_argument_type& e) {
-    // cxxopts names the bad value only: find the flag it was given to.
+    // cxxopts names the bad value only (for a list, the bad element): find the flag
+    // it was given to.
+    const std::string what = e.what();
+    auto holds = [&](const std::string& value) {
+      size_t start = 0;
+      for (;;) {  // the value, or one of its comma-separated elements
+        const size_t comma = value.find(',', start);
+        if (what == "Argument ‘" + value.substr(start, comma - start) + "’ failed to parse") return true;
+        if (comma == std::string::npos) return false;
+        start = comma + 1;
+      }
+    };
     std::string flag;
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       const auto eq = a.find('=');
-      if (eq != std::string::npos && e.what() == "Argument ‘" + a.substr(eq + 1) + "’ failed to parse")
+      if (a.rfind("--", 0) == 0 && eq != std::string::npos && holds(a.substr(eq + 1)))
         flag = a.substr(0, eq);
-      else if (i > 1 && std::string(e.what()) == "Argument ‘" + a + "’ failed to parse")
+      else if (i > 1 && holds(a))
         flag = argv[i - 1];
     }
     throw ConfigError((flag.empty() ? "" : flag + ": ") + std::string(e.what()) + " (wrong type, e.g. text where a " +
