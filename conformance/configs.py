@@ -128,7 +128,7 @@ def deepspeed_resolve(cfg):
     return {"accepted": True, "values": vals}
 
 
-def zrepro_resolve(zrepro, cfg):
+def zrepro_resolve(zrepro, cfg, name):
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(cfg, f)
     try:
@@ -137,7 +137,8 @@ def zrepro_resolve(zrepro, cfg):
     finally:
         os.unlink(f.name)
     if p.returncode != 0:
-        return {"accepted": False, "exit_code": p.returncode, "error": (p.stderr or p.stdout).strip()[:400]}
+        text = (p.stderr or p.stdout).replace(f.name, name).strip()  # no temporary path in the record
+        return {"accepted": False, "exit_code": p.returncode, "error": text[:400]}
     j = json.loads(p.stdout)
     vals = {name: dig(j["resolved"], path) for name, _, path in KEYS}
     for which in ("offload_optimizer", "offload_param"):  # pin_memory means nothing without offload
@@ -168,7 +169,7 @@ def main():
     for path in sorted(glob.glob(os.path.join(HERE, "configs", "*.json"))):
         raw = json.load(open(path))
         cfg = fill_auto(raw)
-        ds, zr = deepspeed_resolve(cfg), zrepro_resolve(a.zrepro, cfg)
+        ds, zr = deepspeed_resolve(cfg), zrepro_resolve(a.zrepro, cfg, os.path.basename(path))
         keys = []
         if ds["accepted"] and zr["accepted"]:
             for name, _, _ in KEYS:
