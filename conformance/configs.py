@@ -14,6 +14,8 @@ import subprocess
 import sys
 import tempfile
 
+import torch
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import cases as C  # noqa: E402
@@ -153,6 +155,11 @@ def same(a, b):
     return a == b
 
 
+def versions():
+    import deepspeed
+    return {"torch": torch.__version__, "deepspeed": deepspeed.__version__}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--zrepro", required=True)
@@ -184,7 +191,8 @@ def main():
                      "acceptance_ok": ds["accepted"] == zr["accepted"], "keys": keys,
                      "ok": ds["accepted"] == zr["accepted"] and all(k["ok"] for k in keys)})
     with open(a.out + ".tmp", "w") as f:
-        json.dump({"kind": "configs", "hf_auto": HF_AUTO, "rows": rows}, f, indent=1, default=str)
+        json.dump({"kind": "configs", "versions": versions(), "command": "scripts/conformance.sh --only configs",
+                   "hf_auto": HF_AUTO, "rows": rows}, f, indent=1, default=str)
     os.replace(a.out + ".tmp", a.out)
     print(f"[conformance] configs: {sum(r['ok'] for r in rows)}/{len(rows)} resolve alike")
 

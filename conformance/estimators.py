@@ -60,6 +60,11 @@ def zrepro_plan(zrepro, model, world, gpn, stage):
     return json.loads(out.stdout)
 
 
+def versions():
+    import deepspeed
+    return {"torch": torch.__version__, "deepspeed": deepspeed.__version__}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--zrepro", required=True)
@@ -84,7 +89,8 @@ def main():
                          "ok": z.get("gpu_bytes") == theirs["gpu_bytes"] and z.get("cpu_bytes") == theirs["cpu_bytes"]
                          and dims["params"] == total})
     with open(a.out + ".tmp", "w") as f:
-        json.dump({"kind": "estimators", "rows": rows}, f, indent=1)
+        json.dump({"kind": "estimators", "versions": versions(),
+                   "command": "scripts/conformance.sh --only estimators", "rows": rows}, f, indent=1)
     os.replace(a.out + ".tmp", a.out)
     bad = [r for r in rows if not r["ok"]]
     print(f"[conformance] estimators: {len(rows) - len(bad)}/{len(rows)} settings agree exactly")
