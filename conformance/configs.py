@@ -19,6 +19,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import cases as C  # noqa: E402
+import record  # noqa: E402
 HIDDEN = 64  # tiny's hidden size: what HF's "auto" bucket sizes derive from
 HF_AUTO = {
     "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, "gradient_clipping": 1.0,
@@ -155,11 +156,6 @@ def same(a, b):
     return a == b
 
 
-def versions():
-    import deepspeed
-    return {"torch": torch.__version__, "deepspeed": deepspeed.__version__}
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--zrepro", required=True)
@@ -190,10 +186,8 @@ def main():
                      "zrepro": {k: v for k, v in zr.items() if k != "values"},
                      "acceptance_ok": ds["accepted"] == zr["accepted"], "keys": keys,
                      "ok": ds["accepted"] == zr["accepted"] and all(k["ok"] for k in keys)})
-    with open(a.out + ".tmp", "w") as f:
-        json.dump({"kind": "configs", "versions": versions(), "command": "scripts/conformance.sh --only configs",
-                   "hf_auto": HF_AUTO, "rows": rows}, f, indent=1, default=str)
-    os.replace(a.out + ".tmp", a.out)
+    record.write(a.out, {"kind": "configs", "versions": record.versions(),
+                         "command": "scripts/conformance.sh --only configs", "hf_auto": HF_AUTO, "rows": rows})
     print(f"[conformance] configs: {sum(r['ok'] for r in rows)}/{len(rows)} resolve alike")
 
 

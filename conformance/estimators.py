@@ -17,6 +17,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ds_model import ToyGpt  # noqa: E402
+import record  # noqa: E402
 
 # (model preset, world size, GPUs per node, ZeRO stage)
 CASES = [("tiny", 2, 2, 2), ("tiny", 2, 2, 3), ("gpt2", 8, 8, 2), ("gpt2-xl", 16, 8, 3),
@@ -60,11 +61,6 @@ def zrepro_plan(zrepro, model, world, gpn, stage):
     return json.loads(out.stdout)
 
 
-def versions():
-    import deepspeed
-    return {"torch": torch.__version__, "deepspeed": deepspeed.__version__}
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--zrepro", required=True)
@@ -88,10 +84,8 @@ def main():
                          "cpu_bytes": {"zrepro": z.get("cpu_bytes"), "deepspeed": theirs["cpu_bytes"]},
                          "ok": z.get("gpu_bytes") == theirs["gpu_bytes"] and z.get("cpu_bytes") == theirs["cpu_bytes"]
                          and dims["params"] == total})
-    with open(a.out + ".tmp", "w") as f:
-        json.dump({"kind": "estimators", "versions": versions(),
-                   "command": "scripts/conformance.sh --only estimators", "rows": rows}, f, indent=1)
-    os.replace(a.out + ".tmp", a.out)
+    record.write(a.out, {"kind": "estimators", "versions": record.versions(),
+                         "command": "scripts/conformance.sh --only estimators", "rows": rows})
     bad = [r for r in rows if not r["ok"]]
     print(f"[conformance] estimators: {len(rows) - len(bad)}/{len(rows)} settings agree exactly")
 

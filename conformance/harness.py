@@ -8,7 +8,6 @@ Needs the venv of scripts/conformance.sh (torch, deepspeed) for the DeepSpeed si
 import argparse
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import cases as C  # noqa: E402
+import record  # noqa: E402
 from compare import compare_mismatch, compare_training  # noqa: E402
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
@@ -100,16 +100,6 @@ def run_case(case, zrepro, work, port):
     return rec
 
 
-def zrepro_commit():
-    """HEAD, with "-dirty" when the tree differs from it outside the record itself."""
-    git = ["git", "-C", os.path.dirname(HERE)]
-    head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    changed = subprocess.run(git + ["status", "--porcelain", "--untracked-files=no", "--", ".",
-                                    ":!conformance/results", ":!docs/CONFORMANCE.md"],
-                             capture_output=True, text=True).stdout.strip()
-    return head + ("-dirty" if changed else "")
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--zrepro", required=True)
@@ -117,11 +107,7 @@ def main():
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--work", default=None, help="scratch folder (default: a temporary one)")
     a = ap.parse_args()
-    import deepspeed
-    import torch
-    versions = {"torch": torch.__version__, "deepspeed": deepspeed.__version__, "python": platform.python_version(),
-                "zrepro_commit": zrepro_commit(),
-                "machine": platform.processor() or platform.machine()}
+    versions = record.versions()
     work = a.work or tempfile.mkdtemp(prefix="zrepro-conformance-")
     os.makedirs(a.results, exist_ok=True)
     todo = [c for c in C.all_cases() if not a.only or c["name"] in a.only]
@@ -132,10 +118,7 @@ def main():
         rec["recorded"] = time.strftime("%Y-%m-%d")
         rec["command"] = "scripts/conformance.sh --only " + case["name"]
         path = os.path.join(a.results, case["name"] + ".json")
-        with open(path + ".tmp", "w") as f:
-            json.dump(rec, f, indent=1)
-            f.write("\n")
-        os.replace(path + ".tmp", path)
+        record.write(path, rec)
         print(f"[conformance] {case['name']}: {rec.get('verdict', 'error')} ({time.time() - t0:.0f} s)", flush=True)
     if not a.only or "configs" in a.only:
         subprocess.run([sys.executable, os.path.join(HERE, "configs.py"), "--zrepro", os.path.abspath(a.zrepro),
