@@ -1,7 +1,9 @@
 // See host_memory.h.
 #include "offload/host_memory.h"
 
+#include <linux/capability.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -62,6 +64,19 @@ MemlockInfo memlock_info() {
     }
   }
   return info;
+}
+
+void restrict_memlock(int64_t bytes) {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_MEMLOCK, &rl) != 0) throw std::runtime_error(std::string("getrlimit: ") + std::strerror(errno));
+  rl.rlim_cur = static_cast<rlim_t>(bytes);
+  if (rl.rlim_max != RLIM_INFINITY && rl.rlim_cur > rl.rlim_max) rl.rlim_cur = rl.rlim_max;
+  if (::setrlimit(RLIMIT_MEMLOCK, &rl) != 0) throw std::runtime_error(std::string("setrlimit: ") + std::strerror(errno));
+  __user_cap_header_struct head{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2]{};
+  if (::syscall(SYS_capget, &head, data) != 0) throw std::runtime_error(std::string("capget: ") + std::strerror(errno));
+  data[kCapIpcLock / 32].effective &= ~(1u << (kCapIpcLock % 32));
+  if (::syscall(SYS_capset, &head, data) != 0) throw std::runtime_error(std::string("capset: ") + std::strerror(errno));
 }
 
 PinnedMemoryError::PinnedMemoryError(const std::string& what, int64_t n, const MemlockInfo& i)

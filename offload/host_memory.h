@@ -23,6 +23,10 @@ struct MemlockInfo {
   int64_t available() const;
 };
 MemlockInfo memlock_info();
+// Runs the rest of this process as a container's non-root user: RLIMIT_MEMLOCK (soft)
+// lowered to `bytes` and CAP_IPC_LOCK dropped from the effective set. Throws
+// std::runtime_error when the kernel refuses either.
+void restrict_memlock(int64_t bytes);
 
 struct PinnedMemoryError : std::runtime_error {
   PinnedMemoryError(const std::string& what, int64_t needed, const MemlockInfo& info);

@@ -3,7 +3,8 @@
 // each as its own `zrepro run` (or `zrepro plan --json` under --plan-only) into
 // OUT/<side>_r<ranks>/, then compares them (trainer/report/ab.h): one table, a verdict
 // line per rank count, OUT/ab.json and OUT/ab.html. Exit 0 when B fixes the failure A
-// shows, 6 when B fails too, 7 when A shows no failure, 2 on bad input.
+// shows, 6 when B fails too, 7 when A shows no failure, 2 on bad input. --expect names
+// a symptom other than a failure (slower, less/more of a figure, differing losses).
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -28,7 +29,7 @@ struct Side {
 
 // One side at one rank count: the run (or the plan) and what it left.
 AbRun run_side(const Side& side, int ranks, const std::vector<std::string>& common, const std::string& out,
-               bool plan_only) {
+               bool plan_only, bool refusal_is_the_symptom) {
   AbRun r;
   r.side = side.name;
   r.ranks = ranks;
@@ -46,7 +47,9 @@ AbRun run_side(const Side& side, int ranks, const std::vector<std::string>& comm
   std::cout << "[zrepro ab] " << side.name << " on " << ranks << " rank(s): zrepro";
   for (const auto& a : args) std::cout << " " << a;
   std::cout << std::endl;
-  r.exit_code = run_self_or_refuse("side " + side.name + " on " + std::to_string(ranks) + " rank(s)", args, r.log);
+  const std::string what = "side " + side.name + " on " + std::to_string(ranks) + " rank(s)";
+  r.exit_code = refusal_is_the_symptom ? run_self(args, r.log) : run_self_or_refuse(what, args, r.log);
+  if (r.exit_code == kExitBadInput) std::cout << "[zrepro ab] " << what << " refused, as expected:\n" << tail_of(r.log, 4);
   if (plan_only) {
     r.summary = read_json_file(r.log);
     return r;
@@ -95,6 +98,10 @@ int ab_command(int argc, char** argv) {
       ("a-args", "flags for side A only, e.g. \"--micro-batch 8\"", cxxopts::value<std::string>())
       ("b-args", "flags for side B only, e.g. \"--activation-checkpointing\"", cxxopts::value<std::string>())
       ("ranks", "rank counts to run each side at, e.g. 1,4", cxxopts::value<std::vector<int>>()->default_value("1"))
+      ("expect", "the symptom A shows and B must not: failure (default), refused (A's config is rejected at "
+                 "init), slower:R, less:KEY:R, more:KEY:R (KEY: device_busy_fraction, overlap_ratio, "
+                 "comm_wait_share, data_wait_share, ...), differs:loss|grad_norm:TOL",
+       cxxopts::value<std::string>()->default_value("failure"))
       ("plan-only", "answer from the planner (zrepro plan) instead of training")
       ("out", "folder for each side's outputs, ab.json and ab.html", cxxopts::value<std::string>()->default_value("ab_out"))
       ("h,help", "show this help");
@@ -120,16 +127,19 @@ int ab_command(int argc, char** argv) {
     for (int n : ranks)
       if (n < 1) throw ConfigError("--ranks: got " + std::to_string(n) + ", expected rank counts >= 1 such as 1,4");
     const bool plan_only = r.count("plan-only") > 0;
+    const Expectation expect = parse_expectation(r["expect"].as<std::string>());
+    if (plan_only && expect.kind != Expectation::Kind::failure)
+      throw ConfigError("--expect " + expect.text + " needs runs: the planner answers only whether a side fits (drop --plan-only)");
     const std::vector<std::string> common = r.unmatched();
     const std::string out = r["out"].as<std::string>();
     make_out_dir(out);
 
     std::vector<AbRun> ra, rb;
     for (int n : ranks) {
-      ra.push_back(run_side(a, n, common, out, plan_only));
-      rb.push_back(run_side(b, n, common, out, plan_only));
+      ra.push_back(run_side(a, n, common, out, plan_only, expect.kind == Expectation::Kind::refused));
+      rb.push_back(run_side(b, n, common, out, plan_only, false));
     }
-    const AbResult res = compare_ab(ra, rb, plan_only);
+    const AbResult res = compare_ab(ra, rb, plan_only, expect);
     write_file_atomic(out + "/ab.json", res.json.dump(2) + "\n");
     write_file_atomic(out + "/ab.html", ab_html(res.json));
     std::cout << "\n" << res.table << "\n";

@@ -1,4 +1,6 @@
 // Command-line flags shared by the subcommands (cxxopts), and `zrepro config`.
+#include <cmath>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -126,6 +128,35 @@ int64_t parse_size(const std::string& flag, const std::string& v) {
   for (const auto& [name, mult] : units)
     if (used > 0 && unit == name && x > 0) return static_cast<int64_t>(x * mult);
   throw ConfigError(flag + ": got \"" + v + "\", expected a size such as 512MiB, 2GiB, 80GB or 1048576 (bytes)");
+}
+
+// [Note: device presets] The capacity a GPU reports to PyTorch is less than its
+// marketing size (the driver and ECC keep some): "GPU 0 has a total capacity of 79.15 GiB"
+// on an A100 80GB. These are the figures PyTorch's OOM message prints on each GPU (to the
+// 0.01 GiB it prints); none was measured by zrepro except where docs/PERFORMANCE.md says.
+const std::vector<DevicePreset>& device_presets() {
+  static const std::vector<DevicePreset> p = {
+      {"v100-16gb", "Tesla V100 16GB", 15.78},        {"v100-32gb", "Tesla V100 32GB", 31.75},
+      {"t4-16gb", "Tesla T4", 14.75},                 {"a100-40gb", "A100-SXM4-40GB", 39.59},
+      {"a100-80gb", "A100-SXM4-80GB", 79.15},         {"h100-80gb", "H100 80GB HBM3", 79.11},
+      {"h200-141gb", "H200 141GB HBM3e", 139.81},     {"l40s-48gb", "L40S", 44.53},
+      {"rtx4090-24gb", "GeForce RTX 4090", 23.65}};
+  return p;
+}
+
+int64_t parse_device_memory(const std::string& flag, const std::string& v) {
+  std::string lower = v;
+  for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const auto& d : device_presets())
+    if (lower == d.name) return static_cast<int64_t>(std::llround(d.total_gib * 1024.0)) * 1048576;  // whole MiB
+  try {
+    return parse_size(flag, v);
+  } catch (const ConfigError&) {
+    std::string names;
+    for (const auto& d : device_presets()) names += (names.empty() ? "" : ", ") + std::string(d.name);
+    throw ConfigError(flag + ": got \"" + v + "\", expected a device preset (" + names +
+                      ") or a size such as 40GB (1e9 bytes) or 39.59GiB (2^30)");
+  }
 }
 
 std::string fmt(double v, int prec) {

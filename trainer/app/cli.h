@@ -42,6 +42,15 @@ std::string fmt(double v, int prec = 4);
 // SIZE: plain bytes or a number with a unit: K/KiB/M/MiB/G/GiB/T/TiB (powers of 1024)
 // or KB/MB/GB/TB (powers of 1000), e.g. 512MiB, 2GiB, 80GB. Throws ConfigError naming flag.
 int64_t parse_size(const std::string& flag, const std::string& value);
+// A device capacity: a preset (a100-40gb, h100-80gb, ...: the total capacity PyTorch
+// reports on that GPU) or a SIZE. Throws ConfigError naming flag and the presets.
+int64_t parse_device_memory(const std::string& flag, const std::string& value);
+struct DevicePreset {
+  const char* name;
+  const char* gpu;
+  double total_gib;  // torch.cuda.get_device_properties().total_memory, as its OOM message prints it
+};
+const std::vector<DevicePreset>& device_presets();
 
 // Creates the --out folder (and its parents); ConfigError naming --out when it cannot.
 void make_out_dir(const std::string& dir);

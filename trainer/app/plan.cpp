@@ -18,7 +18,7 @@ void add_plan_flags(cxxopts::Options& o) {
       ("world-size", "data-parallel ranks", cxxopts::value<int>()->default_value("1"))
       ("gpus-per-node", "GPUs per node, for DeepSpeed's estimator figures (default: every rank on one node)",
        cxxopts::value<int>())
-      ("device-memory", "device capacity, e.g. 80GB, 40GiB (GB = 1e9 bytes, GiB = 2^30; no verdict without it)", cxxopts::value<std::string>())
+      ("device-memory", "device capacity: a preset (a100-40gb, a100-80gb, h100-80gb, h200-141gb, l40s-48gb, rtx4090-24gb, ...: the capacity PyTorch reports on it) or a size, e.g. 80GB, 40GiB (GB = 1e9 bytes, GiB = 2^30; no verdict without it)", cxxopts::value<std::string>())
       ("activation-checkpointing", "recompute each block in backward (as zrepro run's flag)")
       ("device", "cpu|cuda: the device the run would use (fp16 computes in fp32 on the CPU)",
        cxxopts::value<std::string>()->default_value("cpu"))
@@ -37,7 +37,7 @@ PlanRequest plan_request_from(const cxxopts::ParseResult& r) {
   }
   req.model = model_from(r);
   req.cfg = load_ds_config(require_config(r), flags_from(r, req.model, req.world_size, r["steps"].as<int64_t>()));
-  if (r.count("device-memory")) req.device_capacity = parse_size("--device-memory", r["device-memory"].as<std::string>());
+  if (r.count("device-memory")) req.device_capacity = parse_device_memory("--device-memory", r["device-memory"].as<std::string>());
   req.activation_checkpointing = r.count("activation-checkpointing") > 0;
   const std::string device = r["device"].as<std::string>();
   if (device != "cpu" && device != "cuda") throw ConfigError("--device: got \"" + device + "\", expected cpu or cuda");

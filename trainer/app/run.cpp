@@ -287,6 +287,12 @@ void set_up(RunState& s, int* argc, char*** argv) {
   s.topt.dynamic_seq_min = spec.dynamic_seq_min.value_or(0);
   s.topt.host_link_gbps = spec.host_link_gbps;
   s.topt.pageable_ratio = spec.pageable_ratio;
+  if (spec.memlock_limit) {
+    for_flag("--memlock-limit", [&] { restrict_memlock(*spec.memlock_limit); });
+    if (s.rank == 0)
+      std::cout << "[zrepro] memlock: ulimit -l " << *spec.memlock_limit / 1024
+                << " KiB without CAP_IPC_LOCK (--memlock-limit), as a container's non-root user\n";
+  }
   set_compute_threads(spec.threads);
   for (size_t i = 0; i < spec.injections.size(); ++i) {
     if (spec.injections[i].rank >= s.world)
@@ -367,7 +373,8 @@ void print_header(RunState& s) {
     // A mismatch caught by the collective signatures ([Note: collective signatures])
     // ends here at once; a collective that simply never completes, at the timeout.
     const bool mismatch = reason.find("ranks disagree") != std::string::npos;
-    std::cerr << (mismatch ? "[zrepro] Collective mismatch caught before any data moved (NCCL would hang here): "
+    std::cerr << (mismatch ? "[zrepro] Collective mismatch caught before any data moved (under NCCL the ranks block here until "
+                             "\"Watchdog caught collective operation timeout\"): "
                            : "[zrepro] Watchdog caught collective operation timeout: ")
               << reason << "\n"
               << "[zrepro] hang diagnosis: " << d.text << std::endl;
@@ -488,6 +495,13 @@ int train_and_report(RunState& s) {
       std::cout << "[zrepro] done: " << s.result.steps.size() << " steps, loss " << fmt(s.result.steps.front().loss)
                 << " -> " << fmt(s.result.steps.back().loss) << ", skipped " << s.result.skipped_steps
                 << (out ? ", summary " + s.spec.out_dir + "/summary.json" : "") << "\n";
+    if (s.rank == 0) {
+      const json straggler = straggler_json(reports);
+      if (straggler.is_object())
+        std::cout << "[zrepro] rank " << straggler["rank"] << " is the straggler: the other ranks waited "
+                  << fmt(straggler["others_wait_s"].get<double>()) << " s in collectives on average, it waited "
+                  << fmt(straggler["own_wait_s"].get<double>()) << " s\n";
+    }
     if (s.rank == 0 && out) merge_rank_traces(s);
     s.write_summary("ok", nullptr, reports, true);
     return kExitOk;

@@ -1,4 +1,5 @@
 // See run_spec.h.
+#include <cstdlib>
 #include "trainer/app/run_spec.h"
 
 #include "trainer/app/cli.h"
@@ -16,7 +17,7 @@ cxxopts::Options run_options() {
       ("device", "cpu|cuda", cxxopts::value<std::string>()->default_value("cpu"))
       ("out", "output folder for summary.json, metrics.jsonl and flight dumps", cxxopts::value<std::string>())
       ("ranks", "start N ranks on this node under mpirun", cxxopts::value<int>())
-      ("device-memory", "device capacity, e.g. 80GB, 512MiB (GB = 1e9 bytes, GiB = 2^30; CPU-emulated device; default: unlimited)",
+      ("device-memory", "device capacity: a preset (a100-40gb, a100-80gb, h100-80gb, h200-141gb, l40s-48gb, rtx4090-24gb, ...: the capacity PyTorch reports on it) or a size, e.g. 80GB, 512MiB (GB = 1e9 bytes, GiB = 2^30; CPU-emulated device; default: unlimited)",
        cxxopts::value<std::string>())
       ("allocator", "CPU-emulated device allocator: tracking (exact bytes), caching (CUDA caching allocator "
                     "emulation: rounding, segments, fragmentation; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
@@ -32,16 +33,22 @@ cxxopts::Options run_options() {
        cxxopts::value<std::string>())
       ("pageable-ratio", "offload: pageable copy bandwidth as a fraction of pinned (CPU-emulated device)",
        cxxopts::value<double>()->default_value("0.5"))
-      ("comm-timeout", "watchdog: seconds a collective may take before the job is declared hung",
-       cxxopts::value<double>()->default_value("1800"))
+      ("comm-timeout", "watchdog: seconds a collective may take before the job is declared hung (default: "
+                       "DeepSpeed's init_distributed timeout, which the NCCL watchdog enforces: 1800, or "
+                       "DEEPSPEED_TIMEOUT minutes when that is set)",
+       cxxopts::value<double>())
+      ("memlock-limit", "pinned memory: run as a container's non-root user would, with ulimit -l SIZE (e.g. "
+                        "64KiB) and without CAP_IPC_LOCK: lowers this process's RLIMIT_MEMLOCK and drops the "
+                        "capability before anything is pinned (CPU-emulated device: mlock pinning)",
+       cxxopts::value<std::string>())
       ("log-every", "step log line interval when steps_per_print is unset", cxxopts::value<int64_t>()->default_value("10"))
       ("threads", "intra-op threads per rank", cxxopts::value<int>()->default_value("1"))
       ("inject", "fault injection KIND:RANK[:ARG] (repeatable): inf-grad:R[:STEPS], gas-mismatch:R, "
-                 "skip-forward:R[:STEP], straggler:R:MS, drop-accumulated-grads:R", cxxopts::value<std::vector<std::string>>())
+                 "skip-forward:R[:STEP], straggler:R:MS, drop-accumulated-grads:R, loss-spike:R:FACTOR", cxxopts::value<std::vector<std::string>>())
       ("target-model", "scale down from this model (preset or HF config.json): train a toy that keeps each memory "
                        "category's share of --target-device-memory", cxxopts::value<std::string>())
       ("target-world-size", "ranks of the target run (default and required: this run's)", cxxopts::value<int>())
-      ("target-device-memory", "the target's device capacity, e.g. 80GB (GB = 1e9 bytes, GiB = 2^30)", cxxopts::value<std::string>())
+      ("target-device-memory", "the target's device capacity: a preset (a100-40gb, h100-80gb, ...) or a size, e.g. 80GB (GB = 1e9 bytes, GiB = 2^30)", cxxopts::value<std::string>())
       ("scale", "scale-down parameter factor K, or auto (a toy of at most 2M parameters)",
        cxxopts::value<std::string>()->default_value("auto"))
       ("dynamic-seq", "dynamic padding: each step's batches are MIN..seq tokens long (varying shapes, as "
@@ -59,6 +66,17 @@ void positive(const char* flag, double v, const char* what = "> 0") {
   if (!(v > 0)) throw ConfigError(std::string(flag) + ": must be " + what + ", got " + fmt(v));
 }
 
+// DeepSpeed's default_pg_timeout: DEEPSPEED_TIMEOUT minutes, 30 when unset.
+double deepspeed_default_timeout_s() {
+  const char* v = std::getenv("DEEPSPEED_TIMEOUT");
+  if (!v || !*v) return 1800;
+  char* end = nullptr;
+  const double minutes = std::strtod(v, &end);
+  if (*end != '\0' || !(minutes > 0))
+    throw ConfigError(std::string("DEEPSPEED_TIMEOUT: got \"") + v + "\", expected minutes > 0 (or unset it: 30)");
+  return minutes * 60;
+}
+
 // The scale-down flags: a target instead of --model and --device-memory.
 void parse_target(const cxxopts::ParseResult& r, RunSpec& s) {
   if (!r.count("target-model")) return;
@@ -69,7 +87,7 @@ void parse_target(const cxxopts::ParseResult& r, RunSpec& s) {
     throw ConfigError("--target-device-memory: required with --target-model, e.g. --target-device-memory 80GB");
   s.target_model = r["target-model"].as<std::string>();
   s.target_world_size = opt<int>(r, "target-world-size");
-  s.target_device_memory = parse_size("--target-device-memory", r["target-device-memory"].as<std::string>());
+  s.target_device_memory = parse_device_memory("--target-device-memory", r["target-device-memory"].as<std::string>());
   const std::string k = r["scale"].as<std::string>();
   if (k != "auto") {
     size_t used = 0;
@@ -117,7 +135,8 @@ void parse_run_spec(int argc, char** argv, RunSpec& s) {
     throw ConfigError("--host-link-profile and --host-link-gbps: give one");
   if (s.pageable_ratio <= 0 || s.pageable_ratio > 1)
     throw ConfigError("--pageable-ratio: must be in (0, 1], got " + fmt(s.pageable_ratio));
-  s.comm_timeout = r["comm-timeout"].as<double>();
+  s.comm_timeout = r.count("comm-timeout") ? r["comm-timeout"].as<double>() : deepspeed_default_timeout_s();
+  if (r.count("memlock-limit")) s.memlock_limit = parse_size("--memlock-limit", r["memlock-limit"].as<std::string>());
   positive("--comm-timeout", s.comm_timeout, "> 0 seconds");
   if (r.count("inject"))
     for (const auto& spec : r["inject"].as<std::vector<std::string>>()) {
@@ -133,7 +152,7 @@ void parse_run_spec(int argc, char** argv, RunSpec& s) {
   s.allocator = r["allocator"].as<std::string>();
   if (s.allocator != "tracking" && s.allocator != "caching" && s.allocator != "plain")
     throw ConfigError("--allocator: got \"" + s.allocator + "\", expected tracking, caching or plain");
-  if (r.count("device-memory")) s.device_memory = parse_size("--device-memory", r["device-memory"].as<std::string>());
+  if (r.count("device-memory")) s.device_memory = parse_device_memory("--device-memory", r["device-memory"].as<std::string>());
   s.memory_log = opt<std::string>(r, "memory-log");
   if (s.allocator == "plain" && (s.device_memory || s.target_device_memory))
     throw ConfigError("--device-memory needs a tracking allocator; drop --allocator plain");

@@ -1,16 +1,20 @@
 // `zrepro scenario list | run NAME`: the failure scenarios under configs/scenarios/ that
 // carry a scenario.json (the failing side A, the fix B, the shared run arguments and
 // rank counts) run as `zrepro ab`, and answer "symptom reproduced / fix verified".
-//   scenario.json: {"name", "symptom", "grep", "a": {"config", "args"}, "b": {...},
+//   scenario.json: {"name", "symptom", "grep", "expect", "a": {"config", "args"}, "b": {...},
 //                   "args": [...], "ranks": [...]}
-// Exit codes are ab's: 0 reproduced and fixed, 6 reproduced and not fixed, 7 not
-// reproduced, 2 bad input.
+// "expect" is ab's --expect (default failure). "grep" is the line users find in their
+// logs: side A's log must contain it wherever A shows the symptom, or the reproduction
+// does not count. Exit codes are ab's: 0 reproduced and fixed, 6 reproduced and not
+// fixed, 7 not reproduced (or without the grep line), 2 bad input.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 
 #include "trainer/app/cli.h"
+#include "trainer/app/subprocess.h"
 
 #ifndef ZREPRO_SCENARIOS_DIR
 #define ZREPRO_SCENARIOS_DIR "configs/scenarios"
@@ -56,6 +60,26 @@ std::string joined(const json& args) {
   return s;
 }
 
+// The log line users grep for must be in side A's log wherever A showed the symptom.
+int check_grep_line(const json& s, const std::string& out, int code) {
+  const std::string grep = s.value("grep", "");
+  if (grep.empty()) return code;
+  const json ab = read_json_file(out + "/ab.json");
+  if (!ab.is_object()) return code;
+  for (const auto& c : ab["comparisons"]) {
+    if (!c.value("a_shows_symptom", false)) continue;
+    const std::string log = out + "/A_r" + std::to_string(c["ranks"].get<int>()) + ".log";
+    std::ifstream in(log);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (text.find(grep) == std::string::npos) {
+      std::cout << "[zrepro scenario] side A's log " << log << " lacks the line users grep for: \"" << grep << "\"" << std::endl;
+      return kExitAbNoFailure;
+    }
+    std::cout << "[zrepro scenario] " << log << " has the line users grep for: \"" << grep << "\"" << std::endl;
+  }
+  return code;
+}
+
 int run_scenario(const std::string& dir, const std::string& name, const std::optional<std::string>& ranks,
                  const std::string& out) {
   const std::string folder = dir + "/" + name;
@@ -70,11 +94,13 @@ int run_scenario(const std::string& dir, const std::string& name, const std::opt
                                    "--out",    out};
   if (!s["a"].value("args", json::array()).empty()) args.insert(args.end(), {"--a-args", joined(s["a"]["args"])});
   if (!s["b"].value("args", json::array()).empty()) args.insert(args.end(), {"--b-args", joined(s["b"]["args"])});
+  if (s.contains("expect")) args.insert(args.end(), {"--expect", s["expect"].get<std::string>()});
   for (const auto& a : s["args"]) args.push_back(a.get<std::string>());
   std::cout << "[zrepro scenario] " << name << ": " << s["symptom"].get<std::string>() << std::endl;
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
-  const int code = ab_command(static_cast<int>(argv.size()), argv.data());
+  int code = ab_command(static_cast<int>(argv.size()), argv.data());
+  if (code == kExitOk || code == kExitAbNotFixed) code = check_grep_line(s, out, code);
   const char* outcome = code == kExitOk              ? "symptom reproduced, fix verified"
                         : code == kExitAbNotFixed    ? "symptom reproduced, fix NOT verified"
                         : code == kExitAbNoFailure   ? "symptom NOT reproduced"

@@ -48,7 +48,7 @@ std::string scale_log(const LossScaler::Event& ev, int rank) {
 Injection parse_injection(const std::string& spec) {
   const std::string usage =
       " Expected KIND:RANK[:ARG]: inf-grad:R[:STEPS], gas-mismatch:R, skip-forward:R[:STEP], straggler:R:MS, "
-      "drop-accumulated-grads:R";
+      "drop-accumulated-grads:R, loss-spike:R:FACTOR";
   std::vector<std::string> parts;
   std::stringstream ss(spec);
   for (std::string p; std::getline(ss, p, ':');) parts.push_back(p);
@@ -56,7 +56,7 @@ Injection parse_injection(const std::string& spec) {
   Injection inj;
   inj.kind = parts[0];
   if (inj.kind != "inf-grad" && inj.kind != "gas-mismatch" && inj.kind != "skip-forward" && inj.kind != "straggler" &&
-      inj.kind != "drop-accumulated-grads")
+      inj.kind != "drop-accumulated-grads" && inj.kind != "loss-spike")
     throw ConfigError("--inject \"" + spec + "\": unknown kind \"" + inj.kind + "\"." + usage);
   try {
     size_t used = 0;
@@ -66,6 +66,9 @@ Injection parse_injection(const std::string& spec) {
     if (inj.kind == "straggler") {
       inj.ms = std::stod(arg);
       if (inj.ms < 0) throw std::invalid_argument("ms");
+    } else if (inj.kind == "loss-spike") {
+      inj.factor = std::stod(arg);
+      if (!(inj.factor > 0)) throw std::invalid_argument("factor");
     } else if (inj.kind == "skip-forward") {
       inj.from = inj.to = arg.empty() ? 1 : std::stoll(arg);
     } else if (inj.kind == "inf-grad" && !arg.empty()) {
@@ -165,7 +168,11 @@ void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
       const double w_bwd = wall_seconds();
       t0 = Clock::now();
       mem.set_phase(Phase::backward);
-      (loss * (scale / static_cast<double>(gas))).backward();
+      // loss-spike: gradients FACTOR times larger than the data gives (a loss spike, an
+      // outlier batch); the reported loss is the real one. fp16 overflows at any scale
+      // once FACTOR x |grad| passes 65504; bf16 and fp32 hold them (Adam is scale-free).
+      const Injection* spike = injected("loss-spike", step);
+      (loss * (scale * (spike ? spike->factor : 1.0) / static_cast<double>(gas))).backward();
       engine.end_backward();
       rec.backward_s += since(t0);
       if (opts.trace) {

@@ -26,11 +26,14 @@ namespace zrepro {
 //   straggler:R:MS        rank R sleeps MS milliseconds per micro-step
 //   drop-accumulated-grads:R  with optimizer offload, rank R's host accumulator drops
 //                         the gradients of micro-steps after the first (a historic bug)
+//   loss-spike:R:FACTOR   rank R's gradients are FACTOR times what its data gives, every
+//                         step (an outlier batch): fp16 overflows, bf16 does not
 struct Injection {
   std::string kind;
   int rank = 0;
   int64_t from = 0, to = -1;  // inclusive step range; to = -1: no end
   double ms = 0;              // straggler delay
+  double factor = 1;          // loss-spike: gradient multiplier
   bool covers(int64_t step) const { return step >= from && (to < 0 || step <= to); }
 };
 Injection parse_injection(const std::string& spec);  // throws ConfigError

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include "device/base/errors.h"
@@ -60,7 +61,8 @@ void memory_of(const json& s, bool plan_only, json& row) {
   }
 }
 
-// Time of a run: median step, tokens/s, and each part's share of the accounted time.
+// Time of a run: median step, tokens/s, each part's share of the accounted time, the
+// offload overlap of rank 0 and the largest per-rank collective wait.
 void time_of(const json& s, json& row) {
   if (!s.contains("time") || !s["time"].is_object()) return;
   const json& t = s["time"];
@@ -69,10 +71,18 @@ void time_of(const json& s, json& row) {
   double total = 0;
   const json br = t.value("breakdown_s", json::object());
   for (const auto& [k, v] : br.items()) total += num(v, 0);
-  for (const char* k : {"comm_wait", "offload_copy"})
+  for (const char* k : {"comm_wait", "offload_copy", "data_wait"})
     row[std::string(k) + "_share"] = total > 0 ? json(num(br.value(k, json()), 0) / total) : json(nullptr);
-  if (s.contains("offload") && s["offload"].is_object() && !s["offload"]["ranks"].empty())
+  double wait_max = NAN;
+  for (const auto& r : t.value("ranks", json::array()))
+    if (r.value("comm_wait_s", json()).is_number())
+      wait_max = std::isfinite(wait_max) ? std::max(wait_max, r["comm_wait_s"].get<double>()) : r["comm_wait_s"].get<double>();
+  row["comm_wait_s_max"] = std::isfinite(wait_max) ? json(wait_max) : json(nullptr);
+  row["straggler_rank"] = t.value("straggler", json()).is_object() ? t["straggler"]["rank"] : json(nullptr);
+  if (s.contains("offload") && s["offload"].is_object() && !s["offload"]["ranks"].empty()) {
     row["device_busy_fraction"] = s["offload"]["ranks"][0].value("device_busy_fraction", json());
+    row["overlap_ratio"] = s["offload"]["ranks"][0].value("overlap_ratio", json());
+  }
 }
 
 json row_of(const AbRun& r, bool plan_only) {
@@ -122,7 +132,19 @@ std::string describe_fit(const json& row) {
   return s;
 }
 
-std::string verdict(const json& ra, const json& rb, bool a_fail, bool b_fail, double loss_diff, bool plan_only) {
+std::string losses_clause(const json& ra, const json& rb, bool a_fail, bool b_fail, double loss_diff) {
+  std::string v;
+  if (std::isfinite(loss_diff))
+    v += "; losses " + (loss_diff <= 1e-6 ? std::string("equal within 1e-6") : "differ by up to " + fixed(loss_diff, 8));
+  else
+    v += "; no common steps to compare losses";
+  const double ta = num(ra.value("step_s_median", json())), tb = num(rb.value("step_s_median", json()));
+  if (!a_fail && !b_fail && ta > 0 && tb > 0) v += "; B's step time " + fixed(tb / ta, 2) + "x A's";
+  return v;
+}
+
+// The verdict of one rank count when the symptom is a failure (or a refused config).
+std::string failure_verdict(const json& ra, const json& rb, bool a_fail, bool b_fail, double loss_diff, bool plan_only) {
   std::string v = std::to_string(ra["ranks"].get<int>()) + " rank(s): ";
   v += a_fail ? "A reproduces: " + describe_failure(ra) : "A " + describe_fit(ra);
   v += "; ";
@@ -130,15 +152,42 @@ std::string verdict(const json& ra, const json& rb, bool a_fail, bool b_fail, do
     v += "B does not fix it: " + describe_failure(rb);
   else
     v += std::string("B ") + (a_fail ? "fixes it: " : "") + describe_fit(rb);
-  if (!plan_only) {
-    if (std::isfinite(loss_diff))
-      v += "; losses " + (loss_diff <= 1e-6 ? std::string("equal within 1e-6") : "differ by up to " + fixed(loss_diff, 8));
-    else
-      v += "; no common steps to compare losses";
-    const double ta = num(ra.value("step_s_median", json())), tb = num(rb.value("step_s_median", json()));
-    if (!a_fail && !b_fail && ta > 0 && tb > 0) v += "; B's step time " + fixed(tb / ta, 2) + "x A's";
-  }
+  if (!plan_only) v += losses_clause(ra, rb, a_fail, b_fail, loss_diff);
   return v;
+}
+
+// A measured symptom (slower, less, more, differs): A's figure against B's.
+struct Measured {
+  bool a_shows = false, b_fails = false;
+  std::string line;
+};
+
+Measured measured_verdict(const Expectation& e, const AbRun& a, const AbRun& b, const json& ra, const json& rb) {
+  Measured m;
+  m.line = std::to_string(ra["ranks"].get<int>()) + " rank(s): ";
+  m.b_fails = failed(b, false);
+  if (failed(a, false) || m.b_fails) {
+    m.line += failed(a, false) ? "A fails (" + describe_failure(ra) + "), not the expected symptom" : "A runs through";
+    if (m.b_fails) m.line += "; B does not run through: " + describe_failure(rb);
+    return m;
+  }
+  const std::string want = e.kind == Expectation::Kind::differs ? "> " + fixed(e.factor, 6) + " relative"
+                           : e.kind == Expectation::Kind::less  ? "<= " + fixed(e.factor, 2) + "x B's"
+                                                                : ">= " + fixed(e.factor, 2) + "x B's";
+  std::string figure;
+  if (e.kind == Expectation::Kind::differs) {
+    const double d = max_step_rel_diff(a.summary, b.summary, e.key.c_str());
+    m.a_shows = std::isfinite(d) && d > e.factor;
+    figure = e.key + " differs from B's by up to " + fixed(d, 6) + " relative (expected " + want + ")";
+  } else {
+    const double x = num(ra.value(e.key, json())), y = num(rb.value(e.key, json()));
+    const double ratio = y != 0 ? x / y : NAN;
+    m.a_shows = std::isfinite(ratio) && (e.kind == Expectation::Kind::less ? ratio <= e.factor : ratio >= e.factor);
+    figure = e.key + " " + fixed(x, 4) + " vs B's " + fixed(y, 4) + " = " + fixed(ratio, 2) + "x (expected " + want + ")";
+  }
+  m.line += (m.a_shows ? "A reproduces: " : "A does not show it: ") + figure + "; B " + (m.a_shows ? "fixes it: " : "") +
+            describe_fit(rb);
+  return m;
 }
 
 std::string table(const json& rows) {
@@ -215,6 +264,52 @@ json equivalence(const AbRun& base, const AbRun& r, std::string& line) {
 
 // ---- public
 
+const std::vector<std::string>& ab_metric_keys() {
+  static const std::vector<std::string> keys = {
+      "step_s_median",      "tokens_per_s",         "comm_wait_share", "offload_copy_share", "data_wait_share",
+      "comm_wait_s_max",    "device_busy_fraction", "overlap_ratio",   "peak_bytes_max"};
+  return keys;
+}
+
+Expectation parse_expectation(const std::string& text) {
+  const char* forms = "failure, refused, slower:R, less:KEY:R, more:KEY:R or differs:loss|grad_norm:TOL";
+  std::vector<std::string> parts;
+  for (size_t at = 0;;) {
+    const size_t c = text.find(':', at);
+    parts.push_back(text.substr(at, c == std::string::npos ? std::string::npos : c - at));
+    if (c == std::string::npos) break;
+    at = c + 1;
+  }
+  Expectation e;
+  e.text = text;
+  auto factor = [&](const std::string& v) {
+    char* end = nullptr;
+    const double f = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || !(f > 0))
+      throw ConfigError("--expect \"" + text + "\": \"" + v + "\" is not a positive number (expected " + forms + ")");
+    return f;
+  };
+  const std::string& k = parts[0];
+  if ((k == "failure" || k == "refused") && parts.size() == 1) {
+    e.kind = k == "failure" ? Expectation::Kind::failure : Expectation::Kind::refused;
+  } else if (k == "slower" && parts.size() == 2) {
+    e.kind = Expectation::Kind::more, e.key = "step_s_median", e.factor = factor(parts[1]);
+  } else if ((k == "less" || k == "more") && parts.size() == 3) {
+    const auto& keys = ab_metric_keys();
+    if (std::find(keys.begin(), keys.end(), parts[1]) == keys.end()) {
+      std::string all;
+      for (const auto& x : keys) all += (all.empty() ? "" : ", ") + x;
+      throw ConfigError("--expect \"" + text + "\": unknown figure \"" + parts[1] + "\" (expected one of " + all + ")");
+    }
+    e.kind = k == "less" ? Expectation::Kind::less : Expectation::Kind::more, e.key = parts[1], e.factor = factor(parts[2]);
+  } else if (k == "differs" && parts.size() == 3 && (parts[1] == "loss" || parts[1] == "grad_norm")) {
+    e.kind = Expectation::Kind::differs, e.key = parts[1], e.factor = factor(parts[2]);
+  } else {
+    throw ConfigError("--expect: got \"" + text + "\", expected " + forms);
+  }
+  return e;
+}
+
 double max_step_rel_diff(const json& a, const json& b, const char* key) {
   const json sa = a.is_object() ? a.value("steps", json::array()) : json::array();
   const json sb = b.is_object() ? b.value("steps", json::array()) : json::array();
@@ -228,23 +323,32 @@ double max_step_rel_diff(const json& a, const json& b, const char* key) {
   return worst;
 }
 
-AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bool plan_only) {
+AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bool plan_only, const Expectation& e) {
   AbResult out;
   json rows = json::array(), pairs = json::array();
-  bool any_a_fail = false, any_unfixed = false;
+  bool any_a_shows = false, any_unfixed = false;
+  const bool by_failure = e.kind == Expectation::Kind::failure || e.kind == Expectation::Kind::refused;
   for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
     const json ra = row_of(a[i], plan_only), rb = row_of(b[i], plan_only);
-    const bool af = failed(a[i], plan_only), bf = failed(b[i], plan_only);
-    any_a_fail = any_a_fail || af;
-    any_unfixed = any_unfixed || (af && bf);
     const double dl = plan_only ? NAN : max_step_rel_diff(a[i].summary, b[i].summary, "loss");
     const double dg = plan_only ? NAN : max_step_rel_diff(a[i].summary, b[i].summary, "grad_norm");
-    out.verdicts.push_back(verdict(ra, rb, af, bf, dl, plan_only));
+    bool a_shows = false, b_fails = false;
+    if (by_failure) {
+      a_shows = e.kind == Expectation::Kind::refused ? a[i].exit_code == kExitBadInput : failed(a[i], plan_only);
+      b_fails = failed(b[i], plan_only);
+      out.verdicts.push_back(failure_verdict(ra, rb, a_shows, b_fails, dl, plan_only));
+    } else {
+      const Measured m = measured_verdict(e, a[i], b[i], ra, rb);
+      a_shows = m.a_shows, b_fails = m.b_fails;
+      out.verdicts.push_back(m.line);
+    }
+    any_a_shows = any_a_shows || a_shows;
+    any_unfixed = any_unfixed || (a_shows && b_fails) || (!by_failure && b_fails);
     rows.push_back(ra);
     rows.push_back(rb);
     pairs.push_back({{"ranks", a[i].ranks},
-                     {"a_fails", af},
-                     {"b_fails", bf},
+                     {"a_shows_symptom", a_shows},
+                     {"b_fails", b_fails},
                      {"max_loss_rel_diff", std::isfinite(dl) ? json(dl) : json(nullptr)},
                      {"max_grad_norm_rel_diff", std::isfinite(dg) ? json(dg) : json(nullptr)},
                      {"verdict", out.verdicts.back()}});
@@ -256,8 +360,8 @@ AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bo
       equiv.push_back(equivalence(side->front(), (*side)[i], line));
       out.verdicts.push_back(line);
     }
-  out.exit_code = any_unfixed ? kExitAbNotFixed : any_a_fail ? kExitOk : kExitAbNoFailure;
-  const char* outcome = any_unfixed ? "not fixed" : any_a_fail ? "fixed" : "nothing to fix";
+  out.exit_code = any_unfixed ? kExitAbNotFixed : any_a_shows ? kExitOk : kExitAbNoFailure;
+  const char* outcome = any_unfixed ? "not fixed" : any_a_shows ? "fixed" : "nothing to fix";
   out.table = table(rows);
   json curves = json::object();
   for (const auto* side : {&a, &b})
@@ -267,7 +371,7 @@ AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bo
         for (const auto& st : r.summary.value("steps", json::array())) losses.push_back(st.value("loss", json()));
       curves[r.side + " " + std::to_string(r.ranks)] = losses;
     }
-  out.json = {{"plan_only", plan_only}, {"outcome", outcome},  {"exit_code", out.exit_code},
+  out.json = {{"plan_only", plan_only}, {"expect", e.text},  {"outcome", outcome},  {"exit_code", out.exit_code},
               {"rows", rows},           {"comparisons", pairs}, {"equivalence", equiv},
               {"loss_curves", curves}};
   return out;

@@ -31,8 +31,30 @@ struct AbResult {
   int exit_code = 0;                 // 0 fixed, kExitAbNotFixed, kExitAbNoFailure
 };
 
+// What side A must show and side B must not (`--expect`):
+//   failure           A fails (OOM, hang, numerical, pinned memory), B runs through (default)
+//   refused           A's config is refused at init (exit 2), B runs through
+//   slower:R          A's median step time >= R x B's (more:step_s_median:R)
+//   less:KEY:R        A's KEY <= R x B's, KEY a row field (device_busy_fraction, overlap_ratio, ...)
+//   more:KEY:R        A's KEY >= R x B's (comm_wait_share, data_wait_share, ...)
+//   differs:KEY:TOL   A's per-step KEY (loss, grad_norm) differs from B's (the reference)
+//                     by more than TOL relative at some step
+// For every kind but failure/refused a side that fails cannot show the symptom: B failing
+// is "not fixed", A failing is "not reproduced".
+struct Expectation {
+  enum class Kind { failure, refused, less, more, differs } kind = Kind::failure;
+  std::string key;     // less/more: a row field; differs: a per-step field; slower: step_s_median
+  double factor = 0;   // slower/less/more: R; differs: TOL
+  std::string text = "failure";  // as given
+};
+// Throws ConfigError naming --expect, the value and the accepted forms.
+Expectation parse_expectation(const std::string& text);
+// The row fields less/more may name.
+const std::vector<std::string>& ab_metric_keys();
+
 // a[i] and b[i] ran at the same rank count. plan_only: the summaries are plans.
-AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bool plan_only);
+AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bool plan_only,
+                    const Expectation& expect = {});
 
 // Largest relative difference of a per-step field ("loss", "grad_norm") between two
 // summaries over their common steps; NaN when there is none.

@@ -195,6 +195,23 @@ json memory_rank_json(const RankReport& r) {
           {"comm_wait_s", r.comm_wait_s}};
 }
 
+// [Note: who is the straggler] A collective finishes when its last rank arrives, so the
+// rank the others wait for waits least itself. Its peers' mean wait minus its own is the
+// time it cost them.
+json straggler_json(const std::vector<RankReport>& ranks) {
+  if (ranks.size() < 2) return nullptr;
+  size_t slow = 0;
+  double sum = 0, step = 0;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i].comm_wait_s < ranks[slow].comm_wait_s) slow = i;
+    sum += ranks[i].comm_wait_s, step += ranks[i].step_s;
+  }
+  const double others = (sum - ranks[slow].comm_wait_s) / static_cast<double>(ranks.size() - 1);
+  const double mean_step_total = step / static_cast<double>(ranks.size());
+  if (others - ranks[slow].comm_wait_s <= 0.1 * mean_step_total) return nullptr;
+  return {{"rank", ranks[slow].rank}, {"others_wait_s", others}, {"own_wait_s", ranks[slow].comm_wait_s}};
+}
+
 std::string memory_line(const MemorySnapshot& m) {
   char buf[200];
   // CA: reserved (caching mode: segments; otherwise nothing is cached and CA = MA).
@@ -305,6 +322,10 @@ json build_summary(const SummaryInput& in) {
               {"offload_copy", copy}, {"data_wait", data}}}};
     json rj = json::array();
     for (const auto& r : ranks) rj.push_back(memory_rank_json(r));
+    json tr = json::array();
+    for (const auto& r : ranks) tr.push_back({{"rank", r.rank}, {"comm_wait_s", r.comm_wait_s}, {"step_s", r.step_s}});
+    time["ranks"] = tr;
+    time["straggler"] = straggler_json(ranks);
     memory = {{"device_capacity_bytes", ranks[0].device.capacity > 0 ? json(ranks[0].device.capacity) : json(nullptr)},
               {"ranks", rj}};
     s["skipped_steps"] = in.result->skipped_steps;
