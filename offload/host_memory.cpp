@@ -87,8 +87,10 @@ HostMemory& HostMemory::instance() {
   return *m;
 }
 
-void HostMemory::note(bool pinned, int64_t bytes) {
-  if (pinned) {
+void HostMemory::note(bool pinned, int64_t bytes, HostUse use) {
+  if (pinned && use == HostUse::input) {
+    input_pinned_ += bytes;
+  } else if (pinned) {
     const int64_t now = pinned_ += bytes;
     int64_t peak = peak_pinned_.load();
     while (now > peak && !peak_pinned_.compare_exchange_weak(peak, now)) {
@@ -108,7 +110,9 @@ void HostMemory::preflight(int64_t bytes, const std::string& what) const {
                             bytes, info);
 }
 
-torch::Tensor HostMemory::empty(int64_t numel, torch::ScalarType dtype, bool pinned, const std::string& what) {
+torch::Tensor HostMemory::empty(int64_t numel, torch::ScalarType dtype, bool pinned, const std::string& what,
+                                HostUse use) {
+  std::atomic<int64_t>& pinned_count = use == HostUse::input ? input_pinned_ : pinned_;
   const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(dtype));
   const auto opts = torch::TensorOptions().dtype(dtype).device(torch::kCPU);
   void* ptr = nullptr;
@@ -127,9 +131,9 @@ torch::Tensor HostMemory::empty(int64_t numel, torch::ScalarType dtype, bool pin
                                   " failed: " + err,
                               bytes, memlock_info());
     std::memset(ptr, 0, static_cast<size_t>(bytes));
-    deleter = [this, bytes](void* p) {
+    deleter = [&pinned_count, bytes](void* p) {
       cuda_host_free(p);
-      pinned_ -= bytes;
+      pinned_count -= bytes;
     };
   } else {
     const int64_t mapped = page_round(bytes);
@@ -142,13 +146,13 @@ torch::Tensor HostMemory::empty(int64_t numel, torch::ScalarType dtype, bool pin
                                   std::strerror(err) + ")",
                               mapped, memlock_info());
     }
-    deleter = [this, mapped, bytes](void* p) {
+    deleter = [&pinned_count, mapped, bytes](void* p) {
       ::munlock(p, static_cast<size_t>(mapped));
       ::munmap(p, static_cast<size_t>(mapped));
-      pinned_ -= bytes;
+      pinned_count -= bytes;
     };
   }
-  note(pinned, bytes);
+  note(pinned, bytes, use);
   return torch::from_blob(ptr, {numel}, deleter, opts);
 }
 

@@ -35,6 +35,10 @@ struct PinnedMemoryError : std::runtime_error {
 };
 
 enum class PinBackend { mlock, cuda };
+// Who a host buffer serves: offload (parameter, gradient and optimizer buffers; the
+// config's offload pin_memory) or input (the data loader's batches; its own pin_memory).
+// Reports keep the two apart: they are different switches (configs/scenarios/pinned-vs-dataloader).
+enum class HostUse { offload, input };
 
 class HostMemory {
  public:
@@ -44,19 +48,21 @@ class HostMemory {
 
   // A host tensor of numel elements, zero-filled. pinned: page-locked (throws
   // PinnedMemoryError), else pageable. `what` names the buffer in errors.
-  torch::Tensor empty(int64_t numel, torch::ScalarType dtype, bool pinned, const std::string& what);
+  torch::Tensor empty(int64_t numel, torch::ScalarType dtype, bool pinned, const std::string& what,
+                      HostUse use = HostUse::offload);
   // Preflight before allocating: would `bytes` more pinned bytes fit? (mlock backend)
   void preflight(int64_t bytes, const std::string& what) const;
 
-  int64_t pinned_bytes() const { return pinned_.load(); }
+  int64_t pinned_bytes() const { return pinned_.load(); }  // offload buffers
+  int64_t input_pinned_bytes() const { return input_pinned_.load(); }
   int64_t pageable_bytes() const { return pageable_.load(); }
   int64_t peak_pinned_bytes() const { return peak_pinned_.load(); }
 
  private:
   HostMemory() = default;
-  void note(bool pinned, int64_t bytes);
+  void note(bool pinned, int64_t bytes, HostUse use);
   PinBackend backend_ = PinBackend::mlock;
-  std::atomic<int64_t> pinned_{0}, pageable_{0}, peak_pinned_{0};
+  std::atomic<int64_t> pinned_{0}, pageable_{0}, peak_pinned_{0}, input_pinned_{0};
 };
 
 // CUDA runtime pinning (host_memory_cuda.cpp; false without the CUDA toolkit).

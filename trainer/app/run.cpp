@@ -133,7 +133,7 @@ struct RunState {
     if (reports.empty()) reports.push_back(rank_report(rank, result, device_memory_snapshot(dev.device)));
     SummaryInput in{status, have_cfg ? &cfg : nullptr, have_model ? &model : nullptr, dev.description,
                     have_cfg ? &result : nullptr, std::move(reports), std::move(failure), topt.host_link_gbps,
-                    topt.pageable_ratio, planned ? &*planned : nullptr, scaled.get()};
+                    topt.pageable_ratio, planned ? &*planned : nullptr, scaled.get(), &topt.loader};
     const std::string name = rank == 0 ? "summary" : "summary_rank" + std::to_string(rank);
     const json summary = build_summary(in);
     write_file_atomic(spec.out_dir + "/" + name + ".json", summary.dump(2) + "\n");
@@ -285,6 +285,7 @@ void set_up(RunState& s, int* argc, char*** argv) {
   s.topt.verify_replicas = spec.verify_replicas;
   s.topt.activation_checkpointing = spec.activation_checkpointing;
   s.topt.dynamic_seq_min = spec.dynamic_seq_min.value_or(0);
+  s.topt.loader = spec.loader;
   s.topt.host_link_gbps = spec.host_link_gbps;
   s.topt.pageable_ratio = spec.pageable_ratio;
   if (spec.memlock_limit) {
@@ -333,8 +334,13 @@ void print_header(RunState& s) {
             << model.vocab << "\n"
             << "[zrepro] batch: micro " << cfg.micro_batch << " x gas " << cfg.grad_accum << " x world " << s.world
             << " = " << cfg.train_batch_size << " samples/step; data: Markov chain, a perfect model reaches "
-            << fmt(MarkovData(model.vocab, model.seq, s.topt.seed).entropy_floor(), 3) << " nats\n"
-            << std::flush;
+            << fmt(MarkovData(model.vocab, model.seq, s.topt.seed).entropy_floor(), 3) << " nats\n";
+  const LoaderOptions& l = s.topt.loader;
+  if (l.workers > 0 || l.sample_ms > 0 || l.pin_memory)
+    std::cout << "[zrepro] data loader: " << l.workers << " worker(s) x prefetch " << l.prefetch_factor << ", "
+              << fmt(l.sample_ms) << " ms/sample preparation (emulated), pin_memory "
+              << (l.pin_memory ? "true" : "false") << " (input batches only; the offload buffers follow the config)\n";
+  std::cout << std::flush;
 }
 
 // ---------------------------------------------------------------- hang path

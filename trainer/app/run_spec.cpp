@@ -51,6 +51,15 @@ cxxopts::Options run_options() {
       ("target-device-memory", "the target's device capacity: a preset (a100-40gb, h100-80gb, ...) or a size, e.g. 80GB (GB = 1e9 bytes, GiB = 2^30)", cxxopts::value<std::string>())
       ("scale", "scale-down parameter factor K, or auto (a toy of at most 2M parameters)",
        cxxopts::value<std::string>()->default_value("auto"))
+      ("loader-workers", "data loader worker threads preparing batches ahead of the loop (0: in the loop, as "
+                         "num_workers=0)", cxxopts::value<int>()->default_value("0"))
+      ("prefetch-factor", "batches each loader worker keeps ready (DataLoader prefetch_factor)",
+       cxxopts::value<int>()->default_value("2"))
+      ("sample-ms", "emulated preparation time per sample (reading, decoding, tokenizing) in milliseconds: a "
+                    "worker sleeps this long per sample, as a loader bound by storage waits",
+       cxxopts::value<double>()->default_value("0"))
+      ("loader-pin-memory", "the data loader's pin_memory: input batches in page-locked memory (not the offload "
+                            "buffers: that is the config's offload pin_memory)")
       ("dynamic-seq", "dynamic padding: each step's batches are MIN..seq tokens long (varying shapes, as "
                       "HF's dynamic padding gives)", cxxopts::value<int64_t>())
       ("activation-checkpointing", "recompute each block in backward (HF gradient_checkpointing); the "
@@ -125,6 +134,15 @@ void parse_run_spec(int argc, char** argv, RunSpec& s) {
   s.export_inputs = r.count("export-inputs") > 0;
   if (s.export_inputs && s.out_dir.empty()) throw ConfigError("--export-inputs: needs --out DIR (it writes DIR/inputs)");
   s.dynamic_seq_min = opt<int64_t>(r, "dynamic-seq");
+  s.loader.workers = r["loader-workers"].as<int>();
+  s.loader.prefetch_factor = r["prefetch-factor"].as<int>();
+  s.loader.sample_ms = r["sample-ms"].as<double>();
+  s.loader.pin_memory = r.count("loader-pin-memory") > 0;
+  if (s.loader.workers < 0 || s.loader.workers > 256)
+    throw ConfigError("--loader-workers: got " + std::to_string(s.loader.workers) + ", expected 0..256");
+  if (s.loader.prefetch_factor < 1)
+    throw ConfigError("--prefetch-factor: got " + std::to_string(s.loader.prefetch_factor) + ", expected >= 1");
+  if (s.loader.sample_ms < 0) throw ConfigError("--sample-ms: got " + fmt(s.loader.sample_ms) + ", expected >= 0");
   s.threads = r["threads"].as<int>();
   if (s.threads <= 0) throw ConfigError("--threads: must be > 0, got " + std::to_string(s.threads));
   s.host_link_gbps = r["host-link-gbps"].as<double>();

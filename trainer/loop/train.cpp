@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "device/cuda_memory.h"
+#include "offload/host_memory.h"
 #include "device/base/errors.h"
 #include "trainer/model/data.h"
 #include "trainer/model/gpt.h"
@@ -132,9 +133,16 @@ void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
       if (inj.kind == kind && inj.rank == rank && inj.covers(step)) return &inj;
     return nullptr;
   };
+  // Faults that make this rank's collective sequence differ from its peers'.
+  auto gas_of = [&](int64_t step) { return cfg.grad_accum + (injected("gas-mismatch", step) ? 1 : 0); };
+  auto skipped = [&](int64_t step, int64_t t) { return t == 0 && injected("skip-forward", step); };
+  std::vector<BatchKey> keys;
+  for (int64_t step = 0; step < opts.steps; ++step)
+    for (int64_t t = 0; t < gas_of(step); ++t)
+      if (!skipped(step, t)) keys.push_back({MarkovData::first_sample(step, t, rank, world, micro, gas_of(step)), micro});
+  BatchLoader loader(data, std::move(keys), opts.loader);
   for (int64_t step = 0; step < opts.steps; ++step) {
-    // Faults that make this rank's collective sequence differ from its peers'.
-    const int64_t gas = cfg.grad_accum + (injected("gas-mismatch", step) ? 1 : 0);
+    const int64_t gas = gas_of(step);
     const Injection* straggle = injected("straggler", step);
     StepRecord rec;
     rec.step = step;
@@ -145,13 +153,13 @@ void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
     double loss_sum = 0;
     int64_t micro_steps = 0;
     for (int64_t t = 0; t < gas; ++t) {
-      if (t == 0 && injected("skip-forward", step)) continue;
+      if (skipped(step, t)) continue;
       engine.begin_micro_step(step, t);
       if (straggle) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(straggle->ms));
       auto t0 = Clock::now();
       const double w_data = wall_seconds();
-      torch::Tensor batch =
-          data.samples(MarkovData::first_sample(step, t, rank, world, micro, gas), micro).to(opts.device);
+      torch::Tensor batch = loader.next().to(opts.device, /*non_blocking=*/opts.loader.pin_memory);
+      result.input_pinned_peak = std::max(result.input_pinned_peak, HostMemory::instance().input_pinned_bytes());
       const int64_t len = opts.dynamic_seq_min > 0 ? dynamic_seq_len(step, opts.dynamic_seq_min, spec.seq) : spec.seq;
       torch::Tensor inputs = batch.narrow(1, 0, len), targets = batch.narrow(1, 1, len);
       rec.data_wait_s += since(t0);

@@ -15,6 +15,7 @@
 #include "trainer/config/model_spec.h"
 #include "trainer/loop/trace.h"
 #include "zero/comm/communicator.h"
+#include "trainer/loop/loader.h"
 #include "zero/engine.h"
 
 namespace zrepro {
@@ -53,6 +54,7 @@ struct TrainOptions {
   // length): step j uses a sequence length between dynamic_seq_min and the model's,
   // the same for every micro-step and rank of the step. 0: fixed length.
   int64_t dynamic_seq_min = 0;
+  LoaderOptions loader;  // the input pipeline (trainer/loop/loader.h)
   // Overrides the engine's buffer policy (experiments and tests; see
   // [Note: one buffer policy for run and plan] in zero/schedule/buffer_policy.h).
   std::optional<BufferPolicy> buffer_policy;
@@ -80,6 +82,7 @@ struct TrainResult {
   CopyStats copies;                  // offload copies over the run (this rank)
   std::vector<CopyRecord> copy_log;  // the last copies, for the trace
   int64_t skipped_steps = 0;
+  int64_t input_pinned_peak = 0;  // the loader's page-locked batches at most (pin_memory)
   EngineMemory memory;  // this rank's engine-owned bytes by category
   // Full fp32 parameters after the last step, one tensor per layer (for checks).
   std::vector<torch::Tensor> final_params;

@@ -291,6 +291,15 @@ json build_summary(const SummaryInput& in) {
   s["data"] = in.model ? json{{"kind", "markov"},
                               {"entropy_floor_nats", MarkovData(in.model->vocab, in.model->seq, 0).entropy_floor()}}
                        : json(nullptr);
+  if (in.loader && s["data"].is_object()) {
+    const LoaderOptions& l = *in.loader;
+    // The loader's own pin_memory: input batches only, never the offload buffers.
+    s["data"]["loader"] = {{"workers", l.workers},
+                           {"prefetch_factor", l.prefetch_factor},
+                           {"sample_ms_emulated", l.sample_ms},
+                           {"pin_memory", l.pin_memory},
+                           {"pinned_bytes_peak", in.result ? json(in.result->input_pinned_peak) : json(nullptr)}};
+  }
   s["batch"] = c ? json{{"micro", c->micro_batch}, {"grad_accum", c->grad_accum}, {"global", c->train_batch_size}}
                  : json(nullptr);
   json steps = json::array();

@@ -66,6 +66,7 @@ struct SummaryInput {
   double host_link_gbps = 0, pageable_ratio = 0.5;  // the copy engine's model (offload)
   const MemoryPlan* planned = nullptr;   // the planner's figures for this run (memory.planned)
   const ScaleDown* scale_down = nullptr;  // --target-model: the target, the toy, the fidelity
+  const LoaderOptions* loader = nullptr;  // the input pipeline (data.loader)
 };
 nlohmann::json build_summary(const SummaryInput& in);
 
