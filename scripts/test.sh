@@ -2,7 +2,7 @@
 # The test command of the README (and of CI): set-up, build, then the whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+ZREPRO_EXTRA_PACKAGES=chromium scripts/setup.sh
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 ctest --test-dir build --output-on-failure -j "${ZREPRO_TEST_JOBS:-2}" "$@"

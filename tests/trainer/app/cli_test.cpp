@@ -32,3 +32,22 @@ TEST(Cli, WrongTypeNamesTheFlagEvenInsideAList) {
   EXPECT_NE(error_of({"--ranks=1,x"}).find("--ranks"), std::string::npos);
   EXPECT_EQ(error_of({"--ranks", "1,2"}), "");
 }
+
+TEST(Cli, DeviceMemoryTakesPresetsAndSizes) {
+  // The capacity PyTorch reports on an A100 40GB: 39.59 GiB, in whole MiB.
+  EXPECT_EQ(parse_device_memory("--device-memory", "a100-40gb"), 40540LL * 1048576);
+  EXPECT_EQ(parse_device_memory("--device-memory", "A100-80GB"), parse_device_memory("--device-memory", "a100-80gb"));
+  EXPECT_LT(parse_device_memory("--device-memory", "h100-80gb"), 80LL << 30) << "less than the marketing size";
+  EXPECT_EQ(parse_device_memory("--device-memory", "40GB"), 40LL * 1000 * 1000 * 1000);
+  EXPECT_EQ(parse_device_memory("--device-memory", "40GiB"), 40LL << 30);
+  for (const auto& d : device_presets()) EXPECT_GT(parse_device_memory("--x", d.name), 10LL << 30) << d.name;
+  try {
+    parse_device_memory("--target-device-memory", "a100");
+    ADD_FAILURE() << "a100 was accepted";
+  } catch (const ConfigError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("--target-device-memory"), std::string::npos) << m;
+    EXPECT_NE(m.find("a100-40gb"), std::string::npos) << m;
+    EXPECT_NE(m.find("GiB (2^30)"), std::string::npos) << m;
+  }
+}

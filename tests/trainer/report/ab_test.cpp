@@ -101,3 +101,81 @@ TEST(Ab, RankCountsAreCheckedAgainstTheEquivalenceRules) {
   EXPECT_NE(bad.verdicts[2].find("grads x1.00 (expected x0.25)"), std::string::npos) << bad.verdicts[2];
   EXPECT_NE(bad.verdicts[2].find("NOT as"), std::string::npos) << bad.verdicts[2];
 }
+
+// ---- --expect: symptoms that are not failures
+
+namespace {
+
+// A summary with one figure set: the time breakdown's shares and rank 0's offload overlap.
+json measured(double step_s, double data_wait, double overlap, std::vector<double> grad_norms = {1.0, 1.0}) {
+  json s = summary("ok", {2.0, 1.5}, {50}, 100);
+  s["time"]["step_s_median"] = step_s;
+  s["time"]["breakdown_s"] = {{"forward", 1.0}, {"data_wait", data_wait}};
+  s["offload"] = {{"ranks", {{{"overlap_ratio", overlap}, {"device_busy_fraction", 0.5}}}}};
+  for (size_t i = 0; i < grad_norms.size() && i < s["steps"].size(); ++i) s["steps"][i]["grad_norm"] = grad_norms[i];
+  return s;
+}
+
+}  // namespace
+
+TEST(Ab, ExpectationsParseAndRefuseWithTheForms) {
+  EXPECT_EQ(parse_expectation("failure").kind, Expectation::Kind::failure);
+  EXPECT_EQ(parse_expectation("refused").kind, Expectation::Kind::refused);
+  const Expectation slower = parse_expectation("slower:1.5");
+  EXPECT_EQ(slower.kind, Expectation::Kind::more);
+  EXPECT_EQ(slower.key, "step_s_median");
+  EXPECT_EQ(slower.factor, 1.5);
+  EXPECT_EQ(parse_expectation("less:overlap_ratio:0.5").key, "overlap_ratio");
+  EXPECT_EQ(parse_expectation("differs:grad_norm:0.1").kind, Expectation::Kind::differs);
+  for (const char* bad : {"slow", "slower:x", "slower:-1", "less:no_such_figure:0.5", "differs:peak:0.1", "more:data_wait_share"}) {
+    try {
+      parse_expectation(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("--expect"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Ab, MeasuredSymptomsDecideByTheRatio) {
+  // data_wait share 0.5 vs 0.1: A shows it at more:...:2, not at more:...:8.
+  const auto a = run("A", 1, 0, measured(1.0, 1.0, 0.3)), b = run("B", 1, 0, measured(1.0, 1.0 / 9, 0.3));
+  const AbResult shown = compare_ab({a}, {b}, false, parse_expectation("more:data_wait_share:2"));
+  EXPECT_EQ(shown.exit_code, kExitOk);
+  EXPECT_NE(shown.verdicts[0].find("A reproduces: data_wait_share 0.5000 vs B's 0.1000 = 5.00x"), std::string::npos)
+      << shown.verdicts[0];
+  EXPECT_EQ(compare_ab({a}, {b}, false, parse_expectation("more:data_wait_share:8")).exit_code, kExitAbNoFailure);
+  // overlap 0 vs 0.3: less:overlap_ratio:0.5 holds; B failing is never a fix.
+  const auto pageable = run("A", 1, 0, measured(1.0, 0, 0.0)), pinned = run("B", 1, 0, measured(1.0, 0, 0.3));
+  EXPECT_EQ(compare_ab({pageable}, {pinned}, false, parse_expectation("less:overlap_ratio:0.5")).exit_code, kExitOk);
+  EXPECT_EQ(compare_ab({pageable}, {run("B", 1, 3, summary("oom", {}, {100}, 100, "step"))}, false,
+                       parse_expectation("less:overlap_ratio:0.5"))
+                .exit_code,
+            kExitAbNotFixed);
+  // A failing is not the measured symptom.
+  EXPECT_EQ(compare_ab({run("A", 1, 3, summary("oom", {}, {100}, 100, "step"))}, {pinned}, false,
+                       parse_expectation("less:overlap_ratio:0.5"))
+                .exit_code,
+            kExitAbNoFailure);
+  // slower: median step time ratio.
+  EXPECT_EQ(compare_ab({run("A", 1, 0, measured(3.0, 0, 0))}, {run("B", 1, 0, measured(1.0, 0, 0))}, false,
+                       parse_expectation("slower:2"))
+                .exit_code,
+            kExitOk);
+}
+
+TEST(Ab, DiffersComparesPerStepFiguresAndRefusedIsExitTwo) {
+  const auto bug = run("A", 1, 0, measured(1, 0, 0, {0.4, 0.5})), ref = run("B", 1, 0, measured(1, 0, 0, {1.0, 1.0}));
+  EXPECT_EQ(compare_ab({bug}, {ref}, false, parse_expectation("differs:grad_norm:0.1")).exit_code, kExitOk);
+  EXPECT_EQ(compare_ab({ref}, {ref}, false, parse_expectation("differs:grad_norm:0.1")).exit_code, kExitAbNoFailure);
+  const AbResult refused = compare_ab({run("A", 2, 2, summary("config_error", {}, {}, 0, "init"))},
+                                      {run("B", 2, 0, summary("ok", {2.0}, {50}, 100))}, false,
+                                      parse_expectation("refused"));
+  EXPECT_EQ(refused.exit_code, kExitOk);
+  EXPECT_EQ(refused.json["expect"], "refused");
+  // Under `refused` an OOM is not the symptom.
+  EXPECT_EQ(compare_ab({run("A", 1, 3, summary("oom", {}, {100}, 100, "forward"))},
+                       {run("B", 1, 0, summary("ok", {2.0}, {50}, 100))}, false, parse_expectation("refused"))
+                .exit_code,
+            kExitAbNoFailure);
+}

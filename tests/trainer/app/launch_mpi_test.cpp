@@ -1,0 +1,31 @@
+// Launching a run the way clusters do: `mpirun -np N --hostfile FILE zrepro run ...`
+// (several nodes; here a hostfile that names this machine twice) starts the same run as
+// `zrepro run --ranks N` on one node: same world size, same losses, one summary.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/process.h"
+
+TEST(Launch, HostfileRunMatchesRanksFlag) {
+  const std::string dir = zrepro_test::fresh_dir("launch_hostfile");
+  std::ofstream(dir + "/ds.json") << R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}, "zero_optimization": {"stage": 2}})";
+  std::ofstream(dir + "/hostfile") << "localhost\nlocalhost\n";  // one line per slot
+  const std::string bin = ZREPRO_BIN;
+  const auto by_flag = zrepro_test::zrepro_cmd("run --config " + dir + "/ds.json --steps 3 --ranks 2 --out " + dir + "/flag", 180);
+  ASSERT_EQ(by_flag.code, 0) << by_flag.output;
+  const auto by_hostfile = zrepro_test::shell(
+      "timeout -k 5 180 mpirun -np 2 --hostfile " + dir + "/hostfile --oversubscribe --bind-to none " +
+      "-x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 " + bin + " run --config " + dir + "/ds.json --steps 3 --out " +
+      dir + "/hostfile_out 2>&1");
+  ASSERT_EQ(by_hostfile.code, 0) << by_hostfile.output;
+  const auto a = nlohmann::json::parse(zrepro_test::read_text(dir + "/flag/summary.json"));
+  const auto b = nlohmann::json::parse(zrepro_test::read_text(dir + "/hostfile_out/summary.json"));
+  EXPECT_EQ(b["world_size"], 2);
+  ASSERT_EQ(a["steps"].size(), b["steps"].size());
+  for (size_t i = 0; i < a["steps"].size(); ++i) EXPECT_EQ(a["steps"][i]["loss"], b["steps"][i]["loss"]) << "step " << i;
+  EXPECT_EQ(b["memory"]["ranks"].size(), 2u);
+}
