@@ -208,7 +208,7 @@ json straggler_json(const std::vector<RankReport>& ranks) {
   }
   const double others = (sum - ranks[slow].comm_wait_s) / static_cast<double>(ranks.size() - 1);
   const double mean_step_total = step / static_cast<double>(ranks.size());
-  if (others - ranks[slow].comm_wait_s <= 0.1 * mean_step_total) return nullptr;
+  if (others - ranks[slow].comm_wait_s <= 0.25 * mean_step_total) return nullptr;
   return {{"rank", ranks[slow].rank}, {"others_wait_s", others}, {"own_wait_s", ranks[slow].comm_wait_s}};
 }
 

@@ -49,7 +49,7 @@ struct RankReport {
 RankReport rank_report(int rank, const TrainResult& r, const MemorySnapshot& device);
 nlohmann::json memory_rank_json(const RankReport& r);
 // The rank the others wait for: every rank's time in collectives, and when the spread is
-// more than a tenth of the mean step time, the least-waiting rank named as the straggler
+// more than a quarter of the mean total step time, the least-waiting rank named as the straggler
 // ({"rank", "others_wait_s", "own_wait_s"}); null on one rank or without such a spread.
 nlohmann::json straggler_json(const std::vector<RankReport>& ranks);
 // DeepSpeed's see_memory_usage line: "MA 1.23 GB  Max_MA 2.34 GB  CA 2.50 GB  Max_CA 3 GB".
