@@ -100,7 +100,8 @@ int ab_command(int argc, char** argv) {
       ("ranks", "rank counts to run each side at, e.g. 1,4", cxxopts::value<std::vector<int>>()->default_value("1"))
       ("expect", "the symptom A shows and B must not: failure (default), refused (A's config is rejected at "
                  "init), slower:R, less:KEY:R, more:KEY:R (KEY: device_busy_fraction, overlap_ratio, "
-                 "comm_wait_share, data_wait_share, ...), differs:loss|grad_norm:TOL",
+                 "comm_wait_share, data_wait_share, ...), differs:loss|grad_norm:TOL, scaling:E (A's throughput "
+                 "efficiency from the first rank count to the others below E, B's at least E)",
        cxxopts::value<std::string>()->default_value("failure"))
       ("plan-only", "answer from the planner (zrepro plan) instead of training")
       ("out", "folder for each side's outputs, ab.json and ab.html", cxxopts::value<std::string>()->default_value("ab_out"))

@@ -133,7 +133,8 @@ struct RunState {
     if (reports.empty()) reports.push_back(rank_report(rank, result, device_memory_snapshot(dev.device)));
     SummaryInput in{status, have_cfg ? &cfg : nullptr, have_model ? &model : nullptr, dev.description,
                     have_cfg ? &result : nullptr, std::move(reports), std::move(failure), topt.host_link_gbps,
-                    topt.pageable_ratio, planned ? &*planned : nullptr, scaled.get(), &topt.loader};
+                    topt.pageable_ratio, planned ? &*planned : nullptr, scaled.get(), &topt.loader,
+                    spec.interconnect_gbps};
     const std::string name = rank == 0 ? "summary" : "summary_rank" + std::to_string(rank);
     const json summary = build_summary(in);
     write_file_atomic(spec.out_dir + "/" + name + ".json", summary.dump(2) + "\n");
@@ -304,6 +305,14 @@ void set_up(RunState& s, int* argc, char*** argv) {
   resolve_config(s);
   install_device(s);
   derive_host_link(s);
+  if (spec.interconnect_gbps > 0) {
+    if (!s.dev.device.is_cpu())
+      throw ConfigError("--interconnect-gbps: models the interconnect of the CPU-emulated device; a GPU run uses its own");
+    s.comm().model_busbw(spec.interconnect_gbps);
+    if (s.rank == 0)
+      std::cout << "[zrepro] interconnect: collectives modelled at " << fmt(spec.interconnect_gbps)
+                << " GB/s bus bandwidth (--interconnect-gbps)\n";
+  }
 }
 
 void print_header(RunState& s) {

@@ -31,6 +31,9 @@ cxxopts::Options run_options() {
       ("host-link-profile", "offload: derive --host-link-gbps from a target (a100-pcie4, h100-pcie5, h200-pcie5, "
                             "l40s-pcie4, gh200-c2c) so copies keep their share of the step",
        cxxopts::value<std::string>())
+      ("interconnect-gbps", "collectives: modelled bus bandwidth in GB/s (nccl-tests busbw) on the CPU-emulated "
+                            "device: each collective takes at least its array bytes x busbw factor / this "
+                            "(0: as fast as this machine's MPI)", cxxopts::value<double>()->default_value("0"))
       ("pageable-ratio", "offload: pageable copy bandwidth as a fraction of pinned (CPU-emulated device)",
        cxxopts::value<double>()->default_value("0.5"))
       ("comm-timeout", "watchdog: seconds a collective may take before the job is declared hung (default: "
@@ -147,6 +150,8 @@ void parse_run_spec(int argc, char** argv, RunSpec& s) {
   if (s.threads <= 0) throw ConfigError("--threads: must be > 0, got " + std::to_string(s.threads));
   s.host_link_gbps = r["host-link-gbps"].as<double>();
   s.pageable_ratio = r["pageable-ratio"].as<double>();
+  s.interconnect_gbps = r["interconnect-gbps"].as<double>();
+  if (s.interconnect_gbps < 0) throw ConfigError("--interconnect-gbps: must be >= 0, got " + fmt(s.interconnect_gbps));
   if (s.host_link_gbps < 0) throw ConfigError("--host-link-gbps: must be >= 0, got " + fmt(s.host_link_gbps));
   s.host_link_profile = opt<std::string>(r, "host-link-profile");
   if (s.host_link_profile && r.count("host-link-gbps"))

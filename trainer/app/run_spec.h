@@ -51,6 +51,7 @@ struct RunSpec {
   double host_link_gbps = 0;
   std::optional<std::string> host_link_profile;
   double pageable_ratio = 0.5;
+  double interconnect_gbps = 0;  // --interconnect-gbps: modelled collective bus bandwidth (0: none)
   std::optional<int64_t> memlock_limit;  // --memlock-limit: RLIMIT_MEMLOCK to run under, without CAP_IPC_LOCK
 
   // Failures and outputs.

@@ -3,7 +3,8 @@
 // rank counts) run as `zrepro ab`, and answer "symptom reproduced / fix verified".
 //   scenario.json: {"name", "symptom", "grep", "expect", "a": {"config", "args"}, "b": {...},
 //                   "args": [...], "ranks": [...]}
-// "expect" is ab's --expect (default failure). "grep" is the line users find in their
+// "expect" is ab's --expect (default failure); "serial": true marks a throughput ratio
+// that needs the machine's cores to itself (ctest runs it alone). "grep" is the line users find in their
 // logs: side A's log must contain it wherever A shows the symptom, or the reproduction
 // does not count. Exit codes are ab's: 0 reproduced and fixed, 6 reproduced and not
 // fixed, 7 not reproduced (or without the grep line), 2 bad input.

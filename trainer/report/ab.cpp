@@ -182,7 +182,10 @@ Measured measured_verdict(const Expectation& e, const AbRun& a, const AbRun& b, 
   } else {
     const double x = num(ra.value(e.key, json())), y = num(rb.value(e.key, json()));
     const double ratio = y != 0 ? x / y : NAN;
-    m.a_shows = std::isfinite(ratio) && (e.kind == Expectation::Kind::less ? ratio <= e.factor : ratio >= e.factor);
+    // A share under 1% on both sides is no symptom, whatever its ratio (1e-6 vs 1e-7).
+    const bool negligible = e.key.size() > 6 && e.key.compare(e.key.size() - 6, 6, "_share") == 0 && std::max(x, y) < 0.01;
+    m.a_shows = std::isfinite(ratio) && !negligible &&
+                (e.kind == Expectation::Kind::less ? ratio <= e.factor : ratio >= e.factor);
     figure = e.key + " " + fixed(x, 4) + " vs B's " + fixed(y, 4) + " = " + fixed(ratio, 2) + "x (expected " + want + ")";
   }
   m.line += (m.a_shows ? "A reproduces: " : "A does not show it: ") + figure + "; B " + (m.a_shows ? "fixes it: " : "") +
@@ -260,6 +263,33 @@ json equivalence(const AbRun& base, const AbRun& r, std::string& line) {
   return e;
 }
 
+// Scaling: each side's tokens/s at rank count i against its first, per rank.
+Measured scaling_verdict(const Expectation& e, const AbRun& a0, const AbRun& a, const AbRun& b0, const AbRun& b) {
+  Measured m;
+  m.line = std::to_string(a.ranks) + " rank(s): ";
+  m.b_fails = failed(b, false) || failed(b0, false);
+  if (failed(a, false) || failed(a0, false) || m.b_fails) {
+    m.line += "not compared (a run failed)";
+    return m;
+  }
+  auto efficiency = [&](const AbRun& base, const AbRun& r, std::string& text) {
+    const double t0 = num(base.summary["time"].value("tokens_per_s", json()));
+    const double t1 = num(r.summary["time"].value("tokens_per_s", json()));
+    const double speedup = t0 > 0 ? t1 / t0 : NAN, eff = speedup / (static_cast<double>(r.ranks) / base.ranks);
+    text = fixed(speedup, 2) + "x the tokens/s of " + std::to_string(base.ranks) + " rank(s), efficiency " +
+           fixed(eff, 2);
+    return eff;
+  };
+  std::string ta, tb;
+  const double ea = efficiency(a0, a, ta), eb = efficiency(b0, b, tb);
+  m.a_shows = std::isfinite(ea) && ea < e.factor;
+  m.b_fails = !(std::isfinite(eb) && eb >= e.factor);
+  const std::string want = " (expected < " + fixed(e.factor, 2) + ")";
+  m.line += (m.a_shows ? "A reproduces: " : "A does not show it: ") + ta + want + "; B " +
+            (m.b_fails ? "does not fix it: " : "fixes it: ") + tb;
+  return m;
+}
+
 }  // namespace
 
 // ---- public
@@ -272,7 +302,7 @@ const std::vector<std::string>& ab_metric_keys() {
 }
 
 Expectation parse_expectation(const std::string& text) {
-  const char* forms = "failure, refused, slower:R, less:KEY:R, more:KEY:R or differs:loss|grad_norm:TOL";
+  const char* forms = "failure, refused, slower:R, less:KEY:R, more:KEY:R, scaling:E or differs:loss|grad_norm:TOL";
   std::vector<std::string> parts;
   for (size_t at = 0;;) {
     const size_t c = text.find(':', at);
@@ -302,6 +332,8 @@ Expectation parse_expectation(const std::string& text) {
       throw ConfigError("--expect \"" + text + "\": unknown figure \"" + parts[1] + "\" (expected one of " + all + ")");
     }
     e.kind = k == "less" ? Expectation::Kind::less : Expectation::Kind::more, e.key = parts[1], e.factor = factor(parts[2]);
+  } else if (k == "scaling" && parts.size() == 2) {
+    e.kind = Expectation::Kind::scaling, e.key = "tokens_per_s", e.factor = factor(parts[1]);
   } else if (k == "differs" && parts.size() == 3 && (parts[1] == "loss" || parts[1] == "grad_norm")) {
     e.kind = Expectation::Kind::differs, e.key = parts[1], e.factor = factor(parts[2]);
   } else {
@@ -337,6 +369,12 @@ AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bo
       a_shows = e.kind == Expectation::Kind::refused ? a[i].exit_code == kExitBadInput : failed(a[i], plan_only);
       b_fails = failed(b[i], plan_only);
       out.verdicts.push_back(failure_verdict(ra, rb, a_shows, b_fails, dl, plan_only));
+    } else if (e.kind == Expectation::Kind::scaling) {
+      const Measured m = i == 0 ? Measured{false, failed(b[0], false),
+                                           std::to_string(a[0].ranks) + " rank(s): the base of the scaling comparison"}
+                                : scaling_verdict(e, a[0], a[i], b[0], b[i]);
+      a_shows = m.a_shows, b_fails = m.b_fails;
+      out.verdicts.push_back(m.line);
     } else {
       const Measured m = measured_verdict(e, a[i], b[i], ra, rb);
       a_shows = m.a_shows, b_fails = m.b_fails;

@@ -39,12 +39,15 @@ struct AbResult {
 //   more:KEY:R        A's KEY >= R x B's (comm_wait_share, data_wait_share, ...)
 //   differs:KEY:TOL   A's per-step KEY (loss, grad_norm) differs from B's (the reference)
 //                     by more than TOL relative at some step
+//   scaling:E         more ranks do not raise A's throughput: at each rank count after the
+//                     first, A's tokens/s speedup over the first divided by the rank ratio
+//                     (the scaling efficiency) is below E, B's is at least E
 // For every kind but failure/refused a side that fails cannot show the symptom: B failing
 // is "not fixed", A failing is "not reproduced".
 struct Expectation {
-  enum class Kind { failure, refused, less, more, differs } kind = Kind::failure;
+  enum class Kind { failure, refused, less, more, differs, scaling } kind = Kind::failure;
   std::string key;     // less/more: a row field; differs: a per-step field; slower: step_s_median
-  double factor = 0;   // slower/less/more: R; differs: TOL
+  double factor = 0;   // slower/less/more: R; differs: TOL; scaling: E
   std::string text = "failure";  // as given
 };
 // Throws ConfigError naming --expect, the value and the accepted forms.

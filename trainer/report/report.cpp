@@ -344,6 +344,8 @@ json build_summary(const SummaryInput& in) {
   s["memory"] = memory;
   if (in.planned) s["memory"]["planned"] = in.planned->to_json();
   s["comm"] = in.result ? comm_json(in.result->steps, c ? c->world_size : 1) : json(nullptr);
+  if (s["comm"].is_object())
+    s["comm"]["modelled_busbw_GBps"] = in.modelled_busbw_gbps > 0 ? json(in.modelled_busbw_gbps) : json(nullptr);
   s["offload"] = c && in.result ? offload_json(*c, in, ranks) : json(nullptr);
   s["failure"] = in.failure;
   s["effective_config"] = c ? c->effective_json() : json(nullptr);

@@ -67,6 +67,7 @@ struct SummaryInput {
   const MemoryPlan* planned = nullptr;   // the planner's figures for this run (memory.planned)
   const ScaleDown* scale_down = nullptr;  // --target-model: the target, the toy, the fidelity
   const LoaderOptions* loader = nullptr;  // the input pipeline (data.loader)
+  double modelled_busbw_gbps = 0;         // --interconnect-gbps (comm.modelled_busbw_GBps)
 };
 nlohmann::json build_summary(const SummaryInput& in);
 

@@ -95,24 +95,20 @@ WorkPtr Communicator::submit(CollOp op, torch::Tensor out, torch::Tensor in, int
   e.micro_step = micro_step_;
   e.label = label;
   const int64_t seq = recorder_.record(e);
+  // Bytes: all-reduce moves the array out and back (2S, the ZeRO paper's
+  // reduce-scatter + all-gather); the others the whole array S once.
+  const int64_t esize = in.defined() ? static_cast<int64_t>(in.element_size()) : 0;
+  const int64_t array = (op == CollOp::all_gather ? out.numel() : in.defined() ? in.numel() : 0) * esize;
   {
-    // Bytes: all-reduce moves the array out and back (2n, the ZeRO paper's
-    // reduce-scatter + all-gather); reduce-scatter and all-gather the whole array.
     std::lock_guard<std::mutex> lock(stats_mu_);
     OpStats& s = stats_[op];
-    const int64_t esize = in.defined() ? static_cast<int64_t>(in.element_size()) : 0;
     s.calls += 1;
-    switch (op) {
-      case CollOp::all_reduce: s.bytes += 2 * in.numel() * esize; s.array_bytes += in.numel() * esize; break;
-      case CollOp::reduce_scatter: s.bytes += in.numel() * esize; s.array_bytes += in.numel() * esize; break;
-      case CollOp::all_gather: s.bytes += out.numel() * esize; s.array_bytes += out.numel() * esize; break;
-      case CollOp::broadcast: s.bytes += in.numel() * esize; s.array_bytes += in.numel() * esize; break;
-      case CollOp::barrier: break;
-    }
+    s.bytes += op == CollOp::all_reduce ? 2 * array : array;
+    s.array_bytes += array;
   }
   auto work = std::make_shared<Work>();
   work->comm_ = this;
-  Task task{op, std::move(out), std::move(in), root, seq, work};
+  Task task{op, std::move(out), std::move(in), root, seq, array, work};
   if (!threaded_) {
     run_task(task);
     return work;
@@ -134,6 +130,11 @@ void Communicator::run_task(Task& t) {
   } catch (const std::exception& e) {
     err = std::make_exception_ptr(CommError(std::string(coll_op_name(t.op)) + " #" + std::to_string(t.seq) +
                                             " failed: " + e.what()));
+  }
+  if (!err && modelled_busbw_gbps_ > 0) {
+    const double modelled = static_cast<double>(t.array_bytes) * busbw_factor(t.op, world_size_) / (modelled_busbw_gbps_ * 1e9);
+    std::this_thread::sleep_until(t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                           std::chrono::duration<double>(modelled)));
   }
   recorder_.set_state(t.seq, err ? FlightEntry::failed : FlightEntry::completed);
   {

@@ -76,6 +76,14 @@ class Communicator {
   WorkPtr broadcast(torch::Tensor t, int root, const std::string& label);
   void barrier(const std::string& label);
 
+  // [Note: modelled interconnect] A collective takes at least S x busbw_factor / busbw
+  // (nccl-tests' relation between the array size S and the bus bandwidth): the comm
+  // stream sleeps out the rest after the real transfer, so later collectives queue and
+  // Work::wait() blocks as on an interconnect of that bandwidth. 0: as fast as this
+  // machine moves the bytes. One rank never waits (busbw_factor is 0).
+  void model_busbw(double gbps) { modelled_busbw_gbps_ = gbps; }
+  double modelled_busbw_gbps() const { return modelled_busbw_gbps_; }
+
   // Training position stamped on the flight-recorder entries of later ops.
   void set_position(int64_t step, int64_t micro_step) { step_ = step, micro_step_ = micro_step; }
 
@@ -97,6 +105,7 @@ class Communicator {
     torch::Tensor out, in;
     int root;
     int64_t seq;
+    int64_t array_bytes;  // nccl-tests S
     WorkPtr work;
   };
   WorkPtr submit(CollOp op, torch::Tensor out, torch::Tensor in, int root, const std::string& label);
@@ -105,6 +114,7 @@ class Communicator {
 
   int rank_, world_size_;
   bool threaded_;
+  double modelled_busbw_gbps_ = 0;
   int64_t step_ = -1, micro_step_ = -1;
   FlightRecorder recorder_;
   mutable std::mutex stats_mu_;

@@ -179,3 +179,30 @@ TEST(Ab, DiffersComparesPerStepFiguresAndRefusedIsExitTwo) {
                 .exit_code,
             kExitAbNoFailure);
 }
+
+TEST(Ab, ScalingComparesEachSideWithItsFirstRankCount) {
+  auto at = [](const char* side, int ranks, double tokens_per_s) {
+    json s = summary("ok", {2.0, 1.5}, {50}, 100);
+    s["time"]["tokens_per_s"] = tokens_per_s;
+    s["batch"] = {{"global", 8 * ranks}};  // weak scaling: the global batch grows with the ranks
+    s["zero_stage"] = 1;
+    s["memory"]["ranks"][0]["model_states"] = {{"params", 100}, {"grads", 100}, {"optimizer_states", 600 / ranks}};
+    return run(side, ranks, 0, s);
+  };
+  // A: 1000 -> 700 tok/s on 2 ranks (efficiency 0.35); B: 1000 -> 1400 (0.70).
+  const AbResult r = compare_ab({at("A", 1, 1000), at("A", 2, 700)}, {at("B", 1, 1000), at("B", 2, 1400)}, false,
+                                parse_expectation("scaling:0.5"));
+  EXPECT_EQ(r.exit_code, kExitOk);
+  EXPECT_NE(r.verdicts[1].find("A reproduces: 0.70x the tokens/s of 1 rank(s), efficiency 0.35"), std::string::npos)
+      << r.verdicts[1];
+  EXPECT_NE(r.verdicts[1].find("B fixes it: 1.40x"), std::string::npos) << r.verdicts[1];
+  // B scaling no better is not a fix; A scaling well shows nothing.
+  EXPECT_EQ(compare_ab({at("A", 1, 1000), at("A", 2, 700)}, {at("B", 1, 1000), at("B", 2, 800)}, false,
+                       parse_expectation("scaling:0.5"))
+                .exit_code,
+            kExitAbNotFixed);
+  EXPECT_EQ(compare_ab({at("A", 1, 1000), at("A", 2, 1900)}, {at("B", 1, 1000), at("B", 2, 1900)}, false,
+                       parse_expectation("scaling:0.5"))
+                .exit_code,
+            kExitAbNoFailure);
+}
