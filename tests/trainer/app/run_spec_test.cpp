@@ -3,6 +3,7 @@
 // later flag is refused (so the failure summary still has a folder).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -99,4 +100,31 @@ TEST(RunSpec, ScaleDownFlags) {
   EXPECT_EQ(*s.target_world_size, 4);
   EXPECT_DOUBLE_EQ(*s.scale, 16);
   EXPECT_FALSE(parse({"--target-model", "gpt2", "--target-device-memory", "1GB"}).scale) << "auto";
+}
+
+TEST(RunSpec, CommTimeoutDefaultsToDeepSpeedsAndItsEnvironment) {
+  ::setenv("DEEPSPEED_TIMEOUT", "5", 1);
+  EXPECT_DOUBLE_EQ(parse({"--config", "c.json"}).comm_timeout, 300);
+  EXPECT_DOUBLE_EQ(parse({"--config", "c.json", "--comm-timeout", "7"}).comm_timeout, 7);
+  ::setenv("DEEPSPEED_TIMEOUT", "soon", 1);
+  EXPECT_NE(error_of({"--config", "c.json"}).find("DEEPSPEED_TIMEOUT"), std::string::npos);
+  ::unsetenv("DEEPSPEED_TIMEOUT");
+  EXPECT_DOUBLE_EQ(parse({"--config", "c.json"}).comm_timeout, 1800);
+}
+
+TEST(RunSpec, LoaderMemlockAndInterconnectFlags) {
+  const RunSpec s = parse({"--config", "c.json", "--loader-workers", "4", "--prefetch-factor", "3", "--sample-ms", "2.5",
+                           "--loader-pin-memory", "--memlock-limit", "64KiB", "--interconnect-gbps", "0.5",
+                           "--device-memory", "a100-40gb"});
+  EXPECT_EQ(s.loader.workers, 4);
+  EXPECT_EQ(s.loader.prefetch_factor, 3);
+  EXPECT_DOUBLE_EQ(s.loader.sample_ms, 2.5);
+  EXPECT_TRUE(s.loader.pin_memory);
+  EXPECT_EQ(*s.memlock_limit, 65536);
+  EXPECT_DOUBLE_EQ(s.interconnect_gbps, 0.5);
+  EXPECT_EQ(*s.device_memory, 40540LL * 1048576);
+  EXPECT_NE(error_of({"--loader-workers", "-1"}).find("--loader-workers"), std::string::npos);
+  EXPECT_NE(error_of({"--prefetch-factor", "0"}).find("--prefetch-factor"), std::string::npos);
+  EXPECT_NE(error_of({"--interconnect-gbps", "-2"}).find("--interconnect-gbps"), std::string::npos);
+  EXPECT_NE(error_of({"--memlock-limit", "lots"}).find("--memlock-limit"), std::string::npos);
 }
