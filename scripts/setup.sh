@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build pkg-config
           libtorch-dev libopenblas0-pthread libopenmpi-dev openmpi-bin
-          libcxxopts-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev)
+          libcxxopts-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev zlib1g-dev)
 # scripts/test.sh adds what only the tests need (chromium: ab.html in a headless browser).
 read -r -a extra <<< "${ZREPRO_EXTRA_PACKAGES:-}"
 packages+=("${extra[@]}")

@@ -1,6 +1,7 @@
 // `zrepro scenario list | run` as a user runs them: every scenario.json is listed and
 // valid (its configs exist), every scenario reproduces its symptom and verifies its fix
-// through ab, the straggler is named, and ab.html renders in headless Chromium.
+// through ab (and a failing side's log is recognised by `zrepro diagnose`), the straggler
+// is named, and ab.html renders in headless Chromium.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -59,6 +60,17 @@ TEST(ScenarioCommand, EveryScenarioReproducesAndVerifies) {
     EXPECT_NE(r.output.find(name + ": symptom reproduced, fix verified"), std::string::npos) << r.output;
     const auto ab = nlohmann::json::parse(zrepro_test::read_text(out + "/ab.json"));
     EXPECT_EQ(ab["outcome"], "fixed") << name;
+    // A failing side's own log, fed back through `zrepro diagnose`, is recognised as this scenario.
+    const std::string expect = spec.value("expect", "failure");
+    if (expect == "failure" || expect == "refused")
+      for (const auto& c : ab["comparisons"]) {
+        if (!c.value("a_shows_symptom", false)) continue;
+        const std::string log = out + "/A_r" + std::to_string(c["ranks"].get<int>()) + ".log";
+        const auto d = zrepro_test::zrepro_cmd("diagnose " + log + " --json", 60, false);
+        EXPECT_EQ(d.code, 0) << name << ": " << d.output;
+        EXPECT_EQ(nlohmann::json::parse(d.output)["scenario"], name) << d.output;
+        break;
+      }
     ++ran;
   }
   EXPECT_GE(ran, 14);

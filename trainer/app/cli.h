@@ -19,6 +19,7 @@ int plan_command(int argc, char** argv);
 int ab_command(int argc, char** argv);
 int verify_command(int argc, char** argv);
 int scenario_command(int argc, char** argv);
+int diagnose_command(int argc, char** argv);
 int doctor_command(int argc, char** argv);
 int bench_comm(int argc, char** argv);
 int bench_adam(int argc, char** argv);

@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
       "  config  print the effective config, every value with its source (--config FILE [--json])\n"
       "  ab      verify a fix: run side A and side B at each rank count and compare (--a A.json --b B.json\n"
       "          | --b-args FLAGS, --ranks 1,4, --plan-only, and any run flag); exit 0 when B fixes A\n"
+      "  diagnose  a failed job's log -> checkpoint, scenario, evidence lines, numbers, what to try\n"
+      "          (LOG [--config FILE --model M --world-size N --device-memory SIZE] [--json])\n"
       "  bench   benchmarks: `bench comm` (collectives vs raw MPI, nccl-tests format),\n"
       "          `bench adam` (fused CPU Adam vs LibTorch AdamW vs memory bandwidth),\n"
       "          `bench copy` (offload copies: pinned vs pageable, d2h/h2d, overlap with compute)\n"
@@ -30,6 +32,7 @@ int main(int argc, char** argv) {
   if (cmd == "verify") return zrepro::verify_command(argc - 1, argv + 1);
   if (cmd == "scenario") return zrepro::scenario_command(argc - 1, argv + 1);
   if (cmd == "doctor") return zrepro::doctor_command(argc - 1, argv + 1);
+  if (cmd == "diagnose") return zrepro::diagnose_command(argc - 1, argv + 1);
   if (cmd == "bench") {
     if (argc >= 3 && std::string(argv[2]) == "comm") return zrepro::bench_comm(argc - 2, argv + 2);
     if (argc >= 3 && std::string(argv[2]) == "adam") return zrepro::bench_adam(argc - 2, argv + 2);

@@ -533,6 +533,8 @@ int oom_failure(RunState& s, const c10::OutOfMemoryError& e) {
   const MemorySnapshot at = s.dev.device.is_cuda() ? device_memory_snapshot(s.dev.device) : mem.at_oom();
   const std::string msg = mem.last_oom().empty() ? e.what_without_backtrace() : mem.last_oom();
   std::cerr << "[zrepro] rank " << s.rank << ": torch.OutOfMemoryError: " << msg << std::endl;
+  std::cerr << "[zrepro] rank " << s.rank << ": out of memory in step " << s.result.steps.size() << " ("
+            << s.result.steps.size() << " steps completed)" << std::endl;
   json failure = make_failure(FailureKind::oom, s.rank, phase_name(mem.phase()), msg,
                               oom_hint(at, mem.phase(), stage_policy(s.have_cfg ? s.cfg.zero.stage : 0)));
   json breakdown = json::object();

@@ -1,0 +1,74 @@
+// zrepro diagnose's reading of logs: every log of the corpus in diagnose_logs/ (written
+// for these tests in the formats of DeepSpeed 0.14-0.19, PyTorch 2.x and NCCL 2.2x
+// messages, ranks interleaved) gives the expected checkpoint, scenario and numbers; a
+// healthy log gives no scenario and the lines that looked closest; sizes as PyTorch
+// prints them become bytes.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "trainer/report/diagnose.h"
+
+using namespace zrepro;
+using json = nlohmann::json;
+
+namespace {
+
+const std::string kDir = std::string(ZREPRO_SOURCE_DIR) + "/tests/trainer/report/diagnose_logs/";
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST(Diagnose, CorpusGivesTheExpectedScenarioAndNumbers) {
+  const json expected = json::parse(read(kDir + "expected.json"));
+  for (const auto& [file, want] : expected.items()) {
+    const json got = diagnose_log(read(kDir + file)).to_json();
+    EXPECT_EQ(got["checkpoint"], want["checkpoint"]) << file << "\n" << got.dump(2);
+    EXPECT_EQ(got["scenario"], want["scenario"]) << file << "\n" << got.dump(2);
+    const json numbers = want.value("numbers", json::object());
+    for (const auto& [k, v] : numbers.items())
+      EXPECT_EQ(got["numbers"].value(k, json()), v) << file << " " << k << "\n" << got["numbers"].dump();
+    if (want["scenario"].is_null()) {
+      EXPECT_EQ(got["confidence"], "none") << file;
+      EXPECT_FALSE(got["closest"].empty()) << file << ": the lines that looked closest";
+    } else {
+      EXPECT_FALSE(got["evidence"].empty()) << file;
+      EXPECT_GT(got["evidence"][0]["line"].get<int>(), 0);
+    }
+  }
+}
+
+TEST(Diagnose, EvidenceNamesLinesAndRanks) {
+  const Diagnosis d = diagnose_log(read(kDir + "nccl_watchdog.log"));
+  ASSERT_GE(d.evidence.size(), 2u);
+  EXPECT_EQ(d.evidence[0].line, 2);
+  EXPECT_EQ(d.evidence[0].fingerprint, "watchdog_timeout");
+  EXPECT_EQ(d.numbers.value("ranks_seen", json()), json({0, 2, 5})) << "rank prefixes [rankN]: and [Rank N]";
+  EXPECT_EQ(d.numbers.value("ran_ms", json()), 1800087);
+  EXPECT_NE(d.to_text().find("zrepro scenario run mismatched-collectives"), std::string::npos);
+}
+
+TEST(Diagnose, OverflowLinesAloneAreTheNormalScaleSearch) {
+  const Diagnosis d = diagnose_log(
+      "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768\n"
+      "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 32768, reducing to 16384\nstep 3 loss 2.1\n");
+  EXPECT_TRUE(d.scenario.empty());
+  EXPECT_NE(d.reason.find("normal search"), std::string::npos);
+  EXPECT_EQ(d.numbers.value("overflow_steps", json()), 2);
+}
+
+TEST(Diagnose, PrintedSizesBecomeBytes) {
+  EXPECT_EQ(parse_printed_bytes("1.86", "GiB"), static_cast<int64_t>(1.86 * 1073741824.0));
+  EXPECT_EQ(parse_printed_bytes("512.00", "MiB"), 512LL << 20);
+  EXPECT_EQ(parse_printed_bytes("80", "GB"), 80000000000LL);
+  EXPECT_EQ(parse_printed_bytes("12", "bytes"), 12);
+  EXPECT_EQ(parse_printed_bytes("x", "GiB"), -1);
+  EXPECT_EQ(parse_printed_bytes("1", "parsecs"), -1);
+}

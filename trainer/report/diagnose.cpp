@@ -1,0 +1,338 @@
+// See diagnose.h.
+#include "trainer/report/diagnose.h"
+
+#include <algorithm>
+#include <map>
+#include <regex>
+#include <sstream>
+
+namespace zrepro {
+
+using json = nlohmann::json;
+
+namespace {
+
+// One fingerprint: a cheap substring that must be on the line, then the pattern.
+struct Fingerprint {
+  const char* id;
+  const char* needle;
+  std::regex pattern;
+};
+
+const std::vector<Fingerprint>& fingerprints() {
+  static const std::vector<Fingerprint> f = [] {
+    auto re = [](const char* p) { return std::regex(p, std::regex::ECMAScript | std::regex::icase); };
+    return std::vector<Fingerprint>{
+        {"oom", "out of memory", re(R"(CUDA out of memory)")},
+        {"batch_assertion", "train_batch_size is not equal",
+         re(R"(train_batch_size is not equal to micro_batch_per_gpu \* gradient_acc_step \* world_size\s*(\d+)\s*!=\s*(\d+)\s*\*\s*(\d+)\s*\*\s*(\d+))")},
+        {"overflow", "OVERFLOW!", re(R"(OVERFLOW! Rank (\d+) Skipping step\.?(?: Attempted loss scale: ([0-9.e+]+))?)")},
+        {"loss_scale_minimum", "loss scale already at minimum", re(R"(Current loss scale already at minimum)")},
+        {"watchdog_timeout", "Watchdog caught collective operation timeout",
+         re(R"(Watchdog caught collective operation timeout)")},
+        {"collective_mismatch", "", re(R"(Received data size doesn't match expected size|ranks disagree on the next collective|Collective mismatch caught)")},
+        {"pinned_memory", "", re(R"((cudaHostAlloc|pin_memory|page-locked|pinned host memory|mlock).*(fail|error|cannot|unable|exceed|more than this process may lock))")},
+        {"memory_line", "Max_MA", re(R"(MA ([0-9.]+) GB\s+Max_MA ([0-9.]+) GB\s+CA ([0-9.]+) GB\s+Max_CA ([0-9.]+) GB)")},
+        {"straggler", "is the straggler", re(R"(rank (\d+) is the straggler)")},
+        // Context, not failures: the ZeRO stage and how many steps completed.
+        {"zero_stage", "stage", re(R"(zero_stage=(\d)|['"]stage['"]:\s*(\d))")},
+        {"completed_steps", "step", re(R"(\bstep=(\d+)|(\d+) steps completed)")},
+        // zrepro's scale-down table: each model state's share of the capacity (toy column).
+        {"model_state_share", "%", re(R"(^\s+(params|grads|optimizer_states)\s+([0-9.]+)%\s+([0-9.]+)%\s*$)")},
+    };
+  }();
+  return f;
+}
+
+std::string trimmed(const std::string& s) { return s.size() > 300 ? s.substr(0, 297) + "..." : s; }
+
+double num(const std::string& s) {
+  try {
+    return std::stod(s);
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+// The figures of a PyTorch OOM message (any version since 1.x) into numbers.
+void read_oom_numbers(const std::string& line, json& n) {
+  static const std::pair<const char*, std::regex> fields[] = {
+      {"request_bytes", std::regex(R"(Tried to allocate ([0-9.]+) ?([KMGT]i?B|bytes))")},
+      {"capacity_bytes", std::regex(R"(total capacity of ([0-9.]+) ?([KMGT]i?B|bytes))")},
+      {"free_bytes", std::regex(R"(of which ([0-9.]+) ?([KMGT]i?B|bytes) is free|([0-9.]+) ?([KMGT]i?B|bytes) free)")},
+      {"reserved_unallocated_bytes",
+       std::regex(R"(([0-9.]+) ?([KMGT]i?B|bytes) is reserved by PyTorch but unallocated)")},
+      {"allocated_bytes", std::regex(R"(([0-9.]+) ?([KMGT]i?B|bytes) is allocated by PyTorch)")}};
+  for (const auto& [key, re] : fields) {
+    std::smatch m;
+    if (n.contains(key) || !std::regex_search(line, m, re)) continue;
+    const int g = m[1].matched ? 1 : 3;
+    const int64_t b = parse_printed_bytes(m[g].str(), m[g + 1].str());
+    if (b >= 0) n[key] = b;
+  }
+  std::smatch m;
+  static const std::regex cat(R"(\(category (\w+), phase (\w+)\))");
+  if (!n.contains("phase") && std::regex_search(line, m, cat)) n["category"] = m[1].str(), n["phase"] = m[2].str();
+}
+
+// Where in training a line of a traceback is: DeepSpeed's frames name the phase. Python
+// prints the frames before the exception, so the last hint before the OOM line counts.
+std::string phase_hint_of(const std::string& line) {
+  static const std::pair<const char*, std::regex> phases[] = {
+      {"partition", std::regex(R"(initialize_optimizer_states|_create_fp32_partitions|_setup_for_real_optimizer|partition_optimizer)")},
+      {"init", std::regex(R"(deepspeed\.initialize|_configure_zero_optimizer|DeepSpeedEngine\.__init__|engine\.py.*__init__)")},
+      {"backward", std::regex(R"(in backward|\.backward\(|reduce_ipg_grads|average_tensor)")},
+      {"forward", std::regex(R"(in forward|\.forward\()")}};
+  if (line.find("File ") == std::string::npos && line.find("in ") == std::string::npos) return "";
+  for (const auto& [phase, re] : phases)
+    if (std::regex_search(line, re)) return phase;
+  return "";
+}
+
+struct Scan {
+  std::map<std::string, std::vector<Evidence>> found;
+  json numbers = json::object();
+  std::vector<Evidence> error_lines;
+  std::vector<int> ranks;
+  int last_line = 0;
+};
+
+void note_rank(const std::string& line, Scan& s) {
+  static const std::regex rank(R"((?:^|\[)\s*[Rr]ank\s*(\d+)\s*[\]:])");
+  std::smatch m;
+  if (std::regex_search(line, m, rank)) {
+    const int r = std::stoi(m[1].str());
+    if (std::find(s.ranks.begin(), s.ranks.end(), r) == s.ranks.end()) s.ranks.push_back(r);
+  }
+}
+
+void read_fingerprint_numbers(const std::string& id, const std::smatch& m, const std::string& line, Scan& s) {
+  json& n = s.numbers;
+  if (id == "oom") {
+    read_oom_numbers(line, n);
+  } else if (id == "batch_assertion") {
+    n["train_batch_size"] = std::stoll(m[1].str());
+    n["micro_batch"] = std::stoll(m[2].str());
+    n["grad_accum"] = std::stoll(m[3].str());
+    n["world_size"] = std::stoll(m[4].str());
+  } else if (id == "overflow") {
+    n["overflow_steps"] = n.value("overflow_steps", 0) + 1;
+    if (m[2].matched) n["last_attempted_loss_scale"] = num(m[2].str());
+  } else if (id == "watchdog_timeout") {
+    static const std::regex seq(R"(SeqNum=(\d+))"), op(R"(OpType=(\w+))"), to(R"(Timeout\(ms\)=(\d+))"),
+        ran(R"(ran for (\d+) milliseconds)");
+    std::smatch k;
+    if (n.contains("collective_seq")) return;  // the first rank's report names the collective
+    if (std::regex_search(line, k, seq)) n["collective_seq"] = std::stoll(k[1].str());
+    if (std::regex_search(line, k, op)) n["collective_op"] = k[1].str();
+    if (std::regex_search(line, k, to)) n["timeout_ms"] = std::stoll(k[1].str());
+    if (std::regex_search(line, k, ran)) n["ran_ms"] = std::stoll(k[1].str());
+  } else if (id == "memory_line") {
+    // DeepSpeed's see_memory_usage before the failure: what the model states took.
+    if (!s.found.count("oom")) n["allocated_gb_before_failure"] = num(m[1].str());
+  } else if (id == "model_state_share") {
+    n["model_states_share"] = n.value("model_states_share", 0.0) + num(m[3].str()) / 100.0;
+  } else if (id == "zero_stage") {
+    n["zero_stage"] = std::stoi(m[1].matched ? m[1].str() : m[2].str());
+  } else if (id == "completed_steps") {
+    // DeepSpeed's step=N lines count before the failure; zrepro's "(N steps completed)" describes it.
+    if (m[2].matched) n["completed_steps"] = std::stoll(m[2].str());
+    else if (!s.found.count("oom")) n["completed_steps"] = std::stoll(m[1].str());
+  } else if (id == "straggler") {
+    n["straggler_rank"] = std::stoi(m[1].str());
+  }
+}
+
+Scan scan(const std::string& text) {
+  Scan s;
+  std::istringstream in(text);
+  static const std::regex errorish(R"(error|exception|traceback|fail|abort|killed|timeout|nan)", std::regex::icase);
+  int no = 0;
+  std::string last_hint;
+  for (std::string line; std::getline(in, line);) {
+    ++no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    note_rank(line, s);
+    const std::string hint = phase_hint_of(line);
+    if (!hint.empty()) last_hint = hint;
+    bool matched = false;
+    for (const auto& f : fingerprints()) {
+      if (*f.needle && line.find(f.needle) == std::string::npos) continue;
+      std::smatch m;
+      if (!std::regex_search(line, m, f.pattern)) continue;
+      matched = true;
+      auto& ev = s.found[f.id];
+      if (ev.size() < 12) ev.push_back({f.id, no, trimmed(line)});
+      read_fingerprint_numbers(f.id, m, line, s);
+      if (std::string(f.id) == "oom" && !last_hint.empty() && !s.numbers.contains("phase_hint"))
+        s.numbers["phase_hint"] = last_hint;
+    }
+    if (!matched && s.error_lines.size() < 5 && std::regex_search(line, errorish))
+      s.error_lines.push_back({"closest", no, trimmed(line)});
+  }
+  s.last_line = no;
+  return s;
+}
+
+// [Note: diagnosis order] The checkpoints are tried in the order practitioners diagnose
+// (SCENARIOS.md): a config the engine refuses first, then memory (stage, buffers,
+// fragmentation), pinned memory, numerics that end the run, communication. Checkpoint
+// names are those of summary.json's failure.checkpoint (kFailures in report.cpp).
+// The model states' share of the device before the failure: zrepro's scale-down table, or
+// DeepSpeed's MA line against the capacity from the OOM message. -1 when unknown.
+double model_states_share(const json& n) {
+  if (n.contains("model_states_share")) return n["model_states_share"].get<double>();
+  if (n.contains("allocated_gb_before_failure") && n.value("capacity_bytes", int64_t(0)) > 0)
+    return n["allocated_gb_before_failure"].get<double>() * 1e9 / static_cast<double>(n["capacity_bytes"].get<int64_t>());
+  return -1;
+}
+
+void decide_oom(const Scan& s, Diagnosis& d) {
+  const json& n = s.numbers;
+  d.checkpoint = "zero-stage";
+  const int64_t req = n.value("request_bytes", int64_t(-1)), stranded = n.value("reserved_unallocated_bytes", int64_t(-1));
+  const std::string phase = n.value("phase", n.value("phase_hint", std::string()));
+  const std::string category = n.value("category", std::string());
+  const bool bucket_sized = req > 0 && (std::llabs(req - 2000000000LL) < 50000000 || std::llabs(req - 1000000000LL) < 25000000);
+  if (req > 0 && stranded > req) {
+    d.scenario = "fragmentation", d.confidence = "strong";
+    d.reason = "the allocator holds more reserved-but-unallocated memory than the request: the free memory is fragmented";
+  } else if (phase == "partition" || category == "optimizer_states") {
+    d.scenario = "optimizer-partition-oom", d.confidence = "strong";
+    d.reason = "the OOM comes while ZeRO creates or partitions the optimizer states (12 bytes/param of fp32 Adam state)";
+  } else if (category == "comm_buffers" || bucket_sized) {
+    d.scenario = "bucket-buffers", d.confidence = category == "comm_buffers" ? "strong" : "likely";
+    d.reason = "the failing request is the size of a 5e8-element reduce / all-gather bucket";
+  } else if (model_states_share(n) >= 0.5) {
+    d.scenario = "zero2-params-dont-fit", d.confidence = "likely";
+    d.reason = "the model states alone took " + std::to_string(static_cast<int>(100 * model_states_share(n))) +
+               "% of the device before the failing allocation: the parameters (and below stage 3 every rank's full "
+               "16-bit copy) leave no room";
+  } else if (n.value("zero_stage", 0) == 3 && n.value("completed_steps", int64_t(0)) >= 1 &&
+             (phase == "forward" || phase == "backward")) {
+    d.scenario = "zero3-live-params", d.confidence = "likely";
+    d.reason = "under ZeRO-3 the OOM comes after a completed step: layers kept gathered between their forward and "
+               "backward (stage3_max_live_parameters, prefetch bucket, reuse distance), not one batch's activations";
+  } else if (category == "activations") {
+    d.scenario = "first-batch-activations", d.confidence = "strong";
+    d.reason = "model states fit; the activations of one micro-batch do not";
+  } else if (category == "params" || phase == "init") {
+    d.scenario = "zero2-params-dont-fit", d.confidence = category == "params" ? "strong" : "likely";
+    d.reason = "the 16-bit parameters every rank holds below stage 3 do not fit with what comes on top";
+  } else {
+    d.scenario = "first-batch-activations", d.confidence = "likely";
+    d.reason = "an OOM in forward/backward with no sign of buckets or fragmentation: usually activations";
+  }
+  const std::vector<std::pair<std::string, std::string>> others = {
+      {"first-batch-activations", "the OOM on the first forward/backward; activation checkpointing fixes it"},
+      {"zero2-params-dont-fit", "the OOM at init or first forward under stage <= 2; zrepro plan shows 16-bit params near capacity"},
+      {"bucket-buffers", "the request is ~1.86 GiB (5e8 fp32 elements) or ~0.93 GiB (bf16)"},
+      {"zero3-live-params", "stage 3, the OOM in a later step's forward; stage3_max_live_parameters / prefetch set high"},
+      {"fragmentation", "a large \"reserved by PyTorch but unallocated\" figure, many steps in"}};
+  for (const auto& [name, tell] : others)
+    if (name != d.scenario) d.alternatives.push_back(name + ": " + tell);
+  d.try_next = {"zrepro plan --config ds_config.json --model M --world-size N --device-memory SIZE (which fixes fit)",
+                "activation checkpointing or a smaller micro-batch with more accumulation",
+                "a higher ZeRO stage, or optimizer offload", "smaller reduce_bucket_size / allgather_bucket_size"};
+}
+
+void decide(const Scan& s, Diagnosis& d) {
+  auto has = [&](const char* id) { return s.found.count(id) > 0; };
+  if (has("batch_assertion")) {
+    d.checkpoint = "config", d.scenario = "mismatched-batch-triple", d.confidence = "strong";
+    d.reason = "DeepSpeed refused the batch triple at init: train_batch_size != micro x gas x world size";
+    d.try_next = {"set gradient_accumulation_steps = train_batch_size / (micro x world size), or drop one of the three"};
+  } else if (has("oom")) {
+    decide_oom(s, d);
+  } else if (has("pinned_memory")) {
+    d.checkpoint = "pinned-memory", d.scenario = "memlock-limit", d.confidence = "strong";
+    d.reason = "pinning the offload buffers failed at init (ulimit -l / CAP_IPC_LOCK, or host memory)";
+    d.alternatives = {"upgrade-pinned-default: the config has no pin_memory key and DeepSpeed >= 0.19.5 now pins by default"};
+    d.try_next = {"ulimit -l unlimited (docker run --ulimit memlock=-1)", "offload pin_memory false"};
+  } else if (has("loss_scale_minimum")) {
+    d.checkpoint = "numerics", d.scenario = "fp16-overflow", d.confidence = "strong";
+    d.reason = "fp16 gradients overflowed at every loss scale down to min_loss_scale";
+    d.try_next = {"bf16 instead of fp16", "find the loss spike (an outlier batch, a layer whose activations explode)"};
+  } else if (has("watchdog_timeout") || has("collective_mismatch")) {
+    d.checkpoint = "communication", d.scenario = "mismatched-collectives", d.confidence = "strong";
+    d.reason = has("collective_mismatch") ? "ranks issued different collectives at the same sequence number"
+                                          : "a collective never completed: a rank is waiting in a collective its peers did not issue";
+    d.alternatives = {"straggler: a slow but live rank; the run is slow, not stuck, and the collectives do complete",
+                      "data-starvation: ranks waiting on their loaders; the timeout would follow long data waits"};
+    d.try_next = {"the same gradient_accumulation_steps and number of batches on every rank (drop_last)",
+                  "zrepro run --ranks N --inject gas-mismatch:R reproduces it with a flight-recorder dump"};
+  } else if (has("straggler")) {
+    d.checkpoint = "communication", d.scenario = "straggler", d.confidence = "strong";
+    d.reason = "one rank kept the others waiting in collectives";
+    d.try_next = {"check the named rank's node (throttling, a noisy neighbour, its data loader)"};
+  } else if (has("overflow")) {
+    d.checkpoint = "", d.scenario = "", d.confidence = "none";
+    d.reason = "only loss-scale overflow lines: the normal search for a loss scale at the start of fp16 training";
+  } else {
+    d.confidence = "none";
+    d.reason = "no known fingerprint";
+  }
+}
+
+}  // namespace
+
+int64_t parse_printed_bytes(const std::string& number, const std::string& unit) {
+  const double x = num(number);
+  if (x < 0) return -1;
+  static const std::map<std::string, double> units = {
+      {"bytes", 1},           {"B", 1},          {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+      {"TiB", 1099511627776.0}, {"KB", 1e3},     {"MB", 1e6},     {"GB", 1e9},        {"TB", 1e12}};
+  const auto it = units.find(unit);
+  return it == units.end() ? -1 : static_cast<int64_t>(x * it->second);
+}
+
+Diagnosis diagnose_log(const std::string& text) {
+  const Scan s = scan(text);
+  Diagnosis d;
+  decide(s, d);
+  for (const auto& [id, ev] : s.found)
+    if (id != "zero_stage" && id != "completed_steps" && id != "model_state_share")  // context, in numbers
+      d.evidence.insert(d.evidence.end(), ev.begin(), ev.end());
+  std::sort(d.evidence.begin(), d.evidence.end(), [](const Evidence& a, const Evidence& b) { return a.line < b.line; });
+  d.numbers = s.numbers;
+  d.numbers.erase("phase_hint");
+  if (s.numbers.contains("phase_hint") && !s.numbers.contains("phase")) d.numbers["phase"] = s.numbers["phase_hint"];
+  if (!s.ranks.empty()) d.numbers["ranks_seen"] = s.ranks;
+  if (d.confidence == "none") d.closest = s.error_lines;
+  return d;
+}
+
+json Diagnosis::to_json() const {
+  auto ev = [](const std::vector<Evidence>& v) {
+    json a = json::array();
+    for (const auto& e : v) a.push_back({{"fingerprint", e.fingerprint}, {"line", e.line}, {"text", e.text}});
+    return a;
+  };
+  return {{"checkpoint", checkpoint.empty() ? json(nullptr) : json(checkpoint)},
+          {"scenario", scenario.empty() ? json(nullptr) : json(scenario)},
+          {"confidence", confidence},
+          {"reason", reason},
+          {"alternatives", alternatives},
+          {"try_next", try_next},
+          {"numbers", numbers},
+          {"evidence", ev(evidence)},
+          {"closest", ev(closest)}};
+}
+
+std::string Diagnosis::to_text() const {
+  std::ostringstream o;
+  if (scenario.empty()) {
+    o << "[zrepro diagnose] " << reason << "\n";
+  } else {
+    o << "[zrepro diagnose] checkpoint " << checkpoint << ": " << scenario << " (" << confidence << "): " << reason << "\n";
+  }
+  for (const auto& e : evidence) o << "  line " << e.line << " [" << e.fingerprint << "] " << e.text << "\n";
+  if (!numbers.empty()) o << "  numbers: " << numbers.dump() << "\n";
+  for (const auto& a : alternatives) o << "  or " << a << "\n";
+  for (const auto& t : try_next) o << "  try: " << t << "\n";
+  if (!scenario.empty()) o << "  reproduce: zrepro scenario run " << scenario << "  (configs/scenarios/" << scenario << "/README.md)\n";
+  for (const auto& e : closest) o << "  closest, line " << e.line << ": " << e.text << "\n";
+  return o.str();
+}
+
+}  // namespace zrepro

@@ -1,0 +1,42 @@
+// From a failed job's log to a diagnosis (`zrepro diagnose LOG`): every fingerprint of
+// the failures in ../shared/SCENARIOS.md found in a DeepSpeed / PyTorch / NCCL log (or
+// zrepro's own), with the line numbers that show it, the numbers it carries (bytes,
+// loss scale, collective sequence number and op, timeout, ranks), and the answer in the
+// diagnosis order of the five checkpoints: which checkpoint, which scenario and how sure,
+// what else it could be and what would tell them apart, what to try. A log with none of
+// them gets "no known fingerprint" and the lines that looked closest, never a guess.
+// Pure: text in, a Diagnosis out (trainer/app/diagnose.cpp reads files and prints).
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace zrepro {
+
+struct Evidence {
+  std::string fingerprint;  // oom, overflow, loss_scale_minimum, watchdog_timeout, ...
+  int line = 0;             // 1-based
+  std::string text;         // the line, trimmed to 300 characters
+};
+
+struct Diagnosis {
+  std::string checkpoint;  // summary.json's: config | zero-stage | pinned-memory | numerics | communication | ""
+  std::string scenario;    // the configs/scenarios folder it matches; "" when none
+  std::string confidence;  // strong | likely | none
+  std::string reason;      // why this scenario, in one sentence
+  std::vector<std::string> alternatives;  // "scenario: what would show if it were this one"
+  std::vector<std::string> try_next;      // fixes to verify, most likely first
+  std::vector<Evidence> evidence;         // every fingerprint line (at most 12 per kind)
+  std::vector<Evidence> closest;          // no fingerprint: error-looking lines
+  nlohmann::json numbers = nlohmann::json::object();
+  nlohmann::json to_json() const;
+  std::string to_text() const;
+};
+
+Diagnosis diagnose_log(const std::string& text);
+
+// "1.86 GiB", "512 MB", "3.01 MiB" -> bytes (PyTorch prints GiB/MiB/KiB; GB = 1e9). -1 if not a size.
+int64_t parse_printed_bytes(const std::string& number, const std::string& unit);
+
+}  // namespace zrepro
