@@ -44,8 +44,7 @@ json planner_check(const Diagnosis& d, const std::vector<std::string>& plan_args
   std::filesystem::remove(out);
   if (!p.is_object()) return nullptr;
   const bool planned_oom = p.value("verdict", "") == "oom";
-  const bool log_oom = d.numbers.contains("request_bytes") || d.scenario == "first-batch-activations" ||
-                       d.checkpoint == "zero-stage";
+  const bool log_oom = d.checkpoint == "zero-stage" || d.numbers.contains("request_bytes");
   const std::string log_phase = d.numbers.value("phase", std::string());
   json c = {{"planned_verdict", p.value("verdict", "")},
             {"planned_phase", p.value("oom_phase", json())},

@@ -273,8 +273,8 @@ Measured scaling_verdict(const Expectation& e, const AbRun& a0, const AbRun& a, 
     return m;
   }
   auto efficiency = [&](const AbRun& base, const AbRun& r, std::string& text) {
-    const double t0 = num(base.summary["time"].value("tokens_per_s", json()));
-    const double t1 = num(r.summary["time"].value("tokens_per_s", json()));
+    const double t0 = num(base.summary["time"].value(e.key, json()));  // tokens_per_s
+    const double t1 = num(r.summary["time"].value(e.key, json()));
     const double speedup = t0 > 0 ? t1 / t0 : NAN, eff = speedup / (static_cast<double>(r.ranks) / base.ranks);
     text = fixed(speedup, 2) + "x the tokens/s of " + std::to_string(base.ranks) + " rank(s), efficiency " +
            fixed(eff, 2);
