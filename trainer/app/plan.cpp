@@ -55,7 +55,10 @@ int plan_command(int argc, char** argv) {
     const PlanRequest req = plan_request_from(r);
     const MemoryPlan plan = plan_memory(req);
     // An OOM verdict comes with the usual fixes, each planned.
-    const std::vector<FixPrediction> fixes = plan.capacity > 0 && !plan.fits ? predict_fixes(req) : std::vector<FixPrediction>{};
+    // (--json lists them whenever there is a capacity: diagnose --write-scenario verifies them.)
+    const bool oom = plan.capacity > 0 && !plan.fits;
+    const std::vector<FixPrediction> fixes =
+        oom || (r.count("json") && plan.capacity > 0) ? predict_fixes(req) : std::vector<FixPrediction>{};
     if (r.count("json")) {
       nlohmann::json j = plan.to_json();
       j["model"] = req.model.to_json();
@@ -66,8 +69,7 @@ int plan_command(int argc, char** argv) {
       if (!fixes.empty()) {
         j["fixes"] = nlohmann::json::array();
         for (const auto& f : fixes)
-          j["fixes"].push_back({{"fix", f.fix}, {"flags", f.flags}, {"fits", f.fits}, {"peak_bytes", f.peak_bytes},
-                                {"peak_share", f.peak_share}});
+          j["fixes"].push_back(f.to_json());
       }
       std::cout << j.dump(2) << std::endl;
     } else {

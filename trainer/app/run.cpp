@@ -550,8 +550,7 @@ int oom_failure(RunState& s, const c10::OutOfMemoryError& e) {
     const std::vector<FixPrediction> fixes = predict_fixes(plan_request(s));
     json fj = json::array();
     for (const auto& f : fixes)
-      fj.push_back({{"fix", f.fix}, {"flags", f.flags}, {"fits", f.fits}, {"peak_bytes", f.peak_bytes},
-                    {"peak_share", f.peak_share}});
+      fj.push_back(f.to_json());
     failure["planned_fixes"] = fj;
     if (!fixes.empty()) {
       failure["hint"] = failure["hint"].get<std::string>() + " " + format_fixes(fixes) + ".";

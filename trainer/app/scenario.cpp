@@ -1,8 +1,7 @@
 // `zrepro scenario list | run NAME`: the failure scenarios under configs/scenarios/ that
-// carry a scenario.json (the failing side A, the fix B, the shared run arguments and
-// rank counts) run as `zrepro ab`, and answer "symptom reproduced / fix verified".
-//   scenario.json: {"name", "symptom", "grep", "expect", "a": {"config", "args"}, "b": {...},
-//                   "args": [...], "ranks": [...]}
+// carry a scenario.json (the failing side A, the fix B or several "fixes", the shared run
+// arguments and rank counts; format in scenario.h) run as `zrepro ab`, and answer
+// "symptom reproduced / fix verified". Several fixes: one ab per fix, each against A.
 // "expect" is ab's --expect (default failure); "serial": true marks a throughput ratio
 // that needs the machine's cores to itself (ctest runs it alone). "grep" is the line users find in their
 // logs: side A's log must contain it wherever A shows the symptom, or the reproduction
@@ -13,6 +12,8 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+
+#include "trainer/app/scenario.h"
 
 #include "trainer/app/cli.h"
 #include "trainer/app/subprocess.h"
@@ -26,25 +27,6 @@ namespace zrepro {
 using json = nlohmann::json;
 
 namespace {
-
-// configs/scenarios under the working directory, else the source tree's.
-std::string scenarios_dir(const std::optional<std::string>& given) {
-  if (given) return *given;
-  return std::filesystem::is_directory("configs/scenarios") ? "configs/scenarios" : ZREPRO_SCENARIOS_DIR;
-}
-
-json load_scenario(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError(path + ": cannot read");
-  json s = json::parse(in, nullptr, false);
-  if (s.is_discarded() || !s.is_object()) throw ConfigError(path + ": not a JSON object");
-  for (const char* key : {"name", "symptom", "a", "b", "args", "ranks"})
-    if (!s.contains(key)) throw ConfigError(path + ": key \"" + key + "\" missing");
-  for (const char* side : {"a", "b"})
-    if (!s[side].is_object() || !s[side].value("config", json()).is_string())
-      throw ConfigError(path + ": \"" + side + ".config\" must name the side's DeepSpeed config");
-  return s;
-}
 
 std::vector<std::string> names(const std::string& dir) {
   std::vector<std::string> out;
@@ -81,6 +63,58 @@ int check_grep_line(const json& s, const std::string& out, int code) {
   return code;
 }
 
+// One `zrepro ab`: side A against one fix, into out; the grep line checked.
+int run_ab(const std::string& folder, const json& s, const json& fix, const std::string& ranks, const std::string& out) {
+  std::vector<std::string> args = {"ab",      "--a",     folder + "/" + s["a"]["config"].get<std::string>(),
+                                   "--b",     folder + "/" + fix["config"].get<std::string>(),
+                                   "--ranks", ranks,     "--out", out};
+  if (!s["a"].value("args", json::array()).empty()) args.insert(args.end(), {"--a-args", joined(s["a"]["args"])});
+  if (!fix.value("args", json::array()).empty()) args.insert(args.end(), {"--b-args", joined(fix["args"])});
+  if (s.contains("expect")) args.insert(args.end(), {"--expect", s["expect"].get<std::string>()});
+  for (const auto& a : s["args"]) args.push_back(a.get<std::string>());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  int code = ab_command(static_cast<int>(argv.size()), argv.data());
+  if (code == kExitOk || code == kExitAbNotFixed) code = check_grep_line(s, out, code);
+  return code;
+}
+
+const char* outcome(int code) {
+  return code == kExitOk             ? "symptom reproduced, fix verified"
+         : code == kExitAbNotFixed   ? "symptom reproduced, fix NOT verified"
+         : code == kExitAbNoFailure  ? "symptom NOT reproduced"
+                                     : "could not run";
+}
+
+}  // namespace
+// configs/scenarios under the working directory, else the source tree's.
+std::string scenarios_dir(const std::optional<std::string>& given) {
+  if (given) return *given;
+  return std::filesystem::is_directory("configs/scenarios") ? "configs/scenarios" : ZREPRO_SCENARIOS_DIR;
+}
+
+json load_scenario(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(path + ": cannot read");
+  json s = json::parse(in, nullptr, false);
+  if (s.is_discarded() || !s.is_object()) throw ConfigError(path + ": not a JSON object");
+  for (const char* key : {"name", "symptom", "a", "args", "ranks"})
+    if (!s.contains(key)) throw ConfigError(path + ": key \"" + key + "\" missing");
+  auto check_side = [&](const json& side, const std::string& where) {
+    if (!side.is_object() || !side.value("config", json()).is_string())
+      throw ConfigError(path + ": \"" + where + ".config\" must name the side's DeepSpeed config");
+  };
+  check_side(s["a"], "a");
+  if (s.contains("b")) {
+    check_side(s["b"], "b");
+  } else if (s.value("fixes", json()).is_array() && !s["fixes"].empty()) {
+    for (size_t i = 0; i < s["fixes"].size(); ++i) check_side(s["fixes"][i], "fixes[" + std::to_string(i) + "]");
+  } else {
+    throw ConfigError(path + ": key \"b\" (the fix) or a non-empty \"fixes\" list missing");
+  }
+  return s;
+}
+
 int run_scenario(const std::string& dir, const std::string& name, const std::optional<std::string>& ranks,
                  const std::string& out) {
   const std::string folder = dir + "/" + name;
@@ -89,28 +123,31 @@ int run_scenario(const std::string& dir, const std::string& name, const std::opt
   const json s = load_scenario(folder + "/scenario.json");
   std::string rank_list;
   for (const auto& n : s["ranks"]) rank_list += (rank_list.empty() ? "" : ",") + std::to_string(n.get<int>());
-  std::vector<std::string> args = {"ab",       "--a",      folder + "/" + s["a"]["config"].get<std::string>(),
-                                   "--b",      folder + "/" + s["b"]["config"].get<std::string>(),
-                                   "--ranks",  ranks.value_or(rank_list),
-                                   "--out",    out};
-  if (!s["a"].value("args", json::array()).empty()) args.insert(args.end(), {"--a-args", joined(s["a"]["args"])});
-  if (!s["b"].value("args", json::array()).empty()) args.insert(args.end(), {"--b-args", joined(s["b"]["args"])});
-  if (s.contains("expect")) args.insert(args.end(), {"--expect", s["expect"].get<std::string>()});
-  for (const auto& a : s["args"]) args.push_back(a.get<std::string>());
   std::cout << "[zrepro scenario] " << name << ": " << s["symptom"].get<std::string>() << std::endl;
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  int code = ab_command(static_cast<int>(argv.size()), argv.data());
-  if (code == kExitOk || code == kExitAbNotFixed) code = check_grep_line(s, out, code);
-  const char* outcome = code == kExitOk              ? "symptom reproduced, fix verified"
-                        : code == kExitAbNotFixed    ? "symptom reproduced, fix NOT verified"
-                        : code == kExitAbNoFailure   ? "symptom NOT reproduced"
-                                                     : "could not run";
-  std::cout << "[zrepro scenario] " << name << ": " << outcome << " (exit " << code << ")" << std::endl;
-  return code;
+  if (s.contains("b")) {
+    const int code = run_ab(folder, s, s["b"], ranks.value_or(rank_list), out);
+    std::cout << "[zrepro scenario] " << name << ": " << outcome(code) << " (exit " << code << ")" << std::endl;
+    return code;
+  }
+  // Several candidate fixes: each against A, in its own folder; A's outcome is the same in each.
+  int best = kExitAbNoFailure;
+  std::string verified, not_verified;
+  for (size_t i = 0; i < s["fixes"].size(); ++i) {
+    const json& fix = s["fixes"][i];
+    const std::string fix_name = fix.value("name", fix["config"].get<std::string>());
+    std::cout << "[zrepro scenario] fix " << i + 1 << "/" << s["fixes"].size() << ": " << fix_name << std::endl;
+    const int code = run_ab(folder, s, fix, ranks.value_or(rank_list), out + "/fix_" + std::to_string(i + 1));
+    std::cout << "[zrepro scenario] fix " << i + 1 << " (" << fix_name << "): " << outcome(code) << std::endl;
+    if (code != kExitOk && code != kExitAbNotFixed) return code;  // not reproduced, or could not run
+    std::string& list = code == kExitOk ? verified : not_verified;
+    list += (list.empty() ? "" : "; ") + fix_name;
+    if (code == kExitOk || best != kExitOk) best = code;
+  }
+  std::cout << "[zrepro scenario] " << name << ": symptom reproduced; fixes verified: "
+            << (verified.empty() ? "none" : verified) << "; not verified: " << (not_verified.empty() ? "none" : not_verified)
+            << " (exit " << best << ")" << std::endl;
+  return best;
 }
-
-}  // namespace
 
 int scenario_command(int argc, char** argv) {
   cxxopts::Options o("zrepro scenario", "The failure scenarios: list them, or run one (failing vs fixed, as zrepro ab).");

@@ -1,0 +1,60 @@
+// From a diagnosis to a ready reproduction (`zrepro diagnose LOG --config ... --write-scenario
+// DIR`): a scenario folder in the catalogue's format (scenario.h) whose side A is the user's
+// own DeepSpeed config and whose fixes are candidate fix configs derived from it.
+//   - how to reproduce comes from the matched catalogue scenario (its injections, expected
+//     outcome, the line users grep for, its run length);
+//   - the scale is the user's: an OOM runs as a scale-down of --model on the job's device
+//     capacity (--device-memory, else the capacity the OOM message printed) at the job's
+//     world size; other failures keep the catalogue's toy and take the job's world size;
+//   - the fixes: for an OOM, the planner's (`zrepro plan --json` "fixes", each a merge
+//     patch on the config or run flags), those it predicts to fit first; for the config,
+//     numerics and pinned-memory checkpoints, the edit that removes the cause; where the
+//     cause is not in the config (a rank's extra micro-step, a straggler, varying sequence
+//     lengths), the catalogue's fix flags.
+// build_reproduction is pure; write_reproduction writes the folder whole or not at all.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "trainer/report/diagnose.h"
+
+namespace zrepro {
+
+// The failed job, as far as the user told diagnose.
+struct JobSetup {
+  std::optional<std::string> model;          // preset or HF config.json
+  std::optional<int> world_size;
+  std::optional<std::string> device_memory;  // preset or size, as given
+  std::vector<std::string> job_args;         // zrepro run flags that describe the job (both sides)
+};
+
+struct CandidateFix {
+  std::string name, why;
+  nlohmann::json config;            // the user's config with the fix applied
+  std::vector<std::string> args;    // run flags the fix needs
+  nlohmann::json planner;           // {"fits", "peak_share"} for a planned fix, else null
+};
+
+struct Reproduction {
+  std::string name;                 // folder name: "<scenario>-from-log"
+  nlohmann::json scenario;          // scenario.json
+  nlohmann::json failing_config;    // the user's config, as read
+  std::vector<CandidateFix> fixes;  // fix_1.json, ... in scenario.json's order
+  std::vector<std::string> notes;   // stand-ins and choices the reproduction made
+  std::string readme;
+};
+
+// templ: the catalogue's scenario.json for d.scenario; plan: `zrepro plan --json` for the
+// job (null when not planned). Throws ConfigError naming the missing flag (an OOM needs
+// --model) or why no reproduction can be written (no scenario matched).
+Reproduction build_reproduction(const Diagnosis& d, const std::string& log_path, const nlohmann::json& templ,
+                                const nlohmann::json& user_config, const JobSetup& job, const nlohmann::json& plan);
+
+// DIR/{scenario.json, ds_config.json, fix_N.json, README.md}: written to DIR.tmp-PID and
+// renamed; an existing DIR is an error (exit 2), nothing is overwritten.
+void write_reproduction(const Reproduction& r, const std::string& dir);
+
+}  // namespace zrepro

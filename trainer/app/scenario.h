@@ -1,0 +1,26 @@
+// The scenario catalogue's folder format (configs/scenarios/NAME/scenario.json), shared by
+// `zrepro scenario` and `zrepro diagnose --write-scenario` (which writes one and runs it).
+//   {"name", "symptom", "grep", "expect", "a": {"config", "args"},
+//    "b": {"config", "args"}                     one fix, or
+//    "fixes": [{"name", "why", "config", "args"}] several, each verified against A,
+//    "args": [...], "ranks": [...]}
+#pragma once
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace zrepro {
+
+// configs/scenarios under the working directory, else the source tree's.
+std::string scenarios_dir(const std::optional<std::string>& given);
+
+// scenario.json, checked: the keys above, "b" or a non-empty "fixes". Throws ConfigError.
+nlohmann::json load_scenario(const std::string& path);
+
+// Runs folder dir/name as `zrepro ab` (once per fix) into out. Exit codes are ab's: 0
+// reproduced and (some fix) verified, 6 reproduced and no fix verified, 7 not reproduced.
+int run_scenario(const std::string& dir, const std::string& name, const std::optional<std::string>& ranks,
+                 const std::string& out);
+
+}  // namespace zrepro
