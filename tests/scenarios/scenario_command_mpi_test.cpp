@@ -14,6 +14,22 @@ namespace {
 
 const std::string kDir = std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios";
 
+// What a user would tell `zrepro diagnose` about the job a catalogue scenario stands for:
+// its model and device (the scenario's --model / --target-model, --device-memory /
+// --target-device-memory), its world size (the rank count), activation checkpointing.
+std::string job_flags(const nlohmann::json& spec, int ranks) {
+  std::string model = "tiny", device, job;
+  const auto& a = spec["args"];
+  for (size_t i = 0; i < a.size(); ++i) {
+    const std::string f = a[i];
+    if ((f == "--model" || f == "--target-model") && i + 1 < a.size()) model = a[i + 1];
+    if ((f == "--device-memory" || f == "--target-device-memory") && i + 1 < a.size()) device = a[i + 1];
+    if (f == "--activation-checkpointing") job = " --job-args --activation-checkpointing";
+  }
+  return " --model " + model + (device.empty() ? "" : " --device-memory " + device) + " --world-size " +
+         std::to_string(ranks) + job;
+}
+
 }  // namespace
 
 TEST(ScenarioCommand, ListNamesEveryScenarioJsonAndTheirConfigsExist) {
@@ -35,7 +51,9 @@ TEST(ScenarioCommand, ListNamesEveryScenarioJsonAndTheirConfigsExist) {
 }
 
 // Every scenario of the catalogue, as `zrepro scenario run NAME` runs it: the symptom
-// reproduced (with the log line users grep for), the fix verified, exit 0. The one
+// reproduced (with the log line users grep for), the fix verified, exit 0; a failing
+// side's log is recognised by `zrepro diagnose`, and the reproduction it writes from that
+// log and the failing config (`--write-scenario DIR --run`) reproduces and verifies a fix. The one
 // exceptions: fragmentation on a CPU where its precondition does not hold (see
 // Scenario.Fragmentation), and the "serial" scenarios, whose symptom is a throughput
 // ratio that needs the cores to itself: CMakeLists.txt makes each a ctest run alone.
@@ -69,6 +87,17 @@ TEST(ScenarioCommand, EveryScenarioReproducesAndVerifies) {
         const auto d = zrepro_test::zrepro_cmd("diagnose " + log + " --json", 60, false);
         EXPECT_EQ(d.code, 0) << name << ": " << d.output;
         EXPECT_EQ(nlohmann::json::parse(d.output)["scenario"], name) << d.output;
+        // ... and the reproduction diagnose writes from it, with the scenario's failing config
+        // as the user's, reproduces the symptom and verifies one of its candidate fixes.
+        const std::string rep = zrepro_test::fresh_dir("from_log_" + name) + "/" + name + "-from-log";
+        const auto w = zrepro_test::zrepro_cmd(
+            "diagnose " + log + " --config " + (e.path() / spec["a"]["config"].get<std::string>()).string() +
+                job_flags(spec, c["ranks"].get<int>()) + " --scenarios-dir " + kDir + " --write-scenario " + rep + " --run",
+            600);
+        EXPECT_EQ(w.code, 0) << name << " from its log:\n" << w.output;
+        EXPECT_NE(w.output.find("symptom reproduced; fixes verified: "), std::string::npos) << w.output;
+        EXPECT_EQ(w.output.find("fixes verified: none"), std::string::npos) << w.output;
+        EXPECT_TRUE(std::filesystem::exists(rep + "/fix_1.json") && std::filesystem::exists(rep + "/README.md")) << rep;
         break;
       }
     ++ran;

@@ -49,7 +49,11 @@ json plan_job(const std::vector<std::string>& plan_args) {
   args.insert(args.end(), plan_args.begin(), plan_args.end());
   const std::string out = std::filesystem::temp_directory_path().string() + "/zrepro_diagnose_plan." +
                           std::to_string(::getpid()) + ".json";
-  run_self_or_refuse("the plan for --config", args, out);
+  try {
+    run_self_or_refuse("the plan for --config", args, out);
+  } catch (const ConfigError& e) {  // the planner refuses what DeepSpeed would refuse at init
+    return {{"refused", e.what()}};
+  }
   const json p = read_json_file(out);
   std::filesystem::remove(out);
   return p;
@@ -58,6 +62,8 @@ json plan_job(const std::vector<std::string>& plan_args) {
 // The planner's view of the user's setup against what the log showed.
 json planner_check(const Diagnosis& d, const json& p) {
   if (!p.is_object()) return nullptr;
+  if (p.contains("refused"))  // agrees when the log shows DeepSpeed refusing the config too
+    return {{"planned_verdict", "refused"}, {"agrees", d.checkpoint == "config"}, {"refused", p["refused"]}};
   const bool planned_oom = p.value("verdict", "") == "oom";
   const bool log_oom = d.checkpoint == "zero-stage" || d.numbers.contains("request_bytes");
   const std::string log_phase = d.numbers.value("phase", std::string());
@@ -92,19 +98,21 @@ int write_and_run(const Diagnosis& d, const std::string& log, const cxxopts::Par
                r.count("job-args") ? words("--job-args", r["job-args"].as<std::string>()) : std::vector<std::string>{}};
   const std::string templ_dir = scenarios_dir(opt<std::string>(r, "scenarios-dir"));
   const json templ = load_scenario(templ_dir + "/" + d.scenario + "/scenario.json");
-  const Reproduction rep =
-      build_reproduction(d, log, templ, read_user_config(r["config"].as<std::string>()), job, plan);
   const std::string dir = r["write-scenario"].as<std::string>();
+  std::filesystem::path where = std::filesystem::absolute(dir).lexically_normal();
+  if (where.filename().empty()) where = where.parent_path();  // "DIR/"
+  const std::string name = where.filename().string();
+  const Reproduction rep =
+      build_reproduction(d, name, log, templ, read_user_config(r["config"].as<std::string>()), job, plan);
   write_reproduction(rep, dir);
   std::cout << "[zrepro diagnose] wrote " << dir << ": ds_config.json (side A) and " << rep.fixes.size()
             << " candidate fix(es):";
   for (size_t i = 0; i < rep.fixes.size(); ++i) std::cout << " fix_" << i + 1 << " " << rep.fixes[i].name << ";";
-  std::cout << "\n[zrepro diagnose] run it: zrepro scenario run " << std::filesystem::path(dir).filename().string()
-            << " --dir " << std::filesystem::absolute(dir).parent_path().string() << std::endl;
+  std::cout << "\n[zrepro diagnose] run it: zrepro scenario run " << name << " --dir " << where.parent_path().string()
+            << std::endl;
   if (!r.count("run")) return kExitOk;
-  const std::filesystem::path p = std::filesystem::absolute(dir);
-  return run_scenario(p.parent_path().string(), p.filename().string(), std::nullopt,
-                      r.count("out") ? r["out"].as<std::string>() : dir + "/out");
+  return run_scenario(where.parent_path().string(), name, std::nullopt,
+                      r.count("out") ? r["out"].as<std::string>() : where.string() + "/out");
 }
 
 }  // namespace

@@ -132,6 +132,36 @@ std::vector<CandidateFix> planned_fixes(const json& user_config, const json& pla
   return out;
 }
 
+// A slow job: parameters crossing the host link every micro-step, or stage 3's collectives
+// on a slow interconnect.
+std::vector<CandidateFix> offload_and_stage_fixes(const Diagnosis& d, const json& user_config) {
+  std::vector<CandidateFix> out;
+  const json z = user_config.value("zero_optimization", json::object());
+  if (d.scenario == "offload-link-bottleneck" && z.contains("offload_param")) {
+    const json micro = user_config.value("train_micro_batch_size_per_gpu", json());
+    const json gas = user_config.value("gradient_accumulation_steps", json());
+    if (micro.is_number_integer() && gas.is_number_integer() && gas.get<int64_t>() > 1) {
+      CandidateFix c{"micro-batch " + std::to_string(micro.get<int64_t>() * gas.get<int64_t>()) + " x gas 1",
+                     "the same global batch in one micro-step: offloaded parameters cross the link once per step, "
+                     "not once per micro-step",
+                     user_config, {}, nullptr};
+      c.config["train_micro_batch_size_per_gpu"] = micro.get<int64_t>() * gas.get<int64_t>();
+      c.config["gradient_accumulation_steps"] = 1;
+      out.push_back(c);
+    }
+    CandidateFix c{"parameters kept on the device (no offload_param)",
+                   "only the optimizer state crosses the host link, once per optimizer step", user_config, {}, nullptr};
+    c.config["zero_optimization"].erase("offload_param");
+    out.push_back(c);
+  } else if (d.scenario == "more-ranks-no-speedup" && z.value("stage", 0) == 3) {
+    CandidateFix c{"ZeRO stage 1", "one gradient all-reduce per step instead of stage 3's gathers and reduce-scatters",
+                   user_config, {}, nullptr};
+    c.config["zero_optimization"]["stage"] = 1;
+    out.push_back(c);
+  }
+  return out;
+}
+
 // The edit that removes a config-side cause (batch triple, fp16, pinning); empty when the
 // cause is not in the config.
 std::vector<CandidateFix> config_fixes(const Diagnosis& d, const json& user_config, int world_size) {
@@ -156,15 +186,17 @@ std::vector<CandidateFix> config_fixes(const Diagnosis& d, const json& user_conf
     c.why = "bf16 has fp32's exponent range: no loss scale, no overflow at 65504";
     c.config.erase("fp16");
     c.config["bf16"] = {{"enabled", true}};
-  } else if (d.scenario == "memlock-limit") {
+  } else if (d.scenario == "memlock-limit" || d.scenario == "pageable-copies") {
+    const bool pin = d.scenario == "pageable-copies";
     json& z = c.config["zero_optimization"];
     for (const char* section : {"offload_optimizer", "offload_param"})
-      if (z.is_object() && z.contains(section)) z[section]["pin_memory"] = false;
+      if (z.is_object() && z.contains(section)) z[section]["pin_memory"] = pin;
     if (c.config == user_config) return {};
-    c.name = "offload pin_memory false";
-    c.why = "pageable offload buffers need no locked memory (slower copies; or raise ulimit -l on the nodes)";
+    c.name = pin ? "offload pin_memory true" : "offload pin_memory false";
+    c.why = pin ? "pinned offload buffers: the copies run asynchronously and overlap compute"
+                : "pageable offload buffers need no locked memory (slower copies; or raise ulimit -l on the nodes)";
   } else {
-    return {};
+    return offload_and_stage_fixes(d, user_config);
   }
   return {c};
 }
@@ -196,13 +228,14 @@ std::string readme(const Reproduction& r, const Diagnosis& d, const std::string&
 
 }  // namespace
 
-Reproduction build_reproduction(const Diagnosis& d, const std::string& log_path, const json& templ,
+Reproduction build_reproduction(const Diagnosis& d, const std::string& name, const std::string& log_path,
+                                const json& templ,
                                 const json& user_config, const JobSetup& job, const json& plan) {
   if (d.scenario.empty())
     throw ConfigError("--write-scenario: the log has no known fingerprint, so there is no scenario to write");
   if (!user_config.is_object()) throw ConfigError("--config: the DeepSpeed config is not a JSON object");
   Reproduction r;
-  r.name = d.scenario + "-from-log";
+  r.name = name;
   r.failing_config = user_config;
   const std::vector<std::string> args = shared_args(d, templ, job, r.notes);
   const json ranks = ranks_for(d, templ, job, r.notes);
@@ -245,8 +278,11 @@ Reproduction build_reproduction(const Diagnosis& d, const std::string& log_path,
   return r;
 }
 
-void write_reproduction(const Reproduction& r, const std::string& dir) {
+void write_reproduction(const Reproduction& r, const std::string& given) {
   namespace fs = std::filesystem;
+  fs::path where = fs::path(given).lexically_normal();
+  if (where.filename().empty()) where = where.parent_path();  // "DIR/"
+  const std::string dir = where.string();
   if (fs::exists(dir)) throw ConfigError("--write-scenario: \"" + dir + "\" exists; give a new folder (nothing is overwritten)");
   const std::string tmp = dir + ".tmp-" + std::to_string(::getpid());
   std::error_code ec;

@@ -39,7 +39,7 @@ struct CandidateFix {
 };
 
 struct Reproduction {
-  std::string name;                 // folder name: "<scenario>-from-log"
+  std::string name;                 // the folder's name
   nlohmann::json scenario;          // scenario.json
   nlohmann::json failing_config;    // the user's config, as read
   std::vector<CandidateFix> fixes;  // fix_1.json, ... in scenario.json's order
@@ -47,10 +47,11 @@ struct Reproduction {
   std::string readme;
 };
 
-// templ: the catalogue's scenario.json for d.scenario; plan: `zrepro plan --json` for the
+// name: the folder's; templ: the catalogue's scenario.json for d.scenario; plan: `zrepro plan --json` for the
 // job (null when not planned). Throws ConfigError naming the missing flag (an OOM needs
 // --model) or why no reproduction can be written (no scenario matched).
-Reproduction build_reproduction(const Diagnosis& d, const std::string& log_path, const nlohmann::json& templ,
+Reproduction build_reproduction(const Diagnosis& d, const std::string& name, const std::string& log_path,
+                                const nlohmann::json& templ,
                                 const nlohmann::json& user_config, const JobSetup& job, const nlohmann::json& plan);
 
 // DIR/{scenario.json, ds_config.json, fix_N.json, README.md}: written to DIR.tmp-PID and

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <memory>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -426,9 +427,32 @@ std::unique_ptr<Watchdog> arm_watchdog(RunState& s) {
 
 // Rank 0's step log: DeepSpeed's step line, zrepro's with loss and throughput,
 // the memory line when asked, metrics.jsonl, the progress line.
+// [Note: wall_clock_breakdown] With "wall_clock_breakdown": true rank 0 prints DeepSpeed's
+// global timer line at each print boundary, summed since the last one (DeepSpeed resets
+// its timers when it logs them): "[Rank 0] time (ms) | fwd: .. | bwd: .. | bwd_inner: .. |
+// bwd_allreduce: .. | step: ..". zrepro's figures: fwd and bwd are the micro-steps' forward
+// and backward, bwd_allreduce the part of bwd blocked in collectives (the step's
+// comm_wait, at most bwd), bwd_inner the rest, step the optimizer step (with offload: the
+// host Adam and the copies). `zrepro diagnose` reads the same line from DeepSpeed's logs.
+struct WallClock {
+  double fwd = 0, bwd = 0, allreduce = 0, step = 0;
+  void add(const StepRecord& r) {
+    fwd += r.forward_s, bwd += r.backward_s, allreduce += std::min(r.comm_wait_s, r.backward_s), step += r.optimizer_s;
+  }
+  std::string line_and_reset() {
+    auto ms = [](double s) { char b[32]; std::snprintf(b, sizeof b, "%.2f", 1000 * s); return std::string(b); };
+    const std::string l = "[Rank 0] time (ms) | fwd: " + ms(fwd) + " | bwd: " + ms(bwd) + " | bwd_inner: " +
+                          ms(bwd - allreduce) + " | bwd_allreduce: " + ms(allreduce) + " | step: " + ms(step);
+    *this = WallClock{};
+    return l;
+  }
+};
+
 StepCallback step_logger(RunState& s, int64_t every) {
-  return [&s, every](const StepRecord& r, const std::string& scale_log) {
+  auto clock = std::make_shared<WallClock>();
+  return [&s, every, clock](const StepRecord& r, const std::string& scale_log) {
     if (s.rank != 0) return;
+    clock->add(r);
     if (s.metrics) s.metrics->append(step_json(r));
     if (!scale_log.empty()) {
       s.progress.clear();
@@ -445,6 +469,7 @@ StepCallback step_logger(RunState& s, int64_t every) {
                 << " samples/sec=" << fmt(sps, 6) << " tokens/sec=" << fmt(sps * s.model.seq, 6)
                 << " comm_wait=" << fmt(r.comm_wait_s, 3) << "s\n";
       if (s.cfg.memory_breakdown) std::cout << "[deepspeed] " << memory_line(r.memory) << "\n";
+      if (s.cfg.wall_clock_breakdown) std::cout << clock->line_and_reset() << "\n";
     }
     std::cout << std::flush;
     s.progress.update(r, steps);

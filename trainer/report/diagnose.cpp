@@ -34,6 +34,11 @@ const std::vector<Fingerprint>& fingerprints() {
         {"pinned_memory", "", re(R"((cudaHostAlloc|pin_memory|page-locked|pinned host memory|mlock).*(fail|error|cannot|unable|exceed|more than this process may lock))")},
         {"memory_line", "Max_MA", re(R"(MA ([0-9.]+) GB\s+Max_MA ([0-9.]+) GB\s+CA ([0-9.]+) GB\s+Max_CA ([0-9.]+) GB)")},
         {"straggler", "is the straggler", re(R"(rank (\d+) is the straggler)")},
+        // Speed, not failure: DeepSpeed's wall_clock_breakdown timer line (utils/timer.py),
+        // and whether the job offloads (its config print) with pageable buffers.
+        {"wall_clock", "time (ms)", re(R"(time \(ms\) \|(.*))")},
+        {"offload_cpu", "offload_", re(R"(offload_(optimizer|param)[^\n]{0,80}?\bcpu\b)")},
+        {"offload_pageable", "pin_memory", re(R"(offload_(optimizer|param)[^\n]{0,200}?pin_memory\W{0,4}(false))")},
         // Context, not failures: the ZeRO stage and how many steps completed.
         {"zero_stage", "stage", re(R"(zero_stage=(\d)|['"]stage['"]:\s*(\d))")},
         {"completed_steps", "step", re(R"(\bstep=(\d+)|(\d+) steps completed)")},
@@ -106,6 +111,22 @@ void note_rank(const std::string& line, Scan& s) {
   }
 }
 
+// "| fwd: 24.59 | bwd: 62.84 | ... | step: 2.15": the global timers summed over every line
+// (DeepSpeed resets them at each print); the *_microstep timers only when no global ones.
+void read_wall_clock(const std::string& fields, json& n) {
+  static const std::regex pair(R"((\w+):\s*([0-9.]+))");
+  json& w = n["wall_clock_ms"];
+  if (!w.is_object()) w = json::object();
+  for (auto it = std::sregex_iterator(fields.begin(), fields.end(), pair); it != std::sregex_iterator(); ++it) {
+    std::string name = (*it)[1].str();
+    const bool micro = name.size() > 10 && name.compare(name.size() - 10, 10, "_microstep") == 0;
+    if (micro) name = name.substr(0, name.size() - 10);
+    if (name != "fwd" && name != "bwd" && name != "bwd_allreduce" && name != "step") continue;
+    const std::string key = (micro ? "micro_" : "") + name;
+    w[key] = w.value(key, 0.0) + num((*it)[2].str());
+  }
+}
+
 void read_fingerprint_numbers(const std::string& id, const std::smatch& m, const std::string& line, Scan& s) {
   json& n = s.numbers;
   if (id == "oom") {
@@ -140,6 +161,8 @@ void read_fingerprint_numbers(const std::string& id, const std::smatch& m, const
     else if (!s.found.count("oom")) n["completed_steps"] = std::stoll(m[1].str());
   } else if (id == "straggler") {
     n["straggler_rank"] = std::stoi(m[1].str());
+  } else if (id == "wall_clock") {
+    read_wall_clock(m[1].str(), n);
   }
 }
 
@@ -236,6 +259,55 @@ void decide_oom(const Scan& s, Diagnosis& d) {
                 "a higher ZeRO stage, or optimizer offload", "smaller reduce_bucket_size / allgather_bucket_size"};
 }
 
+// Each timer's share of fwd + bwd + step (bwd_allreduce is part of bwd), from DeepSpeed's
+// global timers, else its micro-step ones; null without a positive total.
+json wall_clock_shares(const json& n) {
+  const json w = n.value("wall_clock_ms", json::object());
+  const std::string p = w.contains("fwd") || w.contains("step") ? "" : "micro_";
+  const double fwd = w.value(p + "fwd", 0.0), bwd = w.value(p + "bwd", 0.0), step = w.value(p + "step", 0.0);
+  const double total = fwd + bwd + step;
+  if (total <= 0) return nullptr;
+  return {{"fwd", fwd / total}, {"bwd", bwd / total}, {"bwd_allreduce", w.value(p + "bwd_allreduce", 0.0) / total},
+          {"step", step / total}};
+}
+
+std::string pct(double share) { return std::to_string(static_cast<int>(100 * share + 0.5)) + "%"; }
+
+// A slow job's timer lines: the optimizer step or the gradient all-reduce dominating.
+// Without a baseline run one log can only say "likely".
+bool decide_speed(const Scan& s, Diagnosis& d) {
+  const json sh = wall_clock_shares(s.numbers);
+  if (!sh.is_object()) return false;
+  const bool offload = s.found.count("offload_cpu") > 0, pageable = s.found.count("offload_pageable") > 0;
+  if (sh["step"].get<double>() >= 0.5) {
+    d.checkpoint = "offload-target", d.confidence = "likely";
+    d.scenario = pageable ? "pageable-copies" : "offload-link-bottleneck";
+    d.reason = "the optimizer step takes " + pct(sh["step"]) + " of the step time (DeepSpeed's timers)" +
+               (pageable  ? ", and the offload buffers are pageable: every copy is synchronous"
+                : offload ? ": with CPU offload the step is the host's Adam plus the copies across the host link"
+                          : "; the log shows no offload setting, so check the config");
+    d.alternatives = {pageable ? "offload-link-bottleneck: pinned buffers and still slow; the link itself is the limit"
+                               : "pageable-copies: offload pin_memory false in the config print (synchronous copies)",
+                      "no offload at all: a CPU-bound optimizer (zrepro bench adam measures the host's Adam)"};
+    d.try_next = {pageable ? "offload pin_memory true (pinned buffers: asynchronous copies)"
+                           : "keep the parameters on the device (drop offload_param), or fewer micro-steps per step",
+                  "zrepro ab --expect slower:R between the offload config and one without it"};
+    return true;
+  }
+  if (sh["bwd_allreduce"].get<double>() >= 0.4) {
+    d.checkpoint = "communication", d.confidence = "likely", d.scenario = "more-ranks-no-speedup";
+    d.reason = "the gradient all-reduce takes " + pct(sh["bwd_allreduce"]) +
+               " of the step time (DeepSpeed's timers): the interconnect, not compute, sets the pace";
+    d.alternatives = {"straggler: one rank slow, the others wait in the all-reduce (\"is the straggler\" in zrepro's log)",
+                      "data-starvation: a rank's loader late; the wait shows as all-reduce time on the others"};
+    d.try_next = {"a lower ZeRO stage (stage 3 gathers parameters in every forward and backward)",
+                  "more gradient accumulation per optimizer step (fewer all-reduces per sample)",
+                  "zrepro ab --expect scaling:E at 1 and N ranks"};
+    return true;
+  }
+  return false;
+}
+
 void decide(const Scan& s, Diagnosis& d) {
   auto has = [&](const char* id) { return s.found.count(id) > 0; };
   if (has("batch_assertion")) {
@@ -265,6 +337,8 @@ void decide(const Scan& s, Diagnosis& d) {
     d.checkpoint = "communication", d.scenario = "straggler", d.confidence = "strong";
     d.reason = "one rank kept the others waiting in collectives";
     d.try_next = {"check the named rank's node (throttling, a noisy neighbour, its data loader)"};
+  } else if (has("wall_clock") && decide_speed(s, d)) {
+    // decided: a slow job
   } else if (has("overflow")) {
     d.checkpoint = "", d.scenario = "", d.confidence = "none";
     d.reason = "only loss-scale overflow lines: the normal search for a loss scale at the start of fp16 training";
@@ -296,6 +370,7 @@ Diagnosis diagnose_log(const std::string& text) {
   std::sort(d.evidence.begin(), d.evidence.end(), [](const Evidence& a, const Evidence& b) { return a.line < b.line; });
   d.numbers = s.numbers;
   d.numbers.erase("phase_hint");
+  if (s.numbers.contains("wall_clock_ms")) d.numbers["wall_clock_shares"] = wall_clock_shares(s.numbers);
   if (s.numbers.contains("phase_hint") && !s.numbers.contains("phase")) d.numbers["phase"] = s.numbers["phase_hint"];
   if (!s.ranks.empty()) d.numbers["ranks_seen"] = s.ranks;
   if (d.confidence == "none") d.closest = s.error_lines;
