@@ -145,7 +145,8 @@ int diagnose_command(int argc, char** argv) {
       return r.count("help") ? kExitOk : kExitBadInput;
     }
     const std::string path = r["log"].as<std::string>();
-    const Diagnosis d = diagnose_log(read_log(path));
+    const Diagnosis d =
+        diagnose_log(read_log(path), r.count("config") ? read_user_config(r["config"].as<std::string>()) : json());
     json j = d.to_json();
     json plan;
     if (r.count("config")) {

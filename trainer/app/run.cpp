@@ -345,6 +345,11 @@ void print_header(RunState& s) {
             << "[zrepro] batch: micro " << cfg.micro_batch << " x gas " << cfg.grad_accum << " x world " << s.world
             << " = " << cfg.train_batch_size << " samples/step; data: Markov chain, a perfect model reaches "
             << fmt(MarkovData(model.vocab, model.seq, s.topt.seed).entropy_floor(), 3) << " nats\n";
+  for (const auto& [name, o] : {std::pair<const char*, const OffloadConfig&>{"offload_optimizer", cfg.zero.offload_optimizer},
+                                {"offload_param", cfg.zero.offload_param}})
+    if (o.enabled())  // the form diagnose reads: DeepSpeed prints the same keys in its config dump
+      std::cout << "[zrepro] " << name << "=" << o.device << " (pin_memory=" << (o.pin_memory ? "true" : "false")
+                << ", buffer_count=" << o.buffer_count << ")\n";
   const LoaderOptions& l = s.topt.loader;
   if (l.workers > 0 || l.sample_ms > 0 || l.pin_memory)
     std::cout << "[zrepro] data loader: " << l.workers << " worker(s) x prefetch " << l.prefetch_factor << ", "

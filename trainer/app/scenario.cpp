@@ -136,7 +136,11 @@ int run_scenario(const std::string& dir, const std::string& name, const std::opt
     const json& fix = s["fixes"][i];
     const std::string fix_name = fix.value("name", fix["config"].get<std::string>());
     std::cout << "[zrepro scenario] fix " << i + 1 << "/" << s["fixes"].size() << ": " << fix_name << std::endl;
-    const int code = run_ab(folder, s, fix, ranks.value_or(rank_list), out + "/fix_" + std::to_string(i + 1));
+    int code = run_ab(folder, s, fix, ranks.value_or(rank_list), out + "/fix_" + std::to_string(i + 1));
+    // A relative expectation (slower:, less:, ...) compares A with this fix: no difference
+    // means this fix is not verified. A failure expectation: A itself did not fail.
+    const std::string expect = s.value("expect", "failure");
+    if (code == kExitAbNoFailure && expect != "failure" && expect != "refused") code = kExitAbNotFixed;
     std::cout << "[zrepro scenario] fix " << i + 1 << " (" << fix_name << "): " << outcome(code) << std::endl;
     if (code != kExitOk && code != kExitAbNotFixed) return code;  // not reproduced, or could not run
     std::string& list = code == kExitOk ? verified : not_verified;

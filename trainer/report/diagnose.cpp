@@ -38,9 +38,9 @@ const std::vector<Fingerprint>& fingerprints() {
         // and whether the job offloads (its config print) with pageable buffers.
         {"wall_clock", "time (ms)", re(R"(time \(ms\) \|(.*))")},
         {"offload_cpu", "offload_", re(R"(offload_(optimizer|param)[^\n]{0,80}?\bcpu\b)")},
-        {"offload_pageable", "pin_memory", re(R"(offload_(optimizer|param)[^\n]{0,200}?pin_memory\W{0,4}(false))")},
+        {"offload_pageable", "pin_memory", re(R"(offload_(optimizer|param)[^\n)]{0,80}?cpu[^\n)]{0,160}?pin_memory\W{0,4}false)")},
         // Context, not failures: the ZeRO stage and how many steps completed.
-        {"zero_stage", "stage", re(R"(zero_stage=(\d)|['"]stage['"]:\s*(\d))")},
+        {"zero_stage", "stage", re(R"(zero_stage=(\d)|['"]stage['"]:\s*(\d)|zero_optimization_stage \.+ (\d))")},
         {"completed_steps", "step", re(R"(\bstep=(\d+)|(\d+) steps completed)")},
         // zrepro's scale-down table: each model state's share of the capacity (toy column).
         {"model_state_share", "%", re(R"(^\s+(params|grads|optimizer_states)\s+([0-9.]+)%\s+([0-9.]+)%\s*$)")},
@@ -154,7 +154,7 @@ void read_fingerprint_numbers(const std::string& id, const std::smatch& m, const
   } else if (id == "model_state_share") {
     n["model_states_share"] = n.value("model_states_share", 0.0) + num(m[3].str()) / 100.0;
   } else if (id == "zero_stage") {
-    n["zero_stage"] = std::stoi(m[1].matched ? m[1].str() : m[2].str());
+    n["zero_stage"] = std::stoi(m[1].matched ? m[1].str() : m[2].matched ? m[2].str() : m[3].str());
   } else if (id == "completed_steps") {
     // DeepSpeed's step=N lines count before the failure; zrepro's "(N steps completed)" describes it.
     if (m[2].matched) n["completed_steps"] = std::stoll(m[2].str());
@@ -273,33 +273,45 @@ json wall_clock_shares(const json& n) {
 
 std::string pct(double share) { return std::to_string(static_cast<int>(100 * share + 0.5)) + "%"; }
 
-// A slow job's timer lines: the optimizer step or the gradient all-reduce dominating.
-// Without a baseline run one log can only say "likely".
+// [Note: speed fingerprints] A slow job's timer lines, read against compute's own
+// proportions: backward does about twice forward's work (three times with activation
+// checkpointing), and the optimizer step is a small part. A phase out of proportion is
+// waiting on something: with offload, on the host link (ZeRO-3 offload_param fetches
+// parameters in forward; offload_optimizer copies gradients out in backward and runs Adam
+// on the host in step); without offload, on collectives (stage 3 gathers in forward, the
+// gradient all-reduce in backward). Without a baseline run one log can only say "likely".
 bool decide_speed(const Scan& s, Diagnosis& d) {
   const json sh = wall_clock_shares(s.numbers);
   if (!sh.is_object()) return false;
-  const bool offload = s.found.count("offload_cpu") > 0, pageable = s.found.count("offload_pageable") > 0;
-  if (sh["step"].get<double>() >= 0.5) {
+  const double fwd = sh["fwd"], bwd = sh["bwd"], step = sh["step"], allreduce = sh["bwd_allreduce"];
+  std::string odd;  // the phase out of proportion
+  if (step >= 0.5) odd = "the optimizer step takes " + pct(step) + " of the step time";
+  else if (fwd > bwd) odd = "forward takes longer than backward (" + pct(fwd) + " vs " + pct(bwd) + "; compute alone makes backward about twice forward)";
+  else if (bwd > 4 * fwd) odd = "backward takes " + std::to_string(static_cast<int>(bwd / fwd + 0.5)) + "x forward (compute alone: about 2x)";
+  const json& cfg = s.numbers.value("config", json::object());  // --config, when given
+  const bool offload = s.found.count("offload_cpu") > 0 || cfg.value("offload", false);
+  const bool pageable = s.found.count("offload_pageable") > 0 || (cfg.value("offload", false) && !cfg.value("pin_memory", true));
+  if (offload && !odd.empty()) {
     d.checkpoint = "offload-target", d.confidence = "likely";
     d.scenario = pageable ? "pageable-copies" : "offload-link-bottleneck";
-    d.reason = "the optimizer step takes " + pct(sh["step"]) + " of the step time (DeepSpeed's timers)" +
-               (pageable  ? ", and the offload buffers are pageable: every copy is synchronous"
-                : offload ? ": with CPU offload the step is the host's Adam plus the copies across the host link"
-                          : "; the log shows no offload setting, so check the config");
+    d.reason = odd + " (DeepSpeed's timers) with CPU offload on: the phase waits on the host link" +
+               (pageable ? ", and the offload buffers are pageable, so every copy is synchronous" : "");
     d.alternatives = {pageable ? "offload-link-bottleneck: pinned buffers and still slow; the link itself is the limit"
                                : "pageable-copies: offload pin_memory false in the config print (synchronous copies)",
-                      "no offload at all: a CPU-bound optimizer (zrepro bench adam measures the host's Adam)"};
+                      "a CPU-bound optimizer: the step, not forward/backward, out of proportion (zrepro bench adam)"};
     d.try_next = {pageable ? "offload pin_memory true (pinned buffers: asynchronous copies)"
                            : "keep the parameters on the device (drop offload_param), or fewer micro-steps per step",
                   "zrepro ab --expect slower:R between the offload config and one without it"};
     return true;
   }
-  if (sh["bwd_allreduce"].get<double>() >= 0.4) {
+  // Without offload: the all-reduce itself, or stage 3's gathers stretching forward.
+  if (allreduce >= 0.4 || (!offload && fwd > bwd && s.numbers.value("zero_stage", 0) == 3)) {
     d.checkpoint = "communication", d.confidence = "likely", d.scenario = "more-ranks-no-speedup";
-    d.reason = "the gradient all-reduce takes " + pct(sh["bwd_allreduce"]) +
-               " of the step time (DeepSpeed's timers): the interconnect, not compute, sets the pace";
+    d.reason = (allreduce >= 0.4 ? "the gradient all-reduce takes " + pct(allreduce) + " of the step time" : odd) +
+               " (DeepSpeed's timers) without offload: the phase waits on collectives, so the interconnect, not "
+               "compute, sets the pace";
     d.alternatives = {"straggler: one rank slow, the others wait in the all-reduce (\"is the straggler\" in zrepro's log)",
-                      "data-starvation: a rank's loader late; the wait shows as all-reduce time on the others"};
+                      "data-starvation: a rank's loader late; the wait shows as collective time on the others"};
     d.try_next = {"a lower ZeRO stage (stage 3 gathers parameters in every forward and backward)",
                   "more gradient accumulation per optimizer step (fewer all-reduces per sample)",
                   "zrepro ab --expect scaling:E at 1 and N ranks"};
@@ -342,6 +354,13 @@ void decide(const Scan& s, Diagnosis& d) {
   } else if (has("overflow")) {
     d.checkpoint = "", d.scenario = "", d.confidence = "none";
     d.reason = "only loss-scale overflow lines: the normal search for a loss scale at the start of fp16 training";
+  } else if (has("wall_clock")) {
+    const json sh = wall_clock_shares(s.numbers);
+    d.confidence = "none";
+    d.reason = "no known fingerprint: DeepSpeed's timers show no phase out of proportion" +
+               (sh.is_object() ? " (fwd " + pct(sh["fwd"]) + ", bwd " + pct(sh["bwd"]) + " of which all-reduce " +
+                                     pct(sh["bwd_allreduce"]) + ", step " + pct(sh["step"]) + ")"
+                               : std::string());
   } else {
     d.confidence = "none";
     d.reason = "no known fingerprint";
@@ -360,8 +379,20 @@ int64_t parse_printed_bytes(const std::string& number, const std::string& unit) 
   return it == units.end() ? -1 : static_cast<int64_t>(x * it->second);
 }
 
-Diagnosis diagnose_log(const std::string& text) {
-  const Scan s = scan(text);
+Diagnosis diagnose_log(const std::string& text, const json& job_config) {
+  Scan s = scan(text);
+  if (job_config.is_object()) {  // what the config print would have said
+    const json z = job_config.value("zero_optimization", json::object());
+    if (!s.numbers.contains("zero_stage") && z.value("stage", json()).is_number_integer())
+      s.numbers["zero_stage"] = z["stage"];
+    for (const char* section : {"offload_optimizer", "offload_param"}) {
+      const json o = z.value(section, json::object());
+      if (!o.is_object() || o.value("device", "none") == "none") continue;
+      s.numbers["config"]["offload"] = true;
+      // pin_memory unset: true since DeepSpeed 0.19.5 (the upgrade-pinned-default scenario)
+      if (!o.value("pin_memory", true)) s.numbers["config"]["pin_memory"] = false;
+    }
+  }
   Diagnosis d;
   decide(s, d);
   for (const auto& [id, ev] : s.found)
@@ -374,6 +405,7 @@ Diagnosis diagnose_log(const std::string& text) {
   if (s.numbers.contains("phase_hint") && !s.numbers.contains("phase")) d.numbers["phase"] = s.numbers["phase_hint"];
   if (!s.ranks.empty()) d.numbers["ranks_seen"] = s.ranks;
   if (d.confidence == "none") d.closest = s.error_lines;
+  if (d.closest.empty() && d.scenario.empty() && s.found.count("wall_clock")) d.closest = s.found.at("wall_clock");
   return d;
 }
 

@@ -34,7 +34,10 @@ struct Diagnosis {
   std::string to_text() const;
 };
 
-Diagnosis diagnose_log(const std::string& text);
+// job_config: the job's DeepSpeed config when known (--config). Its ZeRO stage and offload
+// settings stand in for the config print, which DeepSpeed >= 0.19 leaves out at its
+// default log level (WARNING).
+Diagnosis diagnose_log(const std::string& text, const nlohmann::json& job_config = nullptr);
 
 // "1.86 GiB", "512 MB", "3.01 MiB" -> bytes (PyTorch prints GiB/MiB/KiB; GB = 1e9). -1 if not a size.
 int64_t parse_printed_bytes(const std::string& number, const std::string& unit);

@@ -72,3 +72,23 @@ TEST(Diagnose, PrintedSizesBecomeBytes) {
   EXPECT_EQ(parse_printed_bytes("x", "GiB"), -1);
   EXPECT_EQ(parse_printed_bytes("1", "parsecs"), -1);
 }
+
+// DeepSpeed 0.19 prints no config at its default log level: the job's --config says
+// whether it offloads. The same timer lines read as pageable copies with a pageable
+// offload config, and as no fingerprint without one (the all-reduce is 10%, no stage 3).
+TEST(Diagnose, TheJobsConfigStandsInForTheConfigPrint) {
+  const std::string timers = "[Rank 0] time (ms) | fwd: 100.00 | bwd: 600.00 | bwd_inner: 540.00 | bwd_allreduce: 60.00 | step: 40.00\n";
+  const json pageable = json::parse(R"({"zero_optimization": {"stage": 2,
+      "offload_optimizer": {"device": "cpu", "pin_memory": false}}})");
+  const Diagnosis with = diagnose_log(timers, pageable);
+  EXPECT_EQ(with.scenario, "pageable-copies") << with.reason;
+  EXPECT_EQ(with.checkpoint, "offload-target");
+  EXPECT_NE(with.reason.find("6x forward"), std::string::npos) << with.reason;
+  json pinned = pageable;
+  pinned["zero_optimization"]["offload_optimizer"].erase("pin_memory");  // 0.19.5+: pinned by default
+  EXPECT_EQ(diagnose_log(timers, pinned).scenario, "offload-link-bottleneck");
+  const Diagnosis without = diagnose_log(timers);
+  EXPECT_TRUE(without.scenario.empty()) << without.reason;
+  EXPECT_EQ(without.closest.size(), 1u) << "the timer line is the closest";
+  EXPECT_NEAR(without.numbers["wall_clock_shares"]["bwd_allreduce"].get<double>(), 60.0 / 740.0, 1e-9);
+}
