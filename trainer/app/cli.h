@@ -21,6 +21,7 @@ int verify_command(int argc, char** argv);
 int scenario_command(int argc, char** argv);
 int diagnose_command(int argc, char** argv);
 int doctor_command(int argc, char** argv);
+int env_command(int argc, char** argv);
 int bench_comm(int argc, char** argv);
 int bench_adam(int argc, char** argv);
 int bench_copy(int argc, char** argv);

@@ -13,6 +13,7 @@
 #include "device/device_memory.h"
 #include "offload/host_memory.h"
 #include "trainer/app/cli.h"
+#include "trainer/app/env.h"
 #include "trainer/app/subprocess.h"
 #include "trainer/planner/fixes.h"
 
@@ -26,22 +27,8 @@ struct Check {
   std::string name, level, text;  // level: ok | warn | fail
 };
 
-int64_t mem_available() {
-  std::ifstream in("/proc/meminfo");
-  for (std::string key; in >> key;) {
-    int64_t kb = 0;
-    in >> kb;
-    if (key == "MemAvailable:") return kb * 1024;
-    in.ignore(1 << 10, '\n');
-  }
-  return -1;
-}
-
 Check libraries() {
-  std::string blas = "unknown";
-  std::error_code ec;
-  const auto target = std::filesystem::canonical("/etc/alternatives/libblas.so.3-x86_64-linux-gnu", ec);
-  if (!ec) blas = target.string();
+  const std::string blas = blas_library();
   const bool openblas = blas.find("openblas") != std::string::npos;
   std::string text = "LibTorch " + std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
                      std::to_string(TORCH_VERSION_PATCH) + (torch::cuda::is_available() ? " with CUDA" : " (CPU)") +
@@ -65,7 +52,7 @@ std::vector<Check> memory(const PlanRequest& req) {
                    format_bytes(p.peak_bytes) + " of " + format_bytes(req.device_capacity) + "); " +
                    format_fixes(predict_fixes(req))});
   }
-  const int64_t host = p.host_pinned_bytes + p.host_pageable_bytes + p.host_bytes, avail = mem_available();
+  const int64_t host = p.host_pinned_bytes + p.host_pageable_bytes + p.host_bytes, avail = meminfo_bytes("MemAvailable:");
   if (host > 0)
     out.push_back({"host memory", avail >= 0 && host > avail ? "fail" : "ok",
                    "the run keeps " + format_bytes(host) + " in host memory per rank; " + format_bytes(avail) +

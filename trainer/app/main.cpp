@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "trainer/app/cli.h"
+#include "trainer/app/env.h"
 
 int main(int argc, char** argv) {
   const char* usage =
@@ -16,6 +17,8 @@ int main(int argc, char** argv) {
       "          | --b-args FLAGS, --ranks 1,4, --plan-only, and any run flag); exit 0 when B fixes A\n"
       "  diagnose  a failed job's log -> checkpoint, scenario, evidence lines, numbers, what to try\n"
       "          (LOG [--config FILE --model M --world-size N --device-memory SIZE] [--json])\n"
+      "  env     this build and machine: versions (zrepro, LibTorch, BLAS, MPI, NCCL, CUDA), GPUs, host memory,\n"
+      "          memlock, CPU flags ([--json]); `zrepro --version` prints the first line\n"
       "  bench   benchmarks: `bench comm` (collectives vs raw MPI, nccl-tests format),\n"
       "          `bench adam` (fused CPU Adam vs LibTorch AdamW vs memory bandwidth),\n"
       "          `bench copy` (offload copies: pinned vs pageable, d2h/h2d, overlap with compute)\n"
@@ -25,6 +28,11 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
+  if (cmd == "--version" || cmd == "version") {
+    std::cout << zrepro::version_line() << "\n";
+    return 0;
+  }
+  if (cmd == "env") return zrepro::env_command(argc - 1, argv + 1);
   if (cmd == "run") return zrepro::run_command(argc - 1, argv + 1);
   if (cmd == "plan") return zrepro::plan_command(argc - 1, argv + 1);
   if (cmd == "config") return zrepro::config_command(argc - 1, argv + 1);

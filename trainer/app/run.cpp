@@ -26,6 +26,7 @@
 #include "device/device.h"
 #include "offload/host_memory.h"
 #include "trainer/app/cli.h"
+#include "trainer/app/env.h"
 #include "trainer/app/launch.h"
 #include "trainer/app/run_spec.h"
 #include "trainer/model/data.h"
@@ -135,7 +136,7 @@ struct RunState {
     SummaryInput in{status, have_cfg ? &cfg : nullptr, have_model ? &model : nullptr, dev.description,
                     have_cfg ? &result : nullptr, std::move(reports), std::move(failure), topt.host_link_gbps,
                     topt.pageable_ratio, planned ? &*planned : nullptr, scaled.get(), &topt.loader,
-                    spec.interconnect_gbps};
+                    spec.interconnect_gbps, environment_json()};
     const std::string name = rank == 0 ? "summary" : "summary_rank" + std::to_string(rank);
     const json summary = build_summary(in);
     write_file_atomic(spec.out_dir + "/" + name + ".json", summary.dump(2) + "\n");

@@ -287,6 +287,7 @@ json build_summary(const SummaryInput& in) {
   s["precision"] = c ? json(precision_name(c->precision)) : json(nullptr);
   s["device"] = in.device.empty() ? json(nullptr) : json(in.device);
   s["model"] = in.model ? in.model->to_json() : json(nullptr);
+  s["env"] = in.env;
   // The loss a perfect model approaches on the synthetic Markov data.
   s["data"] = in.model ? json{{"kind", "markov"},
                               {"entropy_floor_nats", MarkovData(in.model->vocab, in.model->seq, 0).entropy_floor()}}

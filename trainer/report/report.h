@@ -68,6 +68,7 @@ struct SummaryInput {
   const ScaleDown* scale_down = nullptr;  // --target-model: the target, the toy, the fidelity
   const LoaderOptions* loader = nullptr;  // the input pipeline (data.loader)
   double modelled_busbw_gbps = 0;         // --interconnect-gbps (comm.modelled_busbw_GBps)
+  nlohmann::json env;                     // zrepro env's block (trainer/app/env.h), or null
 };
 nlohmann::json build_summary(const SummaryInput& in);
 

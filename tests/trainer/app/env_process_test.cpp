@@ -1,0 +1,47 @@
+// `zrepro env` / `zrepro --version` as a user runs them, and the same block in summary.json:
+// every field present, the values this machine really has (LibTorch's version from its
+// headers, the memlock limit from getrlimit, the BLAS alternative).
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <torch/torch.h>
+
+#include "tests/support/process.h"
+
+TEST(Env, JsonHasEveryFieldWithThisMachinesValues) {
+  const auto r = zrepro_test::zrepro_cmd("env --json", 60, false);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto e = nlohmann::json::parse(r.output);
+  for (const char* k : {"zrepro", "libtorch", "blas", "mpi", "nccl", "cuda", "host", "cpu"}) EXPECT_TRUE(e.contains(k)) << k;
+  EXPECT_EQ(e["libtorch"]["version"], std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) +
+                                           "." + std::to_string(TORCH_VERSION_PATCH));
+  EXPECT_FALSE(e["zrepro"]["commit"].get<std::string>().empty());
+  EXPECT_NE(e["mpi"].get<std::string>().find("MPI"), std::string::npos) << e["mpi"];
+  EXPECT_GT(e["host"]["memory_total_bytes"].get<int64_t>(), 0);
+  rlimit lim{};
+  ASSERT_EQ(getrlimit(RLIMIT_MEMLOCK, &lim), 0);
+  if (lim.rlim_cur == RLIM_INFINITY) EXPECT_EQ(e["host"]["memlock_limit_bytes"], "unlimited");
+  else EXPECT_EQ(e["host"]["memlock_limit_bytes"].get<int64_t>(), static_cast<int64_t>(lim.rlim_cur));
+  EXPECT_GE(e["cpu"]["cores"].get<int>(), 1);
+  // No GPU in CI: the block says why instead of failing.
+  if (e["cuda"]["gpus"].empty()) EXPECT_TRUE(e["cuda"]["note"].is_string()) << e["cuda"].dump();
+}
+
+TEST(Env, VersionLineAndHumanBlock) {
+  const auto v = zrepro_test::zrepro_cmd("--version", 30, false);
+  EXPECT_EQ(v.code, 0);
+  EXPECT_EQ(v.output.rfind("zrepro ", 0), 0u) << v.output;
+  EXPECT_NE(v.output.find("LibTorch"), std::string::npos);
+  const auto h = zrepro_test::zrepro_cmd("env", 30, false);
+  EXPECT_EQ(h.code, 0);
+  for (const char* row : {"libtorch", "blas", "memlock", "cpu", "gpu"}) EXPECT_NE(h.output.find(row), std::string::npos) << row;
+  EXPECT_EQ(zrepro_test::zrepro_cmd("env --no-such-flag").code, 2);
+}
+
+TEST(Env, SummaryJsonCarriesTheSameBlock) {
+  const auto r = zrepro_test::zrepro_run("env_summary", R"({"train_micro_batch_size_per_gpu": 2})", "--model tiny --steps 1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  ASSERT_TRUE(r.summary["env"].is_object());
+  EXPECT_EQ(r.summary["env"]["libtorch"]["version"].get<std::string>().substr(0, 2),
+            std::to_string(TORCH_VERSION_MAJOR) + ".");
+  EXPECT_TRUE(r.summary["env"]["zrepro"].contains("commit"));
+}

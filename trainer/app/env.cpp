@@ -1,0 +1,144 @@
+// See env.h.
+#include "trainer/app/env.h"
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "device/device_memory.h"
+#include "offload/host_memory.h"
+#include "trainer/app/cli.h"
+#include "zero/comm/runtime_info.h"
+#include "zrepro_git.h"  // generated: ZREPRO_VERSION, ZREPRO_GIT_COMMIT
+
+namespace zrepro {
+
+using json = nlohmann::json;
+
+namespace {
+
+std::string torch_version() {
+  return std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
+         std::to_string(TORCH_VERSION_PATCH);
+}
+
+// The CPU's model name and the flags that decide kernel speed (bf16 matmuls, fused Adam).
+json cpu_json() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string model, flags;
+  for (std::string line; std::getline(in, line) && (model.empty() || flags.empty());) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const std::string key = line.substr(0, line.find_last_not_of(" \t", colon - 1) + 1);
+    const std::string value = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
+    if (key == "model name" && model.empty()) model = value;
+    if (key == "flags" && flags.empty()) flags = " " + value + " ";
+  }
+  json f = json::array();
+  for (const char* name : {"avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile"})
+    if (flags.find(std::string(" ") + name + " ") != std::string::npos) f.push_back(name);
+  return {{"model", model.empty() ? json(nullptr) : json(model)},
+          {"cores", std::thread::hardware_concurrency()},
+          {"flags", f}};
+}
+
+}  // namespace
+
+std::string blas_library() {
+  std::error_code ec;
+  const auto target = std::filesystem::canonical("/etc/alternatives/libblas.so.3-x86_64-linux-gnu", ec);
+  return ec ? "unknown" : target.string();
+}
+
+int64_t meminfo_bytes(const std::string& key) {
+  std::ifstream in("/proc/meminfo");
+  for (std::string k; in >> k;) {
+    int64_t kb = 0;
+    in >> kb;
+    if (k == key) return kb * 1024;
+    in.ignore(1 << 10, '\n');
+  }
+  return -1;
+}
+
+std::string version_line() {
+  return std::string("zrepro ") + ZREPRO_VERSION + " (commit " + ZREPRO_GIT_COMMIT + "), LibTorch " + torch_version() +
+         (torch::cuda::is_available() ? " CUDA" : " CPU");
+}
+
+json environment_json() {
+  const CommRuntimeInfo c = comm_runtime_info();
+  json gpus = json::array();
+  for (const auto& g : c.gpus)
+    gpus.push_back({{"name", g.name}, {"total_bytes", g.total_bytes},
+                    {"compute_capability", std::to_string(g.cc_major) + "." + std::to_string(g.cc_minor)}});
+  const MemlockInfo m = memlock_info();
+  auto or_null = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
+  return {{"zrepro", {{"version", ZREPRO_VERSION}, {"commit", ZREPRO_GIT_COMMIT}}},
+          {"libtorch", {{"version", torch_version()}, {"cuda", torch::cuda::is_available()},
+                        {"intra_op_threads", at::get_num_threads()}}},
+          {"blas", blas_library()},
+          {"mpi", or_null(c.mpi)},
+          {"nccl", {{"built", c.nccl_built}, {"version", or_null(c.nccl)}}},
+          {"cuda", {{"runtime", or_null(c.cuda_runtime)}, {"driver", or_null(c.cuda_driver)},
+                    {"gpus", gpus}, {"note", or_null(c.cuda_error)}}},
+          {"host", {{"memory_total_bytes", meminfo_bytes("MemTotal:")},
+                    {"memory_available_bytes", meminfo_bytes("MemAvailable:")},
+                    {"memlock_limit_bytes", m.limit_bytes < 0 ? json("unlimited") : json(m.limit_bytes)},
+                    {"cap_ipc_lock", m.cap_ipc_lock}}},
+          {"cpu", cpu_json()}};
+}
+
+std::string format_environment(const json& e) {
+  std::ostringstream o;
+  auto row = [&](const std::string& k, const std::string& v) {
+    o << "  " << k << std::string(k.size() < 18 ? 18 - k.size() : 1, '.') << " " << v << "\n";
+  };
+  auto str = [](const json& v) { return v.is_string() ? v.get<std::string>() : v.is_null() ? "-" : v.dump(); };
+  o << "zrepro environment\n";
+  row("zrepro", str(e["zrepro"]["version"]) + " (commit " + str(e["zrepro"]["commit"]) + ")");
+  row("libtorch", str(e["libtorch"]["version"]) + (e["libtorch"]["cuda"].get<bool>() ? " CUDA" : " CPU") + ", " +
+                      str(e["libtorch"]["intra_op_threads"]) + " intra-op thread(s)");
+  row("blas", str(e["blas"]) + (str(e["blas"]).find("openblas") == std::string::npos
+                                    ? "  (not OpenBLAS: LibTorch's reference BLAS is about 25x slower)"
+                                    : ""));
+  row("mpi", str(e["mpi"]));
+  row("nccl", e["nccl"]["built"].get<bool>() ? "backend built, NCCL " + str(e["nccl"]["version"]) : "backend not built");
+  row("cuda", "runtime " + str(e["cuda"]["runtime"]) + ", driver " + str(e["cuda"]["driver"]));
+  for (const auto& g : e["cuda"]["gpus"])
+    row("gpu", g["name"].get<std::string>() + ", " + format_bytes(g["total_bytes"].get<int64_t>()) + ", sm " +
+                   g["compute_capability"].get<std::string>());
+  if (e["cuda"]["gpus"].empty()) row("gpu", "none (" + str(e["cuda"]["note"]) + ")");
+  const json& h = e["host"];
+  row("host memory", format_bytes(h["memory_total_bytes"].get<int64_t>()) + " total, " +
+                         format_bytes(h["memory_available_bytes"].get<int64_t>()) + " available");
+  row("memlock", (h["memlock_limit_bytes"].is_string() ? std::string("unlimited")
+                                                       : format_bytes(h["memlock_limit_bytes"].get<int64_t>())) +
+                     (h["cap_ipc_lock"].get<bool>() ? ", CAP_IPC_LOCK held (no limit applies)" : ", no CAP_IPC_LOCK"));
+  std::string flags;
+  for (const auto& f : e["cpu"]["flags"]) flags += " " + f.get<std::string>();
+  row("cpu", str(e["cpu"]["model"]) + ", " + str(e["cpu"]["cores"]) + " cores, flags:" + (flags.empty() ? " -" : flags));
+  return o.str();
+}
+
+int env_command(int argc, char** argv) {
+  cxxopts::Options o("zrepro env", "What this build and machine are (as DeepSpeed's ds_report).");
+  o.add_options("env")("json", "print JSON")("h,help", "show this help");
+  try {
+    auto r = parse(o, argc, argv);
+    if (r.count("help")) {
+      std::cout << o.help() << std::endl;
+      return kExitOk;
+    }
+    const json e = environment_json();
+    std::cout << (r.count("json") ? e.dump(2) + "\n" : format_environment(e));
+    return kExitOk;
+  } catch (const ConfigError& e) {
+    std::cerr << "[zrepro env] error: " << e.what() << std::endl;
+    return kExitBadInput;
+  }
+}
+
+}  // namespace zrepro
