@@ -8,6 +8,9 @@
 #include "device/base/errors.h"
 #include "trainer/app/cli.h"
 
+#include "trainer/config/ds_versions.h"
+#include "trainer/config/version_diff.h"
+
 namespace zrepro {
 
 using json = nlohmann::json;
@@ -29,6 +32,8 @@ void add_config_flags(cxxopts::Options& o) {
       ("warmup-steps", "scheduler warmup_num_steps for \"auto\" (default 0)", cxxopts::value<int64_t>())
       ("zero-stage", "override zero_optimization.stage", cxxopts::value<int64_t>())
       ("strict", "unknown config keys are errors")
+      ("deepspeed-version", "resolve the config as this DeepSpeed release would (0.14.0 ... newest; default the "
+                            "newest): its defaults, the keys it refuses", cxxopts::value<std::string>())
       ("layers", "override the model's layer count", cxxopts::value<int64_t>())
       ("hidden", "override the model's hidden size", cxxopts::value<int64_t>())
       ("heads", "override the model's attention heads", cxxopts::value<int64_t>())
@@ -59,6 +64,8 @@ ConfigFlags flags_from(const cxxopts::ParseResult& r, const ModelSpec& m, int wo
   f.warmup_steps = opt<int64_t>(r, "warmup-steps");
   f.zero_stage = opt<int64_t>(r, "zero-stage");
   f.strict = r.count("strict") > 0;
+  if (r.count("deepspeed-version"))
+    f.deepspeed_version = check_deepspeed_version("--deepspeed-version", r["deepspeed-version"].as<std::string>());
   f.hidden_size = m.hidden;
   f.world_size = world_size;
   f.total_steps = steps;
@@ -171,11 +178,21 @@ int config_command(int argc, char** argv) {
   o.add_options("output")
       ("world-size", "world size for the batch triple", cxxopts::value<int>()->default_value("1"))
       ("steps", "total steps (resolves scheduler total_num_steps \"auto\")", cxxopts::value<int64_t>()->default_value("50"))
+      ("diff-versions", "two DeepSpeed releases, e.g. 0.19.4,0.19.5: which effective values differ and what "
+                        "each difference does", cxxopts::value<std::vector<std::string>>())
       ("json", "print JSON instead of the name ..... value table");
   try {
     auto r = parse(o, argc, argv);
     if (r.count("help")) { std::cout << o.help() << std::endl; return kExitOk; }
     ModelSpec model = model_from(r);
+    if (r.count("diff-versions")) {
+      const auto v = r["diff-versions"].as<std::vector<std::string>>();
+      if (v.size() != 2) throw ConfigError("--diff-versions: expected two releases, e.g. --diff-versions 0.19.4,0.19.5");
+      const nlohmann::json d = diff_config_versions(
+          require_config(r), flags_from(r, model, r["world-size"].as<int>(), r["steps"].as<int64_t>()), v[0], v[1]);
+      std::cout << (r.count("json") ? d.dump(2) + "\n" : format_version_diff(d));
+      return kExitOk;
+    }
     DsConfig cfg = load_ds_config(require_config(r), flags_from(r, model, r["world-size"].as<int>(),
                                                                r["steps"].as<int64_t>()));
     if (r.count("json"))

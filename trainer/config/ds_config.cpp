@@ -3,6 +3,8 @@
 // records the entry; finish() reports what was left unconsumed as unknown keys.
 #include "trainer/config/ds_config.h"
 
+#include "trainer/config/ds_versions.h"
+
 #include <cmath>
 #include <fstream>
 #include <set>
@@ -59,6 +61,7 @@ class Section {
 
   bool has(const std::string& key) const { return obj_ && obj_->contains(key); }
   const json* raw(const std::string& key) const { return has(key) ? &(*obj_)[key] : nullptr; }
+  bool get_raw_bool(const std::string& key) const { return raw(key) && raw(key)->is_boolean() && raw(key)->get<bool>(); }
   std::string path(const std::string& key) const { return prefix_ + key; }
   void consume(const std::string& key) { consumed_.insert(key); }
 
@@ -70,8 +73,9 @@ class Section {
   // Nested object (absent -> empty section). Throws if present but not an object.
   Section sub(const std::string& key);
 
-  // Unknown keys: warning, or error under --strict.
-  void finish(const std::set<std::string>& not_emulated = {});
+  // Unknown keys: warning, or error under --strict or when the release validates the block
+  // (strict: its "strict" version entry in effect, ds_versions.h).
+  void finish(const std::set<std::string>& not_emulated = {}, const VersionChange* strict = nullptr);
 
  private:
   Loader& L_;
@@ -95,6 +99,7 @@ class Loader {
     out_.entries.push_back({path, std::move(value), src, std::move(note)});
   }
   bool strict() const { return flags_.strict; }
+  const std::string& version() const { return out_.deepspeed_version; }
 
   std::map<std::string, FlagValue> overrides;  // path -> flag that overrides the file
   std::map<std::string, FlagValue> autos;      // path -> HF-style value for "auto"
@@ -166,9 +171,18 @@ T Section::get(const std::string& key, T def) {
     L_.record(p, json(def), Source::auto_, "DeepSpeed drops \"auto\": default applies");
     return def;
   }
-  if (v) {
+  const VersionChange* unknown = v ? not_yet_added(p, L_.version()) : nullptr;
+  if (unknown)
+    L_.warn(p + " is not a key of DeepSpeed " + L_.version() + " (added in " + unknown->since + ", " + unknown->pr +
+            "); that release ignores it, and so does this run");
+  if (v && !unknown) {
     T val = L_.convert<T>(p, *v);
     L_.record(p, json(val), Source::file);
+    return val;
+  }
+  if (auto vd = versioned_default(p, L_.version()); vd && !vd->value.is_null()) {
+    T val = L_.convert<T>(p, vd->value);
+    L_.record(p, json(val), Source::default_, vd->note);
     return val;
   }
   L_.record(p, json(def), Source::default_);
@@ -183,7 +197,7 @@ Section Section::sub(const std::string& key) {
   return Section(L_, v, path(key) + ".");
 }
 
-void Section::finish(const std::set<std::string>& not_emulated) {
+void Section::finish(const std::set<std::string>& not_emulated, const VersionChange* strict) {
   if (!obj_) return;
   for (auto it = obj_->begin(); it != obj_->end(); ++it) {
     if (consumed_.count(it.key())) continue;
@@ -192,7 +206,10 @@ void Section::finish(const std::set<std::string>& not_emulated) {
       L_.warn(p + " is a DeepSpeed key that zrepro does not emulate; ignored");
       continue;
     }
-    std::string msg = p + " is not a key zrepro knows (DeepSpeed 0.19.6); check its spelling";
+    if (strict)
+      L_.fail(p, strict->message + ": DeepSpeed " + L_.version() + " refuses unknown keys in this block (since " +
+                     strict->since + ", " + strict->pr + "). Remove it or fix its spelling");
+    std::string msg = p + " is not a key zrepro knows (DeepSpeed " + L_.version() + "); check its spelling";
     if (L_.strict()) L_.fail(p, "unknown key (--strict). Remove it or fix its spelling");
     L_.warn(msg + "; ignored");
   }
@@ -209,6 +226,26 @@ void one_of(Loader& L, const std::string& path, const std::string& v, std::initi
     list += std::string(list.empty() ? "" : ", ") + a;
   }
   L.fail(path, "got \"" + v + "\", expected one of " + list);
+}
+
+// Features a release removed and refuses at config load (DeepSpeedConfigError), with its
+// message: "amp" since 0.19.8, "zero_optimization.mics_shard_size" since 0.19.7, ...
+void refuse_removed_keys(Loader& L, const json& root) {
+  for (const auto& c : version_changes()) {
+    if (c.kind != "removed" || compare_versions(c.since, L.version()) > 0) continue;
+    const auto dot = c.key.find('.');
+    const bool present = dot == std::string::npos
+                             ? root.contains(c.key)
+                             : root.contains(c.key.substr(0, dot)) && root[c.key.substr(0, dot)].is_object() &&
+                                   root[c.key.substr(0, dot)].contains(c.key.substr(dot + 1));
+    if (!present) continue;
+    std::string previous = "an earlier release";
+    for (const auto& r : deepspeed_releases())
+      if (compare_versions(r, c.since) < 0) previous = r;
+    L.fail(c.key, "DeepSpeedConfigError: " + c.message + " [refused since DeepSpeed " + c.since +
+                      (c.pr.empty() || c.pr.rfind("unknown", 0) == 0 ? "" : ", " + c.pr) +
+                      "]. Remove the key, or resolve as --deepspeed-version " + previous);
+  }
 }
 
 // Deprecated zero_optimization keys, mapped onto their successors with a warning
@@ -304,7 +341,12 @@ ZeroConfig load_zero(Loader& L, Section s) {
       s.get<bool>("use_multi_rank_bucket_allreduce", d.use_multi_rank_bucket_allreduce);
   for (auto [key, v] : {std::pair<const char*, int64_t>{"reduce_bucket_size", z.reduce_bucket_size},
                         {"allgather_bucket_size", z.allgather_bucket_size}})
-    require(L, v > 0, s.path(key), "must be > 0 elements, got " + std::to_string(v));
+    require(L, v > 0, s.path(key),
+            "must be > 0 elements, got " + std::to_string(v) +
+                (std::string(key) != "reduce_bucket_size" ? ""
+                 : change_in_effect("zero_optimization.reduce_bucket_size", "strict", L.version())
+                     ? " (DeepSpeed " + L.version() + ": \"Input should be greater than 0\")"
+                     : " (DeepSpeed " + L.version() + " accepts 0, but zrepro cannot emulate an empty bucket)"));
   // DeepSpeed accepts 0 (each parameter its own optimizer sub-group; axolotl's
   // zero3_bf16_cpuoffload_all.json sets it); zrepro steps per layer either way.
   require(L, z.sub_group_size >= 0, s.path("sub_group_size"),
@@ -334,6 +376,23 @@ ZeroConfig load_zero(Loader& L, Section s) {
   return z;
 }
 
+// Before DeepSpeed 0.17.1, ZeRO with an fp16 block that sets none of the dynamic-scaling
+// keys started at a loss scale of 2^32 with hysteresis 1 (DynamicLossScaler's own
+// defaults); since then the block's defaults (2^16, 2) always apply (deepspeed_versions.json).
+void old_zero_fp16_scaling(Loader& L, Section& fp16, Section& top, DsConfig& c) {
+  const VersionChange* now = change_in_effect("fp16.initial_scale_power", "behaviour", L.version());
+  if (now || !fp16.get_raw_bool("enabled")) return;
+  for (const char* k : {"initial_scale_power", "loss_scale_window", "min_loss_scale", "hysteresis", "consecutive_hysteresis"})
+    if (fp16.has(k)) return;
+  const json* zero = top.raw("zero_optimization");
+  if (!zero || !zero->is_object() || zero->value("stage", 0) == 0) return;
+  c.fp16.initial_scale_power = 32;
+  c.fp16.hysteresis = 1;
+  const std::string why = "DeepSpeed " + L.version() + " with ZeRO and no dynamic-scaling key in fp16 (until 0.17.1)";
+  L.record("fp16.initial_scale_power", 32, Source::default_, why);
+  L.record("fp16.hysteresis", 1, Source::default_, why);
+}
+
 void load_precision(Loader& L, Section& top, DsConfig& c) {
   Section fp16 = top.sub("fp16");
   bool fp16_on = fp16.get<bool>("enabled", false);
@@ -345,19 +404,25 @@ void load_precision(Loader& L, Section& top, DsConfig& c) {
   c.fp16.consecutive_hysteresis = fp16.get<bool>("consecutive_hysteresis", d.consecutive_hysteresis);
   c.fp16.min_loss_scale = fp16.get<double>("min_loss_scale", d.min_loss_scale);
   fp16.get<bool>("auto_cast", false);
+  if (const VersionChange* k = change_in_effect("fp16.min_loss_scale", "strict", L.version());
+      k && c.fp16.min_loss_scale != std::floor(c.fp16.min_loss_scale))
+    L.fail(fp16.path("min_loss_scale"), k->message + " (got " + json(c.fp16.min_loss_scale).dump() + "; DeepSpeed " +
+                                            L.version() + " reads it as an integer since " + k->since + ", " + k->pr +
+                                            "). Write a whole number such as 1");
+  old_zero_fp16_scaling(L, fp16, top, c);
   require(L, c.fp16.loss_scale >= 0, fp16.path("loss_scale"), "must be >= 0 (0 = dynamic)");
   require(L, c.fp16.initial_scale_power >= 0 && c.fp16.initial_scale_power < 64, fp16.path("initial_scale_power"),
           "must be in [0, 63], got " + std::to_string(c.fp16.initial_scale_power));
   require(L, c.fp16.loss_scale_window > 0, fp16.path("loss_scale_window"), "must be > 0");
   require(L, c.fp16.hysteresis >= 1, fp16.path("hysteresis"), "must be >= 1");
   require(L, c.fp16.min_loss_scale > 0, fp16.path("min_loss_scale"), "must be > 0");
-  fp16.finish();
+  fp16.finish({"fp16_master_weights_and_grads"}, change_in_effect("fp16", "strict", L.version()));
 
   // Older configs spell the bf16 section "bfloat16".
   Section bf16 = top.sub(top.has("bfloat16") && !top.has("bf16") ? "bfloat16" : "bf16");
   bool bf16_on = bf16.get<bool>("enabled", false);
   c.bf16_check_grad_overflow = bf16.get<bool>("check_grad_overflow", true);
-  bf16.finish({"immediate_grad_update"});
+  bf16.finish({"immediate_grad_update"}, change_in_effect("bf16", "strict", L.version()));
   if (fp16_on && bf16_on)
     L.fail("fp16.enabled", "fp16 and bf16 are both enabled; enable at most one (or pass --precision)");
   c.precision = fp16_on ? Precision::fp16 : bf16_on ? Precision::bf16 : Precision::fp32;
@@ -629,6 +694,10 @@ void load_sections(Loader& L, Section& top, DsConfig& c) {
   if (top.has("steps_per_print")) {
     c.steps_per_print = top.get<int64_t>("steps_per_print", 10);
     require(L, *c.steps_per_print > 0, "steps_per_print", "must be > 0");
+  } else if (auto vd = versioned_default("steps_per_print", L.version()); vd && !vd->value.is_null()) {
+    top.consume("steps_per_print");
+    c.steps_per_print = vd->value.get<int64_t>();
+    L.record("steps_per_print", vd->value, Source::default_, vd->note);
   } else {
     top.consume("steps_per_print");
     L.record("steps_per_print", nullptr, Source::default_, "unset: zrepro prints every --log-every steps");
@@ -661,6 +730,11 @@ void load_sections(Loader& L, Section& top, DsConfig& c) {
   c.wall_clock_breakdown = top.get<bool>("wall_clock_breakdown", false);
   c.memory_breakdown = top.get<bool>("memory_breakdown", false);
   c.zero = load_zero(L, top.sub("zero_optimization"));
+  if (!c.managed_gradient_accumulation && (c.zero.offload_optimizer.enabled() || c.zero.offload_param.enabled()) &&
+      !change_in_effect("managed_gradient_accumulation", "behaviour", L.version()))
+    L.fail("managed_gradient_accumulation",
+           "false with ZeRO offload: DeepSpeed " + L.version() + " asserts at engine init (allowed since 0.19.5, "
+           "deepspeedai/DeepSpeed#8225). Set it true, or resolve as --deepspeed-version 0.19.5 or later");
   top.finish({"zero_allow_untested_optimizer", "prescale_gradients", "gradient_predivide_factor",
               "sparse_gradients", "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comet",
               "comms_logger", "aio", "checkpoint", "data_types", "compile", "dump_state", "amp",
@@ -679,7 +753,11 @@ DsConfig parse_ds_config(const std::string& text, const std::string& name, const
   c.file = name;
   c.world_size = flags.world_size;
   if (flags.world_size < 1) throw ConfigError("--world-size: must be >= 1, got " + std::to_string(flags.world_size));
+  c.deepspeed_version = flags.deepspeed_version.empty()
+                            ? newest_deepspeed_version()
+                            : check_deepspeed_version("--deepspeed-version", flags.deepspeed_version);
   Loader L(name, flags, c);
+  refuse_removed_keys(L, root);
   if (root.contains("zero_optimization") && root["zero_optimization"].is_object())
     map_deprecated_zero_keys(L, root["zero_optimization"]);
   register_flags(L, flags);

@@ -1,4 +1,5 @@
-// DeepSpeed config loading with DeepSpeed 0.19.6 semantics: every known key parsed
+// DeepSpeed config loading with a DeepSpeed release's semantics (the newest profile unless
+// --deepspeed-version says another; ds_versions.h): every known key parsed
 // into typed settings with its default, deprecated keys mapped, unknown keys
 // reported, "auto" values resolved the way the Hugging Face integration does, the
 // batch triple derived and checked. Each resolved value remembers where it came from.
@@ -43,10 +44,12 @@ struct ConfigFlags {
   int64_t hidden_size = 0;                  // model hidden size for bucket "auto"s
   int world_size = 1;
   bool strict = false;                      // unknown keys are errors
+  std::string deepspeed_version;            // --deepspeed-version: resolve as this release ("" = newest)
 };
 
 struct DsConfig {
   std::string file;  // where it was loaded from ("" for built-in)
+  std::string deepspeed_version;  // the release whose semantics resolved it (trainer/config/ds_versions.h)
   int64_t train_batch_size = 0, micro_batch = 0, grad_accum = 0;
   int world_size = 1;
   Precision precision = Precision::fp32;
