@@ -87,7 +87,8 @@ TEST(ScenarioCommand, EveryScenarioReproducesAndVerifies) {
       for (const auto& c : ab["comparisons"]) {
         if (!c.value("a_shows_symptom", false)) continue;
         const std::string log = out + "/A_r" + std::to_string(c["ranks"].get<int>()) + ".log";
-        const auto d = zrepro_test::zrepro_cmd("diagnose " + log + " --json", 60, false);
+        const std::string a_path = (e.path() / spec["a"]["config"].get<std::string>()).string();
+        const auto d = zrepro_test::zrepro_cmd("diagnose " + log + " --config " + a_path + " --json", 60, false);
         EXPECT_EQ(d.code, 0) << name << ": " << d.output;
         EXPECT_EQ(nlohmann::json::parse(d.output)["scenario"], name) << d.output;
         // ... and the reproduction diagnose writes from it, with the scenario's failing config

@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "trainer/app/cli.h"
+#include "trainer/config/ds_versions.h"
 #include "trainer/app/subprocess.h"
 #include "trainer/report/ab.h"
 #include "trainer/report/report.h"
@@ -97,6 +98,10 @@ int ab_command(int argc, char** argv) {
       ("b-config", "--b FILE: side B's DeepSpeed config (default: A's)", cxxopts::value<std::string>())
       ("a-args", "flags for side A only, e.g. \"--micro-batch 8\"", cxxopts::value<std::string>())
       ("b-args", "flags for side B only, e.g. \"--activation-checkpointing\"", cxxopts::value<std::string>())
+      ("a-version", "DeepSpeed release whose semantics side A's config resolves with (--deepspeed-version)",
+       cxxopts::value<std::string>())
+      ("b-version", "DeepSpeed release for side B: the same JSON before and after an upgrade, e.g. --a-version "
+                    "0.19.4 --b-version 0.19.5", cxxopts::value<std::string>())
       ("ranks", "rank counts to run each side at, e.g. 1,4", cxxopts::value<std::vector<int>>()->default_value("1"))
       ("expect", "the symptom A shows and B must not: failure (default), refused (A's config is rejected at "
                  "init), slower:R, less:KEY:R, more:KEY:R (KEY: device_busy_fraction, overlap_ratio, "
@@ -120,7 +125,11 @@ int ab_command(int argc, char** argv) {
     Side a{"A", r["a-config"].as<std::string>(), r.count("a-args") ? words("--a-args", r["a-args"].as<std::string>()) : std::vector<std::string>{}};
     Side b{"B", r.count("b-config") ? r["b-config"].as<std::string>() : a.config,
            r.count("b-args") ? words("--b-args", r["b-args"].as<std::string>()) : std::vector<std::string>{}};
-    if (!r.count("b-config") && !r.count("b-args") && !r.count("a-args"))
+    for (auto [side, key] : {std::pair<Side*, const char*>{&a, "a-version"}, {&b, "b-version"}})
+      if (r.count(key))
+        side->args.insert(side->args.end(), {"--deepspeed-version", check_deepspeed_version(std::string("--") + key,
+                                                                                            r[key].as<std::string>())});
+    if (!r.count("b-config") && b.args.empty() && a.args.empty())
       throw ConfigError("--b: missing. Give side B's config (--b after.json) or its flags (--b-args \"...\")");
     for (const std::string* f : {&a.config, &b.config})
       if (!std::filesystem::is_regular_file(*f)) throw ConfigError("--a/--b: \"" + *f + "\" is not a readable file");

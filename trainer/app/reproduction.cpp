@@ -186,7 +186,7 @@ std::vector<CandidateFix> config_fixes(const Diagnosis& d, const json& user_conf
     c.why = "bf16 has fp32's exponent range: no loss scale, no overflow at 65504";
     c.config.erase("fp16");
     c.config["bf16"] = {{"enabled", true}};
-  } else if (d.scenario == "memlock-limit" || d.scenario == "pageable-copies") {
+  } else if (d.scenario == "memlock-limit" || d.scenario == "upgrade-pinned-default" || d.scenario == "pageable-copies") {
     const bool pin = d.scenario == "pageable-copies";
     json& z = c.config["zero_optimization"];
     for (const char* section : {"offload_optimizer", "offload_param"})

@@ -338,7 +338,8 @@ void print_header(RunState& s) {
     for (const auto& w : sd.warnings) std::cout << "[zrepro] warning: " << w << "\n";
   }
   std::cout << "[zrepro] world_size=" << s.world << " zero_stage=" << cfg.zero.stage
-            << " precision=" << precision_name(cfg.precision) << " device=" << s.dev.description
+            << " precision=" << precision_name(cfg.precision) << " deepspeed=" << cfg.deepspeed_version
+            << " device=" << s.dev.description
             << " comm=" << s.comm().backend() << "\n"
             << "[zrepro] model " << model.name << ": " << model.param_count() << " params, " << model.layers
             << " layers, hidden " << model.hidden << ", heads " << model.heads << ", seq " << model.seq << ", vocab "

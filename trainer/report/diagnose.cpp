@@ -329,10 +329,17 @@ void decide(const Scan& s, Diagnosis& d) {
   } else if (has("oom")) {
     decide_oom(s, d);
   } else if (has("pinned_memory")) {
-    d.checkpoint = "pinned-memory", d.scenario = "memlock-limit", d.confidence = "strong";
-    d.reason = "pinning the offload buffers failed at init (ulimit -l / CAP_IPC_LOCK, or host memory)";
-    d.alternatives = {"upgrade-pinned-default: the config has no pin_memory key and DeepSpeed >= 0.19.5 now pins by default"};
-    d.try_next = {"ulimit -l unlimited (docker run --ulimit memlock=-1)", "offload pin_memory false"};
+    // --config without a pin_memory key: the pinning came from 0.19.5's new default.
+    const bool unset = s.numbers.value("config", json::object()).value("pin_memory_unset", false);
+    d.checkpoint = "pinned-memory", d.confidence = "strong";
+    d.scenario = unset ? "upgrade-pinned-default" : "memlock-limit";
+    d.reason = unset ? "pinning the offload buffers failed at init, and the config sets no pin_memory: DeepSpeed >= "
+                       "0.19.5 pins them by default (false before, deepspeedai/DeepSpeed#8207)"
+                     : "pinning the offload buffers failed at init (ulimit -l / CAP_IPC_LOCK, or host memory)";
+    d.alternatives = {unset ? "memlock-limit: the config asked for pinned buffers itself; the limit is the cause"
+                            : "upgrade-pinned-default: the config has no pin_memory key and DeepSpeed >= 0.19.5 now pins by "
+                              "default (give --config to tell)"};
+    d.try_next = {"ulimit -l unlimited (docker run --ulimit memlock=-1)", "offload pin_memory false, written in the config"};
   } else if (has("loss_scale_minimum")) {
     d.checkpoint = "numerics", d.scenario = "fp16-overflow", d.confidence = "strong";
     d.reason = "fp16 gradients overflowed at every loss scale down to min_loss_scale";
@@ -391,6 +398,7 @@ Diagnosis diagnose_log(const std::string& text, const json& job_config) {
       s.numbers["config"]["offload"] = true;
       // pin_memory unset: true since DeepSpeed 0.19.5 (the upgrade-pinned-default scenario)
       if (!o.value("pin_memory", true)) s.numbers["config"]["pin_memory"] = false;
+      if (!o.contains("pin_memory")) s.numbers["config"]["pin_memory_unset"] = true;
     }
   }
   Diagnosis d;

@@ -285,6 +285,7 @@ json build_summary(const SummaryInput& in) {
   s["world_size"] = c ? json(c->world_size) : json(nullptr);
   s["zero_stage"] = c ? json(c->zero.stage) : json(nullptr);
   s["precision"] = c ? json(precision_name(c->precision)) : json(nullptr);
+  s["deepspeed_version"] = c ? json(c->deepspeed_version) : json(nullptr);  // the release whose semantics resolved the config
   s["device"] = in.device.empty() ? json(nullptr) : json(in.device);
   s["model"] = in.model ? in.model->to_json() : json(nullptr);
   s["env"] = in.env;

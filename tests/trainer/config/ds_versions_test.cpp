@@ -1,0 +1,211 @@
+// trainer/config/ds_versions.h and version_diff.h: the version table is well formed, and
+// every entry of configs/deepspeed_versions.json is exercised: resolved at its release and
+// at the release before it, the config differs the way the entry says (a default's value,
+// an added key ignored before, a removed key refused since, a strict block, an alias, a
+// changed rule). An entry this test cannot exercise fails it, so the table cannot claim
+// what the loader does not do.
+#include "trainer/config/ds_versions.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "device/base/errors.h"
+#include "trainer/config/ds_config.h"
+#include "trainer/config/version_diff.h"
+
+namespace {
+
+using json = nlohmann::json;
+using namespace zrepro;
+
+DsConfig parse_at(const json& cfg, const std::string& v) {
+  ConfigFlags f;
+  f.deepspeed_version = v;
+  return parse_ds_config(cfg.dump(), "test.json", f);
+}
+
+json value_of(const DsConfig& c, const std::string& key) {
+  for (const auto& e : c.entries)
+    if (e.path == key) return e.value;
+  return json("<absent>");
+}
+
+std::string error_at(const json& cfg, const std::string& v) {
+  try {
+    parse_at(cfg, v);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool warned(const DsConfig& c, const std::string& text) {
+  for (const auto& w : c.warnings)
+    if (w.find(text) != std::string::npos) return true;
+  return false;
+}
+
+std::string previous(const std::string& v) {
+  std::string prev;
+  for (const auto& r : deepspeed_releases())
+    if (compare_versions(r, v) < 0) prev = r;
+  return prev;  // "" when v is the oldest known
+}
+
+// A config where every key the table names is read: stage 3 with both offloads, bf16.
+const json kBase = json::parse(R"({"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true},
+  "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}})");
+
+json with(const std::string& dotted, const json& value, json cfg = kBase) {
+  std::string p = "/" + dotted;
+  for (auto& ch : p) ch = ch == '.' ? '/' : ch;
+  cfg[json::json_pointer(p)] = value;
+  return cfg;
+}
+
+void exercise_default(const VersionChange& c) {
+  EXPECT_EQ(value_of(parse_at(kBase, c.since), c.key), c.after) << c.key;
+  const std::string prev = previous(c.since);
+  ASSERT_FALSE(prev.empty()) << c.key;
+  if (!c.before.is_null()) EXPECT_EQ(value_of(parse_at(kBase, prev), c.key), c.before) << c.key << " at " << prev;
+  else EXPECT_TRUE(value_of(parse_at(kBase, prev), c.key).is_null()) << c.key;
+}
+
+void exercise_added(const VersionChange& c) {
+  // Both added keys are booleans; no offload (managed_gradient_accumulation false with
+  // offload is a rule of its own, the behaviour entry).
+  const json cfg = with(c.key, !c.after.get<bool>(), {{"train_micro_batch_size_per_gpu", 2}, {"bf16", {{"enabled", true}}}});
+  const DsConfig now = parse_at(cfg, c.since), before = parse_at(cfg, previous(c.since));
+  EXPECT_EQ(value_of(now, c.key), !c.after.get<bool>()) << c.key;
+  EXPECT_FALSE(warned(now, "is not a key of DeepSpeed")) << c.key;
+  EXPECT_TRUE(warned(before, c.key + " is not a key of DeepSpeed " + previous(c.since))) << c.key;
+}
+
+void exercise_removed(const VersionChange& c) {
+  const json cfg = with(c.key, json::object());
+  EXPECT_NE(error_at(cfg, c.since).find(c.message), std::string::npos) << c.key << ": " << error_at(cfg, c.since);
+  EXPECT_EQ(error_at(cfg, previous(c.since)), "") << c.key << " is accepted before " << c.since;
+}
+
+void exercise_strict(const VersionChange& c) {
+  const std::string prev = previous(c.since);
+  if (c.key == "fp16" || c.key == "bf16") {
+    json cfg = with(c.key + ".not_a_key", 1);
+    if (c.key == "fp16") cfg = with("bf16.enabled", false, with("fp16.enabled", true, cfg));
+    EXPECT_NE(error_at(cfg, c.since).find("Extra inputs are not permitted"), std::string::npos) << error_at(cfg, c.since);
+    EXPECT_EQ(error_at(cfg, prev), "");
+    EXPECT_TRUE(warned(parse_at(cfg, prev), c.key + ".not_a_key"));
+  } else if (c.key == "fp16.min_loss_scale") {
+    const json cfg = with("fp16.min_loss_scale", 0.5, with("bf16.enabled", false, with("fp16.enabled", true)));
+    EXPECT_NE(error_at(cfg, c.since).find(c.message), std::string::npos) << error_at(cfg, c.since);
+    EXPECT_EQ(value_of(parse_at(cfg, prev), "fp16.min_loss_scale"), 0.5);
+  } else if (c.key == "zero_optimization.reduce_bucket_size") {
+    // zrepro cannot run an empty bucket at any release; the message says whose rule it is.
+    const json cfg = with(c.key, 0);
+    EXPECT_NE(error_at(cfg, c.since).find(c.message), std::string::npos) << error_at(cfg, c.since);
+    EXPECT_NE(error_at(cfg, prev).find("accepts 0"), std::string::npos) << error_at(cfg, prev);
+  } else {
+    FAIL() << "strict entry " << c.key << " is not exercised";
+  }
+}
+
+void exercise_alias(const VersionChange& c) {
+  const std::string name = c.key.substr(c.key.find('.') + 1);
+  const std::string v = newest_deepspeed_version();
+  json zero = {{"stage", 3}};
+  std::string canonical;
+  json expect;
+  if (name == "cpu_offload") {
+    zero[name] = true, canonical = "zero_optimization.offload_optimizer.device", expect = "cpu";
+  } else if (name == "cpu_offload_param") {
+    zero[name] = true, canonical = "zero_optimization.offload_param.device", expect = "cpu";
+  } else if (name == "stage3_gather_fp16_weights_on_model_save" || name == "gather_16bit_weights_on_model_save") {
+    zero[name] = true, canonical = "zero_optimization.stage3_gather_16bit_weights_on_model_save", expect = true;
+  } else {
+    zero[name] = 12345, canonical = "zero_optimization.stage3_" + name, expect = 12345;
+  }
+  const DsConfig cfg = parse_at({{"train_micro_batch_size_per_gpu", 2}, {"zero_optimization", zero}}, v);
+  EXPECT_EQ(value_of(cfg, canonical), expect) << c.key << " -> " << canonical;
+}
+
+void exercise_behaviour(const VersionChange& c) {
+  const std::string prev = previous(c.since);
+  if (c.key == "managed_gradient_accumulation") {
+    const json cfg = with("managed_gradient_accumulation", false);
+    EXPECT_EQ(error_at(cfg, c.since), "");
+    EXPECT_NE(error_at(cfg, prev).find("managed_gradient_accumulation"), std::string::npos);
+  } else if (c.key == "fp16.initial_scale_power" || c.key == "fp16.hysteresis") {
+    const json cfg = {{"train_micro_batch_size_per_gpu", 2}, {"fp16", {{"enabled", true}}}, {"zero_optimization", {{"stage", 2}}}};
+    const int then = c.key == "fp16.initial_scale_power" ? 32 : 1, now = c.key == "fp16.initial_scale_power" ? 16 : 2;
+    EXPECT_EQ(value_of(parse_at(cfg, prev), c.key), then) << c.key << " at " << prev;
+    EXPECT_EQ(value_of(parse_at(cfg, c.since), c.key), now) << c.key << " at " << c.since;
+    json stage0 = cfg;
+    stage0["zero_optimization"]["stage"] = 0;
+    EXPECT_EQ(value_of(parse_at(stage0, prev), c.key), now) << "only under ZeRO";
+  } else {
+    FAIL() << "behaviour entry " << c.key << " is not exercised";
+  }
+}
+
+TEST(DeepSpeedVersions, TableIsWellFormed) {
+  const auto& r = deepspeed_releases();
+  ASSERT_GE(r.size(), 10u);
+  for (size_t i = 1; i < r.size(); ++i) EXPECT_LT(compare_versions(r[i - 1], r[i]), 0) << r[i];
+  EXPECT_EQ(compare_versions("0.19.10", "0.19.9"), 1);
+  EXPECT_EQ(newest_deepspeed_version(), r.back());
+  for (const auto& c : version_changes()) {
+    EXPECT_FALSE(c.pr.empty()) << c.key << ": each entry cites its PR or commit (or says why not)";
+    EXPECT_FALSE(c.effect.empty()) << c.key;
+    EXPECT_FALSE(c.evidence.empty()) << c.key;
+  }
+  EXPECT_THROW(check_deepspeed_version("--deepspeed-version", "0.13.0"), ConfigError);
+  EXPECT_EQ(check_deepspeed_version("--deepspeed-version", "0.19.5"), "0.19.5");
+}
+
+TEST(DeepSpeedVersions, EveryEntryIsExercised) {
+  int n = 0;
+  for (const auto& c : version_changes()) {
+    SCOPED_TRACE(c.kind + " " + c.key + " since " + c.since);
+    if (c.kind == "default") exercise_default(c);
+    else if (c.kind == "added") exercise_added(c);
+    else if (c.kind == "removed") exercise_removed(c);
+    else if (c.kind == "strict") exercise_strict(c);
+    else if (c.kind == "alias") exercise_alias(c);
+    else if (c.kind == "behaviour") exercise_behaviour(c);
+    else ADD_FAILURE() << "unknown kind " << c.kind;
+    ++n;
+  }
+  EXPECT_GE(n, 30);
+}
+
+TEST(DeepSpeedVersions, DefaultsAreLabelledWithTheirRelease) {
+  const DsConfig c = parse_at(kBase, "0.19.5");
+  for (const auto& e : c.entries)
+    if (e.path == "zero_optimization.offload_optimizer.pin_memory")
+      EXPECT_EQ(e.note, "since DeepSpeed 0.19.5 (deepspeedai/DeepSpeed#8207)");
+  EXPECT_EQ(parse_at(kBase, "0.19.4").deepspeed_version, "0.19.4");
+  EXPECT_EQ(parse_ds_config(kBase.dump(), "t.json", {}).deepspeed_version, newest_deepspeed_version());
+}
+
+TEST(DeepSpeedVersions, DiffNamesWhatChangedAndWhy) {
+  const std::string path = ::testing::TempDir() + "/zrepro_version_diff.json";
+  std::ofstream(path) << kBase.dump();
+  const json d = diff_config_versions(path, {}, "0.19.4", "0.19.5");
+  ASSERT_EQ(d["differences"].size(), 2u) << d.dump(2);  // the two pin_memory defaults
+  for (const auto& x : d["differences"]) {
+    EXPECT_NE(x["key"].get<std::string>().find("pin_memory"), std::string::npos);
+    EXPECT_EQ(x["a"]["value"], false);
+    EXPECT_EQ(x["b"]["value"], true);
+    EXPECT_EQ(x["changes"][0]["since"], "0.19.5");
+  }
+  EXPECT_TRUE(diff_config_versions(path, {}, "0.19.5", "0.19.5")["differences"].empty());
+  std::ofstream(path) << with("amp", {{"enabled", true}}).dump();
+  const json r = diff_config_versions(path, {}, "0.19.7", "0.19.8");
+  EXPECT_TRUE(r["refused"]["a"].is_null());
+  EXPECT_NE(r["refused"]["b"].get<std::string>().find("Apex AMP"), std::string::npos);
+  EXPECT_EQ(r["refusal_changes"][0]["key"], "amp");
+  EXPECT_NE(format_version_diff(r).find("REFUSES"), std::string::npos);
+}
+
+}  // namespace
