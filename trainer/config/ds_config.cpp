@@ -263,10 +263,13 @@ void map_deprecated_zero_keys(Loader& L, json& zero) {
   take("cpu_offload_param", "offload_param.device", [&](const json& v) {
     if (v == true && !zero.contains("offload_param")) zero["offload_param"] = {{"device", "cpu"}};
   });
-  take("cpu_offload_use_pin_memory", "offload_*.pin_memory", [&](const json& v) {
-    for (const char* k : {"offload_optimizer", "offload_param"})
-      if (zero.contains(k) && zero[k].is_object() && !zero[k].contains("pin_memory")) zero[k]["pin_memory"] = v;
-  });
+  // DeepSpeed only warns about this one: it sets nothing (set_new_param False), so the
+  // offload blocks keep their own pin_memory (or its default).
+  if (zero.contains("cpu_offload_use_pin_memory")) {
+    L.warn("zero_optimization.cpu_offload_use_pin_memory is deprecated and has no effect in DeepSpeed; set "
+           "offload_optimizer.pin_memory / offload_param.pin_memory instead");
+    zero.erase("cpu_offload_use_pin_memory");
+  }
   take("stage3_gather_fp16_weights_on_model_save", "stage3_gather_16bit_weights_on_model_save", [&](const json& v) {
     if (!zero.contains("stage3_gather_16bit_weights_on_model_save"))
       zero["stage3_gather_16bit_weights_on_model_save"] = v;
@@ -277,11 +280,11 @@ void map_deprecated_zero_keys(Loader& L, json& zero) {
                            "max_reuse_distance", "gather_16bit_weights_on_model_save"}) {
     const std::string alias = std::string("stage3_") + name;
     if (!zero.contains(name)) continue;
-    if (zero.contains(alias))
-      L.warn(std::string("zero_optimization.") + name + " and zero_optimization." + alias +
-             " are the same setting; " + alias + " is used");
-    else
-      zero[alias] = zero[name];
+    if (zero.contains(alias))  // DeepSpeed's pydantic model rejects the second spelling
+      L.fail(std::string("zero_optimization.") + name,
+             "Extra inputs are not permitted: DeepSpeed reads it as another name for zero_optimization." + alias +
+                 ", which the config also sets. Keep one of the two");
+    zero[alias] = zero[name];
     zero.erase(name);
   }
 }
