@@ -23,6 +23,8 @@ enum ExitCode : int {
   kExitVerifyFailed = 8,
   // zrepro doctor: a checkpoint fails on this machine.
   kExitDoctorFailed = 10,
+  // zrepro check: a figure moved past its tolerance against the baseline.
+  kExitCheckRegressed = 11,
 };
 
 // Bad config, flag or file: the message names the key/flag/file, the value,

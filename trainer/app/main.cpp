@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
       "          | --b-args FLAGS, --ranks 1,4, --plan-only, and any run flag); exit 0 when B fixes A\n"
       "  diagnose  a failed job's log -> checkpoint, scenario, evidence lines, numbers, what to try\n"
       "          (LOG [--config FILE --model M --world-size N --device-memory SIZE] [--json])\n"
+      "  check   regression test after an upgrade: --save B.json or --baseline B.json, with --run DIR or\n"
+      "          -- RUN ARGS; exit 11 when memory, collectives, losses or step time moved past tolerance\n"
       "  env     this build and machine: versions (zrepro, LibTorch, BLAS, MPI, NCCL, CUDA), GPUs, host memory,\n"
       "          memlock, CPU flags ([--json]); `zrepro --version` prints the first line\n"
       "  bench   benchmarks: `bench comm` (collectives vs raw MPI, nccl-tests format),\n"
@@ -33,6 +35,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "env") return zrepro::env_command(argc - 1, argv + 1);
+  if (cmd == "check") return zrepro::check_command(argc - 1, argv + 1);
   if (cmd == "run") return zrepro::run_command(argc - 1, argv + 1);
   if (cmd == "plan") return zrepro::plan_command(argc - 1, argv + 1);
   if (cmd == "config") return zrepro::config_command(argc - 1, argv + 1);

@@ -1,0 +1,59 @@
+// `zrepro check` as CI would run it after an upgrade: a baseline saved from a run, an
+// identical rerun passes (exit 0), and a changed bucket size, a changed precision and an
+// injected accumulation bug each fail (exit 11) on the figure they move. Step time is
+// left out here (--time-tol 100): machines running tests are noisy (baseline_test.cpp
+// checks the time rule).
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "tests/support/process.h"
+
+namespace {
+
+const char* kConfig = R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+  "zero_optimization": {"stage": 2, "reduce_bucket_size": 20000, "allgather_bucket_size": 20000,
+                        "offload_optimizer": {"device": "cpu", "pin_memory": false}}})";
+
+std::string write(const std::string& dir, const std::string& name, const std::string& text) {
+  std::ofstream(dir + "/" + name) << text;
+  return dir + "/" + name;
+}
+
+}  // namespace
+
+TEST(Check, IdenticalRerunPassesAndEachChangeFailsOnItsFigure) {
+  const std::string dir = zrepro_test::fresh_dir("check");
+  const std::string cfg = write(dir, "ds.json", kConfig);
+  const std::string run = " -- --config " + cfg + " --model tiny --steps 4";
+  const auto save = zrepro_test::zrepro_cmd("check --save " + dir + "/B.json --work " + dir + "/w0" + run, 180);
+  ASSERT_EQ(save.code, 0) << save.output;
+  const std::string base = " --baseline " + dir + "/B.json --time-tol 100";
+
+  const auto same = zrepro_test::zrepro_cmd("check" + base + " --work " + dir + "/w1" + run, 180);
+  EXPECT_EQ(same.code, 0) << same.output;
+  EXPECT_NE(same.output.find("PASS"), std::string::npos) << same.output;
+  const auto folder = zrepro_test::zrepro_cmd("check" + base + " --run " + dir + "/w0/run --json", 60, false);
+  EXPECT_EQ(folder.code, 0) << folder.output;
+  EXPECT_TRUE(nlohmann::json::parse(folder.output)["passed"].get<bool>());
+
+  std::string smaller = kConfig;
+  smaller.replace(smaller.find("\"reduce_bucket_size\": 20000"), 27, "\"reduce_bucket_size\": 10000");
+  const auto bucket = zrepro_test::zrepro_cmd(
+      "check" + base + " --work " + dir + "/w2 -- --config " + write(dir, "small.json", smaller) + " --model tiny --steps 4", 180);
+  EXPECT_EQ(bucket.code, 11) << bucket.output;
+  EXPECT_NE(bucket.output.find("FAIL memory.rank0.comm_buffers"), std::string::npos) << bucket.output;
+
+  const auto bf16 = zrepro_test::zrepro_cmd("check" + base + " --work " + dir + "/w3" + run + " --precision bf16", 180);
+  EXPECT_EQ(bf16.code, 11) << bf16.output;
+  EXPECT_NE(bf16.output.find("FAIL setup.precision"), std::string::npos) << bf16.output;
+
+  const auto bug = zrepro_test::zrepro_cmd(
+      "check" + base + " --work " + dir + "/w4" + run + " --inject drop-accumulated-grads:0", 180);
+  EXPECT_EQ(bug.code, 11) << bug.output;
+  EXPECT_NE(bug.output.find("FAIL loss (worst step)"), std::string::npos) << bug.output;
+
+  EXPECT_EQ(zrepro_test::zrepro_cmd("check --save x.json --baseline y.json --run " + dir).code, 2);
+  EXPECT_EQ(zrepro_test::zrepro_cmd("check --baseline " + cfg + " --run " + dir + "/w0/run").code, 2)
+      << "not a baseline";
+}

@@ -1,0 +1,85 @@
+// trainer/report/baseline.h: what a baseline keeps from summary.json and which moves the
+// check tolerates: memory within 2% (4 KiB floor), exact collective bytes, loss by
+// precision, step time as a calibrated ratio, the planner's ratio, version changes reported.
+#include "trainer/report/baseline.h"
+
+#include <gtest/gtest.h>
+
+namespace {
+
+using json = nlohmann::json;
+using namespace zrepro;
+
+json summary() {
+  return json::parse(R"({
+    "status": "ok", "world_size": 2, "zero_stage": 2, "precision": "fp32", "deepspeed_version": "0.19.8",
+    "skipped_steps": 0, "model": {"name": "tiny"},
+    "env": {"libtorch": {"version": "1.13.0"}, "nccl": {"version": "2.28.9"}, "cuda": {"runtime": "13.0"},
+            "zrepro": {"commit": "abc"}},
+    "steps": [{"loss": 4.8, "grad_norm": 2.0}, {"loss": 4.6, "grad_norm": 1.9}],
+    "memory": {"ranks": [{"rank": 0, "peak_bytes": 1000000,
+                          "category_peaks": {"params": 400000, "grads": 200000, "comm_buffers": 100000}},
+                         {"rank": 1, "peak_bytes": 990000,
+                          "category_peaks": {"params": 400000, "grads": 190000, "comm_buffers": 100000}}],
+               "planned": {"peak_bytes": 1010000}},
+    "comm": {"bytes_per_step": {"all_reduce": 800000, "all_gather": 0}},
+    "time": {"step_s_median": 0.5}})");
+}
+
+const CheckRow* row(const CheckResult& r, const std::string& metric) {
+  for (const auto& x : r.rows)
+    if (x.metric == metric) return &x;
+  return nullptr;
+}
+
+TEST(Baseline, KeepsTheFiguresThatMustNotMove) {
+  const json b = make_baseline(summary(), 0.01, "run");
+  EXPECT_EQ(b["steps"], 2);
+  EXPECT_EQ(b["memory"]["peak_bytes"], 1000000);
+  EXPECT_EQ(b["memory"]["ranks"][1]["by_category"]["grads"], 190000);
+  EXPECT_EQ(b["comm_bytes_per_step"]["all_reduce"], 800000);
+  EXPECT_DOUBLE_EQ(b["time"]["ratio"].get<double>(), 50.0);
+  EXPECT_DOUBLE_EQ(b["plan_over_measured"].get<double>(), 1.01);
+  EXPECT_TRUE(check_against(b, b, {}).passed());
+}
+
+TEST(Baseline, EachFigureFailsPastItsToleranceOnly) {
+  const json base = make_baseline(summary(), 0.01, "run");
+  auto moved = [&](const char* pointer, const json& v, double calib = 0.01) {
+    json s = summary();
+    s[json::json_pointer(pointer)] = v;
+    return check_against(base, make_baseline(s, calib, "now"), {});
+  };
+  EXPECT_TRUE(moved("/memory/ranks/0/category_peaks/params", 407000).passed()) << "1.75% < 2%";
+  const CheckResult mem = moved("/memory/ranks/0/category_peaks/params", 409000);
+  EXPECT_FALSE(mem.passed());
+  EXPECT_FALSE(row(mem, "memory.rank0.params")->ok);
+  EXPECT_TRUE(moved("/memory/ranks/0/category_peaks/comm_buffers", 103000).passed()) << "4 KiB floor";
+  EXPECT_FALSE(moved("/comm/bytes_per_step/all_reduce", 800004).passed()) << "collective bytes are exact";
+  EXPECT_TRUE(moved("/steps/1/loss", 4.6 * (1 + 5e-5)).passed());
+  EXPECT_FALSE(moved("/steps/1/loss", 4.6 * (1 + 5e-4)).passed()) << "fp32 loss: 1e-4 relative";
+  EXPECT_FALSE(moved("/status", "oom").passed());
+  EXPECT_FALSE(moved("/precision", "bf16").passed());
+  // Step time: a slower machine (calibration 2x) with a 2x step time is no regression.
+  EXPECT_TRUE(moved("/time/step_s_median", 1.0, 0.02).passed());
+  const CheckResult slow = moved("/time/step_s_median", 1.0);
+  EXPECT_FALSE(row(slow, "step time / calibration")->ok);
+  // The planner drifting from the measured peak (stale tapes after a LibTorch upgrade).
+  const CheckResult plan = moved("/memory/planned/peak_bytes", 1100000);
+  EXPECT_FALSE(row(plan, "planned / measured peak")->ok);
+  EXPECT_NE(row(plan, "planned / measured peak")->note.find("--memory-log"), std::string::npos);
+}
+
+TEST(Baseline, VersionChangesAreReportedNotFailed) {
+  const json base = make_baseline(summary(), 0.01, "run");
+  json s = summary();
+  s["env"]["libtorch"]["version"] = "2.15.0";
+  s["deepspeed_version"] = "0.19.5";
+  const CheckResult r = check_against(base, make_baseline(s, 0.01, "now"), {});
+  EXPECT_TRUE(r.passed());
+  ASSERT_NE(row(r, "env.libtorch"), nullptr);
+  EXPECT_EQ(row(r, "env.libtorch")->now, "2.15.0");
+  EXPECT_NE(r.table().find("2 version change(s) reported"), std::string::npos) << r.table();
+}
+
+}  // namespace

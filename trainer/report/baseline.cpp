@@ -1,0 +1,173 @@
+// See baseline.h.
+#include "trainer/report/baseline.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace zrepro {
+
+using json = nlohmann::json;
+
+namespace {
+
+std::string fmt(double v) {
+  char b[48];
+  std::snprintf(b, sizeof b, "%.6g", v);
+  return b;
+}
+
+// Relative tolerance of loss trajectories by precision (grad norms get 3x).
+double loss_tolerance(const std::string& precision) {
+  return precision == "bf16" ? 3e-2 : precision == "fp16" ? 1e-2 : 1e-4;
+}
+
+void exact(CheckResult& r, const std::string& metric, const json& a, const json& b, const std::string& note = "") {
+  r.rows.push_back({metric, a, b, "exact", a == b, note});
+}
+
+void memory_rows(CheckResult& r, const json& base, const json& now, const CheckTolerances& tol) {
+  const json& br = base["memory"]["ranks"];
+  const json& nr = now["memory"]["ranks"];
+  for (size_t k = 0; k < br.size() && k < nr.size(); ++k)
+    for (const auto& [cat, v] : br[k]["by_category"].items()) {
+      const int64_t a = v.get<int64_t>(), b = nr[k]["by_category"].value(cat, int64_t(0));
+      const double allowed = std::max<double>(tol.memory_rel * static_cast<double>(a), tol.memory_floor_bytes);
+      r.rows.push_back({"memory.rank" + std::to_string(k) + "." + cat, a, b,
+                        fmt(100 * tol.memory_rel) + "%", std::fabs(static_cast<double>(b - a)) <= allowed, ""});
+    }
+}
+
+void trajectory_rows(CheckResult& r, const json& base, const json& now, const CheckTolerances& tol) {
+  const double t = loss_tolerance(base.value("precision", "fp32")) * tol.loss_scale;
+  for (const auto& [key, scale] : {std::pair<const char*, double>{"loss", 1.0}, {"grad_norm", 3.0}}) {
+    const json& a = base[key];
+    const json& b = now[key];
+    double worst = 0;
+    int64_t at = -1;
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+      if (!a[i].is_number() || !b[i].is_number()) {  // a skipped step's grad norm is null
+        if (a[i] != b[i]) worst = INFINITY, at = static_cast<int64_t>(i);
+        continue;
+      }
+      const double x = a[i].get<double>(), y = b[i].get<double>();
+      const double rel = std::fabs(y - x) / std::max(std::fabs(x), 1e-12);
+      if (rel > worst) worst = rel, at = static_cast<int64_t>(i);
+    }
+    r.rows.push_back({std::string(key) + " (worst step)", at >= 0 ? a[at] : json(nullptr), at >= 0 ? b[at] : json(nullptr),
+                      fmt(t * scale) + " relative", worst <= t * scale,
+                      at >= 0 ? "step " + std::to_string(at) + ", relative difference " + fmt(worst) : ""});
+  }
+}
+
+void time_rows(CheckResult& r, const json& base, const json& now, const CheckTolerances& tol) {
+  const double a = base["time"].value("ratio", 0.0), b = now["time"].value("ratio", 0.0);
+  if (a <= 0 || b <= 0) return;
+  r.rows.push_back({"step time / calibration", a, b, "<= " + fmt(tol.time_ratio) + "x", b <= tol.time_ratio * a,
+                    "now " + fmt(b / a) + "x the baseline (calibration " + fmt(now["time"].value("calibration_s", 0.0)) +
+                        " s here, " + fmt(base["time"].value("calibration_s", 0.0)) + " s then)"});
+}
+
+void plan_rows(CheckResult& r, const json& base, const json& now, const CheckTolerances& tol) {
+  const double a = base.value("plan_over_measured", 0.0), b = now.value("plan_over_measured", 0.0);
+  if (a <= 0 || b <= 0) return;
+  r.rows.push_back({"planned / measured peak", a, b, "+-" + fmt(tol.plan_ratio), std::fabs(b - a) <= tol.plan_ratio,
+                    std::fabs(b - a) <= tol.plan_ratio
+                        ? ""
+                        : "the planner no longer predicts this run's peak: after a LibTorch upgrade re-derive its "
+                          "activation tapes (docs/ARCHITECTURE.md, --memory-log)"});
+}
+
+}  // namespace
+
+json make_baseline(const json& s, double calibration_s, const std::string& from) {
+  json b = {{"zrepro_baseline", 1}, {"from", from}};
+  for (const char* k : {"status", "world_size", "zero_stage", "precision", "deepspeed_version", "skipped_steps", "env"})
+    b[k] = s.value(k, json());
+  b["model"] = s.value("model", json::object()).value("name", json());
+  json loss = json::array(), gn = json::array();
+  for (const auto& st : s.value("steps", json::array())) loss.push_back(st.value("loss", json())), gn.push_back(st.value("grad_norm", json()));
+  b["steps"] = loss.size();
+  b["loss"] = loss, b["grad_norm"] = gn;
+  json ranks = json::array();
+  int64_t peak = 0;
+  for (const auto& r : s["memory"].value("ranks", json::array())) {
+    ranks.push_back({{"rank", r.value("rank", 0)}, {"by_category", r.value("category_peaks", json::object())}});
+    peak = std::max(peak, r.value("peak_bytes", int64_t(0)));
+  }
+  b["memory"] = {{"ranks", ranks}, {"peak_bytes", peak}};
+  b["comm_bytes_per_step"] = s.value("comm", json::object()).value("bytes_per_step", json::object());
+  const json planned = s["memory"].value("planned", json());
+  if (planned.is_object() && peak > 0 && planned.value("peak_bytes", int64_t(0)) > 0)
+    b["plan_over_measured"] = static_cast<double>(planned["peak_bytes"].get<int64_t>()) / static_cast<double>(peak);
+  const double step = s.value("time", json::object()).value("step_s_median", 0.0);
+  b["time"] = {{"step_s_median", step}, {"calibration_s", calibration_s},
+               {"ratio", calibration_s > 0 ? step / calibration_s : 0.0}};
+  return b;
+}
+
+CheckResult check_against(const json& base, const json& now, const CheckTolerances& tol) {
+  CheckResult r;
+  for (const char* k : {"world_size", "zero_stage", "precision", "model"})
+    exact(r, std::string("setup.") + k, base.value(k, json()), now.value(k, json()),
+          "a different setup is not comparable: check the same config and flags");
+  exact(r, "status", base.value("status", json()), now.value("status", json()));
+  exact(r, "steps", base.value("steps", json()), now.value("steps", json()));
+  exact(r, "skipped_steps", base.value("skipped_steps", json()), now.value("skipped_steps", json()));
+  memory_rows(r, base, now, tol);
+  const json comm = base.value("comm_bytes_per_step", json::object());  // items() of a temporary dangles
+  for (const auto& [op, v] : comm.items())
+    exact(r, "comm.bytes_per_step." + op, v, now["comm_bytes_per_step"].value(op, json()));
+  trajectory_rows(r, base, now, tol);
+  time_rows(r, base, now, tol);
+  plan_rows(r, base, now, tol);
+  // What changed underneath: reported, never failed on.
+  const json& be = base.value("env", json::object());
+  const json& ne = now.value("env", json::object());
+  auto version = [](const json& e, const char* a, const char* b) {
+    return e.contains(a) && e[a].is_object() ? e[a].value(b, json()) : json();
+  };
+  for (const auto& [a, b] : {std::pair<const char*, const char*>{"libtorch", "version"}, {"nccl", "version"},
+                             {"cuda", "runtime"}, {"zrepro", "commit"}})
+    if (version(be, a, b) != version(ne, a, b))
+      r.rows.push_back({std::string("env.") + a, version(be, a, b), version(ne, a, b), "reported", true, "changed"});
+  if (base.value("deepspeed_version", json()) != now.value("deepspeed_version", json()))
+    r.rows.push_back({"deepspeed_version", base["deepspeed_version"], now["deepspeed_version"], "reported", true,
+                      "changed: zrepro config --diff-versions names what the profile changes"});
+  return r;
+}
+
+bool CheckResult::passed() const {
+  return std::all_of(rows.begin(), rows.end(), [](const CheckRow& x) { return x.ok; });
+}
+
+json CheckResult::to_json() const {
+  json rj = json::array();
+  for (const auto& x : rows)
+    rj.push_back({{"metric", x.metric}, {"baseline", x.baseline}, {"now", x.now}, {"tolerance", x.tolerance},
+                  {"ok", x.ok}, {"note", x.note}});
+  return {{"passed", passed()}, {"rows", rj}};
+}
+
+std::string CheckResult::table() const {
+  std::ostringstream o;
+  int moved = 0;
+  for (const auto& x : rows) {
+    if (x.ok && x.note != "changed" && x.note.rfind("changed:", 0) != 0) continue;
+    ++moved;
+    char line[512];
+    std::snprintf(line, sizeof line, "  %-4s %-38s %-16s -> %-16s (%s)%s%s\n", x.ok ? "ok" : "FAIL", x.metric.c_str(),
+                  x.baseline.dump().substr(0, 16).c_str(), x.now.dump().substr(0, 16).c_str(), x.tolerance.c_str(),
+                  x.note.empty() ? "" : ": ", x.note.c_str());
+    o << line;
+  }
+  int failed = 0;
+  for (const auto& x : rows) failed += !x.ok;
+  o << "[zrepro check] " << rows.size() << " figures compared, " << failed << " moved past their tolerance"
+    << (moved - failed > 0 ? ", " + std::to_string(moved - failed) + " version change(s) reported" : "") << ": "
+    << (passed() ? "PASS" : "REGRESSION") << "\n";
+  return o.str();
+}
+
+}  // namespace zrepro
