@@ -104,6 +104,14 @@ TEST(Scenario, MemlockLimit) {
   EXPECT_EQ(plan.code, 9) << "the plan's verdict includes the pinned-memory preflight";
   auto ok = limited("run --config " + src + "fixed.json --steps 2 --out " + dir + "/o2");
   EXPECT_EQ(ok.code, 0) << ok.output;
+  // upgrade-pinned-default: the same failure, caused by 0.19.5's default, says so and
+  // names the key; under 0.19.4 the same JSON runs (pageable buffers).
+  const std::string up = std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/upgrade-pinned-default/ds_config.json";
+  auto newer = limited("run --config " + up + " --deepspeed-version 0.19.5 --steps 2 --out " + dir + "/o3");
+  EXPECT_EQ(newer.code, 9) << newer.output;
+  EXPECT_NE(newer.output.find("pin_memory is true because the config does not set it"), std::string::npos) << newer.output;
+  EXPECT_NE(newer.output.find("deepspeedai/DeepSpeed#8207"), std::string::npos) << newer.output;
+  EXPECT_EQ(limited("run --config " + up + " --deepspeed-version 0.19.4 --steps 2 --out " + dir + "/o4").code, 0);
 }
 
 

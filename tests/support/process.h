@@ -3,6 +3,7 @@
 // code and output; `zrepro run` with a config written to a fresh folder and its
 // summary.json / metrics.jsonl read back.
 #pragma once
+#include <stdlib.h>
 #include <sys/wait.h>
 
 #include <array>
@@ -16,6 +17,21 @@
 #include <nlohmann/json.hpp>
 
 namespace zrepro_test {
+
+// [Note: test environment] Every child a test starts gets one intra-op thread per rank
+// and Open MPI's switches for running as root and oversubscribing this machine's cores
+// (CI and this VM run as root). The tests set them themselves: CMake 3.25's
+// gtest_discover_tests passes only the first element of a list-valued ENVIRONMENT
+// property. setenv(..., 0): a value the caller set wins.
+inline const bool kTestEnvironment = [] {
+  for (const char* kv : {"OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1", "OMPI_ALLOW_RUN_AS_ROOT=1",
+                         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_mpi_yield_when_idle=1",
+                         "OMPI_MCA_rmaps_base_oversubscribe=1"}) {
+    const std::string s = kv;
+    ::setenv(s.substr(0, s.find('=')).c_str(), s.substr(s.find('=') + 1).c_str(), 0);
+  }
+  return true;
+}();
 
 struct Process {
   int code;

@@ -592,10 +592,22 @@ int oom_failure(RunState& s, const c10::OutOfMemoryError& e) {
   return s.fail(FailureKind::oom, failure);
 }
 
+// An error caused by a default says so: the offload pin_memory the config never set,
+// with the release that made it true (configs/deepspeed_versions.json), and the key to set.
+std::string pin_memory_default_note(const DsConfig& cfg) {
+  for (const auto& e : cfg.entries)
+    if (e.source == Source::default_ && e.value == true && e.path.find("offload_") != std::string::npos &&
+        e.path.size() > 11 && e.path.compare(e.path.size() - 11, 11, ".pin_memory") == 0)
+      return "; " + e.path + " is true because the config does not set it (DeepSpeed " + cfg.deepspeed_version +
+             "'s default, " + e.note + "): set it false in the config to keep pageable buffers";
+  return "";
+}
+
 int pinned_failure(RunState& s, const PinnedMemoryError& e) {
   s.progress.clear();
-  std::cerr << "[zrepro] rank " << s.rank << ": " << e.what() << std::endl;
-  json failure = make_failure(FailureKind::pinned_memory, s.rank, "init", e.what(),
+  const std::string note = s.have_cfg ? pin_memory_default_note(s.cfg) : "";
+  std::cerr << "[zrepro] rank " << s.rank << ": " << e.what() << note << std::endl;
+  json failure = make_failure(FailureKind::pinned_memory, s.rank, "init", e.what() + note,
                               "raise the memlock limit (ulimit -l), or set pin_memory false for offload "
                               "(pageable buffers: synchronous, slower copies)");
   failure["needed_bytes"] = e.needed;

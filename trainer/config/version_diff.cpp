@@ -32,6 +32,17 @@ Side resolve(const std::string& path, ConfigFlags flags, const std::string& v) {
   return s;
 }
 
+// A setting of an offload block whose device is "none": it does nothing, whatever its value.
+bool inside_unused_offload(const std::string& key, const Side& s) {
+  for (const char* block : {"zero_optimization.offload_optimizer.", "zero_optimization.offload_param."}) {
+    const std::string b = block;
+    if (key.rfind(b, 0) != 0 || key == b + "device") continue;
+    const auto it = s.entries.find(b + "device");
+    return it != s.entries.end() && it->second["value"] == "none";
+  }
+  return false;
+}
+
 // The table's changes to `key` between the two releases (since in (lo, hi]).
 json changes_between(const std::string& key, const std::string& a, const std::string& b) {
   const std::string& lo = compare_versions(a, b) <= 0 ? a : b;
@@ -69,7 +80,7 @@ json diff_config_versions(const std::string& path, ConfigFlags flags, const std:
     const json ea = sa.entries.count(k) ? sa.entries.at(k) : json(nullptr);
     const json eb = sb.entries.count(k) ? sb.entries.at(k) : json(nullptr);
     const bool same = ea.is_object() && eb.is_object() && ea["value"] == eb["value"] && ea["source"] == eb["source"];
-    if (same) continue;
+    if (same || (inside_unused_offload(k, sa) && inside_unused_offload(k, sb))) continue;
     diff["differences"].push_back({{"key", k}, {"a", ea}, {"b", eb}, {"changes", changes_between(k, va, vb)}});
   }
   return diff;

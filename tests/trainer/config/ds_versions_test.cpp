@@ -8,7 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "device/base/errors.h"
 #include "trainer/config/ds_config.h"
@@ -206,6 +208,52 @@ TEST(DeepSpeedVersions, DiffNamesWhatChangedAndWhy) {
   EXPECT_NE(r["refused"]["b"].get<std::string>().find("Apex AMP"), std::string::npos);
   EXPECT_EQ(r["refusal_changes"][0]["key"], "amp");
   EXPECT_NE(format_version_diff(r).find("REFUSES"), std::string::npos);
+}
+
+}  // namespace
+
+namespace {
+
+// The real-world configs of conformance/configs/ (Hugging Face, LLaMA-Factory, axolotl,
+// FastChat, DeepSpeedExamples) with their "auto"s filled as the conformance record filled
+// them for real DeepSpeed: across the 0.19.5 upgrade exactly those whose offload blocks
+// leave pin_memory unset change it, and across 0.19.3 exactly those that leave
+// gradient_clipping unset change it. The one DeepSpeed 0.19.8 refuses (reduce_bucket_size
+// 0, refused since 0.19.6) is refused here too.
+TEST(DeepSpeedVersions, RealWorldConfigsDifferExactlyWhereTheyRelyOnAChangedDefault) {
+  std::ifstream rec_in(std::string(ZREPRO_SOURCE_DIR) + "/conformance/results/configs.json");
+  ASSERT_TRUE(rec_in);
+  const json rec = json::parse(rec_in);
+  ConfigFlags f;
+  f.world_size = 1;
+  int n = 0;
+  for (const auto& row : rec["rows"]) {
+    const std::string name = row["config"];
+    SCOPED_TRACE(name);
+    const json& raw = row["filled"];
+    const std::string path = ::testing::TempDir() + "/zrepro_rw_" + name;
+    std::ofstream(path) << raw.dump();
+    const json zero = raw.value("zero_optimization", json::object());
+    bool pin_unset = false;
+    for (const char* k : {"offload_optimizer"})
+      if (zero.contains(k) && zero[k].value("device", "none") != "none" && !zero[k].contains("pin_memory")) pin_unset = true;
+    auto keys = [](const json& d) {
+      std::set<std::string> out;
+      for (const auto& x : d["differences"]) out.insert(x["key"].get<std::string>());
+      return out;
+    };
+    if (!row["deepspeed"]["accepted"].get<bool>()) {
+      EXPECT_FALSE(diff_config_versions(path, f, "0.19.5", "0.19.8")["refused"]["b"].is_null());
+      continue;
+    }
+    const json upgrade = diff_config_versions(path, f, "0.19.4", "0.19.5");
+    ASSERT_TRUE(upgrade["refused"]["a"].is_null() && upgrade["refused"]["b"].is_null()) << upgrade["refused"].dump();
+    EXPECT_EQ(keys(upgrade).count("zero_optimization.offload_optimizer.pin_memory") > 0, pin_unset) << upgrade.dump(1);
+    const auto clip = keys(diff_config_versions(path, f, "0.19.2", "0.19.3"));
+    EXPECT_EQ(clip.count("gradient_clipping") > 0, !raw.contains("gradient_clipping"));
+    ++n;
+  }
+  EXPECT_GE(n, 10);
 }
 
 }  // namespace
