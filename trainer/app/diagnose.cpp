@@ -52,6 +52,7 @@ json plan_job(const std::vector<std::string>& plan_args) {
   try {
     run_self_or_refuse("the plan for --config", args, out);
   } catch (const ConfigError& e) {  // the planner refuses what DeepSpeed would refuse at init
+    std::filesystem::remove(out);
     return {{"refused", e.what()}};
   }
   const json p = read_json_file(out);
@@ -88,7 +89,8 @@ json read_user_config(const std::string& path) {
 }
 
 // --write-scenario DIR [--run]: the reproduction written, then (with --run) run.
-int write_and_run(const Diagnosis& d, const std::string& log, const cxxopts::ParseResult& r, const json& plan) {
+int write_and_run(const Diagnosis& d, const std::string& log, const cxxopts::ParseResult& r, const json& user_config,
+                  const json& plan) {
   if (!r.count("config")) throw ConfigError("--write-scenario: needs --config (the job's DeepSpeed config is side A)");
   if (d.scenario.empty()) {
     std::cout << "[zrepro diagnose] no known fingerprint: no reproduction written" << std::endl;
@@ -103,7 +105,7 @@ int write_and_run(const Diagnosis& d, const std::string& log, const cxxopts::Par
   if (where.filename().empty()) where = where.parent_path();  // "DIR/"
   const std::string name = where.filename().string();
   const Reproduction rep =
-      build_reproduction(d, name, log, templ, read_user_config(r["config"].as<std::string>()), job, plan);
+      build_reproduction(d, name, log, templ, user_config, job, plan);
   write_reproduction(rep, dir);
   std::cout << "[zrepro diagnose] wrote " << dir << ": ds_config.json (side A) and " << rep.fixes.size()
             << " candidate fix(es):";
@@ -145,8 +147,8 @@ int diagnose_command(int argc, char** argv) {
       return r.count("help") ? kExitOk : kExitBadInput;
     }
     const std::string path = r["log"].as<std::string>();
-    const Diagnosis d =
-        diagnose_log(read_log(path), r.count("config") ? read_user_config(r["config"].as<std::string>()) : json());
+    const json user_config = r.count("config") ? read_user_config(r["config"].as<std::string>()) : json();
+    const Diagnosis d = diagnose_log(read_log(path), user_config);
     json j = d.to_json();
     json plan;
     if (r.count("config")) {
@@ -173,7 +175,7 @@ int diagnose_command(int argc, char** argv) {
                   << (j["planner"]["agrees"].get<bool>() ? " (agrees with the log)" : " (does NOT agree with the log)")
                   << " " << j["planner"].dump() << "\n";
     }
-    if (r.count("write-scenario")) return write_and_run(d, path, r, plan);
+    if (r.count("write-scenario")) return write_and_run(d, path, r, user_config, plan);
     if (r.count("run")) throw ConfigError("--run: needs --write-scenario DIR (the folder to write and run)");
     return d.scenario.empty() ? kExitAbNoFailure : kExitOk;
   } catch (const ConfigError& e) {

@@ -2,6 +2,7 @@
 #include "trainer/config/version_diff.h"
 
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "device/base/errors.h"
@@ -73,10 +74,10 @@ json diff_config_versions(const std::string& path, ConfigFlags flags, const std:
         diff["refusal_changes"].push_back({{"key", c.key}, {"since", c.since}, {"pr", c.pr}, {"effect", c.effect}});
     return diff;
   }
-  std::map<std::string, bool> keys;
-  for (const auto& [k, v] : sa.entries) keys[k] = true;
-  for (const auto& [k, v] : sb.entries) keys[k] = true;
-  for (const auto& [k, unused] : keys) {
+  std::set<std::string> keys;
+  for (const auto& [k, v] : sa.entries) keys.insert(k);
+  for (const auto& [k, v] : sb.entries) keys.insert(k);
+  for (const auto& k : keys) {
     const json ea = sa.entries.count(k) ? sa.entries.at(k) : json(nullptr);
     const json eb = sb.entries.count(k) ? sb.entries.at(k) : json(nullptr);
     const bool same = ea.is_object() && eb.is_object() && ea["value"] == eb["value"] && ea["source"] == eb["source"];
