@@ -77,6 +77,11 @@ void DeviceMemory::log_to(const std::string& path) {
   if (!path.empty() && !log_) throw std::runtime_error("cannot write the memory log " + path);
 }
 
+void DeviceMemory::mark(const char* what, int64_t index) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (log_) std::fprintf(log_, "M %s %lld\n", what, static_cast<long long>(index));
+}
+
 void DeviceMemory::log_event(char kind, int64_t bytes, int category) const {
   if (!log_) return;
   std::fprintf(log_, "%c %lld %s %s %lld\n", kind, static_cast<long long>(bytes),

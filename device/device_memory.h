@@ -75,6 +75,9 @@ class DeviceMemory : public c10::Allocator {
   // category phase allocated_after" (how gpt_memory.cpp's tapes were derived; redo
   // it after a LibTorch upgrade). Empty path: stop.
   void log_to(const std::string& path);
+  // A line "M what" in that log (nothing when not logging): where the model and the
+  // engine are, for the tape recorder (tests/trainer/planner/tapes_test.cpp).
+  void mark(const char* what, int64_t index) const;
 
   // RAII tags: allocations on this thread go to a category / bypass the device.
   struct CategoryScope {

@@ -1,6 +1,7 @@
 // See engine.h.
 #include "zero/engine.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -23,6 +24,7 @@ using torch::autograd::variable_list;
 // point where the layer's backward is complete (reduce_grad, stage-3 release).
 struct LayerParams : public torch::autograd::Function<LayerParams> {
   static variable_list forward(AutogradContext* ctx, torch::Tensor carrier, int64_t layer, int64_t engine_addr) {
+    ctx->set_materialize_grads(false);  // a use that leaves a parameter out delivers no gradient for it
     ctx->saved_data["layer"] = layer;
     ctx->saved_data["engine"] = engine_addr;
     auto* engine = reinterpret_cast<ZeroEngine*>(static_cast<intptr_t>(engine_addr));
@@ -30,7 +32,7 @@ struct LayerParams : public torch::autograd::Function<LayerParams> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto* engine = reinterpret_cast<ZeroEngine*>(static_cast<intptr_t>(ctx->saved_data["engine"].toInt()));
-    engine->reduce_grad(static_cast<int>(ctx->saved_data["layer"].toInt()), grads);
+    engine->use_backward(static_cast<int>(ctx->saved_data["layer"].toInt()), grads);
     return {torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
@@ -91,6 +93,8 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
     owned_grads_.push_back(policy_.shard_grads() && !offloaded_[l] ? torch::zeros({lay.owned_numel()}, opts)
                                                                    : torch::Tensor());
   }
+  uses_.assign(layers.size(), 0);
+  kept_grads_.resize(layers.size());
   allocate_grad_overhang(opts);
   build_optimizers(sc);
   if (policy_.shard_params()) {
@@ -180,11 +184,14 @@ EngineMemory ZeroEngine::memory() const {
 
 std::vector<torch::Tensor> ZeroEngine::acquire(int layer) {
   if (gathers_) gathers_->fetch(layer, *this);
+  if (torch::GradMode::is_enabled()) ++uses_[layer];  // a use whose backward will deliver gradients
+  DeviceMemory::instance().mark("acquire", layer);
   return LayerParams::apply(dummies_[layer], static_cast<int64_t>(layer),
                             static_cast<int64_t>(reinterpret_cast<intptr_t>(this)));
 }
 
 torch::Tensor ZeroEngine::after_forward(int layer, torch::Tensor output) {
+  DeviceMemory::instance().mark("after_forward", layer);
   if (!gathers_) return output;
   gathers_->release(layer, *this);
   if (output.requires_grad()) output.register_hook([this, layer](torch::Tensor g) {
@@ -195,6 +202,43 @@ torch::Tensor ZeroEngine::after_forward(int layer, torch::Tensor output) {
 }
 
 void ZeroEngine::pre_backward(int layer) { gathers_->fetch(layer, *this); }
+
+// [Note: a group used twice]
+// A tied LM head uses the embed group a second time in one forward (DeepSpeed's
+// ZeRO-3 fetches the shared parameter for each module that uses it, and autograd
+// sums both gradients into the one .grad before DeepSpeed's hook reduces it). Each
+// use's backward delivers its gradients here: all but the last to arrive are kept
+// (summed) and, under ZeRO-3, the group is released; the last adds them in place
+// and reduces once. A checkpointed block's first forward runs without grad and
+// does not count as a use; its recomputation does.
+void ZeroEngine::use_backward(int layer, std::vector<torch::Tensor> grads) {
+  DeviceMemory::instance().mark("use", layer);
+  std::vector<torch::Tensor>& kept = kept_grads_[layer];
+  if (uses_[layer] > 0) --uses_[layer];
+  if (uses_[layer] > 0) {
+    torch::NoGradGuard no_grad;
+    if (kept.empty()) kept.resize(grads.size());
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (!grads[i].defined()) continue;
+      if (kept[i].defined()) kept[i].add_(grads[i]);
+      else kept[i] = grads[i];
+    }
+    if (gathers_) gathers_->release(layer, *this);
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const bool k = !kept.empty() && kept[i].defined();
+    if (k && grads[i].defined()) grads[i].add_(kept[i]);
+    else if (k) grads[i] = kept[i];
+    else if (!grads[i].defined()) {
+      const ShardingConfig& c = groups_[layer]->config();  // unused by every use: a zero gradient
+      grads[i] = torch::zeros(groups_[layer]->specs()[i].shape, torch::TensorOptions().dtype(c.dtype).device(c.device));
+    }
+  }
+  kept.clear();
+  reduce_grad(layer, grads);
+}
 
 void ZeroEngine::reduce_grad(int layer, const std::vector<torch::Tensor>& grads) {
   torch::NoGradGuard no_grad;
@@ -219,6 +263,8 @@ void ZeroEngine::reduce_grad(int layer, const std::vector<torch::Tensor>& grads)
 void ZeroEngine::begin_micro_step(int64_t step, int64_t micro_step) {
   comm_.set_position(step, micro_step);
   micro_step_ = micro_step;
+  std::fill(uses_.begin(), uses_.end(), 0);
+  for (auto& k : kept_grads_) k.clear();
   if (gathers_) gathers_->begin_micro_step();
   if (host_opt_) host_opt_->begin_micro_step(micro_step);
 }

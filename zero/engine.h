@@ -99,13 +99,18 @@ class ZeroEngine : private ShardOps {
   EngineMemory memory() const;
   Communicator& comm() { return comm_; }
   std::vector<ParamGroup*> groups();
+  // Stages 0-1: layer l's gradient accumulated this step, full layout; for tests.
+  torch::Tensor accumulated_grad(int layer) const { return full_grads_[layer]; }
   // Full fp32 values of a layer (gathered across ranks); for checks and tests.
   torch::Tensor gather_layer(int layer);
   // FNV-1a hash of this rank's full 16-bit parameters (replicated stages, where every
   // rank holds them): equal on all ranks exactly when the replicas are bit-identical.
   int64_t replica_fingerprint();
 
-  // Called by the autograd function with a layer's parameter gradients.
+  // Called by the autograd function with the gradients of one use of a layer's
+  // parameters; the last use of the micro-step reduces them ([Note: a group used
+  // twice] in engine.cpp).
+  void use_backward(int layer, std::vector<torch::Tensor> grads);
   void reduce_grad(int layer, const std::vector<torch::Tensor>& grads);
   void pre_backward(int layer);
 
@@ -141,6 +146,8 @@ class ZeroEngine : private ShardOps {
   Communicator& comm_;
   std::vector<std::unique_ptr<ParamGroup>> groups_;
   std::vector<torch::Tensor> dummies_;     // one leaf per layer that carries the autograd function
+  std::vector<int> uses_;                  // per layer: uses whose backward is still to come
+  std::vector<std::vector<torch::Tensor>> kept_grads_;  // per layer: gradients of earlier-finished uses
   std::vector<torch::Tensor> full_grads_;  // full_grads(): persistent, full layout
   std::vector<torch::Tensor> owned_grads_;  // this rank's gradient partition / shard (stage 1: during the step)
   // Stage 2: the rest of DeepSpeed's whole-parameter gradient partition on this rank

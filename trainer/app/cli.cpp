@@ -40,12 +40,16 @@ void add_config_flags(cxxopts::Options& o) {
       ("seq", "override the model's sequence length", cxxopts::value<int64_t>())
       ("vocab", "override the model's vocabulary size", cxxopts::value<int64_t>())
       ("intermediate", "override the model's MLP width", cxxopts::value<int64_t>())
+      ("attn", "attention implementation: eager (keeps the s x s probabilities for backward) or sdpa (keeps q, k, "
+               "v, the output and the log-sum-exp; recomputes); default the config.json's _attn_implementation, "
+               "else eager", cxxopts::value<std::string>())
       ("h,help", "show this help");
 }
 
 ModelOverrides overrides_from(const cxxopts::ParseResult& r) {
   return {opt<int64_t>(r, "vocab"),  opt<int64_t>(r, "seq"),   opt<int64_t>(r, "hidden"),
-          opt<int64_t>(r, "layers"), opt<int64_t>(r, "heads"), opt<int64_t>(r, "intermediate")};
+          opt<int64_t>(r, "layers"), opt<int64_t>(r, "heads"), opt<int64_t>(r, "intermediate"),
+          opt<std::string>(r, "attn")};
 }
 
 ModelSpec model_from(const cxxopts::ParseResult& r) { return resolve_model(r["model"].as<std::string>(), overrides_from(r)); }

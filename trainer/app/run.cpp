@@ -197,7 +197,7 @@ void resolve_config(RunState& s) {
                         std::to_string(s.world) + " rank(s); ZeRO's per-rank partitions depend on the world size, so "
                         "run the toy on as many ranks: --ranks " + std::to_string(target_world));
     ScaleRequest sr;
-    sr.target = resolve_model(*spec.target_model);
+    sr.target = resolve_model(*spec.target_model, spec.model_overrides);
     sr.cfg = load_ds_config(require_config(spec.config_path), flags_for(spec, sr.target, s.world));
     sr.world_size = s.world;
     sr.target_capacity = *spec.target_device_memory;

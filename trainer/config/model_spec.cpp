@@ -2,7 +2,6 @@
 #include "trainer/config/model_spec.h"
 
 #include <algorithm>
-
 #include <fstream>
 #include <map>
 
@@ -12,26 +11,78 @@ namespace zrepro {
 
 using json = nlohmann::json;
 
+const char* family_name(Family f) { return f == Family::llama ? "llama" : "gpt2"; }
+const char* attention_name(Attention a) { return a == Attention::sdpa ? "sdpa" : "eager"; }
+
+int64_t ParamShape::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
 namespace {
 
-ModelSpec make(const char* name, int64_t vocab, int64_t seq, int64_t hidden, int64_t layers, int64_t heads) {
-  return ModelSpec{name, vocab, seq, hidden, layers, heads, 4 * hidden};
+ModelSpec gpt(const char* name, int64_t vocab, int64_t seq, int64_t hidden, int64_t layers, int64_t heads,
+              bool tied) {
+  ModelSpec m{name, vocab, seq, hidden, layers, heads, 4 * hidden};
+  m.tied = tied;
+  return m;
+}
+
+// A Llama-family preset: no biases unless `qkv_bias` (qwen2), untied LM head.
+ModelSpec llama(const char* name, const char* type, int64_t vocab, int64_t seq, int64_t hidden, int64_t layers,
+                int64_t heads, int64_t kv_heads, int64_t intermediate, double eps, double theta,
+                bool qkv_bias = false) {
+  ModelSpec m{name, vocab, seq, hidden, layers, heads, intermediate};
+  m.family = Family::llama;
+  m.model_type = type;
+  m.kv_heads = kv_heads;
+  m.qkv_bias = qkv_bias;
+  m.o_bias = m.mlp_bias = false;
+  m.norm_eps = eps;
+  m.rope_theta = theta;
+  return m;
 }
 
 const std::vector<ModelSpec>& presets() {
-  // tiny/small for runs on a laptop CPU; the GPT-2 / GPT-3 shapes for the planner.
-  static const std::vector<ModelSpec> p = {
-      make("tiny", 128, 32, 64, 2, 4),          make("small", 1024, 128, 256, 4, 8),
-      make("medium", 4096, 256, 512, 8, 8),     make("gpt2", 50257, 1024, 768, 12, 12),
-      make("gpt2-medium", 50257, 1024, 1024, 24, 16), make("gpt2-large", 50257, 1024, 1280, 36, 20),
-      make("gpt2-xl", 50257, 1024, 1600, 48, 25), make("gpt3-1.3b", 50257, 2048, 2048, 24, 16),
-      make("gpt3-2.7b", 50257, 2048, 2560, 32, 32), make("gpt3-6.7b", 50257, 2048, 4096, 32, 32),
-      make("gpt3-13b", 50257, 2048, 5120, 40, 40),
-  };
+  // tiny/small/medium: toys for a laptop CPU (untied LM head). gpt2*: Hugging Face's
+  // GPT-2 configs (tied). gpt3-*: the GPT-3 paper's shapes with an untied LM head.
+  // tiny-llama/small-llama: Llama-family toys (grouped-query attention, 2 query heads
+  // per key/value head). Llama family: the published configs, trained at 4096 tokens
+  // here (--seq to change).
+  static const std::vector<ModelSpec> p = [] {
+    std::vector<ModelSpec> v = {
+        gpt("tiny", 128, 32, 64, 2, 4, false),          gpt("small", 1024, 128, 256, 4, 8, false),
+        gpt("medium", 4096, 256, 512, 8, 8, false),     gpt("gpt2", 50257, 1024, 768, 12, 12, true),
+        gpt("gpt2-medium", 50257, 1024, 1024, 24, 16, true), gpt("gpt2-large", 50257, 1024, 1280, 36, 20, true),
+        gpt("gpt2-xl", 50257, 1024, 1600, 48, 25, true), gpt("gpt3-1.3b", 50257, 2048, 2048, 24, 16, false),
+        gpt("gpt3-2.7b", 50257, 2048, 2560, 32, 32, false), gpt("gpt3-6.7b", 50257, 2048, 4096, 32, 32, false),
+        gpt("gpt3-13b", 50257, 2048, 5120, 40, 40, false),
+        llama("tiny-llama", "llama", 128, 32, 64, 2, 4, 2, 160, 1e-5, 10000),
+        llama("small-llama", "llama", 1024, 128, 256, 4, 8, 4, 688, 1e-5, 10000),
+        llama("tinyllama-1.1b", "llama", 32000, 4096, 2048, 22, 32, 4, 5632, 1e-5, 10000),
+        llama("llama-2-7b", "llama", 32000, 4096, 4096, 32, 32, 32, 11008, 1e-5, 10000),
+        llama("llama-2-13b", "llama", 32000, 4096, 5120, 40, 40, 40, 13824, 1e-5, 10000),
+        llama("llama-3-8b", "llama", 128256, 4096, 4096, 32, 32, 8, 14336, 1e-5, 500000),
+        llama("mistral-7b", "mistral", 32000, 4096, 4096, 32, 32, 8, 14336, 1e-5, 10000),
+        llama("qwen2.5-7b", "qwen2", 152064, 4096, 3584, 28, 28, 4, 18944, 1e-6, 1000000, true),
+    };
+    return v;
+  }();
   return p;
 }
 
-void validate(const ModelSpec& m, const std::string& where) {
+// Other spellings users type for a preset.
+const std::map<std::string, std::string>& preset_aliases() {
+  static const std::map<std::string, std::string> a = {
+      {"llama2-7b", "llama-2-7b"}, {"llama2-13b", "llama-2-13b"}, {"llama3-8b", "llama-3-8b"},
+      {"qwen2.5-7B", "qwen2.5-7b"}, {"TinyLlama-1.1B", "tinyllama-1.1b"}, {"mistral-7b-v0.1", "mistral-7b"}};
+  return a;
+}
+
+}  // namespace
+
+void validate_model(const ModelSpec& m, const std::string& where) {
   for (auto [key, v] : std::map<std::string, int64_t>{{"vocab", m.vocab}, {"seq", m.seq}, {"hidden", m.hidden},
                                                       {"layers", m.layers}, {"heads", m.heads},
                                                       {"intermediate", m.intermediate}})
@@ -39,28 +90,110 @@ void validate(const ModelSpec& m, const std::string& where) {
   if (m.hidden % m.heads != 0)
     throw ConfigError(where + ": hidden size " + std::to_string(m.hidden) + " is not divisible by heads " +
                       std::to_string(m.heads) + "; pick heads that divide the hidden size");
+  if (m.kv_heads < 0 || (m.kv_heads > 0 && m.heads % m.kv_heads != 0))
+    throw ConfigError(where + ": num_key_value_heads " + std::to_string(m.kv_heads) +
+                      " must divide num_attention_heads " + std::to_string(m.heads));
+  if (m.family == Family::llama && m.head_dim() % 2 != 0)
+    throw ConfigError(where + ": rotary embeddings need an even head dimension, got hidden " +
+                      std::to_string(m.hidden) + " / heads " + std::to_string(m.heads) + " = " +
+                      std::to_string(m.head_dim()));
+  if (!(m.norm_eps > 0)) throw ConfigError(where + ": the norm epsilon must be > 0");
 }
 
+std::vector<GroupShapes> ModelSpec::layer_shapes() const {
+  const int64_t V = vocab, S = seq, h = hidden, I = intermediate, kv = kv_head_count() * head_dim();
+  std::vector<GroupShapes> g;
+  auto linear = [](std::vector<ParamShape>& ps, const std::string& name, int64_t out, int64_t in, bool bias) {
+    ps.push_back({name + ".weight", {out, in}});
+    if (bias) ps.push_back({name + ".bias", {out}});
+  };
+  if (family == Family::gpt2) {
+    g.push_back({"embed", {{"wte", {V, h}}, {"wpe", {S, h}}}});
+    for (int64_t l = 0; l < layers; ++l) {
+      std::vector<ParamShape> ps = {{"ln1.weight", {h}}, {"ln1.bias", {h}}};
+      linear(ps, "attn.qkv", 3 * h, h, true);
+      linear(ps, "attn.proj", h, h, true);
+      ps.push_back({"ln2.weight", {h}});
+      ps.push_back({"ln2.bias", {h}});
+      linear(ps, "mlp.fc", I, h, true);
+      linear(ps, "mlp.proj", h, I, true);
+      g.push_back({"block." + std::to_string(l), ps});
+    }
+    std::vector<ParamShape> head = {{"ln_f.weight", {h}}, {"ln_f.bias", {h}}};
+    if (!tied) head.push_back({"lm_head.weight", {V, h}});
+    g.push_back({"head", head});
+    return g;
+  }
+  g.push_back({"embed", {{"wte", {V, h}}}});
+  for (int64_t l = 0; l < layers; ++l) {
+    std::vector<ParamShape> ps = {{"input_norm.weight", {h}}};
+    linear(ps, "attn.q", h, h, qkv_bias);
+    linear(ps, "attn.k", kv, h, qkv_bias);
+    linear(ps, "attn.v", kv, h, qkv_bias);
+    linear(ps, "attn.o", h, h, o_bias);
+    ps.push_back({"post_norm.weight", {h}});
+    linear(ps, "mlp.gate", I, h, mlp_bias);
+    linear(ps, "mlp.up", I, h, mlp_bias);
+    linear(ps, "mlp.down", h, I, mlp_bias);
+    g.push_back({"block." + std::to_string(l), ps});
+  }
+  std::vector<ParamShape> head = {{"norm.weight", {h}}};
+  if (!tied) head.push_back({"lm_head.weight", {V, h}});
+  g.push_back({"head", head});
+  return g;
+}
+
+namespace {
+int64_t group_numel(const GroupShapes& g) {
+  int64_t n = 0;
+  for (const auto& p : g.params) n += p.numel();
+  return n;
+}
+// A parameter's module: its name without ".weight" / ".bias".
+std::string module_of(const std::string& name) {
+  for (const char* suffix : {".weight", ".bias"}) {
+    const std::string s(suffix);
+    if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0)
+      return name.substr(0, name.size() - s.size());
+  }
+  return name;
+}
 }  // namespace
 
 int64_t ModelSpec::block_params() const {
-  const int64_t h = hidden, I = intermediate;
-  return 4 * h * h + 2 * h * I + 9 * h + I;
+  ModelSpec one = *this;
+  one.layers = 1;
+  return group_numel(one.layer_shapes()[1]);
 }
 
 int64_t ModelSpec::largest_module_params() const {
-  const int64_t h = hidden, I = intermediate;
-  return std::max({vocab * h, seq * h, 3 * h * h + 3 * h, h * h + h, I * h + I, h * I + h, 2 * h});
+  ModelSpec one = *this;
+  one.layers = 1;  // every block has the same modules
+  int64_t best = 0;
+  for (const auto& g : one.layer_shapes()) {
+    std::map<std::string, int64_t> modules;
+    for (const auto& p : g.params) modules[module_of(p.name)] += p.numel();
+    for (const auto& [name, n] : modules) best = std::max(best, n);
+  }
+  return best;
 }
 
 int64_t ModelSpec::param_count() const {
-  return vocab * hidden + seq * hidden + layers * block_params() + 2 * hidden + hidden * vocab;
+  // Blocks are alike: count one and multiply (the 70B-scale presets stay cheap).
+  ModelSpec none = *this;
+  none.layers = 0;
+  int64_t n = layers * block_params();
+  for (const auto& g : none.layer_shapes()) n += group_numel(g);
+  return n;
 }
 
 json ModelSpec::to_json() const {
-  return {{"name", name},     {"params", param_count()}, {"layers", layers},
-          {"hidden", hidden}, {"heads", heads},          {"seq", seq},
-          {"vocab", vocab},   {"intermediate", intermediate}};
+  json j = {{"name", name},     {"params", param_count()}, {"layers", layers},
+            {"hidden", hidden}, {"heads", heads},          {"seq", seq},
+            {"vocab", vocab},   {"intermediate", intermediate}, {"family", family_name(family)},
+            {"model_type", model_type}, {"tied", tied},    {"attention", attention_name(attention)}};
+  if (family == Family::llama) j["kv_heads"] = kv_head_count();
+  return j;
 }
 
 std::vector<std::string> model_preset_names() {
@@ -68,6 +201,55 @@ std::vector<std::string> model_preset_names() {
   for (const auto& p : presets()) names.push_back(p.name);
   return names;
 }
+
+std::vector<std::string> supported_model_types() { return {"gpt2", "llama", "mistral", "qwen2"}; }
+
+namespace {
+
+// A config.json field under its Hugging Face name or an alias; `def` when absent.
+template <typename T>
+T field(const json& j, const std::string& path, std::initializer_list<const char*> keys, std::optional<T> def) {
+  for (const char* k : keys) {
+    if (!j.contains(k) || j[k].is_null()) continue;
+    const json& v = j[k];
+    if constexpr (std::is_same_v<T, bool>) {
+      if (!v.is_boolean()) throw ConfigError("--model " + path + ": " + k + " must be true or false, got " + v.dump());
+      return v.get<bool>();
+    } else if constexpr (std::is_integral_v<T>) {
+      if (!v.is_number_integer())
+        throw ConfigError("--model " + path + ": " + k + " must be an integer, got " + v.dump());
+      return v.get<T>();
+    } else {
+      if (!v.is_number()) throw ConfigError("--model " + path + ": " + k + " must be a number, got " + v.dump());
+      return v.get<T>();
+    }
+  }
+  if (def) return *def;
+  throw ConfigError("--model " + path + ": missing " + *keys.begin() +
+                    " (a Hugging Face config.json needs hidden_size, num_hidden_layers, "
+                    "num_attention_heads, vocab_size)");
+}
+
+void load_llama_fields(const json& j, const std::string& path, ModelSpec& m) {
+  m.family = Family::llama;
+  m.kv_heads = field<int64_t>(j, path, {"num_key_value_heads"}, m.heads);
+  m.tied = field<bool>(j, path, {"tie_word_embeddings"}, false);
+  m.norm_eps = field<double>(j, path, {"rms_norm_eps"}, 1e-6);
+  m.rope_theta = field<double>(j, path, {"rope_theta"}, 10000.0);
+  if (m.model_type == "qwen2") {
+    m.qkv_bias = true;  // Qwen2Attention: q/k/v with bias, o_proj without
+    m.o_bias = m.mlp_bias = false;
+  } else {
+    m.qkv_bias = m.o_bias = field<bool>(j, path, {"attention_bias"}, false);
+    m.mlp_bias = field<bool>(j, path, {"mlp_bias"}, false);
+  }
+  if (j.contains("head_dim") && j["head_dim"].is_number_integer() && j["head_dim"].get<int64_t>() != m.head_dim())
+    throw ConfigError("--model " + path + ": head_dim " + j["head_dim"].dump() + " differs from hidden_size / "
+                      "num_attention_heads = " + std::to_string(m.head_dim()) + "; zrepro models head_dim = "
+                      "hidden_size / num_attention_heads only");
+}
+
+}  // namespace
 
 ModelSpec load_hf_config(const std::string& path) {
   std::ifstream in(path);
@@ -78,36 +260,49 @@ ModelSpec load_hf_config(const std::string& path) {
   } catch (const json::parse_error& e) {
     throw ConfigError("--model " + path + ": malformed JSON (" + std::string(e.what()) + ")");
   }
-  // Each field under its Hugging Face name, then the GPT-2 style alias.
-  auto field = [&](std::initializer_list<const char*> keys, std::optional<int64_t> def) -> int64_t {
-    for (const char* k : keys) {
-      if (!j.contains(k) || j[k].is_null()) continue;
-      if (!j[k].is_number_integer())
-        throw ConfigError("--model " + path + ": " + k + " must be an integer, got " + j[k].dump());
-      return j[k].get<int64_t>();
-    }
-    if (def) return *def;
-    throw ConfigError("--model " + path + ": missing " + *keys.begin() +
-                      " (a Hugging Face config.json needs hidden_size, num_hidden_layers, "
-                      "num_attention_heads, vocab_size)");
-  };
+  if (!j.is_object()) throw ConfigError("--model " + path + ": expected a JSON object (a Hugging Face config.json)");
   ModelSpec m;
   m.name = path;
-  m.hidden = field({"hidden_size", "n_embd", "d_model"}, std::nullopt);
-  m.layers = field({"num_hidden_layers", "n_layer", "num_layers"}, std::nullopt);
-  m.heads = field({"num_attention_heads", "n_head"}, std::nullopt);
-  m.vocab = field({"vocab_size"}, std::nullopt);
-  m.intermediate = field({"intermediate_size", "n_inner", "ffn_dim"}, 4 * m.hidden);
-  m.seq = field({"max_position_embeddings", "n_positions", "n_ctx"}, int64_t{2048});
-  validate(m, "--model " + path);
+  const json type = j.value("model_type", json());
+  if (!type.is_string()) {
+    throw ConfigError("--model " + path + ": no \"model_type\"; a Hugging Face config.json names its family "
+                      "(supported: gpt2, llama, mistral, qwen2)");
+  }
+  m.model_type = type.get<std::string>();
+  const auto types = supported_model_types();
+  if (std::find(types.begin(), types.end(), m.model_type) == types.end())
+    throw ConfigError("--model " + path + ": model_type \"" + m.model_type +
+                      "\" is not supported (supported: gpt2, llama, mistral, qwen2); zrepro would not build a "
+                      "different architecture in its place");
+  m.hidden = field<int64_t>(j, path, {"hidden_size", "n_embd"}, std::nullopt);
+  m.layers = field<int64_t>(j, path, {"num_hidden_layers", "n_layer"}, std::nullopt);
+  m.heads = field<int64_t>(j, path, {"num_attention_heads", "n_head"}, std::nullopt);
+  m.vocab = field<int64_t>(j, path, {"vocab_size"}, std::nullopt);
+  m.seq = field<int64_t>(j, path, {"max_position_embeddings", "n_positions", "n_ctx"}, int64_t{2048});
+  if (m.model_type == "gpt2") {
+    m.intermediate = field<int64_t>(j, path, {"n_inner"}, 4 * m.hidden);
+    m.tied = field<bool>(j, path, {"tie_word_embeddings"}, true);
+    m.norm_eps = field<double>(j, path, {"layer_norm_epsilon"}, 1e-5);
+  } else {
+    m.intermediate = field<int64_t>(j, path, {"intermediate_size"}, std::nullopt);
+    load_llama_fields(j, path, m);
+  }
+  if (j.contains("_attn_implementation") && j["_attn_implementation"].is_string()) {
+    const std::string a = j["_attn_implementation"].get<std::string>();
+    if (a == "eager") m.attention = Attention::eager;
+    else if (a == "sdpa" || a == "flash_attention_2") m.attention = Attention::sdpa;
+  }
+  validate_model(m, "--model " + path);
   return m;
 }
 
 ModelSpec resolve_model(const std::string& arg, const ModelOverrides& o) {
   ModelSpec m;
   bool found = false;
+  const auto alias = preset_aliases().find(arg);
+  const std::string name = alias != preset_aliases().end() ? alias->second : arg;
   for (const auto& p : presets())
-    if (p.name == arg) { m = p; found = true; }
+    if (p.name == name) { m = p; found = true; }
   if (!found) {
     if (arg.size() > 5 && arg.substr(arg.size() - 5) == ".json") {
       m = load_hf_config(arg);
@@ -121,13 +316,23 @@ ModelSpec resolve_model(const std::string& arg, const ModelOverrides& o) {
   if (o.vocab) m.vocab = *o.vocab;
   if (o.seq) m.seq = *o.seq;
   if (o.layers) m.layers = *o.layers;
-  if (o.heads) m.heads = *o.heads;
+  if (o.heads) {
+    // Grouped-query attention keeps its group size when the head count changes.
+    if (m.kv_heads > 0 && m.kv_heads != m.heads) m.kv_heads = std::max<int64_t>(1, *o.heads * m.kv_heads / m.heads);
+    else if (m.kv_heads > 0) m.kv_heads = *o.heads;
+    m.heads = *o.heads;
+  }
   if (o.hidden) {
     if (!o.intermediate && m.intermediate == 4 * m.hidden) m.intermediate = 4 * *o.hidden;
     m.hidden = *o.hidden;
   }
   if (o.intermediate) m.intermediate = *o.intermediate;
-  validate(m, "--model " + arg);
+  if (o.attention) {
+    if (*o.attention == "eager") m.attention = Attention::eager;
+    else if (*o.attention == "sdpa") m.attention = Attention::sdpa;
+    else throw ConfigError("--attn: got \"" + *o.attention + "\", expected eager or sdpa");
+  }
+  validate_model(m, "--model " + arg);
   return m;
 }
 

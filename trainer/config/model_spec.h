@@ -1,6 +1,9 @@
-// Dimensions of the toy GPT: from a preset (tiny, small, well-known GPT shapes),
-// from a Hugging Face config.json, then adjusted by explicit flags. Also the
-// closed-form parameter count the planner and the tests rely on.
+// Dimensions and family of the toy decoder: from a preset (tiny, small, GPT-2 / GPT-3
+// shapes, Llama-family models), from a Hugging Face config.json (dispatched on its
+// model_type), then adjusted by explicit flags. Also the model's size table: every
+// ZeRO parameter group with its parameters' shapes (layer_shapes), from which the
+// parameter count, the largest module (DeepSpeed's estimator) and the engine's
+// groups (trainer/model/gpt.cpp) all come: one table serves bytes and allocation.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -11,12 +14,48 @@
 
 namespace zrepro {
 
+// gpt2: LayerNorm, fused qkv, GELU MLP, learned positions, biases everywhere.
+// llama (llama, mistral, qwen2 configs): RMSNorm, separate q/k/v/o projections with
+// grouped-query attention, rotary positions, SwiGLU MLP (gate, up, down), biases as
+// the config says (qwen2: q/k/v only).
+enum class Family { gpt2, llama };
+const char* family_name(Family f);
+
+// How attention keeps what backward needs. eager: the s x s probabilities are saved
+// (HF's "eager"); sdpa: only q, k, v, the output and the log-sum-exp, the
+// probabilities recomputed in backward (memory-efficient / flash attention).
+enum class Attention { eager, sdpa };
+const char* attention_name(Attention a);
+
+struct ParamShape {
+  std::string name;  // "<module>.weight" / "<module>.bias", or an embedding's name
+  std::vector<int64_t> shape;
+  int64_t numel() const;
+};
+struct GroupShapes {
+  std::string name;  // embed, block.<l>, head
+  std::vector<ParamShape> params;
+};
+
 struct ModelSpec {
   std::string name;
   int64_t vocab = 128, seq = 32, hidden = 64, layers = 2, heads = 4, intermediate = 256;
+  Family family = Family::gpt2;
+  std::string model_type = "gpt2";  // as a config.json names it (llama, mistral, qwen2, ...)
+  int64_t kv_heads = 0;             // grouped-query attention; 0: one per query head
+  bool tied = false;                // tie_word_embeddings: the LM head is the token embedding
+  bool qkv_bias = true, o_bias = true, mlp_bias = true;
+  double norm_eps = 1e-5;
+  double rope_theta = 10000;
+  Attention attention = Attention::eager;
 
-  // Embeddings V*h + S*h; per block 4h^2 + 2hI + 9h + I (qkv, proj, fc, fc2 with
-  // biases, two LayerNorms); final LayerNorm 2h; LM head h*V (untied, no bias).
+  int64_t head_dim() const { return hidden / heads; }
+  int64_t kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
+
+  // Groups: embed (token embedding, + positions for gpt2), block.0..L-1, head (final
+  // norm, + the LM head unless tied). Parameter order inside a group is the order the
+  // model indexes them by.
+  std::vector<GroupShapes> layer_shapes() const;
   int64_t param_count() const;
   int64_t block_params() const;
   // DeepSpeed's model_to_params "largest layer": the most parameters one module owns
@@ -28,11 +67,17 @@ struct ModelSpec {
 
 struct ModelOverrides {
   std::optional<int64_t> vocab, seq, hidden, layers, heads, intermediate;
+  std::optional<std::string> attention;  // --attn eager|sdpa
 };
 
 std::vector<std::string> model_preset_names();
+// The model_type values load_hf_config accepts.
+std::vector<std::string> supported_model_types();
 // arg: a preset name, or the path of a Hugging Face config.json. Throws ConfigError.
 ModelSpec resolve_model(const std::string& arg, const ModelOverrides& overrides = {});
 ModelSpec load_hf_config(const std::string& path);
+// Checks dimensions against the family's constraints (heads divide hidden, kv heads
+// divide heads, an even rotary head dimension). Throws ConfigError naming `where`.
+void validate_model(const ModelSpec& m, const std::string& where);
 
 }  // namespace zrepro

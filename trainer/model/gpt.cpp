@@ -11,8 +11,8 @@
 namespace zrepro {
 
 namespace {
-// Parameter order inside a block group; block() indexes by these.
-enum BlockParam { ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fc2_w, fc2_b };
+// Parameter order inside a block group (ModelSpec::layer_shapes); the blocks index by these.
+enum Gpt2Param { ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fc2_w, fc2_b };
 }  // namespace
 
 torch::ScalarType compute_dtype(Precision p, const torch::Device& device) {
@@ -22,45 +22,37 @@ torch::ScalarType compute_dtype(Precision p, const torch::Device& device) {
 }
 
 std::vector<LayerSpec> gpt_layers(const ModelSpec& spec) {
-  const int64_t V = spec.vocab, S = spec.seq, h = spec.hidden, I = spec.intermediate;
   std::vector<LayerSpec> layers;
-  layers.push_back({"embed", {{"wte", {V, h}}, {"wpe", {S, h}}}});
-  for (int64_t l = 0; l < spec.layers; ++l)
-    layers.push_back({"block." + std::to_string(l),
-                      {{"ln1.weight", {h}},
-                       {"ln1.bias", {h}},
-                       {"attn.qkv.weight", {3 * h, h}},
-                       {"attn.qkv.bias", {3 * h}},
-                       {"attn.proj.weight", {h, h}},
-                       {"attn.proj.bias", {h}},
-                       {"ln2.weight", {h}},
-                       {"ln2.bias", {h}},
-                       {"mlp.fc.weight", {I, h}},
-                       {"mlp.fc.bias", {I}},
-                       {"mlp.proj.weight", {h, I}},
-                       {"mlp.proj.bias", {h}}}});
-  layers.push_back({"head", {{"ln_f.weight", {h}}, {"ln_f.bias", {h}}, {"lm_head.weight", {V, h}}}});
+  for (const auto& g : spec.layer_shapes()) {
+    LayerSpec l{g.name, {}};
+    for (const auto& p : g.params) l.params.push_back({p.name, p.shape});
+    layers.push_back(l);
+  }
   return layers;
 }
 
 std::vector<torch::Tensor> gpt_init(const ModelSpec& spec, uint64_t seed) {
-  // GPT-2 init: N(0, 0.02) weights, residual projections scaled by 1/sqrt(2L),
-  // zero biases, unit LayerNorm gains. Generated in a fixed order from one seed.
+  // Hugging Face's _init_weights: N(0, 0.02) weights and embeddings, zero biases,
+  // unit norm gains; GPT-2 scales its residual projections by 1/sqrt(2L). Generated
+  // in a fixed order from one seed.
   torch::NoGradGuard no_grad;
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const double resid_std = 0.02 / std::sqrt(2.0 * spec.layers);
+  const bool gpt2 = spec.family == Family::gpt2;
+  auto has = [](const std::string& n, const char* part) { return n.find(part) != std::string::npos; };
   std::vector<torch::Tensor> out;
   for (const auto& layer : gpt_layers(spec)) {
     std::vector<torch::Tensor> parts;
     for (const auto& p : layer.params) {
       const std::string& n = p.name;
+      const bool norm = gpt2 ? n.rfind("ln", 0) == 0 : has(n, "norm");
       torch::Tensor v;
-      if (n.rfind("ln", 0) == 0)
-        v = n.find("weight") != std::string::npos ? torch::ones(p.shape) : torch::zeros(p.shape);
-      else if (n.find("bias") != std::string::npos)
+      if (norm)
+        v = has(n, "weight") ? torch::ones(p.shape) : torch::zeros(p.shape);
+      else if (has(n, "bias"))
         v = torch::zeros(p.shape);
       else
-        v = at::normal(0.0, n.find("proj.weight") != std::string::npos ? resid_std : 0.02, p.shape, gen);
+        v = at::normal(0.0, gpt2 && has(n, "proj.weight") ? resid_std : 0.02, p.shape, gen);
       parts.push_back(v.reshape({-1}));
     }
     out.push_back(torch::cat(parts));
@@ -98,8 +90,48 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
     torch::AutoGradMode enable(true);
     torch::Tensor xd = x.detach().requires_grad_(true);
     torch::Tensor y = model->run_block(static_cast<int>(ctx->saved_data["layer"].toInt()), xd, *eng);
+    DeviceMemory::instance().mark("recomputed", ctx->saved_data["layer"].toInt());
     torch::autograd::backward({y}, {grads[0]});
     return {xd.grad(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// Memory-efficient causal attention (what sdpa / flash attention keep): forward saves
+// q, k, v, the output and the log-sum-exp of each score row; backward recomputes the
+// probabilities from them. On LibTorch 2.x with CUDA the fused kernel runs instead.
+// [Note: sdpa transient] The score matrix of one call is still formed whole while it
+// is computed (a tiled kernel would form a block at a time): the saving is in what
+// stays alive from forward to backward, s x s per head, which is what differs between
+// eager and sdpa in a model's activation memory.
+struct MemEfficientAttention : public torch::autograd::Function<MemEfficientAttention> {
+  static torch::Tensor scores(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& mask) {
+    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+    return (torch::matmul(q, k.transpose(-2, -1)) * scale).masked_fill(mask, -INFINITY);
+  }
+  static variable_list forward(AutogradContext* ctx, torch::Tensor q, torch::Tensor k, torch::Tensor v,
+                               torch::Tensor mask) {
+    torch::Tensor lse, out;
+    {
+      torch::Tensor s = scores(q, k, mask).to(torch::kFloat);
+      lse = torch::logsumexp(s, -1, true);
+      out = torch::matmul(torch::exp(s - lse).to(q.scalar_type()), v);
+    }
+    ctx->save_for_backward({q, k, v, out, lse, mask});
+    return {out};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
+    const torch::Tensor dout = grads[0];
+    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+    torch::Tensor p = torch::exp(scores(q, k, saved[5]).to(torch::kFloat) - lse);
+    torch::Tensor dv = torch::matmul(p.to(q.scalar_type()).transpose(-2, -1), dout);
+    torch::Tensor dp = torch::matmul(dout, v.transpose(-2, -1)).to(torch::kFloat);
+    torch::Tensor delta = (dout.to(torch::kFloat) * out.to(torch::kFloat)).sum(-1, true);
+    torch::Tensor ds = (p * (dp - delta) * scale).to(q.scalar_type());
+    p = torch::Tensor();
+    dp = torch::Tensor();
+    return {torch::matmul(ds, k), torch::matmul(ds.transpose(-2, -1), q), dv, torch::Tensor()};
   }
 };
 
@@ -113,33 +145,114 @@ Gpt::Gpt(const ModelSpec& spec, torch::ScalarType compute, torch::Device device,
     : spec_(spec), compute_(compute), ckpt_(ckpt) {
   const int64_t S = spec.seq;
   causal_mask_ = torch::ones({S, S}, torch::TensorOptions().dtype(torch::kBool).device(device)).triu(1);
+  if (spec.family == Family::llama) {
+    // Hugging Face's default rotary tables: inv_freq = theta^(-2i/d), cos/sin of
+    // position x inv_freq, each half repeated; computed in fp32 on the host, then
+    // one device copy each in the compute dtype (as HF casts them to q's dtype).
+    const int64_t d = spec.head_dim();
+    torch::Tensor cos, sin;
+    {
+      DeviceMemory::HostScope host;
+      torch::Tensor inv = 1.0 / torch::pow(spec.rope_theta, torch::arange(0, d, 2, torch::kFloat) / d);
+      torch::Tensor freqs = torch::outer(torch::arange(S, torch::kFloat), inv);
+      torch::Tensor emb = torch::cat({freqs, freqs}, -1);
+      cos = emb.cos();
+      sin = emb.sin();
+    }
+    auto opts = torch::TensorOptions().dtype(compute).device(device);
+    cos_ = torch::empty({S, d}, opts).copy_(cos);
+    sin_ = torch::empty({S, d}, opts).copy_(sin);
+  }
 }
 
 torch::Tensor Gpt::embed(const Params& g, const torch::Tensor& inputs) {
+  if (spec_.family == Family::llama) return torch::embedding(w(g, 0), inputs);
   const int64_t S = inputs.size(1);
   return torch::embedding(w(g, 0), inputs) + w(g, 1).narrow(0, 0, S).unsqueeze(0);
 }
 
 torch::Tensor Gpt::block(const Params& g, const torch::Tensor& x) {
+  return spec_.family == Family::llama ? llama_block(g, x) : gpt2_block(g, x);
+}
+
+torch::Tensor Gpt::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  const int64_t B = q.size(0), a = q.size(1), S = q.size(2), d = q.size(3);
+  torch::Tensor mask = causal_mask_.narrow(0, 0, S).narrow(1, 0, S);
+  torch::Tensor y;
+  if (spec_.attention == Attention::sdpa) {
+#if TORCH_VERSION_MAJOR >= 2
+    if (q.is_cuda()) y = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+#endif
+    if (!y.defined()) y = MemEfficientAttention::apply(q, k, v, mask)[0];
+  } else {
+    torch::Tensor att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(d)));
+    att = att.masked_fill(mask, -INFINITY);
+    att = torch::softmax(att, -1, torch::kFloat).to(q.scalar_type());
+    y = torch::matmul(att, v);
+  }
+  return y.transpose(1, 2).reshape({B, S, a * d});
+}
+
+torch::Tensor Gpt::gpt2_block(const Params& g, const torch::Tensor& x) {
   const int64_t B = x.size(0), S = x.size(1), h = spec_.hidden, a = spec_.heads, hd = h / a;
-  torch::Tensor y = torch::layer_norm(x, {h}, w(g, ln1_w), w(g, ln1_b), 1e-5);
+  torch::Tensor y = torch::layer_norm(x, {h}, w(g, ln1_w), w(g, ln1_b), spec_.norm_eps);
   torch::Tensor qkv = torch::linear(y, w(g, qkv_w), w(g, qkv_b));
   auto parts = qkv.chunk(3, -1);
   auto heads = [&](const torch::Tensor& t) { return t.view({B, S, a, hd}).transpose(1, 2); };
-  torch::Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
-  torch::Tensor att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
-  att = att.masked_fill(causal_mask_.narrow(0, 0, S).narrow(1, 0, S), -INFINITY);
-  att = torch::softmax(att, -1, torch::kFloat).to(x.scalar_type());
-  y = torch::matmul(att, v).transpose(1, 2).reshape({B, S, h});
+  y = attend(heads(parts[0]), heads(parts[1]), heads(parts[2]));
   torch::Tensor r = x + torch::linear(y, w(g, proj_w), w(g, proj_b));
-  y = torch::layer_norm(r, {h}, w(g, ln2_w), w(g, ln2_b), 1e-5);
+  y = torch::layer_norm(r, {h}, w(g, ln2_w), w(g, ln2_b), spec_.norm_eps);
   y = torch::linear(torch::gelu(torch::linear(y, w(g, fc_w), w(g, fc_b))), w(g, fc2_w), w(g, fc2_b));
   return r + y;
 }
 
-torch::Tensor Gpt::head_loss(const Params& g, const torch::Tensor& x, const torch::Tensor& targets) {
-  torch::Tensor y = torch::layer_norm(x, {spec_.hidden}, w(g, 0), w(g, 1), 1e-5);
-  torch::Tensor logits = torch::linear(y, w(g, 2));
+torch::Tensor Gpt::rms_norm(const torch::Tensor& x, const torch::Tensor& weight) const {
+  // LlamaRMSNorm: in fp32, then back to the input dtype before the gain.
+  torch::Tensor xf = x.to(torch::kFloat);
+  xf = xf * torch::rsqrt(xf.pow(2).mean(-1, true) + spec_.norm_eps);
+  return weight * xf.to(x.scalar_type());
+}
+
+torch::Tensor Gpt::rotate(const torch::Tensor& x, int64_t S) const {
+  const int64_t half = x.size(-1) / 2;
+  torch::Tensor rotated = torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  return x * cos_.narrow(0, 0, S) + rotated * sin_.narrow(0, 0, S);
+}
+
+torch::Tensor Gpt::llama_block(const Params& g, const torch::Tensor& x) {
+  const int64_t B = x.size(0), S = x.size(1), a = spec_.heads, kvh = spec_.kv_head_count(), d = spec_.head_dim();
+  // Parameter indices follow ModelSpec::layer_shapes: a bias follows its weight when present.
+  size_t i = 0;
+  auto next = [&] { return w(g, i++); };
+  auto linear = [&](const torch::Tensor& in, bool bias) {
+    torch::Tensor weight = next();
+    return bias ? torch::linear(in, weight, next()) : torch::linear(in, weight);
+  };
+  torch::Tensor y = rms_norm(x, next());
+  auto heads = [&](const torch::Tensor& t, int64_t n) { return t.view({B, S, n, d}).transpose(1, 2); };
+  torch::Tensor q = rotate(heads(linear(y, spec_.qkv_bias), a), S);
+  torch::Tensor k = rotate(heads(linear(y, spec_.qkv_bias), kvh), S);
+  torch::Tensor v = heads(linear(y, spec_.qkv_bias), kvh);
+  if (kvh != a) {  // repeat_kv: each key/value head serves a / kvh query heads
+    auto repeat = [&](const torch::Tensor& t) {
+      return t.unsqueeze(2).expand({B, kvh, a / kvh, S, d}).reshape({B, a, S, d});
+    };
+    k = repeat(k);
+    v = repeat(v);
+  }
+  torch::Tensor r = x + linear(attend(q, k, v), spec_.o_bias);
+  y = rms_norm(r, next());
+  torch::Tensor gate = linear(y, spec_.mlp_bias);
+  torch::Tensor up = linear(y, spec_.mlp_bias);
+  return r + linear(torch::silu(gate) * up, spec_.mlp_bias);
+}
+
+torch::Tensor Gpt::head_loss(const Params& g, const torch::Tensor& lm_head, const torch::Tensor& x,
+                             const torch::Tensor& targets) {
+  torch::Tensor y = spec_.family == Family::llama
+                        ? rms_norm(x, w(g, 0))
+                        : torch::layer_norm(x, {spec_.hidden}, w(g, 0), w(g, 1), spec_.norm_eps);
+  torch::Tensor logits = torch::linear(y, lm_head.to(compute_));
   return torch::cross_entropy_loss(logits.reshape({-1, spec_.vocab}).to(torch::kFloat), targets.reshape({-1}));
 }
 
@@ -153,7 +266,14 @@ torch::Tensor Gpt::loss(const torch::Tensor& inputs, const torch::Tensor& target
                                     : run_block(l, x, engine);
     x = engine.after_forward(l, y);
   }
-  return engine.after_forward(last, head_loss(engine.acquire(last), x, targets));
+  if (!spec_.tied) {
+    const Params head = engine.acquire(last);
+    return engine.after_forward(last, head_loss(head, head.back(), x, targets));
+  }
+  // Tied: the embed group again for the LM head (gathered again under ZeRO-3), then the head's own.
+  const torch::Tensor wte = engine.acquire(0)[0];
+  torch::Tensor loss = head_loss(engine.acquire(last), wte, x, targets);
+  return engine.after_forward(last, engine.after_forward(0, loss));
 }
 
 }  // namespace zrepro

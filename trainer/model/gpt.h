@@ -1,8 +1,12 @@
-// The toy GPT decoder: token + position embedding, pre-LN blocks (causal
-// self-attention, 4h GELU MLP), final LayerNorm and an untied LM head. Written
-// functionally: its parameters live in the ZeRO engine as one group per layer
-// (embed, block.0..L-1, head), and each layer asks the engine for them, so the
-// engine can gather, release and reduce layer by layer.
+// The toy decoder, in two families (ModelSpec::family): gpt2 (token + position
+// embedding, pre-LN blocks with fused-qkv causal attention and a GELU MLP, final
+// LayerNorm) and llama (token embedding, pre-RMSNorm blocks with rotary q/k,
+// grouped-query attention and a SwiGLU MLP, final RMSNorm); the LM head is its own
+// matrix or, tied, the token embedding. Written functionally: its parameters live
+// in the ZeRO engine as one group per layer (embed, block.0..L-1, head, from
+// ModelSpec::layer_shapes), and each layer asks the engine for them, so the engine
+// can gather, release and reduce layer by layer. A tied head asks for the embed
+// group a second time (see [Note: a group used twice] in zero/engine.cpp).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -14,9 +18,9 @@
 
 namespace zrepro {
 
-// Parameter layout per layer (the groups ZeRO shards).
+// Parameter layout per layer (the groups ZeRO shards): ModelSpec::layer_shapes.
 std::vector<LayerSpec> gpt_layers(const ModelSpec& spec);
-// GPT-2 initial values, fp32 on the CPU, one flat tensor per layer; the same on
+// Hugging Face initial values (GPT-2: residual projections scaled by 1/sqrt(2L)),, fp32 on the CPU, one flat tensor per layer; the same on
 // every rank and world size for a given seed.
 std::vector<torch::Tensor> gpt_init(const ModelSpec& spec, uint64_t seed);
 
@@ -49,11 +53,20 @@ class Gpt {
   torch::Tensor w(const Params& p, size_t i) const { return p[i].to(compute_); }
   torch::Tensor embed(const Params& p, const torch::Tensor& inputs);
   torch::Tensor block(const Params& p, const torch::Tensor& x);
-  torch::Tensor head_loss(const Params& p, const torch::Tensor& x, const torch::Tensor& targets);
+  torch::Tensor gpt2_block(const Params& p, const torch::Tensor& x);
+  torch::Tensor llama_block(const Params& p, const torch::Tensor& x);
+  // Attention of q [B,a,S,d] over k, v [B,a,S,d] (causal), as [B,S,a*d].
+  torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+  torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight) const;
+  torch::Tensor rotate(const torch::Tensor& x, int64_t S) const;  // rotary embedding of [B,a,S,d]
+  // lm_head: the head group's own matrix, or the embedding when tied.
+  torch::Tensor head_loss(const Params& p, const torch::Tensor& lm_head, const torch::Tensor& x,
+                          const torch::Tensor& targets);
 
   ModelSpec spec_;
   torch::ScalarType compute_;
   torch::Tensor causal_mask_;  // [S, S] true above the diagonal
+  torch::Tensor cos_, sin_;    // llama: rotary tables [S, d] in the compute dtype
   Checkpointing ckpt_;
 };
 

@@ -1,11 +1,13 @@
-// What trainer/gpt.cpp allocates on the device, op by op: the planner's activation
-// model. Each part of the model (embedding, block, head; forward, backward,
-// recomputation) is a tape of allocations (+sym) and frees (-sym) written down from
-// the tracking allocator's log of LibTorch 1.13 on the CPU, with sizes as symbols
-// of the model's dimensions (n = B*S*h elements of the compute dtype, m = B*S*I,
-// t = B*a*S*S, ...). Replaying the tapes gives the activation bytes at every point
-// of a micro-step, transient peaks included, for any model size. A test replays
-// them against the allocator on real runs (tests/trainer/planner/planner_test.cpp).
+// What trainer/model/gpt.cpp allocates on the device, op by op: the planner's
+// activation model. Each part of the model (embedding, block, head; forward,
+// backward, recomputation) is a tape of allocations (+sym) and frees (-sym) recorded
+// from the tracking allocator's log of LibTorch on the CPU, with sizes as symbols of
+// the model's dimensions (n = B*S*h elements of the compute dtype, m = B*S*I,
+// t = B*a*S*S, kv = B*S*kv_heads*d, ...), one set per family, attention, tied head,
+// compute dtype and micro-batch class (gpt_tapes.inc). Replaying the tapes gives the
+// activation bytes at every point of a micro-step, transient peaks included, for
+// any model size. tests/trainer/planner/tapes_test.cpp re-records every tape from
+// the model code and compares; planner_test.cpp replays them against real runs.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -27,8 +29,13 @@ enum class GptTape {
   head_backward, block_backward, block_backward_recomputed,   // param gradients included
   embed_backward,
   block_recompute_release,                                    // after a recomputed block's reduce
+  backward_tail,                                              // after the embedding's reduce
 };
-const char* gpt_tape(GptTape which, int64_t micro_batch, Precision p, bool cpu_device);
+const char* gpt_tape_name(GptTape which);
+// The tape of `which` for this model; throws std::logic_error when the table has none.
+const char* gpt_tape(const ModelSpec& m, GptTape which, int64_t micro_batch, Precision p, bool cpu_device);
+// The table's key of that tape ("llama sdpa untied bf16 B1 block_forward").
+std::string gpt_tape_key(const ModelSpec& m, GptTape which, int64_t micro_batch, Precision p, bool cpu_device);
 
 // Replays a tape: on(+bytes) for each allocation, on(-bytes) for each free. Tokens
 // naming parameter gradients (W..., b..., hb) are reported through on_param instead,

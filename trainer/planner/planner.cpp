@@ -285,8 +285,11 @@ class PlanSim {
       reduce_ops_ = std::make_unique<PlannedReduce>(*reduce_, bucket_reduce_scatters(z_), ce_, offloaded_, tl_);
       reduce_->prepare(*reduce_ops_);
     }
-    tl_.add(MemCategory::other, req_.model.seq * req_.model.seq);  // causal mask (bool)
+    const ModelSpec& m = req_.model;
+    tl_.add(MemCategory::other, m.seq * m.seq);  // causal mask (bool)
+    if (m.family == Family::llama) tl_.add(MemCategory::other, 2 * m.seq * m.head_dim() * compute_elem());  // rotary
   }
+  int64_t compute_elem() const { return req_.cfg.precision == Precision::fp32 || fp16_cpu_ ? 4 : 2; }
 
   // ---- the engine's entry points, as the model calls them
   void fetch(int l) {
@@ -296,7 +299,7 @@ class PlanSim {
     if (gathers_) gathers_->release(l, *shards_);
   }
   void tape(GptTape which) {
-    replay_tape(gpt_tape(which, B_, req_.cfg.precision, req_.cpu_device), sym_,
+    replay_tape(gpt_tape(req_.model, which, B_, req_.cfg.precision, req_.cpu_device), sym_,
                 [&](int64_t b) { tl_.add(MemCategory::activations, b); },
                 [&](int64_t b) {
                   tl_.add(MemCategory::activations, b);
@@ -332,19 +335,37 @@ class PlanSim {
       if (cpu_ckpt_) tl_.add(MemCategory::activations, -sym_.at("n"));
       release(l);
     }
+    if (tied()) {  // the LM head is the embedding: the embed group again (Gpt::loss)
+      fetch(0);
+      if (fp16_cpu_) tl_.add(MemCategory::activations, 4 * tied_numel());
+    }
     fetch(L);
     weight_copies(L, +1);
     tape(GptTape::head_forward);
+    if (tied()) release(0);
     release(L);
   }
+  bool tied() const { return req_.model.tied; }
+  int64_t tied_numel() const { return req_.model.vocab * req_.model.hidden; }
 
   void backward() {
     const int L = last();
     tl_.phase(Phase::backward);
+    if (tied()) fetch(0);
     fetch(L);
     tape(GptTape::head_backward);
+    if (tied()) {
+      // The head's gradient of the embedding is kept until the embedding's own
+      // (ZeroEngine::use_backward, [Note: a group used twice]).
+      param_grads_ -= sym_.at("Wlm");
+      kept_grads_ += sym_.at("Wlm");
+    }
     tl_.add(MemCategory::grads, second_partition_);  // ZeroEngine::reduce_grad, first reduction
     reduce(L);
+    if (tied()) {
+      release(0);
+      if (fp16_cpu_) tl_.add(MemCategory::activations, -4 * tied_numel());
+    }
     for (int l = L - 1; l >= 1; --l) {
       fetch(l);
       if (ckpt_) {
@@ -364,6 +385,9 @@ class PlanSim {
     fetch(0);
     tape(GptTape::embed_backward);
     reduce(0);
+    tl_.add(MemCategory::activations, -kept_grads_);
+    kept_grads_ = 0;
+    tape(GptTape::backward_tail);
     // ZeroEngine::end_backward
     if (policy_.reduction() == GradReduction::reduce_scatter_per_micro_step) reduce_->finish(*reduce_ops_);
     tl_.add(MemCategory::grads, -second_partition_);
@@ -430,6 +454,7 @@ class PlanSim {
   int64_t grad_overhang_bytes_ = 0;
   int64_t second_partition_ = 0;  // bytes held during this micro-step's backward
   int64_t param_grads_ = 0;
+  int64_t kept_grads_ = 0;  // tied: the head's embedding gradient, until the embedding's reduce
 };
 
 json categories_json(const CategoryBytes& c) {

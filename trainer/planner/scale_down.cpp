@@ -25,9 +25,10 @@ ModelSpec shrink(const ModelSpec& t, int64_t hidden) {
   return m;
 }
 
-// Toy hidden size: a multiple of the head count (head dimension >= 1).
+// Toy hidden size: a multiple of the head count (head dimension >= 1; even for
+// rotary embeddings).
 int64_t toy_hidden(const ModelSpec& t, double K) {
-  const int64_t a = t.heads;
+  const int64_t a = t.heads * (t.family == Family::llama ? 2 : 1);
   if (K > 0) {
     const double want = static_cast<double>(t.hidden) / std::sqrt(K);
     return std::max<int64_t>(a, std::llround(want / a) * a);

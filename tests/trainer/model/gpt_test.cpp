@@ -1,8 +1,12 @@
-// Toy GPT and data: parameter count against the closed form, Hugging Face
-// config.json loading, presets, data determinism across batch splits.
+// The toy decoder and data: parameter counts against the closed form and against
+// Hugging Face's (recorded from transformers in configs/models/hf_param_counts.json),
+// config.json loading and model_type dispatch, presets, tied heads, eager vs sdpa
+// attention, data determinism across batch splits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include "device/base/errors.h"
@@ -38,9 +42,74 @@ TEST(Model, TinyPresetHasTheDesignDims) {
   EXPECT_EQ(t.heads, 4);
   EXPECT_EQ(t.seq, 32);
   EXPECT_EQ(t.vocab, 128);
-  // GPT-2 small with an untied head: 124.4M + 38.6M head.
-  EXPECT_EQ(resolve_model("gpt2").param_count(), 163037184);
+  // Hugging Face's published counts (the LM head tied for GPT-2).
+  EXPECT_EQ(resolve_model("gpt2").param_count(), 124439808);
+  EXPECT_EQ(resolve_model("llama-2-7b").param_count(), 6738415616);
+  EXPECT_EQ(resolve_model("llama2-7b").param_count(), 6738415616);  // the spelling users type
+  EXPECT_EQ(resolve_model("llama-3-8b").param_count(), 8030261248);
+  EXPECT_EQ(resolve_model("mistral-7b").param_count(), 7241732096);
   EXPECT_THROW(resolve_model("nonsense"), ConfigError);
+}
+
+namespace {
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << path;
+  return nlohmann::json::parse(in);
+}
+std::string models_dir() { return std::string(std::getenv("ZREPRO_SOURCE_DIR") ? std::getenv("ZREPRO_SOURCE_DIR") : ".") + "/configs/models"; }
+}  // namespace
+
+TEST(Model, ParamCountsEqualHuggingFacesForEveryConfigAndPreset) {
+  // The record: transformers' from_config on the meta device (conformance/hf_param_counts.py).
+  const nlohmann::json record = read_json(models_dir() + "/hf_param_counts.json");
+  ASSERT_GE(record["params"].size(), 9u);
+  for (const auto& [file, count] : record["params"].items()) {
+    const ModelSpec m = resolve_model(models_dir() + "/" + file);
+    EXPECT_EQ(m.param_count(), count.get<int64_t>()) << file;
+    // The engine's groups hold exactly that many.
+    int64_t n = 0;
+    for (const auto& layer : gpt_layers(m))
+      for (const auto& p : layer.params) n += p.numel();
+    EXPECT_EQ(n, count.get<int64_t>()) << file;
+    // Each preset of the same name is the same model.
+    const std::string name = file.substr(0, file.size() - 5);
+    const auto presets = model_preset_names();
+    if (std::find(presets.begin(), presets.end(), name) != presets.end())
+      EXPECT_EQ(resolve_model(name).param_count(), count.get<int64_t>()) << name;
+  }
+}
+
+TEST(Model, ConfigJsonDispatchesOnModelType) {
+  const ModelSpec llama = resolve_model(models_dir() + "/llama-3-8b.json");
+  EXPECT_EQ(llama.family, Family::llama);
+  EXPECT_EQ(llama.kv_head_count(), 8);
+  EXPECT_FALSE(llama.tied);
+  EXPECT_FALSE(llama.qkv_bias);
+  EXPECT_DOUBLE_EQ(llama.rope_theta, 500000.0);
+  const ModelSpec qwen = resolve_model(models_dir() + "/qwen2.5-0.5b.json");
+  EXPECT_TRUE(qwen.qkv_bias);  // Qwen2: q/k/v biases, o_proj and the MLP without
+  EXPECT_FALSE(qwen.o_bias);
+  EXPECT_TRUE(qwen.tied);
+  EXPECT_FALSE(resolve_model(models_dir() + "/gpt2.json").family == Family::llama);
+  EXPECT_TRUE(resolve_model(models_dir() + "/gpt2.json").tied);
+  // The largest module DeepSpeed's estimator uses: the embedding (vocab x hidden).
+  EXPECT_EQ(llama.largest_module_params(), 128256LL * 4096);
+  // A family zrepro does not build is refused with the list, never built as GPT-2.
+  const std::string path = testing::TempDir() + "/mixtral.json";
+  std::ofstream(path) << R"({"model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "vocab_size": 100, "intermediate_size": 128})";
+  try {
+    resolve_model(path);
+    ADD_FAILURE() << "mixtral accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("\"mixtral\" is not supported (supported: gpt2, llama, mistral, qwen2)"),
+              std::string::npos) << e.what();
+  }
+  std::ofstream(path) << R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 3, "vocab_size": 100, "intermediate_size": 128})";
+  EXPECT_THROW(resolve_model(path), ConfigError);  // 4 query heads cannot share 3 kv heads
+  std::remove(path.c_str());
 }
 
 TEST(Model, FlagOverridesAndValidation) {
@@ -66,24 +135,100 @@ TEST(Model, LoadsHuggingFaceConfigJson) {
   EXPECT_EQ(m.vocab, 1000);
   EXPECT_EQ(m.seq, 64);
   // GPT-2 spelling, intermediate defaults to 4h.
-  std::ofstream(path) << R"({"n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 50, "n_positions": 16})";
+  std::ofstream(path) << R"({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 50, "n_positions": 16})";
   ModelSpec g = resolve_model(path);
   EXPECT_EQ(g.intermediate, 256);
   EXPECT_EQ(g.seq, 16);
-  std::ofstream(path) << R"({"hidden_size": 64})";
+  std::ofstream(path) << R"({"model_type": "llama", "hidden_size": 64})";
   EXPECT_THROW(resolve_model(path), ConfigError);
+  std::ofstream(path) << R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 50})";
+  EXPECT_THROW(resolve_model(path), ConfigError);  // no model_type: which family is unknown
   std::remove(path.c_str());
 }
 
 TEST(Model, LossStartsNearUniform) {
-  ModelSpec m = resolve_model("tiny");
+  for (const char* name : {"tiny", "tiny-llama"}) {
+    ModelSpec m = resolve_model(name);
+    SelfCommunicator comm;
+    ZeroEngine engine(gpt_layers(m), gpt_init(m, 7), EngineConfig{}, comm);
+    Gpt g(m, torch::kFloat, torch::kCPU);
+    MarkovData d(m.vocab, m.seq, 7);
+    torch::Tensor b = d.samples(0, 4);
+    double loss = g.loss(b.narrow(1, 0, m.seq), b.narrow(1, 1, m.seq), engine).item<double>();
+    EXPECT_NEAR(loss, std::log(128.0), 0.3) << name;
+  }
+}
+
+namespace {
+// Loss and every layer's gradient of one forward/backward on one rank (stage 0).
+struct LossAndGrads {
+  double loss;
+  std::vector<torch::Tensor> grads;
+};
+LossAndGrads loss_and_grads(const ModelSpec& m) {
   SelfCommunicator comm;
   ZeroEngine engine(gpt_layers(m), gpt_init(m, 7), EngineConfig{}, comm);
   Gpt g(m, torch::kFloat, torch::kCPU);
   MarkovData d(m.vocab, m.seq, 7);
-  torch::Tensor b = d.samples(0, 4);
-  double loss = g.loss(b.narrow(1, 0, m.seq), b.narrow(1, 1, m.seq), engine).item<double>();
-  EXPECT_NEAR(loss, std::log(128.0), 0.3);
+  torch::Tensor b = d.samples(0, 2);
+  engine.begin_micro_step(0, 0);
+  torch::Tensor loss = g.loss(b.narrow(1, 0, m.seq), b.narrow(1, 1, m.seq), engine);
+  loss.backward();
+  engine.end_backward();
+  LossAndGrads out{loss.item<double>(), {}};
+  for (size_t l = 0; l < engine.groups().size(); ++l)
+    out.grads.push_back(engine.accumulated_grad(static_cast<int>(l)).clone());
+  return out;
+}
+}  // namespace
+
+TEST(Model, SdpaAttentionEqualsEagerInLossAndGradients) {
+  // The memory-efficient function recomputes the probabilities in backward: the same
+  // loss and gradients as eager attention (fp32; the order of the sums differs).
+  for (const char* name : {"tiny", "tiny-llama"}) {
+    ModelSpec m = resolve_model(name);
+    const LossAndGrads eager = loss_and_grads(m);
+    m.attention = Attention::sdpa;
+    const LossAndGrads sdpa = loss_and_grads(m);
+    EXPECT_NEAR(eager.loss, sdpa.loss, 1e-6) << name;
+    for (size_t l = 0; l < eager.grads.size(); ++l)
+      EXPECT_TRUE(torch::allclose(eager.grads[l], sdpa.grads[l], 1e-4, 1e-6)) << name << " layer " << l;
+  }
+}
+
+TEST(Model, TiedHeadSumsBothGradientsOfTheEmbedding) {
+  // Tied, the embedding's gradient is the embedding's own plus the LM head's. Untie
+  // the same model (the head starting as a copy of the embedding): the tied
+  // gradient equals the sum of the untied embedding's and head's gradients.
+  ModelSpec tied = resolve_model("tiny-llama");
+  tied.tied = true;
+  ModelSpec untied = tied;
+  untied.tied = false;
+  SelfCommunicator comm;
+  std::vector<torch::Tensor> init = gpt_init(tied, 7);
+  std::vector<torch::Tensor> init_untied = init;
+  init_untied.back() = torch::cat({init.back(), init.front()});  // norm, then lm_head = wte
+  MarkovData d(tied.vocab, tied.seq, 7);
+  torch::Tensor b = d.samples(0, 2);
+  auto run = [&](const ModelSpec& m, const std::vector<torch::Tensor>& values) {
+    ZeroEngine engine(gpt_layers(m), values, EngineConfig{}, comm);
+    Gpt g(m, torch::kFloat, torch::kCPU);
+    engine.begin_micro_step(0, 0);
+    torch::Tensor loss = g.loss(b.narrow(1, 0, m.seq), b.narrow(1, 1, m.seq), engine);
+    loss.backward();
+    engine.end_backward();
+    std::vector<torch::Tensor> grads;
+    for (size_t l = 0; l < engine.groups().size(); ++l)
+      grads.push_back(engine.accumulated_grad(static_cast<int>(l)).clone());
+    return std::make_pair(loss.item<double>(), grads);
+  };
+  auto [tl, tg] = run(tied, init);
+  auto [ul, ug] = run(untied, init_untied);
+  EXPECT_NEAR(tl, ul, 1e-6);
+  const int64_t wte = tied.vocab * tied.hidden;
+  torch::Tensor head_part = ug.back().narrow(0, tied.hidden, wte);
+  EXPECT_TRUE(torch::allclose(tg.front(), ug.front() + head_part, 1e-5, 1e-7));
+  EXPECT_EQ(tied.param_count() + wte, untied.param_count());
 }
 
 TEST(Data, SamplesAreAddressedByGlobalIndex) {

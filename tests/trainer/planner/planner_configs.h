@@ -33,10 +33,10 @@ inline DsConfig make_config(const std::string& json, int64_t micro, int64_t gas,
 }
 
 inline MemoryPlan predict(const DsConfig& cfg, bool ckpt, int ws = 1, int64_t capacity = 0,
-                   std::optional<BufferPolicy> buffers = std::nullopt) {
+                   std::optional<BufferPolicy> buffers = std::nullopt, const ModelSpec& model = resolve_model("tiny")) {
   PlanRequest req;
   req.buffers = buffers;
-  req.model = resolve_model("tiny");
+  req.model = model;
   req.cfg = cfg;
   req.world_size = ws;
   req.device_capacity = capacity;

@@ -34,7 +34,8 @@ struct Measured {
 
 constexpr int kComm = static_cast<int>(MemCategory::comm_buffers);
 
-Measured measure(const DsConfig& cfg, bool ckpt, std::optional<BufferPolicy> buffers = std::nullopt) {
+Measured measure(const DsConfig& cfg, bool ckpt, std::optional<BufferPolicy> buffers = std::nullopt,
+                 const ModelSpec& model = resolve_model("tiny")) {
   DeviceMemory& mem = DeviceMemory::instance();
   mem.install(0);
   const MemorySnapshot before = mem.snapshot();
@@ -45,7 +46,7 @@ Measured measure(const DsConfig& cfg, bool ckpt, std::optional<BufferPolicy> buf
   o.activation_checkpointing = ckpt;
   o.buffer_policy = buffers;
   TrainResult r;
-  train(cfg, resolve_model("tiny"), o, r);
+  train(cfg, model, o, r);
   const MemorySnapshot s = mem.snapshot();
   return {s.peak - before.allocated, s.peak_phase, s.category_peaks[kComm] - before.by_category[kComm]};
 }
@@ -77,6 +78,41 @@ TEST(Planner, PeakMatchesTheTrackingAllocatorOnOneRank) {
           }
       }
   std::printf("worst |error| %.2f%%\n", 100 * worst);
+}
+
+// The same on the other model variants: a Llama-family toy (eager and sdpa
+// attention), a tied LM head (the embed group used twice) on both families.
+TEST(Planner, PeakMatchesTheTrackingAllocatorForEveryFamilyAndAttention) {
+  std::vector<std::pair<std::string, ModelSpec>> models;
+  for (const char* name : {"tiny-llama", "tiny"})
+    for (Attention a : {Attention::eager, Attention::sdpa})
+      for (bool tied : {false, true}) {
+        if (std::string(name) == "tiny" && a == Attention::eager && !tied) continue;  // the test above
+        ModelSpec m = resolve_model(name);
+        m.attention = a;
+        m.tied = tied;
+        models.emplace_back(std::string(name) + " " + attention_name(a) + (tied ? " tied" : ""), m);
+      }
+  double worst = 0;
+  for (const auto& [label, model] : models)
+    for (const char* precision : {"fp32", "bf16"})
+      for (int stage : {0, 2, 3})
+        for (bool ckpt : {false, true})
+          for (int64_t micro : {1, 4}) {
+            const DsConfig cfg = make_config(sized_config(stage, false), micro, 1, precision);
+            const Measured m = measure(cfg, ckpt, std::nullopt, model);
+            const MemoryPlan p = predict(cfg, ckpt, 1, 0, std::nullopt, model);
+            const double err = static_cast<double>(p.peak_bytes - m.peak) / static_cast<double>(m.peak);
+            worst = std::max(worst, std::abs(err));
+            const std::string name = label + " " + precision + " stage " + std::to_string(stage) +
+                                     (ckpt ? " ckpt" : "") + " micro " + std::to_string(micro);
+            if (std::abs(err) > 1e-4)
+              std::printf("%-44s measured %10lld planned %10lld %+6.2f%%\n", name.c_str(),
+                          static_cast<long long>(m.peak), static_cast<long long>(p.peak_bytes), 100 * err);
+            EXPECT_LE(std::abs(err), std::string(precision) == "fp32" ? 1e-4 : 0.05) << name;
+            EXPECT_EQ(phase_name(p.peak_phase), std::string(phase_name(m.phase))) << name;
+          }
+  std::printf("worst |error| over %zu models: %.3f%%\n", models.size(), 100 * worst);
 }
 
 // [Note: one buffer policy for run and plan]: one field of BufferPolicy changed in one
