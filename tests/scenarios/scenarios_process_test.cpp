@@ -2,6 +2,8 @@
 // (exit code, phase, hint) and its fix, through the zrepro binary as a user runs them.
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include <unistd.h>
 
 #include "device/device_memory.h"
@@ -12,24 +14,30 @@
 using namespace scenario_test;
 
 TEST(Scenario, FirstBatchActivations) {
+  // The catalogue's model, and a Llama-family toy at a longer sequence (its eager
+  // attention keeps 8 heads x 256 x 256 probabilities per block): the same symptom
+  // and fixes, planned and verified.
   const std::string cfg = scenario("first-batch-activations");
-  const std::string base = "--model small --steps 3 ";
-  RunResult ref = run("fba_ref", cfg, base);
-  RunResult fail = run("fba_fail", cfg, base + "--device-memory 120MB");
-  EXPECT_EQ(fail.code, 3) << fail.output;
-  const std::string phase = fail.summary["failure"]["phase"];
-  EXPECT_TRUE(phase == "forward" || phase == "backward") << phase;
-  EXPECT_NE(fail.summary["failure"]["hint"].get<std::string>().find("activation checkpointing"), std::string::npos);
-  // The planner's fixes, best first: the one run below fits.
-  const auto& fixes = fail.summary["failure"]["planned_fixes"];
-  ASSERT_FALSE(fixes.empty());
-  EXPECT_EQ(fixes[0]["flags"], "--activation-checkpointing");
-  EXPECT_EQ(fixes[0]["fits"], true);
-  RunResult ckpt = run("fba_ckpt", cfg, base + "--device-memory 120MB --activation-checkpointing");
-  RunResult split = run("fba_split", cfg, base + "--device-memory 120MB --micro-batch 2");
-  EXPECT_EQ(split.summary["batch"]["grad_accum"], 4);
-  expect_same_losses(ref, ckpt, 1e-6, "activation checkpointing");
-  expect_same_losses(ref, split, 1e-5, "micro 2 x gas 4");
+  for (const auto& [tag, model, capacity] : std::vector<std::array<std::string, 3>>{
+           {"fba", "--model small", "120MB"}, {"fba_llama", "--model small-llama --seq 256", "200MB"}}) {
+    const std::string base = model + " --steps 3 ";
+    RunResult ref = run(tag + "_ref", cfg, base);
+    RunResult fail = run(tag + "_fail", cfg, base + "--device-memory " + capacity);
+    EXPECT_EQ(fail.code, 3) << fail.output;
+    const std::string phase = fail.summary["failure"]["phase"];
+    EXPECT_TRUE(phase == "forward" || phase == "backward") << phase;
+    EXPECT_NE(fail.summary["failure"]["hint"].get<std::string>().find("activation checkpointing"), std::string::npos);
+    // The planner's fixes, best first: the one run below fits.
+    const auto& fixes = fail.summary["failure"]["planned_fixes"];
+    ASSERT_FALSE(fixes.empty()) << tag;
+    EXPECT_EQ(fixes[0]["flags"], "--activation-checkpointing") << tag;
+    EXPECT_EQ(fixes[0]["fits"], true) << tag;
+    RunResult ckpt = run(tag + "_ckpt", cfg, base + "--device-memory " + capacity + " --activation-checkpointing");
+    RunResult split = run(tag + "_split", cfg, base + "--device-memory " + capacity + " --micro-batch 2");
+    EXPECT_EQ(split.summary["batch"]["grad_accum"], 4);
+    expect_same_losses(ref, ckpt, 1e-6, tag + " activation checkpointing");
+    expect_same_losses(ref, split, 1e-5, tag + " micro 2 x gas 4");
+  }
 }
 
 TEST(Scenario, OffloadLinkBottleneck) {

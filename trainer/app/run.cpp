@@ -211,6 +211,11 @@ void resolve_config(RunState& s) {
     s.cfg = load_ds_config(require_config(spec.config_path), flags_for(spec, s.model, s.world));
   }
   s.have_model = s.have_cfg = true;
+  if (spec.export_inputs && (s.model.family != Family::gpt2 || s.model.tied || s.model.attention != Attention::eager))
+    throw ConfigError("--export-inputs: the conformance network (conformance/ds_model.py) is the GPT-2 family with an "
+                      "untied LM head and eager attention; got " + std::string(family_name(s.model.family)) +
+                      (s.model.tied ? ", tied" : "") + ", " + attention_name(s.model.attention) +
+                      " (use --model tiny or small)");
   if (spec.dynamic_seq_min && (*spec.dynamic_seq_min < 1 || *spec.dynamic_seq_min > s.model.seq))
     throw ConfigError("--dynamic-seq: got " + std::to_string(*spec.dynamic_seq_min) + ", expected 1.." +
                       std::to_string(s.model.seq) + " (the model's sequence length)");
