@@ -1,8 +1,10 @@
 """DeepSpeed's model-state estimators beside `zrepro plan`'s figures for the same
 model and cluster. DeepSpeed's functions are called as a user would
 (estimate_zero{2,3}_model_states_mem_needs with model_to_params' totals); the
-model is zrepro's network (ds_model.ToyGpt) built on the meta device, so a 13B
-model costs no memory.
+model is Hugging Face's (transformers' AutoModelForCausalLM from the preset's
+configs/models/<preset>.json) where zrepro's preset is a Hugging Face model, else
+zrepro's network (ds_model.ToyGpt: the toys and the untied GPT-3 shapes), built on
+the meta device, so a 13B model costs no memory.
 
     python conformance/estimators.py --zrepro build/zrepro --out conformance/results/estimators.json
 """
@@ -21,7 +23,20 @@ import record  # noqa: E402
 
 # (model preset, world size, GPUs per node, ZeRO stage)
 CASES = [("tiny", 2, 2, 2), ("tiny", 2, 2, 3), ("gpt2", 8, 8, 2), ("gpt2-xl", 16, 8, 3),
-         ("gpt3-6.7b", 8, 8, 2), ("gpt3-13b", 8, 8, 3), ("gpt3-13b", 32, 8, 3)]
+         ("gpt3-6.7b", 8, 8, 2), ("gpt3-13b", 8, 8, 3), ("gpt3-13b", 32, 8, 3),
+         ("tinyllama-1.1b", 2, 2, 2), ("llama-2-7b", 8, 8, 2), ("llama-2-7b", 8, 8, 3), ("llama-3-8b", 16, 8, 3),
+         ("mistral-7b", 8, 8, 3), ("qwen2.5-7b", 8, 8, 2)]
+MODELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs", "models")
+
+
+def build(model, dims):
+    """The network DeepSpeed would be handed, on the meta device."""
+    path = os.path.join(MODELS, model + ".json")
+    with torch.device("meta"):
+        if os.path.exists(path):
+            from transformers import AutoConfig, AutoModelForCausalLM
+            return AutoModelForCausalLM.from_config(AutoConfig.for_model(**json.load(open(path))))
+        return ToyGpt(dims)
 
 
 def params_like_model_to_params(model):
@@ -70,8 +85,7 @@ def main():
     for model, world, gpn, stage in CASES:
         plan = zrepro_plan(a.zrepro, model, world, gpn, stage)
         dims = plan["model"]
-        with torch.device("meta"):
-            net = ToyGpt(dims)
+        net = build(model, dims)
         total, largest = params_like_model_to_params(net)
         ds = deepspeed_figures(total, largest, gpn, world // gpn, stage)
         ours = {e["setting"]: e for e in plan["deepspeed_estimates"]}

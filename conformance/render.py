@@ -56,7 +56,7 @@ def estimator_table(folder):
     rows = json.load(open(path))["rows"]
     out = ["## DeepSpeed's estimators vs `zrepro plan`", "",
            "DeepSpeed's estimate_zero2/zero3_model_states_mem_needs (zero_init, buffer factor 1.5) called with "
-           "model_to_params' totals of the same network, against the `deepspeed_estimates` of "
+           "model_to_params' totals of the same network (Hugging Face's model from configs/models/ for the gpt2 and Llama-family presets, zrepro's ToyGpt for the toys and the GPT-3 shapes), against the `deepspeed_estimates` of "
            "`zrepro plan --model M --world-size W --gpus-per-node N --json` "
            "(conformance/estimators.py). Exact agreement is required.", "",
            "| model | GPUs (per node) | setting | params | largest layer | GPU bytes zrepro / DeepSpeed | "

@@ -48,6 +48,7 @@ struct ModelSpec {
   double norm_eps = 1e-5;
   double rope_theta = 10000;
   Attention attention = Attention::eager;
+  int64_t attention_tile = 128;  // sdpa: query rows per tile ([Note: sdpa transient] in gpt.cpp)
 
   int64_t head_dim() const { return hidden / heads; }
   int64_t kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }

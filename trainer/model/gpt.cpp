@@ -99,39 +99,56 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
 // Memory-efficient causal attention (what sdpa / flash attention keep): forward saves
 // q, k, v, the output and the log-sum-exp of each score row; backward recomputes the
 // probabilities from them. On LibTorch 2.x with CUDA the fused kernel runs instead.
-// [Note: sdpa transient] The score matrix of one call is still formed whole while it
-// is computed (a tiled kernel would form a block at a time): the saving is in what
-// stays alive from forward to backward, s x s per head, which is what differs between
-// eager and sdpa in a model's activation memory.
+// [Note: sdpa transient] Scores are formed one tile of query rows at a time
+// (ModelSpec::attention_tile rows, 128 by default: flash attention's tiles are 64-128
+// rows), in forward and in backward, so besides what it saves the attention needs
+// B x heads x tile x S scores at a time, not S x S. Every temporary of a tile dies
+// within its iteration (outputs go into preallocated tensors), so one tile's
+// allocations are the pattern of all of them: the planner's tapes hold one per tile of
+// the recording surrogate, and the peak does not depend on the tile count.
 struct MemEfficientAttention : public torch::autograd::Function<MemEfficientAttention> {
   static torch::Tensor scores(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& mask) {
     const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
     return (torch::matmul(q, k.transpose(-2, -1)) * scale).masked_fill(mask, -INFINITY);
   }
   static variable_list forward(AutogradContext* ctx, torch::Tensor q, torch::Tensor k, torch::Tensor v,
-                               torch::Tensor mask) {
-    torch::Tensor lse, out;
-    {
-      torch::Tensor s = scores(q, k, mask).to(torch::kFloat);
-      lse = torch::logsumexp(s, -1, true);
-      out = torch::matmul(torch::exp(s - lse).to(q.scalar_type()), v);
+                               torch::Tensor mask, int64_t tile) {
+    const int64_t S = q.size(2);
+    torch::Tensor out = torch::empty_like(q, at::MemoryFormat::Contiguous);
+    torch::Tensor lse = torch::empty({q.size(0), q.size(1), S, 1}, q.options().dtype(torch::kFloat));
+    for (int64_t i = 0; i < S; i += tile) {
+      const int64_t rows = std::min(tile, S - i);
+      torch::Tensor s = scores(q.narrow(2, i, rows), k, mask.narrow(0, i, rows)).to(torch::kFloat);
+      torch::Tensor l = torch::logsumexp(s, -1, true);
+      lse.narrow(2, i, rows).copy_(l);
+      out.narrow(2, i, rows).copy_(torch::matmul(torch::exp(s - l).to(q.scalar_type()), v));
     }
     ctx->save_for_backward({q, k, v, out, lse, mask});
+    ctx->saved_data["tile"] = tile;
     return {out};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
-    const torch::Tensor dout = grads[0];
+    const torch::Tensor &mask = saved[5], dout = grads[0];
+    const int64_t S = q.size(2), tile = ctx->saved_data["tile"].toInt();
     const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-    torch::Tensor p = torch::exp(scores(q, k, saved[5]).to(torch::kFloat) - lse);
-    torch::Tensor dv = torch::matmul(p.to(q.scalar_type()).transpose(-2, -1), dout);
-    torch::Tensor dp = torch::matmul(dout, v.transpose(-2, -1)).to(torch::kFloat);
     torch::Tensor delta = (dout.to(torch::kFloat) * out.to(torch::kFloat)).sum(-1, true);
-    torch::Tensor ds = (p * (dp - delta) * scale).to(q.scalar_type());
-    p = torch::Tensor();
-    dp = torch::Tensor();
-    return {torch::matmul(ds, k), torch::matmul(ds.transpose(-2, -1), q), dv, torch::Tensor()};
+    torch::Tensor dq = torch::empty_like(q, at::MemoryFormat::Contiguous);
+    torch::Tensor dk = torch::zeros_like(k, at::MemoryFormat::Contiguous);
+    torch::Tensor dv = torch::zeros_like(v, at::MemoryFormat::Contiguous);
+    for (int64_t i = 0; i < S; i += tile) {
+      const int64_t rows = std::min(tile, S - i);
+      const torch::Tensor qi = q.narrow(2, i, rows), doi = dout.narrow(2, i, rows);
+      torch::Tensor p = torch::exp(scores(qi, k, mask.narrow(0, i, rows)).to(torch::kFloat) - lse.narrow(2, i, rows));
+      dv.add_(torch::matmul(p.to(q.scalar_type()).transpose(-2, -1), doi));
+      torch::Tensor dp = torch::matmul(doi, v.transpose(-2, -1)).to(torch::kFloat);
+      torch::Tensor ds = (p * (dp - delta.narrow(2, i, rows)) * scale).to(q.scalar_type());
+      p = dp = torch::Tensor();
+      dq.narrow(2, i, rows).copy_(torch::matmul(ds, k));
+      dk.add_(torch::matmul(ds.transpose(-2, -1), qi));
+    }
+    return {dq, dk, dv, torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -183,7 +200,7 @@ torch::Tensor Gpt::attend(const torch::Tensor& q, const torch::Tensor& k, const 
 #if TORCH_VERSION_MAJOR >= 2
     if (q.is_cuda()) y = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
 #endif
-    if (!y.defined()) y = MemEfficientAttention::apply(q, k, v, mask)[0];
+    if (!y.defined()) y = MemEfficientAttention::apply(q, k, v, mask, spec_.attention_tile)[0];
   } else {
     torch::Tensor att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(d)));
     att = att.masked_fill(mask, -INFINITY);

@@ -7,6 +7,7 @@
 // matmul, so LibTorch saves contiguous copies of them instead).
 #include "trainer/planner/gpt_memory.h"
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
@@ -31,13 +32,22 @@ TapeSymbols gpt_tape_symbols(const ModelSpec& m, int64_t B, Precision p, bool cp
   const int64_t e = (p == Precision::fp32 || (p == Precision::fp16 && cpu_device)) ? 4 : 2;
   const int64_t S = m.seq, h = m.hidden, a = m.heads, I = m.intermediate, V = m.vocab;
   const int64_t n = B * S * h * e, kv = m.kv_head_count() * m.head_dim();
+  const int64_t c = std::min(S, m.attention_tile);
   return {
       {"n", n},
       {"n4", B * S * h * 4},           // fp32 copies of a hidden state (RMSNorm computes in fp32)
       {"s4", B * S * 4},               // fp32 rows (RMSNorm's mean square / rstd)
       {"kv", B * S * kv * e},          // grouped-query keys / values
       {"r4", B * a * S * 4},           // sdpa: the log-sum-exp of each score row
-      {"r1", B * a * S},               // sdpa: logsumexp's mask of infinite row maxima (bool)
+      {"r1", B * a * S},               // logsumexp's mask of infinite row maxima (bool)
+      // sdpa, per tile of c query rows: scores, their fp32 copy, the output rows, the
+      // log-sum-exp rows and logsumexp's mask of them.
+      {"tc", B * a * c * S * e},
+      {"tc4", B * a * c * S * 4},
+      {"nc", B * c * h * e},
+      {"nc4", B * c * h * 4},
+      {"rc4", B * a * c * 4},
+      {"rc1", B * a * c},
       {"n/2", n / 2},                  // rotary: half of each query head, negated
       {"kv/2", B * S * kv * e / 2},    // rotary: half of each key head, negated
       {"Wkv", kv * h * e},

@@ -57,7 +57,7 @@ nlohmann::json read_json(const std::string& path) {
   EXPECT_TRUE(in.good()) << path;
   return nlohmann::json::parse(in);
 }
-std::string models_dir() { return std::string(std::getenv("ZREPRO_SOURCE_DIR") ? std::getenv("ZREPRO_SOURCE_DIR") : ".") + "/configs/models"; }
+std::string models_dir() { return std::string(ZREPRO_SOURCE_DIR) + "/configs/models"; }
 }  // namespace
 
 TEST(Model, ParamCountsEqualHuggingFacesForEveryConfigAndPreset) {

@@ -54,9 +54,10 @@ std::vector<Event> read_log(const std::string& path) {
 }
 
 // Symbols in order of preference when two have equal sizes (t and t4 in fp32).
-const std::vector<std::string> kOrder = {"n",    "3n",   "m",    "t",   "s",   "v",    "kv",    "r4",  "r1",
-                                         "s4",   "n4",   "t4",   "v4",  "n/2", "kv/2", "L",     "Wqkv", "bqkv",
-                                         "Wproj", "Wfc", "bfc",  "hb",  "Wkv", "bkv",  "Wte",   "Wlm", "Wpe"};
+const std::vector<std::string> kOrder = {"n",   "3n",   "m",   "t",    "s",     "v",   "kv",  "r4",  "r1",  "s4",
+                                         "n4",  "t4",   "v4",  "n/2",  "kv/2",  "tc",  "tc4", "nc",  "nc4", "rc4",
+                                         "rc1", "L",    "Wqkv", "bqkv", "Wproj", "Wfc", "bfc", "hb",  "Wkv", "bkv",
+                                         "Wte", "Wlm",  "Wpe"};
 
 bool param_symbol(const std::string& s) { return s == "hb" || s[0] == 'W' || s[0] == 'b'; }
 
@@ -196,18 +197,20 @@ class Recorder {
   std::map<int64_t, std::string> by_bytes_;
 };
 
-// Two surrogates of a family: dimensions chosen so that no two symbols coincide
-// except structurally (t and t4 in fp32), with different head counts and query
-// heads per key/value head (6 / 2 and 8 / 2), so a size that is a multiple of one
-// of them is told apart.
+// Two surrogates of a family: dimensions chosen (by a search over small sizes) so that
+// no two symbols coincide except structurally (t and t4 in fp32, ...), with different
+// head counts and query heads per key/value head (8 / 2 and 10 / 2), so a size that is
+// a multiple of one of them is told apart. sdpa's tiles: three per sequence in both,
+// so tile-sized symbols are not the full sequence's.
 ModelSpec surrogate(Family f, Attention a, bool tied, int which) {
   ModelSpec m = resolve_model(f == Family::llama ? "tiny-llama" : "tiny");
   m.layers = 2;
   m.attention = a;
   m.tied = tied;
-  if (which == 0) m.vocab = 37, m.seq = 11, m.hidden = 48, m.heads = 6, m.intermediate = 52;
-  else m.vocab = 43, m.seq = 13, m.hidden = 80, m.heads = 8, m.intermediate = 76;
+  if (which == 0) m.vocab = 37, m.seq = 15, m.hidden = 96, m.heads = 8, m.intermediate = 52;
+  else m.vocab = 43, m.seq = 21, m.hidden = 120, m.heads = 10, m.intermediate = 76;
   m.kv_heads = f == Family::llama ? 2 : 0;
+  m.attention_tile = m.seq / 3;
   return m;
 }
 
