@@ -84,6 +84,8 @@ const char* gpt_tape_name(GptTape which) {
     case GptTape::embed_backward: return "embed_backward";
     case GptTape::block_recompute_release: return "block_recompute_release";
     case GptTape::backward_tail: return "backward_tail";
+    case GptTape::between_blocks: return "between_blocks";
+    case GptTape::between_checkpointed_blocks: return "between_checkpointed_blocks";
   }
   return "?";
 }

@@ -30,6 +30,7 @@ enum class GptTape {
   embed_backward,
   block_recompute_release,                                    // after a recomputed block's reduce
   backward_tail,                                              // after the embedding's reduce
+  between_blocks, between_checkpointed_blocks,                // after a block's forward, before the next layer's
 };
 const char* gpt_tape_name(GptTape which);
 // The tape of `which` for this model; throws std::logic_error when the table has none.

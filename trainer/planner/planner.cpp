@@ -334,6 +334,7 @@ class PlanSim {
       // cpu checkpointing keeps the block's input on the host: the previous output dies.
       if (cpu_ckpt_) tl_.add(MemCategory::activations, -sym_.at("n"));
       release(l);
+      tape(ckpt_ ? GptTape::between_checkpointed_blocks : GptTape::between_blocks);
     }
     if (tied()) {  // the LM head is the embedding: the embed group again (Gpt::loss)
       fetch(0);

@@ -144,17 +144,23 @@ TEST(Planner, ABufferPolicyChangeMovesRunAndPlanTogether) {
 }
 
 TEST(Planner, ActivationTapesBalanceEveryMicroStep) {
-  // After backward every activation is freed: nothing may remain at the step.
+  // After backward every activation is freed: nothing may remain at the step, for
+  // every family, attention and head.
+  ModelSpec llama_sdpa_tied = resolve_model("tiny-llama");
+  llama_sdpa_tied.attention = Attention::sdpa;
+  llama_sdpa_tied.tied = true;
+  for (const ModelSpec& model : {resolve_model("tiny"), resolve_model("tiny-llama"), llama_sdpa_tied})
   for (const char* precision : {"fp32", "bf16", "fp16"})
     for (int64_t micro : {1, 3})
       for (bool ckpt : {false, true}) {
-        const MemoryPlan p = predict(make_config(sized_config(2, false), micro, 2, precision), ckpt);
+        const MemoryPlan p = predict(make_config(sized_config(2, false), micro, 2, precision), ckpt, 1, 0,
+                                     std::nullopt, model);
         bool seen = false;
         for (const auto& ph : p.phases)
           if (ph.phase == Phase::step) {
             seen = true;
             EXPECT_EQ(ph.by_category[static_cast<int>(MemCategory::activations)], 0)
-                << precision << " micro " << micro << (ckpt ? " ckpt" : "");
+                << model.name << " " << precision << " micro " << micro << (ckpt ? " ckpt" : "");
           }
         EXPECT_TRUE(seen);
       }
