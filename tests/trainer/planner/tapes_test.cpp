@@ -183,13 +183,14 @@ class Recorder {
     if (cut(plain, "after_forward", 2, 0, "acquire", kAny, false, pr) != r.tapes[GptTape::between_blocks])
       pr.push_back("the last block's output is freed unlike the others'");
     r.tapes[GptTape::head_backward] = cut(plain, "backward", 0, 0, "use", last, true, pr);
-    const std::string after_head = m_.tied ? "use" : "use";
-    const int64_t after_head_index = m_.tied ? 0 : last;
-    r.tapes[GptTape::block_backward] = cut(plain, after_head, after_head_index, 0, "use", 2, true, pr);
+    // Tied: the head's use of the embed group delivers its gradients right after the
+    // head's own use (ZeroEngine::use_backward keeps them); nothing is freed between.
+    if (m_.tied && !cut(plain, "use", last, 0, "use", 0, true, pr).empty())
+      pr.push_back("frees between the head's two uses");
+    r.tapes[GptTape::block_backward] = cut(plain, "use", m_.tied ? 0 : last, 0, "use", 2, true, pr);
     if (cut(plain, "use", 2, 0, "use", 1, true, pr) != r.tapes[GptTape::block_backward])
       pr.push_back("blocks 1 and 2 differ in backward");
     r.tapes[GptTape::embed_backward] = cut(plain, "use", 1, 0, "use", 0, true, pr);
-    if (m_.tied) r.tapes[GptTape::embed_backward] = cut(plain, "use", 1, 0, "use", 0, true, pr);
     r.tapes[GptTape::backward_tail] = cut(plain, "use", 0, m_.tied ? 1 : 0, "end", 0, true, pr);
 
     r.tapes[GptTape::block_forward_no_grad] = cut(ckpt, "acquire", 1, 0, "after_forward", 1, false, pr);
