@@ -23,13 +23,18 @@ struct TapeEntry {
 };
 #include "trainer/planner/gpt_tapes.inc"
 
-bool is_param_token(const std::string& s) { return s == "hb" || s[0] == 'W' || s[0] == 'b'; }
 
 }  // namespace
 
+bool is_param_token(const std::string& s) { return s == "hb" || s[0] == 'W' || s[0] == 'b'; }
+
+int64_t gpt_compute_elem(Precision p, bool cpu_device) {
+  return p == Precision::fp32 || (p == Precision::fp16 && cpu_device) ? 4 : 2;
+}
+
 TapeSymbols gpt_tape_symbols(const ModelSpec& m, int64_t B, Precision p, bool cpu_device) {
   // fp16 on the CPU-emulated device computes in fp32 (gpt.cpp compute_dtype).
-  const int64_t e = (p == Precision::fp32 || (p == Precision::fp16 && cpu_device)) ? 4 : 2;
+  const int64_t e = gpt_compute_elem(p, cpu_device);
   const int64_t S = m.seq, h = m.hidden, a = m.heads, I = m.intermediate, V = m.vocab;
   const int64_t n = B * S * h * e, kv = m.kv_head_count() * m.head_dim();
   const int64_t c = std::min(S, m.attention_tile);

@@ -19,6 +19,11 @@
 
 namespace zrepro {
 
+// Bytes per element the model computes in (fp16 on the CPU-emulated device computes
+// in fp32: trainer/model/gpt.cpp compute_dtype).
+int64_t gpt_compute_elem(Precision p, bool cpu_device);
+// Whether a tape symbol is a parameter gradient (W..., b..., hb): freed at its layer's reduce.
+bool is_param_token(const std::string& symbol);
 // Byte sizes of the tape symbols for one micro-batch.
 using TapeSymbols = std::map<std::string, int64_t>;
 TapeSymbols gpt_tape_symbols(const ModelSpec& m, int64_t micro_batch, Precision p, bool cpu_device);

@@ -289,7 +289,7 @@ class PlanSim {
     tl_.add(MemCategory::other, m.seq * m.seq);  // causal mask (bool)
     if (m.family == Family::llama) tl_.add(MemCategory::other, 2 * m.seq * m.head_dim() * compute_elem());  // rotary
   }
-  int64_t compute_elem() const { return req_.cfg.precision == Precision::fp32 || fp16_cpu_ ? 4 : 2; }
+  int64_t compute_elem() const { return gpt_compute_elem(req_.cfg.precision, req_.cpu_device); }
 
   // ---- the engine's entry points, as the model calls them
   void fetch(int l) {

@@ -59,8 +59,6 @@ const std::vector<std::string> kOrder = {"n",   "3n",   "m",   "t",    "s",     
                                          "rc1", "L",    "Wqkv", "bqkv", "Wproj", "Wfc", "bfc", "hb",  "Wkv", "bkv",
                                          "Wte", "Wlm",  "Wpe"};
 
-bool param_symbol(const std::string& s) { return s == "hb" || s[0] == 'W' || s[0] == 'b'; }
-
 // A cut's end at the next mark of that name, whatever its index.
 constexpr int64_t kAny = -1;
 
@@ -152,8 +150,8 @@ class Recorder {
       }
       // The previous layer's parameter gradients, freed once its use delivered them,
       // lead the segment: the planner frees them at that layer's reduce.
-      if (e.kind == 'F' && param_symbol(it->second) && toks.empty()) continue;
-      if (e.kind == 'A' && param_symbol(it->second) && !backward) {
+      if (e.kind == 'F' && is_param_token(it->second) && toks.empty()) continue;
+      if (e.kind == 'A' && is_param_token(it->second) && !backward) {
         problems.push_back(from + ": a parameter-gradient size allocated in forward");
       }
       toks.push_back((e.kind == 'A' ? "+" : "-") + it->second);
