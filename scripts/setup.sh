@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Debian packages zrepro needs (only those missing) and builds it into
-# build/. Idempotent: a second call only rebuilds what changed.
+# build/ (or --build-dir DIR). Idempotent: a second call only rebuilds what changed.
+# The configure step prints which LibTorch, CUDA runtime and NCCL it links.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+build_dir=build
+if [ "${1:-}" = --build-dir ]; then build_dir=${2:?--build-dir needs a folder}; fi
 
 packages=(build-essential cmake ninja-build pkg-config
           libtorch-dev libopenblas0-pthread libopenmpi-dev openmpi-bin
@@ -27,5 +30,7 @@ if ! readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null | g
 fi
 
 build_type=${ZREPRO_BUILD_TYPE:-RelWithDebInfo}
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$build_type" ${ZREPRO_CMAKE_ARGS:-} >/dev/null
-cmake --build build -j "${ZREPRO_JOBS:-$(nproc)}"
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" ${ZREPRO_CMAKE_ARGS:-} | { grep '^-- zrepro:' || true; }
+# ZREPRO_BUILD_TARGETS: only these targets (default: all).
+read -r -a targets <<< "${ZREPRO_BUILD_TARGETS:-}"
+cmake --build "$build_dir" -j "${ZREPRO_JOBS:-$(nproc)}" ${targets[@]:+--target "${targets[@]}"}

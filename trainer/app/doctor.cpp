@@ -31,7 +31,7 @@ Check libraries() {
   const std::string blas = blas_library();
   const bool openblas = blas.find("openblas") != std::string::npos;
   std::string text = "LibTorch " + std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
-                     std::to_string(TORCH_VERSION_PATCH) + (torch::cuda::is_available() ? " with CUDA" : " (CPU)") +
+                     std::to_string(TORCH_VERSION_PATCH) + " " + libtorch_kind() +
                      "; BLAS " + blas;
   if (!openblas) text += ": LibTorch falls back to the reference BLAS (about 25x slower); install libopenblas0-pthread";
   return {"libraries", openblas ? "ok" : "warn", text};

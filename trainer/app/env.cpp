@@ -7,6 +7,7 @@
 #include <sstream>
 #include <thread>
 
+#include "device/cuda_memory.h"
 #include "device/device_memory.h"
 #include "offload/host_memory.h"
 #include "trainer/app/cli.h"
@@ -63,9 +64,14 @@ int64_t meminfo_bytes(const std::string& key) {
   return -1;
 }
 
+std::string libtorch_kind() {
+  if (!cuda_memory_supported()) return "CPU";
+  return torch::cuda::is_available() ? "CUDA" : "CUDA (no GPU visible)";
+}
+
 std::string version_line() {
   return std::string("zrepro ") + ZREPRO_VERSION + " (commit " + ZREPRO_GIT_COMMIT + "), LibTorch " + torch_version() +
-         (torch::cuda::is_available() ? " CUDA" : " CPU");
+         " " + libtorch_kind();
 }
 
 json environment_json() {
@@ -77,7 +83,8 @@ json environment_json() {
   const MemlockInfo m = memlock_info();
   auto or_null = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
   return {{"zrepro", {{"version", ZREPRO_VERSION}, {"commit", ZREPRO_GIT_COMMIT}}},
-          {"libtorch", {{"version", torch_version()}, {"cuda", torch::cuda::is_available()},
+          {"libtorch", {{"version", torch_version()}, {"cuda", cuda_memory_supported()},
+                        {"gpu_visible", torch::cuda::is_available()}, {"kind", libtorch_kind()},
                         {"intra_op_threads", at::get_num_threads()}}},
           {"blas", blas_library()},
           {"mpi", or_null(c.mpi)},
@@ -99,7 +106,7 @@ std::string format_environment(const json& e) {
   auto str = [](const json& v) { return v.is_string() ? v.get<std::string>() : v.is_null() ? "-" : v.dump(); };
   o << "zrepro environment\n";
   row("zrepro", str(e["zrepro"]["version"]) + " (commit " + str(e["zrepro"]["commit"]) + ")");
-  row("libtorch", str(e["libtorch"]["version"]) + (e["libtorch"]["cuda"].get<bool>() ? " CUDA" : " CPU") + ", " +
+  row("libtorch", str(e["libtorch"]["version"]) + " " + str(e["libtorch"]["kind"]) + ", " +
                       str(e["libtorch"]["intra_op_threads"]) + " intra-op thread(s)");
   row("blas", str(e["blas"]) + (str(e["blas"]).find("openblas") == std::string::npos
                                     ? "  (not OpenBLAS: LibTorch's reference BLAS is about 25x slower)"

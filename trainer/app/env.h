@@ -15,6 +15,7 @@ namespace zrepro {
 nlohmann::json environment_json();
 std::string format_environment(const nlohmann::json& env);
 std::string version_line();  // "zrepro 0.1.0 (commit 1a2b3c4d5e6f), LibTorch 1.13.1 CPU"
+std::string libtorch_kind();  // "CPU", "CUDA", or "CUDA (no GPU visible)": how LibTorch was built and what it sees
 
 std::string blas_library();                 // the libblas.so.3 alternative's target, or "unknown"
 int64_t meminfo_bytes(const std::string& key);  // /proc/meminfo "MemTotal:" etc.; -1 if absent

@@ -1,4 +1,4 @@
-// See gpt_memory.h. The tapes themselves are in gpt_tapes.inc, recorded by
+// See gpt_memory.h. The tapes themselves are in ZREPRO_GPT_TAPES, recorded by
 // tests/trainer/planner/tapes_test.cpp from the tracking allocator's log
 // (allocations of 16 bytes or less, and buffers freed right after their allocation
 // such as oneDNN's bf16 scratch, left out). They differ by family and attention, by
@@ -21,7 +21,7 @@ struct TapeEntry {
   const char* key;
   const char* tape;
 };
-#include "trainer/planner/gpt_tapes.inc"
+#include ZREPRO_GPT_TAPES
 
 
 }  // namespace
@@ -112,7 +112,7 @@ const char* gpt_tape(const ModelSpec& m, GptTape which, int64_t B, Precision p, 
   auto it = table.find(key);
   if (it == table.end())
     throw std::logic_error("gpt_memory: no activation tape \"" + key + "\" (record it: ZREPRO_WRITE_TAPES=" +
-                           "trainer/planner/gpt_tapes.inc zrepro_unit_tests --gtest_filter=Tapes.*)");
+                           ZREPRO_GPT_TAPES " zrepro_unit_tests --gtest_filter=Tapes.*)");
   return it->second;
 }
 

@@ -4,7 +4,7 @@
 // from the tracking allocator's log of LibTorch on the CPU, with sizes as symbols of
 // the model's dimensions (n = B*S*h elements of the compute dtype, m = B*S*I,
 // t = B*a*S*S, kv = B*S*kv_heads*d, ...), one set per family, attention, tied head,
-// compute dtype and micro-batch class (gpt_tapes.inc). Replaying the tapes gives the
+// compute dtype and micro-batch class (ZREPRO_GPT_TAPES). Replaying the tapes gives the
 // activation bytes at every point of a micro-step, transient peaks included, for
 // any model size. tests/trainer/planner/tapes_test.cpp re-records every tape from
 // the model code and compares; planner_test.cpp replays them against real runs.
@@ -14,8 +14,19 @@
 #include <map>
 #include <string>
 
+#include <torch/version.h>
+
 #include "trainer/config/model_spec.h"
 #include "zero/zero_config.h"
+
+// The tapes of the LibTorch this build links: kernels save and free differently
+// across LibTorch majors (2.x's LayerNorm backward frees one temporary fewer than
+// 1.13's), so each major has its own record, made by the tapes test on that build.
+#if TORCH_VERSION_MAJOR >= 2
+#define ZREPRO_GPT_TAPES "trainer/planner/gpt_tapes_torch2.inc"
+#else
+#define ZREPRO_GPT_TAPES "trainer/planner/gpt_tapes.inc"
+#endif
 
 namespace zrepro {
 
