@@ -21,6 +21,11 @@ struct AdamHyper {
 void cpu_adam_step(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, torch::Tensor& v,
                    const AdamHyper& h, int64_t step, torch::Tensor half_out = {});
 
+// The same update, scalar (vectorisation off): the reference cpu_adam_step equals bit
+// for bit ([Note: vectorised Adam] in cpu_adam.cpp).
+void cpu_adam_step_reference(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, torch::Tensor& v,
+                             const AdamHyper& h, int64_t step, torch::Tensor half_out = {});
+
 // The same update with LibTorch ops, for tensors on a CUDA device.
 void torch_adam_step(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, torch::Tensor& v,
                      const AdamHyper& h, int64_t step);
