@@ -26,6 +26,10 @@ void cpu_adam_step(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, t
 void cpu_adam_step_reference(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, torch::Tensor& v,
                              const AdamHyper& h, int64_t step, torch::Tensor half_out = {});
 
+// Adam's memory traffic without its arithmetic (read p g m v, write p m v), tiled and
+// threaded like cpu_adam_step: the bandwidth bound `zrepro bench adam` compares with.
+void adam_access_probe(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, torch::Tensor& v);
+
 // The same update with LibTorch ops, for tensors on a CUDA device.
 void torch_adam_step(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, torch::Tensor& v,
                      const AdamHyper& h, int64_t step);

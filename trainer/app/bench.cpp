@@ -182,26 +182,6 @@ double triad_gbps(int64_t n, int reps) {
   return 12.0 * static_cast<double>(n) / best / 1e9;
 }
 
-// Adam's access pattern with next to no arithmetic (read p g m v, write p m v: 28
-// bytes per element): the bandwidth bound a fused Adam can reach on this machine.
-double adam_pattern_gbps(int64_t n, int reps) {
-  std::vector<float> p(n, 1.0f), g(n, 1e-3f), m(n, 0.0f), v(n, 0.0f);
-  float *pp = p.data(), *pm = m.data(), *pv = v.data();
-  const float* pg = g.data();
-  double best = 1e30;
-  for (int r = 0; r < reps + 1; ++r) {
-    const auto t0 = Clock::now();
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      pp[i] = pp[i] + 0.5f * pg[i];
-      pm[i] = pm[i] + pg[i];
-      pv[i] = pv[i] + pg[i] * pg[i];
-    }
-    const double t = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (r > 0) best = std::min(best, t);
-  }
-  return 28.0 * static_cast<double>(n) / best / 1e9;
-}
 
 
 }  // namespace
@@ -249,7 +229,7 @@ int bench_adam(int argc, char** argv) {
       torch::optim::AdamW opt({ref}, torch::optim::AdamWOptions(h.lr).weight_decay(h.weight_decay));
       const double t_torch = best_seconds(reps, [&] { opt.step(); });
       const double triad = triad_gbps(n, reps);
-      const double probe = adam_pattern_gbps(n, reps);
+      const double probe = 28.0 * n / best_seconds(reps, [&] { adam_access_probe(p, g, m, v); }) / 1e9;
       const double mps = n / t_fused / 1e6, gbps = 28.0 * n / t_fused / 1e9;
       const double mps_half = n / t_half / 1e6, gbps_half = 30.0 * n / t_half / 1e9;
       const double mps_torch = n / t_torch / 1e6;
