@@ -30,7 +30,6 @@ double busbw_factor(CollOp op, int n) {
 
 void Work::wait() {
   const auto t0 = std::chrono::steady_clock::now();
-  if (comm_ && !done()) comm_->help(*this);
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return done_; });
   if (comm_) {
@@ -161,49 +160,17 @@ void Communicator::run_task(Task& t) {
   t.work->cv_.notify_all();
 }
 
-// [Note: help-first wait]
-// Ops run in issue order on the comm stream, one at a time: the same order on every
-// rank is what keeps collectives matched. Who runs them is a token (executing_):
-// the worker thread, or a thread waiting for an op that the worker has not started.
-// Such a waiter takes the token and runs the queue's head ops itself up to its own,
-// so an op issued and waited for at once (a small collective, the step's statistics)
-// costs no sleep/wake hand-off (7-10 us per op on a 2-core machine, more than a
-// 64 KiB all-gather takes), while an op issued early still runs on the worker and
-// overlaps the caller's compute. Order is kept because the token holder pops and runs
-// each op before the next is popped.
-void Communicator::help(const Work& w) {
-  std::unique_lock<std::mutex> lock(q_mu_);
-  if (executing_) return;  // the worker has the stream: block in wait() as usual
-  executing_ = true;
-  while (!w.done() && !queue_.empty()) {
-    Task t = std::move(queue_.front());
-    queue_.pop_front();
-    lock.unlock();
-    run_task(t);
-    lock.lock();
-  }
-  executing_ = false;
-  lock.unlock();
-  q_cv_.notify_all();  // the worker may run what is left
-}
-
 void Communicator::worker_loop() {
   for (;;) {
     Task t;
     {
       std::unique_lock<std::mutex> lock(q_mu_);
-      q_cv_.wait(lock, [&] { return !executing_ && (stopping_ || !queue_.empty()); });
-      if (queue_.empty()) return;  // stopping, nothing left
+      q_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
       t = std::move(queue_.front());
       queue_.pop_front();
-      executing_ = true;
     }
     run_task(t);
-    {
-      std::lock_guard<std::mutex> lock(q_mu_);
-      executing_ = false;
-    }
-    q_cv_.notify_all();  // a waiter blocked on the token may help again
   }
 }
 

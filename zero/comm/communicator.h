@@ -111,9 +111,6 @@ class Communicator {
   WorkPtr submit(CollOp op, torch::Tensor out, torch::Tensor in, int root, const std::string& label);
   void run_task(Task& t);
   void worker_loop();
-  // [Note: help-first wait] Runs queued ops on the waiting thread, in issue order, until
-  // `w` is done; returns at once when the worker holds the stream.
-  void help(const Work& w);
 
   int rank_, world_size_;
   bool threaded_;
@@ -127,7 +124,6 @@ class Communicator {
   std::mutex q_mu_;
   std::condition_variable q_cv_;
   std::deque<Task> queue_;
-  bool executing_ = false;  // the stream token: one thread (worker or a helping waiter) runs ops
   bool stopping_ = false;
   std::thread worker_;
 };
