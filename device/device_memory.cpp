@@ -6,12 +6,14 @@
 
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 namespace zrepro {
 
 namespace {
 thread_local int tl_category = -1;  // -1: decided by the phase
 thread_local bool tl_host = false;
+thread_local int tl_owner = 0;  // the virtual rank charged
 }  // namespace
 
 const char* mem_category_name(MemCategory c) {
@@ -39,103 +41,137 @@ DeviceMemory& DeviceMemory::instance() {
   return *m;
 }
 
+std::vector<std::unique_ptr<DeviceMemory::Ledger>> DeviceMemory::one_ledger() {
+  std::vector<std::unique_ptr<Ledger>> v;
+  v.push_back(std::make_unique<Ledger>());
+  return v;
+}
+
+DeviceMemory::Ledger& DeviceMemory::ledger(int owner) const {
+  const int o = owner >= 0 ? owner : tl_owner;
+  TORCH_CHECK(o < static_cast<int>(ledgers_.size()), "device memory: no ledger for virtual rank ", o);
+  return *ledgers_[o];
+}
+
+void DeviceMemory::set_ledgers(int n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Ledger& first = *ledgers_.front();
+  while (static_cast<int>(ledgers_.size()) < n) {
+    auto l = std::make_unique<Ledger>();
+    l->s.capacity = first.s.capacity;
+    l->pool.set_capacity(first.s.capacity);
+    l->pool.set_expandable(first.pool.expandable());
+    ledgers_.push_back(std::move(l));
+  }
+}
+
+int DeviceMemory::ledgers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(ledgers_.size());
+}
+
 void DeviceMemory::install(int64_t capacity, bool caching, bool expandable) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!underlying_) {
     underlying_ = c10::GetCPUAllocator();
     c10::SetCPUAllocator(this, /*priority=*/100);
   }
-  s_.capacity = capacity;
-  pool_.set_capacity(capacity);
-  pool_.set_expandable(expandable);
+  for (auto& l : ledgers_) {
+    l->s.capacity = capacity;
+    l->pool.set_capacity(capacity);
+    l->pool.set_expandable(expandable);
+  }
   caching_ = caching;
 }
 
 void DeviceMemory::set_capacity(int64_t capacity) {
   std::lock_guard<std::mutex> lock(mu_);
-  s_.capacity = capacity;
-  pool_.set_capacity(capacity);
-}
-
-void DeviceMemory::note_alloc(int category, int64_t bytes) const {
-  s_.allocated += bytes;
-  s_.by_category[category] += bytes;
-  s_.category_peaks[category] = std::max(s_.category_peaks[category], s_.by_category[category]);
-  s_.reserved = caching_ ? pool_.reserved() : s_.allocated;
-  s_.peak_reserved = std::max(s_.peak_reserved, s_.reserved);
-  if (s_.allocated > s_.peak) {
-    s_.peak = s_.allocated;
-    s_.by_category_at_peak = s_.by_category;
-    s_.peak_phase = phase_;
+  for (auto& l : ledgers_) {
+    l->s.capacity = capacity;
+    l->pool.set_capacity(capacity);
   }
 }
 
-void DeviceMemory::log_to(const std::string& path) {
+void DeviceMemory::note_alloc(Ledger& l, int category, int64_t bytes) const {
+  MemorySnapshot& s = l.s;
+  s.allocated += bytes;
+  s.by_category[category] += bytes;
+  s.category_peaks[category] = std::max(s.category_peaks[category], s.by_category[category]);
+  s.reserved = caching_ ? l.pool.reserved() : s.allocated;
+  s.peak_reserved = std::max(s.peak_reserved, s.reserved);
+  if (s.allocated > s.peak) {
+    s.peak = s.allocated;
+    s.by_category_at_peak = s.by_category;
+    s.peak_phase = l.phase;
+  }
+}
+
+void DeviceMemory::log_to(const std::string& path, int owner) {
   std::lock_guard<std::mutex> lock(mu_);
   if (log_) std::fclose(log_);
   log_ = path.empty() ? nullptr : std::fopen(path.c_str(), "w");
+  log_owner_ = owner;
   if (!path.empty() && !log_) throw std::runtime_error("cannot write the memory log " + path);
 }
 
 void DeviceMemory::mark(const char* what, int64_t index) const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (log_) std::fprintf(log_, "M %s %lld\n", what, static_cast<long long>(index));
+  if (log_ && tl_owner == log_owner_) std::fprintf(log_, "M %s %lld\n", what, static_cast<long long>(index));
 }
 
-void DeviceMemory::log_event(char kind, int64_t bytes, int category) const {
-  if (!log_) return;
+void DeviceMemory::log_event(const Ledger& l, char kind, int64_t bytes, int category) const {
+  if (!log_ || &l != ledgers_[log_owner_].get()) return;
   std::fprintf(log_, "%c %lld %s %s %lld\n", kind, static_cast<long long>(bytes),
-               mem_category_name(static_cast<MemCategory>(category)), phase_name(phase_),
-               static_cast<long long>(s_.allocated));
+               mem_category_name(static_cast<MemCategory>(category)), phase_name(l.phase),
+               static_cast<long long>(l.s.allocated));
 }
 
 void DeviceMemory::copy_data(void* dest, const void* src, std::size_t count) const { std::memcpy(dest, src, count); }
 
+void DeviceMemory::throw_oom(Ledger& l, int category, int64_t bytes) const {
+  const MemorySnapshot& s = l.s;
+  const int64_t reserved = caching_ ? l.pool.reserved() : s.allocated;
+  l.last_oom = "CUDA out of memory (emulated device). Tried to allocate " + format_bytes(bytes) +
+               ". GPU 0 has a total capacity of " + format_bytes(s.capacity) + " of which " +
+               format_bytes(s.capacity - reserved) + " is free. Of the allocated memory " + format_bytes(s.allocated) +
+               " is allocated by PyTorch, and " + format_bytes(reserved - s.allocated) +
+               " is reserved by PyTorch but unallocated." +
+               (caching_ && !l.pool.expandable() && reserved - s.allocated > bytes
+                    ? " If reserved but unallocated memory is large try setting "
+                      "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+                    : "") +
+               " (category " + mem_category_name(static_cast<MemCategory>(category)) + ", phase " +
+               phase_name(l.phase) + ")";
+  l.at_oom = s;
+  l.at_oom.reserved = reserved;
+  l.at_oom.request = bytes;
+  C10_THROW_ERROR(OutOfMemoryError, l.last_oom);
+}
+
 c10::DataPtr DeviceMemory::allocate(size_t n) ZREPRO_ALLOCATE_CONST {
   int category = -1;
+  const int owner = tl_owner;
   if (!tl_host) {
     std::lock_guard<std::mutex> lock(mu_);
+    Ledger& l = ledger(owner);
     category = tl_category >= 0 ? tl_category
-               : (phase_ == Phase::forward || phase_ == Phase::backward) ? static_cast<int>(MemCategory::activations)
-                                                                         : static_cast<int>(MemCategory::other);
+               : (l.phase == Phase::forward || l.phase == Phase::backward) ? static_cast<int>(MemCategory::activations)
+                                                                           : static_cast<int>(MemCategory::other);
     const int64_t bytes = static_cast<int64_t>(n);
-    std::optional<CachingPool::Block> cached;
-    bool oom = false;
     if (caching_) {
       int64_t new_segment = 0;
-      cached = pool_.allocate(bytes, &new_segment);
-      for (int64_t seg : pool_.take_released()) segments_.erase(seg);  // frees their memory
-      oom = !cached;
-      if (cached && new_segment > 0) segments_[cached->segment] = underlying_->allocate(new_segment);
-    } else {
-      oom = s_.capacity > 0 && s_.allocated + bytes > s_.capacity;
-    }
-    if (oom) {
-      const int64_t reserved = caching_ ? pool_.reserved() : s_.allocated;
-      last_oom_ = "CUDA out of memory (emulated device). Tried to allocate " + format_bytes(bytes) +
-                  ". GPU 0 has a total capacity of " + format_bytes(s_.capacity) + " of which " +
-                  format_bytes(s_.capacity - reserved) + " is free. Of the allocated memory " +
-                  format_bytes(s_.allocated) + " is allocated by PyTorch, and " + format_bytes(reserved - s_.allocated) +
-                  " is reserved by PyTorch but unallocated." +
-                  (caching_ && !pool_.expandable() && reserved - s_.allocated > bytes
-                       ? " If reserved but unallocated memory is large try setting "
-                         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
-                       : "") +
-                  " (category " + mem_category_name(static_cast<MemCategory>(category)) + ", phase " +
-                  phase_name(phase_) + ")";
-      at_oom_ = s_;
-      at_oom_.reserved = reserved;
-      at_oom_.request = bytes;
-      C10_THROW_ERROR(OutOfMemoryError, last_oom_);
-    }
-    if (caching_) {
-      void* data = static_cast<char*>(segments_.at(cached->segment).get()) + cached->offset;
-      blocks_[data] = Block{cached->size, category, nullptr, nullptr, *cached};
-      note_alloc(category, cached->size);
+      std::optional<CachingPool::Block> cached = l.pool.allocate(bytes, &new_segment);
+      for (int64_t seg : l.pool.take_released()) l.segments.erase(seg);  // frees their memory
+      if (!cached) throw_oom(l, category, bytes);
+      if (new_segment > 0) l.segments[cached->segment] = underlying_->allocate(new_segment);
+      void* data = static_cast<char*>(l.segments.at(cached->segment).get()) + cached->offset;
+      blocks_[data] = Block{cached->size, category, nullptr, nullptr, *cached, owner};
+      note_alloc(l, category, cached->size);
       return c10::DataPtr(data, data, &DeviceMemory::free_raw, c10::Device(c10::kCPU));
     }
-    note_alloc(category, bytes);
-    log_event('A', bytes, category);
+    if (l.s.capacity > 0 && l.s.allocated + bytes > l.s.capacity) throw_oom(l, category, bytes);
+    note_alloc(l, category, bytes);
+    log_event(l, 'A', bytes, category);
   }
   c10::DataPtr inner = underlying_->allocate(n);
   void* data = inner.get();
@@ -144,7 +180,7 @@ c10::DataPtr DeviceMemory::allocate(size_t n) ZREPRO_ALLOCATE_CONST {
   void* ctx = inner.release_context();
   if (data) {
     std::lock_guard<std::mutex> lock(mu_);
-    blocks_[data] = Block{static_cast<int64_t>(n), category, deleter, ctx};
+    blocks_[data] = Block{static_cast<int64_t>(n), category, deleter, ctx, CachingPool::Block{-1, 0, 0}, owner};
   }
   return c10::DataPtr(data, data, &DeviceMemory::free_raw, dev);
 }
@@ -159,55 +195,60 @@ void DeviceMemory::free_raw(void* ptr) {
     if (it == m.blocks_.end()) return;
     b = it->second;
     m.blocks_.erase(it);
+    Ledger& l = m.ledger(b.owner);
     if (b.category >= 0) {
-      m.s_.allocated -= b.bytes;
-      m.s_.by_category[b.category] -= b.bytes;
-      m.log_event('F', b.bytes, b.category);
+      l.s.allocated -= b.bytes;
+      l.s.by_category[b.category] -= b.bytes;
+      m.log_event(l, 'F', b.bytes, b.category);
     }
     if (b.cached.segment >= 0) {
-      m.pool_.free(b.cached);  // cached, not returned: reserved stays
+      l.pool.free(b.cached);  // cached, not returned: reserved stays
       return;
     }
   }
   if (b.inner_deleter) b.inner_deleter(b.inner_ctx);
 }
 
-MemorySnapshot DeviceMemory::snapshot() const {
+MemorySnapshot DeviceMemory::snapshot(int owner) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return s_;
+  return ledger(owner).s;
 }
 
 void DeviceMemory::reset_peaks() {
   std::lock_guard<std::mutex> lock(mu_);
-  s_.peak = s_.allocated;
-  s_.by_category_at_peak = s_.by_category;
-  s_.category_peaks = s_.by_category;
-  s_.peak_phase = phase_;
+  Ledger& l = ledger();
+  l.s.peak = l.s.allocated;
+  l.s.by_category_at_peak = l.s.by_category;
+  l.s.category_peaks = l.s.by_category;
+  l.s.peak_phase = l.phase;
 }
 
 void DeviceMemory::set_phase(Phase p) {
   std::lock_guard<std::mutex> lock(mu_);
-  phase_ = p;
+  ledger().phase = p;
 }
 
-Phase DeviceMemory::phase() const {
+Phase DeviceMemory::phase(int owner) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return phase_;
+  return ledger(owner).phase;
 }
 
-std::string DeviceMemory::last_oom() const {
+std::string DeviceMemory::last_oom(int owner) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return last_oom_;
+  return ledger(owner).last_oom;
 }
 
-MemorySnapshot DeviceMemory::at_oom() const {
+MemorySnapshot DeviceMemory::at_oom(int owner) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return at_oom_;
+  return ledger(owner).at_oom;
 }
 
 DeviceMemory::CategoryScope::CategoryScope(MemCategory c) : prev(tl_category) { tl_category = static_cast<int>(c); }
 DeviceMemory::CategoryScope::~CategoryScope() { tl_category = prev; }
 DeviceMemory::HostScope::HostScope() : prev(tl_host) { tl_host = true; }
 DeviceMemory::HostScope::~HostScope() { tl_host = prev; }
+DeviceMemory::OwnerScope::OwnerScope(int owner) : prev(tl_owner) { tl_owner = owner; }
+DeviceMemory::OwnerScope::~OwnerScope() { tl_owner = prev; }
+int DeviceMemory::owner() { return tl_owner; }
 
 }  // namespace zrepro

@@ -4,13 +4,23 @@
 // and backward, other elsewhere) and the run phase is recorded at each peak. An
 // allocation past capacity throws an OOM with PyTorch's message shape. Host
 // buffers that must not count as device memory are allocated under HostScope.
+//
+// [Note: one ledger per virtual rank] A process that stands in for N ranks
+// (--world-size N, trainer/app/virtual_ranks.h) runs each virtual rank's engine on its
+// own thread under an OwnerScope. Every allocation is charged to the ledger of the
+// thread's owner: its own capacity, peaks, phase, caching pool and OOM. So each
+// virtual rank's device memory is exactly what that rank holds in an N-rank job; one
+// rank's OOM is that rank's. Snapshot, phase and OOM queries answer for the calling
+// thread's owner (0 outside virtual mode, where there is one ledger).
 #pragma once
 #include <array>
 #include <cstdio>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include <c10/core/Allocator.h>
 #include <torch/version.h>
@@ -63,18 +73,22 @@ class DeviceMemory : public c10::Allocator {
   // Newer LibTorch: pure virtual copy_data (no override keyword: absent in 1.13).
   void copy_data(void* dest, const void* src, std::size_t count) const;
 
-  MemorySnapshot snapshot() const;
+  // Ledgers: one per virtual rank (set before any owner's thread starts; 1 by default).
+  void set_ledgers(int n);
+  int ledgers() const;
+  // The calling thread's ledger unless `owner` names one.
+  MemorySnapshot snapshot(int owner = -1) const;
   void reset_peaks();
   void set_phase(Phase p);
-  Phase phase() const;
+  Phase phase(int owner = -1) const;
   // The OOM that ended the run (message and breakdown at that moment), if any.
-  std::string last_oom() const;
-  MemorySnapshot at_oom() const;
+  std::string last_oom(int owner = -1) const;
+  MemorySnapshot at_oom(int owner = -1) const;
 
   // Every device allocation and free from now on, one line each: "A|F bytes
   // category phase allocated_after" (how gpt_memory.cpp's tapes were derived; redo
   // it after a LibTorch upgrade). Empty path: stop.
-  void log_to(const std::string& path);
+  void log_to(const std::string& path, int owner = 0);
   // A line "M what" in that log (nothing when not logging): where the model and the
   // engine are, for the tape recorder (tests/trainer/planner/tapes_test.cpp).
   void mark(const char* what, int64_t index) const;
@@ -90,6 +104,13 @@ class DeviceMemory : public c10::Allocator {
     ~HostScope();
     bool prev;
   };
+  // The virtual rank this thread's allocations are charged to.
+  struct OwnerScope {
+    explicit OwnerScope(int owner);
+    ~OwnerScope();
+    int prev;
+  };
+  static int owner();  // the calling thread's
 
  private:
   DeviceMemory() = default;
@@ -99,22 +120,31 @@ class DeviceMemory : public c10::Allocator {
     c10::DeleterFnPtr inner_deleter;
     void* inner_ctx;
     CachingPool::Block cached{-1, 0, 0};  // caching mode: where it lives
+    int owner = 0;                        // the ledger charged
   };
-  void note_alloc(int category, int64_t bytes) const;
+  // One virtual rank's device (see [Note: one ledger per virtual rank]).
+  struct Ledger {
+    MemorySnapshot s;
+    std::string last_oom;
+    MemorySnapshot at_oom;
+    CachingPool pool;
+    std::unordered_map<int64_t, c10::DataPtr> segments;  // caching mode: backing memory
+    Phase phase = Phase::init;
+  };
+  Ledger& ledger(int owner = -1) const;  // under mu_; -1: the calling thread's
+  void note_alloc(Ledger& l, int category, int64_t bytes) const;
+  [[noreturn]] void throw_oom(Ledger& l, int category, int64_t bytes) const;
   static void free_raw(void* ptr);
-  void log_event(char kind, int64_t bytes, int category) const;  // under mu_
+  void log_event(const Ledger& l, char kind, int64_t bytes, int category) const;  // under mu_
 
   c10::Allocator* underlying_ = nullptr;
   mutable std::mutex mu_;
-  mutable MemorySnapshot s_;
-  mutable std::string last_oom_;
-  mutable MemorySnapshot at_oom_;
+  mutable std::vector<std::unique_ptr<Ledger>> ledgers_ = one_ledger();
+  static std::vector<std::unique_ptr<Ledger>> one_ledger();
   mutable std::unordered_map<void*, Block> blocks_;
   bool caching_ = false;
-  mutable CachingPool pool_;
-  mutable std::unordered_map<int64_t, c10::DataPtr> segments_;  // caching mode: backing memory
-  Phase phase_ = Phase::init;
   std::FILE* log_ = nullptr;
+  int log_owner_ = 0;  // the memory log follows one ledger
 };
 
 std::string format_bytes(int64_t bytes);  // "1.50 GiB", PyTorch style

@@ -87,21 +87,50 @@ HostMemory& HostMemory::instance() {
   return *m;
 }
 
-void HostMemory::note(bool pinned, int64_t bytes, HostUse use) {
+HostMemory::HostMemory() { counters_.push_back(std::make_unique<Counters>()); }
+
+HostMemory::Counters& HostMemory::counters() const {
+  const int o = DeviceMemory::owner();
+  TORCH_CHECK(o < static_cast<int>(counters_.size()), "host memory: no counters for virtual rank ", o);
+  return *counters_[o];
+}
+
+bool HostMemory::pins_for_real() const { return DeviceMemory::owner() == subject_; }
+
+void HostMemory::set_virtual_ranks(int n, int subject) {
+  while (static_cast<int>(counters_.size()) < n) counters_.push_back(std::make_unique<Counters>());
+  subject_ = subject;
+}
+
+int64_t HostMemory::peer_bytes() const {
+  int64_t b = 0;
+  for (size_t k = 0; k < counters_.size(); ++k)
+    if (static_cast<int>(k) != subject_)
+      b += counters_[k]->pinned.load() + counters_[k]->pageable.load() + counters_[k]->input_pinned.load();
+  return b;
+}
+
+void HostMemory::note(Counters& c, bool pinned, int64_t bytes, HostUse use) {
   if (pinned && use == HostUse::input) {
-    input_pinned_ += bytes;
+    c.input_pinned += bytes;
   } else if (pinned) {
-    const int64_t now = pinned_ += bytes;
-    int64_t peak = peak_pinned_.load();
-    while (now > peak && !peak_pinned_.compare_exchange_weak(peak, now)) {
+    const int64_t now = c.pinned += bytes;
+    int64_t peak = c.peak_pinned.load();
+    while (now > peak && !c.peak_pinned.compare_exchange_weak(peak, now)) {
     }
   } else {
-    pageable_ += bytes;
+    c.pageable += bytes;
+  }
+  if (!pins_for_real()) {
+    const int64_t now = peer_bytes();
+    int64_t peak = peak_peer_.load();
+    while (now > peak && !peak_peer_.compare_exchange_weak(peak, now)) {
+    }
   }
 }
 
 void HostMemory::preflight(int64_t bytes, const std::string& what) const {
-  if (backend_ != PinBackend::mlock || bytes <= 0) return;
+  if (backend_ != PinBackend::mlock || bytes <= 0 || !pins_for_real()) return;
   const MemlockInfo info = memlock_info();
   const int64_t avail = info.available();
   if (avail >= 0 && bytes > avail)
@@ -112,17 +141,19 @@ void HostMemory::preflight(int64_t bytes, const std::string& what) const {
 
 torch::Tensor HostMemory::empty(int64_t numel, torch::ScalarType dtype, bool pinned, const std::string& what,
                                 HostUse use) {
-  std::atomic<int64_t>& pinned_count = use == HostUse::input ? input_pinned_ : pinned_;
+  Counters& c = counters();
+  std::atomic<int64_t>& pinned_count = use == HostUse::input ? c.input_pinned : c.pinned;
   const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(dtype));
   const auto opts = torch::TensorOptions().dtype(dtype).device(torch::kCPU);
   void* ptr = nullptr;
   std::function<void(void*)> deleter;
-  if (!pinned) {
+  if (!pinned || !pins_for_real()) {
     ptr = std::calloc(static_cast<size_t>(std::max<int64_t>(bytes, 1)), 1);
     if (!ptr) throw std::bad_alloc();
-    deleter = [this, bytes](void* p) {
+    std::atomic<int64_t>& count = pinned ? pinned_count : c.pageable;
+    deleter = [&count, bytes](void* p) {
       std::free(p);
-      pageable_ -= bytes;
+      count -= bytes;
     };
   } else if (backend_ == PinBackend::cuda) {
     std::string err;
@@ -152,7 +183,7 @@ torch::Tensor HostMemory::empty(int64_t numel, torch::ScalarType dtype, bool pin
       pinned_count -= bytes;
     };
   }
-  note(pinned, bytes, use);
+  note(c, pinned, bytes, use);
   return torch::from_blob(ptr, {numel}, deleter, opts);
 }
 

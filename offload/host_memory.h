@@ -8,8 +8,10 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -43,7 +45,10 @@ enum class HostUse { offload, input };
 class HostMemory {
  public:
   static HostMemory& instance();
-  void set_backend(PinBackend b) { backend_ = b; }
+  // The subject virtual rank's engine decides (the others never pin for real).
+  void set_backend(PinBackend b) {
+    if (pins_for_real()) backend_ = b;
+  }
   PinBackend backend() const { return backend_; }
 
   // A host tensor of numel elements, zero-filled. pinned: page-locked (throws
@@ -53,16 +58,38 @@ class HostMemory {
   // Preflight before allocating: would `bytes` more pinned bytes fit? (mlock backend)
   void preflight(int64_t bytes, const std::string& what) const;
 
-  int64_t pinned_bytes() const { return pinned_.load(); }  // offload buffers
-  int64_t input_pinned_bytes() const { return input_pinned_.load(); }
-  int64_t pageable_bytes() const { return pageable_.load(); }
-  int64_t peak_pinned_bytes() const { return peak_pinned_.load(); }
+  // The calling thread's virtual rank's bytes (DeviceMemory::owner(); see
+  // [Note: virtual ranks' host buffers]).
+  int64_t pinned_bytes() const { return counters().pinned.load(); }  // offload buffers
+  int64_t input_pinned_bytes() const { return counters().input_pinned.load(); }
+  int64_t pageable_bytes() const { return counters().pageable.load(); }
+  int64_t peak_pinned_bytes() const { return counters().peak_pinned.load(); }
+
+  // [Note: virtual ranks' host buffers] A process standing in for N ranks counts each
+  // virtual rank's host buffers apart, and page-locks only the subject rank's (the one
+  // it stands in for, --as-rank): the memlock limit and the pinned bytes of this
+  // process are that rank's, as in the real job where each rank is its own process.
+  // The other ranks' "pinned" buffers are pageable here but counted as pinned.
+  // Call before any virtual rank's thread starts.
+  void set_virtual_ranks(int n, int subject);
+  // Pageable bytes held for the virtual ranks other than the subject (their pinned
+  // buffers included): host memory this process spends to stand in for them; now and
+  // at most.
+  int64_t peer_bytes() const;
+  int64_t peak_peer_bytes() const { return peak_peer_.load(); }
 
  private:
-  HostMemory() = default;
-  void note(bool pinned, int64_t bytes, HostUse use);
+  HostMemory();
+  struct Counters {
+    std::atomic<int64_t> pinned{0}, pageable{0}, peak_pinned{0}, input_pinned{0};
+  };
+  Counters& counters() const;
+  bool pins_for_real() const;
+  void note(Counters& c, bool pinned, int64_t bytes, HostUse use);
   PinBackend backend_ = PinBackend::mlock;
-  std::atomic<int64_t> pinned_{0}, pageable_{0}, peak_pinned_{0}, input_pinned_{0};
+  std::vector<std::unique_ptr<Counters>> counters_;
+  int subject_ = 0;
+  std::atomic<int64_t> peak_peer_{0};
 };
 
 // CUDA runtime pinning (host_memory_cuda.cpp; false without the CUDA toolkit).

@@ -30,7 +30,7 @@ struct Side {
 
 // One side at one rank count: the run (or the plan) and what it left.
 AbRun run_side(const Side& side, int ranks, const std::vector<std::string>& common, const std::string& out,
-               bool plan_only, bool refusal_is_the_symptom) {
+               bool plan_only, bool refusal_is_the_symptom, bool virtual_ranks) {
   AbRun r;
   r.side = side.name;
   r.ranks = ranks;
@@ -41,7 +41,7 @@ AbRun run_side(const Side& side, int ranks, const std::vector<std::string>& comm
     args = {"plan", "--config", side.config, "--world-size", std::to_string(ranks), "--json"};
   else
     args = {"run", "--config", side.config, "--out", dir};
-  if (!plan_only && ranks > 1) args.insert(args.end(), {"--ranks", std::to_string(ranks)});
+  if (!plan_only && ranks > 1) args.insert(args.end(), {virtual_ranks ? "--world-size" : "--ranks", std::to_string(ranks)});
   args.insert(args.end(), common.begin(), common.end());
   args.insert(args.end(), side.args.begin(), side.args.end());
   if (!plan_only) std::filesystem::remove_all(dir);
@@ -63,8 +63,9 @@ AbRun run_side(const Side& side, int ranks, const std::vector<std::string>& comm
       r.failed_ranks = ranks;
       return r;
     }
+    // Virtual ranks: one summary, the first rank that failed (the others stopped with it).
     int failed = r.summary.value("status", "ok") != "ok";
-    for (int k = 1; k < ranks; ++k) {
+    for (int k = 1; k < ranks && !virtual_ranks; ++k) {
       const json s = read_json_file(dir + "/summary_rank" + std::to_string(k) + ".json");
       failed += s.is_object() && s.value("status", "ok") != "ok";
     }
@@ -103,6 +104,9 @@ int ab_command(int argc, char** argv) {
       ("b-version", "DeepSpeed release for side B: the same JSON before and after an upgrade, e.g. --a-version "
                     "0.19.4 --b-version 0.19.5", cxxopts::value<std::string>())
       ("ranks", "rank counts to run each side at, e.g. 1,4", cxxopts::value<std::vector<int>>()->default_value("1"))
+      ("virtual", "run each rank count above 1 as virtual ranks in one process (zrepro run --world-size N): "
+                  "exact memory and numerics, not timing (refused with the timing expectations: slower, less/more "
+                  "of a time share, scaling)")
       ("expect", "the symptom A shows and B must not: failure (default), refused (A's config is rejected at "
                  "init), slower:R, less:KEY:R, more:KEY:R (KEY: device_busy_fraction, overlap_ratio, "
                  "comm_wait_share, data_wait_share, ...), differs:loss|grad_norm:TOL, scaling:E (A's throughput "
@@ -138,6 +142,13 @@ int ab_command(int argc, char** argv) {
       if (n < 1) throw ConfigError("--ranks: got " + std::to_string(n) + ", expected rank counts >= 1 such as 1,4");
     const bool plan_only = r.count("plan-only") > 0;
     const Expectation expect = parse_expectation(r["expect"].as<std::string>());
+    const bool virtual_ranks = r.count("virtual") > 0;
+    const bool timing = expect.kind == Expectation::Kind::scaling ||
+                        ((expect.kind == Expectation::Kind::less || expect.kind == Expectation::Kind::more) &&
+                         expect.key.find("bytes") == std::string::npos);
+    if (virtual_ranks && timing)
+      throw ConfigError("--virtual with --expect " + expect.text + ": virtual ranks share one process's cores, so "
+                        "their timing is not the job's; run real processes (drop --virtual)");
     if (plan_only && expect.kind != Expectation::Kind::failure)
       throw ConfigError("--expect " + expect.text + " needs runs: the planner answers only whether a side fits (drop --plan-only)");
     const std::vector<std::string> common = r.unmatched();
@@ -146,8 +157,8 @@ int ab_command(int argc, char** argv) {
 
     std::vector<AbRun> ra, rb;
     for (int n : ranks) {
-      ra.push_back(run_side(a, n, common, out, plan_only, expect.kind == Expectation::Kind::refused));
-      rb.push_back(run_side(b, n, common, out, plan_only, false));
+      ra.push_back(run_side(a, n, common, out, plan_only, expect.kind == Expectation::Kind::refused, virtual_ranks));
+      rb.push_back(run_side(b, n, common, out, plan_only, false, virtual_ranks));
     }
     const AbResult res = compare_ab(ra, rb, plan_only, expect);
     write_file_atomic(out + "/ab.json", res.json.dump(2) + "\n");

@@ -16,6 +16,8 @@ void add_plan_flags(cxxopts::Options& o) {
   add_config_flags(o);
   o.add_options("plan")
       ("world-size", "data-parallel ranks", cxxopts::value<int>()->default_value("1"))
+      ("as-rank", "the rank to plan (ranks differ at stage 2: DeepSpeed's gradient partition follows whole "
+                  "parameters; default: the rank that holds the most, which runs out first)", cxxopts::value<int>())
       ("gpus-per-node", "GPUs per node, for DeepSpeed's estimator figures (default: every rank on one node)",
        cxxopts::value<int>())
       ("device-memory", "device capacity: a preset (a100-40gb, a100-80gb, h100-80gb, h200-141gb, l40s-48gb, rtx4090-24gb, ...: the capacity PyTorch reports on it) or a size, e.g. 80GB, 40GiB (GB = 1e9 bytes, GiB = 2^30; no verdict without it)", cxxopts::value<std::string>())
@@ -29,6 +31,11 @@ PlanRequest plan_request_from(const cxxopts::ParseResult& r) {
   PlanRequest req;
   req.world_size = r["world-size"].as<int>();
   if (req.world_size < 1) throw ConfigError("--world-size: must be >= 1, got " + std::to_string(req.world_size));
+  if (r.count("as-rank")) req.rank = r["as-rank"].as<int>();
+  if (req.rank && (*req.rank < 0 || *req.rank >= req.world_size))
+    throw ConfigError("--as-rank: got " + std::to_string(*req.rank) + ", expected 0.." +
+                      std::to_string(req.world_size - 1) + " (a rank of --world-size " +
+                      std::to_string(req.world_size) + ")");
   if (r.count("gpus-per-node")) {
     req.gpus_per_node = r["gpus-per-node"].as<int>();
     if (req.gpus_per_node < 1 || req.world_size % req.gpus_per_node != 0)

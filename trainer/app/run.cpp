@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -29,6 +30,7 @@
 #include "trainer/app/env.h"
 #include "trainer/app/launch.h"
 #include "trainer/app/run_spec.h"
+#include "trainer/loop/virtual_ranks.h"
 #include "trainer/model/data.h"
 #include "trainer/model/gpt.h"
 #include "trainer/planner/fixes.h"
@@ -112,6 +114,9 @@ struct RunState {
   RunSpec spec;
   int rank = 0, world = 1;
   std::unique_ptr<Ranks> ranks;
+  std::unique_ptr<VirtualRanks> vranks;           // --world-size: every rank in this process
+  std::optional<DeviceMemory::OwnerScope> owner;  // virtual: whose ledger this thread reads
+  std::vector<RankReport> virtual_reports;        // virtual: every rank's view, for a failure's summary
   DsConfig cfg;
   ModelSpec model;
   bool have_cfg = false, have_model = false;
@@ -123,7 +128,9 @@ struct RunState {
   Progress progress{true};
   std::unique_ptr<MetricsWriter> metrics;
 
-  Communicator& comm() { return *ranks->comm; }
+  Communicator& comm() { return vranks ? vranks->comm(rank) : *ranks->comm; }
+  // This process prints and writes the run's files: rank 0, or the one process of virtual ranks.
+  bool speaks() const { return rank == 0 || vranks; }
   // The emulated or fractioned device capacity: the toy's under scale-down, else the flag's.
   int64_t capacity() const { return scaled ? scaled->toy_capacity : spec.device_memory.value_or(0); }
   std::string flight_dir() const { return (spec.out_dir.empty() ? std::string("zrepro_flight") : spec.out_dir) + "/flight"; }
@@ -131,16 +138,28 @@ struct RunState {
   // Rank 0 writes the summary from every rank's report. A run that fails writes
   // the failing rank's own view: summary.json on rank 0, summary_rank<r>.json elsewhere.
   void write_summary(const std::string& status, json failure, std::vector<RankReport> reports, bool all_ranks) {
-    if (spec.out_dir.empty() || (all_ranks && rank != 0)) return;
+    if (spec.out_dir.empty() || (all_ranks && !speaks())) return;
+    if (reports.empty()) reports = virtual_reports;
     if (reports.empty()) reports.push_back(rank_report(rank, result, device_memory_snapshot(dev.device)));
     SummaryInput in{status, have_cfg ? &cfg : nullptr, have_model ? &model : nullptr, dev.description,
                     have_cfg ? &result : nullptr, std::move(reports), std::move(failure), topt.host_link_gbps,
                     topt.pageable_ratio, planned ? &*planned : nullptr, scaled.get(), &topt.loader,
-                    spec.interconnect_gbps, environment_json()};
-    const std::string name = rank == 0 ? "summary" : "summary_rank" + std::to_string(rank);
+                    spec.interconnect_gbps, environment_json(), virtual_json()};
+    const std::string name = speaks() ? "summary" : "summary_rank" + std::to_string(rank);
     const json summary = build_summary(in);
     write_file_atomic(spec.out_dir + "/" + name + ".json", summary.dump(2) + "\n");
-    if (rank == 0) write_file_atomic(spec.out_dir + "/report.html", html_report(summary));
+    if (speaks()) write_file_atomic(spec.out_dir + "/report.html", html_report(summary));
+  }
+
+  // summary.json's virtual_ranks (null for real processes).
+  json virtual_json() const {
+    if (!vranks) return nullptr;
+    return {{"world_size", world},
+            {"as_rank", vranks->subject()},
+            {"data_rule", spec.same_data ? "same" : "distinct"},
+            {"peer_host_bytes_peak", HostMemory::instance().peak_peer_bytes()},
+            {"note", "one process stood in for every rank: each rank's memory and numerics are exact; step times "
+                     "are not (the ranks shared this process's cores)"}};
   }
 
   // The end of a failed run: this rank's summary and the failure's exit code.
@@ -195,7 +214,8 @@ void resolve_config(RunState& s) {
     if (target_world != s.world)
       throw ConfigError("--target-world-size " + std::to_string(target_world) + ": this run has " +
                         std::to_string(s.world) + " rank(s); ZeRO's per-rank partitions depend on the world size, so "
-                        "run the toy on as many ranks: --ranks " + std::to_string(target_world));
+                        "run the toy as as many ranks: --world-size " + std::to_string(target_world) +
+                        " (one process) or --ranks " + std::to_string(target_world));
     ScaleRequest sr;
     sr.target = resolve_model(*spec.target_model, spec.model_overrides);
     sr.cfg = load_ds_config(require_config(spec.config_path), flags_for(spec, sr.target, s.world));
@@ -255,7 +275,7 @@ void install_device(RunState& s) {
   if (spec.memory_log) {
     const std::string path = *spec.memory_log + (s.world > 1 ? ".rank" + std::to_string(s.rank) : "");
     try {
-      mem.log_to(path);
+      mem.log_to(path, s.vranks ? s.rank : 0);
     } catch (const std::exception& e) {
       throw ConfigError("--memory-log: " + std::string(e.what()));
     }
@@ -273,12 +293,31 @@ void derive_host_link(RunState& s) {
                                     s.cfg.micro_batch * s.model.seq, s.model.hidden, s.model.intermediate);
   // Every rank must model the same link: rank 0's measurement decides.
   torch::Tensor v = torch::tensor({d.link_gbps}, torch::kDouble);
-  s.comm().broadcast(v, 0, "host link profile")->wait();
+  if (!s.vranks) s.comm().broadcast(v, 0, "host link profile")->wait();  // virtual: one measurement already
   s.topt.host_link_gbps = v.item<double>();
-  if (s.rank == 0)
+  if (s.speaks())
     std::cout << "[zrepro] host link " << d.profile.name << ": target " << fmt(d.profile.link_gbps) << " GB/s for "
               << fmt(d.profile.achieved_tflops) << " achieved TFLOPS; this CPU " << fmt(d.cpu_gflops)
               << " GFLOPS -> modelled link " << fmt(s.topt.host_link_gbps) << " GB/s\n";
+}
+
+// --world-size N, or a scale-down to an N-rank target with one process: the N ranks
+// run in this process (trainer/loop/virtual_ranks.h).
+void start_virtual_ranks(RunState& s) {
+  const RunSpec& spec = s.spec;
+  int n = spec.world_size.value_or(1);
+  if (!spec.world_size && spec.target_model && s.world == 1) n = spec.target_world_size.value_or(1);
+  if (n == 1 && !spec.world_size) return;
+  if (s.world > 1)
+    throw ConfigError("--world-size: runs every rank in one process; this one is rank " + std::to_string(s.rank) +
+                      " of " + std::to_string(s.world) + " under an MPI launcher: drop --ranks (or mpirun)");
+  if (spec.world_size && spec.target_world_size && *spec.target_world_size != n)
+    throw ConfigError("--target-world-size " + std::to_string(*spec.target_world_size) + " and --world-size " +
+                      std::to_string(n) + ": the toy runs as the target's ranks; give one");
+  s.vranks = std::make_unique<VirtualRanks>(n, spec.as_rank, spec.comm_timeout);
+  s.rank = spec.as_rank;
+  s.world = n;
+  s.owner.emplace(s.rank);
 }
 
 void set_up(RunState& s, int* argc, char*** argv) {
@@ -287,7 +326,9 @@ void set_up(RunState& s, int* argc, char*** argv) {
   s.rank = s.comm().rank();
   s.world = s.comm().world_size();
   make_run_out_dir(s);
+  start_virtual_ranks(s);
   s.topt.comm = &s.comm();
+  s.topt.same_data = spec.same_data;
   s.topt.steps = spec.steps;
   s.topt.seed = spec.seed;
   s.topt.verify_replicas = spec.verify_replicas;
@@ -298,7 +339,7 @@ void set_up(RunState& s, int* argc, char*** argv) {
   s.topt.pageable_ratio = spec.pageable_ratio;
   if (spec.memlock_limit) {
     for_flag("--memlock-limit", [&] { restrict_memlock(*spec.memlock_limit); });
-    if (s.rank == 0)
+    if (s.speaks())
       std::cout << "[zrepro] memlock: ulimit -l " << *spec.memlock_limit / 1024
                 << " KiB without CAP_IPC_LOCK (--memlock-limit), as a container's non-root user\n";
   }
@@ -315,15 +356,21 @@ void set_up(RunState& s, int* argc, char*** argv) {
   if (spec.interconnect_gbps > 0) {
     if (!s.dev.device.is_cpu())
       throw ConfigError("--interconnect-gbps: models the interconnect of the CPU-emulated device; a GPU run uses its own");
-    s.comm().model_busbw(spec.interconnect_gbps);
-    if (s.rank == 0)
+    if (s.vranks) s.vranks->model_busbw(spec.interconnect_gbps);
+    else s.comm().model_busbw(spec.interconnect_gbps);
+    if (s.speaks())
       std::cout << "[zrepro] interconnect: collectives modelled at " << fmt(spec.interconnect_gbps)
                 << " GB/s bus bandwidth (--interconnect-gbps)\n";
   }
 }
 
 void print_header(RunState& s) {
-  if (s.rank != 0) return;
+  if (!s.speaks()) return;
+  if (s.vranks)
+    std::cout << "[zrepro] virtual ranks: this process stands in for all " << s.world << " ranks (one thread, engine "
+              << "and device-memory ledger each; collectives in-process); reporting as rank " << s.rank
+              << ", data rule " << (s.spec.same_data ? "same" : "distinct")
+              << "; memory and numerics are the N-rank job's, step times are not\n";
   const DsConfig& cfg = s.cfg;
   const ModelSpec& model = s.model;
   for (const auto& w : cfg.warnings) std::cout << "[zrepro] warning: " << w << "\n";
@@ -463,7 +510,7 @@ struct WallClock {
 StepCallback step_logger(RunState& s, int64_t every) {
   auto clock = std::make_shared<WallClock>();
   return [&s, every, clock](const StepRecord& r, const std::string& scale_log) {
-    if (s.rank != 0) return;
+    if (!s.speaks()) return;
     clock->add(r);
     if (s.metrics) s.metrics->append(step_json(r));
     if (!scale_log.empty()) {
@@ -522,17 +569,66 @@ void merge_rank_traces(RunState& s) {
   write_file_atomic(s.spec.out_dir + "/trace.json", merge_traces(per_rank).dump());
 }
 
+// Every virtual rank's report, from its own result and ledger.
+std::vector<RankReport> virtual_rank_reports(RunState& s, const VirtualRanks::Outcome& o) {
+  std::vector<RankReport> reports;
+  for (int k = 0; k < s.world; ++k)
+    reports.push_back(rank_report(k, o.results[k],
+                                  k == s.vranks->subject() ? device_memory_snapshot(s.dev.device)
+                                                           : DeviceMemory::instance().snapshot(k)));
+  return reports;
+}
+
+// --world-size: the ranks train on this process's threads; the failure of any one ends
+// the run as that rank's (its ledger, its steps), with every rank's view in the summary.
+int train_virtual_and_report(RunState& s, TraceRecorder& trace, const StepCallback& on_step) {
+  const bool out = !s.spec.out_dir.empty();
+  VirtualRanks::Outcome o = s.vranks->train_all(s.cfg, s.model, s.topt, on_step);
+  s.virtual_reports = virtual_rank_reports(s, o);
+  if (o.error) {
+    s.rank = o.failed_rank;
+    s.result = std::move(o.results[o.failed_rank]);
+    s.owner.reset();
+    s.owner.emplace(o.failed_rank);
+    try {
+      std::rethrow_exception(o.error);
+    } catch (const CommError& e) {
+      s.progress.clear();
+      std::cerr << "[zrepro] virtual rank " << s.rank << ": " << e.what() << std::endl;
+      return s.fail(FailureKind::hang, make_failure(FailureKind::hang, s.rank, "collective", e.what(),
+                                                    "the virtual ranks issued different collectives or one stopped "
+                                                    "answering; run real processes (--ranks) for a hang diagnosis"));
+    }
+  }
+  s.result = std::move(o.results[s.rank]);
+  if (s.metrics) s.metrics->close();
+  s.progress.clear();
+  if (!s.result.steps.empty())
+    std::cout << "[zrepro] done: " << s.result.steps.size() << " steps, loss " << fmt(s.result.steps.front().loss)
+              << " -> " << fmt(s.result.steps.back().loss) << ", skipped " << s.result.skipped_steps
+              << " (virtual ranks: " << s.world << ")" << (out ? ", summary " + s.spec.out_dir + "/summary.json" : "")
+              << "\n";
+  if (out) {
+    trace.add_collectives(s.comm().recorder().snapshot());
+    trace.add_copies(s.result.copy_log);
+    write_file_atomic(s.spec.out_dir + "/trace.json", merge_traces(std::vector<json>{trace.events()}).dump());
+  }
+  s.write_summary("ok", nullptr, s.virtual_reports, true);
+  return kExitOk;
+}
+
 int train_and_report(RunState& s) {
   const bool out = !s.spec.out_dir.empty();
-  if (out && s.rank == 0) s.metrics = std::make_unique<MetricsWriter>(s.spec.out_dir);
-  if (s.spec.export_inputs && s.rank == 0)
+  if (out && s.speaks()) s.metrics = std::make_unique<MetricsWriter>(s.spec.out_dir);
+  if (s.spec.export_inputs && s.speaks())
     export_inputs(s.spec.out_dir + "/inputs", s.model,
                   {s.spec.steps, s.cfg.micro_batch, s.cfg.grad_accum, s.world, s.spec.seed});
-  const std::unique_ptr<Watchdog> watchdog = arm_watchdog(s);
   const int64_t every = s.cfg.steps_per_print.value_or(s.spec.log_every);
   if (every <= 0) throw ConfigError("--log-every: must be > 0, got " + std::to_string(every));
   TraceRecorder trace(s.rank);
   if (out) s.topt.trace = &trace;
+  if (s.vranks) return train_virtual_and_report(s, trace, step_logger(s, every));
+  const std::unique_ptr<Watchdog> watchdog = arm_watchdog(s);
   try {
     train(s.cfg, s.model, s.topt, s.result, step_logger(s, every));
     if (out) {
@@ -591,7 +687,7 @@ int oom_failure(RunState& s, const c10::OutOfMemoryError& e) {
     failure["planned_fixes"] = fj;
     if (!fixes.empty()) {
       failure["hint"] = failure["hint"].get<std::string>() + " " + format_fixes(fixes) + ".";
-      if (s.rank == 0) std::cerr << "[zrepro] " << format_fixes(fixes) << std::endl;
+      if (s.speaks()) std::cerr << "[zrepro] " << format_fixes(fixes) << std::endl;
     }
   }
   return s.fail(FailureKind::oom, failure);
@@ -640,7 +736,7 @@ int run_command(int argc, char** argv) {
     print_header(s);
     return train_and_report(s);
   } catch (const ConfigError& e) {
-    if (s.rank == 0) std::cerr << "[zrepro] error: " << e.what() << std::endl;
+    if (s.speaks()) std::cerr << "[zrepro] error: " << e.what() << std::endl;
     if (!s.ranks) make_out_dir_quietly(s);
     return s.fail(FailureKind::config_error,
                   make_failure(FailureKind::config_error, s.rank, "init", e.what(), "fix the flag, key or file named above"));
@@ -650,7 +746,7 @@ int run_command(int argc, char** argv) {
     return pinned_failure(s, e);
   } catch (const NumericalError& e) {
     s.progress.clear();
-    if (s.rank == 0) std::cerr << "[deepspeed] " << e.what() << std::endl;
+    if (s.speaks()) std::cerr << "[deepspeed] " << e.what() << std::endl;
     return s.fail(FailureKind::numerical,
                   make_failure(FailureKind::numerical, s.rank, "step", e.what(),
                                "fp16 overflowed until the loss scale hit min_loss_scale (or the loss went non-finite): "

@@ -3,6 +3,7 @@
 #include "trainer/app/run_spec.h"
 
 #include "trainer/app/cli.h"
+#include "trainer/loop/virtual_ranks.h"
 
 namespace zrepro {
 
@@ -17,6 +18,13 @@ cxxopts::Options run_options() {
       ("device", "cpu|cuda", cxxopts::value<std::string>()->default_value("cpu"))
       ("out", "output folder for summary.json, metrics.jsonl and flight dumps", cxxopts::value<std::string>())
       ("ranks", "start N ranks on this node under mpirun", cxxopts::value<int>())
+      ("world-size", "virtual ranks: this one process stands in for every rank of an N-rank job (each rank's "
+                     "exact memory and numerics, in-process collectives; not its timing: use --ranks for hangs "
+                     "and stragglers)", cxxopts::value<int>())
+      ("as-rank", "with --world-size: the rank this process reports as its own (and, on CUDA, runs on the GPU)",
+       cxxopts::value<int>())
+      ("data-rule", "distinct: each rank its own micro-batches (data parallel); same: every rank draws rank 0's "
+                    "(what a virtual run is compared with)", cxxopts::value<std::string>()->default_value("distinct"))
       ("device-memory", "device capacity: a preset (a100-40gb, a100-80gb, h100-80gb, h200-141gb, l40s-48gb, rtx4090-24gb, ...: the capacity PyTorch reports on it) or a size, e.g. 80GB, 512MiB (GB = 1e9 bytes, GiB = 2^30; CPU-emulated device; default: unlimited)",
        cxxopts::value<std::string>())
       ("allocator", "CPU-emulated device allocator: tracking (exact bytes), caching (CUDA caching allocator "
@@ -89,6 +97,43 @@ double deepspeed_default_timeout_s() {
   return minutes * 60;
 }
 
+// --world-size, --as-rank, --data-rule (after --ranks and --inject, which they constrain).
+void parse_virtual(const cxxopts::ParseResult& r, RunSpec& s) {
+  const std::string rule = r["data-rule"].as<std::string>();
+  if (rule != "distinct" && rule != "same")
+    throw ConfigError("--data-rule: got \"" + rule + "\", expected distinct or same");
+  s.same_data = rule == "same";
+  s.world_size = opt<int>(r, "world-size");
+  if (r.count("as-rank") && !s.world_size)
+    throw ConfigError("--as-rank: needs --world-size N (the virtual job whose rank this process stands in for)");
+  if (!s.world_size) return;
+  const int n = *s.world_size;
+  if (n < 1 || n > kMaxVirtualRanks)
+    throw ConfigError("--world-size: got " + std::to_string(n) + ", expected 1.." + std::to_string(kMaxVirtualRanks));
+  if (s.ranks && *s.ranks > 1)
+    throw ConfigError("--world-size " + std::to_string(n) + " and --ranks " + std::to_string(*s.ranks) +
+                      ": give one (--ranks N starts N processes; --world-size N runs the N ranks in this one)");
+  s.as_rank = r.count("as-rank") ? r["as-rank"].as<int>() : 0;
+  if (s.as_rank < 0 || s.as_rank >= n)
+    throw ConfigError("--as-rank: got " + std::to_string(s.as_rank) + ", expected 0.." + std::to_string(n - 1) +
+                      " (a rank of --world-size " + std::to_string(n) + ")");
+}
+
+// What virtual ranks cannot stand in for (see [Note: what virtual ranks reproduce]).
+void check_virtual_limits(const RunSpec& s) {
+  if (!s.world_size || *s.world_size == 1) return;
+  for (size_t i = 0; i < s.injections.size(); ++i)
+    if (needs_real_processes(s.injections[i]))
+      throw ConfigError("--inject \"" + s.inject_specs[i] + "\": " + s.injections[i].kind +
+                        " acts on time or on the collective sequence, which virtual ranks sharing one process do "
+                        "not reproduce: run real processes, --ranks " + std::to_string(*s.world_size) +
+                        " instead of --world-size " + std::to_string(*s.world_size));
+  if (s.threads > 1)
+    throw ConfigError("--threads " + std::to_string(s.threads) + " with --world-size: virtual ranks run one "
+                      "intra-op thread each (each rank's allocations are charged to the thread that makes them); "
+                      "drop --threads");
+}
+
 // The scale-down flags: a target instead of --model and --device-memory.
 void parse_target(const cxxopts::ParseResult& r, RunSpec& s) {
   if (!r.count("target-model")) return;
@@ -127,6 +172,7 @@ void parse_run_spec(int argc, char** argv, RunSpec& s) {
   if (r.count("out")) s.out_dir = r["out"].as<std::string>();
   s.ranks = opt<int>(r, "ranks");
   if (s.ranks && *s.ranks < 1) throw ConfigError("--ranks: must be >= 1, got " + std::to_string(*s.ranks));
+  parse_virtual(r, s);
   s.device = r["device"].as<std::string>();
   s.steps = r["steps"].as<int64_t>();
   if (s.steps <= 0) throw ConfigError("--steps: must be > 0, got " + std::to_string(s.steps));
@@ -166,6 +212,7 @@ void parse_run_spec(int argc, char** argv, RunSpec& s) {
       s.inject_specs.push_back(spec);
       s.injections.push_back(parse_injection(spec));
     }
+  check_virtual_limits(s);
   s.config_path = opt<std::string>(r, "config");
   s.model = r["model"].as<std::string>();
   s.model_given = r.count("model") > 0;

@@ -20,6 +20,11 @@ struct RunSpec {
   bool help = false;
   std::string help_text;
   std::optional<int> ranks;  // --ranks: relaunch under mpirun
+  // --world-size N: one process stands in for the N ranks (trainer/loop/virtual_ranks.h);
+  // --as-rank: the rank it reports as its own; --data-rule same: every rank draws rank 0's batches.
+  std::optional<int> world_size;
+  int as_rank = 0;
+  bool same_data = false;
 
   // What to train: a config and a model, or a target to scale down from.
   std::optional<std::string> config_path;

@@ -20,7 +20,8 @@ nlohmann::json load_scenario(const std::string& path);
 
 // Runs folder dir/name as `zrepro ab` (once per fix) into out. Exit codes are ab's: 0
 // reproduced and (some fix) verified, 6 reproduced and no fix verified, 7 not reproduced.
+// virtual_ranks: rank counts above 1 run in one process (zrepro ab --virtual).
 int run_scenario(const std::string& dir, const std::string& name, const std::optional<std::string>& ranks,
-                 const std::string& out);
+                 const std::string& out, bool virtual_ranks = false);
 
 }  // namespace zrepro

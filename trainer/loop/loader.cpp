@@ -4,6 +4,7 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "device/device_memory.h"
 #include "offload/host_memory.h"
 
 namespace zrepro {
@@ -12,7 +13,14 @@ BatchLoader::BatchLoader(const MarkovData& data, std::vector<BatchKey> keys, Loa
     : data_(data), keys_(std::move(keys)), opts_(opts), lanes_(static_cast<size_t>(std::max(opts.workers, 0))) {
   if (opts_.workers < 0 || opts_.prefetch_factor < 1 || opts_.sample_ms < 0)
     throw std::invalid_argument("loader: workers >= 0, prefetch_factor >= 1 and sample_ms >= 0 expected");
-  for (int w = 0; w < opts_.workers; ++w) threads_.emplace_back([this, w] { work(w); });
+  // A worker's batches are charged to the device of the rank that owns the loader
+  // (its virtual rank's ledger when one process stands in for several).
+  const int owner = DeviceMemory::owner();
+  for (int w = 0; w < opts_.workers; ++w)
+    threads_.emplace_back([this, w, owner] {
+      DeviceMemory::OwnerScope scope(owner);
+      work(w);
+    });
 }
 
 BatchLoader::~BatchLoader() {

@@ -139,7 +139,7 @@ void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
   std::vector<BatchKey> keys;
   for (int64_t step = 0; step < opts.steps; ++step)
     for (int64_t t = 0; t < gas_of(step); ++t)
-      if (!skipped(step, t)) keys.push_back({MarkovData::first_sample(step, t, rank, world, micro, gas_of(step)), micro});
+      if (!skipped(step, t)) keys.push_back({MarkovData::first_sample(step, t, opts.same_data ? 0 : rank, world, micro, gas_of(step)), micro});
   BatchLoader loader(data, std::move(keys), opts.loader);
   for (int64_t step = 0; step < opts.steps; ++step) {
     const int64_t gas = gas_of(step);

@@ -55,6 +55,9 @@ struct TrainOptions {
   // the same for every micro-step and rank of the step. 0: fixed length.
   int64_t dynamic_seq_min = 0;
   LoaderOptions loader;  // the input pipeline (trainer/loop/loader.h)
+  // --data-rule same: every rank draws rank 0's micro-batches (the data rule a virtual
+  // run is compared under; distinct, the default, is an ordinary data-parallel split).
+  bool same_data = false;
   // Overrides the engine's buffer policy (experiments and tests; see
   // [Note: one buffer policy for run and plan] in zero/schedule/buffer_policy.h).
   std::optional<BufferPolicy> buffer_policy;

@@ -133,6 +133,11 @@ std::string html_report(const json& s) {
   if (s["model"].is_object())
     o << "<tr><th>model</th><td>" << esc(str(s["model"]["name"])) << ": " << s["model"]["params"] << " params, "
       << s["model"]["layers"] << " layers, hidden " << s["model"]["hidden"] << ", seq " << s["model"]["seq"] << "</td></tr>";
+  if (s.contains("virtual_ranks") && s["virtual_ranks"].is_object()) {
+    const json& v = s["virtual_ranks"];
+    o << "<tr><th>ranks</th><td>" << v["world_size"] << " virtual ranks in one process, reported as rank "
+      << v["as_rank"] << ", data rule " << esc(str(v["data_rule"])) << " (" << esc(str(v["note"])) << ")</td></tr>";
+  }
   if (s["batch"].is_object())
     o << "<tr><th>batch</th><td>micro " << s["batch"]["micro"] << " x gas " << s["batch"]["grad_accum"] << " = global "
       << s["batch"]["global"] << "</td></tr>";

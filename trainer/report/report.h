@@ -69,6 +69,7 @@ struct SummaryInput {
   const LoaderOptions* loader = nullptr;  // the input pipeline (data.loader)
   double modelled_busbw_gbps = 0;         // --interconnect-gbps (comm.modelled_busbw_GBps)
   nlohmann::json env;                     // zrepro env's block (trainer/app/env.h), or null
+  nlohmann::json virtual_ranks;           // --world-size: world, as_rank, data rule, peer host bytes; or null
 };
 nlohmann::json build_summary(const SummaryInput& in);
 

@@ -128,3 +128,27 @@ TEST(RunSpec, LoaderMemlockAndInterconnectFlags) {
   EXPECT_NE(error_of({"--interconnect-gbps", "-2"}).find("--interconnect-gbps"), std::string::npos);
   EXPECT_NE(error_of({"--memlock-limit", "lots"}).find("--memlock-limit"), std::string::npos);
 }
+
+TEST(RunSpec, VirtualRanksFlags) {
+  const RunSpec v = parse({"--world-size", "8", "--as-rank", "7", "--data-rule", "same"});
+  EXPECT_EQ(*v.world_size, 8);
+  EXPECT_EQ(v.as_rank, 7);
+  EXPECT_TRUE(v.same_data);
+  const RunSpec d = parse({});
+  EXPECT_FALSE(d.world_size.has_value());
+  EXPECT_EQ(d.as_rank, 0);
+  EXPECT_FALSE(d.same_data);
+  // Each refusal names the flag, the value and what to do.
+  EXPECT_NE(error_of({"--as-rank", "1"}).find("needs --world-size"), std::string::npos);
+  EXPECT_NE(error_of({"--world-size", "4", "--as-rank", "4"}).find("expected 0..3"), std::string::npos);
+  EXPECT_NE(error_of({"--world-size", "0"}).find("--world-size: got 0"), std::string::npos);
+  EXPECT_NE(error_of({"--world-size", "100000"}).find("expected 1..512"), std::string::npos);
+  EXPECT_NE(error_of({"--world-size", "4", "--ranks", "2"}).find("give one"), std::string::npos);
+  EXPECT_NE(error_of({"--data-rule", "shared"}).find("expected distinct or same"), std::string::npos);
+  for (const char* inj : {"gas-mismatch:1", "skip-forward:0", "straggler:1:50"})
+    EXPECT_NE(error_of({"--world-size", "2", "--inject", inj}).find("--ranks 2 instead of --world-size 2"),
+              std::string::npos)
+        << inj;
+  EXPECT_EQ(error_of({"--world-size", "2", "--inject", "inf-grad:1:0"}), "");  // numerics: fine
+  EXPECT_NE(error_of({"--world-size", "2", "--threads", "2"}).find("one intra-op thread"), std::string::npos);
+}

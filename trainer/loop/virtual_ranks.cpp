@@ -1,0 +1,70 @@
+// See virtual_ranks.h.
+#include "trainer/loop/virtual_ranks.h"
+
+#include <mutex>
+#include <thread>
+
+#include "device/device_memory.h"
+#include "offload/host_memory.h"
+
+namespace zrepro {
+
+bool needs_real_processes(const Injection& inj) {
+  return inj.kind == "gas-mismatch" || inj.kind == "skip-forward" || inj.kind == "straggler";
+}
+
+VirtualRanks::VirtualRanks(int world, int subject, double timeout_s)
+    : world_(world), subject_(subject), group_(std::make_shared<VirtualGroup>(world, timeout_s)) {
+  DeviceMemory::instance().set_ledgers(world);
+  HostMemory::instance().set_virtual_ranks(world, subject);
+  for (int k = 0; k < world; ++k) comms_.push_back(std::make_unique<VirtualCommunicator>(group_, k));
+}
+
+VirtualRanks::~VirtualRanks() {
+  group_->abort("the virtual ranks are shutting down");
+  comms_.clear();
+}
+
+void VirtualRanks::model_busbw(double gbps) {
+  for (auto& c : comms_) c->model_busbw(gbps);
+}
+
+VirtualRanks::Outcome VirtualRanks::train_all(const DsConfig& cfg, const ModelSpec& model, const TrainOptions& opts,
+                                              const StepCallback& on_step, bool keep_final_params) {
+  Outcome out;
+  out.results.resize(world_);
+  std::mutex mu;
+  std::exception_ptr first_comm_error;
+  int first_comm_rank = -1;
+  auto run_rank = [&](int k) {
+    DeviceMemory::OwnerScope owner(k);
+    TrainOptions o = opts;
+    o.comm = comms_[k].get();
+    if (k != subject_) {
+      o.trace = nullptr;
+      o.device = torch::kCPU;  // on CUDA only the subject holds the GPU
+    }
+    try {
+      train(cfg, model, o, out.results[k], k == subject_ ? on_step : StepCallback{}, keep_final_params);
+    } catch (const CommError& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!first_comm_error) first_comm_error = std::current_exception(), first_comm_rank = k;
+      group_->abort(e.what());
+    } catch (const std::exception& e) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!out.error) out.error = std::current_exception(), out.failed_rank = k;
+      }
+      group_->abort("virtual rank " + std::to_string(k) + " failed: " + e.what());
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int k = 0; k < world_; ++k)
+    if (k != subject_) threads.emplace_back(run_rank, k);
+  run_rank(subject_);  // on this thread: its progress line and logs come first
+  for (auto& t : threads) t.join();
+  if (!out.error && first_comm_error) out.error = first_comm_error, out.failed_rank = first_comm_rank;
+  return out;
+}
+
+}  // namespace zrepro

@@ -1,0 +1,62 @@
+// VirtualRanks: one process stands in for every rank of an N-rank job (--world-size N).
+// Each virtual rank runs the ordinary training loop (train.h) on its own thread, with
+// its own engine, its own device-memory ledger ([Note: one ledger per virtual rank] in
+// device/device_memory.h) and a VirtualCommunicator (zero/comm/virtual_communicator.h),
+// so every rank's partitions, buffers, collectives and memory by category are exactly
+// those of the real job. The subject rank (--as-rank) is the one this process reports
+// as its own, the one whose host buffers are really page-locked and, on CUDA, the one
+// on the GPU (the others compute on the CPU).
+//
+// [Note: what virtual ranks reproduce] Memory and numerics, exactly: the same engine
+// code runs per rank and the collectives compute what N processes would. Not time: the
+// ranks share this process's cores (N forwards and backwards per step), so step times,
+// stragglers and hangs need real processes (--ranks N), and the injections that make
+// ranks diverge in time or in their collective sequence are refused here.
+#pragma once
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trainer/loop/train.h"
+#include "zero/comm/virtual_communicator.h"
+
+namespace zrepro {
+
+// A virtual rank is a thread with its own engine: a bound that keeps a typo from
+// starting thousands.
+constexpr int kMaxVirtualRanks = 512;
+
+// Injections that need real processes (they act on time or on the collective sequence).
+bool needs_real_processes(const Injection& inj);
+
+class VirtualRanks {
+ public:
+  // timeout_s: how long a virtual rank waits for the others in a collective (a bug, or
+  // a rank that failed without aborting the group, ends as a CommError).
+  VirtualRanks(int world, int subject, double timeout_s);
+  ~VirtualRanks();
+  int world() const { return world_; }
+  int subject() const { return subject_; }
+  Communicator& comm(int rank) { return *comms_[rank]; }
+  // Applies to every virtual rank's communicator (--interconnect-gbps).
+  void model_busbw(double gbps);
+
+  struct Outcome {
+    std::vector<TrainResult> results;  // per virtual rank (steps completed before a failure)
+    int failed_rank = -1;              // the first rank whose own error ended the run
+    std::exception_ptr error;          // that error (OOM, numerical, ...), rethrowable
+  };
+  // Trains every virtual rank to the end or to the first failure (which aborts the
+  // others' collectives so that every thread ends). opts.comm is set per rank; on_step,
+  // opts.trace and the data loader's pinned batches belong to the subject alone.
+  Outcome train_all(const DsConfig& cfg, const ModelSpec& model, const TrainOptions& opts, const StepCallback& on_step,
+                    bool keep_final_params = false);
+
+ private:
+  int world_, subject_;
+  std::shared_ptr<VirtualGroup> group_;
+  std::vector<std::unique_ptr<VirtualCommunicator>> comms_;
+};
+
+}  // namespace zrepro
