@@ -16,7 +16,9 @@
 #   7 comm     NCCL (1 rank per GPU: mpirun -np <GPUs>) and 2 ranks sharing one GPU
 #              (NCCL refuses a shared GPU: MPI staging through host memory), losses vs
 #              the same ranks on the CPU
-#   8 bench    bench copy --device cuda (pinned vs pageable), bench adam
+#   8 virtual  --world-size 4 with the subject rank on the GPU and the other three on the
+#              CPU: same losses as the CPU-only virtual run (1e-3 relative); ZeRO-2
+#   9 bench    bench copy --device cuda (pinned vs pageable), bench adam
 # usage: scripts/gpu-check.sh            (GPU_CHECK_DRY=1: stop before the first GPU step)
 # Env: OUT (results folder), ZREPRO_CUDA_VENV (venv for torch if python3 has none),
 #      ZREPRO_CUDA_BUILD_DIR (default build-gpu), ZREPRO_BUILD_TYPE (default Release).
@@ -93,6 +95,10 @@ mrun nccl_cuda "$n" --config "$cfg" --zero-stage 2 --steps 6 --device cuda
 mrun nccl_cpu "$n" --config "$cfg" --zero-stage 2 --steps 6 --device cpu
 mrun shared_cuda $((n + 1)) --config "$cfg" --zero-stage 3 --steps 6 --device cuda
 mrun shared_cpu $((n + 1)) --config "$cfg" --zero-stage 3 --steps 6 --device cpu
+
+step virtual
+run virtual_cuda --config "$cfg" --zero-stage 2 --steps 6 --device cuda --world-size 4 --as-rank 1
+run virtual_cpu --config "$cfg" --zero-stage 2 --steps 6 --device cpu --world-size 4 --as-rank 1
 
 step bench
 timeout 120 "$z" bench copy --device cuda --sizes 1M,16M,256M --json > "$out/bench_copy.json" 2> "$out/bench_copy.err"

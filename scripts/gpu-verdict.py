@@ -82,6 +82,11 @@ if "comm" in steps:
     checks["comm"] = {"one_rank_per_gpu": {"backend": backend("nccl_cuda"), "loss_rel_vs_cpu": a},
                       "ranks_sharing_a_gpu": {"backend": backend("shared_cuda"), "loss_rel_vs_cpu": b},
                       "ok": within(a, 1e-3) and within(b, 1e-3) and backend("nccl_cuda") == "nccl"}
+if "virtual" in steps:
+    r = loss_rel("virtual_cpu", "virtual_cuda")
+    s = summary("virtual_cuda")
+    checks["virtual"] = {"loss_rel_vs_cpu": r, "virtual_ranks": s and s.get("virtual_ranks"),
+                         "ok": within(r, 1e-3) and rc("virtual_cuda") == 0}
 if "bench" in steps:
     bench = {}
     for name in ("bench_copy", "bench_adam"):
@@ -91,7 +96,7 @@ if "bench" in steps:
             bench[name] = None
     checks["bench"] = {**bench, "ok": all(v is not None for v in bench.values())}
 
-expected = ["unit", "stages_cuda_vs_cpu_loss_rel", "memory", "offload_vs_none_loss_rel", "comm", "bench"]
+expected = ["unit", "stages_cuda_vs_cpu_loss_rel", "memory", "offload_vs_none_loss_rel", "comm", "virtual", "bench"]
 res = {
     "reached": steps[-1] if steps else None,
     "steps": steps,

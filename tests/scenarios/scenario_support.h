@@ -5,6 +5,7 @@
 
 #include "device/device_memory.h"
 #include "tests/support/process.h"
+#include "tests/support/train_helpers.h"
 
 namespace scenario_test {
 
@@ -18,20 +19,6 @@ inline RunResult run(const std::string& name, const std::string& cfg, const std:
   return zrepro_test::zrepro_run(name, cfg, args);
 }
 
-// Bytes a bf16 matmul of the scenario's shape allocates beyond its own output on this
-// CPU. Where LibTorch's bf16 GEMM goes through oneDNN it allocates reorder buffers
-// whose sizes follow the (dynamic) sequence length; those small, varying blocks are
-// what strands reserved memory in the caching emulation. Without native bf16 (e.g.
-// no AVX512-BF16) the GEMM allocates nothing extra and the scenario cannot happen.
-inline int64_t bf16_matmul_scratch_bytes() {
-  zrepro::DeviceMemory& mem = zrepro::DeviceMemory::instance();
-  mem.install(0);
-  const torch::Tensor a = torch::ones({8 * 100, 256}, torch::kBFloat16), b = torch::ones({256, 1024}, torch::kBFloat16);
-  mem.reset_peaks();
-  const int64_t base = mem.snapshot().allocated;
-  const torch::Tensor c = torch::matmul(a, b);
-  return mem.snapshot().peak - base - static_cast<int64_t>(c.numel() * c.element_size());
-}
-
+using zrepro_test::bf16_matmul_scratch_bytes;  // tests/support/train_helpers.h
 
 }  // namespace scenario_test

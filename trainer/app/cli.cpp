@@ -136,8 +136,17 @@ int64_t parse_size(const std::string& flag, const std::string& v) {
       {"", 1},           {"B", 1},          {"K", 1024.0},      {"KiB", 1024.0},   {"KB", 1e3},
       {"M", 1048576.0},  {"MiB", 1048576.0}, {"MB", 1e6},       {"G", 1073741824.0}, {"GiB", 1073741824.0},
       {"GB", 1e9},       {"T", 1099511627776.0}, {"TiB", 1099511627776.0}, {"TB", 1e12}};
+  // A size is whole bytes, at least one, at most kMaxSize: 0.5 (0 bytes), inf, nan or 2^64
+  // must not turn into "unlimited" or wrap around.
+  constexpr double kMaxSize = 1125899906842624.0;  // 2^50 bytes: 1 PiB
   for (const auto& [name, mult] : units)
-    if (used > 0 && unit == name && x > 0) return static_cast<int64_t>(x * mult);
+    if (used > 0 && unit == name) {
+      const double bytes = x * mult;
+      if (!std::isfinite(bytes) || bytes < 1 || bytes > kMaxSize)
+        throw ConfigError(flag + ": got \"" + v + "\", expected a size from 1 byte to 1 PiB such as 512MiB, 2GiB, 80GB "
+                          "or 1048576 (bytes)");
+      return static_cast<int64_t>(bytes);
+    }
   throw ConfigError(flag + ": got \"" + v + "\", expected a size such as 512MiB, 2GiB, 80GB or 1048576 (bytes)");
 }
 

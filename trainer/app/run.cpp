@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <thread>
 
 #include "device/base/errors.h"
@@ -29,6 +30,7 @@
 #include "trainer/app/cli.h"
 #include "trainer/app/env.h"
 #include "trainer/app/launch.h"
+#include "trainer/app/out_dir.h"
 #include "trainer/app/run_spec.h"
 #include "trainer/loop/virtual_ranks.h"
 #include "trainer/model/data.h"
@@ -117,6 +119,7 @@ struct RunState {
   std::unique_ptr<VirtualRanks> vranks;           // --world-size: every rank in this process
   std::optional<DeviceMemory::OwnerScope> owner;  // virtual: whose ledger this thread reads
   std::vector<RankReport> virtual_reports;        // virtual: every rank's view, for a failure's summary
+  bool out_claimed = false;                       // --out locked for this run (trainer/app/out_dir.h)
   DsConfig cfg;
   ModelSpec model;
   bool have_cfg = false, have_model = false;
@@ -147,7 +150,9 @@ struct RunState {
                     spec.interconnect_gbps, environment_json(), virtual_json()};
     const std::string name = speaks() ? "summary" : "summary_rank" + std::to_string(rank);
     const json summary = build_summary(in);
-    write_file_atomic(spec.out_dir + "/" + name + ".json", summary.dump(2) + "\n");
+    // Quoted user input may hold bytes that are not UTF-8 (a config's): replaced, never thrown on.
+    write_file_atomic(spec.out_dir + "/" + name + ".json",
+                      summary.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
     if (speaks()) write_file_atomic(spec.out_dir + "/report.html", html_report(summary));
   }
 
@@ -184,6 +189,13 @@ void make_run_out_dir(RunState& s) {
   if (s.spec.out_dir.empty()) return;
   try {
     make_out_dir(s.spec.out_dir);
+    if (s.speaks() && !s.out_claimed) {
+      const std::vector<std::string> moved = claim_out_dir(s.spec.out_dir);
+      s.out_claimed = true;
+      if (!moved.empty())
+        std::cout << "[zrepro] --out " << s.spec.out_dir << ": an earlier run's files (" << moved.size()
+                  << ") moved to " << s.spec.out_dir << "/previous/\n";
+    }
   } catch (const ConfigError&) {
     s.spec.out_dir.clear();
     throw;
@@ -214,7 +226,7 @@ void resolve_config(RunState& s) {
     if (target_world != s.world)
       throw ConfigError("--target-world-size " + std::to_string(target_world) + ": this run has " +
                         std::to_string(s.world) + " rank(s); ZeRO's per-rank partitions depend on the world size, so "
-                        "run the toy as as many ranks: --world-size " + std::to_string(target_world) +
+                        "run the toy as that many ranks: --world-size " + std::to_string(target_world) +
                         " (one process) or --ranks " + std::to_string(target_world));
     ScaleRequest sr;
     sr.target = resolve_model(*spec.target_model, spec.model_overrides);
@@ -236,6 +248,13 @@ void resolve_config(RunState& s) {
                       "untied LM head and eager attention; got " + std::string(family_name(s.model.family)) +
                       (s.model.tied ? ", tied" : "") + ", " + attention_name(s.model.attention) +
                       " (use --model tiny or small)");
+  // LibTorch indexes some kernels with 32 bits: a micro-batch past that is refused here,
+  // not left to fail inside a kernel.
+  if (s.cfg.micro_batch > std::numeric_limits<int32_t>::max() / std::max<int64_t>(s.model.seq + 1, 1))
+    throw ConfigError("train_micro_batch_size_per_gpu: got " + std::to_string(s.cfg.micro_batch) + " with sequence " +
+                      std::to_string(s.model.seq) + ": more than 2^31 tokens per micro-batch, past what one device "
+                      "step can index; use a micro-batch of at most " +
+                      std::to_string(std::numeric_limits<int32_t>::max() / (s.model.seq + 1)));
   if (spec.dynamic_seq_min && (*spec.dynamic_seq_min < 1 || *spec.dynamic_seq_min > s.model.seq))
     throw ConfigError("--dynamic-seq: got " + std::to_string(*spec.dynamic_seq_min) + ", expected 1.." +
                       std::to_string(s.model.seq) + " (the model's sequence length)");
@@ -264,6 +283,10 @@ void install_device(RunState& s) {
     if (cap > 0) {
       for_flag("--device-memory", [&] { cuda_set_capacity(s.dev.device.index(), cap); });
       s.dev.description += ", capacity " + format_bytes(cap) + " (memory fraction)";
+    }
+    if (s.vranks) {  // the other virtual ranks compute on the CPU: their bytes measured, uncapped
+      DeviceMemory::instance().install(0);
+      s.dev.description += "; the other " + std::to_string(s.world - 1) + " virtual ranks on the CPU (measured, no capacity)";
     }
     return;
   }
@@ -299,6 +322,18 @@ void derive_host_link(RunState& s) {
     std::cout << "[zrepro] host link " << d.profile.name << ": target " << fmt(d.profile.link_gbps) << " GB/s for "
               << fmt(d.profile.achieved_tflops) << " achieved TFLOPS; this CPU " << fmt(d.cpu_gflops)
               << " GFLOPS -> modelled link " << fmt(s.topt.host_link_gbps) << " GB/s\n";
+}
+
+// --ranks N: the config, the model and the injections are checked once here, before
+// mpirun starts N processes that would each refuse them.
+void precheck_before_launch(const RunSpec& spec, int world) {
+  const ModelSpec m = resolve_model(spec.target_model.value_or(spec.model), spec.model_overrides);
+  load_ds_config(require_config(spec.config_path), flags_for(spec, m, world));
+  for (size_t i = 0; i < spec.injections.size(); ++i)
+    if (spec.injections[i].rank >= world)
+      throw ConfigError("--inject \"" + spec.inject_specs[i] + "\": rank " + std::to_string(spec.injections[i].rank) +
+                        " does not exist in a world of " + std::to_string(world) + " (--ranks " +
+                        std::to_string(world) + ")");
 }
 
 // --world-size N, or a scale-down to an N-rank target with one process: the N ranks
@@ -348,6 +383,11 @@ void set_up(RunState& s, int* argc, char*** argv) {
     if (spec.injections[i].rank >= s.world)
       throw ConfigError("--inject \"" + spec.inject_specs[i] + "\": rank " + std::to_string(spec.injections[i].rank) +
                         " does not exist in a world of " + std::to_string(s.world));
+    if (spec.injections[i].from >= spec.steps)
+      throw ConfigError("--inject \"" + spec.inject_specs[i] + "\": step " + std::to_string(spec.injections[i].from) +
+                        " is past the run's --steps " + std::to_string(spec.steps) +
+                        " (injection steps count from 0: the last is " + std::to_string(spec.steps - 1) +
+                        "); it would have no effect");
     s.topt.inject.push_back(spec.injections[i]);
   }
   resolve_config(s);
@@ -730,6 +770,7 @@ int run_command(int argc, char** argv) {
     }
     if (s.spec.ranks) {
       if (launched_by_mpi()) throw ConfigError("--ranks: already running under an MPI launcher; drop --ranks");
+      precheck_before_launch(s.spec, *s.spec.ranks);
       relaunch_under_mpirun(*s.spec.ranks, {"run"}, argc, argv);
     }
     set_up(s, &argc, &argv);
@@ -747,10 +788,13 @@ int run_command(int argc, char** argv) {
   } catch (const NumericalError& e) {
     s.progress.clear();
     if (s.speaks()) std::cerr << "[deepspeed] " << e.what() << std::endl;
+    const bool fp16 = s.have_cfg && s.cfg.precision == Precision::fp16;
     return s.fail(FailureKind::numerical,
                   make_failure(FailureKind::numerical, s.rank, "step", e.what(),
-                               "fp16 overflowed until the loss scale hit min_loss_scale (or the loss went non-finite): "
-                               "use bf16, lower the lr, or keep gradient clipping on"));
+                               fp16 ? "fp16 overflowed until the loss scale hit min_loss_scale (or the loss went "
+                                      "non-finite): use bf16, lower the lr, or keep gradient clipping on"
+                                    : "the loss went non-finite (parameters or activations diverged): lower the lr, "
+                                      "keep gradient clipping on, check the data"));
   } catch (const std::exception& e) {
     s.progress.clear();
     std::cerr << "[zrepro] internal error on rank " << s.rank << ": " << e.what() << std::endl;

@@ -171,7 +171,9 @@ void parse_run_spec(int argc, char** argv, RunSpec& s) {
   }
   if (r.count("out")) s.out_dir = r["out"].as<std::string>();
   s.ranks = opt<int>(r, "ranks");
-  if (s.ranks && *s.ranks < 1) throw ConfigError("--ranks: must be >= 1, got " + std::to_string(*s.ranks));
+  if (s.ranks && (*s.ranks < 1 || *s.ranks > kMaxVirtualRanks))
+    throw ConfigError("--ranks: got " + std::to_string(*s.ranks) + ", expected 1.." + std::to_string(kMaxVirtualRanks) +
+                      " (processes on this node)");
   parse_virtual(r, s);
   s.device = r["device"].as<std::string>();
   s.steps = r["steps"].as<int64_t>();
@@ -193,7 +195,8 @@ void parse_run_spec(int argc, char** argv, RunSpec& s) {
     throw ConfigError("--prefetch-factor: got " + std::to_string(s.loader.prefetch_factor) + ", expected >= 1");
   if (s.loader.sample_ms < 0) throw ConfigError("--sample-ms: got " + fmt(s.loader.sample_ms) + ", expected >= 0");
   s.threads = r["threads"].as<int>();
-  if (s.threads <= 0) throw ConfigError("--threads: must be > 0, got " + std::to_string(s.threads));
+  if (s.threads <= 0 || s.threads > 256)
+    throw ConfigError("--threads: got " + std::to_string(s.threads) + ", expected 1..256 intra-op threads per rank");
   s.host_link_gbps = r["host-link-gbps"].as<double>();
   s.pageable_ratio = r["pageable-ratio"].as<double>();
   s.interconnect_gbps = r["interconnect-gbps"].as<double>();

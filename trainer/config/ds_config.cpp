@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <filesystem>
 #include <set>
 #include <sstream>
 
@@ -572,8 +573,20 @@ namespace {
 
 json parse_json(const std::string& text, const std::string& name) {
   json root;
+  // DeepSpeed loads its config with an object_pairs_hook that refuses a key given twice in
+  // one object ("Duplicate keys in DeepSpeed config"); nlohmann would keep the last.
+  std::vector<std::set<std::string>> open_objects;
+  std::string duplicate;
+  const json::parser_callback_t keys = [&](int, json::parse_event_t ev, json& parsed) {
+    if (ev == json::parse_event_t::object_start) open_objects.emplace_back();
+    if (ev == json::parse_event_t::object_end && !open_objects.empty()) open_objects.pop_back();
+    if (ev == json::parse_event_t::key && duplicate.empty() && !open_objects.empty() &&
+        !open_objects.back().insert(parsed.get<std::string>()).second)
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
   try {
-    root = json::parse(text);
+    root = json::parse(text, keys);
   } catch (const json::parse_error& e) {
     // nlohmann reports a byte offset: turn it into line and column.
     size_t line = 1, col = 1;
@@ -586,6 +599,9 @@ json parse_json(const std::string& text, const std::string& name) {
                       std::to_string(col) + ": " + (pos == std::string::npos ? what : what.substr(pos)) +
                       ". Fix the JSON syntax (a trailing comma or a missing quote is the usual cause)");
   }
+  if (!duplicate.empty())
+    throw ConfigError(name + ": Duplicate keys in DeepSpeed config: \"" + duplicate + "\" is given twice in one object "
+                      "(DeepSpeed refuses the file); keep one of them");
   return root;
 }
 
@@ -776,6 +792,10 @@ c10::ScalarType comm_dtype_of(const DsConfig& cfg) {
 }
 
 DsConfig load_ds_config(const std::string& path, const ConfigFlags& flags) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw ConfigError("--config: \"" + path + "\" is a directory; pass the path of a DeepSpeed JSON config file, e.g. " +
+                      path + "/ds_config.json");
   std::ifstream in(path);
   if (!in)
     throw ConfigError("--config: cannot read \"" + path + "\" (no such file or not readable). Pass the path of a "

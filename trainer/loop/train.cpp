@@ -44,6 +44,33 @@ std::string scale_log(const LossScaler::Event& ev, int rank) {
   }
   return "";
 }
+// [Note: when a run is numerically dead] Checked at every step boundary, on every rank
+// alike (the loss and the norm are global after the step's all-reduce):
+// - a non-finite loss ends the run, unless fp16's loss scaler skipped the step (the
+//   scaler's own rule then ends it at min_loss_scale): under bf16 or fp32 no scaler can
+//   recover non-finite parameters or activations, even when bf16.check_grad_overflow
+//   skips the update as DeepSpeed's does;
+// - a non-finite gradient norm on a step that was not skipped means the update applied
+//   inf/NaN gradients (fp32, and bf16 without check_grad_overflow, pass them through as
+//   DeepSpeed does): the parameters are no longer finite.
+void check_numerics(const StepResult& sr, const DsConfig& cfg, int64_t step) {
+  const std::string at = " at step " + std::to_string(step + 1) + " (counted from 1, as the step log)";
+  const bool scaler_skip = sr.skipped && cfg.precision == Precision::fp16;
+  if (!std::isfinite(sr.loss) && !scaler_skip)
+    throw NumericalError("loss is " + std::to_string(sr.loss) + at + ": parameters or activations diverged" +
+                         (sr.skipped ? " (bf16.check_grad_overflow skipped the update, which cannot bring them back)"
+                                     : ""));
+  if (!sr.skipped && !std::isfinite(sr.grad_norm))
+    throw NumericalError("gradient norm is not finite" + at + " and the update applied it (" +
+                         std::string(cfg.precision == Precision::bf16
+                                         ? "bf16 without check_grad_overflow passes inf/NaN gradients through, as "
+                                           "DeepSpeed does; \"bf16\": {\"check_grad_overflow\": true} skips such steps"
+                                         : cfg.precision == Precision::fp16
+                                         ? "fp16 with a static loss scale does not skip overflowing steps, as in DeepSpeed"
+                                         : "fp32 has no overflow check, as in DeepSpeed") +
+                         "): the parameters are no longer finite");
+}
+
 }  // namespace
 
 Injection parse_injection(const std::string& spec) {
@@ -59,29 +86,43 @@ Injection parse_injection(const std::string& spec) {
   if (inj.kind != "inf-grad" && inj.kind != "gas-mismatch" && inj.kind != "skip-forward" && inj.kind != "straggler" &&
       inj.kind != "drop-accumulated-grads" && inj.kind != "loss-spike")
     throw ConfigError("--inject \"" + spec + "\": unknown kind \"" + inj.kind + "\"." + usage);
-  try {
+  // Whole numbers only ("3x", "-1" and "1e9" are refused, not read as 3, -1, 1).
+  auto whole = [](const std::string& s) -> int64_t {
+    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos)
+      throw std::invalid_argument(s);
+    return std::stoll(s);
+  };
+  auto number = [](const std::string& s) {
     size_t used = 0;
-    inj.rank = std::stoi(parts[1], &used);
-    if (used != parts[1].size() || inj.rank < 0) throw std::invalid_argument("rank");
+    const double v = std::stod(s, &used);
+    if (used != s.size() || !std::isfinite(v)) throw std::invalid_argument(s);
+    return v;
+  };
+  try {
+    inj.rank = static_cast<int>(whole(parts[1]));
     const std::string arg = parts.size() == 3 ? parts[2] : "";
     if (inj.kind == "straggler") {
-      inj.ms = std::stod(arg);
+      inj.ms = number(arg);
       if (inj.ms < 0) throw std::invalid_argument("ms");
     } else if (inj.kind == "loss-spike") {
-      inj.factor = std::stod(arg);
+      inj.factor = number(arg);
       if (!(inj.factor > 0)) throw std::invalid_argument("factor");
     } else if (inj.kind == "skip-forward") {
-      inj.from = inj.to = arg.empty() ? 1 : std::stoll(arg);
+      inj.from = inj.to = arg.empty() ? 1 : whole(arg);
     } else if (inj.kind == "inf-grad" && !arg.empty()) {
       const auto dash = arg.find('-');
-      inj.from = std::stoll(arg.substr(0, dash));
-      inj.to = dash == std::string::npos ? inj.from : dash + 1 == arg.size() ? -1 : std::stoll(arg.substr(dash + 1));
+      inj.from = whole(arg.substr(0, dash));
+      inj.to = dash == std::string::npos ? inj.from : dash + 1 == arg.size() ? -1 : whole(arg.substr(dash + 1));
     } else if (!arg.empty()) {
       throw std::invalid_argument("arg");
     }
   } catch (const std::exception&) {
     throw ConfigError("--inject \"" + spec + "\": bad RANK or ARG." + usage);
   }
+  if (inj.to >= 0 && inj.to < inj.from)
+    throw ConfigError("--inject \"" + spec + "\": the step range " + std::to_string(inj.from) + "-" +
+                      std::to_string(inj.to) + " is reversed (no step would be hit); write it FIRST-LAST, e.g. " +
+                      std::to_string(inj.to) + "-" + std::to_string(inj.from));
   return inj;
 }
 
@@ -198,11 +239,7 @@ void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
     const double w_step = wall_seconds();
     mem.set_phase(Phase::step);
     StepResult sr = engine.step(loss_sum / static_cast<double>(std::max<int64_t>(micro_steps, 1)));
-    // The loss is global after the step's all-reduce, so every rank decides alike.
-    // fp16/bf16 turn a non-finite loss into an overflow-skipped step instead.
-    if (!std::isfinite(sr.loss) && !sr.skipped)
-      throw NumericalError("loss is " + std::to_string(sr.loss) + " at step " + std::to_string(step) +
-                           " (parameters or activations diverged)");
+    check_numerics(sr, cfg, step);
     rec.optimizer_s = since(t0);
     rec.loss = sr.loss;
     rec.grad_norm = sr.grad_norm;

@@ -7,7 +7,9 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <chrono>
 #include <fstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -138,4 +140,82 @@ TEST(Cli, ConfigCommandPrintsEveryValueWithItsSource) {
   for (const auto& e : j["entries"])
     if (e["key"] == "gradient_clipping") { found = true; EXPECT_EQ(e["source"], "auto"); }
   EXPECT_TRUE(found);
+}
+
+// Issue 14: input that used to be accepted silently or to crash the error path.
+TEST(Cli, NonsenseIsRefusedWithExitTwoAndASummary) {
+  const std::string out = tmpdir("nonsense");
+  const std::string cfg = write(out, R"({"train_micro_batch_size_per_gpu": 2})");
+  // An injection past the run's steps would have no effect.
+  Result r = zrepro("run --config " + cfg + " --steps 3 --inject inf-grad:0:7 --out " + out + "/o1");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("past the run's --steps 3"), std::string::npos) << r.output;
+  // A micro-batch past 32-bit indexing: exit 2 naming the key, not a LibTorch trace.
+  r = zrepro("run --config " + cfg + " --steps 1 --micro-batch 4294967297 --out " + out + "/o2");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("train_micro_batch_size_per_gpu: got 4294967297"), std::string::npos) << r.output;
+  // A byte that is not UTF-8 in the config: quoted in the error, the summary still written.
+  const std::string bad = out + "/latin1.json";
+  std::ofstream(bad) << "{\"train_micro_batch_size_per_gpu\": 2, \"optimizer\": {\"type\": \"Ad\xe9m\"}}";
+  r = zrepro("run --config " + bad + " --steps 1 --out " + out + "/o3");
+  EXPECT_EQ(r.code, 2) << r.output;
+  const json s = read_json(out + "/o3/summary.json");
+  EXPECT_EQ(s["status"], "config_error");
+  // --ranks with a broken config: refused before mpirun starts anything.
+  const std::string dup = write(out, R"({"train_micro_batch_size_per_gpu": 2, "train_micro_batch_size_per_gpu": 4})");
+  r = zrepro("run --ranks 2 --config " + dup + " --steps 1 --out " + out + "/o4");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("Duplicate keys"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("mpirun"), std::string::npos) << r.output;
+  EXPECT_EQ(read_json(out + "/o4/summary.json")["status"], "config_error");
+}
+
+TEST(Cli, Fp32DivergenceSaysNothingOfFp16) {
+  const std::string out = tmpdir("fp32nan");
+  const std::string cfg = write(out, R"({"train_micro_batch_size_per_gpu": 2,
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}})");
+  Result r = zrepro("run --config " + cfg + " --steps 4 --inject inf-grad:0:1 --out " + out);
+  EXPECT_EQ(r.code, 5) << r.output;
+  const json s = read_json(out + "/summary.json");
+  EXPECT_EQ(s["failure"]["kind"], "numerical");
+  const std::string hint = s["failure"]["hint"];
+  EXPECT_EQ(hint.find("fp16"), std::string::npos) << hint;
+  EXPECT_NE(std::string(s["failure"]["message"]).find("at step 2"), std::string::npos) << s["failure"]["message"];
+}
+
+// Issue 14: two runs on one --out never mix their files; an earlier run's are moved aside.
+TEST(Cli, OneRunAtATimePerOutFolder) {
+  const std::string out = tmpdir("lock");
+  const std::string cfg = write(out, R"({"train_micro_batch_size_per_gpu": 2})");
+  const std::string o = out + "/o";
+  // A first run holds the folder for a few seconds.
+  const std::string first = "timeout 120 " + std::string(ZREPRO_BIN) + " run --config " + cfg +
+                            " --model tiny --steps 800 --out " + o + " > " + out + "/first.log 2>&1 & echo $!";
+  std::string pid = zrepro_test::shell(first).output;
+  pid.erase(pid.find_last_not_of(" \n") + 1);
+  ASSERT_FALSE(pid.empty());
+  for (int i = 0; i < 200 && !std::filesystem::exists(o + "/.zrepro.lock"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  Result second = zrepro("run --config " + cfg + " --steps 2 --out " + o);
+  EXPECT_EQ(second.code, 2) << second.output;
+  EXPECT_NE(second.output.find("another zrepro run (pid "), std::string::npos) << second.output;
+  zrepro_test::shell("for i in $(seq 1200); do kill -0 " + pid + " 2>/dev/null || break; sleep 0.1; done");
+  const json s = read_json(o + "/summary.json");
+  EXPECT_EQ(s["status"], "ok");
+  EXPECT_EQ(s["steps"].size(), 800u);  // the first run's, whole
+  std::ifstream m(o + "/metrics.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(m, line); ++lines) EXPECT_NO_THROW((void)json::parse(line)) << line;
+  EXPECT_GT(lines, 0);
+  // A later run moves the first run's files aside instead of writing beside them.
+  std::filesystem::create_directories(o + "/flight");
+  std::ofstream(o + "/hang_report.json") << "{}";
+  Result third = zrepro("run --config " + cfg + " --steps 2 --out " + o);
+  EXPECT_EQ(third.code, 0) << third.output;
+  EXPECT_FALSE(std::filesystem::exists(o + "/hang_report.json"));
+  EXPECT_FALSE(std::filesystem::exists(o + "/flight"));
+  EXPECT_TRUE(std::filesystem::exists(o + "/previous/hang_report.json"));
+  EXPECT_EQ(read_json(o + "/previous/summary.json")["steps"].size(), 800u);
+  EXPECT_EQ(read_json(o + "/summary.json")["steps"].size(), 2u);
 }

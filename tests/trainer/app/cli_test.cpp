@@ -51,3 +51,18 @@ TEST(Cli, DeviceMemoryTakesPresetsAndSizes) {
     EXPECT_NE(m.find("GiB (2^30)"), std::string::npos) << m;
   }
 }
+
+// Issue 14: a size that is not whole bytes in 1 B .. 1 PiB is refused, never "unlimited".
+TEST(Cli, SizesOutsideOneByteToOnePebibyteAreRefused) {
+  for (const char* v : {"0.5", "0", "inf", "nan", "9.3e18", "2e15", "-1GB", "0.4B"}) {
+    try {
+      parse_device_memory("--device-memory", v);
+      ADD_FAILURE() << v << " was accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("--device-memory: got \"" + std::string(v) + "\""), std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(parse_size("--x", "1"), 1);
+  EXPECT_EQ(parse_size("--x", "1e-3GB"), 1000000);
+}

@@ -152,3 +152,8 @@ TEST(RunSpec, VirtualRanksFlags) {
   EXPECT_EQ(error_of({"--world-size", "2", "--inject", "inf-grad:1:0"}), "");  // numerics: fine
   EXPECT_NE(error_of({"--world-size", "2", "--threads", "2"}).find("one intra-op thread"), std::string::npos);
 }
+
+TEST(RunSpec, ThreadsAndRanksHaveUpperBounds) {
+  EXPECT_NE(error_of({"--threads", "100000"}).find("expected 1..256"), std::string::npos);
+  EXPECT_NE(error_of({"--ranks", "100000"}).find("expected 1..512"), std::string::npos);
+}

@@ -290,3 +290,23 @@ TEST(Config, ResolvedJsonRoundTrips) {
       EXPECT_EQ(e.source, Source::file) << e.path;
     }
 }
+
+// Issue 14: DeepSpeed refuses a key given twice in one object; so does zrepro, strict or not.
+TEST(Config, DuplicateKeysAreRefusedAsDeepSpeedDoes) {
+  expect_error(R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2, "stage": 3}})",
+               {"Duplicate keys in DeepSpeed config", "\"stage\""});
+  expect_error(R"({"train_micro_batch_size_per_gpu": 2, "train_micro_batch_size_per_gpu": 4})",
+               {"Duplicate keys", "train_micro_batch_size_per_gpu"});
+  // The same key in two different objects is no duplicate.
+  EXPECT_NO_THROW(parse(R"({"train_micro_batch_size_per_gpu": 2, "fp16": {"enabled": false},
+                           "bf16": {"enabled": false}})"));
+}
+
+TEST(Config, ADirectoryAsConfigIsNamedAsOne) {
+  try {
+    load_ds_config(testing::TempDir(), ConfigFlags{});
+    FAIL() << "a directory was loaded";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
+  }
+}

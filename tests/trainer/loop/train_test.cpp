@@ -120,6 +120,56 @@ TEST(Train, InjectionSpecParsing) {
   EXPECT_FALSE(b.covers(1));
   EXPECT_THROW(parse_injection("bogus:0"), ConfigError);
   EXPECT_THROW(parse_injection("inf-grad:x"), ConfigError);
+  // Issue 14: a reversed range, a number with trailing text or none at all is refused.
+  for (const char* bad : {"inf-grad:0:5-3", "inf-grad:0:3x", "inf-grad:1x", "inf-grad:-1", "straggler:0:1e999",
+                          "straggler:0:5ms", "loss-spike:0:nan", "skip-forward:0:-2"})
+    EXPECT_THROW(parse_injection(bad), ConfigError) << bad;
+  try {
+    parse_injection("inf-grad:0:5-3");
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("reversed"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("3-5"), std::string::npos) << e.what();
+  }
+}
+
+// Issue 14 [Note: when a run is numerically dead]: non-finite numbers end the run.
+TEST(Train, Fp32InfGradientIsANumericalFailureAtThatStep) {
+  DsConfig cfg = config(std::string(R"({"train_micro_batch_size_per_gpu": 2, )") + kAdam + "}");
+  TrainOptions o;
+  o.steps = 5;
+  o.inject = {parse_injection("inf-grad:0:3")};
+  TrainResult r;
+  try {
+    train(cfg, resolve_model("tiny"), o, r);
+    FAIL() << "an inf gradient went through and the run ended ok";
+  } catch (const NumericalError& e) {
+    EXPECT_NE(std::string(e.what()).find("gradient norm is not finite at step 4"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(r.steps.size(), 3u);  // steps 1-3 completed (counted from 1)
+}
+
+TEST(Train, Bf16DivergedLossIsNumericalEvenWhenItsStepsAreSkipped) {
+  DsConfig cfg = config(R"({"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true},
+                            "optimizer": {"type": "AdamW", "params": {"lr": 1000000}}})");
+  ASSERT_TRUE(cfg.bf16_check_grad_overflow);
+  TrainOptions o;
+  o.steps = 30;
+  TrainResult r;
+  EXPECT_THROW(train(cfg, resolve_model("tiny"), o, r), NumericalError);
+  EXPECT_LT(r.steps.size(), 30u);
+}
+
+TEST(Train, Bf16CheckGradOverflowSkipsAnInfGradientAndGoesOn) {
+  DsConfig cfg = config(std::string(R"({"train_micro_batch_size_per_gpu": 2, )") + kAdam +
+                        R"(, "bf16": {"enabled": true, "check_grad_overflow": true}})");
+  TrainResult r = run(cfg, 4, {parse_injection("inf-grad:0:2")});
+  ASSERT_EQ(r.steps.size(), 4u);
+  EXPECT_TRUE(r.steps[2].skipped);
+  for (const auto& s : r.steps) EXPECT_TRUE(std::isfinite(s.loss));
+  // Without the check DeepSpeed applies the inf gradient: the run is dead at that step.
+  DsConfig unchecked = config(std::string(R"({"train_micro_batch_size_per_gpu": 2, )") + kAdam +
+                              R"(, "bf16": {"enabled": true, "check_grad_overflow": false}})");
+  EXPECT_THROW(run(unchecked, 4, {parse_injection("inf-grad:0:2")}), NumericalError);
 }
 
 TEST(Train, ActivationCheckpointingKeepsLossesAndCutsActivations) {

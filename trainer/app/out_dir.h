@@ -1,0 +1,20 @@
+// The run's output folder, claimed for one run at a time: an advisory lock held for the
+// process's life (a second run on the same --out is refused with exit 2, naming the
+// holder's pid), and the files an earlier run left there (summary, report, metrics,
+// trace, hang report, flight dumps, inputs) moved aside to OUT/previous/, so nothing of
+// another run sits beside this one's summary.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace zrepro {
+
+// The names a run writes in its --out (files and folders), which claim_out_dir moves aside.
+const std::vector<std::string>& run_output_names();
+
+// Locks dir (creating it) for this process and moves an earlier run's outputs to
+// dir/previous/ (replacing what was there). Returns what was moved. Throws ConfigError
+// when another live process holds the lock.
+std::vector<std::string> claim_out_dir(const std::string& dir);
+
+}  // namespace zrepro
