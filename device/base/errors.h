@@ -25,12 +25,28 @@ enum ExitCode : int {
   kExitDoctorFailed = 10,
   // zrepro check: a figure moved past its tolerance against the baseline.
   kExitCheckRegressed = 11,
+  // An output file could not be written (full disk, file size limit, I/O error).
+  kExitIo = 12,
+  // Stopped by SIGINT (130) or SIGTERM (143): 128 + the signal, as a shell reports it.
+  kExitInterrupted = 130,
 };
 
 // Bad config, flag or file: the message names the key/flag/file, the value,
 // what was expected and how to fix it.
 struct ConfigError : std::runtime_error {
   using std::runtime_error::runtime_error;
+};
+
+// An output could not be written whole (full disk, quota, file size limit): exit 12.
+// The final name never holds a partial file.
+struct IoError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// SIGINT / SIGTERM seen at a step boundary: the run stops there, exit 128 + signal.
+struct Interrupted : std::runtime_error {
+  Interrupted(int sig, const std::string& what) : std::runtime_error(what), signal(sig) {}
+  int signal;
 };
 
 // Numerical failure (loss scale at its minimum, NaN loss): exit 5.

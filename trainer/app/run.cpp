@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -140,8 +141,19 @@ struct RunState {
 
   // Rank 0 writes the summary from every rank's report. A run that fails writes
   // the failing rank's own view: summary.json on rank 0, summary_rank<r>.json elsewhere.
+  // Never throws: it runs inside the failure handlers, where an exception would end the
+  // process in terminate with nothing written; a write that fails is said on stderr.
   void write_summary(const std::string& status, json failure, std::vector<RankReport> reports, bool all_ranks) {
     if (spec.out_dir.empty() || (all_ranks && !speaks())) return;
+    try {
+      write_summary_or_throw(status, std::move(failure), std::move(reports));
+    } catch (const std::exception& e) {
+      std::cerr << "[zrepro] rank " << rank << ": could not write the summary in " << spec.out_dir << ": " << e.what()
+                << std::endl;
+    }
+  }
+
+  void write_summary_or_throw(const std::string& status, json failure, std::vector<RankReport> reports) {
     if (reports.empty()) reports = virtual_reports;
     if (reports.empty()) reports.push_back(rank_report(rank, result, device_memory_snapshot(dev.device)));
     SummaryInput in{status, have_cfg ? &cfg : nullptr, have_model ? &model : nullptr, dev.description,
@@ -168,19 +180,45 @@ struct RunState {
   }
 
   // The end of a failed run: this rank's summary and the failure's exit code.
-  int fail(FailureKind kind, json failure) {
+  // exit_code: the row's unless given (SIGTERM's 143 beside SIGINT's 130).
+  int fail(FailureKind kind, json failure, int exit_code = -1) {
     progress.clear();
     const FailureRow& row = failure_row(kind);
+    const int code = exit_code >= 0 ? exit_code : row.exit_code;
+    try {
+      if (metrics) metrics->close();  // the completed steps' records, whole lines
+    } catch (const std::exception& e) {
+      std::cerr << "[zrepro] could not close metrics.jsonl: " << e.what() << std::endl;
+    }
     write_summary(row.status, std::move(failure), {}, false);
     // With peers, never finalize MPI on a failure (peers may be inside a collective
     // and MPI_Finalize would wait for them): exit now, and mpirun ends the others.
     if (ranks && ranks->comm->world_size() > 1) {
       std::fflush(nullptr);
-      std::_Exit(row.exit_code);
+      std::_Exit(code);
     }
-    return row.exit_code;
+    return code;
   }
 };
+
+// ---------------------------------------------------------------- signals
+
+// [Note: stopping on a signal] SIGINT and SIGTERM only set this flag; the training loop
+// asks for it at every step boundary (TrainOptions::stop_signal), all processes agree on
+// it with one tiny all-reduce, and the run ends through the failure table: summary.json
+// with status "interrupted" and the steps done, report.html, exit 128 + signal. A second
+// signal takes the default action (the process ends at once).
+std::atomic<int> g_stop_signal{0};
+
+void on_stop_signal(int sig) {
+  g_stop_signal.store(sig);
+  std::signal(sig, SIG_DFL);
+}
+
+void install_stop_signals() {
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+}
 
 // ---------------------------------------------------------------- set-up
 
@@ -653,7 +691,7 @@ int train_virtual_and_report(RunState& s, TraceRecorder& trace, const StepCallba
     trace.add_copies(s.result.copy_log);
     write_file_atomic(s.spec.out_dir + "/trace.json", merge_traces(std::vector<json>{trace.events()}).dump());
   }
-  s.write_summary("ok", nullptr, s.virtual_reports, true);
+  s.write_summary_or_throw("ok", nullptr, s.virtual_reports);  // an I/O failure ends the run as one
   return kExitOk;
 }
 
@@ -691,7 +729,7 @@ int train_and_report(RunState& s) {
                   << fmt(straggler["own_wait_s"].get<double>()) << " s\n";
     }
     if (s.rank == 0 && out) merge_rank_traces(s);
-    s.write_summary("ok", nullptr, reports, true);
+    if (s.speaks()) s.write_summary_or_throw("ok", nullptr, reports);  // an I/O failure ends the run as one
     return kExitOk;
   } catch (const CommError& e) {
     on_hang(s, e.what());
@@ -720,7 +758,12 @@ int oom_failure(RunState& s, const c10::OutOfMemoryError& e) {
   failure["step"] = static_cast<int64_t>(s.result.steps.size());  // the optimizer step that was running
   // Which of the usual fixes the planner predicts would fit (CPU-emulated device).
   if (s.have_cfg && s.have_model && s.dev.device.is_cpu() && s.capacity() > 0) {
-    const std::vector<FixPrediction> fixes = predict_fixes(plan_request(s));
+    std::vector<FixPrediction> fixes;
+    try {
+      fixes = predict_fixes(plan_request(s));
+    } catch (const std::exception& e) {  // a failure report must not fail: say it and go on
+      std::cerr << "[zrepro] could not plan the fixes: " << e.what() << std::endl;
+    }
     json fj = json::array();
     for (const auto& f : fixes)
       fj.push_back(f.to_json());
@@ -773,7 +816,13 @@ int run_command(int argc, char** argv) {
       precheck_before_launch(s.spec, *s.spec.ranks);
       relaunch_under_mpirun(*s.spec.ranks, {"run"}, argc, argv);
     }
+    install_stop_signals();
     set_up(s, &argc, &argv);
+    s.topt.stop_signal = [&s] {
+      const int mine = g_stop_signal.load();
+      // Every process must stop at the same boundary: the highest signal seen wins.
+      return s.world > 1 && !s.vranks ? static_cast<int>(mpi_max(mine)) : mine;
+    };
     print_header(s);
     return train_and_report(s);
   } catch (const ConfigError& e) {
@@ -795,6 +844,27 @@ int run_command(int argc, char** argv) {
                                       "non-finite): use bf16, lower the lr, or keep gradient clipping on"
                                     : "the loss went non-finite (parameters or activations diverged): lower the lr, "
                                       "keep gradient clipping on, check the data"));
+  } catch (const Interrupted& e) {
+    s.progress.clear();
+    if (s.speaks()) std::cerr << "[zrepro] interrupted: " << e.what() << std::endl;
+    json failure = make_failure(FailureKind::interrupted, s.rank, "step", e.what(),
+                                "stopped by a signal at a step boundary; summary.json holds the steps done");
+    failure["signal"] = e.signal == SIGTERM ? "SIGTERM" : "SIGINT";
+    failure["steps_done"] = static_cast<int64_t>(s.result.steps.size());
+    return s.fail(FailureKind::interrupted, failure, 128 + e.signal);
+  } catch (const IoError& e) {
+    s.progress.clear();
+    std::cerr << "[zrepro] rank " << s.rank << ": " << e.what() << std::endl;
+    return s.fail(FailureKind::io, make_failure(FailureKind::io, s.rank, "output", e.what(),
+                                                "free space in --out (or raise its quota / file size limit) and run "
+                                                "again; no output holds a partial file under its final name"));
+  } catch (const std::bad_alloc&) {
+    s.progress.clear();
+    std::cerr << "[zrepro] rank " << s.rank << ": a host allocation failed (std::bad_alloc)" << std::endl;
+    return s.fail(FailureKind::oom,
+                  make_failure(FailureKind::oom, s.rank, "host", "a host memory allocation failed (std::bad_alloc)",
+                               "the model or a buffer is larger than this machine's memory: check --model, --vocab, "
+                               "--hidden and the micro-batch"));
   } catch (const std::exception& e) {
     s.progress.clear();
     std::cerr << "[zrepro] internal error on rank " << s.rank << ": " << e.what() << std::endl;

@@ -2,6 +2,7 @@
 #include "trainer/loop/train.h"
 
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <sstream>
 #include <thread>
@@ -268,6 +269,11 @@ void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
     result.steps.push_back(rec);
     result.memory = engine.memory();
     if (on_step) on_step(rec, scale_log(sr.scale_event, rank));
+    if (opts.stop_signal && step + 1 < opts.steps)
+      if (const int sig = opts.stop_signal())
+        throw Interrupted(sig, std::string(sig == SIGTERM ? "SIGTERM" : "SIGINT") + " after step " +
+                                   std::to_string(step + 1) + " of " + std::to_string(opts.steps) +
+                                   ": stopped at the step boundary");
   }
   if (engine.copier()) {
     result.copies = engine.copier()->stats();

@@ -58,6 +58,10 @@ struct TrainOptions {
   // --data-rule same: every rank draws rank 0's micro-batches (the data rule a virtual
   // run is compared under; distinct, the default, is an ordinary data-parallel split).
   bool same_data = false;
+  // Asked at every step boundary, on every rank, after the step: a signal number (SIGINT,
+  // SIGTERM) ends the run there with Interrupted; 0 goes on. The answer must be the same
+  // on every rank (run.cpp agrees it across processes).
+  std::function<int()> stop_signal;
   // Overrides the engine's buffer policy (experiments and tests; see
   // [Note: one buffer policy for run and plan] in zero/schedule/buffer_policy.h).
   std::optional<BufferPolicy> buffer_policy;

@@ -1,6 +1,7 @@
 // See hang.h.
 #include "trainer/report/hang.h"
 
+#include <algorithm>
 #include <map>
 #include <sstream>
 
@@ -52,7 +53,9 @@ std::vector<FlightEntry> flight_from_json(const json& j) {
 }
 
 json HangDiagnosis::to_json() const {
-  return {{"seq", seq}, {"culprit_ranks", culprits}, {"kind", kind}, {"text", text}};
+  json s = json::array();
+  for (const auto& x : suspects) s.push_back({{"rank", x.rank}, {"evidence", x.evidence}});
+  return {{"seq", seq}, {"culprit_ranks", culprits}, {"kind", kind}, {"text", text}, {"suspects", s}};
 }
 
 namespace {
@@ -73,6 +76,53 @@ std::string rank_list(const std::vector<int>& r) {
   std::string s;
   for (int x : r) s += (s.empty() ? "" : ", ") + std::to_string(x);
   return s;
+}
+
+double last_activity(const std::vector<FlightEntry>& entries) {
+  double t = 0;
+  for (const auto& e : entries) t = std::max({t, e.t_scheduled, e.t_started, e.t_completed});
+  return t;
+}
+
+// Orders the suspects (see [Note: hang suspects]) and makes culprits their ranks.
+void rank_suspects(HangDiagnosis& d, const std::vector<std::vector<FlightEntry>>& per_rank,
+                   const std::vector<int>& no_dump) {
+  auto add = [&](int r, const std::string& why) {
+    for (const auto& s : d.suspects)
+      if (s.rank == r) return;
+    d.suspects.push_back({r, why});
+  };
+  for (int r : no_dump)
+    add(r, "no flight dump: it never answered (frozen, killed, or blocked outside a collective)");
+  // The oldest last activity among the ranks that dumped, when it lags the newest by > 1 s.
+  int oldest = -1;
+  double newest = 0, oldest_t = 0;
+  for (int r = 0; r < static_cast<int>(per_rank.size()); ++r) {
+    if (per_rank[r].empty()) continue;
+    const double t = last_activity(per_rank[r]);
+    newest = std::max(newest, t);
+    if (oldest < 0 || t < oldest_t) oldest = r, oldest_t = t;
+  }
+  const bool lags = oldest >= 0 && newest - oldest_t > 1.0;
+  const std::string lag = lags ? "its last collective activity is " + std::to_string(newest - oldest_t).substr(0, 5) +
+                                     " s older than the other ranks' (it stopped issuing collectives first)"
+                               : "";
+  if (lags && d.kind == "stuck") add(oldest, lag);
+  const std::string at = " collective #" + std::to_string(d.seq);
+  for (int r : d.culprits)
+    add(r, d.kind == "missing"    ? "never issued" + at
+           : d.kind == "mismatch" ? "issued a different collective at" + at
+           : d.kind == "stuck"    ? "waits in" + at + " (it may be the victim of a slower peer)"
+                                  : "named by the flight dumps");
+  if (lags) add(oldest, lag);
+  d.culprits.clear();
+  for (const auto& s : d.suspects) d.culprits.push_back(s.rank);
+  if (d.suspects.empty()) return;
+  std::ostringstream os;
+  os << " Suspects, most likely first:";
+  for (size_t i = 0; i < d.suspects.size(); ++i)
+    os << (i ? ";" : "") << " rank " << d.suspects[i].rank << " (" << d.suspects[i].evidence << ")";
+  d.text += os.str() + ".";
 }
 
 }  // namespace
@@ -137,12 +187,14 @@ HangDiagnosis diagnose_hang(const std::vector<std::vector<FlightEntry>>& per_ran
     }
     if (!no_dump.empty()) os << "No flight dump from rank(s) " << rank_list(no_dump) << ".";
     d.text = os.str();
+    rank_suspects(d, per_rank, no_dump);
     return d;
   }
   d.kind = "unknown";
   d.text = no_dump.empty() ? "every recorded collective matched and completed on all ranks"
                            : "no flight dump from rank(s) " + rank_list(no_dump) + "; they may be the ones stuck";
-  d.culprits = no_dump;
+  d.culprits.clear();
+  rank_suspects(d, per_rank, no_dump);
   return d;
 }
 

@@ -18,7 +18,17 @@ std::vector<FlightEntry> flight_from_json(const nlohmann::json& j);
 
 struct HangDiagnosis {
   int64_t seq = -1;                // first sequence id where ranks disagree (-1: none found)
-  std::vector<int> culprits;       // ranks that diverged or are missing
+  std::vector<int> culprits;       // the suspects' ranks, most likely first
+  struct Suspect {
+    int rank;
+    std::string evidence;
+  };
+  // [Note: hang suspects] Most likely first: a rank with no flight dump (it never
+  // answered: frozen, killed, or blocked outside a collective); when every rank waits in
+  // the same collective, the rank whose last collective activity is oldest (it stopped
+  // first); then the ranks the sequence comparison names (missing, mismatched, stuck).
+  // The rank that reported is never blamed for reporting.
+  std::vector<Suspect> suspects;
   std::string kind;                // "missing" | "mismatch" | "stuck" | "unknown"
   std::string text;                // one paragraph for humans
   nlohmann::json to_json() const;

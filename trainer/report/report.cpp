@@ -34,8 +34,12 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << content;
-    out.flush();
-    if (!out) throw std::runtime_error("cannot write " + tmp);
+    out.close();  // flush and close, both checked: a full disk shows here
+    if (!out) {
+      std::remove(tmp.c_str());
+      throw IoError("cannot write " + path + " (" + std::to_string(content.size()) +
+                    " bytes): the disk is full, a size limit was hit or the folder is not writable");
+    }
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
@@ -51,17 +55,32 @@ MetricsWriter::MetricsWriter(const std::string& dir)
   if (!out_) throw ConfigError("--out: cannot write " + partial_path_ + "; pass a writable folder");
 }
 
-MetricsWriter::~MetricsWriter() { close(); }
+MetricsWriter::~MetricsWriter() {
+  try {
+    close();
+  } catch (const std::exception&) {  // a destructor must not throw: the file keeps its .partial name
+  }
+}
 
 void MetricsWriter::append(const json& line) {
-  out_ << line.dump() << '\n';
+  if (failed_) return;
+  out_ << line.dump(-1, ' ', false, json::error_handler_t::replace) << '\n';
   out_.flush();
+  if (!out_) {
+    failed_ = true;
+    throw IoError("cannot write " + partial_path_ + ": the disk is full, a size limit was hit or the file went away; "
+                  "it keeps the .partial name");
+  }
 }
 
 void MetricsWriter::close() {
   if (!out_.is_open()) return;
   out_.close();
-  std::filesystem::rename(partial_path_, final_path_);
+  if (!out_) failed_ = true;
+  if (failed_) return;  // never a partial file under the final name
+  std::error_code ec;
+  std::filesystem::rename(partial_path_, final_path_, ec);
+  if (ec) throw IoError("cannot rename " + partial_path_ + " to " + final_path_ + ": " + ec.message());
 }
 
 json step_json(const StepRecord& s) {
@@ -97,6 +116,8 @@ constexpr FailureRow kFailures[] = {
     {"hang", "hang", kExitHang, "communication"},
     {"numerical", "diverged", kExitNumerical, "numerics"},
     {"pinned-memory", "pinned_memory", kExitPinnedMemory, "pinned-memory"},
+    {"interrupted", "interrupted", kExitInterrupted, ""},  // SIGTERM: 143 (run.cpp)
+    {"io", "io_error", kExitIo, ""},
     {"error", "error", kExitInternal, ""},
 };
 

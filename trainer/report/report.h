@@ -19,7 +19,8 @@ namespace zrepro {
 void write_file_atomic(const std::string& path, const std::string& content);
 
 // Appends step lines to DIR/metrics.jsonl.partial (flushed per line, so a killed
-// run leaves evidence) and renames it to DIR/metrics.jsonl on close().
+// run leaves evidence) and renames it to DIR/metrics.jsonl on close(). A write that
+// fails throws IoError, and the file then keeps its .partial name.
 class MetricsWriter {
  public:
   explicit MetricsWriter(const std::string& dir);
@@ -30,6 +31,7 @@ class MetricsWriter {
  private:
   std::string final_path_, partial_path_;
   std::ofstream out_;
+  bool failed_ = false;
 };
 
 nlohmann::json step_json(const StepRecord& s);
@@ -76,7 +78,7 @@ nlohmann::json build_summary(const SummaryInput& in);
 // How a run can fail, and for each kind the summary status, the exit code and the
 // diagnosis checkpoint (docs/ARCHITECTURE.md "Contracts") its failure record points at: one table
 // (kFailures in report.cpp), read by every failure path of every command.
-enum class FailureKind { config_error, oom, hang, numerical, pinned_memory, internal };
+enum class FailureKind { config_error, oom, hang, numerical, pinned_memory, interrupted, io, internal };
 struct FailureRow {
   const char* kind;        // failure.kind in summary.json
   const char* status;      // summary.json status

@@ -219,3 +219,52 @@ TEST(Cli, OneRunAtATimePerOutFolder) {
   EXPECT_EQ(read_json(o + "/previous/summary.json")["steps"].size(), 800u);
   EXPECT_EQ(read_json(o + "/summary.json")["steps"].size(), 2u);
 }
+
+// Issue 14: SIGINT / SIGTERM stop the run at the next step boundary with a summary
+// (status interrupted, the steps done), report.html and metrics.jsonl; exit 130 / 143.
+TEST(Cli, SignalsEndTheRunAtAStepBoundaryWithItsSummary) {
+  struct Case {
+    const char* sig;
+    int code;
+    const char* ranks;
+  };
+  for (const Case c : {Case{"INT", 130, ""}, Case{"TERM", 143, ""}, Case{"TERM", 143, " --world-size 2"}}) {
+    const std::string out = tmpdir(std::string("sig") + c.sig + (c.ranks[0] ? "v" : ""));
+    const std::string cfg = write(out, R"({"train_micro_batch_size_per_gpu": 2})");
+    const std::string o = out + "/o";
+    const Result r = zrepro_test::shell(std::string(ZREPRO_BIN) + " run --config " + cfg + c.ranks +
+                                        " --model tiny --steps 100000 --out " + o + " > " + out +
+                                        "/log 2>&1 & pid=$!; sleep 2; kill -" + c.sig +
+                                        " $pid; for i in $(seq 300); do kill -0 $pid 2>/dev/null || break; sleep 0.1; "
+                                        "done; wait $pid; echo $?");
+    const std::string what = std::string("SIG") + c.sig + c.ranks;
+    EXPECT_EQ(std::atoi(r.output.c_str()), c.code) << what << "\n" << zrepro_test::read_text(out + "/log");
+    const json s = read_json(o + "/summary.json");
+    EXPECT_EQ(s["status"], "interrupted") << what;
+    EXPECT_EQ(s["failure"]["signal"], std::string("SIG") + c.sig) << what;
+    const int64_t done = s["failure"]["steps_done"];
+    EXPECT_GT(done, 0) << what;
+    EXPECT_EQ(static_cast<int64_t>(s["steps"].size()), done) << what;
+    EXPECT_TRUE(std::filesystem::exists(o + "/report.html")) << what;
+    EXPECT_TRUE(std::filesystem::exists(o + "/metrics.jsonl")) << what;
+    EXPECT_FALSE(std::filesystem::exists(o + "/metrics.jsonl.partial")) << what;
+  }
+}
+
+// Issue 14: outputs that cannot be written (here a 2 KiB file size limit, as a full disk)
+// end the run as an I/O failure, exit 12; no final name holds a partial file, no .tmp stays.
+TEST(Cli, AnOutputThatCannotBeWrittenEndsTheRunAsAnIoFailure) {
+  const std::string out = tmpdir("fsize");
+  const std::string cfg = write(out, R"({"train_micro_batch_size_per_gpu": 2})");
+  const std::string o = out + "/o";
+  const Result r = zrepro_test::shell("ulimit -f 2; trap '' XFSZ; " + std::string(ZREPRO_BIN) + " run --config " + cfg +
+                                      " --model tiny --steps 200 --out " + o + " 2>&1; echo \"exit=$?\"");
+  EXPECT_NE(r.output.find("exit=12"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("cannot write"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(o + "/metrics.jsonl")) << "a partial metrics file under its final name";
+  for (const auto& e : std::filesystem::directory_iterator(o)) {
+    const std::string name = e.path().filename().string();
+    EXPECT_EQ(name.find(".tmp."), std::string::npos) << name;
+    if (name == "summary.json") EXPECT_NO_THROW((void)read_json(e.path().string()));  // whole, if there at all
+  }
+}

@@ -58,3 +58,29 @@ TEST(HangDiagnosis, MissingAndStuckRanks) {
   EXPECT_EQ(back[1].op, CollOp::all_gather);
   EXPECT_EQ(back[1].state, FlightEntry::started);
 }
+
+// Issue 14: a frozen rank (SIGSTOP) leaves no dump; it is the first suspect, not the rank
+// that reported.
+TEST(HangDiagnosis, ARankWithNoDumpOrTheOldestActivityIsTheFirstSuspect) {
+  std::vector<std::vector<FlightEntry>> ranks(2);
+  ranks[0].push_back(entry(0, CollOp::all_reduce, 3));
+  ranks[0].push_back(entry(1, CollOp::all_reduce, 3, 0, FlightEntry::started));
+  HangDiagnosis d = diagnose_hang(ranks, 1);  // rank 1 frozen: no dump
+  ASSERT_FALSE(d.suspects.empty());
+  EXPECT_EQ(d.suspects[0].rank, 1);
+  EXPECT_NE(d.suspects[0].evidence.find("no flight dump"), std::string::npos);
+  EXPECT_EQ(d.culprits.front(), 1);
+  EXPECT_NE(d.text.find("Suspects, most likely first: rank 1"), std::string::npos) << d.text;
+  // Both dumped, both wait in #1; rank 1's last activity is 30 s older: it stopped first.
+  std::vector<std::vector<FlightEntry>> both(2);
+  for (int r = 0; r < 2; ++r) {
+    FlightEntry e = entry(1, CollOp::all_reduce, 3, 0, FlightEntry::started);
+    e.t_scheduled = e.t_started = r == 0 ? 1000.0 : 970.0;
+    both[r].push_back(e);
+  }
+  d = diagnose_hang(both, 1);
+  EXPECT_EQ(d.kind, "stuck");
+  EXPECT_EQ(d.culprits.front(), 1) << d.text;
+  EXPECT_NE(d.suspects[0].evidence.find("older"), std::string::npos);
+  EXPECT_EQ(d.to_json()["suspects"].size(), 2u);
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# libFuzzer on the config loader and the `zrepro run` flag parser (fuzz/config_fuzz.cpp)
+# under ASan + UBSan: builds build-fuzz/ with clang (coverage on every library), seeds the
+# corpus with every DeepSpeed config in the repository (and a few flag lines), runs RUNS
+# inputs and prints libFuzzer's summary. A crash, a sanitizer report or an exception other
+# than a ConfigError stops it with the input saved as build-fuzz/crash-*.
+# usage: scripts/fuzz.sh [runs]        (default 1000000; needs clang, as Debian's clang)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs=${1:-1000000}
+dir=${ZREPRO_FUZZ_BUILD_DIR:-build-fuzz}
+command -v clang++ > /dev/null || { echo "fuzz: clang++ not found (apt-get install clang)" >&2; exit 2; }
+CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZREPRO_TESTS=OFF \
+  -DZREPRO_FUZZ=ON -DZREPRO_SANITIZE=address,undefined > "$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; exit 1; }
+cmake --build "$dir" --target zrepro_config_fuzz -j "${ZREPRO_JOBS:-$(nproc)}"
+corpus=$dir/corpus
+rm -rf "$corpus" && mkdir -p "$corpus"
+i=0
+for f in $(git ls-files 'configs/*.json' 'conformance/configs/*.json' 'tests/*.json'); do
+  i=$((i + 1))
+  { echo; cat "$f"; } > "$corpus/seed_$i"
+done
+flags=("--world-size 4 --micro-batch 2" "--precision bf16 --zero-stage 3" "--ranks 2 --inject inf-grad:0:1-3"
+       "--device-memory 40GB --grad-accum 4" "--model small --lr 3e-4" "--steps 5 --data-rule same --as-rank 1")
+for k in "${!flags[@]}"; do
+  { echo "${flags[$k]}"; cat configs/examples/hf_auto_zero2.json; } > "$corpus/flags_$k"
+done
+echo "fuzz: $(ls "$corpus" | wc -l) seeds, $runs runs"
+ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_NUM_THREADS=1 \
+  "$dir/zrepro_config_fuzz" -runs="$runs" -max_len=8192 -timeout=10 -artifact_prefix="$dir/" -print_final_stats=1 \
+  "$corpus" 2>&1 | tee "$dir/fuzz.log" | grep -E "^#[0-9]+ +(DONE|INITED)|stat::|ERROR|SUMMARY|crash-|Test unit" || true
+grep -q "^Done $runs runs" "$dir/fuzz.log" && echo "fuzz: $runs runs, no crash" || { echo "fuzz: FAILED (see $dir/fuzz.log)"; exit 1; }
