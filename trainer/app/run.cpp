@@ -180,6 +180,17 @@ struct RunState {
   }
 
   // The end of a failed run: this rank's summary and the failure's exit code.
+  // A failure in one call: its line on stderr (empty: none), the failure record
+  // (make_failure plus `extra`), then fail().
+  int fail_with(FailureKind kind, const std::string& phase, const std::string& line, const std::string& message,
+                const std::string& hint, const json& extra = json::object(), int exit_code = -1) {
+    progress.clear();
+    if (!line.empty()) std::cerr << line << std::endl;
+    json failure = make_failure(kind, rank, phase, message, hint);
+    failure.update(extra);
+    return fail(kind, std::move(failure), exit_code);
+  }
+
   // exit_code: the row's unless given (SIGTERM's 143 beside SIGINT's 130).
   int fail(FailureKind kind, json failure, int exit_code = -1) {
     progress.clear();
@@ -671,11 +682,10 @@ int train_virtual_and_report(RunState& s, TraceRecorder& trace, const StepCallba
     try {
       std::rethrow_exception(o.error);
     } catch (const CommError& e) {
-      s.progress.clear();
-      std::cerr << "[zrepro] virtual rank " << s.rank << ": " << e.what() << std::endl;
-      return s.fail(FailureKind::hang, make_failure(FailureKind::hang, s.rank, "collective", e.what(),
-                                                    "the virtual ranks issued different collectives or one stopped "
-                                                    "answering; run real processes (--ranks) for a hang diagnosis"));
+      return s.fail_with(FailureKind::hang, "collective",
+                         "[zrepro] virtual rank " + std::to_string(s.rank) + ": " + e.what(), e.what(),
+                         "the virtual ranks issued different collectives or one stopped answering; run real "
+                         "processes (--ranks) for a hang diagnosis");
     }
   }
   s.result = std::move(o.results[s.rank]);
@@ -826,50 +836,40 @@ int run_command(int argc, char** argv) {
     print_header(s);
     return train_and_report(s);
   } catch (const ConfigError& e) {
-    if (s.speaks()) std::cerr << "[zrepro] error: " << e.what() << std::endl;
     if (!s.ranks) make_out_dir_quietly(s);
-    return s.fail(FailureKind::config_error,
-                  make_failure(FailureKind::config_error, s.rank, "init", e.what(), "fix the flag, key or file named above"));
+    return s.fail_with(FailureKind::config_error, "init", s.speaks() ? "[zrepro] error: " + std::string(e.what()) : "",
+                       e.what(), "fix the flag, key or file named above");
   } catch (const c10::OutOfMemoryError& e) {
     return oom_failure(s, e);
   } catch (const PinnedMemoryError& e) {
     return pinned_failure(s, e);
   } catch (const NumericalError& e) {
-    s.progress.clear();
-    if (s.speaks()) std::cerr << "[deepspeed] " << e.what() << std::endl;
     const bool fp16 = s.have_cfg && s.cfg.precision == Precision::fp16;
-    return s.fail(FailureKind::numerical,
-                  make_failure(FailureKind::numerical, s.rank, "step", e.what(),
-                               fp16 ? "fp16 overflowed until the loss scale hit min_loss_scale (or the loss went "
-                                      "non-finite): use bf16, lower the lr, or keep gradient clipping on"
-                                    : "the loss went non-finite (parameters or activations diverged): lower the lr, "
-                                      "keep gradient clipping on, check the data"));
+    return s.fail_with(FailureKind::numerical, "step", s.speaks() ? "[deepspeed] " + std::string(e.what()) : "",
+                       e.what(),
+                       fp16 ? "fp16 overflowed until the loss scale hit min_loss_scale (or the loss went non-finite): "
+                              "use bf16, lower the lr, or keep gradient clipping on"
+                            : "the loss went non-finite (parameters or activations diverged): lower the lr, keep "
+                              "gradient clipping on, check the data");
   } catch (const Interrupted& e) {
-    s.progress.clear();
-    if (s.speaks()) std::cerr << "[zrepro] interrupted: " << e.what() << std::endl;
-    json failure = make_failure(FailureKind::interrupted, s.rank, "step", e.what(),
-                                "stopped by a signal at a step boundary; summary.json holds the steps done");
-    failure["signal"] = e.signal == SIGTERM ? "SIGTERM" : "SIGINT";
-    failure["steps_done"] = static_cast<int64_t>(s.result.steps.size());
-    return s.fail(FailureKind::interrupted, failure, 128 + e.signal);
+    return s.fail_with(FailureKind::interrupted, "step", s.speaks() ? "[zrepro] interrupted: " + std::string(e.what()) : "",
+                       e.what(), "stopped by a signal at a step boundary; summary.json holds the steps done",
+                       {{"signal", e.signal == SIGTERM ? "SIGTERM" : "SIGINT"},
+                        {"steps_done", static_cast<int64_t>(s.result.steps.size())}},
+                       128 + e.signal);
   } catch (const IoError& e) {
-    s.progress.clear();
-    std::cerr << "[zrepro] rank " << s.rank << ": " << e.what() << std::endl;
-    return s.fail(FailureKind::io, make_failure(FailureKind::io, s.rank, "output", e.what(),
-                                                "free space in --out (or raise its quota / file size limit) and run "
-                                                "again; no output holds a partial file under its final name"));
+    return s.fail_with(FailureKind::io, "output", "[zrepro] rank " + std::to_string(s.rank) + ": " + e.what(), e.what(),
+                       "free space in --out (or raise its quota / file size limit) and run again; no output holds a "
+                       "partial file under its final name");
   } catch (const std::bad_alloc&) {
-    s.progress.clear();
-    std::cerr << "[zrepro] rank " << s.rank << ": a host allocation failed (std::bad_alloc)" << std::endl;
-    return s.fail(FailureKind::oom,
-                  make_failure(FailureKind::oom, s.rank, "host", "a host memory allocation failed (std::bad_alloc)",
-                               "the model or a buffer is larger than this machine's memory: check --model, --vocab, "
-                               "--hidden and the micro-batch"));
+    return s.fail_with(FailureKind::oom, "host", "[zrepro] rank " + std::to_string(s.rank) + ": a host allocation failed",
+                       "a host memory allocation failed (std::bad_alloc)",
+                       "the model or a buffer is larger than this machine's memory: check --model, --vocab, --hidden "
+                       "and the micro-batch");
   } catch (const std::exception& e) {
-    s.progress.clear();
-    std::cerr << "[zrepro] internal error on rank " << s.rank << ": " << e.what() << std::endl;
-    return s.fail(FailureKind::internal,
-                  make_failure(FailureKind::internal, s.rank, "unknown", e.what(), "report this as a zrepro bug"));
+    return s.fail_with(FailureKind::internal, "unknown",
+                       "[zrepro] internal error on rank " + std::to_string(s.rank) + ": " + e.what(), e.what(),
+                       "report this as a zrepro bug");
   }
 }
 
