@@ -112,6 +112,13 @@ bool wait_for(const std::function<bool()>& ready, double seconds) {
   return true;
 }
 
+// trace.json from one rank's events, under that rank's process (pid) in the viewer.
+json one_rank_trace(int rank, const json& events) {
+  std::vector<json> per_rank(static_cast<size_t>(rank) + 1, json::array());
+  per_rank[rank] = events;
+  return merge_traces(per_rank);
+}
+
 // Everything one rank's run holds, filled step by step.
 struct RunState {
   RunSpec spec;
@@ -121,6 +128,7 @@ struct RunState {
   std::optional<DeviceMemory::OwnerScope> owner;  // virtual: whose ledger this thread reads
   std::vector<RankReport> virtual_reports;        // virtual: every rank's view, for a failure's summary
   bool out_claimed = false;                       // --out locked for this run (trainer/app/out_dir.h)
+  std::unique_ptr<TraceRecorder> trace;           // this rank's spans, kept for a failure's trace.json
   DsConfig cfg;
   ModelSpec model;
   bool have_cfg = false, have_model = false;
@@ -180,6 +188,19 @@ struct RunState {
   }
 
   // The end of a failed run: this rank's summary and the failure's exit code.
+  // A failed run's trace.json: this rank's spans and collectives up to the failure
+  // (the speaking rank's view; never throws).
+  void write_trace_so_far() {
+    if (!trace || spec.out_dir.empty() || !speaks()) return;
+    try {
+      trace->add_collectives(comm().recorder().snapshot());
+      trace->add_copies(result.copy_log);
+      write_file_atomic(spec.out_dir + "/trace.json", one_rank_trace(rank, trace->events()).dump());
+    } catch (const std::exception& e) {
+      std::cerr << "[zrepro] could not write trace.json: " << e.what() << std::endl;
+    }
+  }
+
   // A failure in one call: its line on stderr (empty: none), the failure record
   // (make_failure plus `extra`), then fail().
   int fail_with(FailureKind kind, const std::string& phase, const std::string& line, const std::string& message,
@@ -202,6 +223,7 @@ struct RunState {
       std::cerr << "[zrepro] could not close metrics.jsonl: " << e.what() << std::endl;
     }
     write_summary(row.status, std::move(failure), {}, false);
+    write_trace_so_far();
     // With peers, never finalize MPI on a failure (peers may be inside a collective
     // and MPI_Finalize would wait for them): exit now, and mpirun ends the others.
     if (ranks && ranks->comm->world_size() > 1) {
@@ -699,7 +721,7 @@ int train_virtual_and_report(RunState& s, TraceRecorder& trace, const StepCallba
   if (out) {
     trace.add_collectives(s.comm().recorder().snapshot());
     trace.add_copies(s.result.copy_log);
-    write_file_atomic(s.spec.out_dir + "/trace.json", merge_traces(std::vector<json>{trace.events()}).dump());
+    write_file_atomic(s.spec.out_dir + "/trace.json", one_rank_trace(s.rank, trace.events()).dump());
   }
   s.write_summary_or_throw("ok", nullptr, s.virtual_reports);  // an I/O failure ends the run as one
   return kExitOk;
@@ -713,7 +735,8 @@ int train_and_report(RunState& s) {
                   {s.spec.steps, s.cfg.micro_batch, s.cfg.grad_accum, s.world, s.spec.seed});
   const int64_t every = s.cfg.steps_per_print.value_or(s.spec.log_every);
   if (every <= 0) throw ConfigError("--log-every: must be > 0, got " + std::to_string(every));
-  TraceRecorder trace(s.rank);
+  s.trace = std::make_unique<TraceRecorder>(s.rank);
+  TraceRecorder& trace = *s.trace;
   if (out) s.topt.trace = &trace;
   if (s.vranks) return train_virtual_and_report(s, trace, step_logger(s, every));
   const std::unique_ptr<Watchdog> watchdog = arm_watchdog(s);

@@ -116,6 +116,9 @@ TEST(Cli, LossScaleAtMinimumExitsFiveWithDeepSpeedLines) {
   const std::string page((std::istreambuf_iterator<char>(html)), std::istreambuf_iterator<char>());
   EXPECT_NE(page.find("class='fail'"), std::string::npos);  // the failure box
   EXPECT_NE(page.find("<circle"), std::string::npos);       // skipped steps marked
+  // Issue 14: a failed run leaves its trace up to the failure.
+  const json trace = read_json(out + "/trace.json");
+  EXPECT_FALSE(trace.empty());
   EXPECT_EQ(s["failure"]["kind"], "numerical");
   EXPECT_EQ(s["skipped_steps"], 3);
   EXPECT_TRUE(s["steps"][2]["skipped"].get<bool>());
