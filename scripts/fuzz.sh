@@ -4,10 +4,11 @@
 # corpus with every DeepSpeed config in the repository (and a few flag lines), runs RUNS
 # inputs and prints libFuzzer's summary. A crash, a sanitizer report or an exception other
 # than a ConfigError stops it with the input saved as build-fuzz/crash-*.
-# usage: scripts/fuzz.sh [runs]        (default 1000000; needs clang, as Debian's clang)
+# usage: scripts/fuzz.sh [runs] [jobs]   (default 1000000 runs over 1 job, each job runs/jobs;
+#        needs clang, as Debian's clang)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-runs=${1:-1000000}
+runs=${1:-1000000}; jobs=${2:-1}; per_job=$((runs / jobs))
 dir=${ZREPRO_FUZZ_BUILD_DIR:-build-fuzz}
 command -v clang++ > /dev/null || { echo "fuzz: clang++ not found (apt-get install clang)" >&2; exit 2; }
 CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZREPRO_TESTS=OFF \
@@ -20,13 +21,25 @@ for f in $(git ls-files 'configs/*.json' 'conformance/configs/*.json' 'tests/*.j
   i=$((i + 1))
   { echo; cat "$f"; } > "$corpus/seed_$i"
 done
+for f in tests/data/fuzz/*; do cp "$f" "$corpus/regression_$(basename "$f")"; done  # inputs that once crashed
 flags=("--world-size 4 --micro-batch 2" "--precision bf16 --zero-stage 3" "--ranks 2 --inject inf-grad:0:1-3"
        "--device-memory 40GB --grad-accum 4" "--model small --lr 3e-4" "--steps 5 --data-rule same --as-rank 1")
 for k in "${!flags[@]}"; do
   { echo "${flags[$k]}"; cat configs/examples/hf_auto_zero2.json; } > "$corpus/flags_$k"
 done
-echo "fuzz: $(ls "$corpus" | wc -l) seeds, $runs runs"
-ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_NUM_THREADS=1 \
-  "$dir/zrepro_config_fuzz" -runs="$runs" -max_len=8192 -timeout=10 -artifact_prefix="$dir/" -print_final_stats=1 \
-  "$corpus" 2>&1 | tee "$dir/fuzz.log" | grep -E "^#[0-9]+ +(DONE|INITED)|stat::|ERROR|SUMMARY|crash-|Test unit" || true
-grep -q "^Done $runs runs" "$dir/fuzz.log" && echo "fuzz: $runs runs, no crash" || { echo "fuzz: FAILED (see $dir/fuzz.log)"; exit 1; }
+echo "fuzz: $(ls "$corpus" | wc -l) seeds, $jobs job(s) x $per_job runs"
+rm -f "$dir"/fuzz-*.log
+export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_NUM_THREADS=1
+if [ "$jobs" -gt 1 ]; then  # libFuzzer writes each job's output to fuzz-<n>.log in the working folder
+  (cd "$dir" && ./zrepro_config_fuzz -runs="$per_job" -jobs="$jobs" -workers="$jobs" -max_len=8192 -timeout=10 \
+     -artifact_prefix=./ -print_final_stats=1 corpus > fuzz.log 2>&1) || true
+else
+  "$dir/zrepro_config_fuzz" -runs="$per_job" -max_len=8192 -timeout=10 -artifact_prefix="$dir/" -print_final_stats=1 \
+    "$corpus" > "$dir/fuzz-0.log" 2>&1 || true
+fi
+ok=0
+for log in "$dir"/fuzz-*.log; do
+  grep -E "stat::number_of_executed_units|stat::average_exec_per_sec|ERROR|SUMMARY|Test unit" "$log" | sed "s|^|$(basename "$log"): |"
+  grep -q "^Done $per_job runs" "$log" && ok=$((ok + 1))
+done
+[ "$ok" -eq "$jobs" ] && echo "fuzz: $jobs x $per_job = $runs runs, no crash" || { echo "fuzz: FAILED (see $dir/fuzz-*.log)"; exit 1; }

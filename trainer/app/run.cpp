@@ -33,6 +33,7 @@
 #include "trainer/app/launch.h"
 #include "trainer/app/out_dir.h"
 #include "trainer/app/run_spec.h"
+#include "trainer/config/rank_configs.h"
 #include "trainer/loop/virtual_ranks.h"
 #include "trainer/model/data.h"
 #include "trainer/model/gpt.h"
@@ -129,6 +130,7 @@ struct RunState {
   std::vector<RankReport> virtual_reports;        // virtual: every rank's view, for a failure's summary
   bool out_claimed = false;                       // --out locked for this run (trainer/app/out_dir.h)
   std::unique_ptr<TraceRecorder> trace;           // this rank's spans, kept for a failure's trace.json
+  std::vector<std::string> config_mismatch;       // keys where the ranks' effective configs differ
   DsConfig cfg;
   ModelSpec model;
   bool have_cfg = false, have_model = false;
@@ -167,7 +169,7 @@ struct RunState {
     SummaryInput in{status, have_cfg ? &cfg : nullptr, have_model ? &model : nullptr, dev.description,
                     have_cfg ? &result : nullptr, std::move(reports), std::move(failure), topt.host_link_gbps,
                     topt.pageable_ratio, planned ? &*planned : nullptr, scaled.get(), &topt.loader,
-                    spec.interconnect_gbps, environment_json(), virtual_json()};
+                    spec.interconnect_gbps, environment_json(), virtual_json(), config_mismatch};
     const std::string name = speaks() ? "summary" : "summary_rank" + std::to_string(rank);
     const json summary = build_summary(in);
     // Quoted user input may hold bytes that are not UTF-8 (a config's): replaced, never thrown on.
@@ -426,6 +428,21 @@ void start_virtual_ranks(RunState& s) {
   s.owner.emplace(s.rank);
 }
 
+// Every rank's effective config against the others': ranks that disagree (a per-rank
+// config file, an edited copy on one node) issue different collectives and hang, so the
+// differing keys are said at start-up and kept for the summary and the hang report.
+void compare_rank_configs(RunState& s) {
+  if (s.world == 1 || s.vranks || !s.ranks->mpi) return;
+  std::vector<json> per_rank;
+  for (const std::string& t :
+       mpi_all_gather_text(s.cfg.resolved_json().dump(-1, ' ', false, json::error_handler_t::replace)))
+    per_rank.push_back(json::parse(t, nullptr, false));
+  s.config_mismatch = config_mismatch(per_rank);
+  if (s.rank == 0)
+    for (const std::string& line : s.config_mismatch)
+      std::cerr << "[zrepro] warning: the ranks' effective configs differ: " << line << std::endl;
+}
+
 void set_up(RunState& s, int* argc, char*** argv) {
   const RunSpec& spec = s.spec;
   s.ranks = std::make_unique<Ranks>(argc, argv, spec.device == "cuda");
@@ -462,6 +479,7 @@ void set_up(RunState& s, int* argc, char*** argv) {
     s.topt.inject.push_back(spec.injections[i]);
   }
   resolve_config(s);
+  compare_rank_configs(s);
   install_device(s);
   derive_host_link(s);
   if (spec.interconnect_gbps > 0) {
@@ -564,12 +582,25 @@ void print_header(RunState& s) {
                            : "[zrepro] Watchdog caught collective operation timeout: ")
               << reason << "\n"
               << "[zrepro] hang diagnosis: " << d.text << std::endl;
-    if (!out.empty())
-      write_file_atomic(out + "/hang_report.json",
-                        json{{"reason", reason}, {"timeout_s", timeout}, {"diagnosis", d.to_json()}}.dump(2));
+    json report{{"reason", reason}, {"timeout_s", timeout}, {"diagnosis", d.to_json()}};
+    std::string configs;  // the ranks' differing config keys, if any: the likely cause
+    for (const auto& line : s.config_mismatch) configs += (configs.empty() ? "" : "; ") + line;
+    if (!configs.empty()) {
+      report["config_mismatch"] = s.config_mismatch;
+      std::cerr << "[zrepro] the ranks ran different configs: " << configs << std::endl;
+    }
+    if (!out.empty()) {
+      try {
+        write_file_atomic(out + "/hang_report.json", report.dump(2));
+      } catch (const std::exception& e) {
+        std::cerr << "[zrepro] could not write hang_report.json: " << e.what() << std::endl;
+      }
+    }
     s.write_summary(failure_row(FailureKind::hang).status,
                     make_failure(FailureKind::hang, d.culprits.empty() ? s.rank : d.culprits.front(),
-                                 "collective #" + std::to_string(d.seq), reason + ". " + d.text,
+                                 "collective #" + std::to_string(d.seq),
+                                 reason + ". " + d.text +
+                                     (configs.empty() ? "" : " The ranks ran different configs: " + configs + "."),
                                  "ranks issued different collectives (per-rank gradient accumulation, a rank that "
                                  "stops early or skips a forward): make every rank run the same micro-steps; see "
                                  "flight/ and hang_report.json"),

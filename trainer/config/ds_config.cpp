@@ -598,6 +598,11 @@ json parse_json(const std::string& text, const std::string& name) {
     throw ConfigError(name + ": malformed JSON at line " + std::to_string(line) + ", column " +
                       std::to_string(col) + ": " + (pos == std::string::npos ? what : what.substr(pos)) +
                       ". Fix the JSON syntax (a trailing comma or a missing quote is the usual cause)");
+  } catch (const json::exception& e) {  // e.g. out_of_range 406: a number past a double (found by fuzzing)
+    std::string what = e.what();
+    const auto pos = what.find("] ");
+    throw ConfigError(name + ": " + (pos == std::string::npos ? what : what.substr(pos + 2)) +
+                      ". Fix the value: numbers must fit a double (about 1.8e308)");
   }
   if (!duplicate.empty())
     throw ConfigError(name + ": Duplicate keys in DeepSpeed config: \"" + duplicate + "\" is given twice in one object "

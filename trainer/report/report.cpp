@@ -311,6 +311,7 @@ json build_summary(const SummaryInput& in) {
   s["model"] = in.model ? in.model->to_json() : json(nullptr);
   s["env"] = in.env;
   if (!in.virtual_ranks.is_null()) s["virtual_ranks"] = in.virtual_ranks;
+  if (!in.config_mismatch.empty()) s["config_mismatch"] = in.config_mismatch;
   // The loss a perfect model approaches on the synthetic Markov data.
   s["data"] = in.model ? json{{"kind", "markov"},
                               {"entropy_floor_nats", MarkovData(in.model->vocab, in.model->seq, 0).entropy_floor()}}

@@ -72,6 +72,7 @@ struct SummaryInput {
   double modelled_busbw_gbps = 0;         // --interconnect-gbps (comm.modelled_busbw_GBps)
   nlohmann::json env;                     // zrepro env's block (trainer/app/env.h), or null
   nlohmann::json virtual_ranks;           // --world-size: world, as_rank, data rule, peer host bytes; or null
+  std::vector<std::string> config_mismatch;  // ranks whose effective configs differ (trainer/config/rank_configs.h)
 };
 nlohmann::json build_summary(const SummaryInput& in);
 

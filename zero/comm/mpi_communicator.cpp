@@ -181,6 +181,21 @@ void raw_mpi_collective(CollOp op, torch::Tensor& out, torch::Tensor& in, int ro
   mpi_collective(MPI_COMM_WORLD, mpi_world_rank(), op, out, in, root);
 }
 
+std::vector<std::string> mpi_all_gather_text(const std::string& mine) {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  const int len = static_cast<int>(mine.size());
+  std::vector<int> lens(n), offsets(n);
+  MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  int total = 0;
+  for (int k = 0; k < n; ++k) offsets[k] = total, total += lens[k];
+  std::string all(static_cast<size_t>(total), '\0');
+  MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, MPI_COMM_WORLD);
+  std::vector<std::string> out;
+  for (int k = 0; k < n; ++k) out.push_back(all.substr(static_cast<size_t>(offsets[k]), static_cast<size_t>(lens[k])));
+  return out;
+}
+
 double mpi_max(double v) {
   double m = v;
   MPI_Allreduce(&v, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);

@@ -5,6 +5,7 @@
 // in fp32 by a user-defined MPI reduction.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "zero/comm/communicator.h"
 
@@ -32,6 +33,9 @@ class MpiCommunicator : public Communicator {
 void raw_mpi_collective(CollOp op, torch::Tensor& out, torch::Tensor& in, int root);
 // Maximum of a value over all ranks (for timing reports).
 double mpi_max(double v);
+// Every rank's text, in rank order (on MPI_COMM_WORLD, outside any Communicator: no
+// flight-recorder entry, no collective counted).
+std::vector<std::string> mpi_all_gather_text(const std::string& mine);
 
 // MPI_Init_thread(MPI_THREAD_MULTIPLE); throws if the library cannot provide it.
 void mpi_init(int* argc, char*** argv);

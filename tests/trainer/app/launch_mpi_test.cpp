@@ -29,3 +29,22 @@ TEST(Launch, HostfileRunMatchesRanksFlag) {
   for (size_t i = 0; i < a["steps"].size(); ++i) EXPECT_EQ(a["steps"][i]["loss"], b["steps"][i]["loss"]) << "step " << i;
   EXPECT_EQ(b["memory"]["ranks"].size(), 2u);
 }
+
+// Issue 14: ranks started with different configs (MPMD mpirun, one file per rank) are
+// told apart key by key at start-up, in the log and in summary.json (and, when they hang,
+// in hang_report.json and the failure message).
+TEST(Launch, RanksWithDifferentConfigsAreNamedKeyByKey) {
+  const std::string dir = zrepro_test::fresh_dir("mpmd");
+  std::ofstream(dir + "/a.json") << R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1})";
+  std::ofstream(dir + "/b.json") << R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2})";
+  const std::string common = " run --steps 2 --comm-timeout 20 --out " + dir + "/out";
+  const zrepro_test::Process p = zrepro_test::shell(
+      "timeout -k 5 120 mpirun -np 1 " + std::string(ZREPRO_BIN) + common + " --config " + dir + "/a.json : -np 1 " +
+      ZREPRO_BIN + common + " --config " + dir + "/b.json 2>&1");
+  EXPECT_NE(p.output.find("rank 1: gradient_accumulation_steps=2, others 1"), std::string::npos) << p.output;
+  // Stage 0 reduces at the boundary only, so this job does not even hang: it trains on
+  // inconsistent batches, and the summary says why its numbers cannot be trusted.
+  const nlohmann::json s = nlohmann::json::parse(zrepro_test::read_text(dir + "/out/summary.json"));
+  ASSERT_TRUE(s.contains("config_mismatch")) << p.output;
+  EXPECT_EQ(s["config_mismatch"][0], "rank 1: gradient_accumulation_steps=2, others 1");
+}

@@ -302,6 +302,11 @@ TEST(Config, DuplicateKeysAreRefusedAsDeepSpeedDoes) {
                            "bf16": {"enabled": false}})"));
 }
 
+// Found by scripts/fuzz.sh: a number past a double escaped the parser as out_of_range.
+TEST(Config, ANumberPastADoubleIsABadConfigNotACrash) {
+  expect_error(R"({"train_micro_batch_size_per_gpu": 1e9777777777777777777777})", {"number overflow", "fit a double"});
+}
+
 TEST(Config, ADirectoryAsConfigIsNamedAsOne) {
   try {
     load_ds_config(testing::TempDir(), ConfigFlags{});
