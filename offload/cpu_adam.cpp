@@ -83,9 +83,15 @@ void write_fp16(const float* p, c10::Half* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = static_cast<c10::Half>(p[i]);
 }
 
-}  // namespace
+// f(lo, len) over the tiles of [0, n), split over OpenMP threads (static: each thread one
+// contiguous range).
+template <typename F>
+void for_each_tile(int64_t n, F f) {
+  const int64_t tiles = (n + kTile - 1) / kTile;
+#pragma omp parallel for schedule(static) if (tiles > 1)
+  for (int64_t t = 0; t < tiles; ++t) f(t * kTile, std::min(kTile, n - t * kTile));
+}
 
-namespace {
 void check_args(const torch::Tensor& p, const torch::Tensor& g, const torch::Tensor& m, const torch::Tensor& v,
                 const torch::Tensor& half_out) {
   for (const torch::Tensor* t : std::initializer_list<const torch::Tensor*>{&p, &g, &m, &v})
@@ -113,7 +119,6 @@ Coeffs coeffs(const AdamHyper& h, int64_t step) {
   return c;
 }
 
-// Tiles split over OpenMP threads (static: each thread one contiguous range).
 void adam_run(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, torch::Tensor& v, const Coeffs& c,
               const torch::Tensor& half_out, bool scalar) {
   float* pp = p.data_ptr<float>();
@@ -124,16 +129,12 @@ void adam_run(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, torch:
   const bool fp16 = half_out.defined() && !bf16;
   uint16_t* hb = bf16 ? reinterpret_cast<uint16_t*>(half_out.data_ptr<c10::BFloat16>()) : nullptr;
   c10::Half* hf = fp16 ? half_out.data_ptr<c10::Half>() : nullptr;
-  const int64_t n = p.numel();
-  const int64_t tiles = (n + kTile - 1) / kTile;
-#pragma omp parallel for schedule(static) if (tiles > 1)
-  for (int64_t t = 0; t < tiles; ++t) {
-    const int64_t lo = t * kTile, len = std::min(kTile, n - lo);
+  for_each_tile(p.numel(), [&](int64_t lo, int64_t len) {
     if (scalar) adam_tile_scalar(pp + lo, gp + lo, mp + lo, vp + lo, hb ? hb + lo : nullptr, len, c);
     else if (hb) adam_tile_bf16(pp + lo, gp + lo, mp + lo, vp + lo, hb + lo, len, c);
     else adam_tile(pp + lo, gp + lo, mp + lo, vp + lo, len, c);
     if (hf) write_fp16(pp + lo, hf + lo, len);  // fp16 stays a second, cache-hot loop per tile
-  }
+  });
 }
 }  // namespace
 
@@ -155,12 +156,7 @@ void adam_access_probe(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& 
   const float* gp = g.data_ptr<float>();
   float* mp = m.data_ptr<float>();
   float* vp = v.data_ptr<float>();
-  const int64_t n = p.numel(), tiles = (n + kTile - 1) / kTile;
-#pragma omp parallel for schedule(static) if (tiles > 1)
-  for (int64_t t = 0; t < tiles; ++t) {
-    const int64_t lo = t * kTile;
-    probe_tile(pp + lo, gp + lo, mp + lo, vp + lo, std::min(kTile, n - lo));
-  }
+  for_each_tile(p.numel(), [&](int64_t lo, int64_t len) { probe_tile(pp + lo, gp + lo, mp + lo, vp + lo, len); });
 }
 
 void torch_adam_step(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, torch::Tensor& v,

@@ -182,8 +182,6 @@ double triad_gbps(int64_t n, int reps) {
   return 12.0 * static_cast<double>(n) / best / 1e9;
 }
 
-
-
 }  // namespace
 
 int bench_adam(int argc, char** argv) {
