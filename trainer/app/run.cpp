@@ -130,6 +130,7 @@ struct RunState {
   std::vector<RankReport> virtual_reports;        // virtual: every rank's view, for a failure's summary
   bool out_claimed = false;                       // --out locked for this run (trainer/app/out_dir.h)
   std::unique_ptr<TraceRecorder> trace;           // this rank's spans, kept for a failure's trace.json
+  bool trace_complete = false;                    // its collectives and copies added (trace_events)
   std::vector<std::string> config_mismatch;       // keys where the ranks' effective configs differ
   DsConfig cfg;
   ModelSpec model;
@@ -189,15 +190,23 @@ struct RunState {
                      "are not (the ranks shared this process's cores)"}};
   }
 
-  // The end of a failed run: this rank's summary and the failure's exit code.
+  // This rank's trace events, its collectives and copies added once (a run that fails
+  // after its trace was written must not add them twice).
+  json trace_events() {
+    if (!trace_complete) {
+      trace->add_collectives(comm().recorder().snapshot());
+      trace->add_copies(result.copy_log);
+      trace_complete = true;
+    }
+    return trace->events();
+  }
+
   // A failed run's trace.json: this rank's spans and collectives up to the failure
   // (the speaking rank's view; never throws).
   void write_trace_so_far() {
     if (!trace || spec.out_dir.empty() || !speaks()) return;
     try {
-      trace->add_collectives(comm().recorder().snapshot());
-      trace->add_copies(result.copy_log);
-      write_file_atomic(spec.out_dir + "/trace.json", one_rank_trace(rank, trace->events()).dump());
+      write_file_atomic(spec.out_dir + "/trace.json", one_rank_trace(rank, trace_events()).dump());
     } catch (const std::exception& e) {
       std::cerr << "[zrepro] could not write trace.json: " << e.what() << std::endl;
     }
@@ -207,14 +216,15 @@ struct RunState {
   // (make_failure plus `extra`), then fail().
   int fail_with(FailureKind kind, const std::string& phase, const std::string& line, const std::string& message,
                 const std::string& hint, const json& extra = json::object(), int exit_code = -1) {
-    progress.clear();
+    progress.clear();  // before the line (fail() clears it too, for its other callers)
     if (!line.empty()) std::cerr << line << std::endl;
     json failure = make_failure(kind, rank, phase, message, hint);
     failure.update(extra);
     return fail(kind, std::move(failure), exit_code);
   }
 
-  // exit_code: the row's unless given (SIGTERM's 143 beside SIGINT's 130).
+  // The end of a failed run: this rank's summary and the failure's exit code, the row's
+  // unless given (SIGTERM's 143 beside SIGINT's 130).
   int fail(FailureKind kind, json failure, int exit_code = -1) {
     progress.clear();
     const FailureRow& row = failure_row(kind);
@@ -397,16 +407,27 @@ void derive_host_link(RunState& s) {
               << " GFLOPS -> modelled link " << fmt(s.topt.host_link_gbps) << " GB/s\n";
 }
 
+// Each --inject names a rank of this world and a step of this run.
+void check_injections(const RunSpec& spec, int world) {
+  for (size_t i = 0; i < spec.injections.size(); ++i) {
+    const Injection& inj = spec.injections[i];
+    if (inj.rank >= world)
+      throw ConfigError("--inject \"" + spec.inject_specs[i] + "\": rank " + std::to_string(inj.rank) +
+                        " does not exist in a world of " + std::to_string(world));
+    if (inj.from >= spec.steps)
+      throw ConfigError("--inject \"" + spec.inject_specs[i] + "\": step " + std::to_string(inj.from) +
+                        " is past the run's --steps " + std::to_string(spec.steps) +
+                        " (injection steps count from 0: the last is " + std::to_string(spec.steps - 1) +
+                        "); it would have no effect");
+  }
+}
+
 // --ranks N: the config, the model and the injections are checked once here, before
 // mpirun starts N processes that would each refuse them.
 void precheck_before_launch(const RunSpec& spec, int world) {
   const ModelSpec m = resolve_model(spec.target_model.value_or(spec.model), spec.model_overrides);
   load_ds_config(require_config(spec.config_path), flags_for(spec, m, world));
-  for (size_t i = 0; i < spec.injections.size(); ++i)
-    if (spec.injections[i].rank >= world)
-      throw ConfigError("--inject \"" + spec.inject_specs[i] + "\": rank " + std::to_string(spec.injections[i].rank) +
-                        " does not exist in a world of " + std::to_string(world) + " (--ranks " +
-                        std::to_string(world) + ")");
+  check_injections(spec, world);
 }
 
 // --world-size N, or a scale-down to an N-rank target with one process: the N ranks
@@ -467,17 +488,8 @@ void set_up(RunState& s, int* argc, char*** argv) {
                 << " KiB without CAP_IPC_LOCK (--memlock-limit), as a container's non-root user\n";
   }
   set_compute_threads(spec.threads);
-  for (size_t i = 0; i < spec.injections.size(); ++i) {
-    if (spec.injections[i].rank >= s.world)
-      throw ConfigError("--inject \"" + spec.inject_specs[i] + "\": rank " + std::to_string(spec.injections[i].rank) +
-                        " does not exist in a world of " + std::to_string(s.world));
-    if (spec.injections[i].from >= spec.steps)
-      throw ConfigError("--inject \"" + spec.inject_specs[i] + "\": step " + std::to_string(spec.injections[i].from) +
-                        " is past the run's --steps " + std::to_string(spec.steps) +
-                        " (injection steps count from 0: the last is " + std::to_string(spec.steps - 1) +
-                        "); it would have no effect");
-    s.topt.inject.push_back(spec.injections[i]);
-  }
+  check_injections(spec, s.world);
+  s.topt.inject = spec.injections;
   resolve_config(s);
   compare_rank_configs(s);
   install_device(s);
@@ -692,11 +704,11 @@ std::vector<RankReport> gather_reports(RunState& s) {
 
 // Each rank leaves its trace in OUT/trace/ before the report gather, so rank 0 can
 // merge them once the gather says every rank got there.
-void write_rank_trace(RunState& s, const TraceRecorder& trace) {
+void write_rank_trace(RunState& s, const json& events) {
   const std::string dir = s.spec.out_dir + "/trace";
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  write_file_atomic(dir + "/rank" + std::to_string(s.rank) + ".json", trace.events().dump());
+  write_file_atomic(dir + "/rank" + std::to_string(s.rank) + ".json", events.dump());
 }
 
 void merge_rank_traces(RunState& s) {
@@ -721,9 +733,18 @@ std::vector<RankReport> virtual_rank_reports(RunState& s, const VirtualRanks::Ou
   return reports;
 }
 
+// The run's last line: steps, first and last loss, skipped steps, where the summary is.
+void print_done(RunState& s, const std::string& what) {
+  s.progress.clear();
+  if (s.result.steps.empty()) return;
+  std::cout << "[zrepro] done: " << s.result.steps.size() << " steps, loss " << fmt(s.result.steps.front().loss)
+            << " -> " << fmt(s.result.steps.back().loss) << ", skipped " << s.result.skipped_steps << what
+            << (s.spec.out_dir.empty() ? "" : ", summary " + s.spec.out_dir + "/summary.json") << "\n";
+}
+
 // --world-size: the ranks train on this process's threads; the failure of any one ends
 // the run as that rank's (its ledger, its steps), with every rank's view in the summary.
-int train_virtual_and_report(RunState& s, TraceRecorder& trace, const StepCallback& on_step) {
+int train_virtual_and_report(RunState& s, const StepCallback& on_step) {
   const bool out = !s.spec.out_dir.empty();
   VirtualRanks::Outcome o = s.vranks->train_all(s.cfg, s.model, s.topt, on_step);
   s.virtual_reports = virtual_rank_reports(s, o);
@@ -743,17 +764,8 @@ int train_virtual_and_report(RunState& s, TraceRecorder& trace, const StepCallba
   }
   s.result = std::move(o.results[s.rank]);
   if (s.metrics) s.metrics->close();
-  s.progress.clear();
-  if (!s.result.steps.empty())
-    std::cout << "[zrepro] done: " << s.result.steps.size() << " steps, loss " << fmt(s.result.steps.front().loss)
-              << " -> " << fmt(s.result.steps.back().loss) << ", skipped " << s.result.skipped_steps
-              << " (virtual ranks: " << s.world << ")" << (out ? ", summary " + s.spec.out_dir + "/summary.json" : "")
-              << "\n";
-  if (out) {
-    trace.add_collectives(s.comm().recorder().snapshot());
-    trace.add_copies(s.result.copy_log);
-    write_file_atomic(s.spec.out_dir + "/trace.json", one_rank_trace(s.rank, trace.events()).dump());
-  }
+  print_done(s, " (virtual ranks: " + std::to_string(s.world) + ")");
+  if (out) write_file_atomic(s.spec.out_dir + "/trace.json", one_rank_trace(s.rank, s.trace_events()).dump());
   s.write_summary_or_throw("ok", nullptr, s.virtual_reports);  // an I/O failure ends the run as one
   return kExitOk;
 }
@@ -767,24 +779,16 @@ int train_and_report(RunState& s) {
   const int64_t every = s.cfg.steps_per_print.value_or(s.spec.log_every);
   if (every <= 0) throw ConfigError("--log-every: must be > 0, got " + std::to_string(every));
   s.trace = std::make_unique<TraceRecorder>(s.rank);
-  TraceRecorder& trace = *s.trace;
-  if (out) s.topt.trace = &trace;
-  if (s.vranks) return train_virtual_and_report(s, trace, step_logger(s, every));
+  if (out) s.topt.trace = s.trace.get();
+  if (s.vranks) return train_virtual_and_report(s, step_logger(s, every));
   const std::unique_ptr<Watchdog> watchdog = arm_watchdog(s);
   try {
     train(s.cfg, s.model, s.topt, s.result, step_logger(s, every));
-    if (out) {
-      trace.add_collectives(s.comm().recorder().snapshot());
-      trace.add_copies(s.result.copy_log);
-      write_rank_trace(s, trace);
-    }
+    if (out) write_rank_trace(s, s.trace_events());
     const std::vector<RankReport> reports = gather_reports(s);
     if (s.metrics) s.metrics->close();
+    if (s.rank == 0) print_done(s, "");
     s.progress.clear();
-    if (s.rank == 0 && !s.result.steps.empty())
-      std::cout << "[zrepro] done: " << s.result.steps.size() << " steps, loss " << fmt(s.result.steps.front().loss)
-                << " -> " << fmt(s.result.steps.back().loss) << ", skipped " << s.result.skipped_steps
-                << (out ? ", summary " + s.spec.out_dir + "/summary.json" : "") << "\n";
     if (s.rank == 0) {
       const json straggler = straggler_json(reports);
       if (straggler.is_object())
