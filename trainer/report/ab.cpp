@@ -82,6 +82,11 @@ void time_of(const json& s, json& row) {
   if (s.contains("offload") && s["offload"].is_object() && !s["offload"]["ranks"].empty()) {
     row["device_busy_fraction"] = s["offload"]["ranks"][0].value("device_busy_fraction", json());
     row["overlap_ratio"] = s["offload"]["ranks"][0].value("overlap_ratio", json());
+    // What the device spent waiting on the host link per step: bytes over a modelled link,
+    // so it does not move with the CPU's speed the way a busy fraction does.
+    const json exposed = s["offload"]["ranks"][0].value("exposed_s", json());
+    const size_t steps = s.value("steps", json::array()).size();
+    row["offload_wait_s_per_step"] = exposed.is_number() && steps > 0 ? json(exposed.get<double>() / steps) : json(nullptr);
   }
 }
 
@@ -297,7 +302,8 @@ Measured scaling_verdict(const Expectation& e, const AbRun& a0, const AbRun& a, 
 const std::vector<std::string>& ab_metric_keys() {
   static const std::vector<std::string> keys = {
       "step_s_median",      "tokens_per_s",         "comm_wait_share", "offload_copy_share", "data_wait_share",
-      "comm_wait_s_max",    "device_busy_fraction", "overlap_ratio",   "peak_bytes_max"};
+      "comm_wait_s_max",    "device_busy_fraction", "overlap_ratio",   "offload_wait_s_per_step",
+      "peak_bytes_max"};
   return keys;
 }
 

@@ -107,11 +107,12 @@ TEST(Ab, RankCountsAreCheckedAgainstTheEquivalenceRules) {
 namespace {
 
 // A summary with one figure set: the time breakdown's shares and rank 0's offload overlap.
-json measured(double step_s, double data_wait, double overlap, std::vector<double> grad_norms = {1.0, 1.0}) {
+json measured(double step_s, double data_wait, double overlap, std::vector<double> grad_norms = {1.0, 1.0},
+              double exposed_s = 0) {
   json s = summary("ok", {2.0, 1.5}, {50}, 100);
   s["time"]["step_s_median"] = step_s;
   s["time"]["breakdown_s"] = {{"forward", 1.0}, {"data_wait", data_wait}};
-  s["offload"] = {{"ranks", {{{"overlap_ratio", overlap}, {"device_busy_fraction", 0.5}}}}};
+  s["offload"] = {{"ranks", {{{"overlap_ratio", overlap}, {"device_busy_fraction", 0.5}, {"exposed_s", exposed_s}}}}};
   for (size_t i = 0; i < grad_norms.size() && i < s["steps"].size(); ++i) s["steps"][i]["grad_norm"] = grad_norms[i];
   return s;
 }
@@ -156,6 +157,15 @@ TEST(Ab, MeasuredSymptomsDecideByTheRatio) {
   EXPECT_EQ(compare_ab({run("A", 1, 3, summary("oom", {}, {100}, 100, "step"))}, {pinned}, false,
                        parse_expectation("less:overlap_ratio:0.5"))
                 .exit_code,
+            kExitAbNoFailure);
+  // offload_wait_s_per_step: rank 0's exposed copy seconds over the steps run (2 here).
+  const auto link_bound = run("A", 1, 0, measured(1.0, 0, 0.0, {1.0, 1.0}, 1.6));
+  const auto fixed_link = run("B", 1, 0, measured(1.0, 0, 0.0, {1.0, 1.0}, 0.2));
+  const AbResult waits = compare_ab({link_bound}, {fixed_link}, false, parse_expectation("more:offload_wait_s_per_step:4"));
+  EXPECT_EQ(waits.exit_code, kExitOk) << waits.verdicts[0];
+  EXPECT_NE(waits.verdicts[0].find("offload_wait_s_per_step 0.8000 vs B's 0.1000 = 8.00x"), std::string::npos)
+      << waits.verdicts[0];
+  EXPECT_EQ(compare_ab({fixed_link}, {link_bound}, false, parse_expectation("more:offload_wait_s_per_step:4")).exit_code,
             kExitAbNoFailure);
   // slower: median step time ratio.
   EXPECT_EQ(compare_ab({run("A", 1, 0, measured(3.0, 0, 0))}, {run("B", 1, 0, measured(1.0, 0, 0))}, false,
