@@ -262,6 +262,10 @@ TEST(Mpi, SkipForwardAndStragglerAreDiagnosed) {
   RunResult skip = zrepro("skip", config(3), "--steps 4 --ranks 2 --inject skip-forward:1:1 --comm-timeout 3");
   EXPECT_EQ(skip.code, 4) << skip.output;
   EXPECT_EQ(skip.summary["status"], "hang");
+  // Where each rank stands, for report.html's per-rank collective table.
+  const auto& views = skip.summary["failure"]["hang"]["ranks"];
+  ASSERT_EQ(views.size(), 2u);
+  for (const auto& v : views) EXPECT_EQ(v["waiting_seq"], skip.summary["failure"]["hang"]["seq"]) << v;
   // A straggler is slow, not stuck: the run completes and the other rank waits.
   RunResult slow = zrepro("straggler", config(2), "--steps 4 --ranks 2 --inject straggler:1:100");
   ASSERT_EQ(slow.code, 0) << slow.output;
@@ -284,6 +288,14 @@ TEST(Mpi, OutOfMemoryOnEveryRankEndsWithExitThreeAndABreakdown) {
   EXPECT_LE(f["allocated_bytes"].get<int64_t>(), 1048576);
   const std::string dir = r.dir + "/out";
   EXPECT_TRUE(std::filesystem::exists(dir + "/summary_rank1.json"));
+  // [Note: every rank's view]: summary.json lists each view written (both ranks OOM at the
+  // same allocation; whichever wrote first, the last writer merged both).
+  ASSERT_TRUE(f["ranks"].is_array());
+  for (const auto& v : f["ranks"]) {
+    EXPECT_EQ(v["status"], "oom");
+    EXPECT_TRUE(std::filesystem::exists(dir + "/summary_rank" + v["rank"].dump() + ".json"));
+  }
+  EXPECT_EQ(f["ranks"].size() + f["ranks_without_a_view"].size(), 2u);
   const std::string config_path = r.dir + "/ds.json";
   EXPECT_NE(std::system(("pgrep -f '[z]repro run --config " + config_path + "' > /dev/null").c_str()), 0);
 }

@@ -57,19 +57,16 @@ AbRun run_side(const Side& side, int ranks, const std::vector<std::string>& comm
   }
   r.summary = read_json_file(dir + "/summary.json");
   if (r.summary.is_object()) {
-    // A hang stops every rank (rank 0's summary covers them all); any other failure
-    // leaves each failing rank's own summary (rank 0: summary.json).
+    // A hang stops every rank (rank 0's summary covers them all).
     if (r.summary.value("status", "ok") == "hang") {
       r.failed_ranks = ranks;
       return r;
     }
-    // Virtual ranks: one summary, the first rank that failed (the others stopped with it).
-    int failed = r.summary.value("status", "ok") != "ok";
-    for (int k = 1; k < ranks && !virtual_ranks; ++k) {
-      const json s = read_json_file(dir + "/summary_rank" + std::to_string(k) + ".json");
-      failed += s.is_object() && s.value("status", "ok") != "ok";
-    }
-    r.failed_ranks = failed;
+    // Several processes: summary.json lists every failing rank's view ([Note: every
+    // rank's view]). Virtual ranks or one process: one summary, the first rank that failed.
+    const json f = r.summary.value("failure", json());
+    const bool listed = f.is_object() && f.value("ranks", json()).is_array();
+    r.failed_ranks = listed ? static_cast<int>(f["ranks"].size()) : r.summary.value("status", "ok") != "ok";
   }
   return r;
 }

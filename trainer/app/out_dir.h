@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace zrepro {
 
 // The names a run writes in its --out (files and folders), which claim_out_dir moves aside.
@@ -16,5 +18,11 @@ const std::vector<std::string>& run_output_names();
 // dir/previous/ (replacing what was there). Returns what was moved. Throws ConfigError
 // when another live process holds the lock.
 std::vector<std::string> claim_out_dir(const std::string& dir);
+
+// A failing rank of a multi-process run: writes its own view to dir/summary_rank<r>.json,
+// then, under dir/.views.lock, merges every rank's view present into dir/summary.json and
+// dir/report.html ([Note: every rank's view], trainer/report/rank_views.h). Throws
+// IoError when a write fails.
+void publish_rank_view(const std::string& dir, int rank, int world, const nlohmann::json& own);
 
 }  // namespace zrepro

@@ -150,33 +150,34 @@ struct RunState {
   int64_t capacity() const { return scaled ? scaled->toy_capacity : spec.device_memory.value_or(0); }
   std::string flight_dir() const { return (spec.out_dir.empty() ? std::string("zrepro_flight") : spec.out_dir) + "/flight"; }
 
-  // Rank 0 writes the summary from every rank's report. A run that fails writes
-  // the failing rank's own view: summary.json on rank 0, summary_rank<r>.json elsewhere.
+  // Rank 0 writes the summary from every rank's report. A run that fails writes the
+  // failing rank's own view: with one process, summary.json; with several, each failing
+  // rank its summary_rank<r>.json, merged into summary.json ([Note: every rank's view]).
   // Never throws: it runs inside the failure handlers, where an exception would end the
   // process in terminate with nothing written; a write that fails is said on stderr.
   void write_summary(const std::string& status, json failure, std::vector<RankReport> reports, bool all_ranks) {
     if (spec.out_dir.empty() || (all_ranks && !speaks())) return;
     try {
-      write_summary_or_throw(status, std::move(failure), std::move(reports));
+      write_summary_or_throw(status, std::move(failure), std::move(reports), !all_ranks && ranks && world > 1);
     } catch (const std::exception& e) {
       std::cerr << "[zrepro] rank " << rank << ": could not write the summary in " << spec.out_dir << ": " << e.what()
                 << std::endl;
     }
   }
 
-  void write_summary_or_throw(const std::string& status, json failure, std::vector<RankReport> reports) {
+  void write_summary_or_throw(const std::string& status, json failure, std::vector<RankReport> reports,
+                              bool own_view_of_many = false) {
     if (reports.empty()) reports = virtual_reports;
     if (reports.empty()) reports.push_back(rank_report(rank, result, device_memory_snapshot(dev.device)));
     SummaryInput in{status, have_cfg ? &cfg : nullptr, have_model ? &model : nullptr, dev.description,
                     have_cfg ? &result : nullptr, std::move(reports), std::move(failure), topt.host_link_gbps,
                     topt.pageable_ratio, planned ? &*planned : nullptr, scaled.get(), &topt.loader,
                     spec.interconnect_gbps, environment_json(), virtual_json(), config_mismatch};
-    const std::string name = speaks() ? "summary" : "summary_rank" + std::to_string(rank);
     const json summary = build_summary(in);
+    if (own_view_of_many) return publish_rank_view(spec.out_dir, rank, world, summary);
     // Quoted user input may hold bytes that are not UTF-8 (a config's): replaced, never thrown on.
-    write_file_atomic(spec.out_dir + "/" + name + ".json",
-                      summary.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
-    if (speaks()) write_file_atomic(spec.out_dir + "/report.html", html_report(summary));
+    write_file_atomic(spec.out_dir + "/summary.json", summary.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
+    write_file_atomic(spec.out_dir + "/report.html", html_report(summary));
   }
 
   // summary.json's virtual_ranks (null for real processes).
@@ -608,15 +609,15 @@ void print_header(RunState& s) {
         std::cerr << "[zrepro] could not write hang_report.json: " << e.what() << std::endl;
       }
     }
-    s.write_summary(failure_row(FailureKind::hang).status,
-                    make_failure(FailureKind::hang, d.culprits.empty() ? s.rank : d.culprits.front(),
+    json failure = make_failure(FailureKind::hang, d.culprits.empty() ? s.rank : d.culprits.front(),
                                  "collective #" + std::to_string(d.seq),
                                  reason + ". " + d.text +
                                      (configs.empty() ? "" : " The ranks ran different configs: " + configs + "."),
                                  "ranks issued different collectives (per-rank gradient accumulation, a rank that "
                                  "stops early or skips a forward): make every rank run the same micro-steps; see "
-                                 "flight/ and hang_report.json"),
-                    {}, true);
+                                 "flight/ and hang_report.json");
+    failure["hang"] = d.to_json();  // suspects and every rank's collective position, for report.html
+    s.write_summary(failure_row(FailureKind::hang).status, std::move(failure), {}, true);
   } else {
     wait_for([&] { return out.empty() || std::filesystem::exists(out + "/hang_report.json"); },
              std::min(timeout, 30.0) + 10.0);

@@ -55,7 +55,18 @@ std::vector<FlightEntry> flight_from_json(const json& j) {
 json HangDiagnosis::to_json() const {
   json s = json::array();
   for (const auto& x : suspects) s.push_back({{"rank", x.rank}, {"evidence", x.evidence}});
-  return {{"seq", seq}, {"culprit_ranks", culprits}, {"kind", kind}, {"text", text}, {"suspects", s}};
+  json rv = json::array();
+  for (const auto& v : ranks) {
+    auto seq_or_null = [](int64_t q) { return q >= 0 ? json(q) : json(nullptr); };
+    rv.push_back({{"rank", v.rank},
+                  {"dumped", v.dumped},
+                  {"last_completed_seq", seq_or_null(v.last_completed_seq)},
+                  {"last_completed", v.last_completed.empty() ? json(nullptr) : json(v.last_completed)},
+                  {"waiting_seq", seq_or_null(v.waiting_seq)},
+                  {"waiting_in", v.waiting_in.empty() ? json(nullptr) : json(v.waiting_in)},
+                  {"idle_s", v.dumped ? json(v.idle_s) : json(nullptr)}});
+  }
+  return {{"seq", seq}, {"culprit_ranks", culprits}, {"kind", kind}, {"text", text}, {"suspects", s}, {"ranks", rv}};
 }
 
 namespace {
@@ -125,10 +136,32 @@ void rank_suspects(HangDiagnosis& d, const std::vector<std::vector<FlightEntry>>
   d.text += os.str() + ".";
 }
 
+// Each rank's last completed collective and the first it has not completed.
+std::vector<HangDiagnosis::RankView> rank_views(const std::vector<std::vector<FlightEntry>>& per_rank) {
+  double newest = 0;
+  for (const auto& entries : per_rank)
+    if (!entries.empty()) newest = std::max(newest, last_activity(entries));
+  std::vector<HangDiagnosis::RankView> out;
+  for (int r = 0; r < static_cast<int>(per_rank.size()); ++r) {
+    HangDiagnosis::RankView v{r};
+    v.dumped = !per_rank[r].empty();
+    for (const auto& e : per_rank[r]) {
+      if (e.state == FlightEntry::completed && e.seq > v.last_completed_seq)
+        v.last_completed_seq = e.seq, v.last_completed = describe(e);
+      if (e.state != FlightEntry::completed && (v.waiting_seq < 0 || e.seq < v.waiting_seq))
+        v.waiting_seq = e.seq, v.waiting_in = describe(e);
+    }
+    if (v.dumped) v.idle_s = newest - last_activity(per_rank[r]);
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
 }  // namespace
 
 HangDiagnosis diagnose_hang(const std::vector<std::vector<FlightEntry>>& per_rank, int64_t gas) {
   HangDiagnosis d;
+  d.ranks = rank_views(per_rank);
   const int n = static_cast<int>(per_rank.size());
   std::vector<std::map<int64_t, const FlightEntry*>> by_seq(n);
   int64_t lo = 0, hi = -1;

@@ -29,6 +29,18 @@ struct HangDiagnosis {
   // first); then the ranks the sequence comparison names (missing, mismatched, stuck).
   // The rank that reported is never blamed for reporting.
   std::vector<Suspect> suspects;
+  // Where each rank stands, for the per-rank collective table (report.html): its last
+  // completed collective and the first one it has not completed (where it waits).
+  struct RankView {
+    int rank;
+    bool dumped = false;                 // its flight dump arrived
+    int64_t last_completed_seq = -1;     // -1: none in the recorder's window
+    std::string last_completed;          // op(dtype, in, out) [label, step, micro-step, state]
+    int64_t waiting_seq = -1;            // -1: every recorded collective completed
+    std::string waiting_in;
+    double idle_s = 0;                   // how long before the newest activity of any rank it last acted
+  };
+  std::vector<RankView> ranks;
   std::string kind;                // "missing" | "mismatch" | "stuck" | "unknown"
   std::string text;                // one paragraph for humans
   nlohmann::json to_json() const;

@@ -84,3 +84,24 @@ TEST(HangDiagnosis, ARankWithNoDumpOrTheOldestActivityIsTheFirstSuspect) {
   EXPECT_NE(d.suspects[0].evidence.find("older"), std::string::npos);
   EXPECT_EQ(d.to_json()["suspects"].size(), 2u);
 }
+
+TEST(HangDiagnosis, EachRanksViewSaysItsLastCompletedCollectiveAndWhereItWaits) {
+  std::vector<std::vector<FlightEntry>> ranks(3);
+  for (int r = 0; r < 2; ++r) {
+    ranks[r].push_back(entry(0, CollOp::all_reduce, 3));
+    ranks[r].push_back(entry(1, CollOp::all_gather, 8, 0, r == 0 ? FlightEntry::started : FlightEntry::completed));
+  }
+  const HangDiagnosis d = diagnose_hang(ranks, 1);  // rank 2 sent no dump
+  ASSERT_EQ(d.ranks.size(), 3u);
+  EXPECT_TRUE(d.ranks[0].dumped);
+  EXPECT_EQ(d.ranks[0].last_completed_seq, 0);
+  EXPECT_EQ(d.ranks[0].waiting_seq, 1);
+  EXPECT_EQ(d.ranks[0].waiting_in.rfind("all_gather(Float, in 8, out 8)", 0), 0u) << d.ranks[0].waiting_in;
+  EXPECT_EQ(d.ranks[1].last_completed_seq, 1);
+  EXPECT_EQ(d.ranks[1].waiting_seq, -1);
+  EXPECT_FALSE(d.ranks[2].dumped);
+  const auto j = d.to_json();
+  EXPECT_TRUE(j["ranks"][1]["waiting_seq"].is_null());
+  EXPECT_TRUE(j["ranks"][2]["idle_s"].is_null());
+  EXPECT_EQ(j["ranks"][0]["waiting_seq"], 1);
+}

@@ -1,0 +1,58 @@
+// report.html from a summary: every rank, human bytes and percentages, no tables of zeros,
+// the hang's per-rank collective table.
+#include <gtest/gtest.h>
+
+#include "trainer/report/html_report.h"
+
+using namespace zrepro;
+using json = nlohmann::json;
+
+namespace {
+bool has(const std::string& html, const std::string& what) { return html.find(what) != std::string::npos; }
+}  // namespace
+
+TEST(HtmlReport, BytesArePeopleSizedSharesArePercentagesAndZeroTablesAreLeftOut) {
+  json s = {{"status", "ok"},
+            {"memory", {{"device_capacity_bytes", 4294967296.0},
+                        {"ranks", {{{"rank", 0}, {"peak_bytes", 1610612736}, {"peak_phase", "step"},
+                                    {"by_category", {{"params", 1073741824}, {"comm_buffers", 0}}}},
+                                   {{"rank", 1}, {"peak_bytes", 1073741824}, {"peak_phase", "step"},
+                                    {"by_category", {{"params", 536870912}, {"comm_buffers", 0}}}}}}}},
+            {"offload", {{"host_link_gbps", 2.0},
+                         {"ranks", {{{"rank", 0}, {"d2h_bytes", 3145728}, {"h2d_bytes", 0}, {"copy_s", 1.0},
+                                     {"exposed_s", 0.1}, {"overlap_ratio", 0.9}, {"device_busy_fraction", 0.95},
+                                     {"host_pinned_bytes", 1024}, {"host_pageable_bytes", 0}}}}}},
+            {"comm", {{"ops", {{"all_reduce", {{"calls_per_step", 0.0}, {"bytes_per_step", 0.0}}}}}}},
+            {"time", {{"step_s_median", 0.5}, {"tokens_per_s", 100.0},
+                      {"breakdown_s", {{"forward", 3.0}, {"backward", 1.0}, {"comm_wait", 0.0}}}}}};
+  const std::string html = html_report(s);
+  EXPECT_TRUE(has(html, "<td>1.50 GiB</td><td>37.5%</td>")) << html;  // rank 0's peak, of capacity
+  EXPECT_TRUE(has(html, "<td>512.00 MiB</td>"));                       // rank 1 shown too
+  EXPECT_TRUE(has(html, "<td>3.00 MiB</td>"));                         // offload down
+  EXPECT_TRUE(has(html, "<td>90.0%</td><td>95.0%</td>"));              // overlapped, device busy
+  EXPECT_FALSE(has(html, "comm buffers</th>"));                        // zero on every rank
+  EXPECT_FALSE(has(html, "Collectives (rank 0"));                      // no op was called
+  EXPECT_TRUE(has(html, "<td>75.0%</td>"));                            // forward's share of the time
+  EXPECT_FALSE(has(html, "comm_wait (s"));                             // zero
+}
+
+TEST(HtmlReport, AMultiRankFailureShowsEveryRanksViewAndAHangWhereEachRankWaits) {
+  json s = {{"status", "hang"},
+            {"failure", {{"kind", "hang"}, {"rank", 1}, {"phase", "collective #7"}, {"message", "m"},
+                         {"ranks", {{{"rank", 0}, {"status", "oom"}, {"phase", "forward"}, {"allocated_bytes", 2048},
+                                     {"capacity_bytes", 4096}, {"message", "CUDA out of memory"}}}},
+                         {"ranks_without_a_view", {2}},
+                         {"hang", {{"suspects", {{{"rank", 1}, {"evidence", "no flight dump"}}}},
+                                   {"ranks", {{{"rank", 0}, {"dumped", true}, {"last_completed_seq", 6},
+                                               {"last_completed", "all_reduce(Float)"}, {"waiting_seq", 7},
+                                               {"waiting_in", "all_gather(Float, in 8, out 16)"}, {"idle_s", 0.0}},
+                                              {{"rank", 1}, {"dumped", false}, {"last_completed_seq", nullptr},
+                                               {"last_completed", nullptr}, {"waiting_seq", nullptr},
+                                               {"waiting_in", nullptr}, {"idle_s", nullptr}}}}}}}}};
+  const std::string html = html_report(s);
+  EXPECT_TRUE(has(html, "<td>0</td><td>oom</td><td>forward</td><td>2.00 KiB</td><td>4.00 KiB</td>")) << html;
+  EXPECT_TRUE(has(html, "No summary from rank(s) [2]"));
+  EXPECT_TRUE(has(html, "<li>rank 1: no flight dump</li>"));
+  EXPECT_TRUE(has(html, "<td>#6 all_reduce(Float)</td><td>#7 all_gather(Float, in 8, out 16)</td>"));
+  EXPECT_TRUE(has(html, "<td>1</td><td><b>none</b></td><td>–</td><td>–</td>"));
+}
