@@ -1,6 +1,9 @@
 // See env.h.
 #include "trainer/app/env.h"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -62,6 +65,13 @@ int64_t meminfo_bytes(const std::string& key) {
     in.ignore(1 << 10, '\n');
   }
   return -1;
+}
+
+int cpu_slots() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return std::max(1u, std::thread::hardware_concurrency());
 }
 
 std::string libtorch_kind() {

@@ -19,6 +19,9 @@ std::string libtorch_kind();  // "CPU", "CUDA", or "CUDA (no GPU visible)": how 
 
 std::string blas_library();                 // the libblas.so.3 alternative's target, or "unknown"
 int64_t meminfo_bytes(const std::string& key);  // /proc/meminfo "MemTotal:" etc.; -1 if absent
+// The cores this process may run on (its affinity mask; the machine's count if unknown):
+// the slots --ranks fills before it oversubscribes.
+int cpu_slots();
 
 // int env_command(int, char**) is in cli.h with the other commands.
 

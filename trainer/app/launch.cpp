@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -32,6 +33,23 @@ Ranks::Ranks(int* argc, char*** argv, bool cuda) {
 Ranks::~Ranks() {
   comm.reset();
   if (mpi) mpi_finalize();
+}
+
+bool oversubscribe_from_env() {
+  const char* v = std::getenv("OMPI_MCA_rmaps_base_oversubscribe");
+  if (!v) return false;
+  std::string t(v);
+  for (auto& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return t == "1" || t == "true" || t == "yes" || t == "on";
+}
+
+void check_ranks_fit_slots(int ranks, bool oversubscribe, int slots) {
+  if (ranks <= slots || oversubscribe || oversubscribe_from_env()) return;
+  throw ConfigError("--ranks " + std::to_string(ranks) + ": this machine gives this process " + std::to_string(slots) +
+                    " core(s), so the ranks would share cores and every step time and timing verdict would measure "
+                    "the sharing (memory and losses stay exact). Add --oversubscribe to run them anyway, use --ranks " +
+                    std::to_string(slots) + " or fewer, or --world-size " + std::to_string(ranks) +
+                    " to run the ranks in one process (exact memory and numerics)");
 }
 
 void relaunch_under_mpirun(int ranks, const std::vector<std::string>& subcommand, int argc, char** argv) {

@@ -19,6 +19,16 @@ struct Ranks {
   ~Ranks();
 };
 
+// [Note: oversubscribed ranks] --ranks N above the cores this process may use (slots)
+// makes ranks share cores: memory and losses stay exact, but every step time, overlap
+// and timing verdict (straggler, scaling) measures the sharing. So it is refused (exit 2,
+// naming --oversubscribe and --world-size) unless asked for: --oversubscribe, or Open
+// MPI's own OMPI_MCA_rmaps_base_oversubscribe set true. An asked-for run says so in its
+// header.
+void check_ranks_fit_slots(int ranks, bool oversubscribe, int slots);
+// OMPI_MCA_rmaps_base_oversubscribe is 1 / true / yes / on.
+bool oversubscribe_from_env();
+
 // Replaces this process with `mpirun -np N <this binary> <subcommand> <args without --ranks>`.
 [[noreturn]] void relaunch_under_mpirun(int ranks, const std::vector<std::string>& subcommand, int argc, char** argv);
 

@@ -426,6 +426,7 @@ void check_injections(const RunSpec& spec, int world) {
 // --ranks N: the config, the model and the injections are checked once here, before
 // mpirun starts N processes that would each refuse them.
 void precheck_before_launch(const RunSpec& spec, int world) {
+  check_ranks_fit_slots(world, spec.oversubscribe, cpu_slots());
   const ModelSpec m = resolve_model(spec.target_model.value_or(spec.model), spec.model_overrides);
   load_ds_config(require_config(spec.config_path), flags_for(spec, m, world));
   check_injections(spec, world);
@@ -513,6 +514,10 @@ void print_header(RunState& s) {
               << "and device-memory ledger each; collectives in-process); reporting as rank " << s.rank
               << ", data rule " << (s.spec.same_data ? "same" : "distinct")
               << "; memory and numerics are the N-rank job's, step times are not\n";
+  if (!s.vranks && s.world > 1 && s.ranks->mpi && mpi_local_size() > cpu_slots())
+    std::cout << "[zrepro] oversubscribed: " << mpi_local_size() << " ranks on " << cpu_slots()
+              << " core(s) of this node share them ([Note: oversubscribed ranks]): memory and losses are exact, step "
+              << "times measure the sharing\n";
   const DsConfig& cfg = s.cfg;
   const ModelSpec& model = s.model;
   for (const auto& w : cfg.warnings) std::cout << "[zrepro] warning: " << w << "\n";

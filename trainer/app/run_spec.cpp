@@ -18,6 +18,8 @@ cxxopts::Options run_options() {
       ("device", "cpu|cuda", cxxopts::value<std::string>()->default_value("cpu"))
       ("out", "output folder for summary.json, metrics.jsonl and flight dumps", cxxopts::value<std::string>())
       ("ranks", "start N ranks on this node under mpirun", cxxopts::value<int>())
+      ("oversubscribe", "with --ranks N above this machine's cores: run anyway, ranks sharing cores (memory and "
+                        "losses stay exact; step times and timing verdicts do not)")
       ("world-size", "virtual ranks: this one process stands in for every rank of an N-rank job (each rank's "
                      "exact memory and numerics, in-process collectives; not its timing: use --ranks for hangs "
                      "and stragglers)", cxxopts::value<int>())
@@ -174,6 +176,7 @@ void parse_run_spec(int argc, char** argv, RunSpec& s) {
   if (s.ranks && (*s.ranks < 1 || *s.ranks > kMaxVirtualRanks))
     throw ConfigError("--ranks: got " + std::to_string(*s.ranks) + ", expected 1.." + std::to_string(kMaxVirtualRanks) +
                       " (processes on this node)");
+  s.oversubscribe = r.count("oversubscribe") > 0;
   parse_virtual(r, s);
   s.device = r["device"].as<std::string>();
   s.steps = r["steps"].as<int64_t>();

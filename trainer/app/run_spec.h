@@ -20,6 +20,7 @@ struct RunSpec {
   bool help = false;
   std::string help_text;
   std::optional<int> ranks;  // --ranks: relaunch under mpirun
+  bool oversubscribe = false;  // --oversubscribe: more --ranks than cores, asked for
   // --world-size N: one process stands in for the N ranks (trainer/loop/virtual_ranks.h);
   // --as-rank: the rank it reports as its own; --data-rule same: every rank draws rank 0's batches.
   std::optional<int> world_size;

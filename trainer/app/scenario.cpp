@@ -65,14 +65,14 @@ int check_grep_line(const json& s, const std::string& out, int code) {
 
 // One `zrepro ab`: side A against one fix, into out; the grep line checked.
 int run_ab(const std::string& folder, const json& s, const json& fix, const std::string& ranks, const std::string& out,
-           bool virtual_ranks) {
+           const std::vector<std::string>& ab_flags) {
   std::vector<std::string> args = {"ab",      "--a",     folder + "/" + s["a"]["config"].get<std::string>(),
                                    "--b",     folder + "/" + fix["config"].get<std::string>(),
                                    "--ranks", ranks,     "--out", out};
   if (!s["a"].value("args", json::array()).empty()) args.insert(args.end(), {"--a-args", joined(s["a"]["args"])});
   if (!fix.value("args", json::array()).empty()) args.insert(args.end(), {"--b-args", joined(fix["args"])});
   if (s.contains("expect")) args.insert(args.end(), {"--expect", s["expect"].get<std::string>()});
-  if (virtual_ranks) args.push_back("--virtual");
+  args.insert(args.end(), ab_flags.begin(), ab_flags.end());
   for (const auto& a : s["args"]) args.push_back(a.get<std::string>());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -118,7 +118,7 @@ json load_scenario(const std::string& path) {
 }
 
 int run_scenario(const std::string& dir, const std::string& name, const std::optional<std::string>& ranks,
-                 const std::string& out, bool virtual_ranks) {
+                 const std::string& out, const std::vector<std::string>& ab_flags) {
   const std::string folder = dir + "/" + name;
   if (!std::filesystem::exists(folder + "/scenario.json"))
     throw ConfigError("scenario \"" + name + "\": no " + folder + "/scenario.json (zrepro scenario list names them)");
@@ -127,7 +127,7 @@ int run_scenario(const std::string& dir, const std::string& name, const std::opt
   for (const auto& n : s["ranks"]) rank_list += (rank_list.empty() ? "" : ",") + std::to_string(n.get<int>());
   std::cout << "[zrepro scenario] " << name << ": " << s["symptom"].get<std::string>() << std::endl;
   if (s.contains("b")) {
-    const int code = run_ab(folder, s, s["b"], ranks.value_or(rank_list), out, virtual_ranks);
+    const int code = run_ab(folder, s, s["b"], ranks.value_or(rank_list), out, ab_flags);
     std::cout << "[zrepro scenario] " << name << ": " << outcome(code) << " (exit " << code << ")" << std::endl;
     return code;
   }
@@ -138,7 +138,7 @@ int run_scenario(const std::string& dir, const std::string& name, const std::opt
     const json& fix = s["fixes"][i];
     const std::string fix_name = fix.value("name", fix["config"].get<std::string>());
     std::cout << "[zrepro scenario] fix " << i + 1 << "/" << s["fixes"].size() << ": " << fix_name << std::endl;
-    int code = run_ab(folder, s, fix, ranks.value_or(rank_list), out + "/fix_" + std::to_string(i + 1), virtual_ranks);
+    int code = run_ab(folder, s, fix, ranks.value_or(rank_list), out + "/fix_" + std::to_string(i + 1), ab_flags);
     // A relative expectation (slower:, less:, ...) compares A with this fix: no difference
     // means this fix is not verified. A failure expectation: A itself did not fail.
     const std::string expect = s.value("expect", "failure");
@@ -163,6 +163,8 @@ int scenario_command(int argc, char** argv) {
       ("ranks", "rank counts instead of the scenario's, e.g. 1,4", cxxopts::value<std::string>())
       ("virtual", "run rank counts above 1 as virtual ranks in one process (zrepro ab --virtual): memory and "
                   "numerics scenarios only")
+      ("oversubscribe", "more ranks than this machine's cores: run them anyway, sharing cores (zrepro run "
+                        "--oversubscribe; timing scenarios then measure the sharing)")
       ("out", "output folder (default scenario_out/NAME)", cxxopts::value<std::string>())
       ("dir", "scenarios folder (default configs/scenarios)", cxxopts::value<std::string>())
       ("h,help", "show this help");
@@ -183,8 +185,11 @@ int scenario_command(int argc, char** argv) {
     if (action != "run") throw ConfigError("zrepro scenario: got \"" + action + "\", expected list or run");
     if (!r.count("name")) throw ConfigError("zrepro scenario run: a scenario name is missing (zrepro scenario list)");
     const std::string name = r["name"].as<std::string>();
+    std::vector<std::string> ab_flags;
+    for (const char* f : {"virtual", "oversubscribe"})
+      if (r.count(f)) ab_flags.push_back(std::string("--") + f);
     return run_scenario(dir, name, opt<std::string>(r, "ranks"),
-                        r.count("out") ? r["out"].as<std::string>() : "scenario_out/" + name, r.count("virtual") > 0);
+                        r.count("out") ? r["out"].as<std::string>() : "scenario_out/" + name, ab_flags);
   } catch (const ConfigError& e) {
     std::cerr << "[zrepro scenario] error: " << e.what() << std::endl;
     return kExitBadInput;

@@ -7,6 +7,7 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -20,8 +21,9 @@ nlohmann::json load_scenario(const std::string& path);
 
 // Runs folder dir/name as `zrepro ab` (once per fix) into out. Exit codes are ab's: 0
 // reproduced and (some fix) verified, 6 reproduced and no fix verified, 7 not reproduced.
-// virtual_ranks: rank counts above 1 run in one process (zrepro ab --virtual).
+// ab_flags: flags for `zrepro ab` itself (--virtual: rank counts above 1 run in one
+// process; --oversubscribe: more ranks than cores, passed on to each `zrepro run`).
 int run_scenario(const std::string& dir, const std::string& name, const std::optional<std::string>& ranks,
-                 const std::string& out, bool virtual_ranks = false);
+                 const std::string& out, const std::vector<std::string>& ab_flags = {});
 
 }  // namespace zrepro
