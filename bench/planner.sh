@@ -24,7 +24,7 @@ for precision in fp32 bf16; do
     for ckpt in "" "--activation-checkpointing"; do
       for micro in 1 2 4 8; do
         flags="--model $model --precision $precision --zero-stage $stage --micro-batch $micro $ckpt"
-        build/zrepro run --ranks "$ranks" --config "$tmp/ds.json" $flags --steps 2 --out "$tmp/o" > /dev/null 2>&1
+        build/zrepro run --ranks "$ranks" --oversubscribe --config "$tmp/ds.json" $flags --steps 2 --out "$tmp/o" > /dev/null 2>&1
         build/zrepro plan --config "$tmp/ds.json" --world-size "$ranks" $flags --json > "$tmp/p.json"
         python3 - "$tmp" "$precision" "$stage" "${ckpt:+yes}" "$micro" <<'PY'
 import json, sys

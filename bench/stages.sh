@@ -22,7 +22,7 @@ for model in tiny small; do
  "zero_optimization": {"stage": $stage}}
 JSON
       out="$tmp/$model-$ranks-$stage"
-      build/zrepro run --config "$tmp/ds.json" --model "$model" --steps "$steps" --ranks "$ranks" \
+      build/zrepro run --config "$tmp/ds.json" --model "$model" --steps "$steps" --ranks "$ranks" --oversubscribe \
         --out "$out" > "$out.log" 2>&1 || { echo "run failed: $model $ranks $stage" >&2; cat "$out.log" >&2; exit 1; }
       python3 - "$out/summary.json" "$model" "$ranks" "$stage" "${base:-}" > "$out.row" <<'PY'
 import json, sys
