@@ -32,6 +32,7 @@
 #include "trainer/app/env.h"
 #include "trainer/app/launch.h"
 #include "trainer/app/out_dir.h"
+#include "trainer/app/peers.h"
 #include "trainer/app/run_spec.h"
 #include "trainer/config/rank_configs.h"
 #include "trainer/loop/virtual_ranks.h"
@@ -132,6 +133,7 @@ struct RunState {
   std::unique_ptr<TraceRecorder> trace;           // this rank's spans, kept for a failure's trace.json
   bool trace_complete = false;                    // its collectives and copies added (trace_events)
   std::vector<std::string> config_mismatch;       // keys where the ranks' effective configs differ
+  std::vector<Peer> peers;                        // several processes: every rank's host and pid
   DsConfig cfg;
   ModelSpec model;
   bool have_cfg = false, have_model = false;
@@ -146,6 +148,8 @@ struct RunState {
   Communicator& comm() { return vranks ? vranks->comm(rank) : *ranks->comm; }
   // This process prints and writes the run's files: rank 0, or the one process of virtual ranks.
   bool speaks() const { return rank == 0 || vranks; }
+  // This run is one of several processes (mpirun), not virtual ranks in one.
+  bool several_processes() const { return ranks && !vranks && world > 1; }
   // The emulated or fractioned device capacity: the toy's under scale-down, else the flag's.
   int64_t capacity() const { return scaled ? scaled->toy_capacity : spec.device_memory.value_or(0); }
   std::string flight_dir() const { return (spec.out_dir.empty() ? std::string("zrepro_flight") : spec.out_dir) + "/flight"; }
@@ -158,7 +162,7 @@ struct RunState {
   void write_summary(const std::string& status, json failure, std::vector<RankReport> reports, bool all_ranks) {
     if (spec.out_dir.empty() || (all_ranks && !speaks())) return;
     try {
-      write_summary_or_throw(status, std::move(failure), std::move(reports), !all_ranks && ranks && world > 1);
+      write_summary_or_throw(status, std::move(failure), std::move(reports), !all_ranks && several_processes());
     } catch (const std::exception& e) {
       std::cerr << "[zrepro] rank " << rank << ": could not write the summary in " << spec.out_dir << ": " << e.what()
                 << std::endl;
@@ -264,6 +268,69 @@ void on_stop_signal(int sig) {
 void install_stop_signals() {
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
+}
+
+const char* signal_name(int sig) { return sig == SIGTERM ? "SIGTERM" : "SIGINT"; }
+
+// Several processes: interrupts the communicator when a peer on this host is gone (it
+// looks every 250 ms, so a survivor usually knows before mpirun's SIGTERM), or when a
+// stop signal came and no step boundary was agreed within the grace period ([Note: a
+// rank that vanished], peers.h). Stops with the run (or with the process).
+class StopWatcher {
+ public:
+  static constexpr double kGraceS = 0.7;     // under Open MPI's 1 s between SIGTERM and SIGKILL
+  static constexpr double kPeerCheckS = 0.25;
+  StopWatcher(Communicator& comm, std::vector<Peer> peers, int self)
+      : thread_([this, &comm, peers = std::move(peers), self] { watch(comm, peers, self); }) {}
+  ~StopWatcher() {
+    done_.store(true);
+    thread_.join();
+  }
+
+ private:
+  void watch(Communicator& comm, const std::vector<Peer>& peers, int self) {
+    double signalled_at = -1, checked_at = 0;
+    while (!done_.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      const int sig = g_stop_signal.load();
+      const double now = wall_seconds();
+      if (sig != 0 && signalled_at < 0) signalled_at = now;
+      if (sig != 0 || now - checked_at > kPeerCheckS) {
+        checked_at = now;
+        const std::vector<Peer> gone = vanished_peers(peers, self);
+        if (!gone.empty()) {
+          // No signal yet: mpirun's SIGTERM is on its way; the run ends as that would.
+          comm.interrupt(sig != 0 ? sig : SIGTERM, (sig != 0 ? std::string(signal_name(sig)) + ": " : std::string()) +
+                                                       describe_peers(gone) +
+                                                       " vanished (mpirun ends every rank once one ends)");
+          return;
+        }
+      }
+      if (signalled_at >= 0 && now - signalled_at > kGraceS) {
+        comm.interrupt(sig, std::string(signal_name(sig)) + ": the ranks agreed on no step boundary within " +
+                                fmt(kGraceS) + " s (a peer may have vanished on another host)");
+        return;
+      }
+    }
+  }
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+// The step boundary's stop check (TrainOptions::stop_signal): one process or virtual
+// ranks read the flag; several processes agree on the highest signal seen, unless a
+// peer is gone or the communicator was interrupted (no agreement is possible then).
+int stop_signal_at_boundary(RunState& s) {
+  const int mine = g_stop_signal.load();
+  if (s.world == 1 || s.vranks) return mine;
+  s.comm().throw_if_interrupted();
+  if (mine) {
+    const std::vector<Peer> gone = vanished_peers(s.peers, s.rank);
+    if (!gone.empty())
+      throw Interrupted(mine, std::string(signal_name(mine)) + ": " + describe_peers(gone) +
+                                  " vanished (mpirun ends every rank once one ends)");
+  }
+  return static_cast<int>(mpi_max(mine));
 }
 
 // ---------------------------------------------------------------- set-up
@@ -494,6 +561,7 @@ void set_up(RunState& s, int* argc, char*** argv) {
   s.topt.inject = spec.injections;
   resolve_config(s);
   compare_rank_configs(s);
+  if (s.world > 1 && !s.vranks && s.ranks->mpi) s.peers = gather_peers();
   install_device(s);
   derive_host_link(s);
   if (spec.interconnect_gbps > 0) {
@@ -788,6 +856,8 @@ int train_and_report(RunState& s) {
   if (out) s.topt.trace = s.trace.get();
   if (s.vranks) return train_virtual_and_report(s, step_logger(s, every));
   const std::unique_ptr<Watchdog> watchdog = arm_watchdog(s);
+  std::optional<StopWatcher> stop_watcher;
+  if (s.several_processes()) stop_watcher.emplace(s.comm(), s.peers, s.rank);
   try {
     train(s.cfg, s.model, s.topt, s.result, step_logger(s, every));
     if (out) write_rank_trace(s, s.trace_events());
@@ -877,6 +947,34 @@ int pinned_failure(RunState& s, const PinnedMemoryError& e) {
 
 }  // namespace
 
+// A run stopped by a signal: at an agreed step boundary, or (several processes, a peer
+// gone) wherever this rank was, with the peers that vanished and its last collective.
+int interrupted_failure(RunState& s, const Interrupted& e) {
+  // A peer found gone before any signal came ends the run as mpirun's SIGTERM would, but
+  // says no signal was received.
+  const int received = g_stop_signal.load();
+  json extra = {{"signal", received ? json(signal_name(received)) : json(nullptr)},
+                {"steps_done", static_cast<int64_t>(s.result.steps.size())}};
+  std::string hint = "stopped by a signal at a step boundary; summary.json holds the steps done";
+  const bool several = s.several_processes();  // every survivor says what it saw
+  if (several) {
+    const std::vector<Peer> gone = vanished_peers(s.peers, s.rank);
+    json g = json::array();
+    for (const auto& p : gone) g.push_back({{"rank", p.rank}, {"pid", p.pid}, {"host", p.host}});
+    extra["peers_gone"] = g;
+    const std::vector<FlightEntry> flight = s.comm().recorder().snapshot();
+    extra["last_collective"] = flight.empty() ? json(nullptr) : json(describe_flight_entry(flight.back()));
+    if (!gone.empty())
+      hint = describe_peers(gone) + " vanished first: killed, taken by the kernel's OOM killer (dmesg | grep -i "
+             "oom), or crashed (its own output above mpirun's); this rank's view is in summary_rank" +
+             std::to_string(s.rank) + ".json";
+  }
+  const std::string line = several      ? "[zrepro] rank " + std::to_string(s.rank) + " interrupted: " + e.what()
+                           : s.speaks() ? "[zrepro] interrupted: " + std::string(e.what())
+                                        : "";
+  return s.fail_with(FailureKind::interrupted, "step", line, e.what(), hint, extra, 128 + e.signal);
+}
+
 int run_command(int argc, char** argv) {
   RunState s;
   try {
@@ -892,11 +990,7 @@ int run_command(int argc, char** argv) {
     }
     install_stop_signals();
     set_up(s, &argc, &argv);
-    s.topt.stop_signal = [&s] {
-      const int mine = g_stop_signal.load();
-      // Every process must stop at the same boundary: the highest signal seen wins.
-      return s.world > 1 && !s.vranks ? static_cast<int>(mpi_max(mine)) : mine;
-    };
+    s.topt.stop_signal = [&s] { return stop_signal_at_boundary(s); };
     print_header(s);
     return train_and_report(s);
   } catch (const ConfigError& e) {
@@ -916,11 +1010,7 @@ int run_command(int argc, char** argv) {
                             : "the loss went non-finite (parameters or activations diverged): lower the lr, keep "
                               "gradient clipping on, check the data");
   } catch (const Interrupted& e) {
-    return s.fail_with(FailureKind::interrupted, "step", s.speaks() ? "[zrepro] interrupted: " + std::string(e.what()) : "",
-                       e.what(), "stopped by a signal at a step boundary; summary.json holds the steps done",
-                       {{"signal", e.signal == SIGTERM ? "SIGTERM" : "SIGINT"},
-                        {"steps_done", static_cast<int64_t>(s.result.steps.size())}},
-                       128 + e.signal);
+    return interrupted_failure(s, e);
   } catch (const IoError& e) {
     return s.fail_with(FailureKind::io, "output", "[zrepro] rank " + std::to_string(s.rank) + ": " + e.what(), e.what(),
                        "free space in --out (or raise its quota / file size limit) and run again; no output holds a "

@@ -52,6 +52,13 @@ std::vector<FlightEntry> flight_from_json(const json& j) {
   return out;
 }
 
+std::string describe_flight_entry(const FlightEntry& e) {
+  std::ostringstream os;
+  os << coll_op_name(e.op) << "(" << e.dtype << ", in " << e.in_numel << ", out " << e.out_numel << ") ["
+     << e.label << ", step " << e.step << " micro-step " << e.micro_step << ", " << flight_state_name(e.state) << "]";
+  return os.str();
+}
+
 json HangDiagnosis::to_json() const {
   json s = json::array();
   for (const auto& x : suspects) s.push_back({{"rank", x.rank}, {"evidence", x.evidence}});
@@ -71,12 +78,6 @@ json HangDiagnosis::to_json() const {
 
 namespace {
 
-std::string describe(const FlightEntry& e) {
-  std::ostringstream os;
-  os << coll_op_name(e.op) << "(" << e.dtype << ", in " << e.in_numel << ", out " << e.out_numel << ") ["
-     << e.label << ", step " << e.step << " micro-step " << e.micro_step << ", " << flight_state_name(e.state) << "]";
-  return os.str();
-}
 
 std::string signature(const FlightEntry& e) {
   return std::string(coll_op_name(e.op)) + "/" + e.dtype + "/" + std::to_string(e.in_numel) + "/" +
@@ -147,9 +148,9 @@ std::vector<HangDiagnosis::RankView> rank_views(const std::vector<std::vector<Fl
     v.dumped = !per_rank[r].empty();
     for (const auto& e : per_rank[r]) {
       if (e.state == FlightEntry::completed && e.seq > v.last_completed_seq)
-        v.last_completed_seq = e.seq, v.last_completed = describe(e);
+        v.last_completed_seq = e.seq, v.last_completed = describe_flight_entry(e);
       if (e.state != FlightEntry::completed && (v.waiting_seq < 0 || e.seq < v.waiting_seq))
-        v.waiting_seq = e.seq, v.waiting_in = describe(e);
+        v.waiting_seq = e.seq, v.waiting_in = describe_flight_entry(e);
     }
     if (v.dumped) v.idle_s = newest - last_activity(per_rank[r]);
     out.push_back(std::move(v));
@@ -187,7 +188,7 @@ HangDiagnosis diagnose_hang(const std::vector<std::vector<FlightEntry>>& per_ran
       d.kind = "missing";
       d.culprits = missing;
       os << "not all ranks joined collective #" << k << ": missing rank(s) " << rank_list(missing) << ". ";
-      for (auto& [sig, ranks] : sigs) os << "Rank(s) " << rank_list(ranks) << " issued " << describe(*by_seq[ranks[0]][k]) << ". ";
+      for (auto& [sig, ranks] : sigs) os << "Rank(s) " << rank_list(ranks) << " issued " << describe_flight_entry(*by_seq[ranks[0]][k]) << ". ";
     } else if (sigs.size() > 1) {
       d.seq = k;
       d.kind = "mismatch";
@@ -204,7 +205,7 @@ HangDiagnosis diagnose_hang(const std::vector<std::vector<FlightEntry>>& per_ran
         if (minority || (majority_count.size() > 1 && extra)) d.culprits.insert(d.culprits.end(), ranks.begin(), ranks.end());
       }
       os << "ranks disagree on collective #" << k << ": ";
-      for (auto& [sig, ranks] : sigs) os << "rank(s) " << rank_list(ranks) << " issued " << describe(*by_seq[ranks[0]][k]) << "; ";
+      for (auto& [sig, ranks] : sigs) os << "rank(s) " << rank_list(ranks) << " issued " << describe_flight_entry(*by_seq[ranks[0]][k]) << "; ";
     } else {
       bool all_done = true;
       std::vector<int> stuck;
@@ -215,7 +216,7 @@ HangDiagnosis diagnose_hang(const std::vector<std::vector<FlightEntry>>& per_ran
       d.seq = k;
       d.kind = "stuck";
       d.culprits = stuck;
-      os << "every rank issued collective #" << k << " " << describe(*by_seq[sigs.begin()->second[0]][k])
+      os << "every rank issued collective #" << k << " " << describe_flight_entry(*by_seq[sigs.begin()->second[0]][k])
          << " but rank(s) " << rank_list(stuck) << " never completed it (a peer is slow or blocked elsewhere). ";
     }
     if (!no_dump.empty()) os << "No flight dump from rank(s) " << rank_list(no_dump) << ".";

@@ -15,6 +15,8 @@ namespace zrepro {
 
 nlohmann::json flight_json(const std::vector<FlightEntry>& entries);
 std::vector<FlightEntry> flight_from_json(const nlohmann::json& j);
+// "all_gather(BFloat16, in 4096, out 8192) [unshard embed.wte, step 1 micro-step 1, started]"
+std::string describe_flight_entry(const FlightEntry& e);
 
 struct HangDiagnosis {
   int64_t seq = -1;                // first sequence id where ranks disagree (-1: none found)

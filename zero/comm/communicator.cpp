@@ -1,6 +1,8 @@
 // See communicator.h.
 #include "zero/comm/communicator.h"
 
+#include "device/base/errors.h"
+
 #include <chrono>
 
 namespace zrepro {
@@ -31,7 +33,11 @@ double busbw_factor(CollOp op, int n) {
 void Work::wait() {
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return done_; });
+  if (comm_) {
+    while (!cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return done_; })) comm_->throw_if_interrupted();
+  } else {
+    cv_.wait(lock, [&] { return done_; });
+  }
   if (comm_) {
     std::lock_guard<std::mutex> s(comm_->stats_mu_);
     comm_->stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -42,6 +48,21 @@ void Work::wait() {
 bool Work::done() const {
   std::lock_guard<std::mutex> lock(mu_);
   return done_;
+}
+
+void Communicator::interrupt(int sig, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(interrupt_mu_);
+    interrupt_why_ = why;
+  }
+  interrupt_sig_.store(sig);
+}
+
+void Communicator::throw_if_interrupted() const {
+  const int sig = interrupt_sig_.load();
+  if (sig == 0) return;
+  std::lock_guard<std::mutex> lock(interrupt_mu_);
+  throw Interrupted(sig, interrupt_why_);
 }
 
 Communicator::Communicator(int rank, int world_size, bool threaded)

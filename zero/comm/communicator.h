@@ -5,6 +5,7 @@
 // algbw/busbw) and recorded in the flight recorder that the watchdog reads.
 #pragma once
 #include <array>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -92,6 +93,14 @@ class Communicator {
   // Called once, from the thread that notices, when a collective fails.
   void on_failure(std::function<void(const std::string&)> f) { failure_handler_ = std::move(f); }
 
+  // [Note: interrupting a wait] From any thread: every Work::wait() from now on, and any
+  // one blocked now (it polls every 50 ms), throws Interrupted(sig, why) instead of
+  // waiting on a collective that may never complete (a peer that vanished). The comm
+  // stream is abandoned, not joined: the process is about to end.
+  void interrupt(int sig, const std::string& why);
+  bool interrupted() const { return interrupt_sig_.load() != 0; }
+  void throw_if_interrupted() const;  // Interrupted(sig, why) once interrupt() was called
+
  protected:
   // Runs one collective to completion (blocking) on the comm stream.
   virtual void execute(CollOp op, torch::Tensor& out, torch::Tensor& in, int root) = 0;
@@ -120,6 +129,9 @@ class Communicator {
   mutable std::mutex stats_mu_;
   CommStats stats_;
   std::function<void(const std::string&)> failure_handler_;
+  std::atomic<int> interrupt_sig_{0};
+  mutable std::mutex interrupt_mu_;
+  std::string interrupt_why_;
 
   std::mutex q_mu_;
   std::condition_variable q_cv_;

@@ -48,3 +48,34 @@ TEST(Launch, RanksWithDifferentConfigsAreNamedKeyByKey) {
   ASSERT_TRUE(s.contains("config_mismatch")) << p.output;
   EXPECT_EQ(s["config_mismatch"][0], "rank 1: gradient_accumulation_steps=2, others 1");
 }
+
+// Issue 14, [Note: a rank that vanished]: kill -9 of one rank. mpirun then ends the other
+// with SIGTERM and, a second later, SIGKILL; the survivor, blocked in a collective the
+// dead rank never joins, still writes its view: status interrupted, which rank vanished
+// (pid and host), the collective it waited in. No process is left behind.
+TEST(Launch, AKilledRanksSurvivorSaysWhichRankVanished) {
+  const std::string dir = zrepro_test::fresh_dir("kill9");
+  std::ofstream(dir + "/ds.json") << R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3}})";
+  const std::string run = std::string(ZREPRO_BIN) + " run --config " + dir + "/ds.json";
+  const std::string ours = "[z]repro run --config " + dir + "/ds.json";  // pgrep pattern that does not match itself
+  const auto r = zrepro_test::shell(
+      run + " --model tiny --steps 1000000 --ranks 2 --out " + dir + "/out > " + dir + "/log 2>&1 & job=$!; " +
+      "for i in $(seq 600); do grep -q 'step=' " + dir + "/log && break; sleep 0.1; done; " +
+      "for p in $(pgrep -f '" + ours + "'); do tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | " +
+      "grep -qx OMPI_COMM_WORLD_RANK=1 && kill -9 $p && echo killed $p; done; wait $job; echo exit=$?");
+  ASSERT_NE(r.output.find("killed "), std::string::npos) << r.output << zrepro_test::read_text(dir + "/log");
+  const std::string killed = r.output.substr(r.output.find("killed ") + 7, r.output.find('\n', r.output.find("killed ")) -
+                                                                                r.output.find("killed ") - 7);
+  const auto s = nlohmann::json::parse(zrepro_test::read_text(dir + "/out/summary.json"));
+  const std::string log = zrepro_test::read_text(dir + "/log");
+  EXPECT_EQ(s["status"], "interrupted") << log;
+  const auto& f = s["failure"];
+  ASSERT_EQ(f["peers_gone"].size(), 1u) << f.dump(1);
+  EXPECT_EQ(f["peers_gone"][0]["rank"], 1);
+  EXPECT_EQ(std::to_string(f["peers_gone"][0]["pid"].get<long>()), killed);
+  EXPECT_NE(f["message"].get<std::string>().find("rank 1 (pid " + killed), std::string::npos) << f["message"];
+  EXPECT_TRUE(f["last_collective"].is_string()) << f.dump(1);
+  EXPECT_GT(s["steps"].size(), 0u);
+  EXPECT_NE(log.find("[zrepro] rank 0 interrupted: rank 1 (pid " + killed + " on "), std::string::npos) << log;
+  EXPECT_NE(zrepro_test::shell("pgrep -f '" + ours + "' > /dev/null").code, 0) << "a rank was left behind";
+}
