@@ -34,6 +34,7 @@
 #include "trainer/app/out_dir.h"
 #include "trainer/app/peers.h"
 #include "trainer/app/run_spec.h"
+#include "trainer/app/stop.h"
 #include "trainer/config/rank_configs.h"
 #include "trainer/loop/virtual_ranks.h"
 #include "trainer/model/data.h"
@@ -253,84 +254,9 @@ struct RunState {
 
 // ---------------------------------------------------------------- signals
 
-// [Note: stopping on a signal] SIGINT and SIGTERM only set this flag; the training loop
-// asks for it at every step boundary (TrainOptions::stop_signal), all processes agree on
-// it with one tiny all-reduce, and the run ends through the failure table: summary.json
-// with status "interrupted" and the steps done, report.html, exit 128 + signal. A second
-// signal takes the default action (the process ends at once).
-std::atomic<int> g_stop_signal{0};
-
-void on_stop_signal(int sig) {
-  g_stop_signal.store(sig);
-  std::signal(sig, SIG_DFL);
-}
-
-void install_stop_signals() {
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
-}
-
-const char* signal_name(int sig) { return sig == SIGTERM ? "SIGTERM" : "SIGINT"; }
-
-// Several processes: interrupts the communicator when a peer on this host is gone (it
-// looks every 250 ms, so a survivor usually knows before mpirun's SIGTERM), or when a
-// stop signal came and no step boundary was agreed within the grace period ([Note: a
-// rank that vanished], peers.h). Stops with the run (or with the process).
-class StopWatcher {
- public:
-  static constexpr double kGraceS = 0.7;     // under Open MPI's 1 s between SIGTERM and SIGKILL
-  static constexpr double kPeerCheckS = 0.25;
-  StopWatcher(Communicator& comm, std::vector<Peer> peers, int self)
-      : thread_([this, &comm, peers = std::move(peers), self] { watch(comm, peers, self); }) {}
-  ~StopWatcher() {
-    done_.store(true);
-    thread_.join();
-  }
-
- private:
-  void watch(Communicator& comm, const std::vector<Peer>& peers, int self) {
-    double signalled_at = -1, checked_at = 0;
-    while (!done_.load()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      const int sig = g_stop_signal.load();
-      const double now = wall_seconds();
-      if (sig != 0 && signalled_at < 0) signalled_at = now;
-      if (sig != 0 || now - checked_at > kPeerCheckS) {
-        checked_at = now;
-        const std::vector<Peer> gone = vanished_peers(peers, self);
-        if (!gone.empty()) {
-          // No signal yet: mpirun's SIGTERM is on its way; the run ends as that would.
-          comm.interrupt(sig != 0 ? sig : SIGTERM, (sig != 0 ? std::string(signal_name(sig)) + ": " : std::string()) +
-                                                       describe_peers(gone) +
-                                                       " vanished (mpirun ends every rank once one ends)");
-          return;
-        }
-      }
-      if (signalled_at >= 0 && now - signalled_at > kGraceS) {
-        comm.interrupt(sig, std::string(signal_name(sig)) + ": the ranks agreed on no step boundary within " +
-                                fmt(kGraceS) + " s (a peer may have vanished on another host)");
-        return;
-      }
-    }
-  }
-  std::atomic<bool> done_{false};
-  std::thread thread_;
-};
-
-// The step boundary's stop check (TrainOptions::stop_signal): one process or virtual
-// ranks read the flag; several processes agree on the highest signal seen, unless a
-// peer is gone or the communicator was interrupted (no agreement is possible then).
+// The step boundary's stop check (TrainOptions::stop_signal, trainer/app/stop.h).
 int stop_signal_at_boundary(RunState& s) {
-  const int mine = g_stop_signal.load();
-  if (s.world == 1 || s.vranks) return mine;
-  s.comm().throw_if_interrupted();
-  if (mine) {
-    const std::vector<Peer> gone = vanished_peers(s.peers, s.rank);
-    if (!gone.empty())
-      throw Interrupted(mine, std::string(signal_name(mine)) + ": " + describe_peers(gone) +
-                                  " vanished (mpirun ends every rank once one ends)");
-  }
-  return static_cast<int>(mpi_max(mine));
+  return stop_at_boundary(s.several_processes() ? &s.comm() : nullptr, s.peers, s.rank);
 }
 
 // ---------------------------------------------------------------- set-up
@@ -952,7 +878,7 @@ int pinned_failure(RunState& s, const PinnedMemoryError& e) {
 int interrupted_failure(RunState& s, const Interrupted& e) {
   // A peer found gone before any signal came ends the run as mpirun's SIGTERM would, but
   // says no signal was received.
-  const int received = g_stop_signal.load();
+  const int received = stop_signal_received();
   json extra = {{"signal", received ? json(signal_name(received)) : json(nullptr)},
                 {"steps_done", static_cast<int64_t>(s.result.steps.size())}};
   std::string hint = "stopped by a signal at a step boundary; summary.json holds the steps done";
