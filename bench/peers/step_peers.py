@@ -64,7 +64,7 @@ def main():
         else:
             opt.step()
             opt.zero_grad(set_to_none=True)
-        return float(loss)
+        return float(loss.detach())
 
     for _ in range(a.warmup):
         step()
