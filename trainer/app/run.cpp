@@ -539,7 +539,7 @@ void print_header(RunState& s) {
             << model.vocab << "\n"
             << "[zrepro] batch: micro " << cfg.micro_batch << " x gas " << cfg.grad_accum << " x world " << s.world
             << " = " << cfg.train_batch_size << " samples/step; data: Markov chain, a perfect model reaches "
-            << fmt(MarkovData(model.vocab, model.seq, s.topt.seed).entropy_floor(), 3) << " nats\n";
+            << fmt(MarkovData::entropy_floor(), 3) << " nats\n";
   for (const auto& [name, o] : {std::pair<const char*, const OffloadConfig&>{"offload_optimizer", cfg.zero.offload_optimizer},
                                 {"offload_param", cfg.zero.offload_param}})
     if (o.enabled())  // the form diagnose reads: DeepSpeed prints the same keys in its config dump
@@ -901,6 +901,16 @@ int interrupted_failure(RunState& s, const Interrupted& e) {
   return s.fail_with(FailureKind::interrupted, "step", line, e.what(), hint, extra, 128 + e.signal);
 }
 
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+// A host allocation failed (the model or a buffer is larger than this machine's memory).
+int host_oom_failure(RunState& s, const std::string& what) {
+  return s.fail_with(FailureKind::oom, "host", "[zrepro] rank " + std::to_string(s.rank) + ": a host allocation failed",
+                     "a host memory allocation failed (" + what + ")",
+                     "the model or a buffer is larger than this machine's memory: check --model, --vocab, --hidden "
+                     "and the micro-batch");
+}
+
 int run_command(int argc, char** argv) {
   RunState s;
   try {
@@ -942,11 +952,11 @@ int run_command(int argc, char** argv) {
                        "free space in --out (or raise its quota / file size limit) and run again; no output holds a "
                        "partial file under its final name");
   } catch (const std::bad_alloc&) {
-    return s.fail_with(FailureKind::oom, "host", "[zrepro] rank " + std::to_string(s.rank) + ": a host allocation failed",
-                       "a host memory allocation failed (std::bad_alloc)",
-                       "the model or a buffer is larger than this machine's memory: check --model, --vocab, --hidden "
-                       "and the micro-batch");
+    return host_oom_failure(s, "std::bad_alloc");
   } catch (const std::exception& e) {
+    // LibTorch's CPU allocator reports a failed allocation as a c10::Error.
+    if (std::string(e.what()).find("DefaultCPUAllocator: can't allocate memory") != std::string::npos)
+      return host_oom_failure(s, first_line(e.what()));
     return s.fail_with(FailureKind::internal, "unknown",
                        "[zrepro] internal error on rank " + std::to_string(s.rank) + ": " + e.what(), e.what(),
                        "report this as a zrepro bug");

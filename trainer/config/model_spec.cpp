@@ -87,6 +87,9 @@ void validate_model(const ModelSpec& m, const std::string& where) {
                                                       {"layers", m.layers}, {"heads", m.heads},
                                                       {"intermediate", m.intermediate}})
     if (v <= 0) throw ConfigError(where + ": " + key + " must be > 0, got " + std::to_string(v));
+  if (m.vocab > kMaxVocab)
+    throw ConfigError(where + ": vocab " + std::to_string(m.vocab) + " is above " + std::to_string(kMaxVocab) +
+                      " (token ids are 32-bit); real vocabularies are below a million");
   if (m.hidden % m.heads != 0)
     throw ConfigError(where + ": hidden size " + std::to_string(m.hidden) + " is not divisible by heads " +
                       std::to_string(m.heads) + "; pick heads that divide the hidden size");

@@ -79,6 +79,9 @@ ModelSpec resolve_model(const std::string& arg, const ModelOverrides& overrides 
 ModelSpec load_hf_config(const std::string& path);
 // Checks dimensions against the family's constraints (heads divide hidden, kv heads
 // divide heads, an even rotary head dimension). Throws ConfigError naming `where`.
+// The largest vocabulary (token ids are int32 in the synthetic data's tables; real
+// vocabularies are below a million).
+constexpr int64_t kMaxVocab = 2147483647;
 void validate_model(const ModelSpec& m, const std::string& where);
 
 }  // namespace zrepro

@@ -43,7 +43,7 @@ torch::Tensor MarkovData::samples(int64_t first, int64_t n) const {
   return out;
 }
 
-double MarkovData::entropy_floor() const {
+double MarkovData::entropy_floor() {
   double h = 0, prev = 0;
   for (double c : kCumulative) {
     const double p = c - prev;

@@ -96,7 +96,8 @@ std::string memory_svg(json& memory) {
   if (top <= 0) top = 1;
   const int W = 640, row = 26, L = 60;
   std::ostringstream o;
-  o << "<svg width='" << W << "' height='" << row * ranks.size() + 40 << "' role='img' aria-label='memory per rank'>";
+  // The legend's six entries take 6 x 115 px from L: the drawing is wide enough for them.
+  o << "<svg width='" << L + 6 * 115 << "' height='" << row * ranks.size() + 40 << "' role='img' aria-label='memory per rank'>";
   int y = 5;
   for (auto& r : ranks) {
     double x = L;

@@ -314,7 +314,7 @@ json build_summary(const SummaryInput& in) {
   if (!in.config_mismatch.empty()) s["config_mismatch"] = in.config_mismatch;
   // The loss a perfect model approaches on the synthetic Markov data.
   s["data"] = in.model ? json{{"kind", "markov"},
-                              {"entropy_floor_nats", MarkovData(in.model->vocab, in.model->seq, 0).entropy_floor()}}
+                              {"entropy_floor_nats", MarkovData::entropy_floor()}}
                        : json(nullptr);
   if (in.loader && s["data"].is_object()) {
     const LoaderOptions& l = *in.loader;

@@ -171,6 +171,22 @@ TEST(Cli, NonsenseIsRefusedWithExitTwoAndASummary) {
   EXPECT_NE(r.output.find("Duplicate keys"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("mpirun"), std::string::npos) << r.output;
   EXPECT_EQ(read_json(out + "/o4/summary.json")["status"], "config_error");
+  // A vocabulary past 32-bit token ids: exit 2 naming it (it once reached std::bad_alloc
+  // in the summary writer itself, which then wrote nothing).
+  const std::string good = write(tmpdir("nonsense_sizes"), R"({"train_micro_batch_size_per_gpu": 2})");
+  r = zrepro("run --config " + good + " --steps 1 --vocab 1099511627776 --out " + out + "/o5");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("vocab 1099511627776 is above 2147483647"), std::string::npos) << r.output;
+  EXPECT_EQ(read_json(out + "/o5/summary.json")["status"], "config_error");
+  // A model larger than any host's address space (174 TiB of parameters: past x86-64's
+  // 128 TiB, so no overcommit setting lets it through): a host OOM, exit 3, with its
+  // summary, not LibTorch's allocator trace as an internal error.
+  r = zrepro("run --config " + good + " --steps 1 --hidden 4000000 --out " + out + "/o6");
+  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_EQ(r.output.find("internal error"), std::string::npos) << r.output;
+  const json host = read_json(out + "/o6/summary.json");
+  EXPECT_EQ(host["status"], "oom");
+  EXPECT_EQ(host["failure"]["phase"], "host");
 }
 
 TEST(Cli, Fp32DivergenceSaysNothingOfFp16) {
