@@ -1,7 +1,12 @@
 // See launch.h.
 #include "trainer/app/launch.h"
 
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <csignal>
 
 #include <cctype>
 #include <cerrno>
@@ -52,9 +57,23 @@ void check_ranks_fit_slots(int ranks, bool oversubscribe, int slots) {
                     " to run the ranks in one process (exact memory and numerics)");
 }
 
+namespace {
+
+std::atomic<pid_t> g_mpirun{0};
+std::atomic<int> g_forwarded{0};
+
+void forward_to_mpirun(int sig) {
+  g_forwarded.store(sig);
+  const pid_t child = g_mpirun.load();
+  if (child > 0) ::kill(child, sig);
+}
+
+}  // namespace
+
 void relaunch_under_mpirun(int ranks, const std::vector<std::string>& subcommand, int argc, char** argv) {
   // Oversubscription and no core binding: ranks share the cores of one machine.
-  std::vector<std::string> args = {"mpirun", "-np", std::to_string(ranks), "--oversubscribe", "--bind-to", "none"};
+  std::vector<std::string> args = {"mpirun", "-np", std::to_string(ranks), "--oversubscribe", "--bind-to", "none",
+                                   "--stdin", "none"};
   if (::geteuid() == 0) args.push_back("--allow-run-as-root");
   char exe[4096];
   const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -71,10 +90,35 @@ void relaunch_under_mpirun(int ranks, const std::vector<std::string>& subcommand
   for (auto& a : args) cargs.push_back(a.data());
   cargs.push_back(nullptr);
   std::fflush(nullptr);
-  ::execvp("mpirun", cargs.data());
-  std::fprintf(stderr, "[zrepro] error: --ranks: cannot start mpirun (%s). Install openmpi-bin or launch with "
-               "mpirun -np N yourself\n", std::strerror(errno));
-  std::_Exit(kExitBadInput);
+  // Signals that arrive before mpirun exists are remembered and forwarded once it does.
+  std::signal(SIGINT, forward_to_mpirun);
+  std::signal(SIGTERM, forward_to_mpirun);
+  const pid_t parent = ::getpid();
+  const pid_t child = ::fork();
+  if (child < 0) {
+    std::fprintf(stderr, "[zrepro] error: --ranks: cannot fork for mpirun (%s)\n", std::strerror(errno));
+    std::_Exit(kExitBadInput);
+  }
+  if (child == 0) {
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) std::_Exit(kExitInterrupted);  // the launcher is already gone
+    ::execvp("mpirun", cargs.data());
+    std::fprintf(stderr, "[zrepro] error: --ranks: cannot start mpirun (%s). Install openmpi-bin or launch with "
+                 "mpirun -np N yourself\n", std::strerror(errno));
+    std::_Exit(kExitBadInput);
+  }
+  g_mpirun.store(child);
+  if (const int early = g_forwarded.load()) ::kill(child, early);
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  const int sig = g_forwarded.load();
+  // Stopped by a signal sent to us: the ranks wrote their summaries; say so as one process does.
+  std::_Exit(sig != 0 && code != 0 ? 128 + sig : code);
 }
 
 }  // namespace zrepro

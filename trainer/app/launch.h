@@ -29,7 +29,13 @@ void check_ranks_fit_slots(int ranks, bool oversubscribe, int slots);
 // OMPI_MCA_rmaps_base_oversubscribe is 1 / true / yes / on.
 bool oversubscribe_from_env();
 
-// Replaces this process with `mpirun -np N <this binary> <subcommand> <args without --ranks>`.
+// Runs `mpirun -np N <this binary> <subcommand> <args without --ranks>` and exits with
+// its exit code. [Note: the --ranks launcher] This process stays mpirun's parent:
+// SIGINT / SIGTERM sent to it are forwarded to mpirun (in its own process group, so a
+// terminal's Ctrl-C reaches it once, through us; no stdin), which forwards them to the
+// ranks; the ranks stop at a step boundary with their summary, and this process then
+// exits 128 + the signal, as a one-process run does (mpirun itself says 1). mpirun gets
+// SIGTERM if this process dies.
 [[noreturn]] void relaunch_under_mpirun(int ranks, const std::vector<std::string>& subcommand, int argc, char** argv);
 
 }  // namespace zrepro

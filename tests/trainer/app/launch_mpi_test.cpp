@@ -79,3 +79,26 @@ TEST(Launch, AKilledRanksSurvivorSaysWhichRankVanished) {
   EXPECT_NE(log.find("[zrepro] rank 0 interrupted: rank 1 (pid " + killed + " on "), std::string::npos) << log;
   EXPECT_NE(zrepro_test::shell("pgrep -f '" + ours + "' > /dev/null").code, 0) << "a rank was left behind";
 }
+
+// Issue 14, [Note: the --ranks launcher]: SIGINT / SIGTERM to `zrepro run --ranks 2` reach
+// the ranks through mpirun (as SIGTERM); they stop at one step boundary with every rank's
+// view in summary.json, and the launcher exits 130 / 143 as a one-process run does (not
+// mpirun's 1).
+TEST(Launch, ASignalToTheRanksLauncherEndsLikeOneProcess) {
+  for (const auto& [sig, code] : std::vector<std::pair<std::string, int>>{{"TERM", 143}, {"INT", 130}}) {
+    const std::string dir = zrepro_test::fresh_dir("ranks_sig" + sig);
+    std::ofstream(dir + "/ds.json") << R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2}})";
+    const auto r = zrepro_test::shell(std::string(ZREPRO_BIN) + " run --config " + dir + "/ds.json --model tiny " +
+                                      "--steps 1000000 --ranks 2 --out " + dir + "/out > " + dir + "/log 2>&1 & job=$!; " +
+                                      "for i in $(seq 600); do grep -q 'step=' " + dir + "/log && break; sleep 0.1; done; " +
+                                      "kill -" + sig + " $job; wait $job; echo exit=$?");
+    const std::string log = zrepro_test::read_text(dir + "/log");
+    EXPECT_NE(r.output.find("exit=" + std::to_string(code)), std::string::npos) << sig << ": " << r.output << log;
+    const auto s = nlohmann::json::parse(zrepro_test::read_text(dir + "/out/summary.json"));
+    EXPECT_EQ(s["status"], "interrupted") << sig;
+    // mpirun ends its job with SIGTERM whichever of the two it got (Ctrl-C included).
+    EXPECT_EQ(s["failure"]["signal"], "SIGTERM");
+    EXPECT_EQ(s["failure"]["ranks_reported"].size(), 2u) << s["failure"].dump(1);
+    EXPECT_GT(s["steps"].size(), 0u);
+  }
+}
