@@ -871,8 +871,6 @@ int pinned_failure(RunState& s, const PinnedMemoryError& e) {
   return s.fail(FailureKind::pinned_memory, failure);
 }
 
-}  // namespace
-
 // A run stopped by a signal: at an agreed step boundary, or (several processes, a peer
 // gone) wherever this rank was, with the peers that vanished and its last collective.
 int interrupted_failure(RunState& s, const Interrupted& e) {
@@ -910,6 +908,8 @@ int host_oom_failure(RunState& s, const std::string& what) {
                      "the model or a buffer is larger than this machine's memory: check --model, --vocab, --hidden "
                      "and the micro-batch");
 }
+
+}  // namespace
 
 int run_command(int argc, char** argv) {
   RunState s;
