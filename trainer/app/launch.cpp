@@ -86,6 +86,9 @@ void relaunch_under_mpirun(int ranks, const std::vector<std::string>& subcommand
     args.push_back(a);
   }
   ::setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+  // [Note: a rank that vanished]: the survivors write their views between mpirun's SIGTERM
+  // and its SIGKILL; Open MPI's 1 s is short on a loaded machine (launch.h).
+  ::setenv("OMPI_MCA_odls_base_sigkill_timeout", std::to_string(kSigkillTimeoutS).c_str(), 0);
   std::vector<char*> cargs;
   for (auto& a : args) cargs.push_back(a.data());
   cargs.push_back(nullptr);

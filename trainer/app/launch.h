@@ -35,7 +35,12 @@ bool oversubscribe_from_env();
 // terminal's Ctrl-C reaches it once, through us; no stdin), which forwards them to the
 // ranks; the ranks stop at a step boundary with their summary, and this process then
 // exits 128 + the signal, as a one-process run does (mpirun itself says 1). mpirun gets
-// SIGTERM if this process dies.
+// SIGTERM if this process dies. mpirun waits kSigkillTimeoutS before its SIGTERM and
+// again before its SIGKILL to the ranks (OMPI_MCA_odls_base_sigkill_timeout, unless set):
+// twice Open MPI's default 1 s, so a survivor of a dead rank has about 4 s to write its
+// view on a loaded machine; a stop by signal then takes about 2.2 s (measured; 1.25 s at 1 s,
+// 8.4 s at 5 s: mpirun sleeps out the timeout even when the ranks have already exited).
+inline constexpr int kSigkillTimeoutS = 2;
 [[noreturn]] void relaunch_under_mpirun(int ranks, const std::vector<std::string>& subcommand, int argc, char** argv);
 
 }  // namespace zrepro

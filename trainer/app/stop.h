@@ -30,7 +30,7 @@ int stop_at_boundary(Communicator* comm, const std::vector<Peer>& peers, int sel
 // Stops with its owner (or with the process).
 class StopWatcher {
  public:
-  static constexpr double kGraceS = 0.7;  // under Open MPI's 1 s between SIGTERM and SIGKILL
+  static constexpr double kGraceS = 0.7;  // under Open MPI's default 1 s between SIGTERM and SIGKILL
   static constexpr double kPeerCheckS = 0.25;
   StopWatcher(Communicator& comm, std::vector<Peer> peers, int self);
   ~StopWatcher();
