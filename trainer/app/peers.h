@@ -5,11 +5,12 @@
 // crash), mpirun sends the others SIGTERM after Open MPI's odls_base_sigkill_timeout and
 // SIGKILL after another (1 s by default; 2 s under `zrepro run --ranks`, launch.h). A
 // survivor is then usually blocked in a collective the dead rank will never join, so it
-// cannot stop at an agreed step boundary. On the signal, run.cpp's stop watcher checks the peers on this host (kill(pid, 0)); if one is
-// gone, or no boundary was agreed within 0.7 s, it interrupts the communicator
-// ([Note: interrupting a wait]): the training thread unwinds as `interrupted`, and each
-// survivor writes its own view (which rank vanished, the collective it waited in) into
-// summary.json ([Note: every rank's view]) before mpirun's SIGKILL.
+// cannot stop at an agreed step boundary. On the signal, run.cpp's stop watcher checks
+// the peers on this host (kill(pid, 0)); if one is gone, or no boundary was agreed within
+// 0.7 s, it interrupts the communicator ([Note: interrupting a wait]): the training
+// thread unwinds as `interrupted`, and each survivor writes its own view (which rank
+// vanished, the collective it waited in) into summary.json ([Note: every rank's view])
+// before mpirun's SIGKILL.
 #pragma once
 #include <string>
 #include <vector>
