@@ -1,9 +1,14 @@
 // See env.h.
 #include "trainer/app/env.h"
 
+#include <dlfcn.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -28,27 +33,82 @@ std::string torch_version() {
          std::to_string(TORCH_VERSION_PATCH);
 }
 
-// The CPU's model name and the flags that decide kernel speed (bf16 matmuls, fused Adam).
-json cpu_json() {
+struct CpuInfo {
+  std::string model;
+  std::string flags;  // " avx2 fma ... ": every flag between spaces
+  bool has(const char* flag) const { return flags.find(std::string(" ") + flag + " ") != std::string::npos; }
+};
+
+CpuInfo cpu_info() {
   std::ifstream in("/proc/cpuinfo");
-  std::string model, flags;
-  for (std::string line; std::getline(in, line) && (model.empty() || flags.empty());) {
+  CpuInfo c;
+  for (std::string line; std::getline(in, line) && (c.model.empty() || c.flags.empty());) {
     const auto colon = line.find(':');
     if (colon == std::string::npos) continue;
     const std::string key = line.substr(0, line.find_last_not_of(" \t", colon - 1) + 1);
     const std::string value = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
-    if (key == "model name" && model.empty()) model = value;
-    if (key == "flags" && flags.empty()) flags = " " + value + " ";
+    if (key == "model name" && c.model.empty()) c.model = value;
+    if (key == "flags" && c.flags.empty()) c.flags = " " + value + " ";
   }
+  return c;
+}
+
+// The CPU's model name and the flags that decide kernel speed (bf16 matmuls, fused Adam).
+json cpu_json() {
+  const CpuInfo c = cpu_info();
   json f = json::array();
   for (const char* name : {"avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile"})
-    if (flags.find(std::string(" ") + name + " ") != std::string::npos) f.push_back(name);
+    if (c.has(name)) f.push_back(name);
+  const std::string& model = c.model;
   return {{"model", model.empty() ? json(nullptr) : json(model)},
           {"cores", std::thread::hardware_concurrency()},
           {"flags", f}};
 }
 
+constexpr const char* kDetectedEnv = "ZREPRO_OPENBLAS_DETECTED";  // set for the re-executed process
+
 }  // namespace
+
+int blas_core_level(std::string core) {
+  std::transform(core.begin(), core.end(), core.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  for (const char* k : {"skylakex", "cooperlake", "sapphirerapids"})
+    if (core.find(k) != std::string::npos) return 3;
+  for (const char* k : {"haswell", "skylake", "zen", "excavator"})
+    if (core.find(k) != std::string::npos) return 2;
+  for (const char* k : {"sandybridge", "bulldozer", "piledriver", "steamroller"})
+    if (core.find(k) != std::string::npos) return 1;
+  return 0;
+}
+
+std::string best_blas_core() {
+  const CpuInfo c = cpu_info();
+  if (c.has("avx512f") && c.has("avx512vl") && c.has("avx512bw") && c.has("avx512dq"))
+    return c.has("avx512_bf16") ? "COOPERLAKE" : "SKYLAKEX";
+  if (c.has("avx2") && c.has("fma")) return "HASWELL";
+  if (c.has("avx")) return "SANDYBRIDGE";
+  return "";
+}
+
+std::string blas_core() {
+  using Fn = char* (*)();
+  const auto get = reinterpret_cast<Fn>(::dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  const char* name = get ? get() : nullptr;
+  return name ? std::string(name) : std::string();
+}
+
+void ensure_blas_kernels(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE")) return;
+  const std::string core = blas_core();
+  if (core.empty()) return;
+  const std::string want = best_blas_core();
+  if (want.empty() || blas_core_level(core) >= blas_core_level(want)) return;
+  ::setenv("OPENBLAS_CORETYPE", want.c_str(), 1);
+  ::setenv(kDetectedEnv, core.c_str(), 1);
+  std::fflush(nullptr);
+  ::execv("/proc/self/exe", argv);
+  ::unsetenv("OPENBLAS_CORETYPE");  // could not re-execute: carry on with OpenBLAS's choice
+  ::unsetenv(kDetectedEnv);
+}
 
 std::string blas_library() {
   std::error_code ec;
@@ -84,6 +144,21 @@ std::string version_line() {
          " " + libtorch_kind();
 }
 
+namespace {
+
+// OpenBLAS's kernel set, and whether zrepro chose it ([Note: OpenBLAS on a CPU it does not know]).
+json blas_kernels_json() {
+  const std::string core = blas_core();
+  if (core.empty()) return nullptr;
+  const char* forced = std::getenv("OPENBLAS_CORETYPE");
+  const char* detected = std::getenv(kDetectedEnv);
+  return {{"core", core},
+          {"openblas_detected", detected ? json(detected) : json(core)},
+          {"set_by", detected ? json("zrepro") : forced ? json("OPENBLAS_CORETYPE") : json(nullptr)}};
+}
+
+}  // namespace
+
 json environment_json() {
   const CommRuntimeInfo c = comm_runtime_info();
   json gpus = json::array();
@@ -97,6 +172,7 @@ json environment_json() {
                         {"gpu_visible", torch::cuda::is_available()}, {"kind", libtorch_kind()},
                         {"intra_op_threads", at::get_num_threads()}}},
           {"blas", blas_library()},
+          {"blas_kernels", blas_kernels_json()},
           {"mpi", or_null(c.mpi)},
           {"nccl", {{"built", c.nccl_built}, {"version", or_null(c.nccl)}}},
           {"cuda", {{"runtime", or_null(c.cuda_runtime)}, {"driver", or_null(c.cuda_driver)},
@@ -121,6 +197,14 @@ std::string format_environment(const json& e) {
   row("blas", str(e["blas"]) + (str(e["blas"]).find("openblas") == std::string::npos
                                     ? "  (not OpenBLAS: LibTorch's reference BLAS is about 25x slower)"
                                     : ""));
+  if (e.contains("blas_kernels") && e["blas_kernels"].is_object()) {
+    const json& k = e["blas_kernels"];
+    const std::string by = str(k["set_by"]);
+    row("blas kernels", "OpenBLAS " + str(k["core"]) +
+                            (by == "zrepro" ? "  (chosen by zrepro: OpenBLAS took this CPU for a " +
+                                                  str(k["openblas_detected"]) + ")"
+                             : by == "OPENBLAS_CORETYPE" ? "  (OPENBLAS_CORETYPE)" : ""));
+  }
   row("mpi", str(e["mpi"]));
   row("nccl", e["nccl"]["built"].get<bool>() ? "backend built, NCCL " + str(e["nccl"]["version"]) : "backend not built");
   row("cuda", "runtime " + str(e["cuda"]["runtime"]) + ", driver " + str(e["cuda"]["driver"]));

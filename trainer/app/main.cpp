@@ -7,6 +7,13 @@
 #include "trainer/app/env.h"
 
 int main(int argc, char** argv) {
+  // Commands that train or benchmark (and env, which reports it) want OpenBLAS's best
+  // kernels; this may re-execute the binary once (about 0.4 s). Their child processes
+  // inherit the choice. plan, config, diagnose and doctor compute nothing with BLAS.
+  const std::string first = argc >= 2 ? argv[1] : "";
+  if (first == "run" || first == "ab" || first == "scenario" || first == "check" || first == "verify" ||
+      first == "bench" || first == "env")
+    zrepro::ensure_blas_kernels(argv);
   const char* usage =
       "usage: zrepro <command> [options]\n"
       "  run     train the toy GPT under a DeepSpeed config (--config FILE --model tiny --steps N --out DIR)\n"

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "tests/support/process.h"
+#include "trainer/app/env.h"
 
 TEST(Env, JsonHasEveryFieldWithThisMachinesValues) {
   const auto r = zrepro_test::zrepro_cmd("env --json", 60, false);
@@ -44,4 +45,24 @@ TEST(Env, SummaryJsonCarriesTheSameBlock) {
   EXPECT_EQ(r.summary["env"]["libtorch"]["version"].get<std::string>().substr(0, 2),
             std::to_string(TORCH_VERSION_MAJOR) + ".");
   EXPECT_TRUE(r.summary["env"]["zrepro"].contains("commit"));
+}
+
+// [Note: OpenBLAS on a CPU it does not know]: `zrepro env` (like run) reports the kernel
+// set a run uses; without OPENBLAS_CORETYPE it is the best the CPU allows, and a user's
+// OPENBLAS_CORETYPE is kept as given.
+TEST(Env, BlasKernelsAreTheBestTheCpuAllowsUnlessTheUserChose) {
+  const std::string bin = ZREPRO_BIN;
+  const auto mine = zrepro_test::shell("env -u OPENBLAS_CORETYPE -u ZREPRO_OPENBLAS_DETECTED " + bin + " env --json");
+  ASSERT_EQ(mine.code, 0) << mine.output;
+  const auto k = nlohmann::json::parse(mine.output)["blas_kernels"];
+  if (k.is_null()) GTEST_SKIP() << "the BLAS is not OpenBLAS";
+  const std::string best = zrepro::best_blas_core();
+  EXPECT_GE(zrepro::blas_core_level(k["core"]), zrepro::blas_core_level(best)) << k.dump();
+  if (k["set_by"] == "zrepro") EXPECT_NE(k["core"], k["openblas_detected"]) << k.dump();
+  const auto user = zrepro_test::shell("env -u ZREPRO_OPENBLAS_DETECTED OPENBLAS_CORETYPE=PRESCOTT " + bin +
+                                       " env --json");
+  ASSERT_EQ(user.code, 0) << user.output;
+  const auto u = nlohmann::json::parse(user.output)["blas_kernels"];
+  EXPECT_EQ(u["core"], "Prescott") << u.dump();
+  EXPECT_EQ(u["set_by"], "OPENBLAS_CORETYPE") << u.dump();
 }
