@@ -70,7 +70,9 @@ class Communicator {
   virtual std::string backend() const = 0;
 
   // Sum reductions. reduce_scatter: in.numel == out.numel * world_size, rank r
-  // receives slice r. all_gather: out.numel == in.numel * world_size, rank-major.
+  // receives slice r; `in` is scratch until the work completes (a backend may reduce in
+  // place in it: [Note: reduce-scatter over MPI]). all_gather: out.numel == in.numel *
+  // world_size, rank-major.
   WorkPtr all_reduce(torch::Tensor t, const std::string& label);
   WorkPtr reduce_scatter(torch::Tensor out, torch::Tensor in, const std::string& label);
   WorkPtr all_gather(torch::Tensor out, torch::Tensor in, const std::string& label);

@@ -108,8 +108,22 @@ MpiCommunicator::~MpiCommunicator() {
 
 namespace {
 
+// [Note: reduce-scatter over MPI] Open MPI 4.1's MPI_Reduce_scatter_block is slow on one
+// node: a 16 MiB array took 1.9x an MPI_Allreduce of the same array on 2 ranks and
+// 2.5-3x on 4 (bench/peers/comm.sh, docs/PERFORMANCE.md; its four tuned algorithms
+// forced one by one were no better), although an all-reduce moves twice the bytes. From
+// kReduceScatterViaAllReduceBytes up, the comm layer's reduce-scatter is therefore an
+// in-place all-reduce of `in` (the caller's scratch, communicator.h) followed by a copy
+// of this rank's slice into `out`: the same result on every rank, no extra buffer, and
+// counted as the reduce-scatter it stands for (bytes, busbw, flight recorder). Below
+// it (the two agree at about 1 MiB here) MPI_Reduce_scatter_block is the faster.
+constexpr int64_t kReduceScatterViaAllReduceBytes = 1 << 20;
+
+enum class RsPath { mpi_reduce_scatter, all_reduce_then_slice };
+
 // One blocking collective on communicator c; device tensors are staged through host.
-void mpi_collective(MPI_Comm c, int rank, CollOp op, torch::Tensor& out, torch::Tensor& in, int root) {
+void mpi_collective(MPI_Comm c, int rank, CollOp op, torch::Tensor& out, torch::Tensor& in, int root,
+                    RsPath rs = RsPath::mpi_reduce_scatter) {
   torch::NoGradGuard no_grad;
   if (op == CollOp::barrier) return check(MPI_Barrier(c), "MPI_Barrier");
   // Ranks sharing a GPU: stage device tensors through host memory.
@@ -123,6 +137,11 @@ void mpi_collective(MPI_Comm c, int rank, CollOp op, torch::Tensor& out, torch::
       check(MPI_Allreduce(MPI_IN_PLACE, hin.data_ptr(), n, dtype, sum, c), "MPI_Allreduce");
       break;
     case CollOp::reduce_scatter:
+      if (rs == RsPath::all_reduce_then_slice) {
+        check(MPI_Allreduce(MPI_IN_PLACE, hin.data_ptr(), n, dtype, sum, c), "MPI_Allreduce (reduce-scatter)");
+        hout.copy_(hin.narrow(0, rank * hout.numel(), hout.numel()));
+        break;
+      }
       check(MPI_Reduce_scatter_block(hin.data_ptr(), hout.data_ptr(), static_cast<int>(hout.numel()), dtype, sum, c),
             "MPI_Reduce_scatter_block");
       break;
@@ -174,7 +193,9 @@ void check_signatures(MPI_Comm c, CollOp op, const torch::Tensor& in) {
 
 void MpiCommunicator::execute(CollOp op, torch::Tensor& out, torch::Tensor& in, int root) {
   check_signatures(as_comm(comm_), op, in);
-  mpi_collective(as_comm(comm_), rank(), op, out, in, root);
+  const bool large = in.defined() && in.numel() * static_cast<int64_t>(in.element_size()) >= kReduceScatterViaAllReduceBytes;
+  mpi_collective(as_comm(comm_), rank(), op, out, in, root,
+                 large ? RsPath::all_reduce_then_slice : RsPath::mpi_reduce_scatter);
 }
 
 void raw_mpi_collective(CollOp op, torch::Tensor& out, torch::Tensor& in, int root) {

@@ -28,8 +28,9 @@ class MpiCommunicator : public Communicator {
   void* comm_;  // MPI_Comm, kept opaque so that mpi.h stays out of the header
 };
 
-// The same collective as MpiCommunicator::execute, called directly on this thread
-// on MPI_COMM_WORLD: the baseline `zrepro bench comm` compares the comm layer with.
+// The plain MPI call for the collective (MPI_Reduce_scatter_block for a reduce-scatter
+// of any size: [Note: reduce-scatter over MPI]), called directly on this thread on
+// MPI_COMM_WORLD: the baseline `zrepro bench comm` compares the comm layer with.
 void raw_mpi_collective(CollOp op, torch::Tensor& out, torch::Tensor& in, int root);
 // Maximum of a value over all ranks (for timing reports).
 double mpi_max(double v);
