@@ -23,6 +23,13 @@ TEST(Bench, CommIsExactAndAdamReportsEveryColumn) {
     EXPECT_EQ(r["ranks"], 4);
     EXPECT_GT(r["busbw_GBps"].get<double>(), 0);
   }
+  // Reduce-scatter on both sides of [Note: reduce-scatter over MPI]'s 1 MiB switch (MPI's
+  // own below it, an all-reduce plus the rank's slice from it), 3 ranks: exact on each.
+  auto [rcode, rout] = run("bench comm --ranks 3 --op reduce_scatter --min-bytes 512K --max-bytes 2M --iters 2 --json");
+  ASSERT_EQ(rcode, 0) << rout;
+  json rs = json::parse(rout);
+  ASSERT_EQ(rs.size(), 3u);
+  for (const auto& r : rs) EXPECT_EQ(r["wrong"], 0) << r.dump();
   auto [acode, aout] = run("bench adam --sizes 64K --reps 1 --threads 1 --json");
   ASSERT_EQ(acode, 0) << aout;
   json a = json::parse(aout);
