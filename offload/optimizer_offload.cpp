@@ -51,13 +51,18 @@ CopyEventPtr OptimizerOffload::add_grad(int layer, int64_t offset, const torch::
     else if (keep)
       acc.add_(land);
   }, "grad layer " + std::to_string(layer));
+  std::lock_guard<std::mutex> lock(pending_mu_);
   pending_.push_back(e);
   return e;
 }
 
 void OptimizerOffload::finish_grads() {
-  for (auto& e : pending_) copier_.wait(e);
-  pending_.clear();
+  std::vector<CopyEventPtr> pending;
+  {
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    pending.swap(pending_);
+  }
+  for (auto& e : pending) copier_.wait(e);
 }
 
 void OptimizerOffload::step(int layer, const AdamHyper& h, int64_t step, double coef) {

@@ -12,6 +12,7 @@
 // micro-step's piece) only after the previous add read it.
 #pragma once
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
 #include <torch/torch.h>
@@ -62,6 +63,7 @@ class OptimizerOffload {
   Options o_;
   CopyEngine& copier_;
   std::vector<torch::Tensor> master_, exp_avg_, exp_avg_sq_, grad_, half_, landing_;
+  std::mutex pending_mu_;  // add_grad may run on the comm stream ([Note: offloaded pieces go down at once])
   std::vector<CopyEventPtr> pending_;
   int64_t micro_ = 0;
 };

@@ -73,16 +73,40 @@ void GradReducer::launch(int b, int buffer) {
   if (ws > 1) in.div_(ws);  // average over ranks before the sum: no 16-bit overflow from the sum
   const std::string label = "reduce_grad bucket " + std::to_string(b);
   Launched& l = launched_[b];
-  if (o_.reduce_scatter) {
-    l.out = torch::empty({bk.numel_per_rank}, in.options());
-    l.work = comm_.reduce_scatter(l.out, in, label);
-  } else {
-    l.out = in.narrow(0, comm_.rank() * bk.numel_per_rank, bk.numel_per_rank);  // this rank's slice, after the sum
-    l.work = comm_.all_reduce(in, label);
+  l.out = o_.reduce_scatter ? torch::empty({bk.numel_per_rank}, in.options())
+                            : in.narrow(0, comm_.rank() * bk.numel_per_rank, bk.numel_per_rank);  // this rank's slice
+  // [Note: offloaded pieces go down at once] The pieces of offloaded groups start their
+  // copy to the host on the comm stream as soon as the bucket is reduced (as DeepSpeed
+  // issues them on its reduction stream right after the reduce), not when the schedule
+  // next needs the buffer: with two buffers that was the end of backward, so every copy
+  // of a micro-step queued behind it. The copies are the buffer's readers
+  // (buffer_reads_); complete() then only waits for the reduce. Memory is released no
+  // later than before: complete() still holds the output until its fixed point.
+  std::function<void()> down;
+  if (o_.offloaded) {
+    struct Down {
+      int group;
+      int64_t owned_offset, pos, numel;
+    };
+    std::vector<Down> pieces;
+    int64_t pos = 0;
+    for (const auto& p : bk.pieces) {
+      const ReduceSchedule::Unit& u = schedule_.unit(p.unit);
+      if (o_.offloaded(u.group)) pieces.push_back({u.group, u.u.owned_offset + p.offset, pos, p.numel});
+      pos += p.numel;
+    }
+    if (!pieces.empty())
+      down = [this, out = l.out, buffer, pieces] {
+        torch::NoGradGuard no_grad;
+        for (const Down& d : pieces)
+          buffer_reads_[buffer].push_back(o_.sink(d.group, d.owned_offset, out.narrow(0, d.pos, d.numel)));
+      };
   }
+  l.work = o_.reduce_scatter ? comm_.reduce_scatter(l.out, in, label, std::move(down))
+                             : comm_.all_reduce(in, label, std::move(down));
 }
 
-void GradReducer::complete(int b, int buffer) {
+void GradReducer::complete(int b, int /*buffer*/) {
   Launched l = std::move(launched_[b]);
   launched_[b] = Launched{};
   l.work->wait();
@@ -90,15 +114,11 @@ void GradReducer::complete(int b, int buffer) {
   int64_t pos = 0;
   for (const auto& p : schedule_.buckets()[b].pieces) {
     const ReduceSchedule::Unit& u = schedule_.unit(p.unit);
-    torch::Tensor piece = l.out.narrow(0, pos, p.numel);
-    if (o_.offloaded && o_.offloaded(u.group)) {
-      // The copy holds the piece (a view of the buffer with reduce_scatter false, the
-      // bucket's output otherwise) until it lands; the buffer is refilled only after
-      // that, so at most one bucket per buffer waits on the link.
-      buffer_reads_[buffer].push_back(o_.sink(u.group, u.u.owned_offset + p.offset, piece));
-    } else {
-      owned[u.group].narrow(0, u.u.owned_offset + p.offset, p.numel).add_(piece);
-    }
+    // Offloaded pieces went down when the reduce finished ([Note: offloaded pieces go
+    // down at once]); each copy holds its piece until it lands, and the buffer is
+    // refilled only after that, so at most one bucket per buffer waits on the link.
+    if (!(o_.offloaded && o_.offloaded(u.group)))
+      owned[u.group].narrow(0, u.u.owned_offset + p.offset, p.numel).add_(l.out.narrow(0, pos, p.numel));
     pos += p.numel;
   }
 }

@@ -87,12 +87,13 @@ CommStats Communicator::stats() const {
   return stats_;
 }
 
-WorkPtr Communicator::all_reduce(torch::Tensor t, const std::string& label) {
-  return submit(CollOp::all_reduce, t, t, 0, label);
+WorkPtr Communicator::all_reduce(torch::Tensor t, const std::string& label, std::function<void()> then) {
+  return submit(CollOp::all_reduce, t, t, 0, label, std::move(then));
 }
-WorkPtr Communicator::reduce_scatter(torch::Tensor out, torch::Tensor in, const std::string& label) {
+WorkPtr Communicator::reduce_scatter(torch::Tensor out, torch::Tensor in, const std::string& label,
+                                     std::function<void()> then) {
   TORCH_CHECK(in.numel() == out.numel() * world_size_, "reduce_scatter: in must be world_size x out");
-  return submit(CollOp::reduce_scatter, out, in, 0, label);
+  return submit(CollOp::reduce_scatter, out, in, 0, label, std::move(then));
 }
 WorkPtr Communicator::all_gather(torch::Tensor out, torch::Tensor in, const std::string& label) {
   TORCH_CHECK(out.numel() == in.numel() * world_size_, "all_gather: out must be world_size x in");
@@ -103,7 +104,8 @@ WorkPtr Communicator::broadcast(torch::Tensor t, int root, const std::string& la
 }
 void Communicator::barrier(const std::string& label) { submit(CollOp::barrier, {}, {}, 0, label)->wait(); }
 
-WorkPtr Communicator::submit(CollOp op, torch::Tensor out, torch::Tensor in, int root, const std::string& label) {
+WorkPtr Communicator::submit(CollOp op, torch::Tensor out, torch::Tensor in, int root, const std::string& label,
+                             std::function<void()> then) {
   for (const torch::Tensor* t : {&out, &in})
     TORCH_CHECK(!t->defined() || t->is_contiguous(), "collective ", coll_op_name(op), " (", label,
                 "): tensors must be contiguous");
@@ -129,7 +131,7 @@ WorkPtr Communicator::submit(CollOp op, torch::Tensor out, torch::Tensor in, int
   }
   auto work = std::make_shared<Work>();
   work->comm_ = this;
-  Task task{op, std::move(out), std::move(in), root, seq, array, work};
+  Task task{op, std::move(out), std::move(in), root, seq, array, work, std::move(then)};
   if (!threaded_) {
     run_task(task);
     return work;
@@ -157,6 +159,15 @@ void Communicator::run_task(Task& t) {
     std::this_thread::sleep_until(t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                            std::chrono::duration<double>(modelled)));
   }
+  if (!err && t.then) {
+    try {
+      t.then();
+    } catch (const std::exception& e) {
+      err = std::make_exception_ptr(CommError(std::string(coll_op_name(t.op)) + " #" + std::to_string(t.seq) +
+                                              " (after the collective): " + e.what()));
+    }
+  }
+  t.then = nullptr;
   recorder_.set_state(t.seq, err ? FlightEntry::failed : FlightEntry::completed);
   {
     std::lock_guard<std::mutex> lock(stats_mu_);

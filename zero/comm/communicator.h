@@ -73,8 +73,13 @@ class Communicator {
   // receives slice r; `in` is scratch until the work completes (a backend may reduce in
   // place in it: [Note: reduce-scatter over MPI]). all_gather: out.numel == in.numel *
   // world_size, rank-major.
-  WorkPtr all_reduce(torch::Tensor t, const std::string& label);
-  WorkPtr reduce_scatter(torch::Tensor out, torch::Tensor in, const std::string& label);
+  // `then` (optional) runs on the comm stream right after the collective succeeded and
+  // before the work completes: what must follow the result at once, without waiting for
+  // the issuing thread to come back for it (GradReducer sends offloaded pieces down).
+  // It must not allocate device memory; what it throws fails the work.
+  WorkPtr all_reduce(torch::Tensor t, const std::string& label, std::function<void()> then = {});
+  WorkPtr reduce_scatter(torch::Tensor out, torch::Tensor in, const std::string& label,
+                         std::function<void()> then = {});
   WorkPtr all_gather(torch::Tensor out, torch::Tensor in, const std::string& label);
   WorkPtr broadcast(torch::Tensor t, int root, const std::string& label);
   void barrier(const std::string& label);
@@ -118,8 +123,10 @@ class Communicator {
     int64_t seq;
     int64_t array_bytes;  // nccl-tests S
     WorkPtr work;
+    std::function<void()> then;
   };
-  WorkPtr submit(CollOp op, torch::Tensor out, torch::Tensor in, int root, const std::string& label);
+  WorkPtr submit(CollOp op, torch::Tensor out, torch::Tensor in, int root, const std::string& label,
+                 std::function<void()> then = {});
   void run_task(Task& t);
   void worker_loop();
 
