@@ -1,33 +1,37 @@
 #!/usr/bin/env bash
 # Offload step time against no offload, measured in the same run: ZeRO-2 and ZeRO-3
-# (bf16, gas 4) without offload, with optimizer offload on pinned and on pageable
+# (bf16, gas 4, overlap_comm on as DeepSpeed's offload examples set it; one ZeRO-2 row
+# without it) without offload, with optimizer offload on pinned and on pageable
 # host memory, and (stage 3) with parameter offload too, at a modelled host link;
 # prints median step time, the ratio against no offload, copy time, the time the
 # compute thread waited on copies, and the share of copy time that overlapped.
-# usage: bench/offload.sh [model] [steps] [host-link-gbps]   (after scripts/setup.sh)
+# usage: bench/offload.sh [model] [steps] [host-link-gbps]   (after scripts/setup.sh;
+#        ZREPRO_BENCH_BUCKET: reduce and prefetch bucket size, default 2000000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:-small}; steps=${2:-8}; link=${3:-2}
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-write() {  # name stage offload_optimizer_json offload_param_json
+bucket=${ZREPRO_BENCH_BUCKET:-2000000}
+write() {  # name stage offload_optimizer_json offload_param_json [overlap_comm]
   cat > "$tmp/$1.json" <<JSON
 {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, "bf16": {"enabled": true},
  "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
- "zero_optimization": {"stage": $2, "reduce_bucket_size": 2000000, "stage3_prefetch_bucket_size": 2000000,
-                       "offload_optimizer": $3, "offload_param": $4}}
+ "zero_optimization": {"stage": $2, "reduce_bucket_size": $bucket, "stage3_prefetch_bucket_size": $bucket,
+                       "overlap_comm": ${5:-true}, "offload_optimizer": $3, "offload_param": $4}}
 JSON
 }
 none='{"device": "none"}'
 write z2_none 2 "$none" "$none"
 write z2_pinned 2 '{"device": "cpu", "pin_memory": true}' "$none"
+write z2_pinned_no_overlap 2 '{"device": "cpu", "pin_memory": true}' "$none" false
 write z2_pageable 2 '{"device": "cpu", "pin_memory": false}' "$none"
 write z3_none 3 "$none" "$none"
 write z3_pinned 3 '{"device": "cpu", "pin_memory": true}' "$none"
 write z3_pageable 3 '{"device": "cpu", "pin_memory": false}' "$none"
 write z3_param_pinned 3 '{"device": "cpu", "pin_memory": true}' '{"device": "cpu", "pin_memory": true}'
-for c in z2_none z2_pinned z2_pageable z3_none z3_pinned z3_pageable z3_param_pinned; do
+for c in z2_none z2_pinned z2_pinned_no_overlap z2_pageable z3_none z3_pinned z3_pageable z3_param_pinned; do
   build/zrepro run --config "$tmp/$c.json" --model "$model" --steps "$steps" --host-link-gbps "$link" \
     --out "$tmp/$c" > /dev/null
 done
@@ -37,7 +41,7 @@ tmp, link = sys.argv[1], sys.argv[2]
 print(f"host link model: {link} GB/s pinned, pageable at half of it")
 print("| config | step median (s) | vs no offload | d2h MB/step | h2d MB/step | copy s/step | exposed s/step | overlapped |")
 print("|---|---|---|---|---|---|---|---|")
-for c in ["z2_none", "z2_pinned", "z2_pageable", "z3_none", "z3_pinned", "z3_pageable", "z3_param_pinned"]:
+for c in ["z2_none", "z2_pinned", "z2_pinned_no_overlap", "z2_pageable", "z3_none", "z3_pinned", "z3_pageable", "z3_param_pinned"]:
     s = json.load(open(f"{tmp}/{c}/summary.json"))
     base = json.load(open(f"{tmp}/{c[:2]}_none/summary.json"))["time"]["step_s_median"]
     t = s["time"]["step_s_median"]; n = len(s["steps"])

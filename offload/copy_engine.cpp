@@ -42,6 +42,7 @@ CopyStats CopyStats::minus(const CopyStats& o) const {
 CopyEngine::CopyEngine(Options o) : o_(o) {
   if (o_.cuda) stream_ = cuda_copy_stream_create();
   thread_ = std::thread([this] { worker(); });
+  host_thread_ = std::thread([this] { host_worker(); });
 }
 
 CopyEngine::~CopyEngine() {
@@ -50,7 +51,13 @@ CopyEngine::~CopyEngine() {
     stopping_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  thread_.join();  // every copy has landed and been handed to the host worker
+  {
+    std::lock_guard<std::mutex> lock(host_mu_);
+    host_stopping_ = true;
+  }
+  host_cv_.notify_all();
+  host_thread_.join();
   if (stream_) cuda_copy_stream_destroy(stream_);
 }
 
@@ -80,7 +87,8 @@ CopyEventPtr CopyEngine::copy(torch::Tensor dst, torch::Tensor src, CopyDir dir,
   return event;
 }
 
-void CopyEngine::transfer(Task& t, double gbps) {
+double CopyEngine::transfer(Task& t, double gbps) {
+  const double start = wall_seconds();
   const int64_t bytes = t.src.numel() * static_cast<int64_t>(t.src.element_size());
   const auto t0 = std::chrono::steady_clock::now();
   if (o_.cuda) {
@@ -89,7 +97,7 @@ void CopyEngine::transfer(Task& t, double gbps) {
       cuda_copy_async(stream_, t.cuda_ready, t.dst.data_ptr(), t.src.data_ptr(), static_cast<size_t>(bytes), kind);
     else
       cuda_copy_sync(t.dst.data_ptr(), t.src.data_ptr(), static_cast<size_t>(bytes), kind);
-    return;  // real link: nothing to model
+    return start;  // real link: nothing to model
   }
   {
     torch::NoGradGuard no_grad;
@@ -104,26 +112,32 @@ void CopyEngine::transfer(Task& t, double gbps) {
     const auto took = std::chrono::steady_clock::now() - t0;
     std::this_thread::sleep_for(took * (1.0 / o_.pageable_ratio - 1.0));
   }
+  return start;
+}
+
+void CopyEngine::account(const Task& t, double start, double end) {
+  const int64_t bytes = t.src.numel() * static_cast<int64_t>(t.src.element_size());
+  std::lock_guard<std::mutex> lock(mu_);
+  const int d = static_cast<int>(t.dir);
+  stats_.bytes[d] += bytes;
+  stats_.copies[d] += 1;
+  stats_.seconds[d] += end - start;
+  records_.push_back({t.dir, t.pinned, bytes, t.t_submit, start, end, t.label});
+  if (records_.size() > kMaxRecords) records_.pop_front();
+}
+
+void CopyEngine::finish(Task& t) {
+  if (t.then) t.then();
+  t.then = nullptr;
+  t.dst = torch::Tensor();  // release before signalling: a waiter may free the memory
+  t.src = torch::Tensor();
+  t.event->complete();
 }
 
 void CopyEngine::run(Task& t) {
-  const double start = wall_seconds();
-  transfer(t, t.pinned ? o_.link_gbps : o_.link_gbps * o_.pageable_ratio);  // 0 stays 0: no model
-  const double end = wall_seconds();
-  if (t.then) t.then();
-  const int64_t bytes = t.src.numel() * static_cast<int64_t>(t.src.element_size());
-  t.dst = torch::Tensor();  // release before signalling: a waiter may free the memory
-  t.src = torch::Tensor();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    const int d = static_cast<int>(t.dir);
-    stats_.bytes[d] += bytes;
-    stats_.copies[d] += 1;
-    stats_.seconds[d] += end - start;
-    records_.push_back({t.dir, t.pinned, bytes, t.t_submit, start, end, t.label});
-    if (records_.size() > kMaxRecords) records_.pop_front();
-  }
-  t.event->complete();
+  const double start = transfer(t, o_.link_gbps * o_.pageable_ratio);  // 0 stays 0: no model
+  account(t, start, wall_seconds());
+  finish(t);
 }
 
 void CopyEngine::worker() {
@@ -136,7 +150,27 @@ void CopyEngine::worker() {
       t = std::move(queue_.front());
       queue_.pop_front();
     }
-    run(t);
+    const double start = transfer(t, o_.link_gbps);
+    account(t, start, wall_seconds());
+    {
+      std::lock_guard<std::mutex> lock(host_mu_);
+      host_queue_.push_back(std::move(t));
+    }
+    host_cv_.notify_one();
+  }
+}
+
+void CopyEngine::host_worker() {
+  for (;;) {
+    Task t;
+    {
+      std::unique_lock<std::mutex> lock(host_mu_);
+      host_cv_.wait(lock, [&] { return host_stopping_ || !host_queue_.empty(); });
+      if (host_queue_.empty()) return;
+      t = std::move(host_queue_.front());
+      host_queue_.pop_front();
+    }
+    finish(t);
   }
 }
 
