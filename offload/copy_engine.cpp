@@ -140,16 +140,23 @@ void CopyEngine::run(Task& t) {
   finish(t);
 }
 
+namespace {
+
+// The next task of a worker's queue, or false once it is stopping with nothing left.
+template <class T>
+bool next_task(std::mutex& mu, std::condition_variable& cv, std::deque<T>& queue, const bool& stopping, T& out) {
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return stopping || !queue.empty(); });
+  if (queue.empty()) return false;
+  out = std::move(queue.front());
+  queue.pop_front();
+  return true;
+}
+
+}  // namespace
+
 void CopyEngine::worker() {
-  for (;;) {
-    Task t;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      t = std::move(queue_.front());
-      queue_.pop_front();
-    }
+  for (Task t; next_task(mu_, cv_, queue_, stopping_, t);) {
     const double start = transfer(t, o_.link_gbps);
     account(t, start, wall_seconds());
     {
@@ -161,17 +168,7 @@ void CopyEngine::worker() {
 }
 
 void CopyEngine::host_worker() {
-  for (;;) {
-    Task t;
-    {
-      std::unique_lock<std::mutex> lock(host_mu_);
-      host_cv_.wait(lock, [&] { return host_stopping_ || !host_queue_.empty(); });
-      if (host_queue_.empty()) return;
-      t = std::move(host_queue_.front());
-      host_queue_.pop_front();
-    }
-    finish(t);
-  }
+  for (Task t; next_task(host_mu_, host_cv_, host_queue_, host_stopping_, t);) finish(t);
 }
 
 void CopyEngine::wait(const CopyEventPtr& e) {

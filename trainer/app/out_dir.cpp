@@ -10,7 +10,6 @@
 
 #include "device/base/errors.h"
 #include "trainer/app/subprocess.h"
-#include "trainer/report/html_report.h"
 #include "trainer/report/rank_views.h"
 #include "trainer/report/report.h"
 
@@ -73,8 +72,7 @@ std::vector<std::string> claim_out_dir(const std::string& dir) {
 
 void publish_rank_view(const std::string& dir, int rank, int world, const nlohmann::json& own) {
   using json = nlohmann::json;
-  auto dump = [](const json& j) { return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n"; };
-  write_file_atomic(dir + "/summary_rank" + std::to_string(rank) + ".json", dump(own));
+  write_file_atomic(dir + "/summary_rank" + std::to_string(rank) + ".json", summary_text(own));
   const std::string lock_path = dir + "/.views.lock";
   const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) throw IoError("cannot create " + lock_path + " to merge the ranks' summaries");
@@ -86,8 +84,7 @@ void publish_rank_view(const std::string& dir, int rank, int world, const nlohma
       views[r] = r == rank ? own : (fs::exists(path) ? read_json_file(path) : json());
     }
     const json merged = merge_rank_views(views, world);
-    write_file_atomic(dir + "/summary.json", dump(merged));
-    write_file_atomic(dir + "/report.html", html_report(merged));
+    write_summary_and_report(dir, merged);
   } catch (...) {
     ::close(fd);
     throw;

@@ -42,7 +42,6 @@
 #include "trainer/planner/fixes.h"
 #include "trainer/planner/link_profile.h"
 #include "trainer/report/hang.h"
-#include "trainer/report/html_report.h"
 #include "trainer/report/inputs_export.h"
 #include "trainer/report/report.h"
 #include "zero/comm/mpi_communicator.h"
@@ -180,9 +179,7 @@ struct RunState {
                     spec.interconnect_gbps, environment_json(), virtual_json(), config_mismatch};
     const json summary = build_summary(in);
     if (own_view_of_many) return publish_rank_view(spec.out_dir, rank, world, summary);
-    // Quoted user input may hold bytes that are not UTF-8 (a config's): replaced, never thrown on.
-    write_file_atomic(spec.out_dir + "/summary.json", summary.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
-    write_file_atomic(spec.out_dir + "/report.html", html_report(summary));
+    write_summary_and_report(spec.out_dir, summary);
   }
 
   // summary.json's virtual_ranks (null for real processes).

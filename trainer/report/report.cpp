@@ -12,6 +12,7 @@
 
 #include "device/base/errors.h"
 #include "trainer/model/data.h"
+#include "trainer/report/html_report.h"
 
 namespace zrepro {
 
@@ -47,6 +48,15 @@ void write_file_atomic(const std::string& path, const std::string& content) {
     std::remove(tmp.c_str());
     throw std::runtime_error("cannot rename " + tmp + " to " + path + ": " + ec.message());
   }
+}
+
+std::string summary_text(const json& summary) {
+  return summary.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
+void write_summary_and_report(const std::string& dir, const json& summary) {
+  write_file_atomic(dir + "/summary.json", summary_text(summary));
+  write_file_atomic(dir + "/report.html", html_report(summary));
 }
 
 MetricsWriter::MetricsWriter(const std::string& dir)

@@ -17,6 +17,11 @@ namespace zrepro {
 
 // Writes content to path through a temporary file in the same folder + rename.
 void write_file_atomic(const std::string& path, const std::string& content);
+// A summary's file text: indented; bytes that are not UTF-8 (quoted user input, a
+// config's) replaced, never thrown on.
+std::string summary_text(const nlohmann::json& summary);
+// DIR/summary.json and DIR/report.html from one summary, each written atomically.
+void write_summary_and_report(const std::string& dir, const nlohmann::json& summary);
 
 // Appends step lines to DIR/metrics.jsonl.partial (flushed per line, so a killed
 // run leaves evidence) and renames it to DIR/metrics.jsonl on close(). A write that
