@@ -42,7 +42,6 @@ CopyStats CopyStats::minus(const CopyStats& o) const {
 CopyEngine::CopyEngine(Options o) : o_(o) {
   if (o_.cuda) stream_ = cuda_copy_stream_create();
   thread_ = std::thread([this] { worker(); });
-  host_thread_ = std::thread([this] { host_worker(); });
 }
 
 CopyEngine::~CopyEngine() {
@@ -51,13 +50,7 @@ CopyEngine::~CopyEngine() {
     stopping_ = true;
   }
   cv_.notify_all();
-  thread_.join();  // every copy has landed and been handed to the host worker
-  {
-    std::lock_guard<std::mutex> lock(host_mu_);
-    host_stopping_ = true;
-  }
-  host_cv_.notify_all();
-  host_thread_.join();
+  thread_.join();
   if (stream_) cuda_copy_stream_destroy(stream_);
 }
 
@@ -87,8 +80,7 @@ CopyEventPtr CopyEngine::copy(torch::Tensor dst, torch::Tensor src, CopyDir dir,
   return event;
 }
 
-double CopyEngine::transfer(Task& t, double gbps) {
-  const double start = wall_seconds();
+void CopyEngine::transfer(Task& t, double gbps) {
   const int64_t bytes = t.src.numel() * static_cast<int64_t>(t.src.element_size());
   const auto t0 = std::chrono::steady_clock::now();
   if (o_.cuda) {
@@ -97,7 +89,7 @@ double CopyEngine::transfer(Task& t, double gbps) {
       cuda_copy_async(stream_, t.cuda_ready, t.dst.data_ptr(), t.src.data_ptr(), static_cast<size_t>(bytes), kind);
     else
       cuda_copy_sync(t.dst.data_ptr(), t.src.data_ptr(), static_cast<size_t>(bytes), kind);
-    return start;  // real link: nothing to model
+    return;  // real link: nothing to model
   }
   {
     torch::NoGradGuard no_grad;
@@ -112,63 +104,40 @@ double CopyEngine::transfer(Task& t, double gbps) {
     const auto took = std::chrono::steady_clock::now() - t0;
     std::this_thread::sleep_for(took * (1.0 / o_.pageable_ratio - 1.0));
   }
-  return start;
-}
-
-void CopyEngine::account(const Task& t, double start, double end) {
-  const int64_t bytes = t.src.numel() * static_cast<int64_t>(t.src.element_size());
-  std::lock_guard<std::mutex> lock(mu_);
-  const int d = static_cast<int>(t.dir);
-  stats_.bytes[d] += bytes;
-  stats_.copies[d] += 1;
-  stats_.seconds[d] += end - start;
-  records_.push_back({t.dir, t.pinned, bytes, t.t_submit, start, end, t.label});
-  if (records_.size() > kMaxRecords) records_.pop_front();
-}
-
-void CopyEngine::finish(Task& t) {
-  if (t.then) t.then();
-  t.then = nullptr;
-  t.dst = torch::Tensor();  // release before signalling: a waiter may free the memory
-  t.src = torch::Tensor();
-  t.event->complete();
 }
 
 void CopyEngine::run(Task& t) {
-  const double start = transfer(t, o_.link_gbps * o_.pageable_ratio);  // 0 stays 0: no model
-  account(t, start, wall_seconds());
-  finish(t);
+  const double start = wall_seconds();
+  transfer(t, t.pinned ? o_.link_gbps : o_.link_gbps * o_.pageable_ratio);  // 0 stays 0: no model
+  const double end = wall_seconds();
+  if (t.then) t.then();
+  const int64_t bytes = t.src.numel() * static_cast<int64_t>(t.src.element_size());
+  t.dst = torch::Tensor();  // release before signalling: a waiter may free the memory
+  t.src = torch::Tensor();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int d = static_cast<int>(t.dir);
+    stats_.bytes[d] += bytes;
+    stats_.copies[d] += 1;
+    stats_.seconds[d] += end - start;
+    records_.push_back({t.dir, t.pinned, bytes, t.t_submit, start, end, t.label});
+    if (records_.size() > kMaxRecords) records_.pop_front();
+  }
+  t.event->complete();
 }
-
-namespace {
-
-// The next task of a worker's queue, or false once it is stopping with nothing left.
-template <class T>
-bool next_task(std::mutex& mu, std::condition_variable& cv, std::deque<T>& queue, const bool& stopping, T& out) {
-  std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return stopping || !queue.empty(); });
-  if (queue.empty()) return false;
-  out = std::move(queue.front());
-  queue.pop_front();
-  return true;
-}
-
-}  // namespace
 
 void CopyEngine::worker() {
-  for (Task t; next_task(mu_, cv_, queue_, stopping_, t);) {
-    const double start = transfer(t, o_.link_gbps);
-    account(t, start, wall_seconds());
+  for (;;) {
+    Task t;
     {
-      std::lock_guard<std::mutex> lock(host_mu_);
-      host_queue_.push_back(std::move(t));
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      t = std::move(queue_.front());
+      queue_.pop_front();
     }
-    host_cv_.notify_one();
+    run(t);
   }
-}
-
-void CopyEngine::host_worker() {
-  for (Task t; next_task(host_mu_, host_cv_, host_queue_, host_stopping_, t);) finish(t);
 }
 
 void CopyEngine::wait(const CopyEventPtr& e) {

@@ -8,12 +8,9 @@
 // pageable_ratio of the pinned bandwidth, or of memcpy speed without a link model
 // (CUDA stages them through a bounce buffer; there the real link decides).
 // A copy may carry host work (`then`, e.g. adding a gradient into the fp32
-// accumulator) that runs after the bytes arrived and before the event completes;
-// source and destination stay alive (and their device bytes allocated) until then.
-// [Note: the link does not wait for host work] Host work runs on a second thread, in
-// submission order with every completion, so the link worker starts the next copy
-// while the previous piece is being added (an add of a 1.5 MB bf16 piece took as long
-// as its copy at 2 GB/s: done on the link thread it left the link idle half the time). Every copy is counted: bytes and seconds per direction,
+// accumulator) that runs on the worker after the bytes arrived and before the
+// event completes; source and destination stay alive (and their device bytes
+// allocated) until then. Every copy is counted: bytes and seconds per direction,
 // and the time the compute thread waited on copies (exposed); the rest overlapped.
 #pragma once
 #include <condition_variable>
@@ -99,12 +96,9 @@ class CopyEngine {
     double t_submit;
     void* cuda_ready = nullptr;  // CUDA: event recorded on the compute stream at submission
   };
-  void run(Task& t);  // a pageable copy, on the caller
-  double transfer(Task& t, double bandwidth_gbps);  // returns the start time (wall_seconds)
-  void account(const Task& t, double start, double end);
-  static void finish(Task& t);  // host work, release, complete
-  void worker();       // the link: pinned copies in order
-  void host_worker();  // host work and completions, in the same order
+  void run(Task& t);
+  void transfer(Task& t, double bandwidth_gbps);
+  void worker();
 
   Options o_;
   void* stream_ = nullptr;  // CUDA stream (cudaStream_t)
@@ -115,11 +109,7 @@ class CopyEngine {
   bool stopping_ = false;
   CopyStats stats_;
   std::deque<CopyRecord> records_;
-  std::mutex host_mu_;
-  std::condition_variable host_cv_;
-  std::deque<Task> host_queue_;  // copies landed, their host work and completion pending
-  bool host_stopping_ = false;
-  std::thread thread_, host_thread_;
+  std::thread thread_;
 };
 
 // CUDA runtime pieces of the copy engine (copy_engine_cuda.cpp; without the CUDA
