@@ -42,6 +42,7 @@ CopyStats CopyStats::minus(const CopyStats& o) const {
 CopyEngine::CopyEngine(Options o) : o_(o) {
   if (o_.cuda) stream_ = cuda_copy_stream_create();
   thread_ = std::thread([this] { worker(); });
+  host_thread_ = std::thread([this] { host_worker(); });
 }
 
 CopyEngine::~CopyEngine() {
@@ -50,7 +51,13 @@ CopyEngine::~CopyEngine() {
     stopping_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  thread_.join();  // every copy has landed and been handed to the host worker
+  {
+    std::lock_guard<std::mutex> lock(host_mu_);
+    host_stopping_ = true;
+  }
+  host_cv_.notify_all();
+  host_thread_.join();
   if (stream_) cuda_copy_stream_destroy(stream_);
 }
 
@@ -65,6 +72,7 @@ CopyEventPtr CopyEngine::copy(torch::Tensor dst, torch::Tensor src, CopyDir dir,
   if (!pinned) {
     // Pageable: synchronous on the caller (the whole copy is exposed).
     const double t0 = wall_seconds();
+    await_readers(range_of(t.dst));
     run(t);
     std::lock_guard<std::mutex> lock(mu_);
     stats_.exposed_s += wall_seconds() - t0;
@@ -80,7 +88,22 @@ CopyEventPtr CopyEngine::copy(torch::Tensor dst, torch::Tensor src, CopyDir dir,
   return event;
 }
 
-void CopyEngine::transfer(Task& t, double gbps) {
+CopyEngine::Range CopyEngine::range_of(const torch::Tensor& t) {
+  const auto lo = reinterpret_cast<uintptr_t>(t.data_ptr());
+  return {lo, lo + static_cast<uintptr_t>(t.numel() * t.element_size())};
+}
+
+void CopyEngine::await_readers(const Range& dst) {
+  std::unique_lock<std::mutex> lock(host_mu_);
+  host_cv_.wait(lock, [&] {
+    for (const Range& r : reading_)
+      if (r.overlaps(dst)) return false;
+    return true;
+  });
+}
+
+double CopyEngine::transfer(Task& t, double gbps) {
+  const double start = wall_seconds();
   const int64_t bytes = t.src.numel() * static_cast<int64_t>(t.src.element_size());
   const auto t0 = std::chrono::steady_clock::now();
   if (o_.cuda) {
@@ -89,7 +112,7 @@ void CopyEngine::transfer(Task& t, double gbps) {
       cuda_copy_async(stream_, t.cuda_ready, t.dst.data_ptr(), t.src.data_ptr(), static_cast<size_t>(bytes), kind);
     else
       cuda_copy_sync(t.dst.data_ptr(), t.src.data_ptr(), static_cast<size_t>(bytes), kind);
-    return;  // real link: nothing to model
+    return start;  // real link: nothing to model
   }
   {
     torch::NoGradGuard no_grad;
@@ -104,40 +127,78 @@ void CopyEngine::transfer(Task& t, double gbps) {
     const auto took = std::chrono::steady_clock::now() - t0;
     std::this_thread::sleep_for(took * (1.0 / o_.pageable_ratio - 1.0));
   }
+  return start;
 }
 
-void CopyEngine::run(Task& t) {
-  const double start = wall_seconds();
-  transfer(t, t.pinned ? o_.link_gbps : o_.link_gbps * o_.pageable_ratio);  // 0 stays 0: no model
-  const double end = wall_seconds();
-  if (t.then) t.then();
+void CopyEngine::account(const Task& t, double start, double end) {
   const int64_t bytes = t.src.numel() * static_cast<int64_t>(t.src.element_size());
+  std::lock_guard<std::mutex> lock(mu_);
+  const int d = static_cast<int>(t.dir);
+  stats_.bytes[d] += bytes;
+  stats_.copies[d] += 1;
+  stats_.seconds[d] += end - start;
+  records_.push_back({t.dir, t.pinned, bytes, t.t_submit, start, end, t.label});
+  if (records_.size() > kMaxRecords) records_.pop_front();
+}
+
+void CopyEngine::finish(Task& t, bool registered) {
+  if (t.then) t.then();
+  t.then = nullptr;
+  if (registered) {
+    const Range dst = range_of(t.dst);
+    {
+      std::lock_guard<std::mutex> lock(host_mu_);
+      for (auto it = reading_.begin(); it != reading_.end(); ++it)
+        if (it->lo == dst.lo && it->hi == dst.hi) {
+          reading_.erase(it);
+          break;
+        }
+    }
+    host_cv_.notify_all();  // a copy may be waiting to rewrite this range
+  }
   t.dst = torch::Tensor();  // release before signalling: a waiter may free the memory
   t.src = torch::Tensor();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    const int d = static_cast<int>(t.dir);
-    stats_.bytes[d] += bytes;
-    stats_.copies[d] += 1;
-    stats_.seconds[d] += end - start;
-    records_.push_back({t.dir, t.pinned, bytes, t.t_submit, start, end, t.label});
-    if (records_.size() > kMaxRecords) records_.pop_front();
-  }
   t.event->complete();
 }
 
+void CopyEngine::run(Task& t) {
+  const double start = transfer(t, o_.link_gbps * o_.pageable_ratio);  // 0 stays 0: no model
+  account(t, start, wall_seconds());
+  finish(t, false);
+}
+
+namespace {
+
+// The next task of a worker's queue, or false once it is stopping with nothing left.
+template <class T>
+bool next_task(std::mutex& mu, std::condition_variable& cv, std::deque<T>& queue, const bool& stopping, T& out) {
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return stopping || !queue.empty(); });
+  if (queue.empty()) return false;
+  out = std::move(queue.front());
+  queue.pop_front();
+  return true;
+}
+
+}  // namespace
+
 void CopyEngine::worker() {
-  for (;;) {
-    Task t;
+  for (Task t; next_task(mu_, cv_, queue_, stopping_, t);) {
+    const Range dst = range_of(t.dst);
+    await_readers(dst);
+    const double start = transfer(t, o_.link_gbps);
+    account(t, start, wall_seconds());
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      t = std::move(queue_.front());
-      queue_.pop_front();
+      std::lock_guard<std::mutex> lock(host_mu_);
+      if (t.then) reading_.push_back(dst);
+      host_queue_.push_back(std::move(t));
     }
-    run(t);
+    host_cv_.notify_all();
   }
+}
+
+void CopyEngine::host_worker() {
+  for (Task t; next_task(host_mu_, host_cv_, host_queue_, host_stopping_, t);) finish(t, static_cast<bool>(t.then));
 }
 
 void CopyEngine::wait(const CopyEventPtr& e) {

@@ -13,6 +13,7 @@ OptimizerOffload::OptimizerOffload(const std::vector<int64_t>& numels, const std
     : offloaded_(offloaded), o_(o), copier_(copier) {
   HostMemory& host = HostMemory::instance();
   const size_t L = numels.size();
+  pending_.resize(L);
   master_.resize(L), exp_avg_.resize(L), exp_avg_sq_.resize(L), grad_.resize(L), half_.resize(L), landing_.resize(L);
   // One host buffer per layer and kind: chunked allocations, never one huge pin.
   for (size_t l = 0; l < L; ++l) {
@@ -52,17 +53,21 @@ CopyEventPtr OptimizerOffload::add_grad(int layer, int64_t offset, const torch::
       acc.add_(land);
   }, "grad layer " + std::to_string(layer));
   std::lock_guard<std::mutex> lock(pending_mu_);
-  pending_.push_back(e);
+  pending_[layer].push_back(e);
   return e;
 }
 
-void OptimizerOffload::finish_grads() {
+void OptimizerOffload::finish_grads(int layer) {
   std::vector<CopyEventPtr> pending;
   {
     std::lock_guard<std::mutex> lock(pending_mu_);
-    pending.swap(pending_);
+    pending.swap(pending_[layer]);
   }
   for (auto& e : pending) copier_.wait(e);
+}
+
+void OptimizerOffload::finish_grads() {
+  for (size_t l = 0; l < pending_.size(); ++l) finish_grads(static_cast<int>(l));
 }
 
 void OptimizerOffload::step(int layer, const AdamHyper& h, int64_t step, double coef) {

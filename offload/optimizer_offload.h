@@ -47,7 +47,8 @@ class OptimizerOffload {
   // A reduced gradient piece (device) for [offset, offset + numel) of the layer's
   // partition. Returns the copy's event (the piece must not change until it completes).
   CopyEventPtr add_grad(int layer, int64_t offset, const torch::Tensor& device_piece);
-  void finish_grads();  // every gradient copy and host add done (an exposed wait)
+  void finish_grads();           // every gradient copy and host add done (an exposed wait)
+  void finish_grads(int layer);  // the layer's copies and host adds done
   torch::Tensor& grad(int layer) { return grad_[layer]; }
 
   // CPU Adam on the host partition with the gradients scaled by coef; writes the
@@ -64,7 +65,7 @@ class OptimizerOffload {
   CopyEngine& copier_;
   std::vector<torch::Tensor> master_, exp_avg_, exp_avg_sq_, grad_, half_, landing_;
   std::mutex pending_mu_;  // add_grad may run on the comm stream ([Note: offloaded pieces go down at once])
-  std::vector<CopyEventPtr> pending_;
+  std::vector<std::vector<CopyEventPtr>> pending_;  // per layer
   int64_t micro_ = 0;
 };
 

@@ -330,9 +330,16 @@ void ZeroEngine::reduce_at_boundary() {
 }
 
 ZeroEngine::GradStats ZeroEngine::grad_stats(double local_loss) {
-  if (host_opt_) host_opt_->finish_grads();
   double sq = 0, nonfinite = 0;
-  for (size_t l = 0; l < groups_.size(); ++l) {
+  const size_t L = groups_.size();
+  for (size_t i = 0; i < L; ++i) {
+    // [Note: norms while the last pieces land] With offload, layers are taken in the
+    // order backward finished them (last layer first) and each waits only for its own
+    // copies and host adds: the norms of the layers that landed are computed while the
+    // last bucket is still on the link, as DeepSpeed computes each parameter's norm as
+    // its gradient is reduced instead of after every copy. The wait is what remains.
+    const size_t l = host_opt_ ? L - 1 - i : i;
+    if (host_opt_ && offloaded_[l]) host_opt_->finish_grads(static_cast<int>(l));
     // One norm per layer (fp32 accumulation; no full-size temporaries for fp32
     // grads): an inf or NaN anywhere makes it non-finite, which is the overflow flag.
     const double n = optimizers_[l]->grad_norm(norm_share(l));

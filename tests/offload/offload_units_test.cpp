@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 
 #include "device/device_memory.h"
 #include "offload/copy_engine.h"
@@ -50,6 +52,33 @@ TEST(CopyEngine, CopiesCompleteInOrderAfterTheirHostWork) {
   const CopyStats s = ce.stats();
   EXPECT_EQ(s.copies[0], 8);
   EXPECT_EQ(s.bytes[0], 4 * 1000 * (8 + 7 + 6 + 5 + 4 + 3 + 2 + 1));
+}
+
+TEST(CopyEngine, TheLinkRunsAheadOfHostWorkButNeverRewritesWhatItReads) {
+  // [Note: the link does not wait for host work] Copy A's host work blocks until copy
+  // B (another destination) has landed: it can only land if the link runs while A's
+  // host work is pending. Copy C rewrites A's destination: it must wait until A's
+  // host work read it, whatever the timing.
+  CopyEngine ce({/*link_gbps=*/0, 0.5, false});
+  HostMemory& host = HostMemory::instance();
+  torch::Tensor a = host.empty(4096, torch::kFloat, true, "test a");
+  torch::Tensor b = host.empty(4096, torch::kFloat, true, "test b");
+  std::atomic<bool> b_landed_during_a{false};
+  float a_read = -1;
+  CopyEventPtr ea = ce.copy(a, torch::full({4096}, 1.0f), CopyDir::d2h, true, [&] {
+    for (int i = 0; i < 5000 && !b_landed_during_a; ++i) {
+      if (b[4095].item<float>() == 2.0f) b_landed_during_a = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    a_read = a.sum().item<float>();
+  });
+  CopyEventPtr eb = ce.copy(b, torch::full({4096}, 2.0f), CopyDir::d2h, true);
+  CopyEventPtr ec = ce.copy(a.narrow(0, 1000, 1000), torch::full({1000}, 3.0f), CopyDir::d2h, true);
+  ce.wait(ec);
+  EXPECT_TRUE(ea->done() && eb->done());  // completions stay in submission order
+  EXPECT_TRUE(b_landed_during_a) << "the link waited for host work on another destination";
+  EXPECT_EQ(a_read, 4096.0f) << "copy C rewrote A's destination before A's host work read it";
+  EXPECT_EQ(a.sum().item<float>(), 4096.0f + 2.0f * 1000);
 }
 
 TEST(CopyEngine, PageableCopiesAreSynchronousAndExposed) {
