@@ -15,15 +15,33 @@ bool CopyEvent::done() const {
   return done_;
 }
 
+bool CopyEvent::landed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return landed_;
+}
+
 void CopyEvent::wait() const {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return done_; });
 }
 
+void CopyEvent::wait_landed() const {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return landed_; });
+}
+
+void CopyEvent::land() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    landed_ = true;
+  }
+  cv_.notify_all();
+}
+
 void CopyEvent::complete() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    done_ = true;
+    landed_ = done_ = true;
   }
   cv_.notify_all();
 }
@@ -188,6 +206,8 @@ void CopyEngine::worker() {
     await_readers(dst);
     const double start = transfer(t, o_.link_gbps);
     account(t, start, wall_seconds());
+    t.src = torch::Tensor();  // release before signalling: the source's buffer may be refilled
+    t.event->land();
     {
       std::lock_guard<std::mutex> lock(host_mu_);
       if (t.then) reading_.push_back(dst);
@@ -201,12 +221,19 @@ void CopyEngine::host_worker() {
   for (Task t; next_task(host_mu_, host_cv_, host_queue_, host_stopping_, t);) finish(t, static_cast<bool>(t.then));
 }
 
-void CopyEngine::wait(const CopyEventPtr& e) {
-  if (!e || e->done()) return;
+void CopyEngine::expose(const std::function<void()>& block) {
   const double t0 = wall_seconds();
-  e->wait();
+  block();
   std::lock_guard<std::mutex> lock(mu_);
   stats_.exposed_s += wall_seconds() - t0;
+}
+
+void CopyEngine::wait(const CopyEventPtr& e) {
+  if (e && !e->done()) expose([&] { e->wait(); });
+}
+
+void CopyEngine::wait_landed(const CopyEventPtr& e) {
+  if (e && !e->landed()) expose([&] { e->wait_landed(); });
 }
 
 void CopyEngine::synchronize() {

@@ -9,8 +9,8 @@
 // (CUDA stages them through a bounce buffer; there the real link decides).
 // A copy may carry host work (`then`, e.g. adding a gradient into the fp32
 // accumulator) that runs after the bytes arrived and before the event completes;
-// it may read the copy's destination and write host memory no copy writes. Source
-// and destination stay alive (and their device bytes allocated) until then.
+// it may read the copy's destination and write host memory no copy writes. The
+// source is released when the bytes landed, the destination after the host work.
 // Every copy is counted: bytes and seconds per direction, and the time the compute
 // thread waited on copies (exposed); the rest overlapped.
 //
@@ -41,17 +41,22 @@ namespace zrepro {
 enum class CopyDir { d2h = 0, h2d = 1 };
 const char* copy_dir_name(CopyDir d);
 
+// Two moments of a copy: landed (the bytes are at the destination and the source is
+// released: a device buffer it read may be refilled) and done (its host work ran too).
 class CopyEvent {
  public:
   bool done() const;
-  void wait() const;  // no accounting; CopyEngine::wait counts exposed time
+  bool landed() const;
+  void wait() const;  // until done; no accounting (CopyEngine::wait counts exposed time)
+  void wait_landed() const;
 
  private:
   friend class CopyEngine;
-  void complete();
+  void land();
+  void complete();  // landed and done
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
-  bool done_ = false;
+  bool landed_ = false, done_ = false;
 };
 using CopyEventPtr = std::shared_ptr<CopyEvent>;
 
@@ -88,7 +93,8 @@ class CopyEngine {
   // dst <- src (same numel; dtype conversion allowed on the CPU device only).
   CopyEventPtr copy(torch::Tensor dst, torch::Tensor src, CopyDir dir, bool pinned, std::function<void()> then = {},
                     std::string label = "");
-  void wait(const CopyEventPtr& e);  // blocks; the wait is exposed copy time
+  void wait(const CopyEventPtr& e);         // until done; the wait is exposed copy time
+  void wait_landed(const CopyEventPtr& e);  // until landed (the source may be reused); exposed too
   void synchronize();                // every submitted copy done (exposed)
 
   const Options& options() const { return o_; }
@@ -118,6 +124,7 @@ class CopyEngine {
   double transfer(Task& t, double bandwidth_gbps);  // returns the start time (wall_seconds)
   void account(const Task& t, double start, double end);
   void finish(Task& t, bool registered);  // host work, its range out of reading_, release, complete
+  void expose(const std::function<void()>& block);  // block() on the compute thread, counted as exposed
   void worker();         // the link: pinned copies in submission order
   void host_worker();    // their host work and completions, in the same order
 

@@ -359,7 +359,16 @@ std::vector<CopyEventPtr> ZeroEngine::update(double coef, double lr) {
   const OptimizerConfig& o = cfg_.optimizer;
   const AdamHyper h{lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.adam_w_mode, o.bias_correction};
   std::vector<CopyEventPtr> uploads(groups_.size());
-  for (size_t l = 0; l < groups_.size(); ++l) uploads[l] = optimizers_[l]->update(owned_grad(l), h, adam_steps_, coef);
+  for (size_t l = 0; l < groups_.size(); ++l) {
+    uploads[l] = optimizers_[l]->update(owned_grad(l), h, adam_steps_, coef);
+    // [Note: the upload is synchronous, as DeepSpeed's] After CPU Adam on a group,
+    // DeepSpeed copies the updated fp32 partition into the device's 16-bit partition
+    // with a blocking copy_ (stage_1_and_2.py step(), stage3.py
+    // _reassign_or_swap_out_partitioned_parameters) before the next group's Adam: the
+    // upload is exposed, not overlapped with the next group's update. zrepro's groups
+    // are layers, so the same wait here keeps the exposed upload time DeepSpeed's.
+    if (uploads[l]) copier_->wait(uploads[l]);
+  }
   return uploads;
 }
 

@@ -30,7 +30,9 @@ void GradReducer::allocate_buffers(int count, int64_t numel) {
 }
 
 void GradReducer::reuse_buffer(int i) {
-  for (auto& e : buffer_reads_[i]) o_.copier->wait(e);
+  // The buffer may be refilled once its pieces are on the host; their adds into the
+  // fp32 accumulators run on (DeepSpeed's copy stream order, not the host's).
+  for (auto& e : buffer_reads_[i]) o_.copier->wait_landed(e);
   buffer_reads_[i].clear();
 }
 

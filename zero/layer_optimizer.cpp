@@ -53,8 +53,8 @@ class HostAdam : public LayerOptimizer {
     return host_.grad(layer_).to(torch::kFloat).norm().item<double>();
   }
   CopyEventPtr update(const torch::Tensor&, const AdamHyper& h, int64_t step, double coef) override {
-    // CPU Adam on the host partition; the updated 16-bit partition goes up while the
-    // next layer's update runs.
+    // CPU Adam on the host partition, then the updated 16-bit partition goes up (the
+    // engine waits for it: [Note: the upload is synchronous, as DeepSpeed's]).
     host_.step(layer_, h, step, coef);
     return host_.uploads() ? host_.upload(layer_, group_.owned_params()) : nullptr;
   }

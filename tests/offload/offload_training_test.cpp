@@ -86,6 +86,24 @@ TEST(Offload, DeviceHoldsTwoBytesPerParamAndCopiesFollowTheFormulas) {
   EXPECT_EQ(r.steps.back().copies.bytes[0], gas * 2 * psi);
 }
 
+TEST(Offload, EachUploadLandsBeforeTheNextGroupsUpdateAsInDeepSpeed) {
+  // [Note: the upload is synchronous, as DeepSpeed's] With a slow link, an upload
+  // overlapped with the next layer's CPU Adam would be submitted while the previous
+  // one is still on the link; DeepSpeed's blocking copy_ never lets that happen.
+  DeviceMemory::instance().install(0);
+  TrainOptions o;
+  o.steps = 2;
+  o.host_link_gbps = 0.05;
+  TrainResult r;
+  train(offload_config(2, "optimizer", 1, "bf16"), resolve_model("tiny"), o, r);
+  std::vector<CopyRecord> up;
+  for (const CopyRecord& c : r.copy_log)
+    if (c.dir == CopyDir::h2d) up.push_back(c);
+  ASSERT_GE(up.size(), 4u);
+  for (size_t i = 1; i < up.size(); ++i) EXPECT_GE(up[i].t_submit, up[i - 1].t_end) << "upload " << i;
+  EXPECT_GE(r.copies.exposed_s, 0.99 * r.copies.seconds[static_cast<int>(CopyDir::h2d)]);
+}
+
 TEST(Offload, PartialOptimizerOffloadKeepsTheRestOnTheDevice) {
   const TrainResult full = train_tiny(offload_config(3, "none", 2), 4);
   const TrainResult half = train_tiny(offload_config(3, "optimizer", 2, "fp32", 0.5), 4);
