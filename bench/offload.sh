@@ -4,7 +4,8 @@
 # without it) without offload, with optimizer offload on pinned and on pageable
 # host memory, and (stage 3) with parameter offload too, at a modelled host link;
 # prints median step time, the ratio against no offload, copy time, the time the
-# compute thread waited on copies, and the share of copy time that overlapped.
+# compute thread waited on copies (gradients down + parameters up), and the share of
+# copy time that overlapped, in all and for the gradients going down.
 # usage: bench/offload.sh [model] [steps] [host-link-gbps]   (after scripts/setup.sh;
 #        ZREPRO_BENCH_BUCKET: reduce and prefetch bucket size, default 2000000)
 set -euo pipefail
@@ -39,8 +40,8 @@ python3 - "$tmp" "$link" <<'PY'
 import json, sys
 tmp, link = sys.argv[1], sys.argv[2]
 print(f"host link model: {link} GB/s pinned, pageable at half of it")
-print("| config | step median (s) | vs no offload | d2h MB/step | h2d MB/step | copy s/step | exposed s/step | overlapped |")
-print("|---|---|---|---|---|---|---|---|")
+print("| config | step median (s) | vs no offload | d2h MB/step | h2d MB/step | copy s/step | exposed s/step (d2h + h2d) | overlapped | d2h overlapped |")
+print("|---|---|---|---|---|---|---|---|---|")
 for c in ["z2_none", "z2_pinned", "z2_pinned_no_overlap", "z2_pageable", "z3_none", "z3_pinned", "z3_pageable", "z3_param_pinned"]:
     s = json.load(open(f"{tmp}/{c}/summary.json"))
     base = json.load(open(f"{tmp}/{c[:2]}_none/summary.json"))["time"]["step_s_median"]
@@ -48,8 +49,10 @@ for c in ["z2_none", "z2_pinned", "z2_pinned_no_overlap", "z2_pageable", "z3_non
     o = (s.get("offload") or {}).get("ranks", [None])[0]
     if o:
         ov = "-" if o["overlap_ratio"] is None else f"{100 * o['overlap_ratio']:.0f}%"
+        d2h_s = o["d2h_copy_s"]
+        dov = f"{100 * max(0.0, 1 - o['d2h_exposed_s'] / d2h_s):.0f}%" if d2h_s > 0 else "-"
         print(f"| {c} | {t:.4f} | {t / base:.2f}x | {o['d2h_bytes'] / n / 1e6:.1f} | {o['h2d_bytes'] / n / 1e6:.1f} | "
-              f"{o['copy_s'] / n:.4f} | {o['exposed_s'] / n:.4f} | {ov} |")
+              f"{o['copy_s'] / n:.4f} | {o['exposed_s'] / n:.4f} ({o['d2h_exposed_s'] / n:.4f} + {o['h2d_exposed_s'] / n:.4f}) | {ov} | {dov} |")
     else:
-        print(f"| {c} | {t:.4f} | 1.00x | - | - | - | - | - |")
+        print(f"| {c} | {t:.4f} | 1.00x | - | - | - | - | - | - |")
 PY

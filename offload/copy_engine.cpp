@@ -54,6 +54,7 @@ CopyStats CopyStats::minus(const CopyStats& o) const {
     d.seconds[i] = seconds[i] - o.seconds[i];
   }
   d.exposed_s = exposed_s - o.exposed_s;
+  for (int i = 0; i < 2; ++i) d.exposed_dir_s[i] = exposed_dir_s[i] - o.exposed_dir_s[i];
   return d;
 }
 
@@ -86,14 +87,14 @@ CopyEventPtr CopyEngine::copy(torch::Tensor dst, torch::Tensor src, CopyDir dir,
   if (o_.cuda && dst.scalar_type() != src.scalar_type())
     throw std::invalid_argument("CopyEngine::copy (" + label + "): a CUDA copy cannot convert dtypes");
   auto event = std::make_shared<CopyEvent>();
+  event->dir_ = dir;
   Task t{std::move(dst), std::move(src), dir, pinned, std::move(then), event, std::move(label), wall_seconds()};
   if (!pinned) {
     // Pageable: synchronous on the caller (the whole copy is exposed).
-    const double t0 = wall_seconds();
-    await_readers(range_of(t.dst));
-    run(t);
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.exposed_s += wall_seconds() - t0;
+    expose(dir, [&] {
+      await_readers(range_of(t.dst));
+      run(t);
+    });
     return event;
   }
   if (o_.cuda) t.cuda_ready = cuda_record_compute_event();
@@ -221,19 +222,21 @@ void CopyEngine::host_worker() {
   for (Task t; next_task(host_mu_, host_cv_, host_queue_, host_stopping_, t);) finish(t, static_cast<bool>(t.then));
 }
 
-void CopyEngine::expose(const std::function<void()>& block) {
+void CopyEngine::expose(CopyDir dir, const std::function<void()>& block) {
   const double t0 = wall_seconds();
   block();
+  const double dt = wall_seconds() - t0;
   std::lock_guard<std::mutex> lock(mu_);
-  stats_.exposed_s += wall_seconds() - t0;
+  stats_.exposed_s += dt;
+  stats_.exposed_dir_s[static_cast<int>(dir)] += dt;
 }
 
 void CopyEngine::wait(const CopyEventPtr& e) {
-  if (e && !e->done()) expose([&] { e->wait(); });
+  if (e && !e->done()) expose(e->dir_, [&] { e->wait(); });
 }
 
 void CopyEngine::wait_landed(const CopyEventPtr& e) {
-  if (e && !e->landed()) expose([&] { e->wait_landed(); });
+  if (e && !e->landed()) expose(e->dir_, [&] { e->wait_landed(); });
 }
 
 void CopyEngine::synchronize() {

@@ -54,6 +54,7 @@ class CopyEvent {
   friend class CopyEngine;
   void land();
   void complete();  // landed and done
+  CopyDir dir_ = CopyDir::d2h;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   bool landed_ = false, done_ = false;
@@ -73,6 +74,7 @@ struct CopyStats {
   int64_t copies[2] = {0, 0};
   double seconds[2] = {0, 0};  // time the link was busy (modelled on the CPU device)
   double exposed_s = 0;        // compute thread blocked: waits + synchronous pageable copies
+  double exposed_dir_s[2] = {0, 0};  // exposed_s by the direction of the copy waited for
   double busy_s() const { return seconds[0] + seconds[1]; }
   double overlapped_s() const { return std::max(0.0, busy_s() - exposed_s); }
   CopyStats minus(const CopyStats& o) const;
@@ -124,7 +126,7 @@ class CopyEngine {
   double transfer(Task& t, double bandwidth_gbps);  // returns the start time (wall_seconds)
   void account(const Task& t, double start, double end);
   void finish(Task& t, bool registered);  // host work, its range out of reading_, release, complete
-  void expose(const std::function<void()>& block);  // block() on the compute thread, counted as exposed
+  void expose(CopyDir dir, const std::function<void()>& block);  // block() on the compute thread, counted as exposed
   void worker();         // the link: pinned copies in submission order
   void host_worker();    // their host work and completions, in the same order
 

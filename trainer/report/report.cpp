@@ -154,7 +154,8 @@ std::vector<double> RankReport::pack() const {
                            static_cast<double>(device.peak_reserved),
                            static_cast<double>(memory.host_pinned), static_cast<double>(memory.host_pageable),
                            static_cast<double>(copies.bytes[0]), static_cast<double>(copies.bytes[1]),
-                           copies.seconds[0], copies.seconds[1], copies.exposed_s};
+                           copies.seconds[0], copies.seconds[1], copies.exposed_s,
+                           copies.exposed_dir_s[0], copies.exposed_dir_s[1]};
   for (int64_t b : device.by_category_at_peak) v.push_back(static_cast<double>(b));
   for (int64_t b : device.category_peaks) v.push_back(static_cast<double>(b));
   return v;
@@ -177,9 +178,11 @@ RankReport RankReport::unpack(const double* v) {
   r.copies.seconds[0] = v[14];
   r.copies.seconds[1] = v[15];
   r.copies.exposed_s = v[16];
+  r.copies.exposed_dir_s[0] = v[17];
+  r.copies.exposed_dir_s[1] = v[18];
   for (int c = 0; c < kNumMemCategories; ++c) {
-    r.device.by_category_at_peak[c] = static_cast<int64_t>(v[17 + c]);
-    r.device.category_peaks[c] = static_cast<int64_t>(v[17 + kNumMemCategories + c]);
+    r.device.by_category_at_peak[c] = static_cast<int64_t>(v[19 + c]);
+    r.device.category_peaks[c] = static_cast<int64_t>(v[19 + kNumMemCategories + c]);
   }
   return r;
 }
@@ -292,7 +295,11 @@ json offload_json(const DsConfig& c, const SummaryInput& in, const std::vector<R
                   {"d2h_bytes", k.bytes[0]},
                   {"h2d_bytes", k.bytes[1]},
                   {"copy_s", k.busy_s()},
+                  {"d2h_copy_s", k.seconds[0]},
+                  {"h2d_copy_s", k.seconds[1]},
                   {"exposed_s", k.exposed_s},
+                  {"d2h_exposed_s", k.exposed_dir_s[0]},  // waits on gradients going down
+                  {"h2d_exposed_s", k.exposed_dir_s[1]},  // waits on parameters coming up
                   {"overlapped_s", k.overlapped_s()},
                   {"overlap_ratio", k.busy_s() > 0 ? json(k.overlapped_s() / k.busy_s()) : json(nullptr)},
                   // The compute thread ("the device") is idle while it waits on copies.
