@@ -4,8 +4,8 @@
 # the summed compile time per kind (torch PCH, library TUs, test TUs, links) and the
 # slowest translation units. With ccache on PATH the build goes through it
 # (scripts/setup.sh does the same); ZREPRO_BENCH_CCACHE=0 turns it off, and
-# ZREPRO_BENCH_CCACHE=warm builds twice into two folders sharing one fresh cache
-# and reports the second (what a rebuild after `git clone` costs with a warm cache).
+# ZREPRO_BENCH_CCACHE=warm builds twice into the same folder with one fresh cache
+# and reports both: cold, then the warm one analysed below.
 # usage: bench/build.sh [jobs]   (after scripts/setup.sh; takes ~5-8 minutes on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,8 +15,7 @@ trap 'rm -rf "$tmp"' EXIT
 mode=${ZREPRO_BENCH_CCACHE:-auto}
 launcher=()
 if [ "$mode" != 0 ] && command -v ccache >/dev/null; then
-  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-  export CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
+  launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime;ccache")
   if [ "$mode" = warm ]; then export CCACHE_DIR="$tmp/ccache"; fi
 fi
 build() {  # dir
@@ -25,9 +24,14 @@ build() {  # dir
   cmake --build "$1" -j "$jobs" > /dev/null
   echo $(( ($(date +%s%N) - t0) / 1000000 ))
 }
-if [ "$mode" = warm ]; then build "$tmp/cold" > /dev/null; fi
+if [ "$mode" = warm ]; then
+  # The same folder twice (ccache keys on the PCH's path): the first build fills the
+  # cache (the cold figure), the second is what a clean rebuild costs with it warm.
+  echo "cold (empty ccache): $(( $(build "$tmp/b") / 1000 )) s wall"
+  rm -rf "$tmp/b"
+fi
 wall=$(build "$tmp/b")
-python3 - "$tmp/b/.ninja_log" "$wall" "$jobs" "${launcher[*]:-no ccache}" <<'PY'
+python3 - "$tmp/b/.ninja_log" "$wall" "$jobs" "$([ ${#launcher[@]} -gt 0 ] && echo "through ccache, $mode" || echo "no ccache")" <<'PY'
 import sys, collections
 log, wall, jobs, how = sys.argv[1], float(sys.argv[2]) / 1000, sys.argv[3], sys.argv[4]
 rows = {}
