@@ -83,9 +83,15 @@ void OptimizerOffload::step(int layer, const AdamHyper& h, int64_t step, double 
   if (fp32_copy) half_[layer].copy_(master_[layer]);
 }
 
-CopyEventPtr OptimizerOffload::upload(int layer, const torch::Tensor& device_params) {
+void OptimizerOffload::upload(int layer, const torch::Tensor& device_params) {
   const torch::Tensor& src = half_[layer].defined() ? half_[layer] : master_[layer];
-  return copier_.copy(device_params, src, CopyDir::h2d, o_.pinned, {}, "params layer " + std::to_string(layer));
+  // [Note: the upload is synchronous, as DeepSpeed's] After CPU Adam on a group,
+  // DeepSpeed copies the updated fp32 partition into the device's 16-bit partition
+  // with a blocking copy_ (stage_1_and_2.py step(), stage3.py
+  // _reassign_or_swap_out_partitioned_parameters) before the next group's Adam: the
+  // upload is exposed, not overlapped with the next group's update. zrepro's groups
+  // are layers, so waiting here keeps the exposed upload time DeepSpeed's.
+  copier_.wait(copier_.copy(device_params, src, CopyDir::h2d, o_.pinned, {}, "params layer " + std::to_string(layer)));
 }
 
 int64_t OptimizerOffload::host_bytes() const {

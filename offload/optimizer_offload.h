@@ -52,9 +52,10 @@ class OptimizerOffload {
   torch::Tensor& grad(int layer) { return grad_[layer]; }
 
   // CPU Adam on the host partition with the gradients scaled by coef; writes the
-  // 16-bit copy in the same pass. Then upload() starts its copy to the device.
+  // 16-bit copy in the same pass. Then upload() copies it to the device and waits
+  // ([Note: the upload is synchronous, as DeepSpeed's]).
   void step(int layer, const AdamHyper& h, int64_t step, double coef);
-  CopyEventPtr upload(int layer, const torch::Tensor& device_params);
+  void upload(int layer, const torch::Tensor& device_params);
   bool uploads() const { return !o_.param_offload; }  // under offload_param the host shard is the parameter
 
   int64_t host_bytes() const;

@@ -30,7 +30,7 @@ if ! readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null | g
 fi
 
 build_type=${ZREPRO_BUILD_TYPE:-RelWithDebInfo}
-# ccache when present (not installed here): a translation unit that hits takes 0.6 s
+# ccache when present (CI has none): a translation unit that hits takes 0.6 s
 # instead of ~20 s. The sloppiness lets it cache units built with the torch PCH.
 # ZREPRO_CCACHE=0 turns it off.
 # (Set in the launcher itself, so a plain `ninja` in the build folder caches too; an

@@ -354,37 +354,22 @@ ZeroEngine::GradStats ZeroEngine::grad_stats(double local_loss) {
   return {stats[0].item<double>() / comm_.world_size(), stats[1].item<double>(), stats[2].item<double>() > 0};
 }
 
-std::vector<CopyEventPtr> ZeroEngine::update(double coef, double lr) {
+void ZeroEngine::update(double coef, double lr) {
   ++adam_steps_;
   const OptimizerConfig& o = cfg_.optimizer;
   const AdamHyper h{lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.adam_w_mode, o.bias_correction};
-  std::vector<CopyEventPtr> uploads(groups_.size());
-  for (size_t l = 0; l < groups_.size(); ++l) {
-    uploads[l] = optimizers_[l]->update(owned_grad(l), h, adam_steps_, coef);
-    // [Note: the upload is synchronous, as DeepSpeed's] After CPU Adam on a group,
-    // DeepSpeed copies the updated fp32 partition into the device's 16-bit partition
-    // with a blocking copy_ (stage_1_and_2.py step(), stage3.py
-    // _reassign_or_swap_out_partitioned_parameters) before the next group's Adam: the
-    // upload is exposed, not overlapped with the next group's update. zrepro's groups
-    // are layers, so the same wait here keeps the exposed upload time DeepSpeed's.
-    if (uploads[l]) copier_->wait(uploads[l]);
-  }
-  return uploads;
+  // Each updated partition is on the device when its update returns (an offloaded
+  // one's upload included), so it can be gathered.
+  for (size_t l = 0; l < groups_.size(); ++l) optimizers_[l]->update(owned_grad(l), h, adam_steps_, coef);
 }
 
-void ZeroEngine::sync_params(const std::vector<CopyEventPtr>& uploads) {
+void ZeroEngine::sync_params() {
   if (policy_.gathers_updated_partitions()) {
     std::vector<WorkPtr> works;
-    for (size_t l = 0; l < groups_.size(); ++l) {
-      if (uploads[l]) copier_->wait(uploads[l]);  // the partition must be on the device before it is gathered
-      works.push_back(groups_[l]->gather_partitions(comm_));
-    }
+    for (size_t l = 0; l < groups_.size(); ++l) works.push_back(groups_[l]->gather_partitions(comm_));
     for (auto& w : works) w->wait();
   } else if (policy_.shard_params()) {
-    for (size_t l = 0; l < groups_.size(); ++l) {
-      if (uploads[l]) copier_->wait(uploads[l]);
-      groups_[l]->mark_persistent_stale();
-    }
+    for (size_t l = 0; l < groups_.size(); ++l) groups_[l]->mark_persistent_stale();
   }
 }
 
@@ -422,7 +407,8 @@ StepResult ZeroEngine::step(double local_loss) {
   double coef = 1.0 / r.loss_scale;
   if (cfg_.gradient_clipping > 0 && r.grad_norm > cfg_.gradient_clipping)
     coef *= cfg_.gradient_clipping / (r.grad_norm + 1e-6);
-  sync_params(update(coef, r.lr));
+  update(coef, r.lr);
+  sync_params();
   zero_grads();
   r.scale_event = scaler_.update(false);
   schedule_.step();

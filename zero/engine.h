@@ -122,8 +122,8 @@ class ZeroEngine : private ShardOps {
     bool overflow = false;
   };
   GradStats grad_stats(double local_loss);
-  std::vector<CopyEventPtr> update(double coef, double lr);
-  void sync_params(const std::vector<CopyEventPtr>& uploads);
+  void update(double coef, double lr);
+  void sync_params();
   void zero_grads();
   // This rank's gradient of layer l the optimizer reads, and its share for the norm.
   torch::Tensor owned_grad(size_t l);

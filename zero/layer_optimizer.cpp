@@ -17,7 +17,7 @@ class DeviceAdam : public LayerOptimizer {
     exp_avg_sq_ = torch::zeros_like(master_);
   }
   double grad_norm(const torch::Tensor& share) override { return share.to(torch::kFloat).norm().item<double>(); }
-  CopyEventPtr update(const torch::Tensor& grad, const AdamHyper& h, int64_t step, double coef) override {
+  void update(const torch::Tensor& grad, const AdamHyper& h, int64_t step, double coef) override {
     // fp32 gradients are scaled in place (they are zeroed after the step); 16-bit
     // ones get the fp32 copy the optimizer needs.
     torch::Tensor g32 = grad.to(torch::kFloat);
@@ -31,7 +31,6 @@ class DeviceAdam : public LayerOptimizer {
       torch_adam_step(master_, g32, exp_avg_, exp_avg_sq_, h, step);
       if (!aliased()) owned.copy_(master_);
     }
-    return nullptr;
   }
   int64_t device_bytes() const override { return (aliased() ? 2 : 3) * master_.numel() * 4; }
 
@@ -52,11 +51,10 @@ class HostAdam : public LayerOptimizer {
     DeviceMemory::HostScope host;  // the host optimizer's norm runs on the host
     return host_.grad(layer_).to(torch::kFloat).norm().item<double>();
   }
-  CopyEventPtr update(const torch::Tensor&, const AdamHyper& h, int64_t step, double coef) override {
-    // CPU Adam on the host partition, then the updated 16-bit partition goes up (the
-    // engine waits for it: [Note: the upload is synchronous, as DeepSpeed's]).
+  void update(const torch::Tensor&, const AdamHyper& h, int64_t step, double coef) override {
+    // CPU Adam on the host partition, then the updated 16-bit partition goes up.
     host_.step(layer_, h, step, coef);
-    return host_.uploads() ? host_.upload(layer_, group_.owned_params()) : nullptr;
+    if (host_.uploads()) host_.upload(layer_, group_.owned_params());
   }
   int64_t device_bytes() const override { return 0; }
 

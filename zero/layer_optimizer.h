@@ -22,9 +22,9 @@ class LayerOptimizer {
   // NaN anywhere make it non-finite). device_share: that share where it is on the device.
   virtual double grad_norm(const torch::Tensor& device_share) = 0;
   // One Adam step with the gradients scaled by coef. device_grad: the owned gradient
-  // on the device (ignored when the gradient is on the host). Returns the copy that
-  // must land before the partition is gathered (null: nothing in flight).
-  virtual CopyEventPtr update(const torch::Tensor& device_grad, const AdamHyper& h, int64_t step, double coef) = 0;
+  // on the device (ignored when the gradient is on the host). The updated partition
+  // is on the device when it returns.
+  virtual void update(const torch::Tensor& device_grad, const AdamHyper& h, int64_t step, double coef) = 0;
   // Device bytes of the optimizer states (fp32 master unless aliased, two moments).
   virtual int64_t device_bytes() const = 0;
 };
