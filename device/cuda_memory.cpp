@@ -3,6 +3,9 @@
 // getDeviceStats with an AGGREGATE stat at index 0).
 #include "device/cuda_memory.h"
 
+#include <algorithm>
+#include <mutex>
+
 #include "device/base/errors.h"
 
 #ifdef ZREPRO_TORCH_CUDA
@@ -15,6 +18,38 @@ namespace zrepro {
 #ifdef ZREPRO_TORCH_CUDA
 namespace {
 int64_t g_capacity = 0;  // the capacity a run set (0: the whole device)
+// [Note: phase peaks] on CUDA. Phase changes come from the watched ledger's thread only.
+std::mutex g_mu;
+int g_watch_device = -1, g_watch_owner = 0;
+Phase g_phase = Phase::init;
+PhasePeaks g_phases;                          // peaks of the phases up to the last reset
+int64_t g_peak = 0, g_peak_reserved = 0;      // the run's, across resets
+}  // namespace
+
+void cuda_watch_phases(int device, int owner) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_watch_device = device;
+  g_watch_owner = owner;
+  g_phase = Phase::init;
+  g_phases = {};
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
+  g_peak = stats.allocated_bytes[0].peak;
+  g_peak_reserved = stats.reserved_bytes[0].peak;
+  g_phases.note(Phase::init, g_peak, g_peak_reserved);
+}
+
+void cuda_phase_changed(Phase from, Phase to, int owner) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_watch_device < 0 || owner != g_watch_owner) return;
+  const auto dev = static_cast<c10::DeviceIndex>(g_watch_device);
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(dev);
+  const int64_t peak = stats.allocated_bytes[0].peak, peak_reserved = stats.reserved_bytes[0].peak;
+  g_phases.note(from, peak, peak_reserved);
+  g_peak = std::max(g_peak, peak);
+  g_peak_reserved = std::max(g_peak_reserved, peak_reserved);
+  c10::cuda::CUDACachingAllocator::resetPeakStats(dev);
+  g_phase = to;
+  g_phases.note(to, stats.allocated_bytes[0].current, stats.reserved_bytes[0].current);
 }
 
 bool cuda_memory_supported() { return true; }
@@ -39,6 +74,15 @@ MemorySnapshot cuda_memory_snapshot(int device) {
   s.peak = stats.allocated_bytes[0].peak;
   s.reserved = stats.reserved_bytes[0].current;
   s.peak_reserved = stats.reserved_bytes[0].peak;
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (device == g_watch_device) {
+    s.phases = g_phases;
+    s.phases.note(g_phase, s.peak, s.peak_reserved);
+    s.peak = std::max(s.peak, g_peak);
+    s.peak_reserved = std::max(s.peak_reserved, g_peak_reserved);
+    s.peak_phase = static_cast<Phase>(
+        std::max_element(s.phases.allocated.begin(), s.phases.allocated.end()) - s.phases.allocated.begin());
+  }
   return s;
 }
 #else
@@ -50,6 +94,9 @@ void cuda_set_capacity(int, int64_t) {
 }
 
 MemorySnapshot cuda_memory_snapshot(int) { return {}; }
+
+void cuda_watch_phases(int, int) {}
+void cuda_phase_changed(Phase, Phase, int) {}
 #endif
 
 MemorySnapshot device_memory_snapshot(const c10::Device& device) {

@@ -20,6 +20,15 @@ void cuda_set_capacity(int device, int64_t bytes);
 // on CUDA (the caller fills the ones the engine knows).
 MemorySnapshot cuda_memory_snapshot(int device);
 
+// [Note: phase peaks] on CUDA: the caching allocator keeps one peak since its last
+// reset, so at each phase boundary the peak so far is credited to the phase that ends
+// and the allocator's peak is reset; the run's overall peak is the maximum of those.
+// Only the watched thread's phase changes count (a virtual-rank run has one rank on the
+// GPU). cuda_watch_phases: from now on, device `device`, phases of ledger `owner`.
+void cuda_watch_phases(int device, int owner);
+// Called by DeviceMemory::set_phase on every phase change (a no-op unless watched).
+void cuda_phase_changed(Phase from, Phase to, int owner);
+
 // The run's device memory now: the tracking allocator on the CPU-emulated device, the
 // caching allocator's statistics on CUDA.
 MemorySnapshot device_memory_snapshot(const c10::Device& device);

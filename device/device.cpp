@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "device/base/errors.h"
+#include "device/cuda_memory.h"
 
 namespace zrepro {
 
@@ -23,6 +24,7 @@ DeviceInfo select_device(const std::string& kind, int local_rank) {
     const int n = static_cast<int>(torch::cuda::device_count());
     info.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank % n));
     info.description = "cuda:" + std::to_string(local_rank % n);
+    cuda_watch_phases(local_rank % n, DeviceMemory::owner());  // [Note: phase peaks]
     return info;
   }
   throw ConfigError("got \"" + kind + "\", expected cpu or cuda");

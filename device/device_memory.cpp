@@ -1,6 +1,8 @@
 // See device_memory.h.
 #include "device/device_memory.h"
 
+#include "device/cuda_memory.h"
+
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 
@@ -99,6 +101,7 @@ void DeviceMemory::note_alloc(Ledger& l, int category, int64_t bytes) const {
   s.category_peaks[category] = std::max(s.category_peaks[category], s.by_category[category]);
   s.reserved = caching_ ? l.pool.reserved() : s.allocated;
   s.peak_reserved = std::max(s.peak_reserved, s.reserved);
+  s.phases.note(l.phase, s.allocated, s.reserved);
   if (s.allocated > s.peak) {
     s.peak = s.allocated;
     s.by_category_at_peak = s.by_category;
@@ -221,11 +224,20 @@ void DeviceMemory::reset_peaks() {
   l.s.by_category_at_peak = l.s.by_category;
   l.s.category_peaks = l.s.by_category;
   l.s.peak_phase = l.phase;
+  l.s.phases = {};
+  l.s.phases.note(l.phase, l.s.allocated, l.s.reserved);
 }
 
 void DeviceMemory::set_phase(Phase p) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ledger().phase = p;
+  Phase before;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Ledger& l = ledger();
+    before = l.phase;
+    l.phase = p;
+    l.s.phases.note(p, l.s.allocated, l.s.reserved);  // a phase begins with what is held
+  }
+  cuda_phase_changed(before, p, owner());  // the same boundaries on a CUDA run
 }
 
 Phase DeviceMemory::phase(int owner) const {

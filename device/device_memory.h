@@ -13,6 +13,7 @@
 // rank's OOM is that rank's. Snapshot, phase and OOM queries answer for the calling
 // thread's owner (0 outside virtual mode, where there is one ledger).
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdint>
@@ -41,7 +42,24 @@ constexpr int kNumMemCategories = static_cast<int>(MemCategory::count_);
 const char* mem_category_name(MemCategory c);
 
 enum class Phase { init, partition, forward, backward, step, offload, count_ };
+constexpr int kNumPhases = static_cast<int>(Phase::count_);
 const char* phase_name(Phase p);
+
+// [Note: phase peaks] Each phase's own peak: the most bytes allocated (and reserved)
+// while that phase was current, counting what was already held when it began. A phase
+// that never began stays 0. Phases recur (every micro-step has a forward), so a phase's
+// figure is its maximum over the run. The same figures come from the tracking allocator
+// on the CPU-emulated device and from the caching allocator's peak statistics on CUDA
+// (cuda_memory.cpp), and `zrepro plan` predicts them: one comparison per phase.
+struct PhasePeaks {
+  std::array<int64_t, kNumPhases> allocated{}, reserved{};
+  void note(Phase p, int64_t alloc, int64_t res) {
+    auto& a = allocated[static_cast<int>(p)];
+    auto& r = reserved[static_cast<int>(p)];
+    a = std::max(a, alloc);
+    r = std::max(r, res);
+  }
+};
 
 struct MemorySnapshot {
   int64_t capacity = 0;  // 0: unlimited
@@ -52,6 +70,7 @@ struct MemorySnapshot {
   std::array<int64_t, kNumMemCategories> by_category_at_peak{};  // when the total peaked
   std::array<int64_t, kNumMemCategories> category_peaks{};       // each category's own peak
   Phase peak_phase = Phase::init;
+  PhasePeaks phases;  // [Note: phase peaks]
 };
 
 // Thrown (as c10::OutOfMemoryError, so LibTorch passes it through) past capacity.

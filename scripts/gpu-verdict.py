@@ -73,7 +73,7 @@ if "memory" in steps:
                         "oom_failure": (summary("cuda_oom") or {}).get("failure"),
                         "fit_memory": fit and fit.get("memory", {}).get("measured", fit.get("memory")),
                         "ok": rc("cuda_oom") == 3 and rc("cuda_fit") == 0}
-if "offload" in steps:
+if "memory" in steps:  # the offload runs are part of the memory step
     r = loss_rel("cuda_nooff", "cuda_off")
     s = summary("cuda_off")
     checks["offload_vs_none_loss_rel"] = {"rel": r, "offload": s and s.get("offload"), "ok": within(r, 1e-4)}
@@ -96,10 +96,29 @@ if "bench" in steps:
             bench[name] = None
     checks["bench"] = {**bench, "ok": all(v is not None for v in bench.values())}
 
-expected = ["unit", "stages_cuda_vs_cpu_loss_rel", "memory", "offload_vs_none_loss_rel", "comm", "virtual", "bench"]
+if "fidelity" in steps or "record" in steps:
+    fid = os.path.join(out, "fid")
+    def case_files(side):
+        d = os.path.join(fid, side)
+        return sorted(f[:-5] for f in os.listdir(d) if f.endswith(".json")) if os.path.isdir(d) else []
+    def status(side, name):
+        try:
+            r = json.load(open(os.path.join(fid, side, name + ".json")))
+        except (OSError, ValueError):
+            return None
+        return r.get("status") if side == "ds" else (r.get("cuda") or {}).get("status")
+    z, d = case_files("zrepro"), case_files("ds")
+    checks["fidelity"] = {"zrepro_cases": {n: status("zrepro", n) for n in z},
+                          "deepspeed_cases": {n: status("ds", n) for n in d},
+                          # Measured figures, not a pass mark: the record says how far each is off.
+                          "ok": bool(z) and all(status("zrepro", n) == "ok" for n in z)}
+
+expected = ["unit", "stages_cuda_vs_cpu_loss_rel", "memory", "offload_vs_none_loss_rel", "comm", "virtual", "bench",
+            "fidelity"]
 res = {
     "reached": steps[-1] if steps else None,
     "steps": steps,
+    "skipped": [s.split(":", 1)[1] for s in steps if s.startswith("skipped:")],
     "gpus": read("gpus.txt"),
     "linked": (read("linked.txt") or "").splitlines(),
     "build_exit": int(read("build.rc")) if (read("build.rc") or "").isdigit() else None,

@@ -17,15 +17,17 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if ((${#missing[@]})); then
+# ZREPRO_NO_APT=1: a machine without apt or network (the lent GPU machine: scripts/gpu-check.sh
+# supplies the packages from its bundle in a private prefix instead).
+if ((${#missing[@]})) && [ -z "${ZREPRO_NO_APT:-}" ]; then
   echo "[setup] installing: ${missing[*]}"
   sudo_cmd=(); [ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
   "${sudo_cmd[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# LibTorch falls back to the reference BLAS (25x slower) unless OpenBLAS owns libblas.so.3.
-if ! readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null | grep -q openblas; then
+# Debian's LibTorch falls back to the reference BLAS (25x slower) unless OpenBLAS owns libblas.so.3.
+if [ -z "${ZREPRO_NO_APT:-}" ] && ! readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null | grep -q openblas; then
   echo "[setup] warning: libblas.so.3 does not point at OpenBLAS; matmuls will be slow" >&2
 fi
 

@@ -86,3 +86,35 @@ TEST(DeviceMemory, CapacityIsEnforcedWithPyTorchsMessage) {
   torch::Tensor now_fits = torch::empty({1000});
   EXPECT_EQ(now_fits.numel(), 1000);
 }
+
+// [Note: phase peaks]: each phase's peak counts what was held when it began, recurs
+// as the maximum over its visits, and phases never entered stay 0.
+TEST(DeviceMemory, EachPhaseKeepsItsOwnPeak) {
+  DeviceMemory& m = DeviceMemory::instance();
+  m.install(0);
+  m.set_phase(Phase::init);
+  torch::Tensor held;
+  {
+    DeviceMemory::CategoryScope tag(MemCategory::params);
+    held = torch::empty({1000});  // 4000 bytes held through every phase
+  }
+  m.reset_peaks();
+  const int64_t base = m.snapshot().allocated;
+  auto phase_peak = [&](Phase p) { return m.snapshot().phases.allocated[static_cast<int>(p)]; };
+  for (int64_t extra : {3000, 1000}) {  // two forwards: the larger counts
+    m.set_phase(Phase::forward);
+    torch::Tensor act = torch::empty({extra});
+    m.set_phase(Phase::backward);
+    act.reset();
+    torch::Tensor grad = torch::empty({200});
+  }
+  m.set_phase(Phase::step);
+  EXPECT_EQ(phase_peak(Phase::init), base);
+  EXPECT_EQ(phase_peak(Phase::forward), base + 12000);
+  // backward began holding the forward's activations (the larger, 12000) before freeing them.
+  EXPECT_EQ(phase_peak(Phase::backward), base + 12000);
+  EXPECT_EQ(phase_peak(Phase::step), base);
+  EXPECT_EQ(phase_peak(Phase::partition), 0);  // never entered since the reset
+  EXPECT_EQ(phase_peak(Phase::offload), 0);
+  EXPECT_EQ(m.snapshot().phases.reserved[static_cast<int>(Phase::forward)], base + 12000);  // tracking: reserved = allocated
+}

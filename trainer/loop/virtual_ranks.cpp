@@ -4,6 +4,7 @@
 #include <mutex>
 #include <thread>
 
+#include "device/cuda_memory.h"
 #include "device/device_memory.h"
 #include "offload/host_memory.h"
 
@@ -43,6 +44,8 @@ VirtualRanks::Outcome VirtualRanks::train_all(const DsConfig& cfg, const ModelSp
     if (k != subject_) {
       o.trace = nullptr;
       o.device = torch::kCPU;  // on CUDA only the subject holds the GPU
+    } else if (o.device.is_cuda()) {
+      cuda_watch_phases(o.device.index(), k);  // the GPU's phases are the subject's
     }
     try {
       train(cfg, model, o, out.results[k], k == subject_ ? on_step : StepCallback{}, keep_final_params);

@@ -158,6 +158,8 @@ std::vector<double> RankReport::pack() const {
                            copies.exposed_dir_s[0], copies.exposed_dir_s[1]};
   for (int64_t b : device.by_category_at_peak) v.push_back(static_cast<double>(b));
   for (int64_t b : device.category_peaks) v.push_back(static_cast<double>(b));
+  for (int64_t b : device.phases.allocated) v.push_back(static_cast<double>(b));
+  for (int64_t b : device.phases.reserved) v.push_back(static_cast<double>(b));
   return v;
 }
 
@@ -183,6 +185,10 @@ RankReport RankReport::unpack(const double* v) {
   for (int c = 0; c < kNumMemCategories; ++c) {
     r.device.by_category_at_peak[c] = static_cast<int64_t>(v[19 + c]);
     r.device.category_peaks[c] = static_cast<int64_t>(v[19 + kNumMemCategories + c]);
+  }
+  for (int p = 0; p < kNumPhases; ++p) {
+    r.device.phases.allocated[p] = static_cast<int64_t>(v[19 + 2 * kNumMemCategories + p]);
+    r.device.phases.reserved[p] = static_cast<int64_t>(v[19 + 2 * kNumMemCategories + kNumPhases + p]);
   }
   return r;
 }
@@ -210,17 +216,24 @@ RankReport rank_report(int rank, const TrainResult& res, const MemorySnapshot& d
 }
 
 json memory_rank_json(const RankReport& r) {
-  json at_peak = json::object(), peaks = json::object();
+  json at_peak = json::object(), peaks = json::object(), phases = json::array();
   for (int c = 0; c < kNumMemCategories; ++c) {
     at_peak[mem_category_name(static_cast<MemCategory>(c))] = r.device.by_category_at_peak[c];
     peaks[mem_category_name(static_cast<MemCategory>(c))] = r.device.category_peaks[c];
   }
+  // [Note: phase peaks]: the phases the run entered, in Phase order.
+  for (int p = 0; p < kNumPhases; ++p)
+    if (r.device.phases.allocated[p] > 0 || r.device.phases.reserved[p] > 0)
+      phases.push_back({{"phase", phase_name(static_cast<Phase>(p))},
+                        {"peak_bytes", r.device.phases.allocated[p]},
+                        {"peak_reserved_bytes", r.device.phases.reserved[p]}});
   return {{"rank", r.rank},
           {"peak_bytes", r.device.peak},
           {"peak_phase", phase_name(r.device.peak_phase)},
           {"peak_reserved_bytes", r.device.peak_reserved},
           {"by_category", at_peak},
           {"category_peaks", peaks},
+          {"phases", phases},
           {"model_states", {{"params", r.memory.params},
                             {"grads", r.memory.grads},
                             {"optimizer_states", r.memory.optimizer_states}}},

@@ -49,7 +49,7 @@ struct RankReport {
   MemorySnapshot device;   // the tracking allocator's view (peaks, categories)
   double comm_wait_s = 0, step_s = 0;
   CopyStats copies;        // offload copies over the run
-  static constexpr int kPacked = 19 + 2 * kNumMemCategories;
+  static constexpr int kPacked = 19 + 2 * kNumMemCategories + 2 * kNumPhases;
   std::vector<double> pack() const;
   static RankReport unpack(const double* v);
 };

@@ -1,0 +1,311 @@
+"""GPU fidelity: zrepro's planner and CPU emulation against the real caching allocator
+and against real DeepSpeed, per phase, on the lent GPU (scripts/gpu-check.sh runs it).
+
+    fidelity.py deepspeed --out DIR [--cases A,B]      real DeepSpeed, DIR/ds/<case>.json
+    fidelity.py zrepro --bin Z --out DIR [--cases A,B] [--cpu-cases A,B] [--oom-case A]
+                                                       zrepro plan / run --device cuda /
+                                                       run on the CPU-emulated device
+    fidelity.py record --out DIR --record FILE         merges DIR into the record FILE
+                                                       (JSON) with every error computed
+    fidelity.py table --record FILE                    the comparison as text
+
+What is compared, per case (cases.py) and per phase (init, forward, backward, step;
+zrepro's `partition` counts as init: DeepSpeed builds its optimizer inside
+deepspeed.initialize):
+  (a) `zrepro plan --device cuda` against `zrepro run --device cuda` (the caching
+      allocator's allocated and reserved peaks, [Note: phase peaks]);
+  (b) the plan against real DeepSpeed with Hugging Face's model class on the same GPU;
+  (c) `zrepro run --device cpu --allocator caching` (the CPU emulation of the device)
+      against (a), and whether a capacity just under / over the GPU's peak reserved
+      gives the same OOM / fit on both;
+  (d) pinned copy bandwidth and the offload copies' hidden share on the real copy
+      stream, against the CPU emulation with the link model set to the measured
+      bandwidth (from gpu-check's bench_copy.json).
+Each side's result is a file of its own, written as it finishes, so a time-out keeps
+what ran; `record` reads whatever is there.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from cases import CASES, by_name, zrepro_args  # noqa: E402
+
+PHASES = ["init", "forward", "backward", "step"]
+ZREPRO_STEPS = 3
+
+
+def write_json(path, obj):
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1, sort_keys=True)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def selected(arg):
+    return [by_name(n) for n in arg.split(",")] if arg else [dict(c) for c in CASES]
+
+
+def sh(cmd, log, timeout):
+    t0 = time.time()
+    with open(log, "w") as f:
+        try:
+            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            rc = 124
+    return rc, round(time.time() - t0, 2)
+
+
+# --- real DeepSpeed --------------------------------------------------------------
+
+def cmd_deepspeed(a):
+    for case in selected(a.cases):
+        out = os.path.join(a.out, "ds", case["name"] + ".json")
+        rc, s = sh([sys.executable, os.path.join(HERE, "ds_memory.py"), "--case", case["name"], "--steps", "3",
+                    "--out", out], out[:-5] + ".log", a.timeout)
+        if not os.path.exists(out):  # died before writing: say so in its place
+            write_json(out, {"case": case["name"], "side": "deepspeed", "status": "error",
+                             "error": f"ds_memory.py exited {rc} after {s} s without a result (see its .log)"})
+        print(f"[fidelity] deepspeed {case['name']}: rc {rc}, {s} s", flush=True)
+
+
+# --- zrepro ------------------------------------------------------------------------
+
+def summary_phases(summary):
+    """Per-phase peaks of rank 0 from a zrepro summary.json ({phase: (alloc, reserved)})."""
+    if not summary:
+        return None
+    ranks = (summary.get("memory") or {}).get("ranks") or []
+    if not ranks:
+        return None
+    out = {}
+    for p in ranks[0].get("phases", []):
+        name = "init" if p["phase"] == "partition" else p["phase"]
+        a, r = out.get(name, (0, 0))
+        out[name] = (max(a, p["peak_bytes"]), max(r, p["peak_reserved_bytes"]))
+    return out
+
+
+def zrepro_run(a, case, cfg, name, extra, timeout):
+    d = os.path.join(a.out, name, case["name"])
+    os.makedirs(d, exist_ok=True)
+    cmd = [a.bin, "run", "--config", cfg, "--out", d] + zrepro_args(case) + extra
+    rc, s = sh(cmd, d + ".log", timeout)
+    summ = read_json(os.path.join(d, "summary.json"))
+    res = {"rc": rc, "wall_s": s, "cmd": " ".join(cmd[1:]), "status": summ.get("status") if summ else None}
+    ph = summary_phases(summ)
+    if ph:
+        res["phases"] = {k: {"peak_bytes": v[0], "peak_reserved_bytes": v[1]} for k, v in ph.items()}
+        m = summ["memory"]["ranks"][0]
+        res["peak_bytes"], res["peak_reserved_bytes"] = m["peak_bytes"], m["peak_reserved_bytes"]
+        res["model_states"] = m.get("model_states")
+    if summ and summ.get("offload"):
+        res["offload"] = summ["offload"]["ranks"][0]
+    return res
+
+
+def cmd_zrepro(a):
+    cfg_dir = os.path.join(a.out, "cfg")
+    os.makedirs(cfg_dir, exist_ok=True)
+    cpu_cases = set(a.cpu_cases.split(",")) if a.cpu_cases else set()
+    for case in selected(a.cases):
+        cfg = os.path.join(cfg_dir, case["name"] + ".json")
+        write_json(cfg, case["ds_config"])
+        res = {"case": case["name"], "side": "zrepro"}
+        # (a) the plan for the device
+        plan_cmd = [a.bin, "plan", "--config", cfg, "--device", "cuda", "--steps", str(ZREPRO_STEPS),
+                    "--json"] + zrepro_args(case)
+        p = subprocess.run(plan_cmd, capture_output=True, text=True, timeout=120)
+        try:
+            plan = json.loads(p.stdout)
+            phases = {}
+            for ph in plan["phases"]:
+                name = "init" if ph["phase"] == "partition" else ph["phase"]
+                phases[name] = max(phases.get(name, 0), ph["peak_bytes"])
+            res["plan"] = {"peak_bytes": plan["peak_bytes"], "peak_phase": plan["peak_phase"],
+                           "phases": {k: {"peak_bytes": v} for k, v in phases.items()},
+                           "model_states": plan["model_states"], "cmd": " ".join(plan_cmd[1:])}
+        except (ValueError, KeyError) as e:
+            res["plan"] = {"error": f"{type(e).__name__}: {e}; exit {p.returncode}: {p.stderr[-500:]}"}
+        # (a) the real caching allocator
+        res["cuda"] = zrepro_run(a, case, cfg, "cuda", ["--device", "cuda", "--steps", str(ZREPRO_STEPS)], a.timeout)
+        # (c) the CPU emulation of the same device
+        if case["name"] in cpu_cases:
+            link = []
+            if a.link_gbps and (case["offload_optimizer"] or case["offload_param"]):
+                link = ["--host-link-gbps", f"{a.link_gbps:.3f}"]  # (d) the link model at the measured bandwidth
+            res["cpu"] = zrepro_run(a, case, cfg, "cpu", ["--device", "cpu", "--allocator", "caching", "--steps", "1",
+                                                         "--threads", str(a.threads)] + link, a.cpu_timeout)
+        write_json(os.path.join(a.out, "zrepro", case["name"] + ".json"), res)
+        print(f"[fidelity] zrepro {case['name']}: plan {res['plan'].get('peak_bytes')} cuda "
+              f"{res['cuda'].get('peak_bytes')} ({res['cuda']['status']}, {res['cuda']['wall_s']} s)"
+              + (f" cpu {res['cpu'].get('peak_bytes')} ({res['cpu']['status']}, {res['cpu']['wall_s']} s)"
+                 if "cpu" in res else ""), flush=True)
+    if a.oom_case:
+        oom_check(a, by_name(a.oom_case))
+
+
+def oom_check(a, case):
+    """(c) The same capacity on both devices: 0.9x and 1.1x the GPU run's peak reserved."""
+    z = read_json(os.path.join(a.out, "zrepro", case["name"] + ".json")) or {}
+    peak = (z.get("cuda") or {}).get("peak_reserved_bytes")
+    if not peak:
+        print(f"[fidelity] oom check {case['name']}: no GPU peak to size it from", flush=True)
+        return
+    cfg = os.path.join(a.out, "cfg", case["name"] + ".json")
+    rows = []
+    for factor in (0.9, 1.1):
+        cap = int(peak * factor)
+        row = {"capacity_bytes": cap, "factor": factor}
+        for dev, extra, t in (("cuda", [], a.timeout),
+                              ("cpu", ["--allocator", "caching", "--threads", str(a.threads)], a.cpu_timeout)):
+            r = zrepro_run(a, case, cfg, f"oom_{dev}_{factor}",
+                           ["--device", dev, "--steps", "1", "--device-memory", str(cap)] + extra, t)
+            row[dev] = {"rc": r["rc"], "status": r["status"], "wall_s": r["wall_s"]}
+        row["agree"] = row["cuda"]["status"] == row["cpu"]["status"]
+        rows.append(row)
+        print(f"[fidelity] oom check {case['name']} at {cap} bytes: cuda {row['cuda']['status']} "
+              f"cpu {row['cpu']['status']}", flush=True)
+    write_json(os.path.join(a.out, "oom.json"), {"case": case["name"], "gpu_peak_reserved_bytes": peak, "rows": rows})
+
+
+# --- the record ----------------------------------------------------------------------
+
+def rel(x, ref):
+    if x is None or not ref:
+        return None
+    return (x - ref) / ref
+
+
+def phase_rows(case, z, ds):
+    rows = []
+    plan = ((z or {}).get("plan") or {}).get("phases") or {}
+    cuda = ((z or {}).get("cuda") or {}).get("phases") or {}
+    cpu = ((z or {}).get("cpu") or {}).get("phases") or {}
+    dsp = {p["phase"]: p for p in (ds or {}).get("phases") or []} if (ds or {}).get("status") == "ok" else {}
+    for ph in PHASES:
+        r = {"phase": ph,
+             "plan": (plan.get(ph) or {}).get("peak_bytes"),
+             "zrepro_cuda": (cuda.get(ph) or {}).get("peak_bytes"),
+             "zrepro_cuda_reserved": (cuda.get(ph) or {}).get("peak_reserved_bytes"),
+             "deepspeed": (dsp.get(ph) or {}).get("peak_bytes"),
+             "deepspeed_reserved": (dsp.get(ph) or {}).get("peak_reserved_bytes"),
+             "cpu_emulated": (cpu.get(ph) or {}).get("peak_bytes"),
+             "cpu_emulated_reserved": (cpu.get(ph) or {}).get("peak_reserved_bytes")}
+        r["plan_vs_zrepro_cuda"] = rel(r["plan"], r["zrepro_cuda"])
+        r["plan_vs_deepspeed"] = rel(r["plan"], r["deepspeed"])
+        r["zrepro_cuda_vs_deepspeed"] = rel(r["zrepro_cuda"], r["deepspeed"])
+        r["cpu_vs_cuda"] = rel(r["cpu_emulated"], r["zrepro_cuda"])
+        r["cpu_vs_cuda_reserved"] = rel(r["cpu_emulated_reserved"], r["zrepro_cuda_reserved"])
+        rows.append(r)
+    return rows
+
+
+def cmd_record(a):
+    old = read_json(a.record) or {}
+    machine = read_json(os.path.join(a.out, "machine.json")) or {}
+    rec = {"generated_by": "conformance/gpu/fidelity.py record (scripts/gpu-check.sh)",
+           "recorded": time.strftime("%Y-%m-%d"),
+           "machine": machine,
+           "zrepro_env": read_json(os.path.join(a.out, "env.json")),
+           "assumptions": [l.strip() for l in (sys.modules["cases"].__doc__ or "").split("\n- ")[1:]],
+           "cases": []}
+    for case in CASES:
+        z = read_json(os.path.join(a.out, "zrepro", case["name"] + ".json"))
+        ds = read_json(os.path.join(a.out, "ds", case["name"] + ".json"))
+        if z is None and ds is None:
+            prev = next((c for c in old.get("cases", []) if c["name"] == case["name"]), None)
+            if prev:
+                rec["cases"].append(prev)  # not rerun this time: the earlier record stands
+            continue
+        spec = {k: case[k] for k in ("model_name", "seq", "micro", "gas", "precision", "stage", "attn",
+                                      "activation_checkpointing", "offload_optimizer", "offload_param")}
+        rec["cases"].append({
+            "name": case["name"], "spec": spec, "ds_config": case["ds_config"],
+            "zrepro_flags": ["--model", "configs/models/" + case["model_name"] + ".json", "--seq", str(case["seq"]),
+                             "--attn", case["attn"]] + (["--activation-checkpointing"] if case["activation_checkpointing"] else []),
+            "plan": (z or {}).get("plan"), "zrepro_cuda": (z or {}).get("cuda"), "zrepro_cpu": (z or {}).get("cpu"),
+            "deepspeed": {k: v for k, v in (ds or {}).items() if k not in ("ds_config", "traceback")} if ds else None,
+            "phases": phase_rows(case, z, ds)})
+    oom = read_json(os.path.join(a.out, "oom.json"))
+    rec["oom_check"] = oom if oom else old.get("oom_check")
+    bench = read_json(os.path.join(a.out, "bench_copy.json"))
+    rec["copy_bandwidth"] = bench if bench else old.get("copy_bandwidth")
+    write_json(a.record, rec)
+    print(table(rec))
+
+
+def pct(x):
+    return "" if x is None else f"{100 * x:+.1f}%"
+
+
+def mib(x):
+    return "" if x is None else f"{x / 2**20:,.0f}"
+
+
+def table(rec):
+    lines = ["case | phase | plan MiB | zrepro cuda MiB (reserved) | DeepSpeed MiB (reserved) | cpu emu MiB | "
+             "plan vs cuda | plan vs DS | cuda vs DS | cpu vs cuda"]
+    for c in rec["cases"]:
+        for r in c["phases"]:
+            lines.append(" | ".join([c["name"], r["phase"], mib(r["plan"]),
+                                     f"{mib(r['zrepro_cuda'])} ({mib(r['zrepro_cuda_reserved'])})",
+                                     f"{mib(r['deepspeed'])} ({mib(r['deepspeed_reserved'])})",
+                                     mib(r["cpu_emulated"]), pct(r["plan_vs_zrepro_cuda"]),
+                                     pct(r["plan_vs_deepspeed"]), pct(r["zrepro_cuda_vs_deepspeed"]),
+                                     pct(r["cpu_vs_cuda"])]))
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("deepspeed")
+    d.add_argument("--out", required=True)
+    d.add_argument("--cases")
+    d.add_argument("--timeout", type=int, default=240)
+    z = sub.add_parser("zrepro")
+    z.add_argument("--bin", required=True)
+    z.add_argument("--out", required=True)
+    z.add_argument("--cases")
+    z.add_argument("--cpu-cases", default="")
+    z.add_argument("--oom-case", default="")
+    z.add_argument("--threads", type=int, default=8)
+    z.add_argument("--link-gbps", type=float, default=0.0,
+                   help="the measured pinned host-to-device bandwidth: the CPU emulation's link model for offload cases")
+    z.add_argument("--timeout", type=int, default=180)
+    z.add_argument("--cpu-timeout", type=int, default=300)
+    r = sub.add_parser("record")
+    r.add_argument("--out", required=True)
+    r.add_argument("--record", required=True)
+    t = sub.add_parser("table")
+    t.add_argument("--record", required=True)
+    a = ap.parse_args()
+    if a.cmd == "deepspeed":
+        cmd_deepspeed(a)
+    elif a.cmd == "zrepro":
+        cmd_zrepro(a)
+    elif a.cmd == "record":
+        cmd_record(a)
+    else:
+        print(table(read_json(a.record)))
+
+
+if __name__ == "__main__":
+    main()
