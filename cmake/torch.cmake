@@ -69,7 +69,10 @@ if(ZREPRO_TORCH_CUDA)
     list(GET zrepro_cudart_candidates 0 zrepro_cudart)
     get_filename_component(zrepro_cudart_dir "${zrepro_cudart}" DIRECTORY)
     get_filename_component(zrepro_cudart_inc "${zrepro_cudart_dir}/../include" ABSOLUTE)
-    if(NOT EXISTS "${zrepro_cudart_inc}/cuda_runtime_api.h")
+    # The pip runtime's headers can be partial (the GPU machine's nvidia/cu13/include has
+    # cuda_runtime_api.h without crt/host_defines.h): then the toolkit's, whose major
+    # version is checked against the runtime's below.
+    if(NOT EXISTS "${zrepro_cudart_inc}/cuda_runtime_api.h" OR NOT EXISTS "${zrepro_cudart_inc}/crt/host_defines.h")
       set(zrepro_cudart_inc ${CUDAToolkit_INCLUDE_DIRS})
     endif()
     add_library(zrepro_cudart SHARED IMPORTED)

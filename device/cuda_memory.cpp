@@ -27,6 +27,9 @@ int64_t g_peak = 0, g_peak_reserved = 0;      // the run's, across resets
 }  // namespace
 
 void cuda_watch_phases(int device, int owner) {
+  // The caching allocator answers for a device only once CUDA is initialised there
+  // (getDeviceStats otherwise throws "Invalid device argument"): one 4-byte tensor does it.
+  torch::empty({1}, torch::TensorOptions().device(torch::kCUDA, static_cast<c10::DeviceIndex>(device)));
   std::lock_guard<std::mutex> lock(g_mu);
   g_watch_device = device;
   g_watch_owner = owner;

@@ -75,6 +75,7 @@ def sh(cmd, log, timeout):
 # --- real DeepSpeed --------------------------------------------------------------
 
 def cmd_deepspeed(a):
+    os.makedirs(os.path.join(a.out, "ds"), exist_ok=True)
     for case in selected(a.cases):
         out = os.path.join(a.out, "ds", case["name"] + ".json")
         rc, s = sh([sys.executable, os.path.join(HERE, "ds_memory.py"), "--case", case["name"], "--steps", "3",
