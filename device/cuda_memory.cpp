@@ -26,10 +26,14 @@ PhasePeaks g_phases;                          // peaks of the phases up to the l
 int64_t g_peak = 0, g_peak_reserved = 0;      // the run's, across resets
 }  // namespace
 
-void cuda_watch_phases(int device, int owner) {
-  // The caching allocator answers for a device only once CUDA is initialised there
-  // (getDeviceStats otherwise throws "Invalid device argument"): one 4-byte tensor does it.
+void cuda_init(int device) {
+  if (device < 0 && cudaGetDevice(&device) != cudaSuccess) device = 0;
+  // One 4-byte tensor: LibTorch's lazy CUDA initialisation, context and allocator.
   torch::empty({1}, torch::TensorOptions().device(torch::kCUDA, static_cast<c10::DeviceIndex>(device)));
+}
+
+void cuda_watch_phases(int device, int owner) {
+  cuda_init(device);  // getDeviceStats throws "Invalid device argument" before it
   std::lock_guard<std::mutex> lock(g_mu);
   g_watch_device = device;
   g_watch_owner = owner;
@@ -58,6 +62,7 @@ void cuda_phase_changed(Phase from, Phase to, int owner) {
 bool cuda_memory_supported() { return true; }
 
 void cuda_set_capacity(int device, int64_t bytes) {
+  cuda_init(device);  // setMemoryFraction throws "Allocator not initialized for device" before it
   size_t free_b = 0, total = 0;
   if (cudaSetDevice(device) != cudaSuccess || cudaMemGetInfo(&free_b, &total) != cudaSuccess)
     throw ConfigError("cannot query cuda:" + std::to_string(device));
@@ -98,6 +103,7 @@ void cuda_set_capacity(int, int64_t) {
 
 MemorySnapshot cuda_memory_snapshot(int) { return {}; }
 
+void cuda_init(int) {}
 void cuda_watch_phases(int, int) {}
 void cuda_phase_changed(Phase, Phase, int) {}
 #endif

@@ -14,6 +14,12 @@
 namespace zrepro {
 
 bool cuda_memory_supported();
+// CUDA initialised in LibTorch for `device` (-1: the current one): its context and
+// caching allocator. Before it, the allocator refuses statistics and a memory fraction
+// ("Allocator not initialized for device") and LibTorch reports no host pointer as
+// pinned (Tensor::is_pinned is false for cudaHostAlloc memory). No-op without a CUDA
+// LibTorch.
+void cuda_init(int device);
 // Limits device `device` to `bytes` (fraction = bytes / total memory).
 void cuda_set_capacity(int device, int64_t bytes);
 // allocated / peak / reserved / peak_reserved / capacity; categories are not tracked

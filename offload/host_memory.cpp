@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "device/cuda_memory.h"
 #include "device/device_memory.h"
 
 namespace zrepro {
@@ -156,6 +157,7 @@ torch::Tensor HostMemory::empty(int64_t numel, torch::ScalarType dtype, bool pin
       count -= bytes;
     };
   } else if (backend_ == PinBackend::cuda) {
+    cuda_init(-1);  // else LibTorch calls this memory unpinned (and copies from it synchronously)
     std::string err;
     if (!cuda_host_alloc(&ptr, static_cast<size_t>(std::max<int64_t>(bytes, 1)), &err))
       throw PinnedMemoryError("pinned host memory: cudaHostAlloc of " + format_bytes(bytes) + " for " + what +

@@ -167,7 +167,7 @@ if want 20 bench; then
   cp "$out/bench_copy.json" "$out/fid/"
 fi
 link=$(python3 -c 'import json,sys
-rows=[r for r in json.load(open(sys.argv[1])) if r["dir"]=="h2d"]
+rows=[r for r in json.load(open(sys.argv[1])) if r.get("dir")=="h2d"]
 print(max(r["pinned_gbps"] for r in rows))' "$out/bench_copy.json" 2>/dev/null || echo 0)
 
 if want 150 fidelity; then

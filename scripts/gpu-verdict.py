@@ -89,7 +89,7 @@ if "virtual" in steps:
                          "ok": within(r, 1e-3) and rc("virtual_cuda") == 0}
 if "bench" in steps:
     bench = {}
-    for name in ("bench_copy", "bench_adam"):
+    for name in ("bench_copy",):
         try:
             bench[name] = json.load(open(os.path.join(out, name + ".json")))
         except (OSError, ValueError):

@@ -8,6 +8,7 @@ and against real DeepSpeed, per phase, on the lent GPU (scripts/gpu-check.sh run
     fidelity.py record --out DIR --record FILE         merges DIR into the record FILE
                                                        (JSON) with every error computed
     fidelity.py table --record FILE                    the comparison as text
+    fidelity.py render --record FILE --doc docs/GPU.md the record's tables into the doc
 
 What is compared, per case (cases.py) and per phase (init, forward, backward, step;
 zrepro's `partition` counts as init: DeepSpeed builds its optimizer inside
@@ -225,7 +226,7 @@ def cmd_record(a):
            "recorded": time.strftime("%Y-%m-%d"),
            "machine": machine,
            "zrepro_env": read_json(os.path.join(a.out, "env.json")),
-           "assumptions": [l.strip() for l in (sys.modules["cases"].__doc__ or "").split("\n- ")[1:]],
+           "assumptions": [" ".join(l.split()) for l in (sys.modules["cases"].__doc__ or "").split("\n- ")[1:]],
            "cases": []}
     for case in CASES:
         z = read_json(os.path.join(a.out, "zrepro", case["name"] + ".json"))
@@ -274,6 +275,74 @@ def table(rec):
     return "\n".join(lines)
 
 
+def overall(case):
+    """Each side's peak over the run and the phase it is in."""
+    out = {}
+    for side in ("plan", "zrepro_cuda", "deepspeed", "cpu_emulated"):
+        vals = [(r[side], r["phase"]) for r in case["phases"] if r[side] is not None]
+        out[side] = max(vals) if vals else (None, None)
+    return out
+
+
+def markdown(rec):
+    """The record as the tables docs/GPU.md shows (between its fidelity markers)."""
+    m = rec["machine"]
+    L = [f"Recorded {rec['recorded']} on {m.get('gpu')} ({(m.get('gpu_memory_bytes') or 0) / 2**30:.1f} GiB), driver "
+         f"{m.get('driver')}, torch {m.get('torch')} (CUDA {m.get('cuda')}), {m.get('cores')} cores; "
+         f"zrepro built there against that torch. Record: `conformance/results/gpu/`; regenerate this part with "
+         f"`python3 conformance/gpu/fidelity.py render --record <record> --doc docs/GPU.md`.", "",
+         "Assumptions (conformance/gpu/cases.py):", ""]
+    L += [f"- {' '.join(a.split())}" for a in rec["assumptions"]]
+    L += ["", "### Peak per run (MiB; the phase of the peak)", "",
+          "| case | plan | zrepro on CUDA | DeepSpeed + HF | CPU emulation | plan vs DeepSpeed |",
+          "|---|---|---|---|---|---|"]
+    for c in rec["cases"]:
+        o = overall(c)
+        cell = lambda side: "" if o[side][0] is None else f"{mib(o[side][0])} ({o[side][1]})"
+        L.append(f"| {c['name']} | {cell('plan')} | {cell('zrepro_cuda')} | {cell('deepspeed')} | "
+                 f"{cell('cpu_emulated')} | {pct(rel(o['plan'][0], o['deepspeed'][0]))} |")
+    L += ["", "### Per phase (MiB allocated; reserved in brackets)", "",
+          "| case | phase | plan | zrepro on CUDA | DeepSpeed + HF | CPU emulation | plan vs CUDA | plan vs DeepSpeed "
+          "| CUDA vs DeepSpeed | CPU emulation vs CUDA |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for c in rec["cases"]:
+        for r in c["phases"]:
+            L.append(f"| {c['name']} | {r['phase']} | {mib(r['plan'])} | {mib(r['zrepro_cuda'])} "
+                     f"({mib(r['zrepro_cuda_reserved'])}) | {mib(r['deepspeed'])} ({mib(r['deepspeed_reserved'])}) | "
+                     f"{mib(r['cpu_emulated'])} | {pct(r['plan_vs_zrepro_cuda'])} | {pct(r['plan_vs_deepspeed'])} | "
+                     f"{pct(r['zrepro_cuda_vs_deepspeed'])} | {pct(r['cpu_vs_cuda'])} |")
+    oom = rec.get("oom_check")
+    if oom:
+        L += ["", f"### The same capacity on both devices ({oom['case']}; GPU peak reserved "
+                  f"{mib(oom['gpu_peak_reserved_bytes'])} MiB)", "",
+              "| capacity | x GPU peak reserved | CUDA (memory fraction) | CPU emulation (caching) | agree |",
+              "|---|---|---|---|---|"]
+        for r in oom["rows"]:
+            L.append(f"| {mib(r['capacity_bytes'])} MiB | {r['factor']} | {r['cuda']['status']} (exit {r['cuda']['rc']}) | "
+                     f"{r['cpu']['status']} (exit {r['cpu']['rc']}) | {'yes' if r['agree'] else 'NO'} |")
+    bw = [r for r in rec.get("copy_bandwidth") or [] if "bytes" in r]
+    if bw:
+        L += ["", "### Host link (bench copy --device cuda, best of 5, during the check)", "",
+              "| bytes | direction | pinned GB/s | pageable GB/s | pageable / pinned |", "|---|---|---|---|---|"]
+        for r in bw:
+            L.append(f"| {r['bytes']:,} | {r['dir']} | {r['pinned_gbps']:.1f} | {r['pageable_gbps']:.1f} | "
+                     f"{r['pageable_over_pinned']:.2f} |")
+    return "\n".join(L)
+
+
+def cmd_render(a):
+    rec = read_json(a.record)
+    doc = open(a.doc).read()
+    begin, end = "<!-- fidelity:begin -->", "<!-- fidelity:end -->"
+    if begin not in doc or end not in doc:
+        raise SystemExit(f"{a.doc}: no {begin} ... {end} block to fill")
+    head, rest = doc.split(begin, 1)
+    tail = rest.split(end, 1)[1]
+    tmp = a.doc + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(head + begin + "\n" + markdown(rec) + "\n" + end + tail)
+    os.replace(tmp, a.doc)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -297,6 +366,9 @@ def main():
     r.add_argument("--record", required=True)
     t = sub.add_parser("table")
     t.add_argument("--record", required=True)
+    rd = sub.add_parser("render")
+    rd.add_argument("--record", required=True)
+    rd.add_argument("--doc", required=True)
     a = ap.parse_args()
     if a.cmd == "deepspeed":
         cmd_deepspeed(a)
@@ -304,6 +376,8 @@ def main():
         cmd_zrepro(a)
     elif a.cmd == "record":
         cmd_record(a)
+    elif a.cmd == "render":
+        cmd_render(a)
     else:
         print(table(read_json(a.record)))
 

@@ -1,5 +1,5 @@
 // From a failed job's log to a diagnosis (`zrepro diagnose LOG`): every fingerprint of
-// the failures in ../shared/SCENARIOS.md found in a DeepSpeed / PyTorch / NCCL log (or
+// the failures of the scenario catalogue (configs/scenarios/) found in a DeepSpeed / PyTorch / NCCL log (or
 // zrepro's own), with the line numbers that show it, the numbers it carries (bytes,
 // loss scale, collective sequence number and op, timeout, ranks), and the answer in the
 // diagnosis order of the five checkpoints: which checkpoint, which scenario and how sure,
