@@ -34,6 +34,20 @@ cd "$(dirname "$0")/.."
 out=${GPU_CHECK_WORK:-gpu-out}
 mkdir -p "$out/fid"
 : > "$out/steps.txt"
+# The check runs as a child of this shell, which only waits: a wait is interrupted by
+# SIGINT / SIGTERM (a foreground step is not), and then every process the check started
+# (real DeepSpeed in the background, the unit tests' build, timeout's own process groups)
+# is ended by walking the process tree. Exit 130 / 143 as one process would.
+killtree() { local c; for c in $(pgrep -P "$1"); do killtree "$c"; done; kill "$1" 2>/dev/null; }
+if [ -z "${GPU_CHECK_INNER:-}" ]; then
+  GPU_CHECK_INNER=1 bash "$0" "$@" &
+  child=$!
+  trap 'killtree "$child"; exit 130' INT
+  trap 'killtree "$child"; exit 143' TERM
+  wait "$child"
+  exit $?
+fi
+trap 'for c in $(pgrep -P $$); do killtree "$c"; done' EXIT  # the background work ends with the check
 budget=${GPU_CHECK_BUDGET_S:-480}
 t_start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - t_start )); }

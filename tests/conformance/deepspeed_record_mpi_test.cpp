@@ -105,13 +105,7 @@ TEST_P(DeepSpeedRecord, ZreproStillAgreesWithRealDeepSpeed) {
   EXPECT_GT(checked, 2) << "the record has almost nothing that agrees";
 }
 
-INSTANTIATE_TEST_SUITE_P(Recorded, DeepSpeedRecord, testing::ValuesIn(recorded_cases()),
-                         [](const testing::TestParamInfo<std::string>& i) {
-                           std::string n = i.param;
-                           for (char& c : n)
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Recorded, DeepSpeedRecord, testing::ValuesIn(recorded_cases()), zrepro_test::param_name);
 
 // DeepSpeed's estimate_zero2/3_model_states_mem_needs, recorded for several models
 // and clusters, against `zrepro plan`'s deepspeed_estimates: exactly.

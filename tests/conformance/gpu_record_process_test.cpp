@@ -111,13 +111,7 @@ TEST_P(GpuRecord, TodaysPlanIsNoFurtherFromTheGpuThanRecorded) {
   EXPECT_GT(compared, 0) << "no recorded case had both a plan and a measured figure";
 }
 
-INSTANTIATE_TEST_SUITE_P(Recorded, GpuRecord, testing::ValuesIn(records()),
-                         [](const testing::TestParamInfo<std::string>& i) {
-                           std::string n = i.param;
-                           for (char& ch : n)
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Recorded, GpuRecord, testing::ValuesIn(records()), zrepro_test::param_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GpuRecord);
 
 }  // namespace

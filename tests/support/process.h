@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -53,6 +54,14 @@ inline Process shell(const std::string& cmd) {
 inline Process zrepro_cmd(const std::string& args, int timeout_s = 120, bool keep_stderr = true) {
   return shell("timeout -k 5 " + std::to_string(timeout_s) + " " + std::string(ZREPRO_BIN) + " " + args +
                (keep_stderr ? " 2>&1" : " 2>/dev/null"));
+}
+
+// A string parameter as a test name (gtest takes letters, digits and '_').
+inline std::string param_name(const testing::TestParamInfo<std::string>& i) {
+  std::string n = i.param;
+  for (char& c : n)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return n;
 }
 
 inline std::string fresh_dir(const std::string& name) {
