@@ -6,9 +6,11 @@
 //   - the record is what its figures say: every stored error is the ratio of its stored
 //     figures (a hand-edited number fails);
 //   - today's `zrepro plan --device cuda` for every recorded case is no further from the
-//     measured figures than the plan was when they were recorded, plus a slack for the
-//     LibTorch this build has (the activation tapes differ between LibTorch releases:
-//     docs/GPU.md). A planner change that moves zrepro away from the GPU fails here.
+//     measured figures than the plan was when they were recorded, plus a slack: 0.5 points
+//     on the LibTorch release the record was made with, 6 points on another (the
+//     activation tapes differ between releases: LibTorch 1.13's plan of these cases is up
+//     to 5.2% from 2.11's, Llama with sdpa; docs/GPU.md). A planner change that moves
+//     zrepro away from the GPU fails here.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -24,8 +26,12 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 // How much further from a measured figure today's plan may be than the recorded plan was
-// (a fraction of the figure): the tapes of another LibTorch release move activations.
-constexpr double kSlack = 0.03;
+// (a fraction of the figure), on the record's LibTorch release and on another one.
+constexpr double kSlackSameLibTorch = 0.005;
+constexpr double kSlackOtherLibTorch = 0.06;
+
+// "2.11" of "2.11.0": the release the activation tapes follow.
+std::string major_minor(const std::string& v) { return v.substr(0, v.find('.', v.find('.') + 1)); }
 
 std::string results_dir() { return std::string(ZREPRO_SOURCE_DIR) + "/conformance/results/gpu"; }
 
@@ -74,6 +80,11 @@ TEST_P(GpuRecord, StoredErrorsAreTheRatiosOfStoredFigures) {
 
 TEST_P(GpuRecord, TodaysPlanIsNoFurtherFromTheGpuThanRecorded) {
   const json rec = load(GetParam());
+  const auto env = zrepro_test::zrepro_cmd("env --json", 60, /*keep_stderr=*/false);
+  ASSERT_EQ(env.code, 0) << env.output;
+  const std::string ours = json::parse(env.output)["libtorch"]["version"];
+  const std::string theirs = rec["zrepro_env"]["libtorch"]["version"];
+  const double slack = major_minor(ours) == major_minor(theirs) ? kSlackSameLibTorch : kSlackOtherLibTorch;
   int compared = 0;
   for (const auto& c : rec["cases"]) {
     if (c["plan"].is_null() || !c["plan"].contains("phases")) continue;
@@ -101,9 +112,10 @@ TEST_P(GpuRecord, TodaysPlanIsNoFurtherFromTheGpuThanRecorded) {
         const double m = row[measured].get<double>();
         const double then = std::abs(row["plan"].get<double>() - m) / m;
         const double now = std::abs(today[phase] - m) / m;
-        EXPECT_LE(now, then + kSlack) << c["name"] << " " << phase << ": today's plan " << today[phase]
+        EXPECT_LE(now, then + slack) << c["name"] << " " << phase << ": today's plan " << today[phase]
                                       << " bytes against " << measured << "'s measured " << m << " (recorded plan "
-                                      << row["plan"] << ", " << then * 100 << "% off; now " << now * 100 << "%)";
+                                      << row["plan"] << " with LibTorch " << theirs << ", " << then * 100
+                                      << "% off; now " << now * 100 << "% with LibTorch " << ours << ")";
         ++compared;
       }
     }
