@@ -112,6 +112,7 @@ int ab_command(int argc, char** argv) {
       ("plan-only", "answer from the planner (zrepro plan) instead of training")
       ("out", "folder for each side's outputs, ab.json and ab.html", cxxopts::value<std::string>()->default_value("ab_out"))
       ("h,help", "show this help");
+  std::string out_dir;  // known once the flags are read: where an interruption is recorded
   try {
     std::vector<std::string> args = long_side_flags(argc, argv);
     std::vector<char*> cargs;
@@ -151,6 +152,7 @@ int ab_command(int argc, char** argv) {
     const std::vector<std::string> common = r.unmatched();
     const std::string out = r["out"].as<std::string>();
     make_out_dir(out);
+    out_dir = out;
 
     std::vector<AbRun> ra, rb;
     for (int n : ranks) {
@@ -168,6 +170,15 @@ int ab_command(int argc, char** argv) {
   } catch (const ConfigError& e) {
     std::cerr << "[zrepro ab] error: " << e.what() << std::endl;
     return kExitBadInput;
+  } catch (const Interrupted& e) {
+    // [Note: no orphan] in subprocess.h: the side that was running stopped and wrote its
+    // summary; the comparison is recorded as interrupted, not half-made.
+    const int code = 128 + e.signal;
+    if (!out_dir.empty())
+      write_file_atomic(out_dir + "/ab.json", json{{"outcome", "interrupted"}, {"exit_code", code},
+                                                   {"message", e.what()}}.dump(2) + "\n");
+    std::cerr << "[zrepro ab] interrupted: " << e.what() << "; no comparison (exit " << code << ")" << std::endl;
+    return code;
   }
 }
 

@@ -3,8 +3,40 @@
 #include <cstring>
 #include <iostream>
 
+#include "device/base/errors.h"
 #include "trainer/app/cli.h"
 #include "trainer/app/env.h"
+
+namespace {
+
+// The command named `cmd`: its exit code (2 for an unknown one).
+int dispatch(const std::string& cmd, int argc, char** argv, const char* usage) {
+  if (cmd == "--version" || cmd == "version") {
+    std::cout << zrepro::version_line() << "\n";
+    return 0;
+  }
+  if (cmd == "env") return zrepro::env_command(argc - 1, argv + 1);
+  if (cmd == "check") return zrepro::check_command(argc - 1, argv + 1);
+  if (cmd == "run") return zrepro::run_command(argc - 1, argv + 1);
+  if (cmd == "plan") return zrepro::plan_command(argc - 1, argv + 1);
+  if (cmd == "config") return zrepro::config_command(argc - 1, argv + 1);
+  if (cmd == "ab") return zrepro::ab_command(argc - 1, argv + 1);
+  if (cmd == "verify") return zrepro::verify_command(argc - 1, argv + 1);
+  if (cmd == "scenario") return zrepro::scenario_command(argc - 1, argv + 1);
+  if (cmd == "doctor") return zrepro::doctor_command(argc - 1, argv + 1);
+  if (cmd == "diagnose") return zrepro::diagnose_command(argc - 1, argv + 1);
+  if (cmd == "bench") {
+    if (argc >= 3 && std::string(argv[2]) == "comm") return zrepro::bench_comm(argc - 2, argv + 2);
+    if (argc >= 3 && std::string(argv[2]) == "adam") return zrepro::bench_adam(argc - 2, argv + 2);
+    if (argc >= 3 && std::string(argv[2]) == "copy") return zrepro::bench_copy(argc - 2, argv + 2);
+    std::cerr << "zrepro bench: expected a benchmark name: comm, adam, copy\n";
+    return 2;
+  }
+  std::cerr << "zrepro: unknown command \"" << cmd << "\"\n" << usage;
+  return 2;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   // Commands that train or benchmark (and env, which reports it) want OpenBLAS's best
@@ -38,27 +70,12 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
-  if (cmd == "--version" || cmd == "version") {
-    std::cout << zrepro::version_line() << "\n";
-    return 0;
+  try {
+    return dispatch(cmd, argc, argv, usage);
+  } catch (const zrepro::Interrupted& e) {
+    // [Note: no orphan] (subprocess.h): a command's child was stopped by the signal and
+    // waited for; the command ends as one process would.
+    std::cerr << "[zrepro " << cmd << "] interrupted: " << e.what() << std::endl;
+    return 128 + e.signal;
   }
-  if (cmd == "env") return zrepro::env_command(argc - 1, argv + 1);
-  if (cmd == "check") return zrepro::check_command(argc - 1, argv + 1);
-  if (cmd == "run") return zrepro::run_command(argc - 1, argv + 1);
-  if (cmd == "plan") return zrepro::plan_command(argc - 1, argv + 1);
-  if (cmd == "config") return zrepro::config_command(argc - 1, argv + 1);
-  if (cmd == "ab") return zrepro::ab_command(argc - 1, argv + 1);
-  if (cmd == "verify") return zrepro::verify_command(argc - 1, argv + 1);
-  if (cmd == "scenario") return zrepro::scenario_command(argc - 1, argv + 1);
-  if (cmd == "doctor") return zrepro::doctor_command(argc - 1, argv + 1);
-  if (cmd == "diagnose") return zrepro::diagnose_command(argc - 1, argv + 1);
-  if (cmd == "bench") {
-    if (argc >= 3 && std::string(argv[2]) == "comm") return zrepro::bench_comm(argc - 2, argv + 2);
-    if (argc >= 3 && std::string(argv[2]) == "adam") return zrepro::bench_adam(argc - 2, argv + 2);
-    if (argc >= 3 && std::string(argv[2]) == "copy") return zrepro::bench_copy(argc - 2, argv + 2);
-    std::cerr << "zrepro bench: expected a benchmark name: comm, adam, copy\n";
-    return 2;
-  }
-  std::cerr << "zrepro: unknown command \"" << cmd << "\"\n" << usage;
-  return 2;
 }

@@ -8,6 +8,7 @@
 // does not count. Exit codes are ab's: 0 reproduced and fixed, 6 reproduced and not
 // fixed, 7 not reproduced (or without the grep line), 2 bad input.
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -85,6 +86,7 @@ const char* outcome(int code) {
   return code == kExitOk             ? "symptom reproduced, fix verified"
          : code == kExitAbNotFixed   ? "symptom reproduced, fix NOT verified"
          : code == kExitAbNoFailure  ? "symptom NOT reproduced"
+         : code == 128 + SIGINT || code == 128 + SIGTERM ? "interrupted"
                                      : "could not run";
 }
 

@@ -1,11 +1,16 @@
 // See subprocess.h.
 #include "trainer/app/subprocess.h"
 
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <wordexp.h>
 
+#include <atomic>
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <stdexcept>
@@ -26,6 +31,37 @@ std::vector<std::string> words(const std::string& flag, const std::string& text)
   return out;
 }
 
+namespace {
+
+std::atomic<pid_t> g_child{0};
+std::atomic<int> g_signal{0};
+
+// [Note: no orphan]: a signal that arrives before the child exists is remembered and sent
+// once it does.
+void forward_to_child(int sig) {
+  g_signal.store(sig);
+  const pid_t child = g_child.load();
+  if (child > 0) ::kill(child, sig);
+}
+
+// SIGINT / SIGTERM forwarded for the lifetime of one child, the previous handlers after.
+struct ForwardSignals {
+  ForwardSignals() {
+    g_signal.store(0);
+    prev_int = std::signal(SIGINT, forward_to_child);
+    prev_term = std::signal(SIGTERM, forward_to_child);
+  }
+  ~ForwardSignals() {
+    g_child.store(0);
+    std::signal(SIGINT, prev_int);
+    std::signal(SIGTERM, prev_term);
+  }
+  void (*prev_int)(int);
+  void (*prev_term)(int);
+};
+
+}  // namespace
+
 // Runs this binary with args, its output into log; returns the exit code.
 int run_self(const std::vector<std::string>& args, const std::string& log) {
   std::vector<char*> argv;
@@ -35,9 +71,16 @@ int run_self(const std::vector<std::string>& args, const std::string& log) {
   for (auto& a : copy) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::cout << std::flush;
+  ForwardSignals forwarding;
+  const pid_t parent = ::getpid();
   const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("zrepro ab: fork failed");
+  if (pid < 0) throw std::runtime_error("zrepro: fork failed: " + std::string(std::strerror(errno)));
   if (pid == 0) {
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    ::setpgid(0, 0);                    // a terminal's Ctrl-C reaches the parent, which forwards it once
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // the parent killed outright: the child stops too
+    if (::getppid() != parent) _exit(kExitInterrupted);
     FILE* f = std::fopen(log.c_str(), "w");
     if (f) {
       dup2(fileno(f), STDOUT_FILENO);
@@ -46,9 +89,17 @@ int run_self(const std::vector<std::string>& args, const std::string& log) {
     execv(argv[0], argv.data());
     _exit(127);
   }
+  g_child.store(pid);
+  if (const int early = g_signal.load()) ::kill(pid, early);
   int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (const int sig = g_signal.load())
+    throw Interrupted(sig, std::string(sig == SIGINT ? "SIGINT" : "SIGTERM") + ": the child `zrepro " +
+                               (args.empty() ? std::string() : args[0]) + "` was stopped (exit " +
+                               std::to_string(code) + "; its output: " + log + ")");
+  return code;
 }
 
 int run_self_or_refuse(const std::string& what, const std::vector<std::string>& args, const std::string& log) {

@@ -11,6 +11,11 @@ namespace zrepro {
 
 // `zrepro ARGS...` (this binary), stdout and stderr into log; the exit code (128 + signal
 // when killed).
+// [Note: no orphan] The child runs in its own process group and gets SIGTERM if this
+// process dies; a SIGINT / SIGTERM sent to this process while it waits is forwarded to
+// the child once (a terminal's Ctrl-C reaches only this process, not the child twice),
+// the child is waited for (it writes its summary at its step boundary) and then
+// Interrupted is thrown: the command ends with 128 + the signal and leaves no process.
 int run_self(const std::vector<std::string>& args, const std::string& log);
 // run_self for a child whose bad input is the caller's: its exit 2 becomes a ConfigError
 // naming `what` (e.g. "side A on 2 rank(s)") with the child's last lines.

@@ -361,17 +361,36 @@ double max_step_rel_diff(const json& a, const json& b, const char* key) {
   return worst;
 }
 
+// How a run that left no summary ended: its exit status, and for a signal what usually
+// sends it.
+std::string no_summary(const AbRun& r) {
+  std::string s = r.side + " ended without its summary (exit " + std::to_string(r.exit_code);
+  if (r.exit_code > 128) {
+    const int sig = r.exit_code - 128;
+    s += ": signal " + std::to_string(sig) +
+         (sig == 9 ? ", SIGKILL: the kernel's OOM killer or a kill -9" : sig == 11 ? ", SIGSEGV: a crash" : "");
+  }
+  return s + "; its log: " + (r.log.empty() ? "none" : r.log) + ")";
+}
+
 AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bool plan_only, const Expectation& e) {
   AbResult out;
   json rows = json::array(), pairs = json::array();
-  bool any_a_shows = false, any_unfixed = false;
+  bool any_a_shows = false, any_unfixed = false, incomplete = false;
   const bool by_failure = e.kind == Expectation::Kind::failure || e.kind == Expectation::Kind::refused;
   for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
     const json ra = row_of(a[i], plan_only), rb = row_of(b[i], plan_only);
     const double dl = plan_only ? NAN : max_step_rel_diff(a[i].summary, b[i].summary, "loss");
     const double dg = plan_only ? NAN : max_step_rel_diff(a[i].summary, b[i].summary, "grad_norm");
     bool a_shows = false, b_fails = false;
-    if (by_failure) {
+    // [Note: a run without its summary] A side that ended without writing summary.json
+    // (killed, crashed) is not a reproduction of anything: zrepro writes the summary on
+    // every failure it can see, so its absence means the comparison could not be made.
+    const AbRun* lost = plan_only ? nullptr : a[i].summary.is_null() ? &a[i] : b[i].summary.is_null() ? &b[i] : nullptr;
+    if (lost) {
+      incomplete = true;
+      out.verdicts.push_back(std::to_string(a[i].ranks) + " rank(s): no comparison: " + no_summary(*lost));
+    } else if (by_failure) {
       a_shows = e.kind == Expectation::Kind::refused ? a[i].exit_code == kExitBadInput : failed(a[i], plan_only);
       b_fails = failed(b[i], plan_only);
       out.verdicts.push_back(failure_verdict(ra, rb, a_shows, b_fails, dl, plan_only));
@@ -404,8 +423,8 @@ AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bo
       equiv.push_back(equivalence(side->front(), (*side)[i], line));
       out.verdicts.push_back(line);
     }
-  out.exit_code = any_unfixed ? kExitAbNotFixed : any_a_shows ? kExitOk : kExitAbNoFailure;
-  const char* outcome = any_unfixed ? "not fixed" : any_a_shows ? "fixed" : "nothing to fix";
+  out.exit_code = incomplete ? kExitInternal : any_unfixed ? kExitAbNotFixed : any_a_shows ? kExitOk : kExitAbNoFailure;
+  const char* outcome = incomplete ? "incomplete" : any_unfixed ? "not fixed" : any_a_shows ? "fixed" : "nothing to fix";
   out.table = table(rows);
   json curves = json::object();
   for (const auto* side : {&a, &b})

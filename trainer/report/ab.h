@@ -28,7 +28,8 @@ struct AbResult {
   nlohmann::json json;               // ab.json
   std::vector<std::string> verdicts;  // one line per rank count, then one per equivalence check
   std::string table;                 // human table
-  int exit_code = 0;                 // 0 fixed, kExitAbNotFixed, kExitAbNoFailure
+  int exit_code = 0;                 // 0 fixed, kExitAbNotFixed, kExitAbNoFailure, kExitInternal:
+                                     // a side ended without its summary ("incomplete")
 };
 
 // What side A must show and side B must not (`--expect`):

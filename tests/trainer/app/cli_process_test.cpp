@@ -274,6 +274,32 @@ TEST(Cli, SignalsEndTheRunAtAStepBoundaryWithItsSummary) {
   }
 }
 
+// [Note: no orphan] (trainer/app/subprocess.h): SIGTERM or SIGINT to a command that runs
+// zrepro children (ab here; check, verify, scenario and doctor share run_self) reaches the
+// running child once, the child stops at its step boundary with its summary, the command
+// records the comparison as interrupted and exits 143 / 130, and no zrepro process is left.
+TEST(Cli, SignalsToAbReachItsRunAndLeaveNoProcess) {
+  for (const char* sig : {"TERM", "INT"}) {
+    const std::string out = tmpdir(std::string("absig") + sig);
+    const std::string cfg = write(out, R"({"train_micro_batch_size_per_gpu": 2})");
+    const std::string o = out + "/ab";
+    const Result r = zrepro_test::shell(
+        std::string(ZREPRO_BIN) + " ab --a " + cfg + " --b-args=--activation-checkpointing --model tiny --steps 100000 "
+        "--out " + o + " > " + out + "/log 2>&1 & pid=$!; for i in $(seq 1200); do grep -q 'step=' " + o +
+        "/A_r1.log 2>/dev/null && break; sleep 0.1; done; child=$(pgrep -P $pid); kill -" + sig +
+        " $pid; for i in $(seq 300); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done; wait $pid; echo \"exit=$?\"; "
+        "sleep 0.5; kill -0 $child 2>/dev/null && echo \"child $child alive\"; echo \"child=$child\"");
+    const std::string what = std::string("SIG") + sig + "\n" + r.output + zrepro_test::read_text(out + "/log");
+    EXPECT_NE(r.output.find(std::string("exit=") + (sig[0] == 'T' ? "143" : "130")), std::string::npos) << what;
+    EXPECT_EQ(r.output.find("alive"), std::string::npos) << what;
+    EXPECT_EQ(r.output.find("child=\n"), std::string::npos) << "no child was running when the signal went\n" << what;
+    const json s = read_json(o + "/A_r1/summary.json");
+    EXPECT_EQ(s["status"], "interrupted") << what;
+    EXPECT_EQ(read_json(o + "/ab.json")["outcome"], "interrupted") << what;
+    EXPECT_FALSE(std::filesystem::exists(o + "/B_r1")) << "side B started after the signal\n" << what;
+  }
+}
+
 // Issue 14: outputs that cannot be written (here a 2 KiB file size limit, as a full disk)
 // end the run as an I/O failure, exit 12; no final name holds a partial file, no .tmp stays.
 TEST(Cli, AnOutputThatCannotBeWrittenEndsTheRunAsAnIoFailure) {

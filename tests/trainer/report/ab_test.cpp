@@ -216,3 +216,21 @@ TEST(Ab, ScalingComparesEachSideWithItsFirstRankCount) {
                 .exit_code,
             kExitAbNoFailure);
 }
+
+// [Note: a run without its summary]: a side killed before it wrote summary.json (the
+// kernel's OOM killer: exit 137) is an incomplete comparison, never "A reproduces".
+TEST(Ab, ASideWithoutItsSummaryIsNoComparison) {
+  for (bool a_lost : {true, false}) {
+    const AbRun ok = run(a_lost ? "B" : "A", 1, 0, summary("ok", {2.0, 1.5}, {50}, 100));
+    const AbRun lost{a_lost ? "A" : "B", 1, 137, nullptr, "ab/a_1.log", 0};
+    const AbResult r = a_lost ? compare_ab({lost}, {ok}, false) : compare_ab({ok}, {lost}, false);
+    EXPECT_EQ(r.exit_code, kExitInternal);
+    EXPECT_EQ(r.json["outcome"], "incomplete");
+    ASSERT_EQ(r.verdicts.size(), 1u);
+    EXPECT_EQ(r.verdicts[0].find("reproduces"), std::string::npos) << r.verdicts[0];
+    EXPECT_NE(r.verdicts[0].find(std::string(a_lost ? "A" : "B") + " ended without its summary (exit 137: signal 9"),
+              std::string::npos)
+        << r.verdicts[0];
+    EXPECT_NE(r.verdicts[0].find("ab/a_1.log"), std::string::npos) << r.verdicts[0];
+  }
+}
