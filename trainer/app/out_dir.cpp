@@ -5,6 +5,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -26,10 +27,60 @@ const std::vector<std::string>& run_output_names() {
 
 namespace {
 
-bool is_earlier_output(const std::string& name) {
+constexpr const char* kManifest = ".zrepro-outputs";
+
+constexpr const char* kRankViews = "summary_rank*.json";  // one per failing rank of a multi-process run
+
+bool is_rank_view(const std::string& name) {
+  return name.rfind("summary_rank", 0) == 0 && name.size() > 17 && name.compare(name.size() - 5, 5, ".json") == 0;
+}
+
+bool is_output_name(const std::string& name) {
   for (const auto& n : run_output_names())
     if (name == n) return true;
-  return name.rfind("summary_rank", 0) == 0 && name.size() > 17 && name.compare(name.size() - 5, 5, ".json") == 0;
+  return is_rank_view(name);
+}
+
+// The names an earlier run's manifest lists (empty when there is none).
+std::vector<std::string> manifest_names(const fs::path& dir, bool& found) {
+  std::ifstream in(dir / kManifest);
+  found = static_cast<bool>(in);
+  std::vector<std::string> names;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line.find('/') == std::string::npos && line != "." && line != "..") names.push_back(line);
+  return names;
+}
+
+[[noreturn]] void refuse_foreign(const std::string& dir, const std::string& name, const std::string& why) {
+  throw ConfigError("--out \"" + dir + "\": \"" + name + "\" " + why +
+                    ", and zrepro writes there; it was left as it is. Move it, or choose another --out");
+}
+
+void write_manifest_file(const std::string& dir, const std::vector<std::string>& names) {
+  std::string text;
+  for (const auto& n : names) text += n + "\n";
+  write_file_atomic((fs::path(dir) / kManifest).string(), text);
+}
+
+// [Note: only zrepro's files move]: what an earlier run left in dir, to move aside.
+std::vector<std::string> earlier_outputs(const std::string& dir) {
+  bool has_manifest = false;
+  const std::vector<std::string> listed = manifest_names(dir, has_manifest);
+  std::vector<std::string> moved;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!is_output_name(name)) continue;
+    const std::string key = is_rank_view(name) ? kRankViews : name;
+    const bool mine = has_manifest ? std::find(listed.begin(), listed.end(), key) != listed.end()
+                                   : !e.is_directory();  // before manifests: zrepro's plain files only
+    if (!mine)
+      refuse_foreign(dir, name, std::string(e.is_directory() ? "is a folder" : "is a file") +
+                                    " no zrepro run recorded writing (" + kManifest + ")");
+    moved.push_back(name);
+  }
+  if (has_manifest) moved.push_back(kManifest);
+  return moved;
 }
 
 }  // namespace
@@ -50,14 +101,24 @@ std::vector<std::string> claim_out_dir(const std::string& dir) {
   if (::ftruncate(fd, 0) != 0 || ::write(fd, pid.data(), pid.size()) != static_cast<ssize_t>(pid.size())) {
     // The lock holds without the pid; a second run then says "pid unknown".
   }
-  std::vector<std::string> moved;
+  std::vector<std::string> moved = earlier_outputs(dir);
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (is_earlier_output(name)) moved.push_back(name);
-  }
-  if (moved.empty()) return moved;
   const fs::path previous = fs::path(dir) / "previous";
+  if (!moved.empty() && fs::exists(previous)) {
+    bool zrepro_made = false;
+    manifest_names(previous, zrepro_made);
+    if (!zrepro_made) refuse_foreign(dir, "previous", "holds no zrepro manifest (it is not an earlier run's)");
+  }
+  // This run owns the output names from here on (the manifest goes aside with the rest).
+  auto write_manifest = [&] {
+    std::vector<std::string> names = run_output_names();
+    names.push_back(kRankViews);
+    write_manifest_file(dir, names);
+  };
+  if (moved.empty()) {
+    write_manifest();
+    return moved;
+  }
   fs::remove_all(previous, ec);
   fs::create_directories(previous, ec);
   if (ec) throw ConfigError("--out: cannot create \"" + previous.string() + "\" for the earlier run's files: " + ec.message());
@@ -67,7 +128,21 @@ std::vector<std::string> claim_out_dir(const std::string& dir) {
       throw ConfigError("--out: cannot move the earlier run's " + name + " to " + previous.string() + ": " +
                         ec.message() + "; remove it or choose another --out");
   }
+  write_manifest();
+  moved.erase(std::remove(moved.begin(), moved.end(), std::string(kManifest)), moved.end());
   return moved;
+}
+
+void seal_out_dir(const std::string& dir) {
+  std::vector<std::string> present;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!is_output_name(name)) continue;
+    const std::string key = is_rank_view(name) ? kRankViews : name;
+    if (std::find(present.begin(), present.end(), key) == present.end()) present.push_back(key);
+  }
+  write_manifest_file(dir, present);
 }
 
 void publish_rank_view(const std::string& dir, int rank, int world, const nlohmann::json& own) {

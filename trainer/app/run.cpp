@@ -180,6 +180,7 @@ struct RunState {
     const json summary = build_summary(in);
     if (own_view_of_many) return publish_rank_view(spec.out_dir, rank, world, summary);
     write_summary_and_report(spec.out_dir, summary);
+    if (out_claimed) seal_out_dir(spec.out_dir);  // [Note: only zrepro's files move]
   }
 
   // summary.json's virtual_ranks (null for real processes).

@@ -227,9 +227,11 @@ TEST(Cli, OneRunAtATimePerOutFolder) {
   int lines = 0;
   for (std::string line; std::getline(m, line); ++lines) EXPECT_NO_THROW((void)json::parse(line)) << line;
   EXPECT_GT(lines, 0);
-  // A later run moves the first run's files aside instead of writing beside them.
+  // A later run moves the first run's files aside instead of writing beside them: here
+  // also a hang's report and flight dumps, as a hung run records them in its manifest.
   std::filesystem::create_directories(o + "/flight");
   std::ofstream(o + "/hang_report.json") << "{}";
+  std::ofstream(o + "/.zrepro-outputs", std::ios::app) << "flight\nhang_report.json\n";
   Result third = zrepro("run --config " + cfg + " --steps 2 --out " + o);
   EXPECT_EQ(third.code, 0) << third.output;
   EXPECT_FALSE(std::filesystem::exists(o + "/hang_report.json"));
@@ -237,6 +239,44 @@ TEST(Cli, OneRunAtATimePerOutFolder) {
   EXPECT_TRUE(std::filesystem::exists(o + "/previous/hang_report.json"));
   EXPECT_EQ(read_json(o + "/previous/summary.json")["steps"].size(), 800u);
   EXPECT_EQ(read_json(o + "/summary.json")["steps"].size(), 2u);
+}
+
+// [Note: only zrepro's files move] (trainer/app/out_dir.h): a folder of the user's with a
+// name a run writes (inputs/, previous/) is never moved or deleted: the run refuses with
+// exit 2, naming it; the user's other files stay where they are through every rotation.
+TEST(Cli, TheUsersFilesInOutAreNeverMovedOrDeleted) {
+  const std::string out = tmpdir("userdata");
+  const std::string cfg = write(out, R"({"train_micro_batch_size_per_gpu": 2})");
+  const std::string o = out + "/o";
+  std::filesystem::create_directories(o + "/inputs");
+  std::ofstream(o + "/inputs/keep.txt") << "mine";
+  std::ofstream(o + "/notes.txt") << "mine too";
+  const Result first = zrepro("run --config " + cfg + " --model tiny --steps 2 --out " + o);
+  EXPECT_EQ(first.code, 2) << first.output;
+  EXPECT_NE(first.output.find("\"inputs\" is a folder no zrepro run recorded writing"), std::string::npos) << first.output;
+  EXPECT_EQ(zrepro_test::read_text(o + "/inputs/keep.txt"), "mine");
+  std::filesystem::rename(o + "/inputs", out + "/inputs");
+  for (int i = 0; i < 3; ++i) {  // three runs: two rotations, the second replacing previous/
+    const Result r = zrepro("run --config " + cfg + " --model tiny --steps 2 --out " + o);
+    EXPECT_EQ(r.code, 0) << r.output;
+  }
+  EXPECT_EQ(zrepro_test::read_text(o + "/notes.txt"), "mine too");
+  EXPECT_TRUE(std::filesystem::exists(o + "/previous/summary.json"));
+  // A folder the user adds later under an output name is theirs too.
+  std::filesystem::create_directories(o + "/flight");
+  std::ofstream(o + "/flight/keep.txt") << "mine";
+  Result r = zrepro("run --config " + cfg + " --model tiny --steps 2 --out " + o);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(zrepro_test::read_text(o + "/flight/keep.txt"), "mine");
+  std::filesystem::remove_all(o + "/flight");
+  // A previous/ of the user's is not replaced.
+  std::filesystem::remove_all(o + "/previous");
+  std::filesystem::create_directories(o + "/previous");
+  std::ofstream(o + "/previous/keep.txt") << "mine";
+  r = zrepro("run --config " + cfg + " --model tiny --steps 2 --out " + o);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("\"previous\" holds no zrepro manifest"), std::string::npos) << r.output;
+  EXPECT_EQ(zrepro_test::read_text(o + "/previous/keep.txt"), "mine");
 }
 
 // Issue 14: SIGINT / SIGTERM stop the run at the next step boundary with a summary
