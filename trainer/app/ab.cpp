@@ -160,7 +160,7 @@ int ab_command(int argc, char** argv) {
       rb.push_back(run_side(b, n, common, out, plan_only, false, virtual_ranks));
     }
     const AbResult res = compare_ab(ra, rb, plan_only, expect);
-    write_file_atomic(out + "/ab.json", res.json.dump(2) + "\n");
+    write_file_atomic(out + "/ab.json", json_text(res.json) + "\n");
     write_file_atomic(out + "/ab.html", ab_html(res.json));
     std::cout << "\n" << res.table << "\n";
     for (const auto& v : res.verdicts) std::cout << "[zrepro ab] " << v << "\n";
@@ -170,13 +170,20 @@ int ab_command(int argc, char** argv) {
   } catch (const ConfigError& e) {
     std::cerr << "[zrepro ab] error: " << e.what() << std::endl;
     return kExitBadInput;
+  } catch (const IoError& e) {
+    std::cerr << "[zrepro ab] error: " << e.what() << " (exit " << kExitIo << ")" << std::endl;
+    return kExitIo;
   } catch (const Interrupted& e) {
     // [Note: no orphan] in subprocess.h: the side that was running stopped and wrote its
     // summary; the comparison is recorded as interrupted, not half-made.
     const int code = 128 + e.signal;
-    if (!out_dir.empty())
-      write_file_atomic(out_dir + "/ab.json", json{{"outcome", "interrupted"}, {"exit_code", code},
-                                                   {"message", e.what()}}.dump(2) + "\n");
+    try {
+      if (!out_dir.empty())
+        write_file_atomic(out_dir + "/ab.json", json_text(json{{"outcome", "interrupted"}, {"exit_code", code},
+                                                     {"message", e.what()}}) + "\n");
+    } catch (const IoError& io) {
+      std::cerr << "[zrepro ab] " << io.what() << std::endl;  // the interruption's exit code stands
+    }
     std::cerr << "[zrepro ab] interrupted: " << e.what() << "; no comparison (exit " << code << ")" << std::endl;
     return code;
   }

@@ -99,18 +99,23 @@ int check_command(int argc, char** argv) {
     }
     if (r.count("save") == r.count("baseline"))
       throw ConfigError("zrepro check: give --save B.json (make a baseline) or --baseline B.json (compare), one of the two");
+    // The baseline is read and checked before any run starts (a missing file costs nothing).
+    json base;
+    if (r.count("baseline")) {
+      base = read_json_file(r["baseline"].as<std::string>());
+      if (!base.is_object() || !base.contains("zrepro_baseline"))
+        throw ConfigError("--baseline: \"" + r["baseline"].as<std::string>() +
+                          "\" is missing or not a zrepro baseline (write one with zrepro check --save)");
+      validate_baseline(base, r["baseline"].as<std::string>());
+    }
     const json now = baseline_of(run_folder(r, run_args));
     if (r.count("save")) {
-      write_file_atomic(r["save"].as<std::string>(), now.dump(2) + "\n");
+      write_file_atomic(r["save"].as<std::string>(), json_text(now) + "\n");
       std::cout << "[zrepro check] baseline " << r["save"].as<std::string>() << ": status " << now["status"] << ", "
                 << now["steps"] << " steps, peak " << now["memory"]["peak_bytes"] << " bytes, step time "
                 << now["time"]["ratio"] << " x calibration" << std::endl;
       return kExitOk;
     }
-    const json base = read_json_file(r["baseline"].as<std::string>());
-    if (!base.is_object() || !base.contains("zrepro_baseline"))
-      throw ConfigError("--baseline: \"" + r["baseline"].as<std::string>() +
-                        "\" is not a zrepro baseline (write one with zrepro check --save)");
     CheckTolerances tol;
     tol.memory_rel = r["memory-tol"].as<double>();
     tol.time_ratio = r["time-tol"].as<double>();
@@ -118,11 +123,14 @@ int check_command(int argc, char** argv) {
       throw ConfigError("--memory-tol >= 0 and --time-tol >= 1 expected, got " + std::to_string(tol.memory_rel) + " and " +
                         std::to_string(tol.time_ratio));
     const CheckResult res = check_against(base, now, tol);
-    std::cout << (r.count("json") ? res.to_json().dump(2) + "\n" : res.table());
+    std::cout << (r.count("json") ? json_text(res.to_json()) + "\n" : res.table());
     return res.passed() ? kExitOk : kExitCheckRegressed;
   } catch (const ConfigError& e) {
     std::cerr << "[zrepro check] error: " << e.what() << std::endl;
     return kExitBadInput;
+  } catch (const IoError& e) {
+    std::cerr << "[zrepro check] error: " << e.what() << std::endl;
+    return kExitIo;
   }
 }
 

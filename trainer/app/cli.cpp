@@ -10,6 +10,7 @@
 
 #include "trainer/config/ds_versions.h"
 #include "trainer/config/version_diff.h"
+#include "trainer/report/report.h"
 
 namespace zrepro {
 
@@ -203,13 +204,13 @@ int config_command(int argc, char** argv) {
       if (v.size() != 2) throw ConfigError("--diff-versions: expected two releases, e.g. --diff-versions 0.19.4,0.19.5");
       const nlohmann::json d = diff_config_versions(
           require_config(r), flags_from(r, model, r["world-size"].as<int>(), r["steps"].as<int64_t>()), v[0], v[1]);
-      std::cout << (r.count("json") ? d.dump(2) + "\n" : format_version_diff(d));
+      std::cout << (r.count("json") ? json_text(d) + "\n" : format_version_diff(d));
       return kExitOk;
     }
     DsConfig cfg = load_ds_config(require_config(r), flags_from(r, model, r["world-size"].as<int>(),
                                                                r["steps"].as<int64_t>()));
     if (r.count("json"))
-      std::cout << cfg.effective_json().dump(2) << std::endl;
+      std::cout << json_text(cfg.effective_json()) << std::endl;
     else
       std::cout << format_config_dump(cfg);
     return kExitOk;

@@ -20,6 +20,7 @@
 #include "trainer/app/scenario.h"
 #include "trainer/app/subprocess.h"
 #include "trainer/report/diagnose.h"
+#include "trainer/report/report.h"
 
 namespace zrepro {
 
@@ -147,6 +148,12 @@ int diagnose_command(int argc, char** argv) {
       return r.count("help") ? kExitOk : kExitBadInput;
     }
     const std::string path = r["log"].as<std::string>();
+    // What --write-scenario needs is checked before the log is read.
+    if (r.count("write-scenario")) {
+      if (r["write-scenario"].as<std::string>().empty())
+        throw ConfigError("--write-scenario: got \"\", expected the new folder to write the reproduction to");
+      if (!r.count("config")) throw ConfigError("--write-scenario: needs --config (the job's DeepSpeed config is side A)");
+    }
     const json user_config = r.count("config") ? read_user_config(r["config"].as<std::string>()) : json();
     const Diagnosis d = diagnose_log(read_log(path), user_config);
     json j = d.to_json();
@@ -167,13 +174,13 @@ int diagnose_command(int argc, char** argv) {
       j["planner"] = planner_check(d, plan);
     }
     if (r.count("json")) {
-      std::cout << j.dump(2) << std::endl;
+      std::cout << json_text(j) << std::endl;
     } else {
       std::cout << d.to_text();
       if (j.contains("planner") && j["planner"].is_object())
         std::cout << "  planner: " << j["planner"]["planned_verdict"].get<std::string>()
                   << (j["planner"]["agrees"].get<bool>() ? " (agrees with the log)" : " (does NOT agree with the log)")
-                  << " " << j["planner"].dump() << "\n";
+                  << " " << json_text(j["planner"], -1) << "\n";
     }
     if (r.count("write-scenario")) return write_and_run(d, path, r, user_config, plan);
     if (r.count("run")) throw ConfigError("--run: needs --write-scenario DIR (the folder to write and run)");

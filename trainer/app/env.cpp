@@ -19,6 +19,7 @@
 #include "device/device_memory.h"
 #include "offload/host_memory.h"
 #include "trainer/app/cli.h"
+#include "trainer/report/report.h"
 #include "zero/comm/runtime_info.h"
 #include "zrepro_git.h"  // generated: ZREPRO_VERSION, ZREPRO_GIT_COMMIT
 
@@ -234,7 +235,7 @@ int env_command(int argc, char** argv) {
       return kExitOk;
     }
     const json e = environment_json();
-    std::cout << (r.count("json") ? e.dump(2) + "\n" : format_environment(e));
+    std::cout << (r.count("json") ? json_text(e) + "\n" : format_environment(e));
     return kExitOk;
   } catch (const ConfigError& e) {
     std::cerr << "[zrepro env] error: " << e.what() << std::endl;

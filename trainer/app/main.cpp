@@ -1,6 +1,7 @@
 // zrepro: reproduce DeepSpeed ZeRO failures with a small LibTorch trainer.
 // Dispatches to the subcommands; each returns the exit code of docs/ARCHITECTURE.md "Contracts".
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 
 #include "device/base/errors.h"
@@ -77,5 +78,11 @@ int main(int argc, char** argv) {
     // waited for; the command ends as one process would.
     std::cerr << "[zrepro " << cmd << "] interrupted: " << e.what() << std::endl;
     return 128 + e.signal;
+  } catch (const zrepro::IoError& e) {  // an output that could not be written whole
+    std::cerr << "[zrepro " << cmd << "] error: " << e.what() << " (exit " << zrepro::kExitIo << ")" << std::endl;
+    return zrepro::kExitIo;
+  } catch (const std::filesystem::filesystem_error& e) {
+    std::cerr << "[zrepro " << cmd << "] error: " << e.what() << " (exit " << zrepro::kExitIo << ")" << std::endl;
+    return zrepro::kExitIo;
   }
 }

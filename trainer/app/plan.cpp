@@ -9,6 +9,7 @@
 #include "trainer/app/cli.h"
 #include "trainer/planner/fixes.h"
 #include "trainer/planner/planner.h"
+#include "trainer/report/report.h"
 
 namespace zrepro {
 
@@ -78,7 +79,7 @@ int plan_command(int argc, char** argv) {
         for (const auto& f : fixes)
           j["fixes"].push_back(f.to_json());
       }
-      std::cout << j.dump(2) << std::endl;
+      std::cout << json_text(j) << std::endl;
     } else {
       for (const auto& w : req.cfg.warnings) std::cout << "[zrepro] warning: " << w << "\n";
       std::cout << format_plan(plan, req);

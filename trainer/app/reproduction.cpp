@@ -289,10 +289,10 @@ void write_reproduction(const Reproduction& r, const std::string& given) {
   fs::create_directories(tmp, ec);
   if (ec) throw ConfigError("--write-scenario: cannot create \"" + tmp + "\": " + ec.message());
   try {
-    write_file_atomic(tmp + "/scenario.json", r.scenario.dump(2) + "\n");
-    write_file_atomic(tmp + "/ds_config.json", r.failing_config.dump(2) + "\n");
+    write_file_atomic(tmp + "/scenario.json", json_text(r.scenario) + "\n");
+    write_file_atomic(tmp + "/ds_config.json", json_text(r.failing_config) + "\n");
     for (size_t i = 0; i < r.fixes.size(); ++i)
-      write_file_atomic(tmp + "/fix_" + std::to_string(i + 1) + ".json", r.fixes[i].config.dump(2) + "\n");
+      write_file_atomic(tmp + "/fix_" + std::to_string(i + 1) + ".json", json_text(r.fixes[i].config) + "\n");
     write_file_atomic(tmp + "/README.md", r.readme);
     fs::rename(tmp, dir);
   } catch (const std::exception& e) {

@@ -78,7 +78,7 @@ std::string offload_config(const std::string& config, const std::string& out) {
   if (c.is_discarded() || !c.is_object()) throw ConfigError("--config: \"" + config + "\" is not a JSON object");
   c["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
   const std::string path = out + "/offload_config.json";
-  write_file_atomic(path, c.dump(2) + "\n");
+  write_file_atomic(path, json_text(c) + "\n");
   return path;
 }
 
@@ -183,7 +183,7 @@ int verify_command(int argc, char** argv) {
                    {"max_grad_norm_rel_diff", std::isfinite(l.grad_norm_diff) ? json(l.grad_norm_diff) : json(nullptr)},
                    {"note", l.note}});
     }
-    write_file_atomic(v.out + "/verify.json", json{{"config", v.config}, {"passed", all}, {"checks", j}}.dump(2) + "\n");
+    write_file_atomic(v.out + "/verify.json", json_text(json{{"config", v.config}, {"passed", all}, {"checks", j}}) + "\n");
     std::cout << "[zrepro verify] " << (all ? "all checks pass" : "FAILED") << "; " << v.out << "/verify.json"
               << std::endl;
     return all ? kExitOk : kExitVerifyFailed;

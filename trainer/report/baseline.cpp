@@ -6,11 +6,27 @@
 #include <cstdio>
 #include <sstream>
 
+#include "device/base/errors.h"
+
 namespace zrepro {
 
 using json = nlohmann::json;
 
 namespace {
+
+// A number at key of an object, else dflt (missing, null, or not a number: a failed run's summary).
+double number_or(const json& j, const char* key, double dflt) {
+  return j.is_object() && j.contains(key) && j[key].is_number() ? j[key].get<double>() : dflt;
+}
+int64_t integer_or(const json& j, const char* key, int64_t dflt) {
+  return j.is_object() && j.contains(key) && j[key].is_number() ? j[key].get<int64_t>() : dflt;
+}
+json object_or_empty(const json& j, const char* key) {
+  return j.is_object() && j.contains(key) && j[key].is_object() ? j[key] : json::object();
+}
+json array_or_empty(const json& j, const char* key) {
+  return j.is_object() && j.contains(key) && j[key].is_array() ? j[key] : json::array();
+}
 
 std::string fmt(double v) {
   char b[48];
@@ -32,7 +48,7 @@ void memory_rows(CheckResult& r, const json& base, const json& now, const CheckT
   const json& nr = now["memory"]["ranks"];
   for (size_t k = 0; k < br.size() && k < nr.size(); ++k)
     for (const auto& [cat, v] : br[k]["by_category"].items()) {
-      const int64_t a = v.get<int64_t>(), b = nr[k]["by_category"].value(cat, int64_t(0));
+      const int64_t a = v.get<int64_t>(), b = integer_or(nr[k]["by_category"], cat.c_str(), 0);
       const double allowed = std::max<double>(tol.memory_rel * static_cast<double>(a), tol.memory_floor_bytes);
       r.rows.push_back({"memory.rank" + std::to_string(k) + "." + cat, a, b,
                         fmt(100 * tol.memory_rel) + "%", std::fabs(static_cast<double>(b - a)) <= allowed, ""});
@@ -62,15 +78,15 @@ void trajectory_rows(CheckResult& r, const json& base, const json& now, const Ch
 }
 
 void time_rows(CheckResult& r, const json& base, const json& now, const CheckTolerances& tol) {
-  const double a = base["time"].value("ratio", 0.0), b = now["time"].value("ratio", 0.0);
+  const double a = number_or(base["time"], "ratio", 0.0), b = number_or(now["time"], "ratio", 0.0);
   if (a <= 0 || b <= 0) return;
   r.rows.push_back({"step time / calibration", a, b, "<= " + fmt(tol.time_ratio) + "x", b <= tol.time_ratio * a,
-                    "now " + fmt(b / a) + "x the baseline (calibration " + fmt(now["time"].value("calibration_s", 0.0)) +
-                        " s here, " + fmt(base["time"].value("calibration_s", 0.0)) + " s then)"});
+                    "now " + fmt(b / a) + "x the baseline (calibration " + fmt(number_or(now["time"], "calibration_s", 0.0)) +
+                        " s here, " + fmt(number_or(base["time"], "calibration_s", 0.0)) + " s then)"});
 }
 
 void plan_rows(CheckResult& r, const json& base, const json& now, const CheckTolerances& tol) {
-  const double a = base.value("plan_over_measured", 0.0), b = now.value("plan_over_measured", 0.0);
+  const double a = number_or(base, "plan_over_measured", 0.0), b = number_or(now, "plan_over_measured", 0.0);
   if (a <= 0 || b <= 0) return;
   r.rows.push_back({"planned / measured peak", a, b, "+-" + fmt(tol.plan_ratio), std::fabs(b - a) <= tol.plan_ratio,
                     std::fabs(b - a) <= tol.plan_ratio
@@ -85,26 +101,74 @@ json make_baseline(const json& s, double calibration_s, const std::string& from)
   json b = {{"zrepro_baseline", 1}, {"from", from}};
   for (const char* k : {"status", "world_size", "zero_stage", "precision", "deepspeed_version", "skipped_steps", "env"})
     b[k] = s.value(k, json());
-  b["model"] = s.value("model", json::object()).value("name", json());
+  b["model"] = object_or_empty(s, "model").value("name", json());
   json loss = json::array(), gn = json::array();
-  for (const auto& st : s.value("steps", json::array())) loss.push_back(st.value("loss", json())), gn.push_back(st.value("grad_norm", json()));
+  for (const auto& st : array_or_empty(s, "steps"))
+    if (st.is_object()) loss.push_back(st.value("loss", json())), gn.push_back(st.value("grad_norm", json()));
   b["steps"] = loss.size();
   b["loss"] = loss, b["grad_norm"] = gn;
   json ranks = json::array();
   int64_t peak = 0;
-  for (const auto& r : s["memory"].value("ranks", json::array())) {
-    ranks.push_back({{"rank", r.value("rank", 0)}, {"by_category", r.value("category_peaks", json::object())}});
-    peak = std::max(peak, r.value("peak_bytes", int64_t(0)));
+  const json memory = object_or_empty(s, "memory");
+  for (const auto& r : array_or_empty(memory, "ranks")) {
+    if (!r.is_object()) continue;
+    json by_category = json::object();
+    const json peaks = object_or_empty(r, "category_peaks");  // items() of a temporary dangles
+    for (const auto& [cat, v] : peaks.items())
+      if (v.is_number()) by_category[cat] = v;
+    ranks.push_back({{"rank", integer_or(r, "rank", 0)}, {"by_category", by_category}});
+    peak = std::max(peak, integer_or(r, "peak_bytes", 0));
   }
   b["memory"] = {{"ranks", ranks}, {"peak_bytes", peak}};
-  b["comm_bytes_per_step"] = s.value("comm", json::object()).value("bytes_per_step", json::object());
-  const json planned = s["memory"].value("planned", json());
-  if (planned.is_object() && peak > 0 && planned.value("peak_bytes", int64_t(0)) > 0)
-    b["plan_over_measured"] = static_cast<double>(planned["peak_bytes"].get<int64_t>()) / static_cast<double>(peak);
-  const double step = s.value("time", json::object()).value("step_s_median", 0.0);
+  json comm = json::object();
+  const json per_step = object_or_empty(object_or_empty(s, "comm"), "bytes_per_step");
+  for (const auto& [op, v] : per_step.items())
+    if (v.is_number()) comm[op] = v;
+  b["comm_bytes_per_step"] = comm;
+  const int64_t planned = integer_or(object_or_empty(memory, "planned"), "peak_bytes", 0);
+  if (peak > 0 && planned > 0) b["plan_over_measured"] = static_cast<double>(planned) / static_cast<double>(peak);
+  const double step = number_or(object_or_empty(s, "time"), "step_s_median", 0.0);
   b["time"] = {{"step_s_median", step}, {"calibration_s", calibration_s},
                {"ratio", calibration_s > 0 ? step / calibration_s : 0.0}};
   return b;
+}
+
+void validate_baseline(const json& b, const std::string& path) {
+  auto refuse = [&](const std::string& key, const json& got, const std::string& want) {
+    throw ConfigError("--baseline: \"" + path + "\": " + key + " is " + (got.is_null() ? "missing" : got.dump().substr(0, 60)) +
+                      ", expected " + want + ". Write the baseline again with zrepro check --save (this zrepro's format " +
+                      std::to_string(kBaselineVersion) + ")");
+  };
+  if (!b.is_object()) refuse("the file", b, "a JSON object (a zrepro baseline)");
+  const json version = b.value("zrepro_baseline", json());
+  if (!version.is_number_integer() || version.get<int64_t>() != kBaselineVersion)
+    refuse("\"zrepro_baseline\" (the format version)", version, std::to_string(kBaselineVersion));
+  auto need = [&](const json& obj, const std::string& where, const char* key, bool (json::*is)() const noexcept,
+                  const char* want) -> const json& {
+    static const json missing;
+    const json& v = obj.contains(key) ? obj[key] : missing;
+    if (!(v.*is)()) refuse(where + key, v, want);
+    return v;
+  };
+  need(b, "", "steps", &json::is_number_integer, "a whole number of steps");
+  for (const char* k : {"loss", "grad_norm"}) {
+    const json& a = need(b, "", k, &json::is_array, "an array of per-step values");
+    for (const auto& x : a)
+      if (!x.is_number() && !x.is_null()) refuse(std::string(k) + "[...]", x, "numbers (null for a skipped step)");
+  }
+  const json& memory = need(b, "", "memory", &json::is_object, "an object with ranks and peak_bytes");
+  need(memory, "memory.", "peak_bytes", &json::is_number, "bytes");
+  for (const auto& r : need(memory, "memory.", "ranks", &json::is_array, "an array of ranks")) {
+    if (!r.is_object()) refuse("memory.ranks[...]", r, "an object with by_category");
+    for (const auto& [cat, v] : need(r, "memory.ranks[].", "by_category", &json::is_object, "bytes by category").items())
+      if (!v.is_number_integer()) refuse("memory.ranks[].by_category." + cat, v, "bytes");
+  }
+  for (const auto& [op, v] : need(b, "", "comm_bytes_per_step", &json::is_object, "bytes by collective").items())
+    if (!v.is_number()) refuse("comm_bytes_per_step." + op, v, "bytes");
+  const json& time = need(b, "", "time", &json::is_object, "an object with step_s_median, calibration_s and ratio");
+  for (const char* k : {"step_s_median", "calibration_s", "ratio"}) need(time, "time.", k, &json::is_number, "seconds");
+  if (b.contains("plan_over_measured") && !b["plan_over_measured"].is_number())
+    refuse("plan_over_measured", b["plan_over_measured"], "a ratio");
 }
 
 CheckResult check_against(const json& base, const json& now, const CheckTolerances& tol) {

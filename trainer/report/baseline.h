@@ -28,8 +28,18 @@ struct CheckTolerances {
   double loss_scale = 1.0;  // multiplies the precision's loss / grad-norm tolerance
 };
 
-// summary.json (+ its steps) and the calibration seconds measured now -> a baseline.
+// The baseline format this zrepro writes and reads ("zrepro_baseline").
+constexpr int kBaselineVersion = 1;
+
+// summary.json (+ its steps) and the calibration seconds measured now -> a baseline. A
+// failed run's summary (an OOM at init: no steps, null times and peaks) gives a baseline
+// of that failure, whose figures are the failure's.
 nlohmann::json make_baseline(const nlohmann::json& summary, double calibration_s, const std::string& from);
+
+// Throws ConfigError, naming `path`, the key, what it holds and what was expected, unless
+// `baseline` is one this zrepro reads: version kBaselineVersion, every key check_against
+// compares present with its type.
+void validate_baseline(const nlohmann::json& baseline, const std::string& path);
 
 struct CheckRow {
   std::string metric;

@@ -46,13 +46,13 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   std::filesystem::rename(tmp, path, ec);
   if (ec) {
     std::remove(tmp.c_str());
-    throw std::runtime_error("cannot rename " + tmp + " to " + path + ": " + ec.message());
+    throw IoError("cannot rename " + tmp + " to " + path + ": " + ec.message());
   }
 }
 
-std::string summary_text(const json& summary) {
-  return summary.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
-}
+std::string summary_text(const json& summary) { return json_text(summary) + "\n"; }
+
+std::string json_text(const json& j, int indent) { return j.dump(indent, ' ', false, json::error_handler_t::replace); }
 
 void write_summary_and_report(const std::string& dir, const json& summary) {
   write_file_atomic(dir + "/summary.json", summary_text(summary));

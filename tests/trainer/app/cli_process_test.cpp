@@ -4,10 +4,12 @@
 
 #include "tests/support/process.h"
 
+#include <unistd.h>
+
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <chrono>
 #include <fstream>
 #include <thread>
 
@@ -277,6 +279,51 @@ TEST(Cli, TheUsersFilesInOutAreNeverMovedOrDeleted) {
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("\"previous\" holds no zrepro manifest"), std::string::npos) << r.output;
   EXPECT_EQ(zrepro_test::read_text(o + "/previous/keep.txt"), "mine");
+}
+
+// Issue 33: the newer commands end with an exit code on odd input, never abort (134):
+// check of a failed run and of a malformed or missing baseline (refused before any run),
+// diagnose --json of non-UTF-8 bytes, config --json of a non-UTF-8 file name, a baseline
+// to a read-only place (exit 12), --write-scenario "".
+TEST(Cli, OddInputToTheNewerCommandsEndsWithAnExitCodeNotAnAbort) {
+  const std::string out = tmpdir("odd33");
+  const std::string cfg = write(out, R"({"train_micro_batch_size_per_gpu": 2})");
+  Result r = zrepro("run --config " + cfg + " --model tiny --steps 2 --device-memory 1MB --out " + out + "/oom");
+  ASSERT_EQ(r.code, 3) << r.output;
+  r = zrepro("check --run " + out + "/oom --save " + out + "/oom_base.json");
+  EXPECT_EQ(r.code, 0) << r.output;
+  r = zrepro("run --config " + cfg + " --model tiny --steps 2 --out " + out + "/ok");
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = zrepro("check --run " + out + "/ok --save " + out + "/base.json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = zrepro("check --run " + out + "/oom --baseline " + out + "/base.json");
+  EXPECT_EQ(r.code, 11) << r.output;  // the failure is a regression of the good baseline
+  json bad = read_json(out + "/base.json");
+  bad["memory"]["ranks"][0]["by_category"]["params"] = nullptr;
+  std::ofstream(out + "/bad.json") << bad.dump();
+  r = zrepro("check --run " + out + "/ok --baseline " + out + "/bad.json");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("memory.ranks[].by_category.params"), std::string::npos) << r.output;
+  const auto t0 = std::chrono::steady_clock::now();
+  r = zrepro("check --baseline " + out + "/nonexistent.json -- --config " + cfg + " --model tiny --steps 100000");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30) << "the run started";
+  r = zrepro_test::shell("mkdir -p " + out + "/ro && chmod 555 " + out + "/ro && " + std::string(ZREPRO_BIN) +
+                         " check --run " + out + "/ok --save " + out + "/ro/b.json 2>&1; echo \"exit=$?\"");
+  if (::geteuid() != 0)  // root writes through a read-only mode
+    EXPECT_NE(r.output.find("exit=12"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("exit=134"), std::string::npos) << r.output;
+  std::ofstream(out + "/latin1.log", std::ios::binary)
+      << "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB \xe9\xff\xfe\n";
+  r = zrepro("diagnose --json " + out + "/latin1.log");
+  EXPECT_TRUE(r.code == 0 || r.code == 7) << r.code << "\n" << r.output;
+  EXPECT_NO_THROW((void)json::parse(r.output.substr(r.output.find('{')))) << r.output;
+  r = zrepro_test::shell("cp " + cfg + " " + out + "/$(printf 'c\\377fg.json') && cd " + out + " && " +
+                         std::string(ZREPRO_BIN) + " config --json --config $(printf 'c\\377fg.json') 2>&1; echo \"exit=$?\"");
+  EXPECT_NE(r.output.find("exit=0"), std::string::npos) << r.output;
+  r = zrepro("diagnose " + out + "/latin1.log --config " + cfg + " --write-scenario \"\"");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--write-scenario: got \"\""), std::string::npos) << r.output;
 }
 
 // Issue 14: SIGINT / SIGTERM stop the run at the next step boundary with a summary

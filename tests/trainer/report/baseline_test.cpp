@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "device/base/errors.h"
+
 namespace {
 
 using json = nlohmann::json;
@@ -83,3 +85,66 @@ TEST(Baseline, VersionChangesAreReportedNotFailed) {
 }
 
 }  // namespace
+
+namespace {
+
+// What a run that ran out of memory at init writes: no steps, null times and peaks.
+json failed_summary() {
+  return json::parse(R"({
+    "status": "oom", "world_size": 1, "zero_stage": 0, "precision": "fp32", "model": {"name": "tiny"},
+    "steps": [], "failure": {"kind": "oom", "phase": "init"},
+    "memory": {"ranks": [{"rank": 0, "peak_bytes": null, "category_peaks": {"params": 1000, "grads": null}}],
+               "planned": null},
+    "comm": null, "time": {"step_s_median": null}})");
+}
+
+}  // namespace
+
+// Issue 33: a failed run's summary gives a baseline of that failure (it used to end
+// `zrepro check` in an nlohmann assertion, exit 134), and comparing a failed run with a
+// good baseline is a regression (status), not a crash.
+TEST(Baseline, AFailedRunsSummaryGivesABaselineOfThatFailure) {
+  const json b = make_baseline(failed_summary(), 0.01, "run");
+  EXPECT_EQ(b["status"], "oom");
+  EXPECT_EQ(b["steps"], 0);
+  EXPECT_EQ(b["memory"]["peak_bytes"], 0);
+  EXPECT_EQ(b["memory"]["ranks"][0]["by_category"], json({{"params", 1000}}));
+  EXPECT_NO_THROW(validate_baseline(b, "b.json"));
+  const CheckResult r = check_against(make_baseline(summary(), 0.01, "run"), b, CheckTolerances{});
+  EXPECT_FALSE(r.passed());
+  ASSERT_NE(row(r, "status"), nullptr);
+  EXPECT_FALSE(row(r, "status")->ok);
+}
+
+// Issue 33: a baseline file is read only when it is one this zrepro wrote: its format
+// version, and every compared key with its type; else exit 2 naming the key.
+TEST(Baseline, AMalformedOrUnknownBaselineIsRefusedNamingTheKey) {
+  const json good = make_baseline(summary(), 0.01, "run");
+  EXPECT_NO_THROW(validate_baseline(good, "b.json"));
+  auto refused = [](json b, const std::string& key) {
+    try {
+      validate_baseline(b, "b.json");
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("b.json"), std::string::npos) << e.what();
+      return true;
+    }
+    return false;
+  };
+  json b = good;
+  b["zrepro_baseline"] = 2;
+  EXPECT_TRUE(refused(b, "\"zrepro_baseline\""));
+  b = good;
+  b.erase("memory");
+  EXPECT_TRUE(refused(b, "memory"));
+  b = good;
+  b["memory"]["ranks"][0]["by_category"]["grads"] = "a lot";
+  EXPECT_TRUE(refused(b, "memory.ranks[].by_category.grads"));
+  b = good;
+  b["loss"][1] = "4.6";
+  EXPECT_TRUE(refused(b, "loss"));
+  b = good;
+  b["time"].erase("ratio");
+  EXPECT_TRUE(refused(b, "time.ratio"));
+  EXPECT_TRUE(refused(json::array(), "the file"));
+}
