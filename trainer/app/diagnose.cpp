@@ -11,9 +11,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <vector>
 
 #include "trainer/app/cli.h"
 #include "trainer/app/reproduction.h"
@@ -29,36 +32,75 @@ using json = nlohmann::json;
 namespace {
 
 // The whole file, gunzipped when it is gzip (zlib reads plain files unchanged).
-std::string read_log(const std::string& path) {
+// A log as diagnose reads it: plain or gzip, streamed, at most `limit` bytes
+// (decompressed) held: its first eighth and its last seven eighths (a 2 GB gzip bomb
+// costs no more memory than a log of the limit; failures are found at a log's end,
+// set-up at its start).
+struct LogText {
+  std::string text;
+  int64_t total = 0;     // decompressed bytes
+  int64_t head = 0, tail = 0;  // what was kept of each end when cut
+  bool cut = false;      // the middle was skipped
+};
+constexpr const char* kDefaultReadLimit = "64MiB";
+
+LogText read_log(const std::string& path, int64_t limit) {
+  const int64_t kLogHead = limit / 8, kLogTail = limit - limit / 8;
   if (!std::filesystem::is_regular_file(path)) throw ConfigError("LOG: \"" + path + "\" is not a readable file");
   gzFile f = gzopen(path.c_str(), "rb");
   if (!f) throw ConfigError("LOG: cannot open \"" + path + "\"");
-  std::string text;
-  char buf[1 << 16];
+  LogText log;
+  std::string tail;  // the last kLogTail bytes after the head, kept by trimming in large steps
+  std::vector<char> buf(1 << 16);
   int n = 0;
-  while ((n = gzread(f, buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
+  while ((n = gzread(f, buf.data(), static_cast<unsigned>(buf.size()))) > 0) {
+    log.total += n;
+    size_t used = 0;
+    if (static_cast<int64_t>(log.text.size()) < kLogHead) {
+      used = std::min<size_t>(static_cast<size_t>(n), static_cast<size_t>(kLogHead) - log.text.size());
+      log.text.append(buf.data(), used);
+    }
+    tail.append(buf.data() + used, static_cast<size_t>(n) - used);
+    if (static_cast<int64_t>(tail.size()) > 2 * kLogTail) {
+      tail.erase(0, tail.size() - static_cast<size_t>(kLogTail));
+      log.cut = true;
+    }
+  }
   int err = 0;
-  const char* msg = gzerror(f, &err);
+  const std::string msg = gzerror(f, &err);  // gzclose frees gzerror's string: copied first
   gzclose(f);
   if (n < 0 || err < 0) throw ConfigError("LOG: \"" + path + "\" is a damaged gzip file (" + msg + ")");
-  return text;
+  if (static_cast<int64_t>(tail.size()) > kLogTail) {
+    tail.erase(0, tail.size() - static_cast<size_t>(kLogTail));
+    log.cut = true;
+  }
+  if (log.cut) log.text += "\n";  // the skipped middle: no line spans it
+  log.text += tail;
+  log.head = kLogHead, log.tail = kLogTail;
+  return log;
 }
 
 // `zrepro plan --json` for the job (a child: the planner's errors come back as exit 2).
 json plan_job(const std::vector<std::string>& plan_args) {
   std::vector<std::string> args = {"plan", "--json"};
   args.insert(args.end(), plan_args.begin(), plan_args.end());
-  const std::string out = std::filesystem::temp_directory_path().string() + "/zrepro_diagnose_plan." +
-                          std::to_string(::getpid()) + ".json";
+  // A private folder (mkdtemp: 0700, unpredictable), removed however this ends.
+  std::string templ = std::filesystem::temp_directory_path().string() + "/zrepro_diagnose.XXXXXX";
+  if (!::mkdtemp(templ.data())) throw IoError("cannot make a private temporary folder under " + templ);
+  struct Remove {
+    std::string dir;
+    ~Remove() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  } remove{templ};
+  const std::string out = templ + "/plan.json";
   try {
     run_self_or_refuse("the plan for --config", args, out);
   } catch (const ConfigError& e) {  // the planner refuses what DeepSpeed would refuse at init
-    std::filesystem::remove(out);
     return {{"refused", e.what()}};
   }
-  const json p = read_json_file(out);
-  std::filesystem::remove(out);
-  return p;
+  return read_json_file(out);
 }
 
 // The planner's view of the user's setup against what the log showed.
@@ -138,6 +180,8 @@ int diagnose_command(int argc, char** argv) {
       ("run", "with --write-scenario: reproduce it and verify each fix (zrepro scenario run)")
       ("out", "with --run: output folder (default DIR/out)", cxxopts::value<std::string>())
       ("scenarios-dir", "the scenario catalogue (default configs/scenarios)", cxxopts::value<std::string>())
+      ("read-limit", "the most of the log held (decompressed): its first eighth and last seven eighths",
+       cxxopts::value<std::string>()->default_value(kDefaultReadLimit))
       ("json", "print the diagnosis as JSON")
       ("h,help", "show this help");
   o.parse_positional({"log"});
@@ -155,8 +199,15 @@ int diagnose_command(int argc, char** argv) {
       if (!r.count("config")) throw ConfigError("--write-scenario: needs --config (the job's DeepSpeed config is side A)");
     }
     const json user_config = r.count("config") ? read_user_config(r["config"].as<std::string>()) : json();
-    const Diagnosis d = diagnose_log(read_log(path), user_config);
+    const LogText log = read_log(path, parse_size("--read-limit", r["read-limit"].as<std::string>()));
+    const std::string cut_note = log.cut ? "the log is " + format_bytes(log.total) + " decompressed, above --read-limit: read "
+                                               "its first " + format_bytes(log.head) + " and last " +
+                                               format_bytes(log.tail)
+                                         : "";
+    const Diagnosis d = diagnose_log(log.text, user_config);
     json j = d.to_json();
+    j["log_bytes"] = log.total;
+    if (log.cut) j["log_read"] = cut_note;
     json plan;
     if (r.count("config")) {
       std::vector<std::string> args = {"--config", r["config"].as<std::string>()};
@@ -176,6 +227,7 @@ int diagnose_command(int argc, char** argv) {
     if (r.count("json")) {
       std::cout << json_text(j) << std::endl;
     } else {
+      if (log.cut) std::cout << "[zrepro diagnose] " << cut_note << "\n";
       std::cout << d.to_text();
       if (j.contains("planner") && j["planner"].is_object())
         std::cout << "  planner: " << j["planner"]["planned_verdict"].get<std::string>()

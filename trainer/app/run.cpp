@@ -347,6 +347,31 @@ PlanRequest plan_request(const RunState& s) {
   return pr;
 }
 
+// [Note: the emulated device lives in host memory] On the CPU-emulated device every rank's
+// device bytes are this machine's RAM: a run whose planned peak (and offload buffers) for
+// the ranks on this host exceeds what the host has available would be killed by the
+// kernel's OOM killer part-way, with no summary (exit 137). It is refused before the
+// first allocation instead: a host OOM, exit 3, with the figures.
+struct HostShortfall : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void preflight_host_memory(const RunState& s, int64_t cap) {
+  if (!s.dev.device.is_cpu() || !s.planned) return;
+  const int64_t available = meminfo_bytes("MemAvailable:");
+  if (available <= 0) return;  // not Linux, or not readable: nothing to compare with
+  const MemoryPlan& p = *s.planned;
+  const int64_t device = cap > 0 ? std::min(p.peak_bytes, cap) : p.peak_bytes;  // a capacity stops the run there
+  const int64_t per_rank = device + p.host_bytes + p.host_pinned_bytes + p.host_pageable_bytes;
+  const int ranks_here = s.vranks ? s.world : mpi_local_size();
+  const double need = static_cast<double>(per_rank) * ranks_here;
+  if (need <= static_cast<double>(available)) return;
+  throw HostShortfall("the run would need " + format_bytes(static_cast<int64_t>(need)) + " of this host's memory (" +
+                      std::to_string(ranks_here) + " rank(s) here x " + format_bytes(per_rank) +
+                      ": the planned device peak" + (cap > 0 ? " up to the capacity" : "") +
+                      " plus offload buffers), and it has " + format_bytes(available) + " available (MemAvailable)");
+}
+
 // The device: the emulated one (tracking / caching allocator, capacity, memory log,
 // the planner's figures for this run) or CUDA (the caching allocator's memory fraction).
 void install_device(RunState& s) {
@@ -381,6 +406,7 @@ void install_device(RunState& s) {
   s.dev.description += ", " + spec.allocator + " allocator" + (expandable ? " (expandable segments)" : "") +
                        (cap > 0 ? ", capacity " + format_bytes(cap) : "");
   s.planned = plan_memory(plan_request(s));
+  preflight_host_memory(s, cap);
 }
 
 // --host-link-profile: the modelled link from a target GPU and this CPU's speed.
@@ -949,6 +975,11 @@ int run_command(int argc, char** argv) {
     return s.fail_with(FailureKind::io, "output", "[zrepro] rank " + std::to_string(s.rank) + ": " + e.what(), e.what(),
                        "free space in --out (or raise its quota / file size limit) and run again; no output holds a "
                        "partial file under its final name");
+  } catch (const HostShortfall& e) {
+    return s.fail_with(FailureKind::oom, "host", "[zrepro] rank " + std::to_string(s.rank) + ": " + e.what(), e.what(),
+                       "the CPU-emulated device holds its bytes in host memory: emulate the target's capacity "
+                       "(--device-memory SIZE: the run then stops where the device would), scale the job down "
+                       "(--target-model with a toy), or use fewer ranks on this host");
   } catch (const std::bad_alloc&) {
     return host_oom_failure(s, "std::bad_alloc");
   } catch (const std::exception& e) {

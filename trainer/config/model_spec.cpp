@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <tuple>
 
 #include "device/base/errors.h"
 
@@ -90,6 +91,18 @@ void validate_model(const ModelSpec& m, const std::string& where) {
   if (m.vocab > kMaxVocab)
     throw ConfigError(where + ": vocab " + std::to_string(m.vocab) + " is above " + std::to_string(kMaxVocab) +
                       " (token ids are 32-bit); real vocabularies are below a million");
+  // Bounds on every size a model file can set (issue 33: num_hidden_layers 1e9 or
+  // hidden_size 2^40 made plan run without end): far above any published model, low
+  // enough that byte counts stay within 64 bits and the planner's work stays bounded.
+  for (auto [key, v, limit, real] : {std::tuple<const char*, int64_t, int64_t, const char*>{
+                                         "layers", m.layers, kMaxLayers, "the deepest published models have ~200"},
+                                     {"hidden", m.hidden, kMaxHidden, "the widest have ~25,000"},
+                                     {"heads", m.heads, kMaxHeads, "the most have ~128"},
+                                     {"intermediate", m.intermediate, kMaxIntermediate, "the widest MLPs have ~100,000"},
+                                     {"seq", m.seq, kMaxSeq, "long-context training runs use up to ~1,000,000"}})
+    if (v > limit)
+      throw ConfigError(where + ": " + key + " " + std::to_string(v) + " is above " + std::to_string(limit) + " (" +
+                        real + "); check the model file or flag that set it");
   if (m.hidden % m.heads != 0)
     throw ConfigError(where + ": hidden size " + std::to_string(m.hidden) + " is not divisible by heads " +
                       std::to_string(m.heads) + "; pick heads that divide the hidden size");

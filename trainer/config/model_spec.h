@@ -82,6 +82,12 @@ ModelSpec load_hf_config(const std::string& path);
 // The largest vocabulary (token ids are int32 in the synthetic data's tables; real
 // vocabularies are below a million).
 constexpr int64_t kMaxVocab = 2147483647;
+// validate_model's bounds on the other dimensions (a model file can set any of them).
+constexpr int64_t kMaxLayers = 10000;
+constexpr int64_t kMaxHidden = 1 << 20;
+constexpr int64_t kMaxHeads = 4096;
+constexpr int64_t kMaxIntermediate = 1 << 24;
+constexpr int64_t kMaxSeq = 1 << 22;
 void validate_model(const ModelSpec& m, const std::string& where);
 
 }  // namespace zrepro

@@ -8,6 +8,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <tuple>
+
+#include <nlohmann/json.hpp>
 
 #include "device/base/errors.h"
 #include "trainer/model/data.h"
@@ -15,6 +18,7 @@
 #include "trainer/config/model_spec.h"
 
 using namespace zrepro;
+using json = nlohmann::json;
 
 TEST(Model, ParamCountMatchesClosedFormForSeveralDims) {
   for (auto [V, S, h, L, a, I] : std::vector<std::array<int64_t, 6>>{
@@ -109,6 +113,28 @@ TEST(Model, ConfigJsonDispatchesOnModelType) {
   std::ofstream(path) << R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
     "num_attention_heads": 4, "num_key_value_heads": 3, "vocab_size": 100, "intermediate_size": 128})";
   EXPECT_THROW(resolve_model(path), ConfigError);  // 4 query heads cannot share 3 kv heads
+  std::remove(path.c_str());
+}
+
+// Issue 33: every size a model file can set is bounded (num_hidden_layers 1e9 or
+// hidden_size 2^40 made `zrepro plan` grow without end): refused naming the key and limit.
+TEST(Model, SizesBeyondAnyModelAreRefusedNamingTheKey) {
+  const std::string path = testing::TempDir() + "/huge.json";
+  for (const auto& [field, value, key] :
+       {std::tuple<const char*, const char*, const char*>{"num_hidden_layers", "1000000000", "layers 1000000000 is above 10000"},
+        {"hidden_size", "1099511627776", "hidden 1099511627776 is above 1048576"},
+        {"max_position_embeddings", "1073741824", "seq 1073741824 is above 4194304"}}) {
+    json cfg = json::parse(R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "vocab_size": 100, "intermediate_size": 128, "max_position_embeddings": 32})");
+    cfg[field] = json::parse(value);
+    std::ofstream(path) << cfg.dump();
+    try {
+      resolve_model(path);
+      ADD_FAILURE() << field << " " << value << " accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  }
   std::remove(path.c_str());
 }
 
