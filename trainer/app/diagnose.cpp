@@ -46,8 +46,10 @@ constexpr const char* kDefaultReadLimit = "64MiB";
 
 LogText read_log(const std::string& path, int64_t limit) {
   const int64_t kLogHead = limit / 8, kLogTail = limit - limit / 8;
-  if (!std::filesystem::is_regular_file(path)) throw ConfigError("LOG: \"" + path + "\" is not a readable file");
-  gzFile f = gzopen(path.c_str(), "rb");
+  // "-": standard input (plain or gzip, as zlib tells them apart).
+  if (path != "-" && !std::filesystem::is_regular_file(path))
+    throw ConfigError("LOG: \"" + path + "\" is not a readable file");
+  gzFile f = path == "-" ? gzdopen(::dup(STDIN_FILENO), "rb") : gzopen(path.c_str(), "rb");
   if (!f) throw ConfigError("LOG: cannot open \"" + path + "\"");
   LogText log;
   std::string tail;  // the last kLogTail bytes after the head, kept by trimming in large steps
@@ -199,7 +201,18 @@ int diagnose_command(int argc, char** argv) {
       if (!r.count("config")) throw ConfigError("--write-scenario: needs --config (the job's DeepSpeed config is side A)");
     }
     const json user_config = r.count("config") ? read_user_config(r["config"].as<std::string>()) : json();
-    const LogText log = read_log(path, parse_size("--read-limit", r["read-limit"].as<std::string>()));
+    if (!r.unmatched().empty())
+      throw ConfigError("one LOG at a time, got also \"" + r.unmatched().front() +
+                        "\": for one log per rank, diagnose each, or concatenate them (cat rank*.log > all.log)");
+    LogText log = read_log(path, parse_size("--read-limit", r["read-limit"].as<std::string>()));
+    const LogKind kind = normalise_log(log.text);
+    if (kind == LogKind::binary)
+      throw ConfigError("LOG: \"" + path + "\" is binary, not a text log (NUL bytes, or a tenth of its start neither "
+                        "text nor terminal control); give the job's text output (a .gz of it is read as such)");
+    if (kind == LogKind::empty) {
+      std::cout << "[zrepro diagnose] LOG \"" << path << "\" is empty: nothing to diagnose" << std::endl;
+      return kExitAbNoFailure;
+    }
     const std::string cut_note = log.cut ? "the log is " + format_bytes(log.total) + " decompressed, above --read-limit: read "
                                                "its first " + format_bytes(log.head) + " and last " +
                                                format_bytes(log.tail)
@@ -207,6 +220,7 @@ int diagnose_command(int argc, char** argv) {
     const Diagnosis d = diagnose_log(log.text, user_config);
     json j = d.to_json();
     j["log_bytes"] = log.total;
+    j["log_encoding"] = log_kind_name(kind);
     if (log.cut) j["log_read"] = cut_note;
     json plan;
     if (r.count("config")) {
@@ -228,6 +242,7 @@ int diagnose_command(int argc, char** argv) {
       std::cout << json_text(j) << std::endl;
     } else {
       if (log.cut) std::cout << "[zrepro diagnose] " << cut_note << "\n";
+      if (kind == LogKind::utf16) std::cout << "[zrepro diagnose] the log is UTF-16: read as such\n";
       std::cout << d.to_text();
       if (j.contains("planner") && j["planner"].is_object())
         std::cout << "  planner: " << j["planner"]["planned_verdict"].get<std::string>()

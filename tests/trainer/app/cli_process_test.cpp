@@ -372,6 +372,35 @@ TEST(Cli, ARunLargerThanThisHostIsRefusedBeforeItAllocates) {
   EXPECT_NE(s["failure"]["hint"].get<std::string>().find("--device-memory"), std::string::npos);
 }
 
+// Issue 33: diagnose on logs that are not plain text: a binary file is refused (exit 2),
+// never "memlock-limit (strong)" with raw bytes echoed; an empty log says so; a UTF-16 log
+// (as Windows tools write) is read; `diagnose -` reads standard input; a second LOG is
+// refused rather than ignored.
+TEST(Cli, DiagnoseSaysWhatALogIsBeforeWhatItShows) {
+  const std::string out = tmpdir("diagkinds");
+  const Result made = zrepro_test::shell("head -c 200000 /dev/urandom > " + out + "/bin.dat; : > " + out +
+                                         "/empty.log; printf 'torch.OutOfMemoryError: CUDA out of memory. Tried to "
+                                         "allocate 2.00 GiB\\n' > " + out + "/oom.log; iconv -f UTF-8 -t UTF-16 " +
+                                         out + "/oom.log > " + out + "/oom16.log; echo done");
+  ASSERT_NE(made.output.find("done"), std::string::npos) << made.output;
+  Result r = zrepro("diagnose " + out + "/bin.dat");
+  EXPECT_EQ(r.code, 2) << r.output.substr(0, 500);
+  EXPECT_NE(r.output.find("is binary, not a text log"), std::string::npos) << r.output.substr(0, 500);
+  r = zrepro("diagnose " + out + "/empty.log");
+  EXPECT_EQ(r.code, 7) << r.output;
+  EXPECT_NE(r.output.find("is empty: nothing to diagnose"), std::string::npos) << r.output;
+  r = zrepro("diagnose --json " + out + "/oom16.log");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("\"log_encoding\": \"UTF-16 text\""), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"checkpoint\": \"zero-stage\""), std::string::npos) << r.output;
+  r = zrepro_test::shell(std::string(ZREPRO_BIN) + " diagnose - < " + out + "/oom.log 2>&1; echo \"exit=$?\"");
+  EXPECT_NE(r.output.find("exit=0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("out of memory"), std::string::npos) << r.output;
+  r = zrepro("diagnose " + out + "/oom.log " + out + "/empty.log");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("one LOG at a time"), std::string::npos) << r.output;
+}
+
 // Issue 14: SIGINT / SIGTERM stop the run at the next step boundary with a summary
 // (status interrupted, the steps done), report.html and metrics.jsonl; exit 130 / 143.
 // The signal goes only once the run logs a step: a background job of a non-interactive

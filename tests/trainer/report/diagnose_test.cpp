@@ -92,3 +92,34 @@ TEST(Diagnose, TheJobsConfigStandsInForTheConfigPrint) {
   EXPECT_EQ(without.closest.size(), 1u) << "the timer line is the closest";
   EXPECT_NEAR(without.numbers["wall_clock_shares"]["bwd_allreduce"].get<double>(), 60.0 / 740.0, 1e-9);
 }
+
+// Issue 33: what a log's bytes are before diagnosis: UTF-16 (BOM, or a NUL every other
+// byte) converted to UTF-8, binary refused, Latin-1 and terminal control kept as text.
+TEST(Diagnose, LogBytesAreTextUtf16EmptyOrBinary) {
+  std::string s = "";
+  EXPECT_EQ(normalise_log(s), LogKind::empty);
+  s = "[rank0] step 1\r\x1b[2Kloss 4.8 caf\xe9\n";  // a progress bar's bytes and Latin-1
+  EXPECT_EQ(normalise_log(s), LogKind::text);
+  const std::string ascii = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n";
+  std::string le = "\xFF\xFE", be = "\xFE\xFF", bare;
+  for (char c : ascii) {
+    le += c, le += '\0';
+    be += '\0', be += c;
+    bare += c, bare += '\0';
+  }
+  for (std::string* t : {&le, &be, &bare}) {
+    EXPECT_EQ(normalise_log(*t), LogKind::utf16);
+    EXPECT_EQ(*t, ascii);
+  }
+  std::string bin;
+  for (int i = 0; i < 4096; ++i) bin += static_cast<char>((i * 7919) % 251 + 1);  // no NUL, mostly not text
+  EXPECT_EQ(normalise_log(bin), LogKind::binary);
+  bin = std::string("ELF\0\0\0", 6) + ascii;
+  EXPECT_EQ(normalise_log(bin), LogKind::binary);
+}
+
+TEST(Diagnose, PrintableKeepsUtf8AndReplacesControlAndInvalidBytes) {
+  EXPECT_EQ(printable("plain\ttab é"), "plain\ttab é");
+  EXPECT_EQ(printable("a\x1b[31mb"), "a\xEF\xBF\xBD[31mb");
+  EXPECT_EQ(printable("caf\xe9!"), "caf\xEF\xBF\xBD!");
+}
