@@ -170,9 +170,18 @@ int64_t parse_device_memory(const std::string& flag, const std::string& v) {
   for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   for (const auto& d : device_presets())
     if (lower == d.name) return static_cast<int64_t>(std::llround(d.total_gib * 1024.0)) * 1048576;  // whole MiB
+  // A number is a size: its own error (the range of sizes) stands. Anything else was
+  // meant as a preset.
+  bool number = false;
+  try {
+    (void)std::stod(v);
+    number = true;
+  } catch (const std::exception&) {
+  }
   try {
     return parse_size(flag, v);
   } catch (const ConfigError&) {
+    if (number) throw;
     std::string names;
     for (const auto& d : device_presets()) names += (names.empty() ? "" : ", ") + std::string(d.name);
     throw ConfigError(flag + ": got \"" + v + "\", expected a device preset (" + names +

@@ -1,5 +1,6 @@
 // zrepro: reproduce DeepSpeed ZeRO failures with a small LibTorch trainer.
 // Dispatches to the subcommands; each returns the exit code of docs/ARCHITECTURE.md "Contracts".
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -40,6 +41,10 @@ int dispatch(const std::string& cmd, int argc, char** argv, const char* usage) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A file-size limit (ulimit -f) makes a write past it fail with EFBIG instead of killing
+  // the process by SIGXFSZ: the output that could not be written ends the run as an I/O
+  // failure (exit 12) with its summary where that can still be written.
+  std::signal(SIGXFSZ, SIG_IGN);
   // Commands that train or benchmark (and env, which reports it) want OpenBLAS's best
   // kernels; this may re-execute the binary once (about 0.4 s). Their child processes
   // inherit the choice. plan, config, diagnose and doctor compute nothing with BLAS.

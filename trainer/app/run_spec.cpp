@@ -171,7 +171,15 @@ void parse_run_spec(int argc, char** argv, RunSpec& s) {
     s.help_text = o.help();
     return;
   }
-  if (r.count("out")) s.out_dir = r["out"].as<std::string>();
+  // A stray word (a flag's value given twice, a mistyped option without --) is refused, not
+  // ignored; --out "" would write nothing while saying it did.
+  if (!r.unmatched().empty())
+    throw ConfigError("zrepro run: \"" + r.unmatched().front() + "\" is not an option (options start with --; "
+                      "zrepro run --help lists them)");
+  if (r.count("out")) {
+    s.out_dir = r["out"].as<std::string>();
+    if (s.out_dir.empty()) throw ConfigError("--out: got \"\", expected the folder for summary.json (or leave --out out)");
+  }
   s.ranks = opt<int>(r, "ranks");
   if (s.ranks && (*s.ranks < 1 || *s.ranks > kMaxVirtualRanks))
     throw ConfigError("--ranks: got " + std::to_string(*s.ranks) + ", expected 1.." + std::to_string(kMaxVirtualRanks) +

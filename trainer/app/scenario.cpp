@@ -187,6 +187,12 @@ int scenario_command(int argc, char** argv) {
     if (action != "run") throw ConfigError("zrepro scenario: got \"" + action + "\", expected list or run");
     if (!r.count("name")) throw ConfigError("zrepro scenario run: a scenario name is missing (zrepro scenario list)");
     const std::string name = r["name"].as<std::string>();
+    // A name is one folder of the catalogue: no path (`../../..` ran and wrote outside it).
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
+      throw ConfigError("zrepro scenario run: got \"" + name + "\", expected a scenario's name (one folder of the "
+                        "catalogue, no path: zrepro scenario list names them; --dir DIR for another catalogue)");
+    if (!r.unmatched().empty())
+      throw ConfigError("zrepro scenario run: one scenario at a time, got also \"" + r.unmatched().front() + "\"");
     std::vector<std::string> ab_flags;
     for (const char* f : {"virtual", "oversubscribe"})
       if (r.count(f)) ab_flags.push_back(std::string("--") + f);
