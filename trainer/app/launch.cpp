@@ -61,11 +61,26 @@ namespace {
 
 std::atomic<pid_t> g_mpirun{0};
 std::atomic<int> g_forwarded{0};
+std::atomic<int> g_signals{0};
 
+void say(const char* text) { (void)!::write(STDERR_FILENO, text, std::strlen(text)); }  // async-signal-safe
+
+// [Note: the --ranks launcher] Signals: the first is forwarded (the ranks stop at their step
+// boundary and write their summaries); a second is not (mpirun would kill the ranks before
+// they wrote anything): it says so; a third ends the job now, saying what is lost.
 void forward_to_mpirun(int sig) {
-  g_forwarded.store(sig);
+  const int n = ++g_signals;
   const pid_t child = g_mpirun.load();
-  if (child > 0) ::kill(child, sig);
+  if (n == 1) {
+    g_forwarded.store(sig);
+    if (child > 0) ::kill(child, sig);
+  } else if (n == 2) {
+    say("\n[zrepro] the ranks are stopping at their step boundary and writing their summaries; a third signal "
+        "kills them now, without summaries\n");
+  } else {
+    say("\n[zrepro] killing the ranks: no summary.json, report.html or last metrics will be written for this run\n");
+    if (child > 0) ::kill(child, sig);  // mpirun, signalled again, ends its ranks at once
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -17,6 +18,15 @@ namespace zrepro {
 using json = nlohmann::json;
 
 namespace {
+
+
+// The catalogue's grep line without the size its own toy printed ("Tried to allocate 1.86
+// GiB" -> "Tried to allocate"): a job's reproduction runs another scale-down and prints
+// its own size, which the log never showed (issue 33).
+std::string without_size(const std::string& grep) {
+  static const std::regex size(R"(\s*[0-9][0-9.]*\s*(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)\b.*$)");
+  return std::regex_replace(grep, size, "");
+}
 
 // The flags that say which toy a catalogue scenario trains; an OOM reproduction replaces
 // them with the job's scale-down, and keeps only the template's allocator and run length.
@@ -265,7 +275,7 @@ Reproduction build_reproduction(const Diagnosis& d, const std::string& name, con
   for (size_t i = 0; i < d.evidence.size() && i < 5; ++i) evidence.push_back({{"line", d.evidence[i].line}, {"text", d.evidence[i].text}});
   r.scenario = {{"name", r.name},
                 {"symptom", templ.value("symptom", d.reason)},
-                {"grep", templ.value("grep", "")},
+                {"grep", without_size(templ.value("grep", ""))},
                 {"a", {{"config", "ds_config.json"}, {"args", a_args}}},
                 {"fixes", fixes},
                 {"args", args},

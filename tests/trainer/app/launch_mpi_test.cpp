@@ -84,6 +84,24 @@ TEST(Launch, AKilledRanksSurvivorSaysWhichRankVanished) {
 // the ranks through mpirun (as SIGTERM); they stop at one step boundary with every rank's
 // view in summary.json, and the launcher exits 130 / 143 as a one-process run does (not
 // mpirun's 1).
+// Issue 33: an impatient second Ctrl-C used to reach mpirun, which killed the ranks before
+// they wrote anything (no summary, no message). The launcher keeps it: the ranks still
+// write their summaries, and the user is told a third signal would end them without.
+TEST(Launch, ASecondSignalDoesNotCostTheSummaries) {
+  const std::string dir = zrepro_test::fresh_dir("ranks_sig_twice");
+  std::ofstream(dir + "/ds.json") << R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2}})";
+  const auto r = zrepro_test::shell(std::string(ZREPRO_BIN) + " run --config " + dir + "/ds.json --model tiny " +
+                                    "--steps 1000000 --ranks 2 --out " + dir + "/out > " + dir + "/log 2>&1 & job=$!; " +
+                                    "for i in $(seq 600); do grep -q 'step=' " + dir + "/log && break; sleep 0.1; done; " +
+                                    "kill -INT $job; sleep 0.05; kill -INT $job; wait $job; echo exit=$?");
+  const std::string log = zrepro_test::read_text(dir + "/log");
+  EXPECT_NE(r.output.find("exit=130"), std::string::npos) << r.output << log;
+  EXPECT_NE(log.find("a third signal kills them now, without summaries"), std::string::npos) << log;
+  const auto s = nlohmann::json::parse(zrepro_test::read_text(dir + "/out/summary.json"));
+  EXPECT_EQ(s["status"], "interrupted");
+  EXPECT_EQ(s["failure"]["ranks_reported"].size(), 2u) << s["failure"].dump(1);
+}
+
 TEST(Launch, ASignalToTheRanksLauncherEndsLikeOneProcess) {
   for (const auto& [sig, code] : std::vector<std::pair<std::string, int>>{{"TERM", 143}, {"INT", 130}}) {
     const std::string dir = zrepro_test::fresh_dir("ranks_sig" + sig);

@@ -62,6 +62,14 @@ TEST(Reproduction, OomRunsTheJobsScaleDownWithThePlannersFittingFixesAsPatchedCo
   EXPECT_EQ(r.failing_config, kUserConfig);
   EXPECT_EQ(r.scenario["grep"], "CUDA out of memory");
   EXPECT_EQ(r.scenario["from_log"]["evidence"][0]["line"], 7);
+  // Issue 33: a catalogue grep line with its toy's size keeps only the message: the job's
+  // scale-down prints its own size, which the log never showed.
+  json sized = kOomTemplate;
+  sized["grep"] = "Tried to allocate 1.86 GiB";
+  EXPECT_EQ(zrepro::build_reproduction(diagnosis("zero-stage", "optimizer-partition-oom", {{"completed_steps", 5}}),
+                                       "rep", "job.log", sized, kUserConfig, job(), kPlan)
+                .scenario["grep"],
+            "Tried to allocate");
   EXPECT_EQ(r.name, "rep");
   EXPECT_NE(r.readme.find("zrepro scenario run rep"), std::string::npos) << r.readme;
 }
