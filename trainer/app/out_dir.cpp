@@ -62,20 +62,31 @@ void write_manifest_file(const std::string& dir, const std::vector<std::string>&
   write_file_atomic((fs::path(dir) / kManifest).string(), text);
 }
 
+// The entries of dir with a name a run writes, each with its manifest key.
+struct OutputEntry {
+  std::string name, key;
+  bool is_directory;
+};
+std::vector<OutputEntry> output_entries(const std::string& dir) {
+  std::vector<OutputEntry> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (is_output_name(name)) out.push_back({name, is_rank_view(name) ? kRankViews : name, e.is_directory()});
+  }
+  return out;
+}
+
 // [Note: only zrepro's files move]: what an earlier run left in dir, to move aside.
 std::vector<std::string> earlier_outputs(const std::string& dir) {
   bool has_manifest = false;
   const std::vector<std::string> listed = manifest_names(dir, has_manifest);
   std::vector<std::string> moved;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (!is_output_name(name)) continue;
-    const std::string key = is_rank_view(name) ? kRankViews : name;
+  for (const auto& [name, key, is_directory] : output_entries(dir)) {
     const bool mine = has_manifest ? std::find(listed.begin(), listed.end(), key) != listed.end()
-                                   : !e.is_directory();  // before manifests: zrepro's plain files only
+                                   : !is_directory;  // before manifests: zrepro's plain files only
     if (!mine)
-      refuse_foreign(dir, name, std::string(e.is_directory() ? "is a folder" : "is a file") +
+      refuse_foreign(dir, name, std::string(is_directory ? "is a folder" : "is a file") +
                                     " no zrepro run recorded writing (" + kManifest + ")");
     moved.push_back(name);
   }
@@ -135,13 +146,8 @@ std::vector<std::string> claim_out_dir(const std::string& dir) {
 
 void seal_out_dir(const std::string& dir) {
   std::vector<std::string> present;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (!is_output_name(name)) continue;
-    const std::string key = is_rank_view(name) ? kRankViews : name;
-    if (std::find(present.begin(), present.end(), key) == present.end()) present.push_back(key);
-  }
+  for (const auto& e : output_entries(dir))
+    if (std::find(present.begin(), present.end(), e.key) == present.end()) present.push_back(e.key);
   write_manifest_file(dir, present);
 }
 
