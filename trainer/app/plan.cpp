@@ -4,12 +4,18 @@
 // run out of memory, 9 when its offload buffers cannot be pinned on this machine,
 // 2 on bad input.
 #include <iostream>
+#include <optional>
 
 #include "device/base/errors.h"
 #include "trainer/app/cli.h"
 #include "trainer/planner/fixes.h"
 #include "trainer/planner/planner.h"
+#include "trainer/report/gpu_fidelity.h"
 #include "trainer/report/report.h"
+
+#ifndef ZREPRO_GPU_RECORDS_DIR
+#define ZREPRO_GPU_RECORDS_DIR "conformance/results/gpu"
+#endif
 
 namespace zrepro {
 
@@ -67,6 +73,7 @@ int plan_command(int argc, char** argv) {
     const bool oom = plan.capacity > 0 && !plan.fits;
     const std::vector<FixPrediction> fixes =
         oom || (r.count("json") && plan.capacity > 0) ? predict_fixes(req) : std::vector<FixPrediction>{};
+    const std::optional<GpuFidelity> fidelity = load_gpu_fidelity(ZREPRO_GPU_RECORDS_DIR);
     if (r.count("json")) {
       nlohmann::json j = plan.to_json();
       j["model"] = req.model.to_json();
@@ -79,11 +86,13 @@ int plan_command(int argc, char** argv) {
         for (const auto& f : fixes)
           j["fixes"].push_back(f.to_json());
       }
+      j["gpu_fidelity"] = fidelity ? fidelity->to_json() : nlohmann::json(nullptr);
       std::cout << json_text(j) << std::endl;
     } else {
       for (const auto& w : req.cfg.warnings) std::cout << "[zrepro] warning: " << w << "\n";
       std::cout << format_plan(plan, req);
       if (!fixes.empty()) std::cout << "\n" << format_fixes(fixes) << "\n";
+      if (fidelity) std::cout << "\n" << format_gpu_fidelity(*fidelity);
     }
     if (!plan.pinned_fits) return kExitPinnedMemory;  // the run would fail at init, before any OOM
     return plan.capacity > 0 && !plan.fits ? kExitOom : kExitOk;

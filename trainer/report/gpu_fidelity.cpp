@@ -1,0 +1,92 @@
+// See gpu_fidelity.h.
+#include "trainer/report/gpu_fidelity.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+namespace zrepro {
+
+using json = nlohmann::json;
+
+namespace {
+
+void widen(std::pair<double, double>& range, double x, bool& first) {
+  if (first) range = {x, x};
+  range.first = std::min(range.first, x), range.second = std::max(range.second, x);
+  first = false;
+}
+
+std::string pct(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%+.0f%%", 100 * x);
+  return b;
+}
+
+std::string range(const std::pair<double, double>& r) { return pct(r.first) + " .. " + pct(r.second); }
+
+}  // namespace
+
+std::optional<GpuFidelity> load_gpu_fidelity(const std::string& dir_arg) {
+  const char* env = std::getenv("ZREPRO_GPU_RECORDS");
+  const std::string dir = env && *env ? env : dir_arg;
+  std::error_code ec;
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.path().extension() == ".json") files.push_back(e.path());
+  std::optional<GpuFidelity> best;
+  for (const auto& path : files) {
+    std::ifstream in(path);
+    const json rec = json::parse(in, nullptr, false);
+    if (!rec.is_object() || !rec.value("cases", json()).is_array()) continue;
+    GpuFidelity f;
+    f.record = path.string();
+    const json m = rec.value("machine", json::object());
+    f.machine = m.value("gpu", std::string("?")) + ", torch " + m.value("torch", std::string("?"));
+    f.recorded = rec.value("recorded", std::string("?"));
+    bool first_peak = true;
+    std::map<std::string, bool> first_phase;
+    for (const auto& c : rec["cases"]) {
+      double plan = 0, ds = 0;
+      for (const auto& row : c.value("phases", json::array())) {
+        const json p = row.value("plan", json()), d = row.value("deepspeed", json());
+        if (!p.is_number() || !d.is_number() || d.get<double>() <= 0) continue;
+        plan = std::max(plan, p.get<double>()), ds = std::max(ds, d.get<double>());
+        const std::string phase = row.value("phase", std::string("?"));
+        if (!first_phase.count(phase)) first_phase[phase] = true;
+        widen(f.by_phase[phase], (p.get<double>() - d.get<double>()) / d.get<double>(), first_phase[phase]);
+      }
+      if (ds <= 0) continue;
+      widen(f.peak, (plan - ds) / ds, first_peak);
+      ++f.cases;
+      const json v = c.value("deepspeed", json::object()).value("versions", json::object());
+      if (v.is_object() && v.value("deepspeed", json()).is_string()) f.deepspeed = v["deepspeed"];
+    }
+    if (f.cases > 0 && (!best || f.recorded > best->recorded)) best = f;
+  }
+  return best;
+}
+
+json GpuFidelity::to_json() const {
+  json phases = json::object();
+  for (const auto& [p, r] : by_phase) phases[p] = {{"min", r.first}, {"max", r.second}};
+  return {{"record", record}, {"machine", machine}, {"recorded", recorded}, {"deepspeed", deepspeed},
+          {"cases", cases}, {"plan_vs_deepspeed_peak", {{"min", peak.first}, {"max", peak.second}}},
+          {"plan_vs_deepspeed_by_phase", phases}};
+}
+
+std::string format_gpu_fidelity(const GpuFidelity& f) {
+  std::string s = "what this plan rests on (docs/GPU.md): measured on " + f.machine + " (" + f.recorded + "), over " +
+                  std::to_string(f.cases) + " cases, the planner's peak was " + range(f.peak) +
+                  " off real DeepSpeed " + f.deepspeed + " with Hugging Face's models;";
+  for (const char* p : {"init", "forward", "backward", "step"})
+    if (f.by_phase.count(p)) s += std::string(" ") + p + " " + range(f.by_phase.at(p)) + ",";
+  s.back() = '.';
+  return s + "\n  DeepSpeed creates Adam's moments at its first step (zrepro at init) and materialises the fp32 "
+             "gradient partition in the step (zrepro does not yet); activations differ by model.\n";
+}
+
+}  // namespace zrepro

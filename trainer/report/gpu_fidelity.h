@@ -1,0 +1,34 @@
+// What zrepro's memory plan was worth on a real GPU, read from the GPU records
+// (conformance/results/gpu/*.json, written by scripts/gpu-check.sh; docs/GPU.md): over the
+// recorded cases, the range of the plan's error against real DeepSpeed with Hugging Face's
+// models, for the whole run's peak and per phase. `zrepro plan` prints it under every
+// plan, so a verdict says what it rests on; nothing here is a number of its own.
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+namespace zrepro {
+
+struct GpuFidelity {
+  std::string record;    // the file it was read from
+  std::string machine;   // "NVIDIA H200, torch 2.11.0+cu130"
+  std::string recorded;  // its date
+  std::string deepspeed; // the DeepSpeed release measured
+  int cases = 0;
+  std::pair<double, double> peak{0, 0};                          // (plan - DeepSpeed) / DeepSpeed, min and max
+  std::map<std::string, std::pair<double, double>> by_phase;     // init, forward, backward, step
+  nlohmann::json to_json() const;
+};
+
+// The newest record in dir (ZREPRO_GPU_RECORDS overrides dir); none when there is none or
+// it cannot be read.
+std::optional<GpuFidelity> load_gpu_fidelity(const std::string& dir);
+
+// Lines for the plan's text output.
+std::string format_gpu_fidelity(const GpuFidelity& f);
+
+}  // namespace zrepro
