@@ -2,7 +2,7 @@
 # Whole-run benchmark: median step time of ZeRO stages 0-3 on 1, 2 and 4 ranks for
 # the tiny and small models at a fixed global batch, as a ratio against stage 0 on
 # one rank measured in the same run, with the share of the step spent waiting on
-# collectives. Prints a markdown table (docs/PERFORMANCE.md keeps the results).
+# collectives. Prints a markdown table (docs/lab/PERFORMANCE.md keeps the results).
 # usage: bench/stages.sh [steps]   (after scripts/setup.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."

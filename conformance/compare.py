@@ -1,5 +1,5 @@
 """Compares one zrepro run (its summary.json) with one real DeepSpeed run
-(ds_run.py's record) and says where they agree. Rows are what docs/CONFORMANCE.md
+(ds_run.py's record) and says where they agree. Rows are what docs/design/CONFORMANCE.md
 renders and what the CI test (tests/conformance/) checks again."""
 import re
 

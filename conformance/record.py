@@ -14,7 +14,7 @@ def zrepro_commit():
     git = ["git", "-C", os.path.dirname(HERE)]
     head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     changed = subprocess.run(git + ["status", "--porcelain", "--untracked-files=no", "--", ".",
-                                    ":!conformance/results", ":!docs/CONFORMANCE.md"],
+                                    ":!conformance/results", ":!docs/design/CONFORMANCE.md"],
                              capture_output=True, text=True).stdout.strip()
     return head + ("-dirty" if changed else "")
 

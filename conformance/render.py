@@ -1,6 +1,6 @@
-"""Renders docs/CONFORMANCE.md from the recorded results (conformance/results/*.json).
+"""Renders docs/design/CONFORMANCE.md from the recorded results (conformance/results/*.json).
 
-    python conformance/render.py conformance/results docs/CONFORMANCE.md
+    python conformance/render.py conformance/results docs/design/CONFORMANCE.md
 """
 import glob
 import json

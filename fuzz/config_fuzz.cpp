@@ -2,7 +2,7 @@
 // input reaches them. An input is one line of flags, then the DeepSpeed config text.
 // Both may refuse it (ConfigError: exit 2 in the binary); anything else that escapes
 // (another exception, a crash, a sanitizer report) is a bug. Built by scripts/fuzz.sh
-// (clang, -DZREPRO_FUZZ=ON, ASan + UBSan); results in docs/ROBUSTNESS.md.
+// (clang, -DZREPRO_FUZZ=ON, ASan + UBSan); results in docs/lab/ROBUSTNESS.md.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>

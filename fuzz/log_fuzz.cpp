@@ -4,7 +4,7 @@
 // outputs are rendered (JSON with bad UTF-8 replaced, and the terminal text). None of
 // this may throw or crash, whatever the bytes: a log is data, never bad input. Built by
 // scripts/fuzz.sh log (clang, -DZREPRO_FUZZ=ON, ASan + UBSan); results in
-// docs/ROBUSTNESS.md.
+// docs/lab/ROBUSTNESS.md.
 #include <cstddef>
 #include <cstdint>
 #include <string>

@@ -2,7 +2,7 @@
 # Conformance with real DeepSpeed (opt-in; downloads about 4 GB once): makes a venv
 # with the pinned torch and deepspeed of conformance/requirements.txt, builds
 # zrepro, trains every case of conformance/cases.py with both on the CPU, records
-# the results under conformance/results/ and renders docs/CONFORMANCE.md.
+# the results under conformance/results/ and renders docs/design/CONFORMANCE.md.
 #   scripts/conformance.sh                 all cases (about 6 minutes after set-up)
 #   scripts/conformance.sh --only NAME...  some cases (the rest of the record stays)
 # ZREPRO_CONFORMANCE_VENV picks the venv folder (default ~/.cache/zrepro/conformance-venv).
@@ -21,5 +21,5 @@ fi
 scripts/setup.sh >/dev/null
 export DS_ACCELERATOR=cpu
 "$venv/bin/python" conformance/harness.py --zrepro build/zrepro --results conformance/results "$@"
-"$venv/bin/python" conformance/render.py conformance/results docs/CONFORMANCE.md
-echo "[conformance] results: conformance/results/, table: docs/CONFORMANCE.md"
+"$venv/bin/python" conformance/render.py conformance/results docs/design/CONFORMANCE.md
+echo "[conformance] results: conformance/results/, table: docs/design/CONFORMANCE.md"

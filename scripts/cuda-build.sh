@@ -3,7 +3,7 @@
 # build-cuda/, then the test suite of that build on this machine. Without a GPU every
 # test that needs none must pass and those that need one skip, saying so. Run it
 # whenever CUDA, NCCL or build code changes; it takes about 30 minutes on 2 cores
-# (docs/PERFORMANCE.md), most of it compiling against LibTorch 2.x headers.
+# (docs/lab/PERFORMANCE.md), most of it compiling against LibTorch 2.x headers.
 #   scripts/cuda-build.sh              build + the whole suite
 #   scripts/cuda-build.sh --build-only build only (scripts/gpu-check.sh uses this)
 #   scripts/cuda-build.sh -R Model     build + the tests ctest -R selects

@@ -45,7 +45,7 @@ rm -f "$dir"/fuzz-*.log
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_NUM_THREADS=1
 if [ "$jobs" -gt 1 ]; then  # libFuzzer writes each job's output to fuzz-<n>.log in the working folder
   (cd "$dir" && ./"$bin" -runs="$per_job" -jobs="$jobs" -workers="$jobs" -max_len=8192 -timeout=10 \
-     -artifact_prefix=./ -print_final_stats=1 corpus > fuzz.log 2>&1) || true
+     -artifact_prefix=./ -print_final_stats=1 "corpus_$target" > fuzz.log 2>&1) || true
 else
   "$dir/$bin" -runs="$per_job" -max_len=8192 -timeout=10 -artifact_prefix="$dir/" -print_final_stats=1 \
     "$corpus" > "$dir/fuzz-0.log" 2>&1 || true

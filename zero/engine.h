@@ -66,7 +66,7 @@ struct StepResult {
   LossScaler::Event scale_event;
 };
 
-// Bytes of persistent storage this rank's engine owns, by memory category (docs/ARCHITECTURE.md) (the
+// Bytes of persistent storage this rank's engine owns, by memory category (docs/design/ARCHITECTURE.md) (the
 // tracking allocator measures the same categories; transient buffers only there).
 struct EngineMemory {
   int64_t params = 0, grads = 0, optimizer_states = 0;

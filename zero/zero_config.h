@@ -45,7 +45,7 @@ struct ZeroConfig {
 };
 
 // [Note: the bucket collective] Which collective reduces a gradient bucket, as
-// DeepSpeed 0.19 does (measured: docs/CONFORMANCE.md). Stages 1-2
+// DeepSpeed 0.19 does (measured: docs/design/CONFORMANCE.md). Stages 1-2
 // (stage_1_and_2.py average_tensor) all-reduce the whole bucket and each rank keeps
 // its slice: use_multi_rank_bucket_allreduce is on by default, and reduce_scatter
 // false all-reduces too. With use_multi_rank_bucket_allreduce off they reduce each

@@ -8,7 +8,7 @@ and against real DeepSpeed, per phase, on the lent GPU (scripts/gpu-check.sh run
     fidelity.py record --out DIR --record FILE         merges DIR into the record FILE
                                                        (JSON) with every error computed
     fidelity.py table --record FILE                    the comparison as text
-    fidelity.py render --record FILE --doc docs/GPU.md the record's tables into the doc
+    fidelity.py render --record FILE --doc docs/lab/GPU.md the record's tables into the doc
 
 What is compared, per case (cases.py) and per phase (init, forward, backward, step;
 zrepro's `partition` counts as init: DeepSpeed builds its optimizer inside
@@ -285,12 +285,12 @@ def overall(case):
 
 
 def markdown(rec):
-    """The record as the tables docs/GPU.md shows (between its fidelity markers)."""
+    """The record as the tables docs/lab/GPU.md shows (between its fidelity markers)."""
     m = rec["machine"]
     L = [f"Recorded {rec['recorded']} on {m.get('gpu')} ({(m.get('gpu_memory_bytes') or 0) / 2**30:.1f} GiB), driver "
          f"{m.get('driver')}, torch {m.get('torch')} (CUDA {m.get('cuda')}), {m.get('cores')} cores; "
          f"zrepro built there against that torch. Record: `conformance/results/gpu/`; regenerate this part with "
-         f"`python3 conformance/gpu/fidelity.py render --record <record> --doc docs/GPU.md`.", "",
+         f"`python3 conformance/gpu/fidelity.py render --record <record> --doc docs/lab/GPU.md`.", "",
          "Assumptions (conformance/gpu/cases.py):", ""]
     L += [f"- {' '.join(a.split())}" for a in rec["assumptions"]]
     L += ["", "### Peak per run (MiB; the phase of the peak)", "",

@@ -1,4 +1,4 @@
-// Exit codes of the command-line contract (docs/ARCHITECTURE.md) and the exceptions that
+// Exit codes of the command-line contract (docs/design/ARCHITECTURE.md) and the exceptions that
 // carry them up to main(), which turns each into a summary and that exit code.
 // Lives in device/base, below every layer, so that every layer can raise them.
 #pragma once

@@ -9,7 +9,7 @@
 //     measured figures than the plan was when they were recorded, plus a slack: 0.5 points
 //     on the LibTorch release the record was made with, 6 points on another (the
 //     activation tapes differ between releases: LibTorch 1.13's plan of these cases is up
-//     to 5.2% from 2.11's, Llama with sdpa; docs/GPU.md). A planner change that moves
+//     to 5.2% from 2.11's, Llama with sdpa; docs/lab/GPU.md). A planner change that moves
 //     zrepro away from the GPU fails here.
 #include <cmath>
 #include <filesystem>

@@ -4,6 +4,7 @@
 // is named, and ab.html renders in headless Chromium.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -57,58 +58,89 @@ TEST(ScenarioCommand, ListNamesEveryScenarioJsonAndTheirConfigsExist) {
 // exceptions: fragmentation on a CPU where its precondition does not hold (see
 // Scenario.Fragmentation), and the "serial" scenarios, whose symptom is a throughput
 // ratio that needs the cores to itself: CMakeLists.txt makes each a ctest run alone.
-TEST(ScenarioCommand, EveryScenarioReproducesAndVerifies) {
-  int ran = 0, from_log = 0;
-  for (const auto& e : std::filesystem::directory_iterator(kDir)) {
-    if (!std::filesystem::exists(e.path() / "scenario.json")) continue;
-    const std::string name = e.path().filename().string();
-    const auto spec = nlohmann::json::parse(zrepro_test::read_text((e.path() / "scenario.json").string()));
-    if (spec.value("serial", false)) {
-      std::cout << "[ scenario ] " << name << ": a throughput ratio, run alone by ctest as ScenarioSerial." << name << "\n";
-      continue;
-    }
-    const bool expect_reproduced = name != "fragmentation" || scenario_test::bf16_matmul_scratch_bytes() > 0;
-    if (!expect_reproduced) {
-      std::cout << "[ scenario ] fragmentation: precondition absent on this CPU, not run (Scenario.Fragmentation says why)\n";
-      continue;
-    }
-    const std::string out = zrepro_test::fresh_dir("scenario_" + name);
-    const auto r = zrepro_test::zrepro_cmd("scenario run " + name + " --dir " + kDir + " --out " + out, 300);
-    EXPECT_EQ(r.code, 0) << name << "\n" << r.output;
-    EXPECT_NE(r.output.find(name + ": symptom reproduced, fix verified"), std::string::npos) << r.output;
-    const auto ab = nlohmann::json::parse(zrepro_test::read_text(out + "/ab.json"));
-    EXPECT_EQ(ab["outcome"], "fixed") << name;
-    // A failing side's own log, fed back through `zrepro diagnose`, is recognised as this scenario.
-    // (A speed symptom has a log fingerprint when A's config turns on DeepSpeed's timers.)
-    const std::string expect = spec.value("expect", "failure");
-    const auto a_config = nlohmann::json::parse(
-        zrepro_test::read_text((e.path() / spec["a"]["config"].get<std::string>()).string()));
-    if (expect == "failure" || expect == "refused" || a_config.value("wall_clock_breakdown", false))
-      for (const auto& c : ab["comparisons"]) {
-        if (!c.value("a_shows_symptom", false)) continue;
-        const std::string log = out + "/A_r" + std::to_string(c["ranks"].get<int>()) + ".log";
-        const std::string a_path = (e.path() / spec["a"]["config"].get<std::string>()).string();
-        const auto d = zrepro_test::zrepro_cmd("diagnose " + log + " --config " + a_path + " --json", 60, false);
-        EXPECT_EQ(d.code, 0) << name << ": " << d.output;
-        EXPECT_EQ(nlohmann::json::parse(d.output)["scenario"], name) << d.output;
-        // ... and the reproduction diagnose writes from it, with the scenario's failing config
-        // as the user's, reproduces the symptom and verifies one of its candidate fixes.
-        const std::string rep = zrepro_test::fresh_dir("from_log_" + name) + "/" + name + "-from-log";
-        const auto w = zrepro_test::zrepro_cmd(
-            "diagnose " + log + " --config " + (e.path() / spec["a"]["config"].get<std::string>()).string() +
-                job_flags(spec, c["ranks"].get<int>()) + " --scenarios-dir " + kDir + " --write-scenario " + rep + " --run",
-            600);
-        EXPECT_EQ(w.code, 0) << name << " from its log:\n" << w.output;
-        EXPECT_NE(w.output.find("symptom reproduced; fixes verified: "), std::string::npos) << w.output;
-        EXPECT_EQ(w.output.find("fixes verified: none"), std::string::npos) << w.output;
-        EXPECT_TRUE(std::filesystem::exists(rep + "/fix_1.json") && std::filesystem::exists(rep + "/README.md")) << rep;
-        ++from_log;
-        break;
-      }
-    ++ran;
+// Every scenario folder is its own test (ScenarioCommand/EveryScenario.ReproducesAndVerifies/NAME),
+// so a failure names its scenario and ctest schedules them apart.
+namespace {
+
+std::vector<std::string> scenario_names() {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(kDir))
+    if (std::filesystem::exists(e.path() / "scenario.json")) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+nlohmann::json scenario_spec(const std::string& name) {
+  return nlohmann::json::parse(zrepro_test::read_text(kDir + "/" + name + "/scenario.json"));
+}
+
+// Whether the failing side's own log carries a fingerprint `zrepro diagnose` knows: a failure,
+// or a speed symptom with DeepSpeed's timers on.
+bool has_log_fingerprint(const std::string& name, const nlohmann::json& spec) {
+  const std::string expect = spec.value("expect", "failure");
+  const auto a_config =
+      nlohmann::json::parse(zrepro_test::read_text(kDir + "/" + name + "/" + spec["a"]["config"].get<std::string>()));
+  return expect == "failure" || expect == "refused" || a_config.value("wall_clock_breakdown", false);
+}
+
+}  // namespace
+
+class EveryScenario : public testing::TestWithParam<std::string> {};
+
+TEST_P(EveryScenario, ReproducesAndVerifies) {
+  const std::string name = GetParam();
+  const std::string dir = kDir + "/" + name;
+  const auto spec = scenario_spec(name);
+  if (spec.value("serial", false))
+    GTEST_SKIP() << name << ": a throughput ratio, run alone by ctest as ScenarioSerial." << name;
+  if (name == "fragmentation" && scenario_test::bf16_matmul_scratch_bytes() == 0)
+    GTEST_SKIP() << "fragmentation: precondition absent on this CPU (Scenario.Fragmentation says why)";
+  const std::string out = zrepro_test::fresh_dir("scenario_" + name);
+  const auto r = zrepro_test::zrepro_cmd("scenario run " + name + " --dir " + kDir + " --out " + out, 300);
+  EXPECT_EQ(r.code, 0) << name << "\n" << r.output;
+  EXPECT_NE(r.output.find(name + ": symptom reproduced, fix verified"), std::string::npos) << r.output;
+  const auto ab = nlohmann::json::parse(zrepro_test::read_text(out + "/ab.json"));
+  EXPECT_EQ(ab["outcome"], "fixed") << name;
+  if (!has_log_fingerprint(name, spec)) return;
+  // A failing side's own log, fed back through `zrepro diagnose`, is recognised as this scenario,
+  // and the reproduction diagnose writes from it, with the scenario's failing config as the
+  // user's, reproduces the symptom and verifies one of its candidate fixes.
+  const std::string a_path = dir + "/" + spec["a"]["config"].get<std::string>();
+  bool from_log = false;
+  for (const auto& c : ab["comparisons"]) {
+    if (!c.value("a_shows_symptom", false)) continue;
+    const std::string log = out + "/A_r" + std::to_string(c["ranks"].get<int>()) + ".log";
+    const auto d = zrepro_test::zrepro_cmd("diagnose " + log + " --config " + a_path + " --json", 60, false);
+    EXPECT_EQ(d.code, 0) << name << ": " << d.output;
+    EXPECT_EQ(nlohmann::json::parse(d.output)["scenario"], name) << d.output;
+    const std::string rep = zrepro_test::fresh_dir("from_log_" + name) + "/" + name + "-from-log";
+    const auto w = zrepro_test::zrepro_cmd("diagnose " + log + " --config " + a_path +
+                                               job_flags(spec, c["ranks"].get<int>()) + " --scenarios-dir " + kDir +
+                                               " --write-scenario " + rep + " --run",
+                                           600);
+    EXPECT_EQ(w.code, 0) << name << " from its log:\n" << w.output;
+    EXPECT_NE(w.output.find("symptom reproduced; fixes verified: "), std::string::npos) << w.output;
+    EXPECT_EQ(w.output.find("fixes verified: none"), std::string::npos) << w.output;
+    EXPECT_TRUE(std::filesystem::exists(rep + "/fix_1.json") && std::filesystem::exists(rep + "/README.md")) << rep;
+    from_log = true;
+    break;
   }
-  EXPECT_GE(ran, 14);
-  EXPECT_GE(from_log, 10) << "the failing scenarios and the non-serial speed ones with DeepSpeed's timers on";
+  EXPECT_TRUE(from_log) << name << ": no side A run showed the symptom to diagnose";
+}
+
+INSTANTIATE_TEST_SUITE_P(ScenarioCommand, EveryScenario, testing::ValuesIn(scenario_names()),
+                         zrepro_test::param_name);
+
+TEST(ScenarioCommand, TheCatalogueKeepsItsBreadthAndRefusesAnUnknownName) {
+  int runnable = 0, with_fingerprint = 0;
+  for (const auto& name : scenario_names()) {
+    const auto spec = scenario_spec(name);
+    if (spec.value("serial", false)) continue;
+    ++runnable;
+    with_fingerprint += has_log_fingerprint(name, spec);
+  }
+  EXPECT_GE(runnable, 14);
+  EXPECT_GE(with_fingerprint, 10) << "the failing scenarios and the non-serial speed ones with DeepSpeed's timers on";
   const auto unknown = zrepro_test::zrepro_cmd("scenario run no-such-thing --dir " + kDir);
   EXPECT_EQ(unknown.code, 2);
   EXPECT_NE(unknown.output.find("no-such-thing"), std::string::npos) << unknown.output;

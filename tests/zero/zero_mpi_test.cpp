@@ -37,7 +37,7 @@ std::string config(int stage, const std::string& extra = "") {
 // DeepSpeed's stage 1-2 gradient partition on `rank` of n, in elements: every
 // parameter of the model (in order: embed, blocks, head) that overlaps the rank's
 // contiguous 1/n of one flat buffer padded to 2n, whole. `tiny` on 2 ranks: 60,160
-// and 74,752 (measured in real DeepSpeed: docs/CONFORMANCE.md).
+// and 74,752 (measured in real DeepSpeed: docs/design/CONFORMANCE.md).
 int64_t deepspeed_grad_partition(int rank, int n) {
   const int64_t V = 128, S = 32, h = 64, I = 256;
   std::vector<int64_t> p = {V * h, S * h};
@@ -183,7 +183,7 @@ TEST(Mpi, ReduceScatterFalseAllReducesBucketsWithTheSameLosses) {
 }
 
 TEST(Mpi, Stage2OverlapWithAccumulationHoldsTheGradientPartitionTwice) {
-  // DeepSpeed 0.19.8, measured (docs/CONFORMANCE.md): with overlap_comm and
+  // DeepSpeed 0.19.8, measured (docs/design/CONFORMANCE.md): with overlap_comm and
   // accumulation, every backward after the first micro-step reduces into a fresh
   // partition while the accumulated one stays alive. fp32: 4 bytes per element.
   for (int gas : {1, 2}) {

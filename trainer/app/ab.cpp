@@ -11,7 +11,7 @@
 
 #include "trainer/app/cli.h"
 #include "trainer/config/ds_versions.h"
-#include "trainer/app/subprocess.h"
+#include "trainer/runtime/subprocess.h"
 #include "trainer/report/ab.h"
 #include "trainer/report/report.h"
 #include "zero/comm/mpi_communicator.h"

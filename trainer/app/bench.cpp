@@ -17,7 +17,7 @@
 #include "device/base/errors.h"
 #include "trainer/app/bench_util.h"
 #include "trainer/app/cli.h"
-#include "trainer/app/launch.h"
+#include "trainer/runtime/launch.h"
 #include "offload/cpu_adam.h"
 #include "zero/comm/mpi_communicator.h"
 

@@ -13,7 +13,7 @@
 #include <iostream>
 
 #include "trainer/app/cli.h"
-#include "trainer/app/subprocess.h"
+#include "trainer/runtime/subprocess.h"
 #include "trainer/report/baseline.h"
 #include "trainer/report/report.h"
 

@@ -154,7 +154,7 @@ int64_t parse_size(const std::string& flag, const std::string& v) {
 // [Note: device presets] The capacity a GPU reports to PyTorch is less than its
 // marketing size (the driver and ECC keep some): "GPU 0 has a total capacity of 79.15 GiB"
 // on an A100 80GB. These are the figures PyTorch's OOM message prints on each GPU (to the
-// 0.01 GiB it prints); none was measured by zrepro except where docs/PERFORMANCE.md says.
+// 0.01 GiB it prints); none was measured by zrepro except where docs/lab/PERFORMANCE.md says.
 const std::vector<DevicePreset>& device_presets() {
   static const std::vector<DevicePreset> p = {
       {"v100-16gb", "Tesla V100 16GB", 15.78},        {"v100-32gb", "Tesla V100 32GB", 31.75},

@@ -1,5 +1,5 @@
 // The zrepro subcommands and the flags they share. Each subcommand returns the
-// process exit code of the contract (docs/ARCHITECTURE.md, "Contracts").
+// process exit code of the contract (docs/design/ARCHITECTURE.md, "Contracts").
 #pragma once
 #include <optional>
 #include <string>

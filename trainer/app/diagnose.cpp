@@ -21,7 +21,7 @@
 #include "trainer/app/cli.h"
 #include "trainer/app/reproduction.h"
 #include "trainer/app/scenario.h"
-#include "trainer/app/subprocess.h"
+#include "trainer/runtime/subprocess.h"
 #include "trainer/report/diagnose.h"
 #include "trainer/report/report.h"
 

@@ -14,7 +14,7 @@
 #include "offload/host_memory.h"
 #include "trainer/app/cli.h"
 #include "trainer/app/env.h"
-#include "trainer/app/subprocess.h"
+#include "trainer/runtime/subprocess.h"
 #include "trainer/planner/fixes.h"
 
 namespace zrepro {

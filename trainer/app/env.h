@@ -24,7 +24,7 @@ std::string blas_library();                 // the libblas.so.3 alternative's ta
 // the generic fallback. Debian's OpenBLAS 0.3.21 takes this machine's Xeon (AVX-512 with
 // bf16 and fp16) for a Prescott (SSE3): sgemm_kernel_PRESCOTT was 70% of a `small` fp32
 // step, and steps ran 3.1x slower than with its Cooperlake kernels (1200 vs 3700
-// tokens/s; docs/PERFORMANCE.md). Called first in main for the commands that compute
+// tokens/s; docs/lab/PERFORMANCE.md). Called first in main for the commands that compute
 // (and in the tests' main): when OpenBLAS chose kernels for an older instruction set
 // than this CPU's flags allow, this re-executes the binary once (about 0.4 s) with
 // OPENBLAS_CORETYPE naming the best set the flags allow (COOPERLAKE, SKYLAKEX, HASWELL

@@ -30,11 +30,10 @@
 #include "offload/host_memory.h"
 #include "trainer/app/cli.h"
 #include "trainer/app/env.h"
-#include "trainer/app/launch.h"
-#include "trainer/app/out_dir.h"
-#include "trainer/app/peers.h"
+#include "trainer/runtime/launch.h"
+#include "trainer/runtime/out_dir.h"
+#include "trainer/runtime/liveness.h"
 #include "trainer/app/run_spec.h"
-#include "trainer/app/stop.h"
 #include "trainer/config/rank_configs.h"
 #include "trainer/loop/virtual_ranks.h"
 #include "trainer/model/data.h"
@@ -75,7 +74,7 @@ class Progress {
   bool dirty_ = false;
 };
 
-// What to try, from the phase and the category that filled the device (checkpoint zero-stage, docs/ARCHITECTURE.md).
+// What to try, from the phase and the category that filled the device (checkpoint zero-stage, docs/design/ARCHITECTURE.md).
 std::string oom_hint(const MemorySnapshot& at, Phase phase, const StagePolicy& policy) {
   int top = 0;
   for (int c = 1; c < kNumMemCategories; ++c)
@@ -129,7 +128,7 @@ struct RunState {
   std::unique_ptr<VirtualRanks> vranks;           // --world-size: every rank in this process
   std::optional<DeviceMemory::OwnerScope> owner;  // virtual: whose ledger this thread reads
   std::vector<RankReport> virtual_reports;        // virtual: every rank's view, for a failure's summary
-  bool out_claimed = false;                       // --out locked for this run (trainer/app/out_dir.h)
+  bool out_claimed = false;                       // --out locked for this run (trainer/runtime/out_dir.h)
   std::unique_ptr<TraceRecorder> trace;           // this rank's spans, kept for a failure's trace.json
   bool trace_complete = false;                    // its collectives and copies added (trace_events)
   std::vector<std::string> config_mismatch;       // keys where the ranks' effective configs differ
@@ -252,7 +251,7 @@ struct RunState {
 
 // ---------------------------------------------------------------- signals
 
-// The step boundary's stop check (TrainOptions::stop_signal, trainer/app/stop.h).
+// The step boundary's stop check (TrainOptions::stop_signal, trainer/runtime/liveness.h).
 int stop_signal_at_boundary(RunState& s) {
   return stop_at_boundary(s.several_processes() ? &s.comm() : nullptr, s.peers, s.rank);
 }

@@ -17,7 +17,7 @@
 #include "trainer/app/scenario.h"
 
 #include "trainer/app/cli.h"
-#include "trainer/app/subprocess.h"
+#include "trainer/runtime/subprocess.h"
 
 #ifndef ZREPRO_SCENARIOS_DIR
 #define ZREPRO_SCENARIOS_DIR "configs/scenarios"

@@ -1,6 +1,6 @@
 // `zrepro verify --config X`: the equivalence suite for one config. Every line runs
 // zrepro twice in a way that must not change the losses and gradient norms
-// (docs/ARCHITECTURE.md, "Determinism and equivalence": the data is addressed by global
+// (docs/design/ARCHITECTURE.md, "Determinism and equivalence": the data is addressed by global
 // sample index, so splits of the same global batch see the same samples) and says PASS
 // or FAIL with the largest difference:
 //   stage k vs stage 0 (k = 1, 2, 3), N ranks vs 1, micro-batch x accumulation split,
@@ -14,7 +14,7 @@
 #include <iostream>
 
 #include "trainer/app/cli.h"
-#include "trainer/app/subprocess.h"
+#include "trainer/runtime/subprocess.h"
 #include "trainer/report/ab.h"
 #include "trainer/report/report.h"
 #include "zero/comm/mpi_communicator.h"

@@ -1,4 +1,4 @@
-// Host-link profiles for the offload copy engine (docs/ARCHITECTURE.md: emulate ratios; keep the
+// Host-link profiles for the offload copy engine (docs/design/ARCHITECTURE.md: emulate ratios; keep the
 // ratio of compute to host-link bandwidth of the target). A profile names a GPU and
 // its link: dense bf16 throughput a training step achieves there (40% of peak, a
 // typical MFU) and the measured pinned host-to-device bandwidth. On the CPU-emulated

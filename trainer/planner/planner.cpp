@@ -4,7 +4,7 @@
 // with the model's activation tapes in between, on one rank (every rank of this
 // trainer holds the same amounts: partitions and shards are padded to equal sizes),
 // over two optimizer steps: the first records the stage-3 trace, the second is the
-// steady state with prefetching and reuse. See docs/ARCHITECTURE.md "How plan and
+// steady state with prefetching and reuse. See docs/design/ARCHITECTURE.md "How plan and
 // run share the schedule".
 #include "trainer/planner/planner.h"
 

@@ -3,7 +3,7 @@
 // layer size tables, the stage-3 lifecycle and gather schedule, the gradient
 // buckets, the buffer policy) on byte counts, with the model's activation tapes
 // (gpt_memory.h) between the engine calls and the optimizer step's temporaries
-// (docs/ARCHITECTURE.md, "How plan and run share the schedule"). The peak of that timeline, its phase, the
+// (docs/design/ARCHITECTURE.md, "How plan and run share the schedule"). The peak of that timeline, its phase, the
 // category breakdown there, and the first point where it passes the capacity are
 // the prediction. DeepSpeed's own estimator figures (model states only) come
 // alongside, so users see what they leave out.

@@ -1,5 +1,5 @@
 // Scale-down: a toy run that reproduces a big target's memory behaviour on a CPU in
-// seconds (keep each category's share of device capacity: docs/ARCHITECTURE.md, "Contracts").
+// seconds (keep each category's share of device capacity: docs/design/ARCHITECTURE.md, "Contracts").
 // With a linear factor s (parameter factor K = s^2): hidden, sequence, vocabulary
 // and MLP width shrink by s, heads, layers, micro-batch, accumulation and world size
 // stay. Then parameters (~12 L h^2), activations (B S h L (c + a S / h), B S V

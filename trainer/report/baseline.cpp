@@ -92,7 +92,7 @@ void plan_rows(CheckResult& r, const json& base, const json& now, const CheckTol
                     std::fabs(b - a) <= tol.plan_ratio
                         ? ""
                         : "the planner no longer predicts this run's peak: after a LibTorch upgrade re-derive its "
-                          "activation tapes (docs/ARCHITECTURE.md, --memory-log)"});
+                          "activation tapes (docs/design/ARCHITECTURE.md, --memory-log)"});
 }
 
 }  // namespace

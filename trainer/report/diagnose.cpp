@@ -199,7 +199,7 @@ Scan scan(const std::string& text) {
 }
 
 // [Note: diagnosis order] The checkpoints are tried in the order practitioners diagnose
-// (SCENARIOS.md): a config the engine refuses first, then memory (stage, buffers,
+// (the catalogue's order, configs/scenarios/): a config the engine refuses first, then memory (stage, buffers,
 // fragmentation), pinned memory, numerics that end the run, communication. Checkpoint
 // names are those of summary.json's failure.checkpoint (kFailures in report.cpp).
 // The model states' share of the device before the failure: zrepro's scale-down table, or

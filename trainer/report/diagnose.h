@@ -21,7 +21,7 @@ struct Evidence {
 };
 
 struct Diagnosis {
-  std::string checkpoint;  // SCENARIOS.md's: config | zero-stage | offload-target | pinned-memory | numerics | communication | ""
+  std::string checkpoint;  // the catalogue's: config | zero-stage | offload-target | pinned-memory | numerics | communication | ""
   std::string scenario;    // the configs/scenarios folder it matches; "" when none
   std::string confidence;  // strong | likely | none
   std::string reason;      // why this scenario, in one sentence

@@ -79,7 +79,7 @@ json GpuFidelity::to_json() const {
 }
 
 std::string format_gpu_fidelity(const GpuFidelity& f) {
-  std::string s = "what this plan rests on (docs/GPU.md): measured on " + f.machine + " (" + f.recorded + "), over " +
+  std::string s = "what this plan rests on (docs/lab/GPU.md): measured on " + f.machine + " (" + f.recorded + "), over " +
                   std::to_string(f.cases) + " cases, the planner's peak was " + range(f.peak) +
                   " off real DeepSpeed " + f.deepspeed + " with Hugging Face's models;";
   for (const char* p : {"init", "forward", "backward", "step"})

@@ -1,5 +1,5 @@
 // What zrepro's memory plan was worth on a real GPU, read from the GPU records
-// (conformance/results/gpu/*.json, written by scripts/gpu-check.sh; docs/GPU.md): over the
+// (conformance/results/gpu/*.json, written by scripts/gpu-check.sh; docs/lab/GPU.md): over the
 // recorded cases, the range of the plan's error against real DeepSpeed with Hugging Face's
 // models, for the whole run's peak and per phase. `zrepro plan` prints it under every
 // plan, so a verdict says what it rests on; nothing here is a number of its own.

@@ -1,4 +1,4 @@
-// Machine-readable outputs of a run: summary.json (docs/ARCHITECTURE.md "Contracts") and
+// Machine-readable outputs of a run: summary.json (docs/design/ARCHITECTURE.md "Contracts") and
 // metrics.jsonl (one line per optimizer step), both written atomically: a file
 // appears complete under its final name or not at all.
 #pragma once
@@ -86,7 +86,7 @@ struct SummaryInput {
 nlohmann::json build_summary(const SummaryInput& in);
 
 // How a run can fail, and for each kind the summary status, the exit code and the
-// diagnosis checkpoint (docs/ARCHITECTURE.md "Contracts") its failure record points at: one table
+// diagnosis checkpoint (docs/design/ARCHITECTURE.md "Contracts") its failure record points at: one table
 // (kFailures in report.cpp), read by every failure path of every command.
 enum class FailureKind { config_error, oom, hang, numerical, pinned_memory, interrupted, io, internal };
 struct FailureRow {

@@ -110,7 +110,7 @@ namespace {
 
 // [Note: reduce-scatter over MPI] Open MPI 4.1's MPI_Reduce_scatter_block is slow on one
 // node: a 16 MiB array took 1.9x an MPI_Allreduce of the same array on 2 ranks and
-// 2.5-3x on 4 (bench/peers/comm.sh, docs/PERFORMANCE.md; its four tuned algorithms
+// 2.5-3x on 4 (bench/peers/comm.sh, docs/lab/PERFORMANCE.md; its four tuned algorithms
 // forced one by one were no better), although an all-reduce moves twice the bytes. From
 // kReduceScatterViaAllReduceBytes up, the comm layer's reduce-scatter is therefore an
 // in-place all-reduce of `in` (the caller's scratch, communicator.h) followed by a copy

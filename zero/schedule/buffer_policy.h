@@ -34,7 +34,7 @@ struct BufferPolicy {
   // during the backward of every micro-step after the first, DeepSpeed reduces into
   // a fresh gradient partition (grads_in_partition) while the previous micro-steps'
   // accumulated partition stays alive beside it (all_grad_tensors), so it holds the
-  // rank's whole-parameter partition twice (measured: docs/CONFORMANCE.md).
+  // rank's whole-parameter partition twice (measured: docs/design/CONFORMANCE.md).
   bool second_grad_partition = false;
 };
 

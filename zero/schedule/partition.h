@@ -37,7 +37,7 @@ std::vector<ParamSegment> partition_segments(const std::vector<int64_t>& param_n
 // gradients of every parameter that overlaps its partition, whole
 // (stage_1_and_2.py params_in_partition -> averaged_gradients, grads_in_partition),
 // so the ranks differ: `tiny` on 2 ranks holds 60,160 and 74,752 elements against
-// an exact 59,264 (docs/CONFORMANCE.md). zrepro partitions per layer and holds the
+// an exact 59,264 (docs/design/CONFORMANCE.md). zrepro partitions per layer and holds the
 // difference as the engine's gradient overhang (grad_overhang_numel) to match.
 //
 // The elements of the parameters (sizes in model order) that overlap `rank`'s

@@ -243,7 +243,7 @@ TEST(Cli, OneRunAtATimePerOutFolder) {
   EXPECT_EQ(read_json(o + "/summary.json")["steps"].size(), 2u);
 }
 
-// [Note: only zrepro's files move] (trainer/app/out_dir.h): a folder of the user's with a
+// [Note: only zrepro's files move] (trainer/runtime/out_dir.h): a folder of the user's with a
 // name a run writes (inputs/, previous/) is never moved or deleted: the run refuses with
 // exit 2, naming it; the user's other files stay where they are through every rotation.
 TEST(Cli, TheUsersFilesInOutAreNeverMovedOrDeleted) {
@@ -469,7 +469,7 @@ TEST(Cli, SignalsEndTheRunAtAStepBoundaryWithItsSummary) {
   }
 }
 
-// [Note: no orphan] (trainer/app/subprocess.h): SIGTERM or SIGINT to a command that runs
+// [Note: no orphan] (trainer/runtime/subprocess.h): SIGTERM or SIGINT to a command that runs
 // zrepro children (ab here; check, verify, scenario and doctor share run_self) reaches the
 // running child once, the child stops at its step boundary with its summary, the command
 // records the comparison as interrupted and exits 143 / 130, and no zrepro process is left.

@@ -110,7 +110,7 @@ TEST(BufferPolicy, FollowsTheZeroConfig) {
   z.offload_param.buffer_count = 5;
   b = buffer_policy(z);
   // Stage 3 allocates one bucket at init whatever overlap_comm says (measured in
-  // DeepSpeed 0.19.8: docs/CONFORMANCE.md).
+  // DeepSpeed 0.19.8: docs/design/CONFORMANCE.md).
   EXPECT_EQ(b.reduce_buffers, 1);
   EXPECT_FALSE(b.full_size_reduce_buffers);
   EXPECT_TRUE(b.persistent_reduce_buffers);

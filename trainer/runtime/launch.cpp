@@ -1,5 +1,5 @@
 // See launch.h.
-#include "trainer/app/launch.h"
+#include "trainer/runtime/launch.h"
 
 #include <sys/prctl.h>
 #include <sys/wait.h>

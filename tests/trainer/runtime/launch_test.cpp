@@ -4,7 +4,7 @@
 #include <cstdlib>
 
 #include "device/base/errors.h"
-#include "trainer/app/launch.h"
+#include "trainer/runtime/launch.h"
 
 using namespace zrepro;
 

@@ -1,5 +1,5 @@
 // See subprocess.h.
-#include "trainer/app/subprocess.h"
+#include "trainer/runtime/subprocess.h"
 
 #include <sys/prctl.h>
 #include <sys/wait.h>

@@ -1,5 +1,5 @@
 // See out_dir.h.
-#include "trainer/app/out_dir.h"
+#include "trainer/runtime/out_dir.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -10,7 +10,7 @@
 #include <fstream>
 
 #include "device/base/errors.h"
-#include "trainer/app/subprocess.h"
+#include "trainer/runtime/subprocess.h"
 #include "trainer/report/rank_views.h"
 #include "trainer/report/report.h"
 
