@@ -125,8 +125,8 @@ void parse_virtual(const cxxopts::ParseResult& r, RunSpec& s) {
 void check_virtual_limits(const RunSpec& s) {
   if (!s.world_size || *s.world_size == 1) return;
   for (size_t i = 0; i < s.injections.size(); ++i)
-    if (needs_real_processes(s.injections[i]))
-      throw ConfigError("--inject \"" + s.inject_specs[i] + "\": " + s.injections[i].kind +
+    if (s.injections[i].changes_collectives())
+      throw ConfigError("--inject \"" + s.inject_specs[i] + "\": " + inject_kind_name(s.injections[i].kind) +
                         " acts on time or on the collective sequence, which virtual ranks sharing one process do "
                         "not reproduce: run real processes, --ranks " + std::to_string(*s.world_size) +
                         " instead of --world-size " + std::to_string(*s.world_size));

@@ -2,6 +2,7 @@
 #include "trainer/loop/train.h"
 
 #include <chrono>
+#include <memory>
 #include <csignal>
 #include <cmath>
 #include <sstream>
@@ -74,6 +75,81 @@ void check_numerics(const StepResult& sr, const DsConfig& cfg, int64_t step) {
 
 }  // namespace
 
+namespace {
+
+// [Note: injections are resolved once per step] Each --inject is parsed once into an
+// InjectKind (the table below), and at the start of every step faults_at() turns the
+// injections that cover this rank and step into one StepFaults: the loop asks that
+// record, never compares kind names.
+struct InjectKindInfo {
+  InjectKind kind;
+  const char* name;
+  enum class Arg { none, steps, step, ms, factor } arg;
+};
+constexpr InjectKindInfo kInjectKinds[] = {
+    {InjectKind::inf_grad, "inf-grad", InjectKindInfo::Arg::steps},
+    {InjectKind::gas_mismatch, "gas-mismatch", InjectKindInfo::Arg::none},
+    {InjectKind::skip_forward, "skip-forward", InjectKindInfo::Arg::step},
+    {InjectKind::straggler, "straggler", InjectKindInfo::Arg::ms},
+    {InjectKind::drop_accumulated_grads, "drop-accumulated-grads", InjectKindInfo::Arg::none},
+    {InjectKind::loss_spike, "loss-spike", InjectKindInfo::Arg::factor},
+};
+
+// Whole numbers only ("3x", "-1" and "1e9" are refused, not read as 3, -1, 1).
+int64_t whole(const std::string& s) {
+  if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos)
+    throw std::invalid_argument(s);
+  return std::stoll(s);
+}
+
+double number(const std::string& s) {
+  size_t used = 0;
+  const double v = std::stod(s, &used);
+  if (used != s.size() || !std::isfinite(v)) throw std::invalid_argument(s);
+  return v;
+}
+
+// ARG of one kind into inj (throws std::invalid_argument).
+void parse_injection_arg(InjectKindInfo::Arg kind, const std::string& arg, Injection& inj) {
+  using Arg = InjectKindInfo::Arg;
+  switch (kind) {
+    case Arg::ms:
+      inj.ms = number(arg);
+      if (inj.ms < 0) throw std::invalid_argument("ms");
+      return;
+    case Arg::factor:
+      inj.factor = number(arg);
+      if (!(inj.factor > 0)) throw std::invalid_argument("factor");
+      return;
+    case Arg::step:
+      inj.from = inj.to = arg.empty() ? 1 : whole(arg);
+      return;
+    case Arg::steps:
+      if (arg.empty()) return;
+      {
+        const auto dash = arg.find('-');
+        inj.from = whole(arg.substr(0, dash));
+        inj.to = dash == std::string::npos ? inj.from : dash + 1 == arg.size() ? -1 : whole(arg.substr(dash + 1));
+      }
+      return;
+    case Arg::none:
+      if (!arg.empty()) throw std::invalid_argument("arg");
+      return;
+  }
+}
+
+}  // namespace
+
+const char* inject_kind_name(InjectKind k) {
+  for (const auto& i : kInjectKinds)
+    if (i.kind == k) return i.name;
+  return "?";
+}
+
+bool Injection::changes_collectives() const {
+  return kind == InjectKind::gas_mismatch || kind == InjectKind::skip_forward || kind == InjectKind::straggler;
+}
+
 Injection parse_injection(const std::string& spec) {
   const std::string usage =
       " Expected KIND:RANK[:ARG]: inf-grad:R[:STEPS], gas-mismatch:R, skip-forward:R[:STEP], straggler:R:MS, "
@@ -82,41 +158,15 @@ Injection parse_injection(const std::string& spec) {
   std::stringstream ss(spec);
   for (std::string p; std::getline(ss, p, ':');) parts.push_back(p);
   if (parts.size() < 2 || parts.size() > 3) throw ConfigError("--inject \"" + spec + "\": malformed." + usage);
+  const InjectKindInfo* info = nullptr;
+  for (const auto& i : kInjectKinds)
+    if (parts[0] == i.name) info = &i;
+  if (!info) throw ConfigError("--inject \"" + spec + "\": unknown kind \"" + parts[0] + "\"." + usage);
   Injection inj;
-  inj.kind = parts[0];
-  if (inj.kind != "inf-grad" && inj.kind != "gas-mismatch" && inj.kind != "skip-forward" && inj.kind != "straggler" &&
-      inj.kind != "drop-accumulated-grads" && inj.kind != "loss-spike")
-    throw ConfigError("--inject \"" + spec + "\": unknown kind \"" + inj.kind + "\"." + usage);
-  // Whole numbers only ("3x", "-1" and "1e9" are refused, not read as 3, -1, 1).
-  auto whole = [](const std::string& s) -> int64_t {
-    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos)
-      throw std::invalid_argument(s);
-    return std::stoll(s);
-  };
-  auto number = [](const std::string& s) {
-    size_t used = 0;
-    const double v = std::stod(s, &used);
-    if (used != s.size() || !std::isfinite(v)) throw std::invalid_argument(s);
-    return v;
-  };
+  inj.kind = info->kind;
   try {
     inj.rank = static_cast<int>(whole(parts[1]));
-    const std::string arg = parts.size() == 3 ? parts[2] : "";
-    if (inj.kind == "straggler") {
-      inj.ms = number(arg);
-      if (inj.ms < 0) throw std::invalid_argument("ms");
-    } else if (inj.kind == "loss-spike") {
-      inj.factor = number(arg);
-      if (!(inj.factor > 0)) throw std::invalid_argument("factor");
-    } else if (inj.kind == "skip-forward") {
-      inj.from = inj.to = arg.empty() ? 1 : whole(arg);
-    } else if (inj.kind == "inf-grad" && !arg.empty()) {
-      const auto dash = arg.find('-');
-      inj.from = whole(arg.substr(0, dash));
-      inj.to = dash == std::string::npos ? inj.from : dash + 1 == arg.size() ? -1 : whole(arg.substr(dash + 1));
-    } else if (!arg.empty()) {
-      throw std::invalid_argument("arg");
-    }
+    parse_injection_arg(info->arg, parts.size() == 3 ? parts[2] : "", inj);
   } catch (const std::exception&) {
     throw ConfigError("--inject \"" + spec + "\": bad RANK or ARG." + usage);
   }
@@ -127,6 +177,23 @@ Injection parse_injection(const std::string& spec) {
   return inj;
 }
 
+StepFaults faults_at(const std::vector<Injection>& inject, int rank, int64_t step, int64_t grad_accum) {
+  StepFaults f;
+  f.gas = grad_accum;
+  for (const auto& inj : inject) {
+    if (inj.rank != rank || !inj.covers(step)) continue;
+    switch (inj.kind) {
+      case InjectKind::gas_mismatch: f.gas = grad_accum + 1; break;
+      case InjectKind::skip_forward: f.skip_first = true; break;
+      case InjectKind::straggler: if (f.straggle_ms == 0) f.straggle_ms = inj.ms; break;
+      case InjectKind::loss_spike: if (f.grad_factor == 1) f.grad_factor = inj.factor; break;
+      case InjectKind::inf_grad: f.inf_grad = true; break;
+      case InjectKind::drop_accumulated_grads: break;  // the engine's, for the whole run (EngineConfig)
+    }
+  }
+  return f;
+}
+
 int64_t dynamic_seq_len(int64_t step, int64_t min_len, int64_t max_len) {
   uint64_t h = static_cast<uint64_t>(step) * 0x9E3779B97F4A7C15ULL;  // splitmix64
   h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -135,13 +202,10 @@ int64_t dynamic_seq_len(int64_t step, int64_t min_len, int64_t max_len) {
   return min_len + static_cast<int64_t>(h % static_cast<uint64_t>(max_len - min_len + 1));
 }
 
-void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts, TrainResult& result,
-           const StepCallback& on_step, bool keep_final_params) {
-  SelfCommunicator self;
-  Communicator& comm = opts.comm ? *opts.comm : self;
-  DeviceMemory& mem = DeviceMemory::instance();
-  const int rank = comm.rank(), world = comm.world_size();
-  torch::manual_seed(opts.seed);
+namespace {
+
+std::unique_ptr<ZeroEngine> make_engine(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
+                                        Communicator& comm) {
   EngineConfig ecfg;
   ecfg.precision = cfg.precision;
   ecfg.zero = cfg.zero;
@@ -156,131 +220,196 @@ void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
   ecfg.pageable_ratio = opts.pageable_ratio;
   ecfg.buffers = opts.buffer_policy;
   for (const auto& inj : opts.inject)
-    if (inj.kind == "drop-accumulated-grads" && inj.rank == rank) ecfg.drop_accumulated_grads = true;
+    if (inj.kind == InjectKind::drop_accumulated_grads && inj.rank == comm.rank()) ecfg.drop_accumulated_grads = true;
   // Initial values come from the host (like a checkpoint) and are not device memory.
   std::vector<torch::Tensor> init;
   {
     DeviceMemory::HostScope host;
     init = gpt_init(spec, opts.seed);
   }
-  ZeroEngine engine(gpt_layers(spec), init, ecfg, comm);
-  init.clear();
+  return std::make_unique<ZeroEngine>(gpt_layers(spec), init, ecfg, comm);
+}
+
+// Every micro-batch this rank will load, in order (the loader prefetches them).
+std::vector<BatchKey> batch_keys(const DsConfig& cfg, const TrainOptions& opts, int rank, int world) {
+  std::vector<BatchKey> keys;
+  for (int64_t step = 0; step < opts.steps; ++step) {
+    const StepFaults f = faults_at(opts.inject, rank, step, cfg.grad_accum);
+    for (int64_t t = 0; t < f.gas; ++t)
+      if (f.runs(t))
+        keys.push_back({MarkovData::first_sample(step, t, opts.same_data ? 0 : rank, world, cfg.micro_batch, f.gas),
+                        cfg.micro_batch});
+  }
+  return keys;
+}
+
+// The step's measurements around the engine: collective and copy deltas, the memory after
+// the step, the trace's spans and memory counter. start() before the first micro-step,
+// finish() after the optimizer step.
+class StepObserver {
+ public:
+  StepObserver(const TrainOptions& opts, Communicator& comm, ZeroEngine& engine)
+      : opts_(opts), comm_(comm), engine_(engine) {}
+  void start() {
+    comm_before_ = comm_.stats();
+    copies_before_ = engine_.copier() ? engine_.copier()->stats() : CopyStats{};
+    t_step_ = Clock::now();
+  }
+  // One micro-step's data / forward / backward spans (wall-clock marks) and memory.
+  void micro_step(int64_t step, int64_t t, double w_data, double w_fwd, double w_bwd) const {
+    if (!opts_.trace) return;
+    const json pos = {{"step", step}, {"micro_step", t}};
+    opts_.trace->span("data", w_data, w_fwd, pos);
+    opts_.trace->span("forward", w_fwd, w_bwd, pos);
+    opts_.trace->span("backward", w_bwd, wall_seconds(), pos);
+    const MemorySnapshot m = device_memory_snapshot(opts_.device);
+    opts_.trace->memory(wall_seconds(), m.allocated, m.reserved);
+  }
+  void finish(StepRecord& rec, double w_step) const {
+    rec.step_s = since(t_step_);
+    rec.comm = comm_.stats().minus(comm_before_);
+    if (engine_.copier()) rec.copies = engine_.copier()->stats().minus(copies_before_);
+    rec.memory = device_memory_snapshot(opts_.device);
+    if (opts_.trace) {
+      opts_.trace->span("step", w_step, wall_seconds(), json{{"step", rec.step}, {"skipped", rec.skipped}});
+      opts_.trace->memory(wall_seconds(), rec.memory.allocated, rec.memory.reserved);
+    }
+    rec.comm_wait_s = rec.comm.wait_seconds;
+  }
+
+ private:
+  const TrainOptions& opts_;
+  Communicator& comm_;
+  ZeroEngine& engine_;
+  CommStats comm_before_;
+  CopyStats copies_before_;
+  Clock::time_point t_step_;
+};
+
+// What one rank's loop works with.
+struct Loop {
+  const DsConfig& cfg;
+  const ModelSpec& spec;
+  const TrainOptions& opts;
+  Communicator& comm;
+  ZeroEngine& engine;
+  Gpt& model;
+  BatchLoader& loader;
+  TrainResult& result;
+  DeviceMemory& mem = DeviceMemory::instance();
+};
+
+// Micro-step t of step `step`: load, forward, backward (loss / gas, times the loss scale
+// and any loss-spike factor). Returns the micro-batch's loss.
+double micro_step(Loop& l, StepRecord& rec, const StepFaults& f, int64_t t, double scale, const StepObserver& obs) {
+  l.engine.begin_micro_step(rec.step, t);
+  if (f.straggle_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(f.straggle_ms));
+  auto t0 = Clock::now();
+  const double w_data = wall_seconds();
+  torch::Tensor batch = l.loader.next().to(l.opts.device, /*non_blocking=*/l.opts.loader.pin_memory);
+  l.result.input_pinned_peak = std::max(l.result.input_pinned_peak, HostMemory::instance().input_pinned_bytes());
+  const int64_t len =
+      l.opts.dynamic_seq_min > 0 ? dynamic_seq_len(rec.step, l.opts.dynamic_seq_min, l.spec.seq) : l.spec.seq;
+  torch::Tensor inputs = batch.narrow(1, 0, len), targets = batch.narrow(1, 1, len);
+  rec.data_wait_s += since(t0);
+  const double w_fwd = wall_seconds();
+
+  t0 = Clock::now();
+  l.mem.set_phase(Phase::forward);
+  torch::Tensor loss = l.model.loss(inputs, targets, l.engine);
+  const double lv = loss.item<double>();
+  rec.forward_s += since(t0);
+
+  const double w_bwd = wall_seconds();
+  t0 = Clock::now();
+  l.mem.set_phase(Phase::backward);
+  // loss-spike: gradients FACTOR times larger than the data gives (a loss spike, an
+  // outlier batch); the reported loss is the real one. fp16 overflows at any scale
+  // once FACTOR x |grad| passes 65504; bf16 and fp32 hold them (Adam is scale-free).
+  (loss * (scale * f.grad_factor / static_cast<double>(f.gas))).backward();
+  l.engine.end_backward();
+  rec.backward_s += since(t0);
+  obs.micro_step(rec.step, t, w_data, w_fwd, w_bwd);
+  return lv;
+}
+
+// The optimizer step at the accumulation boundary, its numerics checked, into rec.
+StepResult optimizer_step(Loop& l, StepRecord& rec, double mean_loss) {
+  const auto t0 = Clock::now();
+  l.mem.set_phase(Phase::step);
+  StepResult sr = l.engine.step(mean_loss);
+  check_numerics(sr, l.cfg, rec.step);
+  rec.optimizer_s = since(t0);
+  rec.loss = sr.loss;
+  rec.grad_norm = sr.grad_norm;
+  rec.loss_scale = sr.loss_scale;
+  rec.skipped = sr.skipped;
+  rec.lr = sr.lr;
+  if (l.opts.verify_replicas && l.engine.policy().replicated_params()) {
+    torch::Tensor mine = torch::tensor({l.engine.replica_fingerprint()}, torch::kLong);
+    torch::Tensor all = torch::empty({l.comm.world_size()}, torch::kLong);
+    l.comm.all_gather(all, mine, "verify replicas")->wait();
+    rec.replicas_identical = (all == all[0]).all().item<bool>() ? 1 : 0;
+    if (!rec.replicas_identical)
+      throw std::runtime_error("parameters differ between ranks after step " + std::to_string(rec.step) +
+                               " (zrepro bug: replicas must stay bit-identical)");
+  }
+  return sr;
+}
+
+// The stop check at a step boundary (TrainOptions::stop_signal): throws Interrupted.
+void stop_if_asked(const TrainOptions& opts, int64_t step) {
+  if (!opts.stop_signal || step + 1 >= opts.steps) return;
+  if (const int sig = opts.stop_signal())
+    throw Interrupted(sig, std::string(sig == SIGTERM ? "SIGTERM" : "SIGINT") + " after step " +
+                               std::to_string(step + 1) + " of " + std::to_string(opts.steps) +
+                               ": stopped at the step boundary");
+}
+
+}  // namespace
+
+void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts, TrainResult& result,
+           const StepCallback& on_step, bool keep_final_params) {
+  SelfCommunicator self;
+  Communicator& comm = opts.comm ? *opts.comm : self;
+  const int rank = comm.rank(), world = comm.world_size();
+  torch::manual_seed(opts.seed);
+  const std::unique_ptr<ZeroEngine> engine = make_engine(cfg, spec, opts, comm);
   Gpt model(spec, compute_dtype(cfg.precision, opts.device), opts.device,
             Checkpointing{opts.activation_checkpointing, cfg.activation_checkpointing.cpu_checkpointing});
   MarkovData data(spec.vocab, spec.seq, opts.seed);
-
-  const int64_t micro = cfg.micro_batch;
-  auto injected = [&](const char* kind, int64_t step) -> const Injection* {
-    for (const auto& inj : opts.inject)
-      if (inj.kind == kind && inj.rank == rank && inj.covers(step)) return &inj;
-    return nullptr;
-  };
-  // Faults that make this rank's collective sequence differ from its peers'.
-  auto gas_of = [&](int64_t step) { return cfg.grad_accum + (injected("gas-mismatch", step) ? 1 : 0); };
-  auto skipped = [&](int64_t step, int64_t t) { return t == 0 && injected("skip-forward", step); };
-  std::vector<BatchKey> keys;
-  for (int64_t step = 0; step < opts.steps; ++step)
-    for (int64_t t = 0; t < gas_of(step); ++t)
-      if (!skipped(step, t)) keys.push_back({MarkovData::first_sample(step, t, opts.same_data ? 0 : rank, world, micro, gas_of(step)), micro});
-  BatchLoader loader(data, std::move(keys), opts.loader);
+  BatchLoader loader(data, batch_keys(cfg, opts, rank, world), opts.loader);
+  Loop l{cfg, spec, opts, comm, *engine, model, loader, result};
+  StepObserver obs(opts, comm, *engine);
   for (int64_t step = 0; step < opts.steps; ++step) {
-    const int64_t gas = gas_of(step);
-    const Injection* straggle = injected("straggler", step);
+    const StepFaults f = faults_at(opts.inject, rank, step, cfg.grad_accum);
     StepRecord rec;
     rec.step = step;
-    const CommStats comm_before = comm.stats();
-    const CopyStats copies_before = engine.copier() ? engine.copier()->stats() : CopyStats{};
-    const auto t_step = Clock::now();
-    const double scale = engine.loss_scale();
+    obs.start();
+    const double scale = engine->loss_scale();
     double loss_sum = 0;
     int64_t micro_steps = 0;
-    for (int64_t t = 0; t < gas; ++t) {
-      if (skipped(step, t)) continue;
-      engine.begin_micro_step(step, t);
-      if (straggle) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(straggle->ms));
-      auto t0 = Clock::now();
-      const double w_data = wall_seconds();
-      torch::Tensor batch = loader.next().to(opts.device, /*non_blocking=*/opts.loader.pin_memory);
-      result.input_pinned_peak = std::max(result.input_pinned_peak, HostMemory::instance().input_pinned_bytes());
-      const int64_t len = opts.dynamic_seq_min > 0 ? dynamic_seq_len(step, opts.dynamic_seq_min, spec.seq) : spec.seq;
-      torch::Tensor inputs = batch.narrow(1, 0, len), targets = batch.narrow(1, 1, len);
-      rec.data_wait_s += since(t0);
-      const double w_fwd = wall_seconds();
-
-      t0 = Clock::now();
-      mem.set_phase(Phase::forward);
-      torch::Tensor loss = model.loss(inputs, targets, engine);
-      const double lv = loss.item<double>();
-      rec.forward_s += since(t0);
-      loss_sum += lv;
+    for (int64_t t = 0; t < f.gas; ++t) {
+      if (!f.runs(t)) continue;
+      loss_sum += micro_step(l, rec, f, t, scale, obs);
       ++micro_steps;
-
-      const double w_bwd = wall_seconds();
-      t0 = Clock::now();
-      mem.set_phase(Phase::backward);
-      // loss-spike: gradients FACTOR times larger than the data gives (a loss spike, an
-      // outlier batch); the reported loss is the real one. fp16 overflows at any scale
-      // once FACTOR x |grad| passes 65504; bf16 and fp32 hold them (Adam is scale-free).
-      const Injection* spike = injected("loss-spike", step);
-      (loss * (scale * (spike ? spike->factor : 1.0) / static_cast<double>(gas))).backward();
-      engine.end_backward();
-      rec.backward_s += since(t0);
-      if (opts.trace) {
-        const json pos = {{"step", step}, {"micro_step", t}};
-        opts.trace->span("data", w_data, w_fwd, pos);
-        opts.trace->span("forward", w_fwd, w_bwd, pos);
-        opts.trace->span("backward", w_bwd, wall_seconds(), pos);
-        const MemorySnapshot m = device_memory_snapshot(opts.device);
-        opts.trace->memory(wall_seconds(), m.allocated, m.reserved);
-      }
     }
-    if (injected("inf-grad", step)) engine.inject_inf_grad();
-
-    auto t0 = Clock::now();
+    if (f.inf_grad) engine->inject_inf_grad();
     const double w_step = wall_seconds();
-    mem.set_phase(Phase::step);
-    StepResult sr = engine.step(loss_sum / static_cast<double>(std::max<int64_t>(micro_steps, 1)));
-    check_numerics(sr, cfg, step);
-    rec.optimizer_s = since(t0);
-    rec.loss = sr.loss;
-    rec.grad_norm = sr.grad_norm;
-    rec.loss_scale = sr.loss_scale;
-    rec.skipped = sr.skipped;
-    rec.lr = sr.lr;
-    if (opts.verify_replicas && engine.policy().replicated_params()) {
-      torch::Tensor mine = torch::tensor({engine.replica_fingerprint()}, torch::kLong);
-      torch::Tensor all = torch::empty({world}, torch::kLong);
-      comm.all_gather(all, mine, "verify replicas")->wait();
-      rec.replicas_identical = (all == all[0]).all().item<bool>() ? 1 : 0;
-      if (!rec.replicas_identical)
-        throw std::runtime_error("parameters differ between ranks after step " + std::to_string(step) +
-                                 " (zrepro bug: replicas must stay bit-identical)");
-    }
-    rec.step_s = since(t_step);
-    rec.comm = comm.stats().minus(comm_before);
-    if (engine.copier()) rec.copies = engine.copier()->stats().minus(copies_before);
-    rec.memory = device_memory_snapshot(opts.device);
-    if (opts.trace) {
-      opts.trace->span("step", w_step, wall_seconds(), json{{"step", step}, {"skipped", sr.skipped}});
-      opts.trace->memory(wall_seconds(), rec.memory.allocated, rec.memory.reserved);
-    }
-    rec.comm_wait_s = rec.comm.wait_seconds;
+    const StepResult sr = optimizer_step(l, rec, loss_sum / static_cast<double>(std::max<int64_t>(micro_steps, 1)));
+    obs.finish(rec, w_step);
     result.skipped_steps += sr.skipped;
     result.steps.push_back(rec);
-    result.memory = engine.memory();
+    result.memory = engine->memory();
     if (on_step) on_step(rec, scale_log(sr.scale_event, rank));
-    if (opts.stop_signal && step + 1 < opts.steps)
-      if (const int sig = opts.stop_signal())
-        throw Interrupted(sig, std::string(sig == SIGTERM ? "SIGTERM" : "SIGINT") + " after step " +
-                                   std::to_string(step + 1) + " of " + std::to_string(opts.steps) +
-                                   ": stopped at the step boundary");
+    stop_if_asked(opts, step);
   }
-  if (engine.copier()) {
-    result.copies = engine.copier()->stats();
-    result.copy_log = engine.copier()->records();
+  if (engine->copier()) {
+    result.copies = engine->copier()->stats();
+    result.copy_log = engine->copier()->records();
   }
   if (keep_final_params)
-    for (size_t l = 0; l < engine.groups().size(); ++l) result.final_params.push_back(engine.gather_layer(l));
+    for (size_t l2 = 0; l2 < engine->groups().size(); ++l2) result.final_params.push_back(engine->gather_layer(l2));
 }
 
 }  // namespace zrepro

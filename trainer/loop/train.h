@@ -29,15 +29,32 @@ namespace zrepro {
 //                         the gradients of micro-steps after the first (a historic bug)
 //   loss-spike:R:FACTOR   rank R's gradients are FACTOR times what its data gives, every
 //                         step (an outlier batch): fp16 overflows, bf16 does not
+enum class InjectKind { inf_grad, gas_mismatch, skip_forward, straggler, drop_accumulated_grads, loss_spike };
+const char* inject_kind_name(InjectKind k);  // "inf-grad", as --inject spells it
 struct Injection {
-  std::string kind;
+  InjectKind kind = InjectKind::inf_grad;
   int rank = 0;
   int64_t from = 0, to = -1;  // inclusive step range; to = -1: no end
   double ms = 0;              // straggler delay
   double factor = 1;          // loss-spike: gradient multiplier
   bool covers(int64_t step) const { return step >= from && (to < 0 || step <= to); }
+  // The rank's collective sequence or timing differs from its peers' (gas-mismatch,
+  // skip-forward, straggler): only real processes show what that does.
+  bool changes_collectives() const;
 };
 Injection parse_injection(const std::string& spec);  // throws ConfigError
+
+// What the injections do to one rank's step, resolved once at its start
+// ([Note: injections are resolved once per step], train.cpp).
+struct StepFaults {
+  int64_t gas = 1;          // micro-steps this rank runs: grad_accum, one more under gas-mismatch
+  bool skip_first = false;  // skip-forward: micro-step 0 is not run
+  double straggle_ms = 0;   // straggler: sleep per micro-step
+  double grad_factor = 1;   // loss-spike: gradient multiplier
+  bool inf_grad = false;    // inf-grad: +inf into the gradients before the step
+  bool runs(int64_t t) const { return !(skip_first && t == 0); }
+};
+StepFaults faults_at(const std::vector<Injection>& inject, int rank, int64_t step, int64_t grad_accum);
 
 struct TrainOptions {
   int64_t steps = 50;

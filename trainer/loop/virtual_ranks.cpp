@@ -10,10 +10,6 @@
 
 namespace zrepro {
 
-bool needs_real_processes(const Injection& inj) {
-  return inj.kind == "gas-mismatch" || inj.kind == "skip-forward" || inj.kind == "straggler";
-}
-
 VirtualRanks::VirtualRanks(int world, int subject, double timeout_s)
     : world_(world), subject_(subject), group_(std::make_shared<VirtualGroup>(world, timeout_s)) {
   DeviceMemory::instance().set_ledgers(world);

@@ -27,8 +27,6 @@ namespace zrepro {
 // starting thousands.
 constexpr int kMaxVirtualRanks = 512;
 
-// Injections that need real processes (they act on time or on the collective sequence).
-bool needs_real_processes(const Injection& inj);
 
 class VirtualRanks {
  public:

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -561,6 +562,22 @@ std::string Diagnosis::to_text() const {
   if (!scenario.empty()) o << "  reproduce: zrepro scenario run " << scenario << "  (configs/scenarios/" << scenario << "/README.md)\n";
   for (const auto& e : closest) o << "  closest, line " << e.line << ": " << printable(e.text) << "\n";
   return o.str();
+}
+
+void WallClock::add(double forward_s, double backward_s, double comm_wait_s, double optimizer_s) {
+  fwd += forward_s, bwd += backward_s, allreduce += std::min(comm_wait_s, backward_s), step += optimizer_s;
+}
+
+std::string WallClock::line_and_reset() {
+  auto ms = [](double s) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.2f", 1000 * s);
+    return std::string(b);
+  };
+  const std::string l = "[Rank 0] time (ms) | fwd: " + ms(fwd) + " | bwd: " + ms(bwd) + " | bwd_inner: " +
+                        ms(bwd - allreduce) + " | bwd_allreduce: " + ms(allreduce) + " | step: " + ms(step);
+  *this = WallClock{};
+  return l;
 }
 
 }  // namespace zrepro

@@ -53,4 +53,18 @@ std::string printable(const std::string& line);
 // "1.86 GiB", "512 MB", "3.01 MiB" -> bytes (PyTorch prints GiB/MiB/KiB; GB = 1e9). -1 if not a size.
 int64_t parse_printed_bytes(const std::string& number, const std::string& unit);
 
+// [Note: wall_clock_breakdown] With "wall_clock_breakdown": true `zrepro run`'s rank 0
+// prints DeepSpeed's global timer line at each print boundary, summed since the last one
+// (DeepSpeed resets its timers when it logs them): "[Rank 0] time (ms) | fwd: .. | bwd: ..
+// | bwd_inner: .. | bwd_allreduce: .. | step: ..". zrepro's figures: fwd and bwd are the
+// micro-steps' forward and backward, bwd_allreduce the part of bwd blocked in collectives
+// (the step's comm_wait, at most bwd), bwd_inner the rest, step the optimizer step (with
+// offload: the host Adam and the copies). diagnose reads the same line (its "wall_clock"
+// fingerprint, diagnose.cpp) from DeepSpeed's logs and zrepro's: one format, one place.
+struct WallClock {
+  double fwd = 0, bwd = 0, allreduce = 0, step = 0;
+  void add(double forward_s, double backward_s, double comm_wait_s, double optimizer_s);
+  std::string line_and_reset();  // the line, then zero
+};
+
 }  // namespace zrepro

@@ -408,4 +408,42 @@ json build_summary(const SummaryInput& in) {
   return s;
 }
 
+std::string oom_hint(const MemorySnapshot& at, Phase phase, const StagePolicy& policy) {
+  int top = 0;
+  for (int c = 1; c < kNumMemCategories; ++c)
+    if (at.by_category[c] > at.by_category[top]) top = c;
+  const std::string largest = std::string("largest category: ") + mem_category_name(static_cast<MemCategory>(top)) +
+                              " (" + format_bytes(at.by_category[top]) + "). ";
+  const int64_t params = at.by_category[static_cast<int>(MemCategory::params)];
+  switch (phase) {
+    case Phase::init:
+      return largest + "The 16-bit parameters do not fit: ZeRO stage 3 shards them (stage 1/2 keep a full copy per rank).";
+    case Phase::partition:
+      return largest + "Optimizer states (fp32 master + Adam moments, 12 bytes/param) do not fit: more ranks with "
+                       "stage >= 1, or offload_optimizer to cpu.";
+    case Phase::forward:
+    case Phase::backward:
+      // Replicated parameters: every 16-bit parameter on every rank (configs/scenarios/zero2-params-dont-fit).
+      if (policy.replicated_params() && at.capacity > 0 && params * 4 > at.capacity)
+        return largest + "The full 16-bit parameters take " + std::to_string(100 * params / at.capacity) +
+               "% of the device on every rank (stage " + std::to_string(policy.stage) +
+               " does not shard them): ZeRO stage 3 keeps 1/N of them per rank; otherwise activation "
+               "checkpointing or a smaller micro-batch.";
+      return largest + "Model states fit but this micro-batch's activations or buffers do not: activation "
+                       "checkpointing, or a smaller micro-batch with more gradient accumulation (same global batch); "
+                       "if comm_buffers dominate, smaller reduce_bucket_size / stage3_prefetch_bucket_size.";
+    default:
+      return largest + "Out of memory in the optimizer step: optimizer offload, or more ranks.";
+  }
+}
+
+std::string pin_memory_default_note(const DsConfig& cfg) {
+  for (const auto& e : cfg.entries)
+    if (e.source == Source::default_ && e.value == true && e.path.find("offload_") != std::string::npos &&
+        e.path.size() > 11 && e.path.compare(e.path.size() - 11, 11, ".pin_memory") == 0)
+      return "; " + e.path + " is true because the config does not set it (DeepSpeed " + cfg.deepspeed_version +
+             "'s default, " + e.note + "): set it false in the config to keep pageable buffers";
+  return "";
+}
+
 }  // namespace zrepro

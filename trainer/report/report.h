@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "device/device_memory.h"
 #include "trainer/config/ds_config.h"
 #include "trainer/config/model_spec.h"
 #include "trainer/loop/train.h"
@@ -99,5 +100,12 @@ const FailureRow& failure_row(FailureKind k);
 // {kind, rank, phase, message, checkpoint, hint} for summary.json.
 nlohmann::json make_failure(FailureKind k, int rank, const std::string& phase, const std::string& message,
                             const std::string& hint);
+
+// What to try after an OOM, from the phase and the category that filled the device
+// (checkpoint zero-stage; `zrepro run`'s failure.hint).
+std::string oom_hint(const MemorySnapshot& at, Phase phase, const StagePolicy& policy);
+// An error caused by a default says so: the offload pin_memory the config never set, with
+// the release that made it true and the key to set ("" when the config set it).
+std::string pin_memory_default_note(const DsConfig& cfg);
 
 }  // namespace zrepro

@@ -1,0 +1,340 @@
+// `zrepro run`'s set-up (run_state.h): ranks, the --out folder, virtual ranks, the
+// options, the config and the model (or a toy scaled down from the target), the device
+// and its host-memory preflight, the modelled host link and interconnect; the header.
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <limits>
+
+#include "device/base/errors.h"
+#include "device/cuda_memory.h"
+#include "offload/host_memory.h"
+#include "trainer/app/cli.h"
+#include "trainer/app/env.h"
+#include "trainer/app/run_state.h"
+#include "trainer/config/rank_configs.h"
+#include "trainer/model/data.h"
+#include "trainer/model/gpt.h"
+#include "trainer/planner/link_profile.h"
+#include "trainer/runtime/out_dir.h"
+#include "zero/comm/mpi_communicator.h"
+
+namespace zrepro {
+
+using json = nlohmann::json;
+
+// --out for this run; when it cannot be made it is forgotten (no summary can go there).
+static void make_run_out_dir(RunState& s) {
+  if (s.spec.out_dir.empty()) return;
+  try {
+    make_out_dir(s.spec.out_dir);
+    if (s.speaks() && !s.out_claimed) {
+      const std::vector<std::string> moved = claim_out_dir(s.spec.out_dir);
+      s.out_claimed = true;
+      if (!moved.empty())
+        std::cout << "[zrepro] --out " << s.spec.out_dir << ": an earlier run's files (" << moved.size()
+                  << ") moved to " << s.spec.out_dir << "/previous/\n";
+    }
+  } catch (const ConfigError&) {
+    s.spec.out_dir.clear();
+    throw;
+  }
+}
+
+// A flag error found before set-up still leaves its summary in --out, if it can be made.
+void make_out_dir_quietly(RunState& s) {
+  try {
+    make_run_out_dir(s);
+  } catch (const ConfigError&) {
+  }
+}
+
+static ConfigFlags flags_for(const RunSpec& spec, const ModelSpec& m, int world) {
+  ConfigFlags f = spec.flags;
+  f.hidden_size = m.hidden;
+  f.world_size = world;
+  f.total_steps = spec.steps;
+  return f;
+}
+
+// The config and the model: as given, or a toy scaled down from the target.
+static void resolve_config(RunState& s) {
+  const RunSpec& spec = s.spec;
+  if (spec.target_model) {
+    const int target_world = spec.target_world_size.value_or(s.world);
+    if (target_world != s.world)
+      throw ConfigError("--target-world-size " + std::to_string(target_world) + ": this run has " +
+                        std::to_string(s.world) + " rank(s); ZeRO's per-rank partitions depend on the world size, so "
+                        "run the toy as that many ranks: --world-size " + std::to_string(target_world) +
+                        " (one process) or --ranks " + std::to_string(target_world));
+    ScaleRequest sr;
+    sr.target = resolve_model(*spec.target_model, spec.model_overrides);
+    sr.cfg = load_ds_config(require_config(spec.config_path), flags_for(spec, sr.target, s.world));
+    sr.world_size = s.world;
+    sr.target_capacity = *spec.target_device_memory;
+    if (spec.scale) sr.scale = *spec.scale;
+    sr.activation_checkpointing = spec.activation_checkpointing;
+    s.scaled = std::make_unique<ScaleDown>(scale_down(sr));
+    s.model = s.scaled->toy;
+    s.cfg = s.scaled->toy_cfg;
+  } else {
+    s.model = resolve_model(spec.model, spec.model_overrides);
+    s.cfg = load_ds_config(require_config(spec.config_path), flags_for(spec, s.model, s.world));
+  }
+  s.have_model = s.have_cfg = true;
+  if (spec.export_inputs && (s.model.family != Family::gpt2 || s.model.tied || s.model.attention != Attention::eager))
+    throw ConfigError("--export-inputs: the conformance network (conformance/ds_model.py) is the GPT-2 family with an "
+                      "untied LM head and eager attention; got " + std::string(family_name(s.model.family)) +
+                      (s.model.tied ? ", tied" : "") + ", " + attention_name(s.model.attention) +
+                      " (use --model tiny or small)");
+  // LibTorch indexes some kernels with 32 bits: a micro-batch past that is refused here,
+  // not left to fail inside a kernel.
+  if (s.cfg.micro_batch > std::numeric_limits<int32_t>::max() / std::max<int64_t>(s.model.seq + 1, 1))
+    throw ConfigError("train_micro_batch_size_per_gpu: got " + std::to_string(s.cfg.micro_batch) + " with sequence " +
+                      std::to_string(s.model.seq) + ": more than 2^31 tokens per micro-batch, past what one device "
+                      "step can index; use a micro-batch of at most " +
+                      std::to_string(std::numeric_limits<int32_t>::max() / (s.model.seq + 1)));
+  if (spec.dynamic_seq_min && (*spec.dynamic_seq_min < 1 || *spec.dynamic_seq_min > s.model.seq))
+    throw ConfigError("--dynamic-seq: got " + std::to_string(*spec.dynamic_seq_min) + ", expected 1.." +
+                      std::to_string(s.model.seq) + " (the model's sequence length)");
+}
+
+// What the planner is asked about this run (CPU-emulated device).
+PlanRequest plan_request(const RunState& s) {
+  PlanRequest pr;
+  pr.model = s.model;
+  pr.cfg = s.cfg;
+  pr.world_size = s.world;
+  pr.device_capacity = s.capacity();
+  pr.activation_checkpointing = s.spec.activation_checkpointing;
+  pr.rank = s.rank;  // ranks differ at stage 2 (DeepSpeed's whole-parameter gradient partition)
+  return pr;
+}
+
+// [Note: the emulated device lives in host memory] On the CPU-emulated device every rank's
+// device bytes are this machine's RAM: a run whose planned peak (and offload buffers) for
+// the ranks on this host exceeds what the host has available would be killed by the
+// kernel's OOM killer part-way, with no summary (exit 137). It is refused before the
+// first allocation instead: a host OOM, exit 3, with the figures.
+static void preflight_host_memory(const RunState& s, int64_t cap) {
+  if (!s.dev.device.is_cpu() || !s.planned) return;
+  const int64_t available = meminfo_bytes("MemAvailable:");
+  if (available <= 0) return;  // not Linux, or not readable: nothing to compare with
+  const MemoryPlan& p = *s.planned;
+  const int64_t device = cap > 0 ? std::min(p.peak_bytes, cap) : p.peak_bytes;  // a capacity stops the run there
+  const int64_t per_rank = device + p.host_bytes + p.host_pinned_bytes + p.host_pageable_bytes;
+  const int ranks_here = s.vranks ? s.world : mpi_local_size();
+  const double need = static_cast<double>(per_rank) * ranks_here;
+  if (need <= static_cast<double>(available)) return;
+  throw HostShortfall("the run would need " + format_bytes(static_cast<int64_t>(need)) + " of this host's memory (" +
+                      std::to_string(ranks_here) + " rank(s) here x " + format_bytes(per_rank) +
+                      ": the planned device peak" + (cap > 0 ? " up to the capacity" : "") +
+                      " plus offload buffers), and it has " + format_bytes(available) + " available (MemAvailable)");
+}
+
+// The device: the emulated one (tracking / caching allocator, capacity, memory log,
+// the planner's figures for this run) or CUDA (the caching allocator's memory fraction).
+static void install_device(RunState& s) {
+  const RunSpec& spec = s.spec;
+  s.dev = for_flag("--device " + spec.device, [&] { return select_device(spec.device, mpi_local_rank()); });
+  s.topt.device = s.dev.device;
+  const int64_t cap = s.capacity();
+  if (!s.dev.device.is_cpu()) {
+    if (cap > 0) {
+      for_flag("--device-memory", [&] { cuda_set_capacity(s.dev.device.index(), cap); });
+      s.dev.description += ", capacity " + format_bytes(cap) + " (memory fraction)";
+    }
+    if (s.vranks) {  // the other virtual ranks compute on the CPU: their bytes measured, uncapped
+      DeviceMemory::instance().install(0);
+      s.dev.description += "; the other " + std::to_string(s.world - 1) + " virtual ranks on the CPU (measured, no capacity)";
+    }
+    return;
+  }
+  DeviceMemory& mem = DeviceMemory::instance();
+  // The caching emulation honours PyTorch's own switch for expandable segments.
+  const char* conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
+  const bool expandable = spec.allocator == "caching" && conf && std::strstr(conf, "expandable_segments:True");
+  if (spec.allocator != "plain") mem.install(cap, spec.allocator == "caching", expandable);
+  if (spec.memory_log) {
+    const std::string path = *spec.memory_log + (s.world > 1 ? ".rank" + std::to_string(s.rank) : "");
+    try {
+      mem.log_to(path, s.vranks ? s.rank : 0);
+    } catch (const std::exception& e) {
+      throw ConfigError("--memory-log: " + std::string(e.what()));
+    }
+  }
+  s.dev.description += ", " + spec.allocator + " allocator" + (expandable ? " (expandable segments)" : "") +
+                       (cap > 0 ? ", capacity " + format_bytes(cap) : "");
+  s.planned = plan_memory(plan_request(s));
+  preflight_host_memory(s, cap);
+}
+
+// --host-link-profile: the modelled link from a target GPU and this CPU's speed.
+static void derive_host_link(RunState& s) {
+  if (!s.spec.host_link_profile) return;
+  if (!s.dev.device.is_cpu()) throw ConfigError("--host-link-profile: only the CPU-emulated device models the link");
+  const DerivedLink d = derive_link(*s.spec.host_link_profile, compute_dtype(s.cfg.precision, s.dev.device),
+                                    s.cfg.micro_batch * s.model.seq, s.model.hidden, s.model.intermediate);
+  // Every rank must model the same link: rank 0's measurement decides.
+  torch::Tensor v = torch::tensor({d.link_gbps}, torch::kDouble);
+  if (!s.vranks) s.comm().broadcast(v, 0, "host link profile")->wait();  // virtual: one measurement already
+  s.topt.host_link_gbps = v.item<double>();
+  if (s.speaks())
+    std::cout << "[zrepro] host link " << d.profile.name << ": target " << fmt(d.profile.link_gbps) << " GB/s for "
+              << fmt(d.profile.achieved_tflops) << " achieved TFLOPS; this CPU " << fmt(d.cpu_gflops)
+              << " GFLOPS -> modelled link " << fmt(s.topt.host_link_gbps) << " GB/s\n";
+}
+
+// Each --inject names a rank of this world and a step of this run.
+static void check_injections(const RunSpec& spec, int world) {
+  for (size_t i = 0; i < spec.injections.size(); ++i) {
+    const Injection& inj = spec.injections[i];
+    if (inj.rank >= world)
+      throw ConfigError("--inject \"" + spec.inject_specs[i] + "\": rank " + std::to_string(inj.rank) +
+                        " does not exist in a world of " + std::to_string(world));
+    if (inj.from >= spec.steps)
+      throw ConfigError("--inject \"" + spec.inject_specs[i] + "\": step " + std::to_string(inj.from) +
+                        " is past the run's --steps " + std::to_string(spec.steps) +
+                        " (injection steps count from 0: the last is " + std::to_string(spec.steps - 1) +
+                        "); it would have no effect");
+  }
+}
+
+// --ranks N: the config, the model and the injections are checked once here, before
+// mpirun starts N processes that would each refuse them.
+void precheck_before_launch(const RunSpec& spec, int world) {
+  check_ranks_fit_slots(world, spec.oversubscribe, cpu_slots());
+  const ModelSpec m = resolve_model(spec.target_model.value_or(spec.model), spec.model_overrides);
+  load_ds_config(require_config(spec.config_path), flags_for(spec, m, world));
+  check_injections(spec, world);
+}
+
+// --world-size N, or a scale-down to an N-rank target with one process: the N ranks
+// run in this process (trainer/loop/virtual_ranks.h).
+static void start_virtual_ranks(RunState& s) {
+  const RunSpec& spec = s.spec;
+  int n = spec.world_size.value_or(1);
+  if (!spec.world_size && spec.target_model && s.world == 1) n = spec.target_world_size.value_or(1);
+  if (n == 1 && !spec.world_size) return;
+  if (s.world > 1)
+    throw ConfigError("--world-size: runs every rank in one process; this one is rank " + std::to_string(s.rank) +
+                      " of " + std::to_string(s.world) + " under an MPI launcher: drop --ranks (or mpirun)");
+  if (spec.world_size && spec.target_world_size && *spec.target_world_size != n)
+    throw ConfigError("--target-world-size " + std::to_string(*spec.target_world_size) + " and --world-size " +
+                      std::to_string(n) + ": the toy runs as the target's ranks; give one");
+  s.vranks = std::make_unique<VirtualRanks>(n, spec.as_rank, spec.comm_timeout);
+  s.rank = spec.as_rank;
+  s.world = n;
+  s.owner.emplace(s.rank);
+}
+
+// Every rank's effective config against the others': ranks that disagree (a per-rank
+// config file, an edited copy on one node) issue different collectives and hang, so the
+// differing keys are said at start-up and kept for the summary and the hang report.
+static void compare_rank_configs(RunState& s) {
+  if (s.world == 1 || s.vranks || !s.ranks->mpi) return;
+  std::vector<json> per_rank;
+  for (const std::string& t :
+       mpi_all_gather_text(s.cfg.resolved_json().dump(-1, ' ', false, json::error_handler_t::replace)))
+    per_rank.push_back(json::parse(t, nullptr, false));
+  s.config_mismatch = config_mismatch(per_rank);
+  if (s.rank == 0)
+    for (const std::string& line : s.config_mismatch)
+      std::cerr << "[zrepro] warning: the ranks' effective configs differ: " << line << std::endl;
+}
+
+void set_up(RunState& s, int* argc, char*** argv) {
+  const RunSpec& spec = s.spec;
+  s.ranks = std::make_unique<Ranks>(argc, argv, spec.device == "cuda");
+  s.rank = s.comm().rank();
+  s.world = s.comm().world_size();
+  make_run_out_dir(s);
+  start_virtual_ranks(s);
+  s.topt.comm = &s.comm();
+  s.topt.same_data = spec.same_data;
+  s.topt.steps = spec.steps;
+  s.topt.seed = spec.seed;
+  s.topt.verify_replicas = spec.verify_replicas;
+  s.topt.activation_checkpointing = spec.activation_checkpointing;
+  s.topt.dynamic_seq_min = spec.dynamic_seq_min.value_or(0);
+  s.topt.loader = spec.loader;
+  s.topt.host_link_gbps = spec.host_link_gbps;
+  s.topt.pageable_ratio = spec.pageable_ratio;
+  if (spec.memlock_limit) {
+    for_flag("--memlock-limit", [&] { restrict_memlock(*spec.memlock_limit); });
+    if (s.speaks())
+      std::cout << "[zrepro] memlock: ulimit -l " << *spec.memlock_limit / 1024
+                << " KiB without CAP_IPC_LOCK (--memlock-limit), as a container's non-root user\n";
+  }
+  set_compute_threads(spec.threads);
+  check_injections(spec, s.world);
+  s.topt.inject = spec.injections;
+  resolve_config(s);
+  compare_rank_configs(s);
+  if (s.world > 1 && !s.vranks && s.ranks->mpi) s.peers = gather_peers();
+  install_device(s);
+  derive_host_link(s);
+  if (spec.interconnect_gbps > 0) {
+    if (!s.dev.device.is_cpu())
+      throw ConfigError("--interconnect-gbps: models the interconnect of the CPU-emulated device; a GPU run uses its own");
+    if (s.vranks) s.vranks->model_busbw(spec.interconnect_gbps);
+    else s.comm().model_busbw(spec.interconnect_gbps);
+    if (s.speaks())
+      std::cout << "[zrepro] interconnect: collectives modelled at " << fmt(spec.interconnect_gbps)
+                << " GB/s bus bandwidth (--interconnect-gbps)\n";
+  }
+}
+
+void print_header(RunState& s) {
+  if (!s.speaks()) return;
+  if (s.vranks)
+    std::cout << "[zrepro] virtual ranks: this process stands in for all " << s.world << " ranks (one thread, engine "
+              << "and device-memory ledger each; collectives in-process); reporting as rank " << s.rank
+              << ", data rule " << (s.spec.same_data ? "same" : "distinct")
+              << "; memory and numerics are the N-rank job's, step times are not\n";
+  if (!s.vranks && s.world > 1 && s.ranks->mpi && mpi_local_size() > cpu_slots())
+    std::cout << "[zrepro] oversubscribed: " << mpi_local_size() << " ranks on " << cpu_slots()
+              << " core(s) of this node share them ([Note: oversubscribed ranks]): memory and losses are exact, step "
+              << "times measure the sharing\n";
+  const DsConfig& cfg = s.cfg;
+  const ModelSpec& model = s.model;
+  for (const auto& w : cfg.warnings) std::cout << "[zrepro] warning: " << w << "\n";
+  if (s.spec.print_config) std::cout << format_config_dump(cfg);
+  if (s.scaled) {
+    const ScaleDown& sd = *s.scaled;
+    const MemoryPlan& tp = sd.target_plan;
+    std::cout << "[zrepro] scale-down: target " << sd.target.name << " (" << sd.target.param_count() << " params) on "
+              << s.world << " rank(s) with " << format_bytes(tp.capacity) << " -> toy " << model.param_count()
+              << " params (factor " << fmt(sd.factor, 5) << ", hidden " << model.hidden << ", seq " << model.seq
+              << ", vocab " << model.vocab << ") with " << format_bytes(sd.toy_capacity) << "\n[zrepro] scaled:";
+    for (const auto& k : sd.scaled_keys) std::cout << " " << k << ";";
+    std::cout << "\n[zrepro] planner, target: "
+              << (tp.fits ? std::string("fits") : "OOM in phase " + std::string(phase_name(tp.oom_phase)))
+              << " (peak " << format_bytes(tp.peak_bytes) << " per rank); fidelity (planned, at the peak):\n"
+              << sd.table();
+    for (const auto& w : sd.warnings) std::cout << "[zrepro] warning: " << w << "\n";
+  }
+  std::cout << "[zrepro] world_size=" << s.world << " zero_stage=" << cfg.zero.stage
+            << " precision=" << precision_name(cfg.precision) << " deepspeed=" << cfg.deepspeed_version
+            << " device=" << s.dev.description
+            << " comm=" << s.comm().backend() << "\n"
+            << "[zrepro] model " << model.name << ": " << model.param_count() << " params, " << model.layers
+            << " layers, hidden " << model.hidden << ", heads " << model.heads << ", seq " << model.seq << ", vocab "
+            << model.vocab << "\n"
+            << "[zrepro] batch: micro " << cfg.micro_batch << " x gas " << cfg.grad_accum << " x world " << s.world
+            << " = " << cfg.train_batch_size << " samples/step; data: Markov chain, a perfect model reaches "
+            << fmt(MarkovData::entropy_floor(), 3) << " nats\n";
+  for (const auto& [name, o] : {std::pair<const char*, const OffloadConfig&>{"offload_optimizer", cfg.zero.offload_optimizer},
+                                {"offload_param", cfg.zero.offload_param}})
+    if (o.enabled())  // the form diagnose reads: DeepSpeed prints the same keys in its config dump
+      std::cout << "[zrepro] " << name << "=" << o.device << " (pin_memory=" << (o.pin_memory ? "true" : "false")
+                << ", buffer_count=" << o.buffer_count << ")\n";
+  const LoaderOptions& l = s.topt.loader;
+  if (l.workers > 0 || l.sample_ms > 0 || l.pin_memory)
+    std::cout << "[zrepro] data loader: " << l.workers << " worker(s) x prefetch " << l.prefetch_factor << ", "
+              << fmt(l.sample_ms) << " ms/sample preparation (emulated), pin_memory "
+              << (l.pin_memory ? "true" : "false") << " (input batches only; the offload buffers follow the config)\n";
+  std::cout << std::flush;
+}
+
+}  // namespace zrepro
