@@ -83,9 +83,7 @@ std::vector<std::string> long_side_flags(int argc, char** argv) {
   return out;
 }
 
-}  // namespace
-
-int ab_command(int argc, char** argv) {
+cxxopts::Options ab_options() {
   cxxopts::Options o("zrepro ab",
                      "Verify a fix: run side A and side B at each rank count and compare them. Every other flag "
                      "(--model, --device-memory, --steps, --target-model, --inject, ...) goes to both sides' "
@@ -112,80 +110,105 @@ int ab_command(int argc, char** argv) {
       ("plan-only", "answer from the planner (zrepro plan) instead of training")
       ("out", "folder for each side's outputs, ab.json and ab.html", cxxopts::value<std::string>()->default_value("ab_out"))
       ("h,help", "show this help");
+  return o;
+}
+
+// What one comparison is: both sides, the rank counts, the expectation, the shared flags.
+struct AbRequest {
+  Side a, b;
+  std::vector<int> ranks;
+  bool plan_only = false, virtual_ranks = false;
+  Expectation expect;
+  std::vector<std::string> common;  // every flag that is not ab's: both sides' `zrepro run`
+  std::string out;
+};
+
+// The flags checked into a request (ConfigError naming the flag).
+AbRequest ab_request_from(const cxxopts::ParseResult& r) {
+  if (launched_by_mpi()) throw ConfigError("zrepro ab starts its runs itself: run it without mpirun (use --ranks)");
+  if (!r.count("a-config")) throw ConfigError("--a: missing. Give side A's config: zrepro ab --a before.json --b after.json");
+  AbRequest q;
+  q.a = {"A", r["a-config"].as<std::string>(), r.count("a-args") ? words("--a-args", r["a-args"].as<std::string>()) : std::vector<std::string>{}};
+  q.b = {"B", r.count("b-config") ? r["b-config"].as<std::string>() : q.a.config,
+         r.count("b-args") ? words("--b-args", r["b-args"].as<std::string>()) : std::vector<std::string>{}};
+  for (auto [side, key] : {std::pair<Side*, const char*>{&q.a, "a-version"}, {&q.b, "b-version"}})
+    if (r.count(key))
+      side->args.insert(side->args.end(), {"--deepspeed-version", check_deepspeed_version(std::string("--") + key,
+                                                                                          r[key].as<std::string>())});
+  if (!r.count("b-config") && q.b.args.empty() && q.a.args.empty())
+    throw ConfigError("--b: missing. Give side B's config (--b after.json) or its flags (--b-args \"...\")");
+  for (const std::string* f : {&q.a.config, &q.b.config})
+    if (!std::filesystem::is_regular_file(*f)) throw ConfigError("--a/--b: \"" + *f + "\" is not a readable file");
+  q.ranks = r["ranks"].as<std::vector<int>>();
+  for (int n : q.ranks)
+    if (n < 1) throw ConfigError("--ranks: got " + std::to_string(n) + ", expected rank counts >= 1 such as 1,4");
+  q.plan_only = r.count("plan-only") > 0;
+  q.expect = parse_expectation(r["expect"].as<std::string>());
+  q.virtual_ranks = r.count("virtual") > 0;
+  const Expectation& expect = q.expect;
+  const bool timing = expect.kind == Expectation::Kind::scaling ||
+                      ((expect.kind == Expectation::Kind::less || expect.kind == Expectation::Kind::more) &&
+                       expect.key.find("bytes") == std::string::npos);
+  if (q.virtual_ranks && timing)
+    throw ConfigError("--virtual with --expect " + expect.text + ": virtual ranks share one process's cores, so "
+                      "their timing is not the job's; run real processes (drop --virtual)");
+  if (q.plan_only && expect.kind != Expectation::Kind::failure)
+    throw ConfigError("--expect " + expect.text + " needs runs: the planner answers only whether a side fits (drop --plan-only)");
+  q.common = r.unmatched();
+  q.out = r["out"].as<std::string>();
+  return q;
+}
+
+// Each side at each rank count, the comparison, ab.json and ab.html, the verdicts.
+int run_ab(const AbRequest& q) {
+  std::vector<AbRun> ra, rb;
+  for (int n : q.ranks) {
+    ra.push_back(run_side(q.a, n, q.common, q.out, q.plan_only, q.expect.kind == Expectation::Kind::refused,
+                          q.virtual_ranks));
+    rb.push_back(run_side(q.b, n, q.common, q.out, q.plan_only, false, q.virtual_ranks));
+  }
+  const AbResult res = compare_ab(ra, rb, q.plan_only, q.expect);
+  write_file_atomic(q.out + "/ab.json", json_text(res.json) + "\n");
+  write_file_atomic(q.out + "/ab.html", ab_html(res.json));
+  std::cout << "\n" << res.table << "\n";
+  for (const auto& v : res.verdicts) std::cout << "[zrepro ab] " << v << "\n";
+  std::cout << "[zrepro ab] outcome: " << res.json["outcome"].get<std::string>() << " (exit " << res.exit_code
+            << "); " << q.out << "/ab.json, " << q.out << "/ab.html" << std::endl;
+  return res.exit_code;
+}
+
+// [Note: no orphan] in trainer/runtime/subprocess.h: the side that was running stopped and
+// wrote its summary; the comparison is recorded as interrupted, not half-made.
+int ab_interrupted(const std::string& out_dir, const Interrupted& e) {
+  const int code = 128 + e.signal;
+  try {
+    if (!out_dir.empty())
+      write_file_atomic(out_dir + "/ab.json", json_text(json{{"outcome", "interrupted"}, {"exit_code", code},
+                                                   {"message", e.what()}}) + "\n");
+  } catch (const IoError& io) {
+    std::cerr << "[zrepro ab] " << io.what() << std::endl;  // the interruption's exit code stands
+  }
+  std::cerr << "[zrepro ab] interrupted: " << e.what() << "; no comparison (exit " << code << ")" << std::endl;
+  return code;
+}
+
+}  // namespace
+
+int ab_command(int argc, char** argv) {
+  cxxopts::Options o = ab_options();
+  std::vector<std::string> args = long_side_flags(argc, argv);
+  std::vector<char*> cargs;
+  for (auto& x : args) cargs.push_back(x.data());
   std::string out_dir;  // known once the flags are read: where an interruption is recorded
   try {
-    std::vector<std::string> args = long_side_flags(argc, argv);
-    std::vector<char*> cargs;
-    for (auto& x : args) cargs.push_back(x.data());
-    auto r = parse(o, static_cast<int>(cargs.size()), cargs.data());
-    if (r.count("help")) {
-      std::cout << o.help() << std::endl;
-      return kExitOk;
-    }
-    if (launched_by_mpi()) throw ConfigError("zrepro ab starts its runs itself: run it without mpirun (use --ranks)");
-    if (!r.count("a-config")) throw ConfigError("--a: missing. Give side A's config: zrepro ab --a before.json --b after.json");
-    Side a{"A", r["a-config"].as<std::string>(), r.count("a-args") ? words("--a-args", r["a-args"].as<std::string>()) : std::vector<std::string>{}};
-    Side b{"B", r.count("b-config") ? r["b-config"].as<std::string>() : a.config,
-           r.count("b-args") ? words("--b-args", r["b-args"].as<std::string>()) : std::vector<std::string>{}};
-    for (auto [side, key] : {std::pair<Side*, const char*>{&a, "a-version"}, {&b, "b-version"}})
-      if (r.count(key))
-        side->args.insert(side->args.end(), {"--deepspeed-version", check_deepspeed_version(std::string("--") + key,
-                                                                                            r[key].as<std::string>())});
-    if (!r.count("b-config") && b.args.empty() && a.args.empty())
-      throw ConfigError("--b: missing. Give side B's config (--b after.json) or its flags (--b-args \"...\")");
-    for (const std::string* f : {&a.config, &b.config})
-      if (!std::filesystem::is_regular_file(*f)) throw ConfigError("--a/--b: \"" + *f + "\" is not a readable file");
-    const std::vector<int> ranks = r["ranks"].as<std::vector<int>>();
-    for (int n : ranks)
-      if (n < 1) throw ConfigError("--ranks: got " + std::to_string(n) + ", expected rank counts >= 1 such as 1,4");
-    const bool plan_only = r.count("plan-only") > 0;
-    const Expectation expect = parse_expectation(r["expect"].as<std::string>());
-    const bool virtual_ranks = r.count("virtual") > 0;
-    const bool timing = expect.kind == Expectation::Kind::scaling ||
-                        ((expect.kind == Expectation::Kind::less || expect.kind == Expectation::Kind::more) &&
-                         expect.key.find("bytes") == std::string::npos);
-    if (virtual_ranks && timing)
-      throw ConfigError("--virtual with --expect " + expect.text + ": virtual ranks share one process's cores, so "
-                        "their timing is not the job's; run real processes (drop --virtual)");
-    if (plan_only && expect.kind != Expectation::Kind::failure)
-      throw ConfigError("--expect " + expect.text + " needs runs: the planner answers only whether a side fits (drop --plan-only)");
-    const std::vector<std::string> common = r.unmatched();
-    const std::string out = r["out"].as<std::string>();
-    make_out_dir(out);
-    out_dir = out;
-
-    std::vector<AbRun> ra, rb;
-    for (int n : ranks) {
-      ra.push_back(run_side(a, n, common, out, plan_only, expect.kind == Expectation::Kind::refused, virtual_ranks));
-      rb.push_back(run_side(b, n, common, out, plan_only, false, virtual_ranks));
-    }
-    const AbResult res = compare_ab(ra, rb, plan_only, expect);
-    write_file_atomic(out + "/ab.json", json_text(res.json) + "\n");
-    write_file_atomic(out + "/ab.html", ab_html(res.json));
-    std::cout << "\n" << res.table << "\n";
-    for (const auto& v : res.verdicts) std::cout << "[zrepro ab] " << v << "\n";
-    std::cout << "[zrepro ab] outcome: " << res.json["outcome"].get<std::string>() << " (exit " << res.exit_code
-              << "); " << out << "/ab.json, " << out << "/ab.html" << std::endl;
-    return res.exit_code;
-  } catch (const ConfigError& e) {
-    std::cerr << "[zrepro ab] error: " << e.what() << std::endl;
-    return kExitBadInput;
-  } catch (const IoError& e) {
-    std::cerr << "[zrepro ab] error: " << e.what() << " (exit " << kExitIo << ")" << std::endl;
-    return kExitIo;
+    return command_main(o, static_cast<int>(cargs.size()), cargs.data(), [&](const cxxopts::ParseResult& r) -> int {
+      const AbRequest q = ab_request_from(r);
+      make_out_dir(q.out);
+      out_dir = q.out;
+      return run_ab(q);
+    });
   } catch (const Interrupted& e) {
-    // [Note: no orphan] in subprocess.h: the side that was running stopped and wrote its
-    // summary; the comparison is recorded as interrupted, not half-made.
-    const int code = 128 + e.signal;
-    try {
-      if (!out_dir.empty())
-        write_file_atomic(out_dir + "/ab.json", json_text(json{{"outcome", "interrupted"}, {"exit_code", code},
-                                                     {"message", e.what()}}) + "\n");
-    } catch (const IoError& io) {
-      std::cerr << "[zrepro ab] " << io.what() << std::endl;  // the interruption's exit code stands
-    }
-    std::cerr << "[zrepro ab] interrupted: " << e.what() << "; no comparison (exit " << code << ")" << std::endl;
-    return code;
+    return ab_interrupted(out_dir, e);
   }
 }
 

@@ -81,9 +81,7 @@ int bench_comm(int argc, char** argv) {
       ("ranks", "start N ranks on this node under mpirun", cxxopts::value<int>())
       ("json", "print JSON rows instead of the table")
       ("h,help", "show this help");
-  try {
-    auto r = parse(o, argc, argv);
-    if (r.count("help")) { std::cout << o.help() << std::endl; return kExitOk; }
+  return command_main(o, argc, argv, [&](const cxxopts::ParseResult& r) -> int {
     if (r.count("ranks")) relaunch_under_mpirun(r["ranks"].as<int>(), {"bench", "comm"}, argc, argv);
     const int64_t lo = parse_size("--min-bytes", r["min-bytes"].as<std::string>());
     const int64_t hi = parse_size("--max-bytes", r["max-bytes"].as<std::string>());
@@ -157,10 +155,7 @@ int bench_comm(int argc, char** argv) {
     int64_t total_bad = 0;
     for (const auto& row : rows) total_bad += row["wrong"].get<int64_t>();
     return total_bad == 0 ? kExitOk : kExitInternal;
-  } catch (const ConfigError& e) {
-    std::cerr << "[zrepro] error: " << e.what() << std::endl;
-    return kExitBadInput;
-  }
+  });
 }
 
 namespace {
@@ -194,9 +189,7 @@ int bench_adam(int argc, char** argv) {
       ("threads", "threads for all three (0: all cores)", cxxopts::value<int>()->default_value("0"))
       ("json", "print JSON rows instead of the table")
       ("h,help", "show this help");
-  try {
-    auto r = parse(o, argc, argv);
-    if (r.count("help")) { std::cout << o.help() << std::endl; return kExitOk; }
+  return command_main(o, argc, argv, [&](const cxxopts::ParseResult& r) -> int {
     const int reps = r["reps"].as<int>();
     if (reps < 1) throw ConfigError("--reps: must be >= 1");
     int threads = r["threads"].as<int>();
@@ -243,10 +236,7 @@ int bench_adam(int argc, char** argv) {
     }
     if (as_json) std::cout << rows.dump(1) << std::endl;
     return kExitOk;
-  } catch (const ConfigError& e) {
-    std::cerr << "[zrepro] error: " << e.what() << std::endl;
-    return kExitBadInput;
-  }
+  });
 }
 
 }  // namespace zrepro

@@ -91,12 +91,7 @@ int check_command(int argc, char** argv) {
       for (int k = i + 1; k < argc; ++k) run_args.push_back(argv[k]);
       break;
     }
-  try {
-    auto r = parse(o, own, argv);
-    if (r.count("help")) {
-      std::cout << o.help() << std::endl;
-      return kExitOk;
-    }
+  return command_main(o, own, argv, [&](const cxxopts::ParseResult& r) -> int {
     if (r.count("save") == r.count("baseline"))
       throw ConfigError("zrepro check: give --save B.json (make a baseline) or --baseline B.json (compare), one of the two");
     // The baseline is read and checked before any run starts (a missing file costs nothing).
@@ -125,13 +120,7 @@ int check_command(int argc, char** argv) {
     const CheckResult res = check_against(base, now, tol);
     std::cout << (r.count("json") ? json_text(res.to_json()) + "\n" : res.table());
     return res.passed() ? kExitOk : kExitCheckRegressed;
-  } catch (const ConfigError& e) {
-    std::cerr << "[zrepro check] error: " << e.what() << std::endl;
-    return kExitBadInput;
-  } catch (const IoError& e) {
-    std::cerr << "[zrepro check] error: " << e.what() << std::endl;
-    return kExitIo;
-  }
+  });
 }
 
 }  // namespace zrepro

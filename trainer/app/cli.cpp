@@ -86,6 +86,21 @@ std::string require_config(const std::optional<std::string>& path) {
 std::string require_config(const cxxopts::ParseResult& r) { return require_config(opt<std::string>(r, "config")); }
 
 // Parses argv, turning cxxopts errors into ConfigError (exit 2).
+int command_main(cxxopts::Options& o, int argc, char** argv,
+                 const std::function<int(const cxxopts::ParseResult&)>& body) {
+  try {
+    const cxxopts::ParseResult r = parse(o, argc, argv);
+    if (r.count("help")) {
+      std::cout << o.help() << std::endl;
+      return kExitOk;
+    }
+    return body(r);
+  } catch (const ConfigError& e) {
+    std::cerr << "[" << o.program() << "] error: " << e.what() << std::endl;
+    return kExitBadInput;
+  }
+}
+
 cxxopts::ParseResult parse(cxxopts::Options& o, int argc, char** argv) {
   try {
     return o.parse(argc, argv);
@@ -204,9 +219,7 @@ int config_command(int argc, char** argv) {
       ("diff-versions", "two DeepSpeed releases, e.g. 0.19.4,0.19.5: which effective values differ and what "
                         "each difference does", cxxopts::value<std::vector<std::string>>())
       ("json", "print JSON instead of the name ..... value table");
-  try {
-    auto r = parse(o, argc, argv);
-    if (r.count("help")) { std::cout << o.help() << std::endl; return kExitOk; }
+  return command_main(o, argc, argv, [&](const cxxopts::ParseResult& r) -> int {
     ModelSpec model = model_from(r);
     if (r.count("diff-versions")) {
       const auto v = r["diff-versions"].as<std::vector<std::string>>();
@@ -223,10 +236,7 @@ int config_command(int argc, char** argv) {
     else
       std::cout << format_config_dump(cfg);
     return kExitOk;
-  } catch (const ConfigError& e) {
-    std::cerr << "[zrepro] error: " << e.what() << std::endl;
-    return kExitBadInput;
-  }
+  });
 }
 
 }  // namespace zrepro

@@ -1,6 +1,7 @@
 // The zrepro subcommands and the flags they share. Each subcommand returns the
 // process exit code of the contract (docs/design/ARCHITECTURE.md, "Contracts").
 #pragma once
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -41,6 +42,12 @@ std::string require_config(const cxxopts::ParseResult& r);
 std::string require_config(const std::optional<std::string>& path);  // --config, or the error naming it
 // Parses argv; cxxopts errors become ConfigError naming the flag (exit 2).
 cxxopts::ParseResult parse(cxxopts::Options& o, int argc, char** argv);
+// [Note: one command prologue] Every command's start: its options parsed from argv,
+// --help printing them (exit 0), and a ConfigError from parsing or from `body` said as
+// "[<program>] error: MESSAGE" (exit 2). body returns the command's exit code; other
+// errors go to main's handlers (I/O: exit 12; interruption: 128 + signal).
+int command_main(cxxopts::Options& o, int argc, char** argv,
+                 const std::function<int(const cxxopts::ParseResult&)>& body);
 std::string fmt(double v, int prec = 4);
 // SIZE: plain bytes or a number with a unit: K/KiB/M/MiB/G/GiB/T/TiB (powers of 1024)
 // or KB/MB/GB/TB (powers of 1000), e.g. 512MiB, 2GiB, 80GB. Throws ConfigError naming flag.

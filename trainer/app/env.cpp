@@ -228,19 +228,11 @@ std::string format_environment(const json& e) {
 int env_command(int argc, char** argv) {
   cxxopts::Options o("zrepro env", "What this build and machine are (as DeepSpeed's ds_report).");
   o.add_options("env")("json", "print JSON")("h,help", "show this help");
-  try {
-    auto r = parse(o, argc, argv);
-    if (r.count("help")) {
-      std::cout << o.help() << std::endl;
-      return kExitOk;
-    }
+  return command_main(o, argc, argv, [&](const cxxopts::ParseResult& r) -> int {
     const json e = environment_json();
     std::cout << (r.count("json") ? json_text(e) + "\n" : format_environment(e));
     return kExitOk;
-  } catch (const ConfigError& e) {
-    std::cerr << "[zrepro env] error: " << e.what() << std::endl;
-    return kExitBadInput;
-  }
+  });
 }
 
 }  // namespace zrepro

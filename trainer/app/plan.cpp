@@ -63,9 +63,7 @@ int plan_command(int argc, char** argv) {
   cxxopts::Options o("zrepro plan", "Predict per-rank device memory by category and phase, and a verdict.");
   add_plan_flags(o);
   o.add_options("plan")("json", "print JSON");
-  try {
-    auto r = parse(o, argc, argv);
-    if (r.count("help")) { std::cout << o.help() << std::endl; return kExitOk; }
+  return command_main(o, argc, argv, [&](const cxxopts::ParseResult& r) -> int {
     const PlanRequest req = plan_request_from(r);
     const MemoryPlan plan = plan_memory(req);
     // An OOM verdict comes with the usual fixes, each planned.
@@ -96,10 +94,7 @@ int plan_command(int argc, char** argv) {
     }
     if (!plan.pinned_fits) return kExitPinnedMemory;  // the run would fail at init, before any OOM
     return plan.capacity > 0 && !plan.fits ? kExitOom : kExitOk;
-  } catch (const ConfigError& e) {
-    std::cerr << "[zrepro] error: " << e.what() << std::endl;
-    return kExitBadInput;
-  }
+  });
 }
 
 }  // namespace zrepro

@@ -171,11 +171,10 @@ int scenario_command(int argc, char** argv) {
       ("dir", "scenarios folder (default configs/scenarios)", cxxopts::value<std::string>())
       ("h,help", "show this help");
   o.parse_positional({"action", "name"});
-  try {
-    auto r = parse(o, argc, argv);
-    if (r.count("help") || !r.count("action")) {
+  return command_main(o, argc, argv, [&](const cxxopts::ParseResult& r) -> int {
+    if (!r.count("action")) {
       std::cout << o.help() << std::endl;
-      return r.count("help") ? kExitOk : kExitBadInput;
+      return kExitBadInput;
     }
     const std::string dir = scenarios_dir(opt<std::string>(r, "dir"));
     const std::string action = r["action"].as<std::string>();
@@ -198,10 +197,7 @@ int scenario_command(int argc, char** argv) {
       if (r.count(f)) ab_flags.push_back(std::string("--") + f);
     return run_scenario(dir, name, opt<std::string>(r, "ranks"),
                         r.count("out") ? r["out"].as<std::string>() : "scenario_out/" + name, ab_flags);
-  } catch (const ConfigError& e) {
-    std::cerr << "[zrepro scenario] error: " << e.what() << std::endl;
-    return kExitBadInput;
-  }
+  });
 }
 
 }  // namespace zrepro

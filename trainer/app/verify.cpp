@@ -142,12 +142,7 @@ int verify_command(int argc, char** argv) {
       ("steps", "optimizer steps per run", cxxopts::value<int64_t>()->default_value("5"))
       ("out", "folder for every run, verify.json", cxxopts::value<std::string>()->default_value("verify_out"))
       ("h,help", "show this help");
-  try {
-    auto r = parse(o, argc, argv);
-    if (r.count("help")) {
-      std::cout << o.help() << std::endl;
-      return kExitOk;
-    }
+  return command_main(o, argc, argv, [&](const cxxopts::ParseResult& r) -> int {
     if (launched_by_mpi()) throw ConfigError("zrepro verify starts its runs itself: run it without mpirun");
     Verify v;
     v.config = require_config(opt<std::string>(r, "config"));
@@ -187,10 +182,7 @@ int verify_command(int argc, char** argv) {
     std::cout << "[zrepro verify] " << (all ? "all checks pass" : "FAILED") << "; " << v.out << "/verify.json"
               << std::endl;
     return all ? kExitOk : kExitVerifyFailed;
-  } catch (const ConfigError& e) {
-    std::cerr << "[zrepro verify] error: " << e.what() << std::endl;
-    return kExitBadInput;
-  }
+  });
 }
 
 }  // namespace zrepro

@@ -132,6 +132,38 @@ TEST(Train, InjectionSpecParsing) {
   }
 }
 
+// [Note: injections are resolved once per step]: every kind parses from its name, and
+// faults_at gives each rank and step exactly what its injections say, no more.
+TEST(Train, InjectionsResolveIntoEachStepsFaults) {
+  for (const char* spec : {"inf-grad:0", "gas-mismatch:0", "skip-forward:0", "straggler:0:5", "drop-accumulated-grads:0",
+                           "loss-spike:0:3"}) {
+    const Injection inj = parse_injection(spec);
+    EXPECT_EQ(std::string(spec).rfind(inject_kind_name(inj.kind), 0), 0u) << spec;
+  }
+  const std::vector<Injection> inject = {parse_injection("gas-mismatch:1"), parse_injection("skip-forward:0:2"),
+                                         parse_injection("straggler:0:7.5"), parse_injection("loss-spike:1:4"),
+                                         parse_injection("inf-grad:0:1-2"), parse_injection("drop-accumulated-grads:0")};
+  const StepFaults quiet = faults_at(inject, 0, 0, 4);
+  EXPECT_EQ(quiet.gas, 4);
+  EXPECT_FALSE(quiet.skip_first);
+  EXPECT_DOUBLE_EQ(quiet.straggle_ms, 7.5);  // every step
+  EXPECT_DOUBLE_EQ(quiet.grad_factor, 1);    // rank 1's spike is not rank 0's
+  EXPECT_FALSE(quiet.inf_grad);
+  EXPECT_TRUE(quiet.runs(0));
+  const StepFaults s2 = faults_at(inject, 0, 2, 4);
+  EXPECT_TRUE(s2.skip_first);
+  EXPECT_FALSE(s2.runs(0));
+  EXPECT_TRUE(s2.runs(1));
+  EXPECT_TRUE(s2.inf_grad);
+  EXPECT_FALSE(faults_at(inject, 0, 3, 4).inf_grad);  // the range ends at 2
+  const StepFaults r1 = faults_at(inject, 1, 5, 4);
+  EXPECT_EQ(r1.gas, 5);
+  EXPECT_DOUBLE_EQ(r1.grad_factor, 4);
+  EXPECT_DOUBLE_EQ(r1.straggle_ms, 0);
+  EXPECT_TRUE(parse_injection("straggler:0:1").changes_collectives());
+  EXPECT_FALSE(parse_injection("inf-grad:0").changes_collectives());
+}
+
 // Issue 14 [Note: when a run is numerically dead]: non-finite numbers end the run.
 TEST(Train, Fp32InfGradientIsANumericalFailureAtThatStep) {
   DsConfig cfg = config(std::string(R"({"train_micro_batch_size_per_gpu": 2, )") + kAdam + "}");
