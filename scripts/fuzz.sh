@@ -28,7 +28,6 @@ if [ "$target" = config ]; then
     i=$((i + 1))
     { echo; cat "$f"; } > "$corpus/seed_$i"
   done
-  for f in tests/data/fuzz/*; do cp "$f" "$corpus/regression_$(basename "$f")"; done  # inputs that once crashed
   flags=("--world-size 4 --micro-batch 2" "--precision bf16 --zero-stage 3" "--ranks 2 --inject inf-grad:0:1-3"
          "--device-memory 40GB --grad-accum 4" "--model small --lr 3e-4" "--steps 5 --data-rule same --as-rank 1")
   for k in "${!flags[@]}"; do
@@ -40,6 +39,7 @@ else
     head -c 8192 "$f" > "$corpus/seed_$i"
   done
 fi
+for f in tests/data/fuzz/"$target"/*; do cp "$f" "$corpus/regression_$(basename "$f")"; done  # inputs that once crashed
 echo "fuzz: $(ls "$corpus" | wc -l) seeds, $jobs job(s) x $per_job runs"
 rm -f "$dir"/fuzz-*.log
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_NUM_THREADS=1

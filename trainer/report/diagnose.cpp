@@ -2,6 +2,7 @@
 #include "trainer/report/diagnose.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -230,7 +231,7 @@ void decide_oom(const Scan& s, Diagnosis& d) {
     d.reason = "the failing request is the size of a 5e8-element reduce / all-gather bucket";
   } else if (model_states_share(n) >= 0.5) {
     d.scenario = "zero2-params-dont-fit", d.confidence = "likely";
-    d.reason = "the model states alone took " + std::to_string(static_cast<int>(100 * model_states_share(n))) +
+    d.reason = "the model states alone took " + std::to_string(static_cast<int64_t>(std::min(100 * model_states_share(n), 1e9))) +
                "% of the device before the failing allocation: the parameters (and below stage 3 every rank's full "
                "16-bit copy) leave no room";
   } else if (n.value("zero_stage", 0) == 3 && n.value("completed_steps", int64_t(0)) >= 1 &&
@@ -262,18 +263,21 @@ void decide_oom(const Scan& s, Diagnosis& d) {
 }
 
 // Each timer's share of fwd + bwd + step (bwd_allreduce is part of bwd), from DeepSpeed's
-// global timers, else its micro-step ones; null without a positive total.
+// global timers, else its micro-step ones; null unless forward and backward both took time
+// and the total is a finite number (a cut or garbled timer line says nothing about speed).
 json wall_clock_shares(const json& n) {
   const json w = n.value("wall_clock_ms", json::object());
   const std::string p = w.contains("fwd") || w.contains("step") ? "" : "micro_";
   const double fwd = w.value(p + "fwd", 0.0), bwd = w.value(p + "bwd", 0.0), step = w.value(p + "step", 0.0);
   const double total = fwd + bwd + step;
-  if (total <= 0) return nullptr;
+  if (!(fwd > 0) || !(bwd > 0) || !std::isfinite(total)) return nullptr;
   return {{"fwd", fwd / total}, {"bwd", bwd / total}, {"bwd_allreduce", w.value(p + "bwd_allreduce", 0.0) / total},
           {"step", step / total}};
 }
 
-std::string pct(double share) { return std::to_string(static_cast<int>(100 * share + 0.5)) + "%"; }
+std::string pct(double share) {
+  return std::isfinite(share) ? std::to_string(static_cast<int>(100 * std::clamp(share, 0.0, 1.0) + 0.5)) + "%" : "?";
+}
 
 // [Note: speed fingerprints] A slow job's timer lines, read against compute's own
 // proportions: backward does about twice forward's work (three times with activation
@@ -289,7 +293,7 @@ bool decide_speed(const Scan& s, Diagnosis& d) {
   std::string odd;  // the phase out of proportion
   if (step >= 0.5) odd = "the optimizer step takes " + pct(step) + " of the step time";
   else if (fwd > bwd) odd = "forward takes longer than backward (" + pct(fwd) + " vs " + pct(bwd) + "; compute alone makes backward about twice forward)";
-  else if (bwd > 4 * fwd) odd = "backward takes " + std::to_string(static_cast<int>(bwd / fwd + 0.5)) + "x forward (compute alone: about 2x)";
+  else if (bwd > 4 * fwd) odd = "backward takes " + std::to_string(static_cast<int64_t>(std::min(bwd / fwd, 1e6) + 0.5)) + "x forward (compute alone: about 2x)";
   const json& cfg = s.numbers.value("config", json::object());  // --config, when given
   const bool offload = s.found.count("offload_cpu") > 0 || cfg.value("offload", false);
   const bool pageable = s.found.count("offload_pageable") > 0 || (cfg.value("offload", false) && !cfg.value("pin_memory", true));

@@ -5,6 +5,7 @@
 // prints them become bytes.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -62,6 +63,24 @@ TEST(Diagnose, OverflowLinesAloneAreTheNormalScaleSearch) {
   EXPECT_TRUE(d.scenario.empty());
   EXPECT_NE(d.reason.find("normal search"), std::string::npos);
   EXPECT_EQ(d.numbers.value("overflow_steps", json()), 2);
+}
+
+// Timer lines the log fuzzer cut or garbled (tests/data/fuzz/log/: each once undefined
+// behaviour, a ratio over a zero forward time cast to int): no speed verdict from them,
+// and a whole line still gives one.
+TEST(Diagnose, ACutTimerLineSaysNothingAboutSpeed) {
+  for (const auto& e : std::filesystem::directory_iterator(std::string(ZREPRO_SOURCE_DIR) + "/tests/data/fuzz/log")) {
+    std::ifstream in(e.path(), std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NO_THROW(diagnose_log(text)) << e.path();
+  }
+  const Diagnosis no_fwd = diagnose_log("[Rank 0] time (ms) | bwd: 1398.20 | bwd_allreduce: 1045.49 | step: 44.10\n");
+  EXPECT_TRUE(no_fwd.numbers.value("wall_clock_shares", json()).is_null()) << no_fwd.numbers.dump();
+  EXPECT_NE(no_fwd.scenario, "more-ranks-no-speedup");
+  const std::string line = "[Rank 0] time (ms) | fwd: 1.0 | bwd: 1" + std::string(308, '0') + " | step: 1\n";
+  const Diagnosis huge = diagnose_log(line + line);  // summed past the largest double
+  EXPECT_TRUE(huge.numbers.value("wall_clock_shares", json()).is_null()) << huge.numbers.dump();
+  EXPECT_NO_THROW(huge.to_json().dump());
 }
 
 TEST(Diagnose, PrintedSizesBecomeBytes) {
