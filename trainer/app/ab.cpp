@@ -55,7 +55,7 @@ AbRun run_side(const Side& side, int ranks, const std::vector<std::string>& comm
     r.summary = read_json_file(r.log);
     return r;
   }
-  r.summary = read_json_file(dir + "/summary.json");
+  r.summary = read_summary(dir + "/summary.json");
   if (r.summary.is_object()) {
     // A hang stops every rank (rank 0's summary covers them all).
     if (r.summary.value("status", "ok") == "hang") {

@@ -62,7 +62,7 @@ std::string run_folder(const cxxopts::ParseResult& r, const std::vector<std::str
 }
 
 json baseline_of(const std::string& dir) {
-  const json s = read_json_file(dir + "/summary.json");
+  const json s = read_summary(dir + "/summary.json");
   if (!s.is_object())
     throw ConfigError("--run: \"" + dir + "/summary.json\" is missing or cut; give a folder zrepro run wrote (--out)");
   return make_baseline(s, calibration_seconds(), dir);

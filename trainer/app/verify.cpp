@@ -38,7 +38,7 @@ struct Verify {
     args.insert(args.end(), common.begin(), common.end());
     args.insert(args.end(), extra.begin(), extra.end());
     const int code = last_code = run_self_or_refuse("the " + name + " run", args, dir + ".log");
-    return code == 0 ? read_json_file(dir + "/summary.json") : json(nullptr);
+    return code == 0 ? read_summary(dir + "/summary.json") : json(nullptr);
   }
 };
 

@@ -331,6 +331,7 @@ json offload_json(const DsConfig& c, const SummaryInput& in, const std::vector<R
 
 json build_summary(const SummaryInput& in) {
   json s;
+  s["schema"] = kSummarySchema;
   s["status"] = in.status;
   const DsConfig* c = in.config;
   s["world_size"] = c ? json(c->world_size) : json(nullptr);
@@ -405,6 +406,24 @@ json build_summary(const SummaryInput& in) {
   s["failure"] = in.failure;
   s["effective_config"] = c ? c->effective_json() : json(nullptr);
   if (in.scale_down) s["scale_down"] = in.scale_down->to_json();
+  return s;
+}
+
+void check_summary_schema(const json& summary, const std::string& where) {
+  if (!summary.is_object()) return;
+  const json schema = summary.value("schema", json());
+  if (schema == kSummarySchema) return;
+  throw ConfigError(where + ": a summary of schema " + (schema.is_null() ? std::string("none (written by a zrepro before "
+                    "summaries named their schema)") : "\"" + json_text(schema, -1) + "\"") + ", and this zrepro reads " +
+                    kSummarySchema + ": rerun that run with this zrepro (docs/reference/summary-json.md)");
+}
+
+json read_summary(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return nullptr;
+  json s = json::parse(in, nullptr, false);
+  if (s.is_discarded()) return nullptr;
+  check_summary_schema(s, path);
   return s;
 }
 

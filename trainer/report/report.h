@@ -86,6 +86,18 @@ struct SummaryInput {
 };
 nlohmann::json build_summary(const SummaryInput& in);
 
+// [Note: summary schema] Every summary.json says which schema it follows ("schema":
+// kSummarySchema; docs/reference/summary-json.md). Readers take a summary through
+// read_summary, which refuses one of another schema, or one without (written by a zrepro
+// before the field), with ConfigError naming the file, what it has and what this zrepro
+// reads: a comparison is never made across schemas by accident. The number changes when a
+// field is removed or changes meaning; added fields keep it.
+constexpr const char* kSummarySchema = "zrepro.summary/1";
+// The summary at path; null when the file is missing or not JSON (a run that ended
+// without writing it); ConfigError for another schema.
+nlohmann::json read_summary(const std::string& path);
+void check_summary_schema(const nlohmann::json& summary, const std::string& where);
+
 // How a run can fail, and for each kind the summary status, the exit code and the
 // diagnosis checkpoint (docs/design/ARCHITECTURE.md "Contracts") its failure record points at: one table
 // (kFailures in report.cpp), read by every failure path of every command.

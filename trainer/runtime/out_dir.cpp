@@ -162,7 +162,7 @@ void publish_rank_view(const std::string& dir, int rank, int world, const nlohma
     std::vector<json> views(static_cast<size_t>(world));
     for (int r = 0; r < world; ++r) {
       const std::string path = dir + "/summary_rank" + std::to_string(r) + ".json";
-      views[r] = r == rank ? own : (fs::exists(path) ? read_json_file(path) : json());
+      views[r] = r == rank ? own : (fs::exists(path) ? read_summary(path) : json());
     }
     const json merged = merge_rank_views(views, world);
     write_summary_and_report(dir, merged);

@@ -5,6 +5,7 @@
 // checks the time rule).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "tests/support/process.h"
@@ -56,4 +57,27 @@ TEST(Check, IdenticalRerunPassesAndEachChangeFailsOnItsFigure) {
   EXPECT_EQ(zrepro_test::zrepro_cmd("check --save x.json --baseline y.json --run " + dir).code, 2);
   EXPECT_EQ(zrepro_test::zrepro_cmd("check --baseline " + cfg + " --run " + dir + "/w0/run").code, 2)
       << "not a baseline";
+}
+
+// [Note: summary schema]: a run folder's summary names its schema; one of another schema,
+// or one without (an older zrepro's), is refused before any comparison (exit 2, naming
+// the file and both schemas), and the schema a run writes is the one this zrepro reads.
+TEST(Check, ASummaryOfAnotherSchemaIsRefused) {
+  const auto run = zrepro_test::zrepro_run("check_schema", kConfig, "--steps 2");
+  ASSERT_EQ(run.code, 0) << run.output;
+  EXPECT_EQ(run.summary["schema"], "zrepro.summary/1");
+  const std::string out = run.dir + "/out";
+  auto edited = run.summary;
+  edited["schema"] = "zrepro.summary/999";
+  std::ofstream(out + "/summary.json") << edited.dump();
+  auto r = zrepro_test::zrepro_cmd("check --save " + run.dir + "/b.json --run " + out);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("zrepro.summary/999"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("this zrepro reads zrepro.summary/1"), std::string::npos) << r.output;
+  edited.erase("schema");
+  std::ofstream(out + "/summary.json") << edited.dump();
+  r = zrepro_test::zrepro_cmd("check --save " + run.dir + "/b.json --run " + out);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("schema none"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(run.dir + "/b.json"));
 }
