@@ -11,12 +11,14 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <iostream>
 
 #include "trainer/app/cli.h"
 #include "trainer/runtime/subprocess.h"
 #include "trainer/report/ab.h"
 #include "trainer/report/report.h"
+#include "trainer/report/summary.h"
 #include "zero/comm/mpi_communicator.h"
 
 namespace zrepro {
@@ -30,15 +32,18 @@ struct Verify {
   std::vector<std::string> common;
   int last_code = 0;
 
-  // One run into OUT/name; its summary (null when it failed).
-  json run(const std::string& name, std::vector<std::string> extra, const std::string& config_path = "") {
+  // One run into OUT/name; its summary (none when it failed).
+  std::optional<Summary> run(const std::string& name, std::vector<std::string> extra,
+                             const std::string& config_path = "") {
     const std::string dir = out + "/" + name;
     std::filesystem::remove_all(dir);
     std::vector<std::string> args = {"run", "--config", config_path.empty() ? config : config_path, "--out", dir};
     args.insert(args.end(), common.begin(), common.end());
     args.insert(args.end(), extra.begin(), extra.end());
     const int code = last_code = run_self_or_refuse("the " + name + " run", args, dir + ".log");
-    return code == 0 ? read_summary(dir + "/summary.json") : json(nullptr);
+    if (code != 0) return std::nullopt;
+    const json s = read_summary(dir + "/summary.json");
+    return s.is_object() ? std::optional<Summary>(Summary::from_json(s)) : std::nullopt;
   }
 };
 
@@ -49,15 +54,16 @@ struct Line {
   std::string note;
 };
 
-Line compare(const std::string& what, const json& base, const json& other, double tol) {
+Line compare(const std::string& what, const std::optional<Summary>& base, const std::optional<Summary>& other,
+             double tol) {
   Line l{what, "", NAN, NAN, ""};
-  if (base.is_null() || other.is_null()) {
+  if (!base || !other) {
     l.status = "FAIL";
     l.note = "a run did not complete (see its log)";
     return l;
   }
-  l.loss_diff = max_step_rel_diff(base, other, "loss");
-  l.grad_norm_diff = max_step_rel_diff(base, other, "grad_norm");
+  l.loss_diff = max_step_rel_diff(base->steps, other->steps, "loss");
+  l.grad_norm_diff = max_step_rel_diff(base->steps, other->steps, "grad_norm");
   const bool ok = std::isfinite(l.loss_diff) && l.loss_diff <= tol &&
                   (!std::isfinite(l.grad_norm_diff) || l.grad_norm_diff <= tol);
   l.status = ok ? "PASS" : "FAIL";
@@ -83,17 +89,17 @@ std::string offload_config(const std::string& config, const std::string& out) {
 }
 
 // The checks, in order; each appends its line.
-std::vector<Line> run_checks(Verify& v, const json& ref, int ranks) {
+std::vector<Line> run_checks(Verify& v, const Summary& ref, int ranks) {
   std::vector<Line> lines;
-  const std::string precision = ref.value("precision", "fp32");
+  const std::string precision = ref.precision.value_or("fp32");
   // 16-bit: different reduction orders round differently; the difference grows with steps.
   const double tol = precision == "fp32" ? 1e-5 : 2e-2;
-  const int stage = ref.value("zero_stage", 0);
-  const int64_t micro = ref["batch"]["micro"], gas = ref["batch"]["grad_accum"];
+  const int stage = static_cast<int>(ref.zero_stage.value_or(0));
+  const int64_t micro = ref.batch ? ref.batch->micro : 1, gas = ref.batch ? ref.batch->grad_accum : 1;
   const std::string mb = "--micro-batch", ga = "--grad-accum";
 
-  const json s0 = stage == 0 ? ref : v.run("stage0", {"--zero-stage", "0"});
-  std::vector<json> by_stage = {s0};
+  const std::optional<Summary> s0 = stage == 0 ? ref : v.run("stage0", {"--zero-stage", "0"});
+  std::vector<std::optional<Summary>> by_stage = {s0};
   for (int k = 1; k <= 3; ++k) {
     by_stage.push_back(k == stage ? ref : v.run("stage" + std::to_string(k), {"--zero-stage", std::to_string(k)}));
     lines.push_back(compare("stage " + std::to_string(k) + " vs stage 0", s0, by_stage.back(), tol));
@@ -155,13 +161,13 @@ int verify_command(int argc, char** argv) {
     v.common.insert(v.common.end(), {"--steps", std::to_string(r["steps"].as<int64_t>())});
 
     std::cout << "[zrepro verify] reference run: " << v.config << std::endl;
-    const json ref = v.run("reference", {});
-    if (ref.is_null()) {
+    const std::optional<Summary> ref = v.run("reference", {});
+    if (!ref) {
       std::cerr << "[zrepro verify] the reference run failed (exit " << v.last_code << "), nothing to compare:\n"
                 << tail_of(v.out + "/reference.log", 8);
       return v.last_code;
     }
-    const std::vector<Line> lines = run_checks(v, ref, ranks);
+    const std::vector<Line> lines = run_checks(v, *ref, ranks);
     json j = json::array();
     bool all = true;
     for (const Line& l : lines) {

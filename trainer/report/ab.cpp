@@ -1,5 +1,6 @@
 // See ab.h.
 #include "trainer/report/ab.h"
+#include "trainer/report/summary.h"
 
 #include <algorithm>
 #include <cmath>
@@ -349,16 +350,7 @@ Expectation parse_expectation(const std::string& text) {
 }
 
 double max_step_rel_diff(const json& a, const json& b, const char* key) {
-  const json sa = a.is_object() ? a.value("steps", json::array()) : json::array();
-  const json sb = b.is_object() ? b.value("steps", json::array()) : json::array();
-  double worst = NAN;
-  for (size_t i = 0; i < std::min(sa.size(), sb.size()); ++i) {
-    const double x = num(sa[i].value(key, json())), y = num(sb[i].value(key, json()));
-    if (!std::isfinite(x) || !std::isfinite(y)) continue;
-    const double d = std::abs(x - y) / std::max(std::abs(x), 1e-12);
-    worst = std::isfinite(worst) ? std::max(worst, d) : d;
-  }
-  return worst;
+  return max_step_rel_diff(steps_of(a), steps_of(b), key);
 }
 
 // How a run that left no summary ended: its exit status, and for a signal what usually

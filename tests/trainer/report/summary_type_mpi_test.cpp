@@ -1,0 +1,54 @@
+// [Note: one summary type] (trainer/report/summary.h): the type is the schema. Every kind
+// of run's summary.json - completed, offloaded, out of memory at partition, refused config,
+// numerically dead fp16, virtual ranks, scaled down, a 2-rank hang - goes through
+// Summary::from_json and back to the same JSON, field for field; a field the type does
+// not carry fails here with the JSON patch that is lost.
+#include <gtest/gtest.h>
+
+#include "tests/support/process.h"
+#include "trainer/report/summary.h"
+
+namespace {
+
+struct Case {
+  const char* name;
+  const char* config;  // under the repository
+  const char* args;
+  int exit_code;
+};
+
+class SummaryType : public testing::TestWithParam<Case> {};
+
+TEST_P(SummaryType, RoundTripsEveryRunsSummary) {
+  const Case& c = GetParam();
+  const std::string src = ZREPRO_SOURCE_DIR;
+  const auto r = zrepro_test::zrepro_run(std::string("summary_type_") + c.name,
+                                         zrepro_test::read_text(src + "/" + c.config), c.args);
+  ASSERT_EQ(r.code, c.exit_code) << r.output;
+  ASSERT_TRUE(r.summary.is_object()) << r.output;
+  const zrepro::Summary s = zrepro::Summary::from_json(r.summary);
+  const nlohmann::json back = s.to_json();
+  EXPECT_EQ(back, r.summary) << "lost or changed: " << nlohmann::json::diff(r.summary, back).dump(1);
+  EXPECT_EQ(s.status, r.summary["status"]);
+  if (r.summary["memory"].is_object()) {
+    ASSERT_NE(s.rank_memory(0), nullptr);
+    EXPECT_EQ(s.peak_bytes() > 0, true);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Runs, SummaryType,
+    testing::Values(Case{"ok", "configs/examples/stage0_fp32.json", "--steps 2", 0},
+                    Case{"offload", "configs/examples/zero3_offload.json", "--steps 2", 0},
+                    Case{"oom", "configs/scenarios/optimizer-partition-oom/ds_config.json",
+                         "--model small --device-memory 48MB --steps 2", 3},
+                    Case{"refused", "configs/examples/stage0_fp32.json", "--steps 2 --micro-batch 0", 2},
+                    Case{"diverged", "configs/examples/stage0_fp32.json", "--steps 3 --inject inf-grad:0:1", 5},
+                    Case{"virtual", "configs/examples/zero3_tiny.json", "--steps 2 --world-size 2", 0},
+                    Case{"scaled", "configs/scenarios/zero2-params-dont-fit/ds_config.json",
+                         "--target-model gpt3-6.7b --target-device-memory 40GB --activation-checkpointing --steps 2", 3},
+                    Case{"hang", "configs/examples/stage0_fp32.json",
+                         "--ranks 2 --zero-stage 2 --steps 3 --inject gas-mismatch:1 --comm-timeout 3", 4}),
+    [](const testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
+
+}  // namespace

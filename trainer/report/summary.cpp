@@ -1,0 +1,233 @@
+// See summary.h.
+#include "trainer/report/summary.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace zrepro {
+
+using json = nlohmann::json;
+
+namespace {
+
+template <class T>
+std::optional<T> optional_of(const json& j, const char* key) {
+  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  return j[key].get<T>();
+}
+
+template <class T>
+json json_of(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+SummaryCategories categories_of(const json& j) {
+  SummaryCategories c;
+  if (j.is_object())
+    for (const auto& [k, v] : j.items()) c[k] = v.get<int64_t>();
+  return c;
+}
+
+json categories_json(const SummaryCategories& c) {
+  json j = json::object();
+  for (const auto& [k, v] : c) j[k] = v;
+  return j;
+}
+
+SummaryStep step_of(const json& j) {
+  SummaryStep s;
+  s.step = j.value("step", int64_t(0));
+  s.loss = optional_of<double>(j, "loss");
+  s.grad_norm = optional_of<double>(j, "grad_norm");
+  s.loss_scale = j.value("loss_scale", 1.0);
+  s.skipped = j.value("skipped", false);
+  s.lr = j.value("lr", 0.0);
+  s.replicas_identical = optional_of<bool>(j, "replicas_identical");
+  return s;
+}
+
+json step_json(const SummaryStep& s) {
+  json j = {{"step", s.step}, {"loss", json_of(s.loss)}, {"grad_norm", json_of(s.grad_norm)},
+            {"loss_scale", s.loss_scale}, {"skipped", s.skipped}, {"lr", s.lr}};
+  if (s.replicas_identical) j["replicas_identical"] = *s.replicas_identical;
+  return j;
+}
+
+SummaryRankMemory rank_memory_of(const json& j) {
+  SummaryRankMemory m;
+  m.rank = j.at("rank").get<int>();
+  m.peak_bytes = j.at("peak_bytes").get<int64_t>();
+  m.peak_phase = j.at("peak_phase").get<std::string>();
+  m.peak_reserved_bytes = j.at("peak_reserved_bytes").get<int64_t>();
+  m.by_category = categories_of(j.at("by_category"));
+  m.category_peaks = categories_of(j.at("category_peaks"));
+  m.model_states = categories_of(j.at("model_states"));
+  for (const auto& p : j.at("phases"))
+    m.phases.push_back({p.at("phase").get<std::string>(), p.at("peak_bytes").get<int64_t>(),
+                        p.at("peak_reserved_bytes").get<int64_t>()});
+  m.host_pinned_bytes = j.at("host_pinned_bytes").get<int64_t>();
+  m.host_pageable_bytes = j.at("host_pageable_bytes").get<int64_t>();
+  m.comm_wait_s = j.at("comm_wait_s").get<double>();
+  return m;
+}
+
+json rank_memory_json(const SummaryRankMemory& m) {
+  json phases = json::array();
+  for (const auto& p : m.phases)
+    phases.push_back({{"phase", p.phase}, {"peak_bytes", p.peak_bytes}, {"peak_reserved_bytes", p.peak_reserved_bytes}});
+  return {{"rank", m.rank},
+          {"peak_bytes", m.peak_bytes},
+          {"peak_phase", m.peak_phase},
+          {"peak_reserved_bytes", m.peak_reserved_bytes},
+          {"by_category", categories_json(m.by_category)},
+          {"category_peaks", categories_json(m.category_peaks)},
+          {"phases", phases},
+          {"model_states", categories_json(m.model_states)},
+          {"host_pinned_bytes", m.host_pinned_bytes},
+          {"host_pageable_bytes", m.host_pageable_bytes},
+          {"comm_wait_s", m.comm_wait_s}};
+}
+
+constexpr const char* kFailureCore[] = {"kind", "rank", "phase", "message", "checkpoint", "hint"};
+
+// A failure record: the six fields of make_failure, the rest the kind's own. A record
+// without a kind (a multi-process failure whose views carried none) keeps every field in
+// details.
+SummaryFailure failure_of(const json& j) {
+  SummaryFailure f;
+  const bool core = j.contains("kind");
+  if (core) {
+    f.kind = j.at("kind").get<std::string>();
+    f.rank = j.at("rank").get<int>();
+    f.phase = j.at("phase").get<std::string>();
+    f.message = j.at("message").get<std::string>();
+    f.checkpoint = j.at("checkpoint").get<std::string>();
+    f.hint = j.at("hint").get<std::string>();
+  }
+  for (const auto& [k, v] : j.items())
+    if (!core || std::none_of(std::begin(kFailureCore), std::end(kFailureCore), [&](const char* c) { return k == c; }))
+      f.details[k] = v;
+  return f;
+}
+
+json failure_json(const SummaryFailure& f) {
+  json j = f.details.is_object() ? f.details : json::object();
+  if (f.kind.empty()) return j;
+  j.update(json{{"kind", f.kind}, {"rank", f.rank}, {"phase", f.phase}, {"message", f.message},
+                {"checkpoint", f.checkpoint}, {"hint", f.hint}});
+  return j;
+}
+
+}  // namespace
+
+Summary Summary::from_json(const json& j) {
+  Summary s;
+  s.schema = j.value("schema", std::string());
+  s.status = j.at("status").get<std::string>();
+  s.world_size = optional_of<int64_t>(j, "world_size");
+  s.zero_stage = optional_of<int64_t>(j, "zero_stage");
+  s.precision = optional_of<std::string>(j, "precision");
+  s.deepspeed_version = optional_of<std::string>(j, "deepspeed_version");
+  s.device = optional_of<std::string>(j, "device");
+  if (j.contains("batch") && j["batch"].is_object())
+    s.batch = SummaryBatch{j["batch"].at("micro").get<int64_t>(), j["batch"].at("grad_accum").get<int64_t>(),
+                           j["batch"].at("global").get<int64_t>()};
+  s.model = j.value("model", json());
+  s.env = j.value("env", json());
+  s.data = j.value("data", json());
+  s.effective_config = j.value("effective_config", json());
+  for (const auto& st : j.value("steps", json::array())) s.steps.push_back(step_of(st));
+  s.skipped_steps = optional_of<int64_t>(j, "skipped_steps");
+  s.time = j.value("time", json());
+  if (j.contains("memory") && j["memory"].is_object()) {
+    const json& m = j["memory"];
+    SummaryMemory mem;
+    mem.device_capacity_bytes = optional_of<int64_t>(m, "device_capacity_bytes");
+    for (const auto& r : m.value("ranks", json::array())) mem.ranks.push_back(rank_memory_of(r));
+    mem.planned = m.value("planned", json());
+    s.memory = mem;
+  }
+  s.comm = j.value("comm", json());
+  s.offload = j.value("offload", json());
+  if (j.contains("failure") && j["failure"].is_object()) s.failure = failure_of(j["failure"]);
+  s.virtual_ranks = j.value("virtual_ranks", json());
+  s.config_mismatch = j.value("config_mismatch", json());
+  s.scale_down = j.value("scale_down", json());
+  return s;
+}
+
+json Summary::to_json() const {
+  json j;
+  if (!schema.empty()) j["schema"] = schema;
+  j["status"] = status;
+  j["world_size"] = json_of(world_size);
+  j["zero_stage"] = json_of(zero_stage);
+  j["precision"] = json_of(precision);
+  j["deepspeed_version"] = json_of(deepspeed_version);
+  j["device"] = json_of(device);
+  j["batch"] = batch ? json{{"micro", batch->micro}, {"grad_accum", batch->grad_accum}, {"global", batch->global}}
+                     : json(nullptr);
+  j["model"] = model;
+  j["env"] = env;
+  j["data"] = data;
+  j["effective_config"] = effective_config;
+  j["steps"] = json::array();
+  for (const auto& st : steps) j["steps"].push_back(step_json(st));
+  if (skipped_steps) j["skipped_steps"] = *skipped_steps;
+  j["time"] = time;
+  if (memory) {
+    json ranks = json::array();
+    for (const auto& r : memory->ranks) ranks.push_back(rank_memory_json(r));
+    j["memory"] = {{"device_capacity_bytes", json_of(memory->device_capacity_bytes)}, {"ranks", ranks}};
+    if (!memory->planned.is_null()) j["memory"]["planned"] = memory->planned;
+  } else {
+    j["memory"] = nullptr;
+  }
+  j["comm"] = comm;
+  j["offload"] = offload;
+  j["failure"] = failure ? failure_json(*failure) : json(nullptr);
+  if (!virtual_ranks.is_null()) j["virtual_ranks"] = virtual_ranks;
+  if (!config_mismatch.is_null()) j["config_mismatch"] = config_mismatch;
+  if (!scale_down.is_null()) j["scale_down"] = scale_down;
+  return j;
+}
+
+const SummaryRankMemory* Summary::rank_memory(int rank) const {
+  if (!memory) return nullptr;
+  for (const auto& r : memory->ranks)
+    if (r.rank == rank) return &r;
+  return nullptr;
+}
+
+int64_t Summary::peak_bytes() const {
+  int64_t peak = 0;
+  if (memory)
+    for (const auto& r : memory->ranks) peak = std::max(peak, r.peak_bytes);
+  return peak;
+}
+
+std::vector<SummaryStep> steps_of(const json& summary) {
+  std::vector<SummaryStep> steps;
+  if (summary.is_object() && summary.contains("steps") && summary["steps"].is_array())
+    for (const auto& st : summary["steps"])
+      if (st.is_object()) steps.push_back(step_of(st));
+  return steps;
+}
+
+double max_step_rel_diff(const std::vector<SummaryStep>& a, const std::vector<SummaryStep>& b,
+                         const std::string& figure) {
+  auto value = [&](const SummaryStep& s) {
+    const std::optional<double>& v = figure == "grad_norm" ? s.grad_norm : s.loss;
+    return v ? *v : NAN;
+  };
+  double worst = NAN;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    const double x = value(a[i]), y = value(b[i]);
+    if (!std::isfinite(x) || !std::isfinite(y)) continue;
+    const double d = std::abs(x - y) / std::max(std::abs(x), 1e-12);
+    worst = std::isfinite(worst) ? std::max(worst, d) : d;
+  }
+  return worst;
+}
+
+}  // namespace zrepro

@@ -1,0 +1,105 @@
+// summary.json as one C++ type. [Note: one summary type] `zrepro run` writes the JSON
+// (build_summary, report.h); a reader turns it into a Summary with from_json and reads
+// fields, not string keys: a field renamed or removed is then a compile error in the
+// reader, not a silent null. Readers move to it one at a time: `zrepro verify` and the
+// per-step comparisons of ab and verify read the type; check's baseline, ab's table, the
+// HTML report and the merge of the ranks' views still read the JSON. to_json gives back the same JSON, field for field
+// (SummaryType.RoundTripsEveryRunsSummary holds that over ok, offload, OOM, hang, virtual
+// and scale-down runs), so the type is the schema: docs/reference/summary-json.md documents
+// it and SummaryReference checks the page against real runs. Parts whose shape belongs to
+// another module stay JSON here (model: ModelSpec::to_json; memory.planned:
+// MemoryPlan::to_json; env: zrepro env; effective_config: DsConfig::effective_json;
+// comm, offload, time, scale_down, virtual_ranks: their builders in report.cpp) until
+// their readers need them typed.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace zrepro {
+
+// Bytes by memory category: params, grads, optimizer_states, activations, comm_buffers, other.
+using SummaryCategories = std::map<std::string, int64_t>;
+
+struct SummaryStep {
+  int64_t step = 0;
+  std::optional<double> loss, grad_norm;  // null when not finite (a skipped step's norm)
+  double loss_scale = 1;
+  bool skipped = false;
+  double lr = 0;
+  std::optional<bool> replicas_identical;  // only when checked (--verify-replicas)
+};
+
+struct SummaryPhasePeak {
+  std::string phase;
+  int64_t peak_bytes = 0, peak_reserved_bytes = 0;
+};
+
+struct SummaryRankMemory {
+  int rank = 0;
+  int64_t peak_bytes = 0;
+  std::string peak_phase;
+  int64_t peak_reserved_bytes = 0;
+  SummaryCategories by_category;     // at the rank's peak
+  SummaryCategories category_peaks;  // each category's own peak
+  SummaryCategories model_states;    // the engine's persistent states: params, grads, optimizer_states
+  std::vector<SummaryPhasePeak> phases;
+  int64_t host_pinned_bytes = 0, host_pageable_bytes = 0;
+  double comm_wait_s = 0;
+};
+
+struct SummaryMemory {
+  std::optional<int64_t> device_capacity_bytes;  // null: no capacity
+  std::vector<SummaryRankMemory> ranks;
+  nlohmann::json planned;  // zrepro plan's figures for this run; null when not planned (absent in the file)
+};
+
+struct SummaryFailure {
+  std::string kind, phase, message, checkpoint, hint;
+  int rank = 0;
+  // The kind's own fields: an OOM's bytes and planned fixes, a hang's diagnosis, an
+  // interruption's signal and vanished peers, the ranks' views of a multi-process failure.
+  nlohmann::json details = nlohmann::json::object();
+};
+
+struct SummaryBatch {
+  int64_t micro = 0, grad_accum = 0, global = 0;
+};
+
+struct Summary {
+  std::string schema;  // kSummarySchema (report.h)
+  std::string status;  // ok | oom | hang | diverged | config_error | pinned_memory | io_error | interrupted | error
+  // Null until the config resolved (a config error).
+  std::optional<int64_t> world_size, zero_stage;
+  std::optional<std::string> precision, deepspeed_version, device;
+  std::optional<SummaryBatch> batch;
+  nlohmann::json model, env, data, effective_config;  // null until known
+  std::vector<SummaryStep> steps;
+  std::optional<int64_t> skipped_steps;  // absent when no training started
+  nlohmann::json time;                   // null when no training started
+  std::optional<SummaryMemory> memory;   // null when no training started
+  nlohmann::json comm, offload;          // null when no training started / no offload
+  std::optional<SummaryFailure> failure;
+  // Present only when they apply.
+  nlohmann::json virtual_ranks, config_mismatch, scale_down;
+
+  static Summary from_json(const nlohmann::json& j);  // throws nlohmann::json::exception on a wrong shape
+  nlohmann::json to_json() const;
+
+  const SummaryRankMemory* rank_memory(int rank) const;  // nullptr when not reported
+  int64_t peak_bytes() const;                            // the highest rank's peak (0: none)
+};
+
+// The steps of a summary's JSON, read leniently (an object without steps, or a plan's
+// JSON, has none): for readers that compare runs which may not all have trained.
+std::vector<SummaryStep> steps_of(const nlohmann::json& summary);
+// The largest relative difference of a per-step figure ("loss" or "grad_norm") over the
+// steps both runs have where both are finite; NaN when there is none.
+double max_step_rel_diff(const std::vector<SummaryStep>& a, const std::vector<SummaryStep>& b,
+                         const std::string& figure);
+
+}  // namespace zrepro
