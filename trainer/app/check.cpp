@@ -65,7 +65,12 @@ json baseline_of(const std::string& dir) {
   const json s = read_summary(dir + "/summary.json");
   if (!s.is_object())
     throw ConfigError("--run: \"" + dir + "/summary.json\" is missing or cut; give a folder zrepro run wrote (--out)");
-  return make_baseline(s, calibration_seconds(), dir);
+  try {
+    return make_baseline(Summary::from_json(s), calibration_seconds(), dir);
+  } catch (const json::exception& e) {
+    throw ConfigError("--run: \"" + dir + "/summary.json\" is not a summary of this schema (" + e.what() +
+                      "); give a folder this zrepro's run wrote");
+  }
 }
 
 }  // namespace

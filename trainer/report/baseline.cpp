@@ -1,5 +1,6 @@
 // See baseline.h.
 #include "trainer/report/baseline.h"
+#include "trainer/report/summary.h"
 
 #include <algorithm>
 #include <cmath>
@@ -21,13 +22,6 @@ double number_or(const json& j, const char* key, double dflt) {
 int64_t integer_or(const json& j, const char* key, int64_t dflt) {
   return j.is_object() && j.contains(key) && j[key].is_number() ? j[key].get<int64_t>() : dflt;
 }
-json object_or_empty(const json& j, const char* key) {
-  return j.is_object() && j.contains(key) && j[key].is_object() ? j[key] : json::object();
-}
-json array_or_empty(const json& j, const char* key) {
-  return j.is_object() && j.contains(key) && j[key].is_array() ? j[key] : json::array();
-}
-
 std::string fmt(double v) {
   char b[48];
   std::snprintf(b, sizeof b, "%.6g", v);
@@ -97,37 +91,37 @@ void plan_rows(CheckResult& r, const json& base, const json& now, const CheckTol
 
 }  // namespace
 
-json make_baseline(const json& s, double calibration_s, const std::string& from) {
-  json b = {{"zrepro_baseline", 1}, {"from", from}};
-  for (const char* k : {"status", "world_size", "zero_stage", "precision", "deepspeed_version", "skipped_steps", "env"})
-    b[k] = s.value(k, json());
-  b["model"] = object_or_empty(s, "model").value("name", json());
+json make_baseline(const Summary& s, double calibration_s, const std::string& from) {
+  auto or_null = [](const auto& v) { return v ? json(*v) : json(nullptr); };
+  json b = {{"zrepro_baseline", 1},
+            {"from", from},
+            {"status", s.status},
+            {"world_size", or_null(s.world_size)},
+            {"zero_stage", or_null(s.zero_stage)},
+            {"precision", or_null(s.precision)},
+            {"deepspeed_version", or_null(s.deepspeed_version)},
+            {"skipped_steps", or_null(s.skipped_steps)},
+            {"env", s.env},
+            {"model", s.model.is_object() ? s.model.value("name", json()) : json(nullptr)}};
   json loss = json::array(), gn = json::array();
-  for (const auto& st : array_or_empty(s, "steps"))
-    if (st.is_object()) loss.push_back(st.value("loss", json())), gn.push_back(st.value("grad_norm", json()));
+  for (const SummaryStep& st : s.steps) loss.push_back(or_null(st.loss)), gn.push_back(or_null(st.grad_norm));
   b["steps"] = loss.size();
   b["loss"] = loss, b["grad_norm"] = gn;
   json ranks = json::array();
-  int64_t peak = 0;
-  const json memory = object_or_empty(s, "memory");
-  for (const auto& r : array_or_empty(memory, "ranks")) {
-    if (!r.is_object()) continue;
-    json by_category = json::object();
-    const json peaks = object_or_empty(r, "category_peaks");  // items() of a temporary dangles
-    for (const auto& [cat, v] : peaks.items())
-      if (v.is_number()) by_category[cat] = v;
-    ranks.push_back({{"rank", integer_or(r, "rank", 0)}, {"by_category", by_category}});
-    peak = std::max(peak, integer_or(r, "peak_bytes", 0));
-  }
+  if (s.memory)
+    for (const SummaryRankMemory& r : s.memory->ranks)
+      ranks.push_back({{"rank", r.rank}, {"by_category", r.category_peaks}});
+  const int64_t peak = s.peak_bytes();
   b["memory"] = {{"ranks", ranks}, {"peak_bytes", peak}};
   json comm = json::object();
-  const json per_step = object_or_empty(object_or_empty(s, "comm"), "bytes_per_step");
-  for (const auto& [op, v] : per_step.items())
-    if (v.is_number()) comm[op] = v;
+  if (s.comm)
+    for (const auto& [op, v] : s.comm->bytes_per_step)
+      if (v) comm[op] = *v;
   b["comm_bytes_per_step"] = comm;
-  const int64_t planned = integer_or(object_or_empty(memory, "planned"), "peak_bytes", 0);
-  if (peak > 0 && planned > 0) b["plan_over_measured"] = static_cast<double>(planned) / static_cast<double>(peak);
-  const double step = number_or(object_or_empty(s, "time"), "step_s_median", 0.0);
+  const json planned = s.memory ? s.memory->planned : json();
+  const int64_t planned_peak = planned.is_object() ? planned.value("peak_bytes", int64_t(0)) : 0;
+  if (peak > 0 && planned_peak > 0) b["plan_over_measured"] = static_cast<double>(planned_peak) / static_cast<double>(peak);
+  const double step = s.time && s.time->step_s_median ? *s.time->step_s_median : 0.0;
   b["time"] = {{"step_s_median", step}, {"calibration_s", calibration_s},
                {"ratio", calibration_s > 0 ? step / calibration_s : 0.0}};
   return b;

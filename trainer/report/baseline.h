@@ -18,6 +18,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "trainer/report/summary.h"
+
 namespace zrepro {
 
 struct CheckTolerances {
@@ -31,10 +33,10 @@ struct CheckTolerances {
 // The baseline format this zrepro writes and reads ("zrepro_baseline").
 constexpr int kBaselineVersion = 1;
 
-// summary.json (+ its steps) and the calibration seconds measured now -> a baseline. A
-// failed run's summary (an OOM at init: no steps, null times and peaks) gives a baseline
-// of that failure, whose figures are the failure's.
-nlohmann::json make_baseline(const nlohmann::json& summary, double calibration_s, const std::string& from);
+// A run's summary and the calibration seconds measured now -> a baseline. A failed run's
+// summary (an OOM at init: no steps, no times) gives a baseline of that failure, whose
+// figures are the failure's.
+nlohmann::json make_baseline(const Summary& summary, double calibration_s, const std::string& from);
 
 // Throws ConfigError, naming `path`, the key, what it holds and what was expected, unless
 // `baseline` is one this zrepro reads: version kBaselineVersion, every key check_against

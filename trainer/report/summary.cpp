@@ -88,6 +88,40 @@ json rank_memory_json(const SummaryRankMemory& m) {
           {"comm_wait_s", m.comm_wait_s}};
 }
 
+SummaryTime time_of(const json& j) {
+  SummaryTime t;
+  t.step_s_median = optional_of<double>(j, "step_s_median");
+  t.tokens_per_s = optional_of<double>(j, "tokens_per_s");
+  for (const auto& [k, v] : j.at("breakdown_s").items()) t.breakdown_s[k] = v.get<double>();
+  for (const auto& r : j.at("ranks"))
+    t.ranks.push_back({r.at("rank").get<int>(), r.at("comm_wait_s").get<double>(), r.at("step_s").get<double>()});
+  t.straggler = j.value("straggler", json());
+  return t;
+}
+
+json time_json(const SummaryTime& t) {
+  json breakdown = json::object(), ranks = json::array();
+  for (const auto& [k, v] : t.breakdown_s) breakdown[k] = v;
+  for (const auto& r : t.ranks) ranks.push_back({{"rank", r.rank}, {"comm_wait_s", r.comm_wait_s}, {"step_s", r.step_s}});
+  return {{"step_s_median", json_of(t.step_s_median)}, {"tokens_per_s", json_of(t.tokens_per_s)},
+          {"breakdown_s", breakdown}, {"ranks", ranks}, {"straggler", t.straggler}};
+}
+
+SummaryComm comm_of(const json& j) {
+  SummaryComm c;
+  for (const auto& [op, v] : j.at("bytes_per_step").items())
+    c.bytes_per_step[op] = v.is_null() ? std::nullopt : std::optional<double>(v.get<double>());
+  c.ops = j.value("ops", json());
+  c.modelled_busbw_GBps = optional_of<double>(j, "modelled_busbw_GBps");
+  return c;
+}
+
+json comm_json(const SummaryComm& c) {
+  json per_step = json::object();
+  for (const auto& [op, v] : c.bytes_per_step) per_step[op] = json_of(v);
+  return {{"bytes_per_step", per_step}, {"ops", c.ops}, {"modelled_busbw_GBps", json_of(c.modelled_busbw_GBps)}};
+}
+
 constexpr const char* kFailureCore[] = {"kind", "rank", "phase", "message", "checkpoint", "hint"};
 
 // A failure record: the six fields of make_failure, the rest the kind's own. A record
@@ -138,7 +172,7 @@ Summary Summary::from_json(const json& j) {
   s.effective_config = j.value("effective_config", json());
   for (const auto& st : j.value("steps", json::array())) s.steps.push_back(step_of(st));
   s.skipped_steps = optional_of<int64_t>(j, "skipped_steps");
-  s.time = j.value("time", json());
+  if (j.contains("time") && j["time"].is_object()) s.time = time_of(j["time"]);
   if (j.contains("memory") && j["memory"].is_object()) {
     const json& m = j["memory"];
     SummaryMemory mem;
@@ -147,7 +181,7 @@ Summary Summary::from_json(const json& j) {
     mem.planned = m.value("planned", json());
     s.memory = mem;
   }
-  s.comm = j.value("comm", json());
+  if (j.contains("comm") && j["comm"].is_object()) s.comm = comm_of(j["comm"]);
   s.offload = j.value("offload", json());
   if (j.contains("failure") && j["failure"].is_object()) s.failure = failure_of(j["failure"]);
   s.virtual_ranks = j.value("virtual_ranks", json());
@@ -174,7 +208,7 @@ json Summary::to_json() const {
   j["steps"] = json::array();
   for (const auto& st : steps) j["steps"].push_back(step_json(st));
   if (skipped_steps) j["skipped_steps"] = *skipped_steps;
-  j["time"] = time;
+  j["time"] = time ? time_json(*time) : json(nullptr);
   if (memory) {
     json ranks = json::array();
     for (const auto& r : memory->ranks) ranks.push_back(rank_memory_json(r));
@@ -183,7 +217,7 @@ json Summary::to_json() const {
   } else {
     j["memory"] = nullptr;
   }
-  j["comm"] = comm;
+  j["comm"] = comm ? comm_json(*comm) : json(nullptr);
   j["offload"] = offload;
   j["failure"] = failure ? failure_json(*failure) : json(nullptr);
   if (!virtual_ranks.is_null()) j["virtual_ranks"] = virtual_ranks;

@@ -9,7 +9,7 @@
 // it and SummaryReference checks the page against real runs. Parts whose shape belongs to
 // another module stay JSON here (model: ModelSpec::to_json; memory.planned:
 // MemoryPlan::to_json; env: zrepro env; effective_config: DsConfig::effective_json;
-// comm, offload, time, scale_down, virtual_ranks: their builders in report.cpp) until
+// offload, scale_down, virtual_ranks: their builders in report.cpp) until
 // their readers need them typed.
 #pragma once
 #include <cstdint>
@@ -66,6 +66,24 @@ struct SummaryFailure {
   nlohmann::json details = nlohmann::json::object();
 };
 
+struct SummaryRankTime {
+  int rank = 0;
+  double comm_wait_s = 0, step_s = 0;  // medians over the run's steps
+};
+
+struct SummaryTime {
+  std::optional<double> step_s_median, tokens_per_s;  // null without a step
+  std::map<std::string, double> breakdown_s;          // forward, backward, comm_wait, optimizer, offload_copy, data_wait
+  std::vector<SummaryRankTime> ranks;
+  nlohmann::json straggler;  // null, or {rank, others_wait_s, own_wait_s}
+};
+
+struct SummaryComm {
+  std::map<std::string, std::optional<double>> bytes_per_step;  // by collective; null without a step
+  nlohmann::json ops;  // per collective: calls, bytes and seconds per step, algbw_GBps, busbw_GBps
+  std::optional<double> modelled_busbw_GBps;  // --interconnect-gbps
+};
+
 struct SummaryBatch {
   int64_t micro = 0, grad_accum = 0, global = 0;
 };
@@ -80,9 +98,10 @@ struct Summary {
   nlohmann::json model, env, data, effective_config;  // null until known
   std::vector<SummaryStep> steps;
   std::optional<int64_t> skipped_steps;  // absent when no training started
-  nlohmann::json time;                   // null when no training started
+  std::optional<SummaryTime> time;       // null when no training started
   std::optional<SummaryMemory> memory;   // null when no training started
-  nlohmann::json comm, offload;          // null when no training started / no offload
+  std::optional<SummaryComm> comm;       // null when no training started
+  nlohmann::json offload;                // null without offload
   std::optional<SummaryFailure> failure;
   // Present only when they apply.
   nlohmann::json virtual_ranks, config_mismatch, scale_down;

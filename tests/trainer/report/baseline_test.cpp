@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "device/base/errors.h"
 
 namespace {
@@ -12,20 +14,27 @@ namespace {
 using json = nlohmann::json;
 using namespace zrepro;
 
-json summary() {
-  return json::parse(R"({
-    "status": "ok", "world_size": 2, "zero_stage": 2, "precision": "fp32", "deepspeed_version": "0.19.8",
-    "skipped_steps": 0, "model": {"name": "tiny"},
+// A 2-rank ZeRO-2 run's summary, as the typed Summary carries it.
+Summary summary() {
+  return Summary::from_json(json::parse(R"({
+    "schema": "zrepro.summary/1", "status": "ok", "world_size": 2, "zero_stage": 2, "precision": "fp32",
+    "deepspeed_version": "0.19.8", "skipped_steps": 0, "model": {"name": "tiny"},
     "env": {"libtorch": {"version": "1.13.0"}, "nccl": {"version": "2.28.9"}, "cuda": {"runtime": "13.0"},
             "zrepro": {"commit": "abc"}},
-    "steps": [{"loss": 4.8, "grad_norm": 2.0}, {"loss": 4.6, "grad_norm": 1.9}],
-    "memory": {"ranks": [{"rank": 0, "peak_bytes": 1000000,
+    "steps": [{"step": 0, "loss": 4.8, "grad_norm": 2.0, "loss_scale": 1, "skipped": false, "lr": 0.001},
+              {"step": 1, "loss": 4.6, "grad_norm": 1.9, "loss_scale": 1, "skipped": false, "lr": 0.001}],
+    "memory": {"device_capacity_bytes": null, "planned": {"peak_bytes": 1010000},
+               "ranks": [{"rank": 0, "peak_bytes": 1000000, "peak_phase": "backward", "peak_reserved_bytes": 1000000,
+                          "by_category": {}, "model_states": {}, "phases": [], "host_pinned_bytes": 0,
+                          "host_pageable_bytes": 0, "comm_wait_s": 0,
                           "category_peaks": {"params": 400000, "grads": 200000, "comm_buffers": 100000}},
-                         {"rank": 1, "peak_bytes": 990000,
-                          "category_peaks": {"params": 400000, "grads": 190000, "comm_buffers": 100000}}],
-               "planned": {"peak_bytes": 1010000}},
-    "comm": {"bytes_per_step": {"all_reduce": 800000, "all_gather": 0}},
-    "time": {"step_s_median": 0.5}})");
+                         {"rank": 1, "peak_bytes": 990000, "peak_phase": "backward", "peak_reserved_bytes": 990000,
+                          "by_category": {}, "model_states": {}, "phases": [], "host_pinned_bytes": 0,
+                          "host_pageable_bytes": 0, "comm_wait_s": 0,
+                          "category_peaks": {"params": 400000, "grads": 190000, "comm_buffers": 100000}}]},
+    "comm": {"bytes_per_step": {"all_reduce": 800000, "all_gather": 0}, "ops": {}, "modelled_busbw_GBps": null},
+    "time": {"step_s_median": 0.5, "tokens_per_s": 1000, "breakdown_s": {}, "ranks": [], "straggler": null},
+    "failure": null})"));
 }
 
 const CheckRow* row(const CheckResult& r, const std::string& metric) {
@@ -47,36 +56,40 @@ TEST(Baseline, KeepsTheFiguresThatMustNotMove) {
 
 TEST(Baseline, EachFigureFailsPastItsToleranceOnly) {
   const json base = make_baseline(summary(), 0.01, "run");
-  auto moved = [&](const char* pointer, const json& v, double calib = 0.01) {
-    json s = summary();
-    s[json::json_pointer(pointer)] = v;
+  auto moved = [&](const std::function<void(Summary&)>& change, double calib = 0.01) {
+    Summary s = summary();
+    change(s);
     return check_against(base, make_baseline(s, calib, "now"), {});
   };
-  EXPECT_TRUE(moved("/memory/ranks/0/category_peaks/params", 407000).passed()) << "1.75% < 2%";
-  const CheckResult mem = moved("/memory/ranks/0/category_peaks/params", 409000);
+  auto params = [](int64_t v) { return [v](Summary& s) { s.memory->ranks[0].category_peaks["params"] = v; }; };
+  EXPECT_TRUE(moved(params(407000)).passed()) << "1.75% < 2%";
+  const CheckResult mem = moved(params(409000));
   EXPECT_FALSE(mem.passed());
   EXPECT_FALSE(row(mem, "memory.rank0.params")->ok);
-  EXPECT_TRUE(moved("/memory/ranks/0/category_peaks/comm_buffers", 103000).passed()) << "4 KiB floor";
-  EXPECT_FALSE(moved("/comm/bytes_per_step/all_reduce", 800004).passed()) << "collective bytes are exact";
-  EXPECT_TRUE(moved("/steps/1/loss", 4.6 * (1 + 5e-5)).passed());
-  EXPECT_FALSE(moved("/steps/1/loss", 4.6 * (1 + 5e-4)).passed()) << "fp32 loss: 1e-4 relative";
-  EXPECT_FALSE(moved("/status", "oom").passed());
-  EXPECT_FALSE(moved("/precision", "bf16").passed());
+  EXPECT_TRUE(moved([](Summary& s) { s.memory->ranks[0].category_peaks["comm_buffers"] = 103000; }).passed())
+      << "4 KiB floor";
+  EXPECT_FALSE(moved([](Summary& s) { s.comm->bytes_per_step["all_reduce"] = 800004; }).passed())
+      << "collective bytes are exact";
+  EXPECT_TRUE(moved([](Summary& s) { s.steps[1].loss = 4.6 * (1 + 5e-5); }).passed());
+  EXPECT_FALSE(moved([](Summary& s) { s.steps[1].loss = 4.6 * (1 + 5e-4); }).passed()) << "fp32 loss: 1e-4 relative";
+  EXPECT_FALSE(moved([](Summary& s) { s.status = "oom"; }).passed());
+  EXPECT_FALSE(moved([](Summary& s) { s.precision = "bf16"; }).passed());
   // Step time: a slower machine (calibration 2x) with a 2x step time is no regression.
-  EXPECT_TRUE(moved("/time/step_s_median", 1.0, 0.02).passed());
-  const CheckResult slow = moved("/time/step_s_median", 1.0);
+  auto step_time = [](Summary& s) { s.time->step_s_median = 1.0; };
+  EXPECT_TRUE(moved(step_time, 0.02).passed());
+  const CheckResult slow = moved(step_time);
   EXPECT_FALSE(row(slow, "step time / calibration")->ok);
   // The planner drifting from the measured peak (stale tapes after a LibTorch upgrade).
-  const CheckResult plan = moved("/memory/planned/peak_bytes", 1100000);
+  const CheckResult plan = moved([](Summary& s) { s.memory->planned["peak_bytes"] = 1100000; });
   EXPECT_FALSE(row(plan, "planned / measured peak")->ok);
   EXPECT_NE(row(plan, "planned / measured peak")->note.find("--memory-log"), std::string::npos);
 }
 
 TEST(Baseline, VersionChangesAreReportedNotFailed) {
   const json base = make_baseline(summary(), 0.01, "run");
-  json s = summary();
-  s["env"]["libtorch"]["version"] = "2.15.0";
-  s["deepspeed_version"] = "0.19.5";
+  Summary s = summary();
+  s.env["libtorch"]["version"] = "2.15.0";
+  s.deepspeed_version = "0.19.5";
   const CheckResult r = check_against(base, make_baseline(s, 0.01, "now"), {});
   EXPECT_TRUE(r.passed());
   ASSERT_NE(row(r, "env.libtorch"), nullptr);
@@ -88,14 +101,16 @@ TEST(Baseline, VersionChangesAreReportedNotFailed) {
 
 namespace {
 
-// What a run that ran out of memory at init writes: no steps, null times and peaks.
-json failed_summary() {
-  return json::parse(R"({
-    "status": "oom", "world_size": 1, "zero_stage": 0, "precision": "fp32", "model": {"name": "tiny"},
-    "steps": [], "failure": {"kind": "oom", "phase": "init"},
-    "memory": {"ranks": [{"rank": 0, "peak_bytes": null, "category_peaks": {"params": 1000, "grads": null}}],
-               "planned": null},
-    "comm": null, "time": {"step_s_median": null}})");
+// What a run that ran out of memory at init writes: no steps, no times, a failure.
+Summary failed_summary() {
+  return Summary::from_json(json::parse(R"({
+    "schema": "zrepro.summary/1", "status": "oom", "world_size": 1, "zero_stage": 0, "precision": "fp32",
+    "model": {"name": "tiny"}, "steps": [], "time": null, "comm": null,
+    "failure": {"kind": "oom", "rank": 0, "phase": "init", "message": "m", "checkpoint": "zero-stage", "hint": "h"},
+    "memory": {"device_capacity_bytes": 4096,
+               "ranks": [{"rank": 0, "peak_bytes": 0, "peak_phase": "init", "peak_reserved_bytes": 0,
+                          "by_category": {}, "model_states": {}, "phases": [], "host_pinned_bytes": 0,
+                          "host_pageable_bytes": 0, "comm_wait_s": 0, "category_peaks": {"params": 1000}}]}})"));
 }
 
 }  // namespace
