@@ -203,9 +203,8 @@ int ab_command(int argc, char** argv) {
   try {
     return command_main(o, static_cast<int>(cargs.size()), cargs.data(), [&](const cxxopts::ParseResult& r) -> int {
       const AbRequest q = ab_request_from(r);
-      make_out_dir(q.out);
       out_dir = q.out;
-      return run_ab(q);
+      return with_out_dir(q.out, "zrepro ab", [&] { return run_ab(q); });
     });
   } catch (const Interrupted& e) {
     return ab_interrupted(out_dir, e);

@@ -139,6 +139,22 @@ void make_out_dir(const std::string& dir) {
   if (ec) throw ConfigError("--out: cannot create \"" + dir + "\": " + ec.message());
 }
 
+int with_out_dir(const std::string& dir, const std::string& who, const std::function<int()>& body) {
+  std::error_code ec;
+  const bool existed = std::filesystem::exists(dir, ec);
+  make_out_dir(dir);
+  try {
+    return body();
+  } catch (const IoError&) {
+    if (!existed) {
+      std::filesystem::remove_all(dir, ec);
+      std::cerr << "[" << who << "] removed the partial " << dir << " (this invocation made it and could not finish "
+                << "writing it)" << std::endl;
+    }
+    throw;
+  }
+}
+
 int64_t parse_size(const std::string& flag, const std::string& v) {
   size_t used = 0;
   double x = -1;

@@ -64,6 +64,13 @@ const std::vector<DevicePreset>& device_presets();
 
 // Creates the --out folder (and its parents); ConfigError naming --out when it cannot.
 void make_out_dir(const std::string& dir);
+// [Note: a partial folder goes] A command that writes a folder of results (ab, verify,
+// check's run) runs body with its folder made; when body cannot finish writing (IoError:
+// a full disk, a quota, a file size limit) and the folder did not exist before this
+// invocation, the folder goes with everything in it, and `who` says so: nothing
+// half-written is left to be mistaken for a result. A folder that existed is left alone
+// (its files are atomic, and others may be the user's). The IoError goes on (exit 12).
+int with_out_dir(const std::string& dir, const std::string& who, const std::function<int()>& body);
 
 // Runs f(); a ConfigError from a layer below (whose messages name values, never
 // flags) is rethrown with the flag that gave the value in front.

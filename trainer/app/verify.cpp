@@ -156,38 +156,39 @@ int verify_command(int argc, char** argv) {
     const int ranks = r["ranks"].as<int>();
     if (ranks < 2) throw ConfigError("--ranks: got " + std::to_string(ranks) + ", expected 2 or more");
     v.out = r["out"].as<std::string>();
-    make_out_dir(v.out);
-    v.common = r.unmatched();
-    v.common.insert(v.common.end(), {"--steps", std::to_string(r["steps"].as<int64_t>())});
+    return with_out_dir(v.out, "zrepro verify", [&]() -> int {
+      v.common = r.unmatched();
+      v.common.insert(v.common.end(), {"--steps", std::to_string(r["steps"].as<int64_t>())});
 
-    std::cout << "[zrepro verify] reference run: " << v.config << std::endl;
-    const std::optional<Summary> ref = v.run("reference", {});
-    if (!ref) {
-      std::cerr << "[zrepro verify] the reference run failed (exit " << v.last_code << "), nothing to compare:\n"
-                << tail_of(v.out + "/reference.log", 8);
-      return v.last_code;
-    }
-    const std::vector<Line> lines = run_checks(v, *ref, ranks);
-    json j = json::array();
-    bool all = true;
-    for (const Line& l : lines) {
-      all = all && l.status != "FAIL";
-      char buf[256];
-      std::snprintf(buf, sizeof buf, "[zrepro verify] %-58s %-4s", l.what.c_str(), l.status.c_str());
-      std::cout << buf;
-      if (std::isfinite(l.loss_diff))
-        std::cout << "  max loss diff " << sci(l.loss_diff) << ", grad-norm diff " << sci(l.grad_norm_diff);
-      if (!l.note.empty()) std::cout << "  (" << l.note << ")";
-      std::cout << "\n";
-      j.push_back({{"check", l.what}, {"status", l.status},
-                   {"max_loss_rel_diff", std::isfinite(l.loss_diff) ? json(l.loss_diff) : json(nullptr)},
-                   {"max_grad_norm_rel_diff", std::isfinite(l.grad_norm_diff) ? json(l.grad_norm_diff) : json(nullptr)},
-                   {"note", l.note}});
-    }
-    write_file_atomic(v.out + "/verify.json", json_text(json{{"config", v.config}, {"passed", all}, {"checks", j}}) + "\n");
-    std::cout << "[zrepro verify] " << (all ? "all checks pass" : "FAILED") << "; " << v.out << "/verify.json"
-              << std::endl;
-    return all ? kExitOk : kExitVerifyFailed;
+      std::cout << "[zrepro verify] reference run: " << v.config << std::endl;
+      const std::optional<Summary> ref = v.run("reference", {});
+      if (!ref) {
+        std::cerr << "[zrepro verify] the reference run failed (exit " << v.last_code << "), nothing to compare:\n"
+                  << tail_of(v.out + "/reference.log", 8);
+        return v.last_code;
+      }
+      const std::vector<Line> lines = run_checks(v, *ref, ranks);
+      json j = json::array();
+      bool all = true;
+      for (const Line& l : lines) {
+        all = all && l.status != "FAIL";
+        char buf[256];
+        std::snprintf(buf, sizeof buf, "[zrepro verify] %-58s %-4s", l.what.c_str(), l.status.c_str());
+        std::cout << buf;
+        if (std::isfinite(l.loss_diff))
+          std::cout << "  max loss diff " << sci(l.loss_diff) << ", grad-norm diff " << sci(l.grad_norm_diff);
+        if (!l.note.empty()) std::cout << "  (" << l.note << ")";
+        std::cout << "\n";
+        j.push_back({{"check", l.what}, {"status", l.status},
+                     {"max_loss_rel_diff", std::isfinite(l.loss_diff) ? json(l.loss_diff) : json(nullptr)},
+                     {"max_grad_norm_rel_diff", std::isfinite(l.grad_norm_diff) ? json(l.grad_norm_diff) : json(nullptr)},
+                     {"note", l.note}});
+      }
+      write_file_atomic(v.out + "/verify.json", json_text(json{{"config", v.config}, {"passed", all}, {"checks", j}}) + "\n");
+      std::cout << "[zrepro verify] " << (all ? "all checks pass" : "FAILED") << "; " << v.out << "/verify.json"
+                << std::endl;
+      return all ? kExitOk : kExitVerifyFailed;
+    });
   });
 }
 

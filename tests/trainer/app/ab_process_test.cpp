@@ -66,3 +66,25 @@ TEST(Ab, PlanOnlyAndBadInput) {
   EXPECT_EQ(refused.code, 2) << refused.output;
   EXPECT_NE(refused.output.find("--steps"), std::string::npos) << refused.output;
 }
+
+// Issue 33 [Note: a partial folder goes]: ab whose outputs cannot be written (a 2 KiB file
+// size limit, as a full disk) ends with exit 12, and the folder it made is gone; a folder
+// that existed before, with the user's file in it, stays.
+TEST(Ab, APartialFolderItMadeGoesOnAnIoFailure) {
+  const std::string base = zrepro_test::fresh_dir("ab_partial");
+  const std::string args = " --a " + scenario("first-batch-activations") +
+                           " --b-args --activation-checkpointing --model small --device-memory 120MB --steps 2";
+  const std::string fresh = base + "/fresh";
+  auto r = zrepro_test::shell("ulimit -f 2; " + std::string(ZREPRO_BIN) + " ab" + args + " --out " + fresh +
+                              " 2>&1; echo \"exit=$?\"");
+  EXPECT_NE(r.output.find("exit=12"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("removed the partial " + fresh), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(fresh)) << r.output;
+  const std::string mine = base + "/mine";
+  std::filesystem::create_directories(mine);
+  std::ofstream(mine + "/notes.txt") << "mine";
+  r = zrepro_test::shell("ulimit -f 2; " + std::string(ZREPRO_BIN) + " ab" + args + " --out " + mine +
+                         " 2>&1; echo \"exit=$?\"");
+  EXPECT_NE(r.output.find("exit=12"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(mine + "/notes.txt"));
+}
