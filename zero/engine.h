@@ -52,11 +52,6 @@ struct EngineConfig {
   std::optional<BufferPolicy> buffers;
 };
 
-struct LayerSpec {
-  std::string name;
-  std::vector<ParamSpec> params;
-};
-
 struct StepResult {
   double loss = 0;            // mean over the global batch
   bool skipped = false;       // overflow: no update

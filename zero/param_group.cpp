@@ -8,12 +8,6 @@
 
 namespace zrepro {
 
-int64_t ParamSpec::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
 namespace {
 
 std::vector<int64_t> numels_of(const std::vector<ParamSpec>& specs) {

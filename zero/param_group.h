@@ -20,15 +20,10 @@
 #include "offload/copy_engine.h"
 #include "zero/comm/communicator.h"
 #include "zero/schedule/layer_layout.h"
+#include "zero/schedule/param_spec.h"
 #include "zero/schedule/shard_state.h"
 
 namespace zrepro {
-
-struct ParamSpec {
-  std::string name;
-  std::vector<int64_t> shape;
-  int64_t numel() const;
-};
 
 struct ShardingConfig {
   StagePolicy policy;

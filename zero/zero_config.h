@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "zero/schedule/stage_policy.h"
+
 namespace zrepro {
 
 enum class Precision { fp32, fp16, bf16 };
@@ -52,7 +54,7 @@ struct ZeroConfig {
 // slice to its owner, the bytes of a reduce-scatter. Stage 3 reduce-scatters
 // unless reduce_scatter is false. False: all-reduce.
 inline bool bucket_reduce_scatters(const ZeroConfig& z) {
-  if (z.stage >= 3) return z.reduce_scatter;
+  if (StagePolicy{z.stage}.shard_params()) return z.reduce_scatter;
   return z.reduce_scatter && !z.use_multi_rank_bucket_allreduce;
 }
 

@@ -322,7 +322,7 @@ OffloadConfig load_offload(Loader& L, Section s, bool is_param) {
 ZeroConfig load_zero(Loader& L, Section s) {
   ZeroConfig d, z;
   z.stage = s.get<int>("stage", d.stage);
-  require(L, z.stage >= 0 && z.stage <= 3, s.path("stage"),
+  require(L, StagePolicy::valid(z.stage), s.path("stage"),
           "got " + std::to_string(z.stage) + ", expected 0, 1, 2 or 3");
   const StagePolicy policy{z.stage};  // DeepSpeed's stage-dependent defaults and rules below
   z.contiguous_gradients = s.get<bool>("contiguous_gradients", d.contiguous_gradients);

@@ -15,11 +15,6 @@ using json = nlohmann::json;
 const char* family_name(Family f) { return f == Family::llama ? "llama" : "gpt2"; }
 const char* attention_name(Attention a) { return a == Attention::sdpa ? "sdpa" : "eager"; }
 
-int64_t ParamShape::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
 
 namespace {
 
@@ -116,17 +111,17 @@ void validate_model(const ModelSpec& m, const std::string& where) {
   if (!(m.norm_eps > 0)) throw ConfigError(where + ": the norm epsilon must be > 0");
 }
 
-std::vector<GroupShapes> ModelSpec::layer_shapes() const {
+std::vector<LayerSpec> ModelSpec::layer_shapes() const {
   const int64_t V = vocab, S = seq, h = hidden, I = intermediate, kv = kv_head_count() * head_dim();
-  std::vector<GroupShapes> g;
-  auto linear = [](std::vector<ParamShape>& ps, const std::string& name, int64_t out, int64_t in, bool bias) {
+  std::vector<LayerSpec> g;
+  auto linear = [](std::vector<ParamSpec>& ps, const std::string& name, int64_t out, int64_t in, bool bias) {
     ps.push_back({name + ".weight", {out, in}});
     if (bias) ps.push_back({name + ".bias", {out}});
   };
   if (family == Family::gpt2) {
     g.push_back({"embed", {{"wte", {V, h}}, {"wpe", {S, h}}}});
     for (int64_t l = 0; l < layers; ++l) {
-      std::vector<ParamShape> ps = {{"ln1.weight", {h}}, {"ln1.bias", {h}}};
+      std::vector<ParamSpec> ps = {{"ln1.weight", {h}}, {"ln1.bias", {h}}};
       linear(ps, "attn.qkv", 3 * h, h, true);
       linear(ps, "attn.proj", h, h, true);
       ps.push_back({"ln2.weight", {h}});
@@ -135,14 +130,14 @@ std::vector<GroupShapes> ModelSpec::layer_shapes() const {
       linear(ps, "mlp.proj", h, I, true);
       g.push_back({"block." + std::to_string(l), ps});
     }
-    std::vector<ParamShape> head = {{"ln_f.weight", {h}}, {"ln_f.bias", {h}}};
+    std::vector<ParamSpec> head = {{"ln_f.weight", {h}}, {"ln_f.bias", {h}}};
     if (!tied) head.push_back({"lm_head.weight", {V, h}});
     g.push_back({"head", head});
     return g;
   }
   g.push_back({"embed", {{"wte", {V, h}}}});
   for (int64_t l = 0; l < layers; ++l) {
-    std::vector<ParamShape> ps = {{"input_norm.weight", {h}}};
+    std::vector<ParamSpec> ps = {{"input_norm.weight", {h}}};
     linear(ps, "attn.q", h, h, qkv_bias);
     linear(ps, "attn.k", kv, h, qkv_bias);
     linear(ps, "attn.v", kv, h, qkv_bias);
@@ -153,18 +148,13 @@ std::vector<GroupShapes> ModelSpec::layer_shapes() const {
     linear(ps, "mlp.down", h, I, mlp_bias);
     g.push_back({"block." + std::to_string(l), ps});
   }
-  std::vector<ParamShape> head = {{"norm.weight", {h}}};
+  std::vector<ParamSpec> head = {{"norm.weight", {h}}};
   if (!tied) head.push_back({"lm_head.weight", {V, h}});
   g.push_back({"head", head});
   return g;
 }
 
 namespace {
-int64_t group_numel(const GroupShapes& g) {
-  int64_t n = 0;
-  for (const auto& p : g.params) n += p.numel();
-  return n;
-}
 // A parameter's module: its name without ".weight" / ".bias".
 std::string module_of(const std::string& name) {
   for (const char* suffix : {".weight", ".bias"}) {
@@ -179,7 +169,7 @@ std::string module_of(const std::string& name) {
 int64_t ModelSpec::block_params() const {
   ModelSpec one = *this;
   one.layers = 1;
-  return group_numel(one.layer_shapes()[1]);
+  return one.layer_shapes()[1].numel();
 }
 
 int64_t ModelSpec::largest_module_params() const {
@@ -199,7 +189,7 @@ int64_t ModelSpec::param_count() const {
   ModelSpec none = *this;
   none.layers = 0;
   int64_t n = layers * block_params();
-  for (const auto& g : none.layer_shapes()) n += group_numel(g);
+  for (const auto& g : none.layer_shapes()) n += g.numel();
   return n;
 }
 

@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "zero/schedule/param_spec.h"
+
 namespace zrepro {
 
 // gpt2: LayerNorm, fused qkv, GELU MLP, learned positions, biases everywhere.
@@ -27,15 +29,6 @@ const char* family_name(Family f);
 enum class Attention { eager, sdpa };
 const char* attention_name(Attention a);
 
-struct ParamShape {
-  std::string name;  // "<module>.weight" / "<module>.bias", or an embedding's name
-  std::vector<int64_t> shape;
-  int64_t numel() const;
-};
-struct GroupShapes {
-  std::string name;  // embed, block.<l>, head
-  std::vector<ParamShape> params;
-};
 
 struct ModelSpec {
   std::string name;
@@ -56,7 +49,7 @@ struct ModelSpec {
   // Groups: embed (token embedding, + positions for gpt2), block.0..L-1, head (final
   // norm, + the LM head unless tied). Parameter order inside a group is the order the
   // model indexes them by.
-  std::vector<GroupShapes> layer_shapes() const;
+  std::vector<LayerSpec> layer_shapes() const;
   int64_t param_count() const;
   int64_t block_params() const;
   // DeepSpeed's model_to_params "largest layer": the most parameters one module owns

@@ -227,7 +227,7 @@ std::unique_ptr<ZeroEngine> make_engine(const DsConfig& cfg, const ModelSpec& sp
     DeviceMemory::HostScope host;
     init = gpt_init(spec, opts.seed);
   }
-  return std::make_unique<ZeroEngine>(gpt_layers(spec), init, ecfg, comm);
+  return std::make_unique<ZeroEngine>(spec.layer_shapes(), init, ecfg, comm);
 }
 
 // Every micro-batch this rank will load, in order (the loader prefetches them).

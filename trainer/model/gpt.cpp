@@ -21,16 +21,6 @@ torch::ScalarType compute_dtype(Precision p, const torch::Device& device) {
   return torch::kFloat;
 }
 
-std::vector<LayerSpec> gpt_layers(const ModelSpec& spec) {
-  std::vector<LayerSpec> layers;
-  for (const auto& g : spec.layer_shapes()) {
-    LayerSpec l{g.name, {}};
-    for (const auto& p : g.params) l.params.push_back({p.name, p.shape});
-    layers.push_back(l);
-  }
-  return layers;
-}
-
 std::vector<torch::Tensor> gpt_init(const ModelSpec& spec, uint64_t seed) {
   // Hugging Face's _init_weights: N(0, 0.02) weights and embeddings, zero biases,
   // unit norm gains; GPT-2 scales its residual projections by 1/sqrt(2L). Generated
@@ -41,7 +31,7 @@ std::vector<torch::Tensor> gpt_init(const ModelSpec& spec, uint64_t seed) {
   const bool gpt2 = spec.family == Family::gpt2;
   auto has = [](const std::string& n, const char* part) { return n.find(part) != std::string::npos; };
   std::vector<torch::Tensor> out;
-  for (const auto& layer : gpt_layers(spec)) {
+  for (const auto& layer : spec.layer_shapes()) {
     std::vector<torch::Tensor> parts;
     for (const auto& p : layer.params) {
       const std::string& n = p.name;

@@ -18,8 +18,6 @@
 
 namespace zrepro {
 
-// Parameter layout per layer (the groups ZeRO shards): ModelSpec::layer_shapes.
-std::vector<LayerSpec> gpt_layers(const ModelSpec& spec);
 // Hugging Face initial values (GPT-2: residual projections scaled by 1/sqrt(2L)),, fp32 on the CPU, one flat tensor per layer; the same on
 // every rank and world size for a given seed.
 std::vector<torch::Tensor> gpt_init(const ModelSpec& spec, uint64_t seed);

@@ -50,14 +50,14 @@ std::vector<FixPrediction> predict_fixes(const PlanRequest& req) {
   }
   if (!stage_policy(z.stage).shard_params()) {
     PlanRequest r = req;
-    r.cfg.zero.stage = 3;
+    r.cfg.zero.stage = StagePolicy::first_sharding_stage(ModelState::parameters);
     plan("ZeRO stage 3", "--zero-stage 3", {{"zero_optimization", {{"stage", 3}}}}, {}, r);
   }
   if (!z.offload_optimizer.enabled()) {
     PlanRequest r = req;
-    r.cfg.zero.stage = std::max(r.cfg.zero.stage, 1);
+    r.cfg.zero.stage = std::max(r.cfg.zero.stage, StagePolicy::first_sharding_stage(ModelState::optimizer_states));
     r.cfg.zero.offload_optimizer.device = "cpu";
-    plan("optimizer offload to the host" + std::string(req.cfg.zero.stage == 0 ? " (ZeRO stage 1)" : ""),
+    plan("optimizer offload to the host" + std::string(stage_policy(req.cfg.zero.stage).shard_optimizer() ? "" : " (ZeRO stage 1)"),
          "zero_optimization.offload_optimizer.device \"cpu\"",
          {{"zero_optimization",
            {{"stage", r.cfg.zero.stage}, {"offload_optimizer", {{"device", "cpu"}, {"pin_memory", true}}}}}},
@@ -66,7 +66,7 @@ std::vector<FixPrediction> predict_fixes(const PlanRequest& req) {
   // Buckets of hidden^2 elements: the Hugging Face integration's "auto" for reduce_bucket_size.
   const int64_t h2 = req.model.hidden * req.model.hidden;
   const bool stage3 = stage_policy(z.stage).shard_params();
-  if (z.stage >= 1 && (z.reduce_bucket_size > h2 || (!stage3 && z.allgather_bucket_size > h2))) {
+  if (stage_policy(z.stage).uses_reducer() && (z.reduce_bucket_size > h2 || (!stage3 && z.allgather_bucket_size > h2))) {
     PlanRequest r = req;
     r.cfg.zero.reduce_bucket_size = std::min(z.reduce_bucket_size, h2);
     r.cfg.zero.allgather_bucket_size = std::min(z.allgather_bucket_size, h2);

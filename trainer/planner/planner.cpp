@@ -78,7 +78,7 @@ class Timeline {
 std::vector<LayerLayout> layer_layouts(const ModelSpec& m, const StagePolicy& policy, int ws,
                                        int64_t persistence_threshold, bool host_shard) {
   std::vector<LayerLayout> out;
-  for (const LayerSpec& layer : gpt_layers(m)) {
+  for (const LayerSpec& layer : m.layer_shapes()) {
     std::vector<int64_t> numels;
     for (const auto& p : layer.params) numels.push_back(p.numel());
     out.push_back(layer_layout(numels, policy, ws, persistence_threshold, host_shard));

@@ -41,7 +41,7 @@ void export_inputs(const std::string& dir, const ModelSpec& spec, const InputsGe
   std::filesystem::create_directories(dir);
   nlohmann::json layers = nlohmann::json::array();
   int64_t offset = 0;
-  for (const auto& layer : gpt_layers(spec)) {
+  for (const auto& layer : spec.layer_shapes()) {
     nlohmann::json params = nlohmann::json::array();
     for (const auto& p : layer.params) {
       int64_t n = 1;

@@ -28,6 +28,8 @@ enum class GradReduction {
 struct StagePolicy {
   int stage = 0;
 
+  static constexpr bool valid(int stage) { return stage >= 0 && stage <= 3; }  // the stages DeepSpeed has
+
   static constexpr int first_sharding_stage(ModelState s) {
     return s == ModelState::optimizer_states ? 1 : s == ModelState::gradients ? 2 : 3;
   }
@@ -58,7 +60,7 @@ struct StagePolicy {
 };
 
 inline StagePolicy stage_policy(int stage) {
-  if (stage < 0 || stage > 3)
+  if (!StagePolicy::valid(stage))
     throw std::invalid_argument("ZeRO stage " + std::to_string(stage) + ": expected 0, 1, 2 or 3");
   return StagePolicy{stage};
 }

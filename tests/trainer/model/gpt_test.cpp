@@ -24,7 +24,7 @@ TEST(Model, ParamCountMatchesClosedFormForSeveralDims) {
   for (auto [V, S, h, L, a, I] : std::vector<std::array<int64_t, 6>>{
            {128, 32, 64, 2, 4, 256}, {1000, 16, 48, 3, 6, 100}, {97, 7, 32, 1, 2, 128}}) {
     ModelSpec m{"t", V, S, h, L, a, I};
-    auto layers = gpt_layers(m);
+    auto layers = m.layer_shapes();
     auto init = gpt_init(m, 1);
     int64_t n = 0;
     for (size_t l = 0; l < layers.size(); ++l) {
@@ -73,7 +73,7 @@ TEST(Model, ParamCountsEqualHuggingFacesForEveryConfigAndPreset) {
     EXPECT_EQ(m.param_count(), count.get<int64_t>()) << file;
     // The engine's groups hold exactly that many.
     int64_t n = 0;
-    for (const auto& layer : gpt_layers(m))
+    for (const auto& layer : m.layer_shapes())
       for (const auto& p : layer.params) n += p.numel();
     EXPECT_EQ(n, count.get<int64_t>()) << file;
     // Each preset of the same name is the same model.
@@ -176,7 +176,7 @@ TEST(Model, LossStartsNearUniform) {
   for (const char* name : {"tiny", "tiny-llama"}) {
     ModelSpec m = resolve_model(name);
     SelfCommunicator comm;
-    ZeroEngine engine(gpt_layers(m), gpt_init(m, 7), EngineConfig{}, comm);
+    ZeroEngine engine(m.layer_shapes(), gpt_init(m, 7), EngineConfig{}, comm);
     Gpt g(m, torch::kFloat, torch::kCPU);
     MarkovData d(m.vocab, m.seq, 7);
     torch::Tensor b = d.samples(0, 4);
@@ -193,7 +193,7 @@ struct LossAndGrads {
 };
 LossAndGrads loss_and_grads(const ModelSpec& m) {
   SelfCommunicator comm;
-  ZeroEngine engine(gpt_layers(m), gpt_init(m, 7), EngineConfig{}, comm);
+  ZeroEngine engine(m.layer_shapes(), gpt_init(m, 7), EngineConfig{}, comm);
   Gpt g(m, torch::kFloat, torch::kCPU);
   MarkovData d(m.vocab, m.seq, 7);
   torch::Tensor b = d.samples(0, 2);
@@ -237,7 +237,7 @@ TEST(Model, TiedHeadSumsBothGradientsOfTheEmbedding) {
   MarkovData d(tied.vocab, tied.seq, 7);
   torch::Tensor b = d.samples(0, 2);
   auto run = [&](const ModelSpec& m, const std::vector<torch::Tensor>& values) {
-    ZeroEngine engine(gpt_layers(m), values, EngineConfig{}, comm);
+    ZeroEngine engine(m.layer_shapes(), values, EngineConfig{}, comm);
     Gpt g(m, torch::kFloat, torch::kCPU);
     engine.begin_micro_step(0, 0);
     torch::Tensor loss = g.loss(b.narrow(1, 0, m.seq), b.narrow(1, 1, m.seq), engine);

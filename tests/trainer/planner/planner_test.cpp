@@ -197,7 +197,7 @@ TEST(Planner, ModelStatesFollowTheZeroFormulas) {
     // Stage 2: the paper's 2 psi / N of gradients become DeepSpeed's whole-parameter
     // partition of the rank that holds most (zero/schedule/partition.h).
     std::vector<int64_t> numels;
-    for (const auto& layer : gpt_layers(resolve_model("tiny")))
+    for (const auto& layer : resolve_model("tiny").layer_shapes())
       for (const auto& p : layer.params) numels.push_back(p.numel());
     int64_t most = 0;
     for (int r = 0; r < ws; ++r) most = std::max(most, whole_param_partition_numel(numels, ws, r));

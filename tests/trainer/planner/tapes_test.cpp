@@ -93,7 +93,7 @@ class Recorder {
       DeviceMemory::HostScope host;
       init = gpt_init(m_, 3);
     }
-    ZeroEngine engine(gpt_layers(m_), init, cfg, comm);
+    ZeroEngine engine(m_.layer_shapes(), init, cfg, comm);
     Gpt model(m_, compute_dtype(p_, torch::kCPU), torch::kCPU, Checkpointing{ckpt, false});
     torch::Tensor batch;
     {
