@@ -61,7 +61,13 @@ std::vector<std::string> without_scale_flags(const std::vector<std::string>& arg
 
 int64_t steps_in(const std::vector<std::string>& args) {
   for (size_t i = 0; i + 1 < args.size(); ++i)
-    if (args[i] == "--steps") return std::stoll(args[i + 1]);
+    if (args[i] == "--steps") {
+      try {
+        return std::stoll(args[i + 1]);
+      } catch (const std::exception&) {
+        throw ConfigError("--job-args: --steps got \"" + args[i + 1] + "\", expected a whole number of steps");
+      }
+    }
   return 0;
 }
 

@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <map>
+#include <optional>
 #include <regex>
 #include <sstream>
 
@@ -53,6 +55,21 @@ const std::vector<Fingerprint>& fingerprints() {
 }
 
 std::string trimmed(const std::string& s) { return s.size() > 300 ? s.substr(0, 297) + "..." : s; }
+
+// A run of digits from a log as a number; none past int64 (a garbled or hostile line: the
+// log fuzzer found "[rank99999999999]" ending diagnose in an uncaught out_of_range).
+std::optional<int64_t> whole(const std::string& digits) {
+  try {
+    return std::stoll(digits);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+// n[key] = the number, or nothing when it is not one.
+void set_whole(json& n, const char* key, const std::string& digits) {
+  if (const auto v = whole(digits)) n[key] = *v;
+}
 
 double num(const std::string& s) {
   try {
@@ -109,8 +126,10 @@ void note_rank(const std::string& line, Scan& s) {
   static const std::regex rank(R"((?:^|\[)\s*[Rr]ank\s*(\d+)\s*[\]:])");
   std::smatch m;
   if (std::regex_search(line, m, rank)) {
-    const int r = std::stoi(m[1].str());
-    if (std::find(s.ranks.begin(), s.ranks.end(), r) == s.ranks.end()) s.ranks.push_back(r);
+    const std::optional<int64_t> r = whole(m[1].str());
+    if (!r || *r > std::numeric_limits<int>::max()) return;  // no rank a job has
+    const int rank = static_cast<int>(*r);
+    if (std::find(s.ranks.begin(), s.ranks.end(), rank) == s.ranks.end()) s.ranks.push_back(rank);
   }
 }
 
@@ -135,10 +154,10 @@ void read_fingerprint_numbers(const std::string& id, const std::smatch& m, const
   if (id == "oom") {
     read_oom_numbers(line, n);
   } else if (id == "batch_assertion") {
-    n["train_batch_size"] = std::stoll(m[1].str());
-    n["micro_batch"] = std::stoll(m[2].str());
-    n["grad_accum"] = std::stoll(m[3].str());
-    n["world_size"] = std::stoll(m[4].str());
+    set_whole(n, "train_batch_size", m[1].str());
+    set_whole(n, "micro_batch", m[2].str());
+    set_whole(n, "grad_accum", m[3].str());
+    set_whole(n, "world_size", m[4].str());
   } else if (id == "overflow") {
     n["overflow_steps"] = n.value("overflow_steps", 0) + 1;
     if (m[2].matched) n["last_attempted_loss_scale"] = num(m[2].str());
@@ -147,23 +166,23 @@ void read_fingerprint_numbers(const std::string& id, const std::smatch& m, const
         ran(R"(ran for (\d+) milliseconds)");
     std::smatch k;
     if (n.contains("collective_seq")) return;  // the first rank's report names the collective
-    if (std::regex_search(line, k, seq)) n["collective_seq"] = std::stoll(k[1].str());
+    if (std::regex_search(line, k, seq)) set_whole(n, "collective_seq", k[1].str());
     if (std::regex_search(line, k, op)) n["collective_op"] = k[1].str();
-    if (std::regex_search(line, k, to)) n["timeout_ms"] = std::stoll(k[1].str());
-    if (std::regex_search(line, k, ran)) n["ran_ms"] = std::stoll(k[1].str());
+    if (std::regex_search(line, k, to)) set_whole(n, "timeout_ms", k[1].str());
+    if (std::regex_search(line, k, ran)) set_whole(n, "ran_ms", k[1].str());
   } else if (id == "memory_line") {
     // DeepSpeed's see_memory_usage before the failure: what the model states took.
     if (!s.found.count("oom")) n["allocated_gb_before_failure"] = num(m[1].str());
   } else if (id == "model_state_share") {
     n["model_states_share"] = n.value("model_states_share", 0.0) + num(m[3].str()) / 100.0;
   } else if (id == "zero_stage") {
-    n["zero_stage"] = std::stoi(m[1].matched ? m[1].str() : m[2].matched ? m[2].str() : m[3].str());
+    set_whole(n, "zero_stage", m[1].matched ? m[1].str() : m[2].matched ? m[2].str() : m[3].str());
   } else if (id == "completed_steps") {
     // DeepSpeed's step=N lines count before the failure; zrepro's "(N steps completed)" describes it.
-    if (m[2].matched) n["completed_steps"] = std::stoll(m[2].str());
-    else if (!s.found.count("oom")) n["completed_steps"] = std::stoll(m[1].str());
+    if (m[2].matched) set_whole(n, "completed_steps", m[2].str());
+    else if (!s.found.count("oom")) set_whole(n, "completed_steps", m[1].str());
   } else if (id == "straggler") {
-    n["straggler_rank"] = std::stoi(m[1].str());
+    set_whole(n, "straggler_rank", m[1].str());
   } else if (id == "wall_clock") {
     read_wall_clock(m[1].str(), n);
   }

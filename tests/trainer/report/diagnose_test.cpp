@@ -65,15 +65,20 @@ TEST(Diagnose, OverflowLinesAloneAreTheNormalScaleSearch) {
   EXPECT_EQ(d.numbers.value("overflow_steps", json()), 2);
 }
 
-// Timer lines the log fuzzer cut or garbled (tests/data/fuzz/log/: each once undefined
-// behaviour, a ratio over a zero forward time cast to int): no speed verdict from them,
-// and a whole line still gives one.
+// Inputs the log fuzzer made (tests/data/fuzz/log/: timer lines cut or garbled, once
+// undefined behaviour, a ratio over a zero forward time cast to int; rank numbers past
+// int64, once an uncaught out_of_range): no speed verdict from a cut timer line, no rank
+// from a number no job has, and nothing thrown.
 TEST(Diagnose, ACutTimerLineSaysNothingAboutSpeed) {
   for (const auto& e : std::filesystem::directory_iterator(std::string(ZREPRO_SOURCE_DIR) + "/tests/data/fuzz/log")) {
     std::ifstream in(e.path(), std::ios::binary);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     EXPECT_NO_THROW(diagnose_log(text)) << e.path();
   }
+  const Diagnosis big_rank = diagnose_log("[rank99999999999999999999999]: torch.OutOfMemoryError: CUDA out of memory. "
+                                         "Tried to allocate 2.00 GiB\n[rank3]: step=9999999999999999999999 loss=1\n");
+  EXPECT_EQ(big_rank.scenario.empty(), false) << big_rank.to_json().dump();
+  EXPECT_FALSE(big_rank.numbers.contains("completed_steps")) << big_rank.numbers.dump();
   const Diagnosis no_fwd = diagnose_log("[Rank 0] time (ms) | bwd: 1398.20 | bwd_allreduce: 1045.49 | step: 44.10\n");
   EXPECT_TRUE(no_fwd.numbers.value("wall_clock_shares", json()).is_null()) << no_fwd.numbers.dump();
   EXPECT_NE(no_fwd.scenario, "more-ranks-no-speedup");
