@@ -308,15 +308,32 @@ const std::vector<std::string>& ab_metric_keys() {
   return keys;
 }
 
-Expectation parse_expectation(const std::string& text) {
-  const char* forms = "failure, refused, slower:R, less:KEY:R, more:KEY:R, scaling:E or differs:loss|grad_norm:TOL";
+namespace {
+
+std::vector<std::string> split_colons(const std::string& text) {
   std::vector<std::string> parts;
   for (size_t at = 0;;) {
     const size_t c = text.find(':', at);
     parts.push_back(text.substr(at, c == std::string::npos ? std::string::npos : c - at));
-    if (c == std::string::npos) break;
+    if (c == std::string::npos) return parts;
     at = c + 1;
   }
+}
+
+// less/more name a row figure: one of ab_metric_keys, or ConfigError listing them.
+const std::string& metric_key(const std::string& text, const std::string& key) {
+  const auto& keys = ab_metric_keys();
+  if (std::find(keys.begin(), keys.end(), key) != keys.end()) return key;
+  std::string all;
+  for (const auto& x : keys) all += (all.empty() ? "" : ", ") + x;
+  throw ConfigError("--expect \"" + text + "\": unknown figure \"" + key + "\" (expected one of " + all + ")");
+}
+
+}  // namespace
+
+Expectation parse_expectation(const std::string& text) {
+  const char* forms = "failure, refused, slower:R, less:KEY:R, more:KEY:R, scaling:E or differs:loss|grad_norm:TOL";
+  const std::vector<std::string> parts = split_colons(text);
   Expectation e;
   e.text = text;
   auto factor = [&](const std::string& v) {
@@ -326,23 +343,18 @@ Expectation parse_expectation(const std::string& text) {
       throw ConfigError("--expect \"" + text + "\": \"" + v + "\" is not a positive number (expected " + forms + ")");
     return f;
   };
+  using Kind = Expectation::Kind;
   const std::string& k = parts[0];
   if ((k == "failure" || k == "refused") && parts.size() == 1) {
-    e.kind = k == "failure" ? Expectation::Kind::failure : Expectation::Kind::refused;
+    e.kind = k == "failure" ? Kind::failure : Kind::refused;
   } else if (k == "slower" && parts.size() == 2) {
-    e.kind = Expectation::Kind::more, e.key = "step_s_median", e.factor = factor(parts[1]);
+    e.kind = Kind::more, e.key = "step_s_median", e.factor = factor(parts[1]);
   } else if ((k == "less" || k == "more") && parts.size() == 3) {
-    const auto& keys = ab_metric_keys();
-    if (std::find(keys.begin(), keys.end(), parts[1]) == keys.end()) {
-      std::string all;
-      for (const auto& x : keys) all += (all.empty() ? "" : ", ") + x;
-      throw ConfigError("--expect \"" + text + "\": unknown figure \"" + parts[1] + "\" (expected one of " + all + ")");
-    }
-    e.kind = k == "less" ? Expectation::Kind::less : Expectation::Kind::more, e.key = parts[1], e.factor = factor(parts[2]);
+    e.kind = k == "less" ? Kind::less : Kind::more, e.key = metric_key(text, parts[1]), e.factor = factor(parts[2]);
   } else if (k == "scaling" && parts.size() == 2) {
-    e.kind = Expectation::Kind::scaling, e.key = "tokens_per_s", e.factor = factor(parts[1]);
+    e.kind = Kind::scaling, e.key = "tokens_per_s", e.factor = factor(parts[1]);
   } else if (k == "differs" && parts.size() == 3 && (parts[1] == "loss" || parts[1] == "grad_norm")) {
-    e.kind = Expectation::Kind::differs, e.key = parts[1], e.factor = factor(parts[2]);
+    e.kind = Kind::differs, e.key = parts[1], e.factor = factor(parts[2]);
   } else {
     throw ConfigError("--expect: got \"" + text + "\", expected " + forms);
   }
@@ -365,6 +377,53 @@ std::string no_summary(const AbRun& r) {
   return s + "; its log: " + (r.log.empty() ? "none" : r.log) + ")";
 }
 
+namespace {
+
+// One rank count's judgement: does A show the symptom, does B fail, the verdict line,
+// and whether a side left no summary to judge.
+struct PairVerdict {
+  bool a_shows = false, b_fails = false, incomplete = false;
+  std::string line;
+};
+
+PairVerdict judge_pair(const std::vector<AbRun>& a, const std::vector<AbRun>& b, size_t i, const json& ra,
+                       const json& rb, double loss_diff, bool plan_only, const Expectation& e) {
+  PairVerdict v;
+  // [Note: a run without its summary] A side that ended without writing summary.json
+  // (killed, crashed) is not a reproduction of anything: zrepro writes the summary on
+  // every failure it can see, so its absence means the comparison could not be made.
+  const AbRun* lost = plan_only ? nullptr : a[i].summary.is_null() ? &a[i] : b[i].summary.is_null() ? &b[i] : nullptr;
+  if (lost) {
+    v.incomplete = true;
+    v.line = std::to_string(a[i].ranks) + " rank(s): no comparison: " + no_summary(*lost);
+  } else if (e.kind == Expectation::Kind::failure || e.kind == Expectation::Kind::refused) {
+    v.a_shows = e.kind == Expectation::Kind::refused ? a[i].exit_code == kExitBadInput : failed(a[i], plan_only);
+    v.b_fails = failed(b[i], plan_only);
+    v.line = failure_verdict(ra, rb, v.a_shows, v.b_fails, loss_diff, plan_only);
+  } else {
+    const Measured m = e.kind != Expectation::Kind::scaling ? measured_verdict(e, a[i], b[i], ra, rb)
+                       : i == 0 ? Measured{false, failed(b[0], false),
+                                           std::to_string(a[0].ranks) + " rank(s): the base of the scaling comparison"}
+                                : scaling_verdict(e, a[0], a[i], b[0], b[i]);
+    v.a_shows = m.a_shows, v.b_fails = m.b_fails, v.line = m.line;
+  }
+  return v;
+}
+
+// Every run's per-step losses, for ab.html's curves.
+json loss_curves(const std::vector<AbRun>& a, const std::vector<AbRun>& b) {
+  json curves = json::object();
+  for (const auto* side : {&a, &b})
+    for (const AbRun& r : *side) {
+      json losses = json::array();
+      for (const SummaryStep& st : steps_of(r.summary)) losses.push_back(st.loss ? json(*st.loss) : json(nullptr));
+      curves[r.side + " " + std::to_string(r.ranks)] = losses;
+    }
+  return curves;
+}
+
+}  // namespace
+
 AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bool plan_only, const Expectation& e) {
   AbResult out;
   json rows = json::array(), pairs = json::array();
@@ -374,39 +433,19 @@ AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bo
     const json ra = row_of(a[i], plan_only), rb = row_of(b[i], plan_only);
     const double dl = plan_only ? NAN : max_step_rel_diff(a[i].summary, b[i].summary, "loss");
     const double dg = plan_only ? NAN : max_step_rel_diff(a[i].summary, b[i].summary, "grad_norm");
-    bool a_shows = false, b_fails = false;
-    // [Note: a run without its summary] A side that ended without writing summary.json
-    // (killed, crashed) is not a reproduction of anything: zrepro writes the summary on
-    // every failure it can see, so its absence means the comparison could not be made.
-    const AbRun* lost = plan_only ? nullptr : a[i].summary.is_null() ? &a[i] : b[i].summary.is_null() ? &b[i] : nullptr;
-    if (lost) {
-      incomplete = true;
-      out.verdicts.push_back(std::to_string(a[i].ranks) + " rank(s): no comparison: " + no_summary(*lost));
-    } else if (by_failure) {
-      a_shows = e.kind == Expectation::Kind::refused ? a[i].exit_code == kExitBadInput : failed(a[i], plan_only);
-      b_fails = failed(b[i], plan_only);
-      out.verdicts.push_back(failure_verdict(ra, rb, a_shows, b_fails, dl, plan_only));
-    } else if (e.kind == Expectation::Kind::scaling) {
-      const Measured m = i == 0 ? Measured{false, failed(b[0], false),
-                                           std::to_string(a[0].ranks) + " rank(s): the base of the scaling comparison"}
-                                : scaling_verdict(e, a[0], a[i], b[0], b[i]);
-      a_shows = m.a_shows, b_fails = m.b_fails;
-      out.verdicts.push_back(m.line);
-    } else {
-      const Measured m = measured_verdict(e, a[i], b[i], ra, rb);
-      a_shows = m.a_shows, b_fails = m.b_fails;
-      out.verdicts.push_back(m.line);
-    }
-    any_a_shows = any_a_shows || a_shows;
-    any_unfixed = any_unfixed || (a_shows && b_fails) || (!by_failure && b_fails);
+    const PairVerdict v = judge_pair(a, b, i, ra, rb, dl, plan_only, e);
+    out.verdicts.push_back(v.line);
+    incomplete = incomplete || v.incomplete;
+    any_a_shows = any_a_shows || v.a_shows;
+    any_unfixed = any_unfixed || (v.a_shows && v.b_fails) || (!by_failure && v.b_fails);
     rows.push_back(ra);
     rows.push_back(rb);
     pairs.push_back({{"ranks", a[i].ranks},
-                     {"a_shows_symptom", a_shows},
-                     {"b_fails", b_fails},
+                     {"a_shows_symptom", v.a_shows},
+                     {"b_fails", v.b_fails},
                      {"max_loss_rel_diff", std::isfinite(dl) ? json(dl) : json(nullptr)},
                      {"max_grad_norm_rel_diff", std::isfinite(dg) ? json(dg) : json(nullptr)},
-                     {"verdict", out.verdicts.back()}});
+                     {"verdict", v.line}});
   }
   json equiv = json::array();
   for (const auto* side : {&a, &b})
@@ -418,17 +457,9 @@ AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bo
   out.exit_code = incomplete ? kExitInternal : any_unfixed ? kExitAbNotFixed : any_a_shows ? kExitOk : kExitAbNoFailure;
   const char* outcome = incomplete ? "incomplete" : any_unfixed ? "not fixed" : any_a_shows ? "fixed" : "nothing to fix";
   out.table = table(rows);
-  json curves = json::object();
-  for (const auto* side : {&a, &b})
-    for (const AbRun& r : *side) {
-      json losses = json::array();
-      if (r.summary.is_object())
-        for (const auto& st : r.summary.value("steps", json::array())) losses.push_back(st.value("loss", json()));
-      curves[r.side + " " + std::to_string(r.ranks)] = losses;
-    }
   out.json = {{"plan_only", plan_only}, {"expect", e.text},  {"outcome", outcome},  {"exit_code", out.exit_code},
               {"rows", rows},           {"comparisons", pairs}, {"equivalence", equiv},
-              {"loss_curves", curves}};
+              {"loss_curves", loss_curves(a, b)}};
   return out;
 }
 
