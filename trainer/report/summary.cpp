@@ -138,9 +138,11 @@ SummaryFailure failure_of(const json& j) {
     f.checkpoint = j.at("checkpoint").get<std::string>();
     f.hint = j.at("hint").get<std::string>();
   }
-  for (const auto& [k, v] : j.items())
+  for (const auto& item : j.items()) {
+    const std::string& k = item.key();  // (clang 14 does not capture structured bindings)
     if (!core || std::none_of(std::begin(kFailureCore), std::end(kFailureCore), [&](const char* c) { return k == c; }))
-      f.details[k] = v;
+      f.details[k] = item.value();
+  }
   return f;
 }
 
