@@ -68,6 +68,50 @@ CollOp parse_op(const std::string& s) {
   throw ConfigError("--op: got \"" + s + "\", expected all_reduce, reduce_scatter, all_gather, broadcast or all");
 }
 
+// One collective at one size (nccl-tests' row): checked once on fresh inputs, then timed
+// through zrepro's Communicator and through the raw MPI call of the same size.
+json bench_one(Communicator& comm, bool mpi, CollOp op, int64_t bytes, int iters, int warmup) {
+  const int rank = comm.rank(), ws = comm.world_size();
+  // S (nccl-tests): the whole array; each rank contributes S / ws to RS/AG.
+  const int64_t count = std::max<int64_t>(ws, bytes / 4 / ws * ws);
+  const bool split = op == CollOp::reduce_scatter || op == CollOp::all_gather;
+  torch::Tensor in = torch::empty({op == CollOp::all_gather ? count / ws : count});
+  torch::Tensor out = op == CollOp::all_reduce || op == CollOp::broadcast ? in
+                      : torch::empty({op == CollOp::reduce_scatter ? count / ws : count});
+  auto ours = [&] {
+    switch (op) {
+      case CollOp::all_reduce: comm.all_reduce(in, "bench")->wait(); break;
+      case CollOp::reduce_scatter: comm.reduce_scatter(out, in, "bench")->wait(); break;
+      case CollOp::all_gather: comm.all_gather(out, in, "bench")->wait(); break;
+      case CollOp::broadcast: comm.broadcast(in, 0, "bench")->wait(); break;
+      case CollOp::barrier: break;
+    }
+  };
+  auto raw = [&] {
+    if (mpi) raw_mpi_collective(op, out, in, 0);
+    else if (split) out.copy_(in);
+  };
+  auto timed = [&](const std::function<void()>& f) {
+    for (int i = 0; i < warmup; ++i) f();
+    comm.barrier("bench");
+    const auto t0 = Clock::now();
+    for (int i = 0; i < iters; ++i) f();
+    const double t = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
+    return mpi ? mpi_max(t) : t;
+  };
+  fill(op, out, in, rank);
+  ours();  // checked once on fresh inputs, then timed
+  const int64_t bad = wrong(op, out, in, rank, ws);
+  const double t_ours = timed(ours), t_raw = timed(raw);
+  const double S = static_cast<double>(count) * 4;
+  const double factor = busbw_factor(op, ws);
+  json row = {{"op", coll_op_name(op)}, {"bytes", S}, {"count", count}, {"ranks", ws},
+              {"time_us", t_ours * 1e6}, {"algbw_GBps", S / t_ours / 1e9}, {"busbw_GBps", S / t_ours / 1e9 * factor},
+              {"wrong", bad}, {"raw_time_us", t_raw * 1e6}, {"raw_algbw_GBps", S / t_raw / 1e9},
+              {"raw_busbw_GBps", S / t_raw / 1e9 * factor}, {"ratio", t_raw / t_ours}};
+  return row;
+}
+
 }  // namespace
 
 int bench_comm(int argc, char** argv) {
@@ -107,49 +151,14 @@ int bench_comm(int argc, char** argv) {
     }
     for (CollOp op : ops)
       for (int64_t bytes = lo; bytes <= hi; bytes *= 2) {
-        // S (nccl-tests): the whole array; each rank contributes S / ws to RS/AG.
-        const int64_t count = std::max<int64_t>(ws, bytes / 4 / ws * ws);
-        const bool split = op == CollOp::reduce_scatter || op == CollOp::all_gather;
-        torch::Tensor in = torch::empty({op == CollOp::all_gather ? count / ws : count});
-        torch::Tensor out = op == CollOp::all_reduce || op == CollOp::broadcast ? in
-                            : torch::empty({op == CollOp::reduce_scatter ? count / ws : count});
-        auto ours = [&] {
-          switch (op) {
-            case CollOp::all_reduce: comm.all_reduce(in, "bench")->wait(); break;
-            case CollOp::reduce_scatter: comm.reduce_scatter(out, in, "bench")->wait(); break;
-            case CollOp::all_gather: comm.all_gather(out, in, "bench")->wait(); break;
-            case CollOp::broadcast: comm.broadcast(in, 0, "bench")->wait(); break;
-            case CollOp::barrier: break;
-          }
-        };
-        auto raw = [&] {
-          if (ranks.mpi) raw_mpi_collective(op, out, in, 0);
-          else if (split) out.copy_(in);
-        };
-        auto timed = [&](const std::function<void()>& f) {
-          for (int i = 0; i < warmup; ++i) f();
-          comm.barrier("bench");
-          const auto t0 = Clock::now();
-          for (int i = 0; i < iters; ++i) f();
-          const double t = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
-          return ranks.mpi ? mpi_max(t) : t;
-        };
-        fill(op, out, in, rank);
-        ours();  // checked once on fresh inputs, then timed
-        const int64_t bad = wrong(op, out, in, rank, ws);
-        const double t_ours = timed(ours), t_raw = timed(raw);
-        const double S = static_cast<double>(count) * 4;
-        const double factor = busbw_factor(op, ws);
-        json row = {{"op", coll_op_name(op)}, {"bytes", S}, {"count", count}, {"ranks", ws},
-                    {"time_us", t_ours * 1e6}, {"algbw_GBps", S / t_ours / 1e9}, {"busbw_GBps", S / t_ours / 1e9 * factor},
-                    {"wrong", bad}, {"raw_time_us", t_raw * 1e6}, {"raw_algbw_GBps", S / t_raw / 1e9},
-                    {"raw_busbw_GBps", S / t_raw / 1e9 * factor}, {"ratio", t_raw / t_ours}};
+        const json row = bench_one(comm, ranks.mpi, op, bytes, iters, warmup);
         rows.push_back(row);
         if (rank == 0 && !as_json)
           std::printf("  %-15s %10.0f %12lld | %10.1f %8.3f %8.3f %6lld | %10.1f %8.3f %8.3f | %6.3f\n",
-                      coll_op_name(op), S, static_cast<long long>(count), t_ours * 1e6, S / t_ours / 1e9,
-                      S / t_ours / 1e9 * factor, static_cast<long long>(bad), t_raw * 1e6, S / t_raw / 1e9,
-                      S / t_raw / 1e9 * factor, t_raw / t_ours);
+                      coll_op_name(op), row["bytes"].get<double>(), static_cast<long long>(row["count"].get<int64_t>()),
+                      row["time_us"].get<double>(), row["algbw_GBps"].get<double>(), row["busbw_GBps"].get<double>(),
+                      static_cast<long long>(row["wrong"].get<int64_t>()), row["raw_time_us"].get<double>(),
+                      row["raw_algbw_GBps"].get<double>(), row["raw_busbw_GBps"].get<double>(), row["ratio"].get<double>());
       }
     if (rank == 0 && as_json) std::cout << rows.dump(1) << std::endl;
     int64_t total_bad = 0;

@@ -162,9 +162,7 @@ int write_and_run(const Diagnosis& d, const std::string& log, const cxxopts::Par
                       r.count("out") ? r["out"].as<std::string>() : where.string() + "/out");
 }
 
-}  // namespace
-
-int diagnose_command(int argc, char** argv) {
+cxxopts::Options diagnose_options() {
   cxxopts::Options o("zrepro diagnose", "From a failed job's log to the scenario it matches, the evidence lines, "
                                         "the numbers and what to try.");
   o.add_options("diagnose")
@@ -187,75 +185,93 @@ int diagnose_command(int argc, char** argv) {
       ("json", "print the diagnosis as JSON")
       ("h,help", "show this help");
   o.parse_positional({"log"});
-  try {
-    auto r = parse(o, argc, argv);
-    if (r.count("help") || !r.count("log")) {
-      std::cout << o.help() << std::endl;
-      return r.count("help") ? kExitOk : kExitBadInput;
-    }
-    const std::string path = r["log"].as<std::string>();
-    // What --write-scenario needs is checked before the log is read.
-    if (r.count("write-scenario")) {
-      if (r["write-scenario"].as<std::string>().empty())
-        throw ConfigError("--write-scenario: got \"\", expected the new folder to write the reproduction to");
-      if (!r.count("config")) throw ConfigError("--write-scenario: needs --config (the job's DeepSpeed config is side A)");
-    }
-    const json user_config = r.count("config") ? read_user_config(r["config"].as<std::string>()) : json();
-    if (!r.unmatched().empty())
-      throw ConfigError("one LOG at a time, got also \"" + r.unmatched().front() +
-                        "\": for one log per rank, diagnose each, or concatenate them (cat rank*.log > all.log)");
-    LogText log = read_log(path, parse_size("--read-limit", r["read-limit"].as<std::string>()));
-    const LogKind kind = normalise_log(log.text);
-    if (kind == LogKind::binary)
-      throw ConfigError("LOG: \"" + path + "\" is binary, not a text log (NUL bytes, or a tenth of its start neither "
-                        "text nor terminal control); give the job's text output (a .gz of it is read as such)");
-    if (kind == LogKind::empty) {
-      std::cout << "[zrepro diagnose] LOG \"" << path << "\" is empty: nothing to diagnose" << std::endl;
-      return kExitAbNoFailure;
-    }
-    const std::string cut_note = log.cut ? "the log is " + format_bytes(log.total) + " decompressed, above --read-limit: read "
-                                               "its first " + format_bytes(log.head) + " and last " +
-                                               format_bytes(log.tail)
-                                         : "";
-    const Diagnosis d = diagnose_log(log.text, user_config);
-    json j = d.to_json();
-    j["log_bytes"] = log.total;
-    j["log_encoding"] = log_kind_name(kind);
-    if (log.cut) j["log_read"] = cut_note;
-    json plan;
-    if (r.count("config")) {
-      std::vector<std::string> args = {"--config", r["config"].as<std::string>()};
-      if (r.count("model")) args.insert(args.end(), {"--model", r["model"].as<std::string>()});
-      if (r.count("world-size")) args.insert(args.end(), {"--world-size", std::to_string(r["world-size"].as<int>())});
-      if (r.count("device-memory"))
-        args.insert(args.end(), {"--device-memory", r["device-memory"].as<std::string>()});
-      else if (d.numbers.value("capacity_bytes", int64_t(0)) > 0)  // the capacity the OOM message printed
-        args.insert(args.end(), {"--device-memory", std::to_string(d.numbers["capacity_bytes"].get<int64_t>())});
-      if (r.count("job-args")) {  // flags plan and run both take: the job's model, batch, checkpointing
-        const auto job = words("--job-args", r["job-args"].as<std::string>());
-        args.insert(args.end(), job.begin(), job.end());
-      }
-      plan = plan_job(args);
-      j["planner"] = planner_check(d, plan);
-    }
-    if (r.count("json")) {
-      std::cout << json_text(j) << std::endl;
-    } else {
-      if (log.cut) std::cout << "[zrepro diagnose] " << cut_note << "\n";
-      if (kind == LogKind::utf16) std::cout << "[zrepro diagnose] the log is UTF-16: read as such\n";
-      std::cout << d.to_text();
-      if (j.contains("planner") && j["planner"].is_object())
-        std::cout << "  planner: " << j["planner"]["planned_verdict"].get<std::string>()
-                  << (j["planner"]["agrees"].get<bool>() ? " (agrees with the log)" : " (does NOT agree with the log)")
-                  << " " << json_text(j["planner"], -1) << "\n";
-    }
-    if (r.count("write-scenario")) return write_and_run(d, path, r, user_config, plan);
-    if (r.count("run")) throw ConfigError("--run: needs --write-scenario DIR (the folder to write and run)");
-    return d.scenario.empty() ? kExitAbNoFailure : kExitOk;
-  } catch (const ConfigError& e) {
-    std::cerr << "[zrepro diagnose] error: " << e.what() << std::endl;
+  return o;
+}
+
+// `zrepro plan`'s flags for the job the log came from: its config, model, ranks, device (the
+// flag's, else the capacity the OOM message printed) and --job-args.
+std::vector<std::string> job_plan_args(const cxxopts::ParseResult& r, const Diagnosis& d) {
+  std::vector<std::string> args = {"--config", r["config"].as<std::string>()};
+  if (r.count("model")) args.insert(args.end(), {"--model", r["model"].as<std::string>()});
+  if (r.count("world-size")) args.insert(args.end(), {"--world-size", std::to_string(r["world-size"].as<int>())});
+  if (r.count("device-memory"))
+    args.insert(args.end(), {"--device-memory", r["device-memory"].as<std::string>()});
+  else if (d.numbers.value("capacity_bytes", int64_t(0)) > 0)
+    args.insert(args.end(), {"--device-memory", std::to_string(d.numbers["capacity_bytes"].get<int64_t>())});
+  if (r.count("job-args")) {  // flags plan and run both take: the job's model, batch, checkpointing
+    const auto job = words("--job-args", r["job-args"].as<std::string>());
+    args.insert(args.end(), job.begin(), job.end());
+  }
+  return args;
+}
+
+// The diagnosis on the terminal: what was read, the diagnosis, the planner's agreement.
+void print_diagnosis(const Diagnosis& d, const json& j, LogKind kind, const std::string& cut_note) {
+  if (!cut_note.empty()) std::cout << "[zrepro diagnose] " << cut_note << "\n";
+  if (kind == LogKind::utf16) std::cout << "[zrepro diagnose] the log is UTF-16: read as such\n";
+  std::cout << d.to_text();
+  if (j.contains("planner") && j["planner"].is_object())
+    std::cout << "  planner: " << j["planner"]["planned_verdict"].get<std::string>()
+              << (j["planner"]["agrees"].get<bool>() ? " (agrees with the log)" : " (does NOT agree with the log)")
+              << " " << json_text(j["planner"], -1) << "\n";
+}
+
+// What --write-scenario needs, and one LOG, checked before the log is read.
+void check_diagnose_flags(const cxxopts::ParseResult& r) {
+  if (r.count("write-scenario")) {
+    if (r["write-scenario"].as<std::string>().empty())
+      throw ConfigError("--write-scenario: got \"\", expected the new folder to write the reproduction to");
+    if (!r.count("config")) throw ConfigError("--write-scenario: needs --config (the job's DeepSpeed config is side A)");
+  }
+  if (!r.unmatched().empty())
+    throw ConfigError("one LOG at a time, got also \"" + r.unmatched().front() +
+                      "\": for one log per rank, diagnose each, or concatenate them (cat rank*.log > all.log)");
+}
+
+int diagnose(const cxxopts::Options& o, const cxxopts::ParseResult& r) {
+  if (!r.count("log")) {
+    std::cout << o.help() << std::endl;
     return kExitBadInput;
   }
+  const std::string path = r["log"].as<std::string>();
+  check_diagnose_flags(r);
+  const json user_config = r.count("config") ? read_user_config(r["config"].as<std::string>()) : json();
+  LogText log = read_log(path, parse_size("--read-limit", r["read-limit"].as<std::string>()));
+  const LogKind kind = normalise_log(log.text);
+  if (kind == LogKind::binary)
+    throw ConfigError("LOG: \"" + path + "\" is binary, not a text log (NUL bytes, or a tenth of its start neither "
+                      "text nor terminal control); give the job's text output (a .gz of it is read as such)");
+  if (kind == LogKind::empty) {
+    std::cout << "[zrepro diagnose] LOG \"" << path << "\" is empty: nothing to diagnose" << std::endl;
+    return kExitAbNoFailure;
+  }
+  const std::string cut_note = log.cut ? "the log is " + format_bytes(log.total) + " decompressed, above --read-limit: read "
+                                             "its first " + format_bytes(log.head) + " and last " + format_bytes(log.tail)
+                                       : "";
+  const Diagnosis d = diagnose_log(log.text, user_config);
+  json j = d.to_json();
+  j["log_bytes"] = log.total;
+  j["log_encoding"] = log_kind_name(kind);
+  if (log.cut) j["log_read"] = cut_note;
+  json plan;
+  if (r.count("config")) {
+    plan = plan_job(job_plan_args(r, d));
+    j["planner"] = planner_check(d, plan);
+  }
+  if (r.count("json"))
+    std::cout << json_text(j) << std::endl;
+  else
+    print_diagnosis(d, j, kind, cut_note);
+  if (r.count("write-scenario")) return write_and_run(d, path, r, user_config, plan);
+  if (r.count("run")) throw ConfigError("--run: needs --write-scenario DIR (the folder to write and run)");
+  return d.scenario.empty() ? kExitAbNoFailure : kExitOk;
+}
+
+}  // namespace
+
+int diagnose_command(int argc, char** argv) {
+  cxxopts::Options o = diagnose_options();
+  return command_main(o, argc, argv, [&](const cxxopts::ParseResult& r) { return diagnose(o, r); });
 }
 
 }  // namespace zrepro
