@@ -161,6 +161,50 @@ void parse_target(const cxxopts::ParseResult& r, RunSpec& s) {
   }
 }
 
+// The emulated data loader (--loader-workers, --prefetch-factor, --sample-ms, --loader-pin-memory).
+void parse_loader(const cxxopts::ParseResult& r, RunSpec& s) {
+  s.loader.workers = r["loader-workers"].as<int>();
+  s.loader.prefetch_factor = r["prefetch-factor"].as<int>();
+  s.loader.sample_ms = r["sample-ms"].as<double>();
+  s.loader.pin_memory = r.count("loader-pin-memory") > 0;
+  if (s.loader.workers < 0 || s.loader.workers > 256)
+    throw ConfigError("--loader-workers: got " + std::to_string(s.loader.workers) + ", expected 0..256");
+  if (s.loader.prefetch_factor < 1)
+    throw ConfigError("--prefetch-factor: got " + std::to_string(s.loader.prefetch_factor) + ", expected >= 1");
+  if (s.loader.sample_ms < 0) throw ConfigError("--sample-ms: got " + fmt(s.loader.sample_ms) + ", expected >= 0");
+}
+
+// The modelled links and the collective timeout: host link (or its profile), pageable
+// ratio, interconnect, --comm-timeout, --memlock-limit.
+void parse_links(const cxxopts::ParseResult& r, RunSpec& s) {
+  s.host_link_gbps = r["host-link-gbps"].as<double>();
+  s.pageable_ratio = r["pageable-ratio"].as<double>();
+  s.interconnect_gbps = r["interconnect-gbps"].as<double>();
+  if (s.interconnect_gbps < 0) throw ConfigError("--interconnect-gbps: must be >= 0, got " + fmt(s.interconnect_gbps));
+  if (s.host_link_gbps < 0) throw ConfigError("--host-link-gbps: must be >= 0, got " + fmt(s.host_link_gbps));
+  s.host_link_profile = opt<std::string>(r, "host-link-profile");
+  if (s.host_link_profile && r.count("host-link-gbps"))
+    throw ConfigError("--host-link-profile and --host-link-gbps: give one");
+  if (s.pageable_ratio <= 0 || s.pageable_ratio > 1)
+    throw ConfigError("--pageable-ratio: must be in (0, 1], got " + fmt(s.pageable_ratio));
+  s.comm_timeout = r.count("comm-timeout") ? r["comm-timeout"].as<double>() : deepspeed_default_timeout_s();
+  if (r.count("memlock-limit")) s.memlock_limit = parse_size("--memlock-limit", r["memlock-limit"].as<std::string>());
+  positive("--comm-timeout", s.comm_timeout, "> 0 seconds");
+}
+
+// The device allocator and what needs it tracked (--device-memory, --memory-log).
+void parse_allocator(const cxxopts::ParseResult& r, RunSpec& s) {
+  s.allocator = r["allocator"].as<std::string>();
+  if (s.allocator != "tracking" && s.allocator != "caching" && s.allocator != "plain")
+    throw ConfigError("--allocator: got \"" + s.allocator + "\", expected tracking, caching or plain");
+  if (r.count("device-memory")) s.device_memory = parse_device_memory("--device-memory", r["device-memory"].as<std::string>());
+  s.memory_log = opt<std::string>(r, "memory-log");
+  if (s.allocator == "plain" && (s.device_memory || s.target_device_memory))
+    throw ConfigError("--device-memory needs a tracking allocator; drop --allocator plain");
+  if (s.allocator == "plain" && s.memory_log)
+    throw ConfigError("--memory-log needs a tracking allocator; drop --allocator plain");
+}
+
 }  // namespace
 
 void parse_run_spec(int argc, char** argv, RunSpec& s) {
@@ -196,31 +240,11 @@ void parse_run_spec(int argc, char** argv, RunSpec& s) {
   s.export_inputs = r.count("export-inputs") > 0;
   if (s.export_inputs && s.out_dir.empty()) throw ConfigError("--export-inputs: needs --out DIR (it writes DIR/inputs)");
   s.dynamic_seq_min = opt<int64_t>(r, "dynamic-seq");
-  s.loader.workers = r["loader-workers"].as<int>();
-  s.loader.prefetch_factor = r["prefetch-factor"].as<int>();
-  s.loader.sample_ms = r["sample-ms"].as<double>();
-  s.loader.pin_memory = r.count("loader-pin-memory") > 0;
-  if (s.loader.workers < 0 || s.loader.workers > 256)
-    throw ConfigError("--loader-workers: got " + std::to_string(s.loader.workers) + ", expected 0..256");
-  if (s.loader.prefetch_factor < 1)
-    throw ConfigError("--prefetch-factor: got " + std::to_string(s.loader.prefetch_factor) + ", expected >= 1");
-  if (s.loader.sample_ms < 0) throw ConfigError("--sample-ms: got " + fmt(s.loader.sample_ms) + ", expected >= 0");
+  parse_loader(r, s);
   s.threads = r["threads"].as<int>();
   if (s.threads <= 0 || s.threads > 256)
     throw ConfigError("--threads: got " + std::to_string(s.threads) + ", expected 1..256 intra-op threads per rank");
-  s.host_link_gbps = r["host-link-gbps"].as<double>();
-  s.pageable_ratio = r["pageable-ratio"].as<double>();
-  s.interconnect_gbps = r["interconnect-gbps"].as<double>();
-  if (s.interconnect_gbps < 0) throw ConfigError("--interconnect-gbps: must be >= 0, got " + fmt(s.interconnect_gbps));
-  if (s.host_link_gbps < 0) throw ConfigError("--host-link-gbps: must be >= 0, got " + fmt(s.host_link_gbps));
-  s.host_link_profile = opt<std::string>(r, "host-link-profile");
-  if (s.host_link_profile && r.count("host-link-gbps"))
-    throw ConfigError("--host-link-profile and --host-link-gbps: give one");
-  if (s.pageable_ratio <= 0 || s.pageable_ratio > 1)
-    throw ConfigError("--pageable-ratio: must be in (0, 1], got " + fmt(s.pageable_ratio));
-  s.comm_timeout = r.count("comm-timeout") ? r["comm-timeout"].as<double>() : deepspeed_default_timeout_s();
-  if (r.count("memlock-limit")) s.memlock_limit = parse_size("--memlock-limit", r["memlock-limit"].as<std::string>());
-  positive("--comm-timeout", s.comm_timeout, "> 0 seconds");
+  parse_links(r, s);
   if (r.count("inject"))
     for (const auto& spec : r["inject"].as<std::vector<std::string>>()) {
       s.inject_specs.push_back(spec);
@@ -233,15 +257,7 @@ void parse_run_spec(int argc, char** argv, RunSpec& s) {
   s.model_overrides = overrides_from(r);
   s.flags = flags_from(r, ModelSpec{}, 1, s.steps);
   parse_target(r, s);
-  s.allocator = r["allocator"].as<std::string>();
-  if (s.allocator != "tracking" && s.allocator != "caching" && s.allocator != "plain")
-    throw ConfigError("--allocator: got \"" + s.allocator + "\", expected tracking, caching or plain");
-  if (r.count("device-memory")) s.device_memory = parse_device_memory("--device-memory", r["device-memory"].as<std::string>());
-  s.memory_log = opt<std::string>(r, "memory-log");
-  if (s.allocator == "plain" && (s.device_memory || s.target_device_memory))
-    throw ConfigError("--device-memory needs a tracking allocator; drop --allocator plain");
-  if (s.allocator == "plain" && s.memory_log)
-    throw ConfigError("--memory-log needs a tracking allocator; drop --allocator plain");
+  parse_allocator(r, s);
   s.log_every = r["log-every"].as<int64_t>();
 }
 

@@ -329,7 +329,10 @@ json offload_json(const DsConfig& c, const SummaryInput& in, const std::vector<R
 
 }  // namespace
 
-json build_summary(const SummaryInput& in) {
+namespace {
+
+// The run's setting: schema, status, world, precision, device, model, env, data, batch.
+json summary_setting(const SummaryInput& in) {
   json s;
   s["schema"] = kSummarySchema;
   s["status"] = in.status;
@@ -344,9 +347,7 @@ json build_summary(const SummaryInput& in) {
   if (!in.virtual_ranks.is_null()) s["virtual_ranks"] = in.virtual_ranks;
   if (!in.config_mismatch.empty()) s["config_mismatch"] = in.config_mismatch;
   // The loss a perfect model approaches on the synthetic Markov data.
-  s["data"] = in.model ? json{{"kind", "markov"},
-                              {"entropy_floor_nats", MarkovData::entropy_floor()}}
-                       : json(nullptr);
+  s["data"] = in.model ? json{{"kind", "markov"}, {"entropy_floor_nats", MarkovData::entropy_floor()}} : json(nullptr);
   if (in.loader && s["data"].is_object()) {
     const LoaderOptions& l = *in.loader;
     // The loader's own pin_memory: input batches only, never the offload buffers.
@@ -358,44 +359,62 @@ json build_summary(const SummaryInput& in) {
   }
   s["batch"] = c ? json{{"micro", c->micro_batch}, {"grad_accum", c->grad_accum}, {"global", c->train_batch_size}}
                  : json(nullptr);
+  return s;
+}
+
+// summary.json's steps: step_json without the per-step detail metrics.jsonl keeps.
+json summary_steps(const TrainResult& result) {
   json steps = json::array();
+  for (const auto& r : result.steps) {
+    json j = step_json(r);
+    for (const char* k : {"time_s", "comm_bytes", "memory", "offload"}) j.erase(k);
+    if (j["replicas_identical"].is_null()) j.erase("replicas_identical");
+    steps.push_back(j);
+  }
+  return steps;
+}
+
+// The median step, throughput, the time by part, each rank's times and the straggler.
+json summary_time(const SummaryInput& in, const std::vector<RankReport>& ranks) {
+  std::vector<double> st;
+  double fwd = 0, bwd = 0, opt = 0, data = 0, wait = 0, copy = 0;
+  for (const auto& r : in.result->steps) {
+    st.push_back(r.step_s);
+    fwd += r.forward_s, bwd += r.backward_s, opt += r.optimizer_s, data += r.data_wait_s, wait += r.comm_wait_s;
+    copy += r.copies.exposed_s;
+  }
+  const double med = median(st);
+  const double tokens = in.config && in.model ? static_cast<double>(in.config->train_batch_size * in.model->seq) : 0;
+  json time = {{"step_s_median", st.empty() ? json(nullptr) : json(med)},
+               {"tokens_per_s", med > 0 ? json(tokens / med) : json(nullptr)},
+               {"breakdown_s",
+                {{"forward", fwd}, {"backward", bwd}, {"comm_wait", wait}, {"optimizer", opt},
+                 {"offload_copy", copy}, {"data_wait", data}}}};
+  json tr = json::array();
+  for (const auto& r : ranks) tr.push_back({{"rank", r.rank}, {"comm_wait_s", r.comm_wait_s}, {"step_s", r.step_s}});
+  time["ranks"] = tr;
+  time["straggler"] = straggler_json(ranks);
+  return time;
+}
+
+}  // namespace
+
+json build_summary(const SummaryInput& in) {
+  json s = summary_setting(in);
+  const DsConfig* c = in.config;
   json time = nullptr, memory = nullptr;
   // Every rank's report, or rank 0's own when it ran alone.
   std::vector<RankReport> ranks = in.ranks;
   if (ranks.empty() && in.result) ranks.push_back(rank_report(0, *in.result, MemorySnapshot{}));
+  s["steps"] = in.result ? summary_steps(*in.result) : json::array();
   if (in.result) {
-    std::vector<double> st;
-    double fwd = 0, bwd = 0, opt = 0, data = 0, wait = 0, copy = 0;
-    for (const auto& r : in.result->steps) {
-      json j = step_json(r);
-      j.erase("time_s");
-      j.erase("comm_bytes");
-      j.erase("memory");
-      j.erase("offload");
-      if (j["replicas_identical"].is_null()) j.erase("replicas_identical");
-      steps.push_back(j);
-      st.push_back(r.step_s);
-      fwd += r.forward_s, bwd += r.backward_s, opt += r.optimizer_s, data += r.data_wait_s, wait += r.comm_wait_s;
-      copy += r.copies.exposed_s;
-    }
-    const double med = median(st);
-    const double tokens = c && in.model ? static_cast<double>(c->train_batch_size * in.model->seq) : 0;
-    time = {{"step_s_median", st.empty() ? json(nullptr) : json(med)},
-            {"tokens_per_s", med > 0 ? json(tokens / med) : json(nullptr)},
-            {"breakdown_s",
-             {{"forward", fwd}, {"backward", bwd}, {"comm_wait", wait}, {"optimizer", opt},
-              {"offload_copy", copy}, {"data_wait", data}}}};
+    time = summary_time(in, ranks);
     json rj = json::array();
     for (const auto& r : ranks) rj.push_back(memory_rank_json(r));
-    json tr = json::array();
-    for (const auto& r : ranks) tr.push_back({{"rank", r.rank}, {"comm_wait_s", r.comm_wait_s}, {"step_s", r.step_s}});
-    time["ranks"] = tr;
-    time["straggler"] = straggler_json(ranks);
     memory = {{"device_capacity_bytes", ranks[0].device.capacity > 0 ? json(ranks[0].device.capacity) : json(nullptr)},
               {"ranks", rj}};
     s["skipped_steps"] = in.result->skipped_steps;
   }
-  s["steps"] = steps;
   s["time"] = time;
   s["memory"] = memory;
   if (in.planned) s["memory"]["planned"] = in.planned->to_json();
