@@ -520,7 +520,11 @@ int64_t parse_printed_bytes(const std::string& number, const std::string& unit) 
       {"bytes", 1},           {"B", 1},          {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
       {"TiB", 1099511627776.0}, {"KB", 1e3},     {"MB", 1e6},     {"GB", 1e9},        {"TB", 1e12}};
   const auto it = units.find(unit);
-  return it == units.end() ? -1 : static_cast<int64_t>(x * it->second);
+  if (it == units.end()) return -1;
+  const double bytes = x * it->second;
+  // A size no device has (the log fuzzer found "2.7e69 GiB": its cast to int64 was
+  // undefined behaviour) is not a size.
+  return bytes < 9.2e18 ? static_cast<int64_t>(bytes) : -1;
 }
 
 Diagnosis diagnose_log(const std::string& text, const json& job_config) {

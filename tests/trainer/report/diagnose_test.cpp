@@ -92,6 +92,8 @@ TEST(Diagnose, PrintedSizesBecomeBytes) {
   EXPECT_EQ(parse_printed_bytes("1.86", "GiB"), static_cast<int64_t>(1.86 * 1073741824.0));
   EXPECT_EQ(parse_printed_bytes("512.00", "MiB"), 512LL << 20);
   EXPECT_EQ(parse_printed_bytes("80", "GB"), 80000000000LL);
+  EXPECT_EQ(parse_printed_bytes("2.7e69", "GiB"), -1) << "no device has it (the log fuzzer's, once UB)";
+  EXPECT_EQ(parse_printed_bytes("8", "EiB"), -1);
   EXPECT_EQ(parse_printed_bytes("12", "bytes"), 12);
   EXPECT_EQ(parse_printed_bytes("x", "GiB"), -1);
   EXPECT_EQ(parse_printed_bytes("1", "parsecs"), -1);
