@@ -17,6 +17,7 @@
 #include "trainer/app/scenario.h"
 
 #include "trainer/app/cli.h"
+#include "trainer/report/report.h"
 #include "trainer/runtime/subprocess.h"
 
 #ifndef ZREPRO_SCENARIOS_DIR

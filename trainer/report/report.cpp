@@ -437,11 +437,15 @@ void check_summary_schema(const json& summary, const std::string& where) {
                     kSummarySchema + ": rerun that run with this zrepro (docs/reference/summary-json.md)");
 }
 
-json read_summary(const std::string& path) {
+json read_json_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) return nullptr;
-  json s = json::parse(in, nullptr, false);
-  if (s.is_discarded()) return nullptr;
+  json j = json::parse(in, nullptr, false);
+  return j.is_discarded() ? json(nullptr) : j;
+}
+
+json read_summary(const std::string& path) {
+  json s = read_json_file(path);
   check_summary_schema(s, path);
   return s;
 }

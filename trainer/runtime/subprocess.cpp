@@ -118,14 +118,4 @@ std::string tail_of(const std::string& path, size_t lines) {
   return out;
 }
 
-json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return nullptr;
-  try {
-    return json::parse(in);
-  } catch (const json::exception&) {
-    return nullptr;
-  }
-}
-
 }  // namespace zrepro

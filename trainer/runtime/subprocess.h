@@ -22,8 +22,6 @@ int run_self(const std::vector<std::string>& args, const std::string& log);
 int run_self_or_refuse(const std::string& what, const std::vector<std::string>& args, const std::string& log);
 // The last lines of a file, indented, for error messages.
 std::string tail_of(const std::string& path, size_t lines);
-// A JSON file, or null when it is missing or not valid JSON.
-nlohmann::json read_json_file(const std::string& path);
 // Shell-like words of a flag's value ("--micro-batch 2 --activation-checkpointing");
 // throws ConfigError naming the flag on unbalanced quotes.
 std::vector<std::string> words(const std::string& flag, const std::string& text);
