@@ -52,21 +52,20 @@ AbRun run_side(const Side& side, int ranks, const std::vector<std::string>& comm
   r.exit_code = refusal_is_the_symptom ? run_self(args, r.log) : run_self_or_refuse(what, args, r.log);
   if (r.exit_code == kExitBadInput) std::cout << "[zrepro ab] " << what << " refused, as expected:\n" << tail_of(r.log, 4);
   if (plan_only) {
-    r.summary = read_json_file(r.log);
+    r.plan = read_json_file(r.log);
     return r;
   }
   r.summary = read_summary(dir + "/summary.json");
-  if (r.summary.is_object()) {
+  if (r.summary) {
     // A hang stops every rank (rank 0's summary covers them all).
-    if (r.summary.value("status", "ok") == "hang") {
+    if (r.summary->status == "hang") {
       r.failed_ranks = ranks;
       return r;
     }
     // Several processes: summary.json lists every failing rank's view ([Note: every
     // rank's view]). Virtual ranks or one process: one summary, the first rank that failed.
-    const json f = r.summary.value("failure", json());
-    const bool listed = f.is_object() && f.value("ranks", json()).is_array();
-    r.failed_ranks = listed ? static_cast<int>(f["ranks"].size()) : r.summary.value("status", "ok") != "ok";
+    const bool listed = r.summary->failure && r.summary->failure->views;
+    r.failed_ranks = listed ? static_cast<int>(r.summary->failure->views->ranks.size()) : r.summary->status != "ok";
   }
   return r;
 }

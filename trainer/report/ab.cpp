@@ -30,95 +30,110 @@ std::string fixed(double v, int prec) {
 
 std::string bytes(double b) { return std::isfinite(b) ? format_bytes(static_cast<int64_t>(b)) : "-"; }
 
-// Memory of a run: the per-rank peaks (max and spread), the capacity, the categories
-// of the rank that peaked highest, and the same at target scale after a scale-down.
-void memory_of(const json& s, bool plan_only, json& row) {
-  double cap = NAN, hi = NAN, lo = NAN;
-  json cats;
-  if (plan_only) {
-    cap = num(s.value("device_capacity_bytes", json()));
-    hi = lo = num(s.value("peak_bytes", json()));
-    cats = s.value("by_category", json());
-  } else if (s.contains("memory") && s["memory"].is_object()) {
-    cap = num(s["memory"].value("device_capacity_bytes", json()));
-    for (const auto& r : s["memory"].value("ranks", json::array())) {
-      const double p = num(r.value("peak_bytes", json()));
-      if (!std::isfinite(p)) continue;
-      if (!std::isfinite(hi) || p > hi) hi = p, cats = r.value("by_category", json());
-      if (!std::isfinite(lo) || p < lo) lo = p;
-    }
-  }
+template <class T>
+json json_of(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+// Memory figures of a row from the peak of the highest rank, the lowest rank's peak and
+// the capacity (0: none).
+void memory_figures(double hi, double lo, double cap, const json& cats, json& row) {
   row["capacity_bytes"] = std::isfinite(cap) && cap > 0 ? json(cap) : json(nullptr);
   row["peak_bytes_max"] = std::isfinite(hi) ? json(hi) : json(nullptr);
   row["peak_bytes_spread"] = std::isfinite(hi) ? json(hi - lo) : json(nullptr);
   row["peak_share_of_capacity"] = std::isfinite(hi) && cap > 0 ? json(hi / cap) : json(nullptr);
   row["by_category"] = cats;
+}
+
+// Memory of a run: the per-rank peaks (max and spread), the capacity, the categories
+// of the rank that peaked highest, and the same at target scale after a scale-down.
+void memory_of(const Summary& s, json& row) {
+  double cap = NAN, hi = NAN, lo = NAN;
+  json cats;
+  if (s.memory) {
+    cap = s.memory->device_capacity_bytes ? static_cast<double>(*s.memory->device_capacity_bytes) : NAN;
+    for (const auto& r : s.memory->ranks) {
+      const double p = static_cast<double>(r.peak_bytes);
+      if (!std::isfinite(hi) || p > hi) hi = p, cats = r.by_category;
+      if (!std::isfinite(lo) || p < lo) lo = p;
+    }
+  }
+  memory_figures(hi, lo, cap, cats, row);
   // A scale-down toy keeps each category's share of capacity: target bytes are toy
   // bytes times the parameter factor (the capacity was divided by it).
-  if (s.contains("scale_down") && s["scale_down"].is_object()) {
-    const double f = num(s["scale_down"].value("parameter_factor", json()));
+  if (s.scale_down.is_object()) {
+    const double f = num(s.scale_down.value("parameter_factor", json()));
     row["target_peak_bytes_max"] = std::isfinite(hi) ? json(hi * f) : json(nullptr);
     row["target_capacity_bytes"] = std::isfinite(cap) ? json(cap * f) : json(nullptr);
   }
 }
 
+// Rank 0's offload figures (the offload block keeps its builder's JSON, summary.h).
+void offload_of(const Summary& s, json& row) {
+  if (!s.offload.is_object() || !s.offload.contains("ranks") || s.offload["ranks"].empty()) return;
+  const json& r0 = s.offload["ranks"][0];
+  row["device_busy_fraction"] = r0.value("device_busy_fraction", json());
+  row["overlap_ratio"] = r0.value("overlap_ratio", json());
+  // What the device spent waiting on the host link per step: bytes over a modelled link,
+  // so it does not move with the CPU's speed the way a busy fraction does.
+  const json exposed = r0.value("exposed_s", json());
+  row["offload_wait_s_per_step"] =
+      exposed.is_number() && !s.steps.empty() ? json(exposed.get<double>() / s.steps.size()) : json(nullptr);
+}
+
 // Time of a run: median step, tokens/s, each part's share of the accounted time, the
 // offload overlap of rank 0 and the largest per-rank collective wait.
-void time_of(const json& s, json& row) {
-  if (!s.contains("time") || !s["time"].is_object()) return;
-  const json& t = s["time"];
-  row["step_s_median"] = t.value("step_s_median", json());
-  row["tokens_per_s"] = t.value("tokens_per_s", json());
+void time_of(const Summary& s, json& row) {
+  if (!s.time) return;
+  const SummaryTime& t = *s.time;
+  row["step_s_median"] = json_of(t.step_s_median);
+  row["tokens_per_s"] = json_of(t.tokens_per_s);
   double total = 0;
-  const json br = t.value("breakdown_s", json::object());
-  for (const auto& [k, v] : br.items()) total += num(v, 0);
-  for (const char* k : {"comm_wait", "offload_copy", "data_wait"})
-    row[std::string(k) + "_share"] = total > 0 ? json(num(br.value(k, json()), 0) / total) : json(nullptr);
-  double wait_max = NAN;
-  for (const auto& r : t.value("ranks", json::array()))
-    if (r.value("comm_wait_s", json()).is_number())
-      wait_max = std::isfinite(wait_max) ? std::max(wait_max, r["comm_wait_s"].get<double>()) : r["comm_wait_s"].get<double>();
-  row["comm_wait_s_max"] = std::isfinite(wait_max) ? json(wait_max) : json(nullptr);
-  row["straggler_rank"] = t.value("straggler", json()).is_object() ? t["straggler"]["rank"] : json(nullptr);
-  if (s.contains("offload") && s["offload"].is_object() && !s["offload"]["ranks"].empty()) {
-    row["device_busy_fraction"] = s["offload"]["ranks"][0].value("device_busy_fraction", json());
-    row["overlap_ratio"] = s["offload"]["ranks"][0].value("overlap_ratio", json());
-    // What the device spent waiting on the host link per step: bytes over a modelled link,
-    // so it does not move with the CPU's speed the way a busy fraction does.
-    const json exposed = s["offload"]["ranks"][0].value("exposed_s", json());
-    const size_t steps = s.value("steps", json::array()).size();
-    row["offload_wait_s_per_step"] = exposed.is_number() && steps > 0 ? json(exposed.get<double>() / steps) : json(nullptr);
+  for (const auto& [k, v] : t.breakdown_s) total += v;
+  for (const char* k : {"comm_wait", "offload_copy", "data_wait"}) {
+    const auto it = t.breakdown_s.find(k);
+    row[std::string(k) + "_share"] = total > 0 ? json((it == t.breakdown_s.end() ? 0 : it->second) / total) : json(nullptr);
   }
+  double wait_max = NAN;
+  for (const auto& r : t.ranks) wait_max = std::isfinite(wait_max) ? std::max(wait_max, r.comm_wait_s) : r.comm_wait_s;
+  row["comm_wait_s_max"] = std::isfinite(wait_max) ? json(wait_max) : json(nullptr);
+  row["straggler_rank"] = t.straggler.is_object() ? t.straggler.value("rank", json()) : json(nullptr);
+  offload_of(s, row);
+}
+
+// A plan's row (`zrepro plan --json`, MemoryPlan::to_json): its verdict and figures.
+void plan_row(const json& p, json& row) {
+  row["status"] = p.value("verdict", "?") == "oom" ? "oom (planned)" : "fits (planned)";
+  row["phase"] = p.value("oom_phase", json());
+  const double peak = num(p.value("peak_bytes", json()));
+  memory_figures(peak, peak, num(p.value("device_capacity_bytes", json())), p.value("by_category", json()), row);
 }
 
 json row_of(const AbRun& r, bool plan_only) {
   json row = {{"side", r.side}, {"ranks", r.ranks}, {"exit_code", r.exit_code}, {"log", r.log}};
-  const json& s = r.summary;
-  if (s.is_null()) {
+  if (plan_only ? r.plan.is_null() : !r.summary) {
     row["status"] = "no summary";
     return row;
   }
   if (plan_only) {
-    row["status"] = s.value("verdict", "?") == "oom" ? "oom (planned)" : "fits (planned)";
-    row["phase"] = s.value("oom_phase", json());
-  } else {
-    row["status"] = s.value("status", "?");
-    const json f = s.value("failure", json());
-    row["phase"] = f.is_object() ? f.value("phase", json()) : json(nullptr);
-    row["checkpoint"] = f.is_object() ? f.value("checkpoint", json()) : json(nullptr);
-    row["failed_ranks"] = r.failed_ranks;
-    const json steps = s.value("steps", json::array());
-    row["steps"] = steps.size();
-    row["final_loss"] = steps.empty() ? json(nullptr) : steps.back().value("loss", json());
-    time_of(s, row);
+    plan_row(r.plan, row);
+    return row;
   }
-  memory_of(s, plan_only, row);
+  const Summary& s = *r.summary;
+  row["status"] = s.status;
+  row["phase"] = s.failure && !s.failure->kind.empty() ? json(s.failure->phase) : json(nullptr);
+  row["checkpoint"] = s.failure && !s.failure->kind.empty() ? json(s.failure->checkpoint) : json(nullptr);
+  row["failed_ranks"] = r.failed_ranks;
+  row["steps"] = s.steps.size();
+  row["final_loss"] = s.steps.empty() ? json(nullptr) : json_of(s.steps.back().loss);
+  time_of(s, row);
+  memory_of(s, row);
   return row;
 }
 
 bool failed(const AbRun& r, bool plan_only) {
   if (plan_only) return r.exit_code != 0;
-  return r.exit_code != 0 || r.summary.is_null();
+  return r.exit_code != 0 || !r.summary;
 }
 
 std::string describe_failure(const json& row) {
@@ -182,7 +197,7 @@ Measured measured_verdict(const Expectation& e, const AbRun& a, const AbRun& b, 
                                                                 : ">= " + fixed(e.factor, 2) + "x B's";
   std::string figure;
   if (e.kind == Expectation::Kind::differs) {
-    const double d = max_step_rel_diff(a.summary, b.summary, e.key.c_str());
+    const double d = max_step_rel_diff(a.summary->steps, b.summary->steps, e.key);
     m.a_shows = std::isfinite(d) && d > e.factor;
     figure = e.key + " differs from B's by up to " + fixed(d, 6) + " relative (expected " + want + ")";
   } else {
@@ -231,32 +246,36 @@ std::string table(const json& rows) {
 json equivalence(const AbRun& base, const AbRun& r, std::string& line) {
   json e = {{"side", r.side}, {"ranks", {base.ranks, r.ranks}}};
   const std::string head = r.side + " " + std::to_string(base.ranks) + " -> " + std::to_string(r.ranks) + " ranks: ";
-  if (base.exit_code != 0 || r.exit_code != 0 || !base.summary.is_object() || !r.summary.is_object()) {
+  if (base.exit_code != 0 || r.exit_code != 0 || !base.summary || !r.summary) {
     line = head + "not compared (a run failed)";
     e["holds"] = nullptr;
     return e;
   }
   bool holds = true;
-  const json g0 = base.summary["batch"].value("global", json()), g1 = r.summary["batch"].value("global", json());
+  const Summary &s0 = *base.summary, &s1 = *r.summary;
+  const json g0 = s0.batch ? json(s0.batch->global) : json(nullptr), g1 = s1.batch ? json(s1.batch->global) : json(nullptr);
   if (g0 == g1) {
-    const std::string prec = base.summary.value("precision", "fp32");
-    const double tol = prec == "fp32" ? 1e-5 : 2e-2;  // 16-bit: rounding of a different reduction order
-    const double d = max_step_rel_diff(base.summary, r.summary, "loss");
+    const double tol = s0.precision.value_or("fp32") == "fp32" ? 1e-5 : 2e-2;  // 16-bit: rounding of a different reduction order
+    const double d = max_step_rel_diff(s0.steps, s1.steps, "loss");
     e["max_loss_rel_diff"] = std::isfinite(d) ? json(d) : json(nullptr);
     holds = std::isfinite(d) && d <= tol;
     line = head + (holds ? "losses equal within " + fixed(tol, 6) : "losses differ by up to " + fixed(d, 8));
   } else {
     line = head + "global batch " + g0.dump() + " vs " + g1.dump() + ", losses not comparable";
   }
-  const StagePolicy policy = stage_policy(base.summary.value("zero_stage", 0));
+  const StagePolicy policy = stage_policy(static_cast<int>(s0.zero_stage.value_or(0)));
   const std::pair<const char*, ModelState> cats[] = {{"params", ModelState::parameters},
                                                      {"grads", ModelState::gradients},
                                                      {"optimizer_states", ModelState::optimizer_states}};
   json states = json::object();
   line += "; per-rank";
   for (const auto& [cat, state] : cats) {
-    const double m0 = num(base.summary["memory"]["ranks"][0]["model_states"].value(cat, json()), 0);
-    const double m1 = num(r.summary["memory"]["ranks"][0]["model_states"].value(cat, json()), 0);
+    auto state_bytes = [&](const Summary& s) {
+      const SummaryRankMemory* m = s.rank_memory(0);
+      const auto it = m ? m->model_states.find(cat) : SummaryCategories::const_iterator{};
+      return m && it != m->model_states.end() ? static_cast<double>(it->second) : 0.0;
+    };
+    const double m0 = state_bytes(s0), m1 = state_bytes(s1);
     const double expected = policy.shards(state) ? m0 * base.ranks / r.ranks : m0;
     const bool ok = std::abs(m1 - expected) <= 0.05 * expected + 64;
     holds = holds && ok;
@@ -279,8 +298,8 @@ Measured scaling_verdict(const Expectation& e, const AbRun& a0, const AbRun& a, 
     return m;
   }
   auto efficiency = [&](const AbRun& base, const AbRun& r, std::string& text) {
-    const double t0 = num(base.summary["time"].value(e.key, json()));  // tokens_per_s
-    const double t1 = num(r.summary["time"].value(e.key, json()));
+    auto tokens_per_s = [](const AbRun& x) { return x.summary->time ? x.summary->time->tokens_per_s.value_or(NAN) : NAN; };
+    const double t0 = tokens_per_s(base), t1 = tokens_per_s(r);
     const double speedup = t0 > 0 ? t1 / t0 : NAN, eff = speedup / (static_cast<double>(r.ranks) / base.ranks);
     text = fixed(speedup, 2) + "x the tokens/s of " + std::to_string(base.ranks) + " rank(s), efficiency " +
            fixed(eff, 2);
@@ -361,10 +380,6 @@ Expectation parse_expectation(const std::string& text) {
   return e;
 }
 
-double max_step_rel_diff(const json& a, const json& b, const char* key) {
-  return max_step_rel_diff(steps_of(a), steps_of(b), key);
-}
-
 // How a run that left no summary ended: its exit status, and for a signal what usually
 // sends it.
 std::string no_summary(const AbRun& r) {
@@ -392,7 +407,7 @@ PairVerdict judge_pair(const std::vector<AbRun>& a, const std::vector<AbRun>& b,
   // [Note: a run without its summary] A side that ended without writing summary.json
   // (killed, crashed) is not a reproduction of anything: zrepro writes the summary on
   // every failure it can see, so its absence means the comparison could not be made.
-  const AbRun* lost = plan_only ? nullptr : a[i].summary.is_null() ? &a[i] : b[i].summary.is_null() ? &b[i] : nullptr;
+  const AbRun* lost = plan_only ? nullptr : !a[i].summary ? &a[i] : !b[i].summary ? &b[i] : nullptr;
   if (lost) {
     v.incomplete = true;
     v.line = std::to_string(a[i].ranks) + " rank(s): no comparison: " + no_summary(*lost);
@@ -416,7 +431,8 @@ json loss_curves(const std::vector<AbRun>& a, const std::vector<AbRun>& b) {
   for (const auto* side : {&a, &b})
     for (const AbRun& r : *side) {
       json losses = json::array();
-      for (const SummaryStep& st : steps_of(r.summary)) losses.push_back(st.loss ? json(*st.loss) : json(nullptr));
+      if (r.summary)
+        for (const SummaryStep& st : r.summary->steps) losses.push_back(json_of(st.loss));
       curves[r.side + " " + std::to_string(r.ranks)] = losses;
     }
   return curves;
@@ -431,8 +447,9 @@ AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bo
   const bool by_failure = e.kind == Expectation::Kind::failure || e.kind == Expectation::Kind::refused;
   for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
     const json ra = row_of(a[i], plan_only), rb = row_of(b[i], plan_only);
-    const double dl = plan_only ? NAN : max_step_rel_diff(a[i].summary, b[i].summary, "loss");
-    const double dg = plan_only ? NAN : max_step_rel_diff(a[i].summary, b[i].summary, "grad_norm");
+    const bool both = !plan_only && a[i].summary && b[i].summary;
+    const double dl = both ? max_step_rel_diff(a[i].summary->steps, b[i].summary->steps, "loss") : NAN;
+    const double dg = both ? max_step_rel_diff(a[i].summary->steps, b[i].summary->steps, "grad_norm") : NAN;
     const PairVerdict v = judge_pair(a, b, i, ra, rb, dl, plan_only, e);
     out.verdicts.push_back(v.line);
     incomplete = incomplete || v.incomplete;

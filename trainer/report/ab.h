@@ -8,10 +8,13 @@
 // code of the whole A/B.
 // Pure: no processes, no files (trainer/app/ab.cpp runs the sides).
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "trainer/report/summary.h"
 
 namespace zrepro {
 
@@ -19,7 +22,8 @@ struct AbRun {
   std::string side;      // "A" or "B"
   int ranks = 1;
   int exit_code = 0;
-  nlohmann::json summary;  // summary.json (or a plan's JSON under plan_only); null: none written
+  std::optional<Summary> summary;  // summary.json; none: none written (and under plan_only)
+  nlohmann::json plan;             // plan_only: `zrepro plan --json`'s output; null: none
   std::string log;         // where the run's output went
   int failed_ranks = 0;    // ranks that ended with a failure (a hang: all of them)
 };
@@ -59,10 +63,6 @@ const std::vector<std::string>& ab_metric_keys();
 // a[i] and b[i] ran at the same rank count. plan_only: the summaries are plans.
 AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bool plan_only,
                     const Expectation& expect = {});
-
-// Largest relative difference of a per-step field ("loss", "grad_norm") between two
-// summaries over their common steps; NaN when there is none.
-double max_step_rel_diff(const nlohmann::json& a, const nlohmann::json& b, const char* key);
 
 // ab.html: both sides' memory bars per rank count and loss curves on one page.
 std::string ab_html(const nlohmann::json& ab);

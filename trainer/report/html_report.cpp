@@ -53,25 +53,29 @@ std::string pct(const json& v) {
 
 bool nonzero(const json& v) { return v.is_number() && v.get<double>() != 0; }
 
+template <class T>
+json json_of(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
 // Loss per step as a polyline; skipped steps as red dots on the axis.
-std::string loss_svg(json& steps) {
+std::string loss_svg(const std::vector<SummaryStep>& steps) {
   const int W = 640, H = 220, L = 50, B = 30;
-  std::vector<std::pair<int, double>> pts;
-  std::vector<int> skipped;
+  std::vector<std::pair<int64_t, double>> pts;
+  std::vector<int64_t> skipped;
   double lo = 1e30, hi = -1e30;
-  for (auto& s : steps) {
-    if (s.value("skipped", false)) skipped.push_back(s["step"].get<int>());
-    if (!s["loss"].is_number()) continue;
-    const double v = s["loss"].get<double>();
-    pts.push_back({s["step"].get<int>(), v});
-    lo = std::min(lo, v), hi = std::max(hi, v);
+  for (const auto& s : steps) {
+    if (s.skipped) skipped.push_back(s.step);
+    if (!s.loss) continue;
+    pts.push_back({s.step, *s.loss});
+    lo = std::min(lo, *s.loss), hi = std::max(hi, *s.loss);
   }
   std::ostringstream o;
   o << "<svg width='" << W << "' height='" << H << "' role='img' aria-label='loss per step'>";
   if (pts.empty()) return o.str() + "<text x='10' y='20'>no steps</text></svg>";
   if (hi - lo < 1e-12) hi = lo + 1;
   const int n = std::max(1, static_cast<int>(steps.size()) - 1);
-  auto X = [&](int step) { return L + (W - L - 10) * static_cast<double>(step) / n; };
+  auto X = [&](int64_t step) { return L + (W - L - 10) * static_cast<double>(step) / n; };
   auto Y = [&](double v) { return 10 + (H - B - 10) * (hi - v) / (hi - lo); };
   o << "<line x1='" << L << "' y1='" << H - B << "' x2='" << W - 10 << "' y2='" << H - B << "' stroke='#999'/>"
     << "<line x1='" << L << "' y1='10' x2='" << L << "' y2='" << H - B << "' stroke='#999'/>"
@@ -81,72 +85,73 @@ std::string loss_svg(json& steps) {
     << "stroke='#1565c0' stroke-width='2' points='";
   for (auto& [s, v] : pts) o << X(s) << "," << Y(v) << " ";
   o << "'/>";
-  for (int s : skipped) o << "<circle cx='" << X(s) << "' cy='" << H - B << "' r='3' fill='#c62828'/>";
+  for (int64_t s : skipped) o << "<circle cx='" << X(s) << "' cy='" << H - B << "' r='3' fill='#c62828'/>";
   return o.str() + "</svg>";
 }
 
+const char* const kCategories[] = {"params", "grads", "optimizer_states", "activations", "comm_buffers", "other"};
+
+// A category's bytes at a rank's peak (0 when not reported).
+int64_t category(const SummaryRankMemory& r, const char* name) {
+  const auto it = r.by_category.find(name);
+  return it == r.by_category.end() ? 0 : it->second;
+}
+
 // One stacked bar per rank: categories at the rank's peak, against the capacity.
-std::string memory_svg(json& memory) {
-  static const char* cats[] = {"params", "grads", "optimizer_states", "activations", "comm_buffers", "other"};
+std::string memory_svg(const SummaryMemory& memory) {
   static const char* colors[] = {"#1565c0", "#2e7d32", "#ef6c00", "#6a1b9a", "#00838f", "#757575"};
-  auto& ranks = memory["ranks"];
-  double top = memory["device_capacity_bytes"].is_number() ? memory["device_capacity_bytes"].get<double>() : 0;
-  for (auto& r : ranks)
-    if (r["peak_bytes"].is_number()) top = std::max(top, r["peak_bytes"].get<double>());
+  double top = static_cast<double>(memory.device_capacity_bytes.value_or(0));
+  for (const auto& r : memory.ranks) top = std::max(top, static_cast<double>(r.peak_bytes));
   if (top <= 0) top = 1;
   const int W = 640, row = 26, L = 60;
   std::ostringstream o;
   // The legend's six entries take 6 x 115 px from L: the drawing is wide enough for them.
-  o << "<svg width='" << L + 6 * 115 << "' height='" << row * ranks.size() + 40 << "' role='img' aria-label='memory per rank'>";
+  o << "<svg width='" << L + 6 * 115 << "' height='" << row * memory.ranks.size() + 40
+    << "' role='img' aria-label='memory per rank'>";
   int y = 5;
-  for (auto& r : ranks) {
+  for (const auto& r : memory.ranks) {
     double x = L;
-    o << "<text x='2' y='" << y + 15 << "' font-size='12'>rank " << r["rank"] << "</text>";
+    o << "<text x='2' y='" << y + 15 << "' font-size='12'>rank " << r.rank << "</text>";
     for (int c = 0; c < 6; ++c) {
-      json& v = r["by_category"][cats[c]];
-      if (!v.is_number()) continue;
-      const double w = (W - L - 10) * v.get<double>() / top;
+      if (!r.by_category.count(kCategories[c])) continue;
+      const int64_t v = category(r, kCategories[c]);
+      const double w = (W - L - 10) * static_cast<double>(v) / top;
       o << "<rect x='" << x << "' y='" << y << "' width='" << w << "' height='" << row - 6 << "' fill='" << colors[c]
-        << "'><title>" << cats[c] << ": " << bytes(v) << "</title></rect>";
+        << "'><title>" << kCategories[c] << ": " << bytes(json(v)) << "</title></rect>";
       x += w;
     }
     y += row;
   }
-  if (memory["device_capacity_bytes"].is_number()) {
-    const double x = L + (W - L - 10) * memory["device_capacity_bytes"].get<double>() / top;
+  if (memory.device_capacity_bytes) {
+    const double x = L + (W - L - 10) * static_cast<double>(*memory.device_capacity_bytes) / top;
     o << "<line x1='" << x << "' y1='0' x2='" << x << "' y2='" << y << "' stroke='#c62828' stroke-dasharray='4'/>"
       << "<text x='" << x - 60 << "' y='" << y + 12 << "' font-size='11' fill='#c62828'>capacity</text>";
   }
   int lx = L;
   for (int c = 0; c < 6; ++c) {
     o << "<rect x='" << lx << "' y='" << y + 18 << "' width='10' height='10' fill='" << colors[c] << "'/><text x='"
-      << lx + 13 << "' y='" << y + 27 << "' font-size='11'>" << cats[c] << "</text>";
+      << lx + 13 << "' y='" << y + 27 << "' font-size='11'>" << kCategories[c] << "</text>";
     lx += 115;
   }
   return o.str() + "</svg>";
 }
 
-// The failure box; with several ranks, each rank's own view (failure.ranks) and, for a
-// hang, the suspects and where every rank stands in its collectives.
-void failure_section(std::ostringstream& o, json& f) {
-  o << "<div class='fail'><b>" << esc(str(f["kind"])) << "</b> on rank " << f["rank"] << " in phase "
-    << esc(str(f["phase"])) << " (diagnosis checkpoint: " << esc(str(f["checkpoint"])) << ")<p>"
-    << esc(str(f["message"])) << "</p><p><b>Hint:</b> " << esc(str(f["hint"])) << "</p></div>";
-  if (f.contains("ranks") && f["ranks"].is_array()) {
-    o << "<h2>Every rank's view</h2><table><tr><th>rank</th><th>status</th><th>phase</th><th>allocated</th>"
-      << "<th>capacity</th><th>message</th></tr>";
-    for (auto& r : f["ranks"])
-      o << "<tr><td>" << r["rank"] << "</td><td>" << esc(str(r["status"])) << "</td><td>" << esc(str(r["phase"]))
-        << "</td><td>" << bytes(r["allocated_bytes"]) << "</td><td>" << bytes(r["capacity_bytes"]) << "</td><td>"
-        << esc(str(r["message"])) << "</td></tr>";
-    o << "</table>";
-    const json missing = f.value("ranks_without_a_view", json::array());
-    if (!missing.empty())
-      o << "<p>No summary from rank(s) " << esc(missing.dump()) << ": they ended (mpirun stops the others once one "
-        << "rank fails) before writing theirs, or did not fail.</p>";
-  }
-  if (!f.contains("hang") || !f["hang"].is_object()) return;
-  json& h = f["hang"];
+// Every rank's own view of a multi-process failure.
+void views_section(std::ostringstream& o, const SummaryRankViews& v) {
+  o << "<h2>Every rank's view</h2><table><tr><th>rank</th><th>status</th><th>phase</th><th>allocated</th>"
+    << "<th>capacity</th><th>message</th></tr>";
+  for (const auto& r : v.ranks)
+    o << "<tr><td>" << r.rank << "</td><td>" << esc(r.status) << "</td><td>" << esc(str(json_of(r.phase)))
+      << "</td><td>" << bytes(json_of(r.allocated_bytes)) << "</td><td>" << bytes(json_of(r.capacity_bytes))
+      << "</td><td>" << esc(str(json_of(r.message))) << "</td></tr>";
+  o << "</table>";
+  if (!v.without_a_view.empty())
+    o << "<p>No summary from rank(s) " << esc(json(v.without_a_view).dump()) << ": they ended (mpirun stops the "
+      << "others once one rank fails) before writing theirs, or did not fail.</p>";
+}
+
+// A hang's suspects and where every rank stands in its collectives (failure.hang, hang.h).
+void hang_section(std::ostringstream& o, json h) {
   if (!h.value("suspects", json::array()).empty()) {
     o << "<h2>Hang suspects, most likely first</h2><ol>";
     for (auto& x : h["suspects"]) o << "<li>rank " << x["rank"] << ": " << esc(str(x["evidence"])) << "</li>";
@@ -165,33 +170,38 @@ void failure_section(std::ostringstream& o, json& f) {
   o << "</table>";
 }
 
+// The failure box; with several ranks, each rank's own view and, for a hang, the suspects
+// and where every rank stands in its collectives.
+void failure_section(std::ostringstream& o, const SummaryFailure& f) {
+  if (!f.kind.empty())
+    o << "<div class='fail'><b>" << esc(f.kind) << "</b> on rank " << f.rank << " in phase " << esc(f.phase)
+      << " (diagnosis checkpoint: " << esc(f.checkpoint) << ")<p>" << esc(f.message) << "</p><p><b>Hint:</b> "
+      << esc(f.hint) << "</p></div>";
+  if (f.views) views_section(o, *f.views);
+  if (f.details.contains("hang") && f.details["hang"].is_object()) hang_section(o, f.details["hang"]);
+}
+
 // Each rank's peak by category, the columns that are zero on every rank left out.
-void memory_section(std::ostringstream& o, json& m) {
-  static const std::pair<const char*, const char*> cats[] = {
-      {"params", "params"},           {"grads", "grads"},           {"optimizer_states", "optimizer"},
-      {"activations", "activations"}, {"comm_buffers", "comm buffers"}, {"other", "other"}};
-  std::vector<std::pair<const char*, const char*>> shown;
-  for (auto& c : cats)
-    for (auto& r : m["ranks"])
-      if (nonzero(r["by_category"][c.first])) {
-        shown.push_back(c);
-        break;
-      }
+void memory_section(std::ostringstream& o, const SummaryMemory& m) {
+  static const char* labels[] = {"params", "grads", "optimizer", "activations", "comm buffers", "other"};
+  std::vector<int> shown;
+  for (int c = 0; c < 6; ++c)
+    if (std::any_of(m.ranks.begin(), m.ranks.end(), [&](const SummaryRankMemory& r) { return category(r, kCategories[c]) != 0; }))
+      shown.push_back(c);
   o << "<h2>Device memory at each rank's peak</h2>" << memory_svg(m) << "<table><tr><th>rank</th><th>peak</th>"
     << "<th>of capacity</th><th>phase</th>";
-  for (auto& c : shown) o << "<th>" << c.second << "</th>";
+  for (int c : shown) o << "<th>" << labels[c] << "</th>";
   o << "</tr>";
-  const json cap = m.value("device_capacity_bytes", json());
-  for (auto& r : m["ranks"]) {
-    const json share = r["peak_bytes"].is_number() && nonzero(cap) ? json(r["peak_bytes"].get<double>() / cap.get<double>())
-                                                                    : json(nullptr);
-    o << "<tr><td>" << r["rank"] << "</td><td>" << bytes(r["peak_bytes"]) << "</td><td>" << pct(share) << "</td><td>"
-      << esc(str(r["peak_phase"])) << "</td>";
-    for (auto& c : shown) o << "<td>" << bytes(r["by_category"][c.first]) << "</td>";
+  const int64_t cap = m.device_capacity_bytes.value_or(0);
+  for (const auto& r : m.ranks) {
+    const json share = cap != 0 ? json(static_cast<double>(r.peak_bytes) / cap) : json(nullptr);
+    o << "<tr><td>" << r.rank << "</td><td>" << bytes(json(r.peak_bytes)) << "</td><td>" << pct(share) << "</td><td>"
+      << esc(r.peak_phase) << "</td>";
+    for (int c : shown) o << "<td>" << bytes(json(category(r, kCategories[c]))) << "</td>";
     o << "</tr>";
   }
   o << "</table>";
-  json pl = m.value("planned", json());
+  json pl = m.planned;
   if (pl.is_object())
     o << "<p>Planner (zrepro plan) for this run: peak " << bytes(pl["peak_bytes"]) << " in phase "
       << esc(str(pl["peak_phase"])) << ", verdict " << esc(str(pl["verdict"])) << ".</p>";
@@ -223,9 +233,9 @@ void offload_section(std::ostringstream& o, json& off) {
 
 // Rank 0's collectives per step; ops never called are left out, and so is the table
 // when none was (one rank).
-void comm_section(std::ostringstream& o, json& comm) {
+void comm_section(std::ostringstream& o, json ops) {
   std::ostringstream rows;
-  for (auto& [op, v] : comm["ops"].items()) {
+  for (auto& [op, v] : ops.items()) {
     if (!nonzero(v["calls_per_step"])) continue;
     rows << "<tr><td>" << op << "</td><td>" << str(v["calls_per_step"]) << "</td><td>" << bytes(v["bytes_per_step"])
          << "</td><td>" << str(v["seconds_per_step"]) << "</td><td>" << str(v["algbw_GBps"]) << "</td><td>"
@@ -238,16 +248,15 @@ void comm_section(std::ostringstream& o, json& comm) {
 
 // Median step, throughput and the parts of the run's time that were not zero, with
 // their share of the accounted time.
-void time_section(std::ostringstream& o, json& t) {
-  o << "<h2>Time</h2><table><tr><th>median step (s)</th><td>" << str(t["step_s_median"]) << "</td><td></td></tr>"
-    << "<tr><th>tokens/s</th><td>" << str(t["tokens_per_s"]) << "</td><td></td></tr>";
+void time_section(std::ostringstream& o, const SummaryTime& t) {
+  o << "<h2>Time</h2><table><tr><th>median step (s)</th><td>" << str(json_of(t.step_s_median)) << "</td><td></td></tr>"
+    << "<tr><th>tokens/s</th><td>" << str(json_of(t.tokens_per_s)) << "</td><td></td></tr>";
   double total = 0;
-  for (auto& [k, v] : t["breakdown_s"].items())
-    if (v.is_number()) total += v.get<double>();
-  for (auto& [k, v] : t["breakdown_s"].items())
-    if (nonzero(v))
-      o << "<tr><th>" << k << " (s, whole run)</th><td>" << str(v) << "</td><td>"
-        << pct(json(total > 0 ? v.get<double>() / total : 0)) << "</td></tr>";
+  for (const auto& [k, v] : t.breakdown_s) total += v;
+  for (const auto& [k, v] : t.breakdown_s)
+    if (v != 0)
+      o << "<tr><th>" << k << " (s, whole run)</th><td>" << str(json(v)) << "</td><td>"
+        << pct(json(total > 0 ? v / total : 0)) << "</td></tr>";
   o << "</table>";
 }
 
@@ -260,49 +269,57 @@ void config_section(std::ostringstream& o, json& ec) {
   o << "</table></details>";
 }
 
+// The run's identity: the job, the model, virtual ranks and the batch.
+void job_table(std::ostringstream& o, const Summary& s) {
+  o << "<table>";
+  const std::pair<const char*, json> job[] = {{"world_size", json_of(s.world_size)},
+                                              {"zero_stage", json_of(s.zero_stage)},
+                                              {"precision", json_of(s.precision)},
+                                              {"device", json_of(s.device)}};
+  for (const auto& [k, v] : job) o << "<tr><th>" << k << "</th><td>" << esc(str(v)) << "</td></tr>";
+  json m = s.model;  // ModelSpec::to_json
+  if (m.is_object())
+    o << "<tr><th>model</th><td>" << esc(str(m["name"])) << ": " << m["params"] << " params, " << m["layers"]
+      << " layers, hidden " << m["hidden"] << ", seq " << m["seq"] << "</td></tr>";
+  json v = s.virtual_ranks;
+  if (v.is_object())
+    o << "<tr><th>ranks</th><td>" << v["world_size"] << " virtual ranks in one process, reported as rank "
+      << v["as_rank"] << ", data rule " << esc(str(v["data_rule"])) << " (" << esc(str(v["note"])) << ")</td></tr>";
+  if (s.batch)
+    o << "<tr><th>batch</th><td>micro " << s.batch->micro << " x gas " << s.batch->grad_accum << " = global "
+      << s.batch->global << "</td></tr>";
+  o << "</table>";
+}
+
 }  // namespace
 
-std::string html_report(const json& summary) {
-  // A copy: operator[] on a mutable json reads a missing key as null, where the const
-  // one asserts (a partial summary of a failed run must still draw).
-  json s = summary;
+std::string html_report(const Summary& s) {
   std::ostringstream o;
-  const std::string status = s.value("status", "?");
-  const bool ok = status == "ok";
-  o << "<!doctype html><html><head><meta charset='utf-8'><title>zrepro report: " << esc(status) << "</title>"
+  const bool ok = s.status == "ok";
+  o << "<!doctype html><html><head><meta charset='utf-8'><title>zrepro report: " << esc(s.status) << "</title>"
     << "<style>body{font-family:sans-serif;margin:24px;max-width:900px}table{border-collapse:collapse}"
     << "td,th{border:1px solid #ddd;padding:3px 8px;font-size:13px;text-align:left}"
     << ".status{display:inline-block;padding:4px 10px;border-radius:4px;color:#fff;background:"
     << (ok ? "#2e7d32" : "#c62828") << "}.fail{border:2px solid #c62828;padding:10px;margin:12px 0}</style></head><body>"
-    << "<h1>zrepro run <span class='status'>" << esc(status) << "</span></h1><table>";
-  for (const char* k : {"world_size", "zero_stage", "precision", "device"})
-    o << "<tr><th>" << k << "</th><td>" << esc(str(s[k])) << "</td></tr>";
-  if (s["model"].is_object())
-    o << "<tr><th>model</th><td>" << esc(str(s["model"]["name"])) << ": " << s["model"]["params"] << " params, "
-      << s["model"]["layers"] << " layers, hidden " << s["model"]["hidden"] << ", seq " << s["model"]["seq"] << "</td></tr>";
-  if (s.contains("virtual_ranks") && s["virtual_ranks"].is_object()) {
-    json& v = s["virtual_ranks"];
-    o << "<tr><th>ranks</th><td>" << v["world_size"] << " virtual ranks in one process, reported as rank "
-      << v["as_rank"] << ", data rule " << esc(str(v["data_rule"])) << " (" << esc(str(v["note"])) << ")</td></tr>";
-  }
-  if (s["batch"].is_object())
-    o << "<tr><th>batch</th><td>micro " << s["batch"]["micro"] << " x gas " << s["batch"]["grad_accum"] << " = global "
-      << s["batch"]["global"] << "</td></tr>";
-  o << "</table>";
-  if (s["failure"].is_object()) failure_section(o, s["failure"]);
-  if (s["steps"].is_array() && !s["steps"].empty()) {
+    << "<h1>zrepro run <span class='status'>" << esc(s.status) << "</span></h1>";
+  job_table(o, s);
+  if (s.failure) failure_section(o, *s.failure);
+  if (!s.steps.empty()) {
     o << "<h2>Loss</h2>";
-    if (s["data"].is_object())
-      o << "<p>A perfect model reaches " << str(s["data"]["entropy_floor_nats"]) << " nats on this data; red dots: "
+    json d = s.data;
+    if (d.is_object())
+      o << "<p>A perfect model reaches " << str(d["entropy_floor_nats"]) << " nats on this data; red dots: "
         << "skipped (overflow) steps.</p>";
-    o << loss_svg(s["steps"]);
+    o << loss_svg(s.steps);
   }
-  if (s["memory"].is_object() && s["memory"]["ranks"].is_array()) memory_section(o, s["memory"]);
-  if (s.contains("scale_down") && s["scale_down"].is_object()) scale_down_section(o, s["scale_down"]);
-  if (s.contains("offload") && s["offload"].is_object()) offload_section(o, s["offload"]);
-  if (s["comm"].is_object() && s["comm"].contains("ops")) comm_section(o, s["comm"]);
-  if (s["time"].is_object()) time_section(o, s["time"]);
-  if (s["effective_config"].is_object()) config_section(o, s["effective_config"]);
+  if (s.memory) memory_section(o, *s.memory);
+  // Offload, scale-down and the effective config keep the JSON their builders write (summary.h).
+  json extra = {{"scale_down", s.scale_down}, {"offload", s.offload}, {"effective_config", s.effective_config}};
+  if (extra["scale_down"].is_object()) scale_down_section(o, extra["scale_down"]);
+  if (extra["offload"].is_object()) offload_section(o, extra["offload"]);
+  if (s.comm && s.comm->ops.is_object()) comm_section(o, s.comm->ops);
+  if (s.time) time_section(o, *s.time);
+  if (extra["effective_config"].is_object()) config_section(o, extra["effective_config"]);
   o << "</body></html>\n";
   return o.str();
 }

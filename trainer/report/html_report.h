@@ -5,11 +5,11 @@
 #pragma once
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include "trainer/report/summary.h"
 
 namespace zrepro {
 
-std::string html_report(const nlohmann::json& summary);
+std::string html_report(const Summary& summary);
 // Text safe inside HTML elements and attribute values.
 std::string html_escape(const std::string& s);
 

@@ -8,14 +8,15 @@
 // rank's view; failure.ranks lists each view's failure, memory.ranks each rank's own
 // memory record. A hang is different: rank 0 gathers the flight dumps and writes alone.
 #pragma once
+#include <optional>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "trainer/report/summary.h"
 
 namespace zrepro {
 
-// views[r]: rank r's own summary, or null when it wrote none. world: the job's size.
-// Returns the merged summary (null when no view is present).
-nlohmann::json merge_rank_views(const std::vector<nlohmann::json>& views, int world);
+// views[r]: rank r's own summary, or none when it wrote none. world: the job's size.
+// Returns the merged summary (none when no view is present).
+std::optional<Summary> merge_rank_views(const std::vector<std::optional<Summary>>& views, int world);
 
 }  // namespace zrepro

@@ -56,7 +56,7 @@ std::string json_text(const json& j, int indent) { return j.dump(indent, ' ', fa
 
 void write_summary_and_report(const std::string& dir, const json& summary) {
   write_file_atomic(dir + "/summary.json", summary_text(summary));
-  write_file_atomic(dir + "/report.html", html_report(summary));
+  write_file_atomic(dir + "/report.html", html_report(Summary::from_json(summary)));
 }
 
 MetricsWriter::MetricsWriter(const std::string& dir)
@@ -444,10 +444,16 @@ json read_json_file(const std::string& path) {
   return j.is_discarded() ? json(nullptr) : j;
 }
 
-json read_summary(const std::string& path) {
-  json s = read_json_file(path);
+std::optional<Summary> read_summary(const std::string& path) {
+  const json s = read_json_file(path);
+  if (!s.is_object()) return std::nullopt;
   check_summary_schema(s, path);
-  return s;
+  try {
+    return Summary::from_json(s);
+  } catch (const json::exception& e) {
+    throw ConfigError(path + ": not a summary of schema " + kSummarySchema + " (" + e.what() +
+                      "): give a summary.json this zrepro's run wrote");
+  }
 }
 
 std::string oom_hint(const MemorySnapshot& at, Phase phase, const StagePolicy& policy) {

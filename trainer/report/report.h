@@ -3,6 +3,7 @@
 // appears complete under its final name or not at all.
 #pragma once
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include "trainer/loop/train.h"
 #include "trainer/planner/planner.h"
 #include "trainer/planner/scale_down.h"
+#include "trainer/report/summary.h"
 
 namespace zrepro {
 
@@ -95,9 +97,10 @@ nlohmann::json build_summary(const SummaryInput& in);
 // reads: a comparison is never made across schemas by accident. The number changes when a
 // field is removed or changes meaning; added fields keep it.
 constexpr const char* kSummarySchema = "zrepro.summary/1";
-// The summary at path; null when the file is missing or not JSON (a run that ended
-// without writing it); ConfigError for another schema.
-nlohmann::json read_summary(const std::string& path);
+// The summary at path, typed; none when the file is missing or not JSON (a run that
+// ended without writing it); ConfigError naming the file for another schema or a shape
+// the type does not read.
+std::optional<Summary> read_summary(const std::string& path);
 void check_summary_schema(const nlohmann::json& summary, const std::string& where);
 
 // How a run can fail, and for each kind the summary status, the exit code and the

@@ -123,13 +123,49 @@ json comm_json(const SummaryComm& c) {
 }
 
 constexpr const char* kFailureCore[] = {"kind", "rank", "phase", "message", "checkpoint", "hint"};
+constexpr const char* kFailureViews[] = {"ranks", "ranks_reported", "ranks_without_a_view"};
 
-// A failure record: the six fields of make_failure, the rest the kind's own. A record
-// without a kind (a multi-process failure whose views carried none) keeps every field in
-// details.
+bool one_of(const std::string& k, const char* const* begin, const char* const* end) {
+  return std::any_of(begin, end, [&](const char* c) { return k == c; });
+}
+
+SummaryRankViews views_of(const json& j) {
+  SummaryRankViews v;
+  for (const auto& r : j.at("ranks")) {
+    SummaryRankView x;
+    x.rank = r.at("rank").get<int>();
+    x.status = r.at("status").get<std::string>();
+    x.kind = optional_of<std::string>(r, "kind");
+    x.phase = optional_of<std::string>(r, "phase");
+    x.message = optional_of<std::string>(r, "message");
+    x.checkpoint = optional_of<std::string>(r, "checkpoint");
+    x.allocated_bytes = optional_of<int64_t>(r, "allocated_bytes");
+    x.capacity_bytes = optional_of<int64_t>(r, "capacity_bytes");
+    v.ranks.push_back(x);
+  }
+  v.reported = j.at("ranks_reported").get<std::vector<int>>();
+  v.without_a_view = j.at("ranks_without_a_view").get<std::vector<int>>();
+  return v;
+}
+
+void add_views_json(const SummaryRankViews& v, json& j) {
+  json ranks = json::array();
+  for (const auto& r : v.ranks)
+    ranks.push_back({{"rank", r.rank}, {"status", r.status}, {"kind", json_of(r.kind)}, {"phase", json_of(r.phase)},
+                     {"message", json_of(r.message)}, {"checkpoint", json_of(r.checkpoint)},
+                     {"allocated_bytes", json_of(r.allocated_bytes)}, {"capacity_bytes", json_of(r.capacity_bytes)}});
+  j["ranks"] = ranks;
+  j["ranks_reported"] = v.reported;
+  j["ranks_without_a_view"] = v.without_a_view;
+}
+
+// A failure record: the six fields of make_failure, the ranks' views of a merged
+// multi-process failure, the rest the kind's own. A record without a kind (a merged
+// failure whose lowest view carried none) keeps every other field in details.
 SummaryFailure failure_of(const json& j) {
   SummaryFailure f;
   const bool core = j.contains("kind");
+  if (j.contains("ranks_reported")) f.views = views_of(j);
   if (core) {
     f.kind = j.at("kind").get<std::string>();
     f.rank = j.at("rank").get<int>();
@@ -140,14 +176,15 @@ SummaryFailure failure_of(const json& j) {
   }
   for (const auto& item : j.items()) {
     const std::string& k = item.key();  // (clang 14 does not capture structured bindings)
-    if (!core || std::none_of(std::begin(kFailureCore), std::end(kFailureCore), [&](const char* c) { return k == c; }))
-      f.details[k] = item.value();
+    if (f.views && one_of(k, std::begin(kFailureViews), std::end(kFailureViews))) continue;
+    if (!core || !one_of(k, std::begin(kFailureCore), std::end(kFailureCore))) f.details[k] = item.value();
   }
   return f;
 }
 
 json failure_json(const SummaryFailure& f) {
   json j = f.details.is_object() ? f.details : json::object();
+  if (f.views) add_views_json(*f.views, j);
   if (f.kind.empty()) return j;
   j.update(json{{"kind", f.kind}, {"rank", f.rank}, {"phase", f.phase}, {"message", f.message},
                 {"checkpoint", f.checkpoint}, {"hint", f.hint}});

@@ -2,8 +2,8 @@
 // (build_summary, report.h); a reader turns it into a Summary with from_json and reads
 // fields, not string keys: a field renamed or removed is then a compile error in the
 // reader, not a silent null. Readers move to it one at a time: `zrepro verify` and the
-// per-step comparisons of ab and verify read the type; check's baseline, ab's table, the
-// HTML report and the merge of the ranks' views still read the JSON. to_json gives back the same JSON, field for field
+// per-step comparisons of ab and verify, ab's table, the HTML report and the merge of the
+// ranks' views read the type. to_json gives back the same JSON, field for field
 // (SummaryType.RoundTripsEveryRunsSummary holds that over ok, offload, OOM, hang, virtual
 // and scale-down runs), so the type is the schema: docs/reference/summary-json.md documents
 // it and SummaryReference checks the page against real runs. Parts whose shape belongs to
@@ -58,11 +58,27 @@ struct SummaryMemory {
   nlohmann::json planned;  // zrepro plan's figures for this run; null when not planned (absent in the file)
 };
 
+// One rank's own view of a multi-process failure (failure.ranks[]; [Note: every rank's
+// view], rank_views.h). The fields a view's failure did not carry are null.
+struct SummaryRankView {
+  int rank = 0;
+  std::string status;
+  std::optional<std::string> kind, phase, message, checkpoint;
+  std::optional<int64_t> allocated_bytes, capacity_bytes;  // an OOM's
+};
+
+struct SummaryRankViews {
+  std::vector<SummaryRankView> ranks;   // failure.ranks
+  std::vector<int> reported;            // failure.ranks_reported
+  std::vector<int> without_a_view;      // failure.ranks_without_a_view
+};
+
 struct SummaryFailure {
   std::string kind, phase, message, checkpoint, hint;
   int rank = 0;
+  std::optional<SummaryRankViews> views;  // a merged multi-process failure only
   // The kind's own fields: an OOM's bytes and planned fixes, a hang's diagnosis, an
-  // interruption's signal and vanished peers, the ranks' views of a multi-process failure.
+  // interruption's signal and vanished peers.
   nlohmann::json details = nlohmann::json::object();
 };
 

@@ -152,20 +152,18 @@ void seal_out_dir(const std::string& dir) {
 }
 
 void publish_rank_view(const std::string& dir, int rank, int world, const nlohmann::json& own) {
-  using json = nlohmann::json;
   write_file_atomic(dir + "/summary_rank" + std::to_string(rank) + ".json", summary_text(own));
   const std::string lock_path = dir + "/.views.lock";
   const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) throw IoError("cannot create " + lock_path + " to merge the ranks' summaries");
   ::flock(fd, LOCK_EX);  // released by close (or by the kernel if this rank is killed)
   try {
-    std::vector<json> views(static_cast<size_t>(world));
+    std::vector<std::optional<Summary>> views(static_cast<size_t>(world));
     for (int r = 0; r < world; ++r) {
       const std::string path = dir + "/summary_rank" + std::to_string(r) + ".json";
-      views[r] = r == rank ? own : (fs::exists(path) ? read_summary(path) : json());
+      views[r] = r == rank ? std::optional<Summary>(Summary::from_json(own)) : read_summary(path);
     }
-    const json merged = merge_rank_views(views, world);
-    write_summary_and_report(dir, merged);
+    write_summary_and_report(dir, merge_rank_views(views, world)->to_json());
   } catch (...) {
     ::close(fd);
     throw;

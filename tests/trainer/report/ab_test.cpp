@@ -15,17 +15,30 @@ json summary(const std::string& status, std::vector<double> losses, std::vector<
              const char* phase = nullptr) {
   json steps = json::array(), ranks = json::array();
   for (size_t i = 0; i < losses.size(); ++i) steps.push_back({{"step", i}, {"loss", losses[i]}, {"grad_norm", 1.0}});
-  for (size_t r = 0; r < peaks.size(); ++r) ranks.push_back({{"rank", r}, {"peak_bytes", peaks[r]}, {"by_category", json::object()}});
+  for (size_t r = 0; r < peaks.size(); ++r)
+    ranks.push_back({{"rank", r}, {"peak_bytes", peaks[r]}, {"peak_phase", "step"}, {"peak_reserved_bytes", peaks[r]},
+                     {"by_category", json::object()}, {"category_peaks", json::object()}, {"model_states", json::object()},
+                     {"phases", json::array()}, {"host_pinned_bytes", 0}, {"host_pageable_bytes", 0}, {"comm_wait_s", 0.0}});
   json s = {{"status", status},
             {"steps", steps},
             {"memory", {{"device_capacity_bytes", capacity}, {"ranks", ranks}}},
-            {"time", {{"step_s_median", 0.5}, {"tokens_per_s", 100.0}, {"breakdown_s", {{"forward", 1.0}, {"comm_wait", 1.0}}}}},
-            {"failure", phase ? json{{"kind", status}, {"phase", phase}, {"checkpoint", "zero-stage"}} : json(nullptr)}};
+            {"time", {{"step_s_median", 0.5}, {"tokens_per_s", 100.0}, {"breakdown_s", {{"forward", 1.0}, {"comm_wait", 1.0}}},
+                      {"ranks", json::array()}}},
+            {"failure", phase ? json{{"kind", status}, {"rank", 0}, {"phase", phase}, {"message", "m"},
+                                     {"checkpoint", "zero-stage"}, {"hint", "h"}}
+                              : json(nullptr)}};
   return s;
 }
 
-// A run whose failure (if any) ended every rank.
-AbRun run(const std::string& side, int ranks, int code, json s) { return {side, ranks, code, std::move(s), "", code != 0 ? ranks : 0}; }
+// A run whose failure (if any) ended every rank; its summary read as ab reads it.
+AbRun run(const std::string& side, int ranks, int code, const json& s) {
+  return {side, ranks, code, Summary::from_json(s), nullptr, "", code != 0 ? ranks : 0};
+}
+
+// A --plan-only side: the plan's JSON.
+AbRun plan_run(const std::string& side, int ranks, int code, const json& plan) {
+  return {side, ranks, code, std::nullopt, plan, "", 0};
+}
 
 }  // namespace
 
@@ -70,7 +83,7 @@ TEST(Ab, OneRankCountNotFixedDecidesAndTargetScaleIsReported) {
 TEST(Ab, PlansCompareVerdicts) {
   const json oom = {{"verdict", "oom"}, {"oom_phase", "partition"}, {"peak_bytes", 120}, {"device_capacity_bytes", 100}};
   const json fits = {{"verdict", "fits"}, {"oom_phase", nullptr}, {"peak_bytes", 60}, {"device_capacity_bytes", 100}};
-  const AbResult r = compare_ab({run("A", 8, 3, oom)}, {run("B", 8, 0, fits)}, true);
+  const AbResult r = compare_ab({plan_run("A", 8, 3, oom)}, {plan_run("B", 8, 0, fits)}, true);
   EXPECT_EQ(r.exit_code, kExitOk);
   EXPECT_NE(r.verdicts[0].find("A reproduces: oom (planned) in partition"), std::string::npos) << r.verdicts[0];
   EXPECT_NE(r.verdicts[0].find("peak 60% of capacity"), std::string::npos) << r.verdicts[0];
@@ -81,7 +94,7 @@ TEST(Ab, RankCountsAreCheckedAgainstTheEquivalenceRules) {
   auto with_states = [](json s, int stage, double params, double grads, double opt) {
     s["zero_stage"] = stage;
     s["precision"] = "fp32";
-    s["batch"] = {{"global", 8}};
+    s["batch"] = {{"micro", 8}, {"grad_accum", 1}, {"global", 8}};
     s["memory"]["ranks"][0]["model_states"] = {{"params", params}, {"grads", grads}, {"optimizer_states", opt}};
     return s;
   };
@@ -194,7 +207,7 @@ TEST(Ab, ScalingComparesEachSideWithItsFirstRankCount) {
   auto at = [](const char* side, int ranks, double tokens_per_s) {
     json s = summary("ok", {2.0, 1.5}, {50}, 100);
     s["time"]["tokens_per_s"] = tokens_per_s;
-    s["batch"] = {{"global", 8 * ranks}};  // weak scaling: the global batch grows with the ranks
+    s["batch"] = {{"micro", 8}, {"grad_accum", 1}, {"global", 8 * ranks}};  // weak scaling: the global batch grows with the ranks
     s["zero_stage"] = 1;
     s["memory"]["ranks"][0]["model_states"] = {{"params", 100}, {"grads", 100}, {"optimizer_states", 600 / ranks}};
     return run(side, ranks, 0, s);
@@ -222,7 +235,7 @@ TEST(Ab, ScalingComparesEachSideWithItsFirstRankCount) {
 TEST(Ab, ASideWithoutItsSummaryIsNoComparison) {
   for (bool a_lost : {true, false}) {
     const AbRun ok = run(a_lost ? "B" : "A", 1, 0, summary("ok", {2.0, 1.5}, {50}, 100));
-    const AbRun lost{a_lost ? "A" : "B", 1, 137, nullptr, "ab/a_1.log", 0};
+    const AbRun lost{a_lost ? "A" : "B", 1, 137, std::nullopt, nullptr, "ab/a_1.log", 0};
     const AbResult r = a_lost ? compare_ab({lost}, {ok}, false) : compare_ab({ok}, {lost}, false);
     EXPECT_EQ(r.exit_code, kExitInternal);
     EXPECT_EQ(r.json["outcome"], "incomplete");

@@ -11,20 +11,25 @@ namespace {
 bool has(const std::string& html, const std::string& what) { return html.find(what) != std::string::npos; }
 }  // namespace
 
+namespace {
+SummaryRankMemory rank_peak(int rank, int64_t peak, int64_t params) {
+  SummaryRankMemory r;
+  r.rank = rank, r.peak_bytes = peak, r.peak_phase = "step";
+  r.by_category = {{"params", params}, {"comm_buffers", 0}};
+  return r;
+}
+}  // namespace
+
 TEST(HtmlReport, BytesArePeopleSizedSharesArePercentagesAndZeroTablesAreLeftOut) {
-  json s = {{"status", "ok"},
-            {"memory", {{"device_capacity_bytes", 4294967296.0},
-                        {"ranks", {{{"rank", 0}, {"peak_bytes", 1610612736}, {"peak_phase", "step"},
-                                    {"by_category", {{"params", 1073741824}, {"comm_buffers", 0}}}},
-                                   {{"rank", 1}, {"peak_bytes", 1073741824}, {"peak_phase", "step"},
-                                    {"by_category", {{"params", 536870912}, {"comm_buffers", 0}}}}}}}},
-            {"offload", {{"host_link_gbps", 2.0},
-                         {"ranks", {{{"rank", 0}, {"d2h_bytes", 3145728}, {"h2d_bytes", 0}, {"copy_s", 1.0},
-                                     {"exposed_s", 0.1}, {"overlap_ratio", 0.9}, {"device_busy_fraction", 0.95},
-                                     {"host_pinned_bytes", 1024}, {"host_pageable_bytes", 0}}}}}},
-            {"comm", {{"ops", {{"all_reduce", {{"calls_per_step", 0.0}, {"bytes_per_step", 0.0}}}}}}},
-            {"time", {{"step_s_median", 0.5}, {"tokens_per_s", 100.0},
-                      {"breakdown_s", {{"forward", 3.0}, {"backward", 1.0}, {"comm_wait", 0.0}}}}}};
+  Summary s;
+  s.status = "ok";
+  s.memory = SummaryMemory{4294967296, {rank_peak(0, 1610612736, 1073741824), rank_peak(1, 1073741824, 536870912)}, nullptr};
+  s.offload = {{"host_link_gbps", 2.0},
+               {"ranks", {{{"rank", 0}, {"d2h_bytes", 3145728}, {"h2d_bytes", 0}, {"copy_s", 1.0},
+                           {"exposed_s", 0.1}, {"overlap_ratio", 0.9}, {"device_busy_fraction", 0.95},
+                           {"host_pinned_bytes", 1024}, {"host_pageable_bytes", 0}}}}};
+  s.comm = SummaryComm{{}, {{"all_reduce", {{"calls_per_step", 0.0}, {"bytes_per_step", 0.0}}}}, std::nullopt};
+  s.time = SummaryTime{0.5, 100.0, {{"forward", 3.0}, {"backward", 1.0}, {"comm_wait", 0.0}}, {}, nullptr};
   const std::string html = html_report(s);
   EXPECT_TRUE(has(html, "<td>1.50 GiB</td><td>37.5%</td>")) << html;  // rank 0's peak, of capacity
   EXPECT_TRUE(has(html, "<td>512.00 MiB</td>"));                       // rank 1 shown too
@@ -37,18 +42,21 @@ TEST(HtmlReport, BytesArePeopleSizedSharesArePercentagesAndZeroTablesAreLeftOut)
 }
 
 TEST(HtmlReport, AMultiRankFailureShowsEveryRanksViewAndAHangWhereEachRankWaits) {
-  json s = {{"status", "hang"},
+  // Built through the file's shape, as a merged multi-process summary is read back.
+  const Summary s = Summary::from_json(
+      {{"status", "hang"},
             {"failure", {{"kind", "hang"}, {"rank", 1}, {"phase", "collective #7"}, {"message", "m"},
+                         {"checkpoint", "c"}, {"hint", "h"},
                          {"ranks", {{{"rank", 0}, {"status", "oom"}, {"phase", "forward"}, {"allocated_bytes", 2048},
                                      {"capacity_bytes", 4096}, {"message", "CUDA out of memory"}}}},
-                         {"ranks_without_a_view", {2}},
+                         {"ranks_reported", {0}}, {"ranks_without_a_view", {2}},
                          {"hang", {{"suspects", {{{"rank", 1}, {"evidence", "no flight dump"}}}},
                                    {"ranks", {{{"rank", 0}, {"dumped", true}, {"last_completed_seq", 6},
                                                {"last_completed", "all_reduce(Float)"}, {"waiting_seq", 7},
                                                {"waiting_in", "all_gather(Float, in 8, out 16)"}, {"idle_s", 0.0}},
                                               {{"rank", 1}, {"dumped", false}, {"last_completed_seq", nullptr},
                                                {"last_completed", nullptr}, {"waiting_seq", nullptr},
-                                               {"waiting_in", nullptr}, {"idle_s", nullptr}}}}}}}}};
+                                               {"waiting_in", nullptr}, {"idle_s", nullptr}}}}}}}}});
   const std::string html = html_report(s);
   EXPECT_TRUE(has(html, "<td>0</td><td>oom</td><td>forward</td><td>2.00 KiB</td><td>4.00 KiB</td>")) << html;
   EXPECT_TRUE(has(html, "No summary from rank(s) [2]"));

@@ -1,8 +1,8 @@
 // [Note: one summary type] (trainer/report/summary.h): the type is the schema. Every kind
 // of run's summary.json - completed, offloaded, out of memory at partition, refused config,
-// numerically dead fp16, virtual ranks, scaled down, a 2-rank hang - goes through
-// Summary::from_json and back to the same JSON, field for field; a field the type does
-// not carry fails here with the JSON patch that is lost.
+// numerically dead fp16, virtual ranks, scaled down, a 2-rank hang, a 2-rank OOM's merged
+// views - goes through Summary::from_json and back to the same JSON, field for field; a
+// field the type does not carry fails here with the JSON patch that is lost.
 #include <gtest/gtest.h>
 
 #include "tests/support/process.h"
@@ -34,6 +34,11 @@ TEST_P(SummaryType, RoundTripsEveryRunsSummary) {
     ASSERT_NE(s.rank_memory(0), nullptr);
     EXPECT_EQ(s.peak_bytes() > 0, true);
   }
+  if (std::string(c.name) == "oom_two_ranks") {
+    ASSERT_TRUE(s.failure && s.failure->views) << r.summary["failure"].dump();
+    EXPECT_EQ(s.failure->views->reported.size() + s.failure->views->without_a_view.size(), 2u);
+    EXPECT_EQ(s.failure->views->ranks.size(), s.failure->views->reported.size());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -42,6 +47,9 @@ INSTANTIATE_TEST_SUITE_P(
                     Case{"offload", "configs/examples/zero3_offload.json", "--steps 2", 0},
                     Case{"oom", "configs/scenarios/optimizer-partition-oom/ds_config.json",
                          "--model small --device-memory 48MB --steps 2", 3},
+                    // Two processes that both run out: the merged summary of every rank's view.
+                    Case{"oom_two_ranks", "configs/scenarios/optimizer-partition-oom/ds_config.json",
+                         "--model small --device-memory 30MB --ranks 2 --steps 2", 3},
                     Case{"refused", "configs/examples/stage0_fp32.json", "--steps 2 --micro-batch 0", 2},
                     Case{"diverged", "configs/examples/stage0_fp32.json", "--steps 3 --inject inf-grad:0:1", 5},
                     Case{"virtual", "configs/examples/zero3_tiny.json", "--steps 2 --world-size 2", 0},
