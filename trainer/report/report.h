@@ -90,13 +90,7 @@ struct SummaryInput {
 };
 nlohmann::json build_summary(const SummaryInput& in);
 
-// [Note: summary schema] Every summary.json says which schema it follows ("schema":
-// kSummarySchema; docs/reference/summary-json.md). Readers take a summary through
-// read_summary, which refuses one of another schema, or one without (written by a zrepro
-// before the field), with ConfigError naming the file, what it has and what this zrepro
-// reads: a comparison is never made across schemas by accident. The number changes when a
-// field is removed or changes meaning; added fields keep it.
-constexpr const char* kSummarySchema = "zrepro.summary/1";
+// [Note: summary schema] (summary.h): kSummarySchema, checked by read_summary.
 // The summary at path, typed; none when the file is missing or not JSON (a run that
 // ended without writing it); ConfigError naming the file for another schema or a shape
 // the type does not read.

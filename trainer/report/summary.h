@@ -1,16 +1,16 @@
 // summary.json as one C++ type. [Note: one summary type] `zrepro run` writes the JSON
-// (build_summary, report.h); a reader turns it into a Summary with from_json and reads
-// fields, not string keys: a field renamed or removed is then a compile error in the
-// reader, not a silent null. Readers move to it one at a time: `zrepro verify` and the
-// per-step comparisons of ab and verify, ab's table, the HTML report and the merge of the
-// ranks' views read the type. to_json gives back the same JSON, field for field
-// (SummaryType.RoundTripsEveryRunsSummary holds that over ok, offload, OOM, hang, virtual
-// and scale-down runs), so the type is the schema: docs/reference/summary-json.md documents
-// it and SummaryReference checks the page against real runs. Parts whose shape belongs to
+// (build_summary, report.h); every reader (check's baseline, ab, verify, report.html, the
+// merge of the ranks' views) takes it through read_summary (report.h) into a Summary and
+// reads fields, not string keys: a field renamed or removed is a compile error in the
+// reader, not a silent null. to_json gives back the same JSON, field for field
+// (SummaryType.RoundTripsEveryRunsSummary over ok, offload, OOM, refused, diverged,
+// virtual, scaled-down, hung and 2-process OOM runs), so the type is the schema:
+// docs/reference/summary-json.md is generated from its field table (summary_doc.h) and
+// SummaryReference checks the page against real runs. Parts whose shape belongs to
 // another module stay JSON here (model: ModelSpec::to_json; memory.planned:
 // MemoryPlan::to_json; env: zrepro env; effective_config: DsConfig::effective_json;
-// offload, scale_down, virtual_ranks: their builders in report.cpp) until
-// their readers need them typed.
+// offload: report.cpp; scale_down: ScaleDown::to_json; virtual_ranks: run.cpp; a failure's details:
+// its kind's builder) until their readers need them typed.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -21,6 +21,14 @@
 #include <nlohmann/json.hpp>
 
 namespace zrepro {
+
+// [Note: summary schema] Every summary.json says which schema it follows ("schema":
+// kSummarySchema; docs/reference/summary-json.md). Readers take a summary through
+// read_summary (report.h), which refuses one of another schema, or one without (written by a zrepro
+// before the field), with ConfigError naming the file, what it has and what this zrepro
+// reads: a comparison is never made across schemas by accident. The number changes when a
+// field is removed or changes meaning; added fields keep it.
+constexpr const char* kSummarySchema = "zrepro.summary/1";
 
 // Bytes by memory category: params, grads, optimizer_states, activations, comm_buffers, other.
 using SummaryCategories = std::map<std::string, int64_t>;
