@@ -93,9 +93,10 @@ TEST(Offload, EachUploadLandsBeforeTheNextGroupsUpdateAsInDeepSpeed) {
   DeviceMemory::instance().install(0);
   TrainOptions o;
   o.steps = 2;
-  o.host_link_gbps = 0.05;
+  JobSpec job = zrepro_test::one_rank_job(offload_config(2, "optimizer", 1, "bf16"));
+  job.host_link_gbps = 0.05;
   TrainResult r;
-  train(offload_config(2, "optimizer", 1, "bf16"), resolve_model("tiny"), o, r);
+  train(job, o, r);
   std::vector<CopyRecord> up;
   for (const CopyRecord& c : r.copy_log)
     if (c.dir == CopyDir::h2d) up.push_back(c);

@@ -8,6 +8,14 @@
 
 namespace zrepro_test {
 
+// A one-rank job of cfg (resolved for one rank) and a model, `tiny` unless given.
+inline zrepro::JobSpec one_rank_job(zrepro::DsConfig cfg, zrepro::ModelSpec model = zrepro::resolve_model("tiny")) {
+  zrepro::JobSpec job;
+  job.cfg = std::move(cfg);
+  job.model = std::move(model);
+  return job;
+}
+
 // The tracking allocator is installed (unlimited) so device categories are measured.
 inline zrepro::TrainResult train_tiny(const zrepro::DsConfig& cfg, int64_t steps,
                                       std::vector<zrepro::Injection> inject = {}) {
@@ -16,7 +24,7 @@ inline zrepro::TrainResult train_tiny(const zrepro::DsConfig& cfg, int64_t steps
   o.steps = steps;
   o.inject = std::move(inject);
   zrepro::TrainResult r;
-  zrepro::train(cfg, zrepro::resolve_model("tiny"), o, r);
+  zrepro::train(one_rank_job(cfg), o, r);
   return r;
 }
 

@@ -29,9 +29,9 @@ int bench_adam(int argc, char** argv);
 int bench_copy(int argc, char** argv);
 
 // The flags of a planned run (config flags + --world-size, --device-memory,
-// --activation-checkpointing, --device, --steps) and the PlanRequest they give (plan, doctor).
+// --activation-checkpointing, --device, --steps) and the JobSpec they give (plan, doctor).
 void add_plan_flags(cxxopts::Options& o);
-PlanRequest plan_request_from(const cxxopts::ParseResult& r);
+JobSpec plan_request_from(const cxxopts::ParseResult& r);
 
 // Config-resolving flags (--config, --model, --micro-batch, --lr, ...).
 void add_config_flags(cxxopts::Options& o);

@@ -38,7 +38,7 @@ Check libraries() {
 }
 
 // The planner's peak against the capacity, and the host memory the run keeps.
-std::vector<Check> memory(const PlanRequest& req) {
+std::vector<Check> memory(const JobSpec& req) {
   std::vector<Check> out;
   const MemoryPlan p = plan_memory(req);
   if (req.device_capacity <= 0) {
@@ -139,7 +139,7 @@ int doctor_command(int argc, char** argv) {
     make_out_dir(out);
     checks.push_back(libraries());
     if (r.count("config")) {
-      const PlanRequest req = plan_request_from(r);
+      const JobSpec req = plan_request_from(r);
       checks.push_back({"config", req.cfg.warnings.empty() ? "ok" : "warn",
                         req.cfg.file + " resolves (" + std::to_string(req.cfg.warnings.size()) + " warning(s)" +
                             (req.cfg.warnings.empty() ? "" : ": " + req.cfg.warnings.front()) + ")"});

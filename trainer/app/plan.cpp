@@ -34,8 +34,8 @@ void add_plan_flags(cxxopts::Options& o) {
       ("steps", "total steps (resolves scheduler \"auto\")", cxxopts::value<int64_t>()->default_value("50"));
 }
 
-PlanRequest plan_request_from(const cxxopts::ParseResult& r) {
-  PlanRequest req;
+JobSpec plan_request_from(const cxxopts::ParseResult& r) {
+  JobSpec req;
   req.world_size = r["world-size"].as<int>();
   if (req.world_size < 1) throw ConfigError("--world-size: must be >= 1, got " + std::to_string(req.world_size));
   if (r.count("as-rank")) req.rank = r["as-rank"].as<int>();
@@ -64,7 +64,7 @@ int plan_command(int argc, char** argv) {
   add_plan_flags(o);
   o.add_options("plan")("json", "print JSON");
   return command_main(o, argc, argv, [&](const cxxopts::ParseResult& r) -> int {
-    const PlanRequest req = plan_request_from(r);
+    const JobSpec req = plan_request_from(r);
     const MemoryPlan plan = plan_memory(req);
     // An OOM verdict comes with the usual fixes, each planned.
     // (--json lists them whenever there is a capacity: diagnose --write-scenario verifies them.)

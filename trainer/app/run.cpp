@@ -52,9 +52,9 @@ void RunState::write_summary_or_throw(const std::string& status, json failure, s
                                     bool own_view_of_many) {
   if (reports.empty()) reports = virtual_reports;
   if (reports.empty()) reports.push_back(rank_report(rank, result, device_memory_snapshot(dev.device)));
-  SummaryInput in{status, have_cfg ? &cfg : nullptr, have_model ? &model : nullptr, dev.description,
-                  have_cfg ? &result : nullptr, std::move(reports), std::move(failure), topt.host_link_gbps,
-                  topt.pageable_ratio, planned ? &*planned : nullptr, scaled.get(), &topt.loader,
+  SummaryInput in{status, have_cfg ? &job.cfg : nullptr, have_model ? &job.model : nullptr, dev.description,
+                  have_cfg ? &result : nullptr, std::move(reports), std::move(failure), job.host_link_gbps,
+                  job.pageable_ratio, planned ? &*planned : nullptr, scaled.get(), &topt.loader,
                   spec.interconnect_gbps, environment_json(), virtual_json(), config_mismatch};
   const json summary = build_summary(in);
   if (own_view_of_many) return publish_rank_view(spec.out_dir, rank, world, summary);
@@ -146,15 +146,15 @@ StepCallback step_logger(RunState& s, int64_t every) {
     const int64_t steps = s.topt.steps;
     if ((r.step + 1) % every == 0 || r.step + 1 == steps) {
       s.progress.clear();
-      const double sps = r.step_s > 0 ? s.cfg.train_batch_size / r.step_s : 0;
+      const double sps = r.step_s > 0 ? s.job.cfg.train_batch_size / r.step_s : 0;
       std::cout << "[deepspeed] step=" << r.step + 1 << ", skipped=" << s.result.skipped_steps << ", lr=["
-                << fmt(r.lr) << "], mom=[(" << s.cfg.optimizer.beta1 << ", " << s.cfg.optimizer.beta2 << ")]\n"
+                << fmt(r.lr) << "], mom=[(" << s.job.cfg.optimizer.beta1 << ", " << s.job.cfg.optimizer.beta2 << ")]\n"
                 << "[zrepro] step=" << r.step + 1 << "/" << steps << " loss=" << fmt(r.loss, 6)
                 << " grad_norm=" << fmt(r.grad_norm) << " loss_scale=" << fmt(r.loss_scale, 8)
-                << " samples/sec=" << fmt(sps, 6) << " tokens/sec=" << fmt(sps * s.model.seq, 6)
+                << " samples/sec=" << fmt(sps, 6) << " tokens/sec=" << fmt(sps * s.job.model.seq, 6)
                 << " comm_wait=" << fmt(r.comm_wait_s, 3) << "s\n";
-      if (s.cfg.memory_breakdown) std::cout << "[deepspeed] " << memory_line(r.memory) << "\n";
-      if (s.cfg.wall_clock_breakdown) std::cout << clock->line_and_reset() << "\n";
+      if (s.job.cfg.memory_breakdown) std::cout << "[deepspeed] " << memory_line(r.memory) << "\n";
+      if (s.job.cfg.wall_clock_breakdown) std::cout << clock->line_and_reset() << "\n";
     }
     std::cout << std::flush;
     s.progress.update(r, steps);
@@ -218,7 +218,7 @@ void print_done(RunState& s, const std::string& what) {
 // the run as that rank's (its ledger, its steps), with every rank's view in the summary.
 int train_virtual_and_report(RunState& s, const StepCallback& on_step) {
   const bool out = !s.spec.out_dir.empty();
-  VirtualRanks::Outcome o = s.vranks->train_all(s.cfg, s.model, s.topt, on_step);
+  VirtualRanks::Outcome o = s.vranks->train_all(s.job, s.topt, on_step);
   s.virtual_reports = virtual_rank_reports(s, o);
   if (o.error) {
     s.rank = o.failed_rank;
@@ -246,9 +246,9 @@ int train_and_report(RunState& s) {
   const bool out = !s.spec.out_dir.empty();
   if (out && s.speaks()) s.metrics = std::make_unique<MetricsWriter>(s.spec.out_dir);
   if (s.spec.export_inputs && s.speaks())
-    export_inputs(s.spec.out_dir + "/inputs", s.model,
-                  {s.spec.steps, s.cfg.micro_batch, s.cfg.grad_accum, s.world, s.spec.seed});
-  const int64_t every = s.cfg.steps_per_print.value_or(s.spec.log_every);
+    export_inputs(s.spec.out_dir + "/inputs", s.job.model,
+                  {s.spec.steps, s.job.cfg.micro_batch, s.job.cfg.grad_accum, s.world, s.spec.seed});
+  const int64_t every = s.job.cfg.steps_per_print.value_or(s.spec.log_every);
   if (every <= 0) throw ConfigError("--log-every: must be > 0, got " + std::to_string(every));
   s.trace = std::make_unique<TraceRecorder>(s.rank);
   if (out) s.topt.trace = s.trace.get();
@@ -257,7 +257,7 @@ int train_and_report(RunState& s) {
   std::optional<StopWatcher> stop_watcher;
   if (s.several_processes()) stop_watcher.emplace(s.comm(), s.peers, s.rank);
   try {
-    train(s.cfg, s.model, s.topt, s.result, step_logger(s, every));
+    train(s.job, s.topt, s.result, step_logger(s, every));
     if (out) write_rank_trace(s, s.trace_events());
     const std::vector<RankReport> reports = gather_reports(s);
     if (s.metrics) s.metrics->close();
@@ -307,7 +307,7 @@ int run_command(int argc, char** argv) {
   } catch (const PinnedMemoryError& e) {
     return pinned_failure(s, e);
   } catch (const NumericalError& e) {
-    const bool fp16 = s.have_cfg && s.cfg.precision == Precision::fp16;
+    const bool fp16 = s.have_cfg && s.job.cfg.precision == Precision::fp16;
     return s.fail_with(FailureKind::numerical, "step", s.speaks() ? "[deepspeed] " + std::string(e.what()) : "",
                        e.what(),
                        fp16 ? "fp16 overflowed until the loss scale hit min_loss_scale (or the loss went non-finite): "

@@ -62,7 +62,7 @@ bool wait_for(const std::function<bool()>& ready, double seconds) {
       std::ifstream in(dump(k));
       if (in) all[k] = flight_from_json(json::parse(in).at("entries"));
     }
-    const HangDiagnosis d = diagnose_hang(all, s.cfg.grad_accum);
+    const HangDiagnosis d = diagnose_hang(all, s.job.cfg.grad_accum);
     // A mismatch caught by the collective signatures ([Note: collective signatures])
     // ends here at once; a collective that simply never completes, at the timeout.
     const bool mismatch = reason.find("ranks disagree") != std::string::npos;
@@ -124,7 +124,7 @@ int oom_failure(RunState& s, const c10::OutOfMemoryError& e) {
   std::cerr << "[zrepro] rank " << s.rank << ": out of memory in step " << s.result.steps.size() << " ("
             << s.result.steps.size() << " steps completed)" << std::endl;
   json failure = make_failure(FailureKind::oom, s.rank, phase_name(mem.phase()), msg,
-                              oom_hint(at, mem.phase(), stage_policy(s.have_cfg ? s.cfg.zero.stage : 0)));
+                              oom_hint(at, mem.phase(), stage_policy(s.have_cfg ? s.job.cfg.zero.stage : 0)));
   json breakdown = json::object();
   for (int c = 0; c < kNumMemCategories; ++c) breakdown[mem_category_name(static_cast<MemCategory>(c))] = at.by_category[c];
   failure["by_category"] = breakdown;
@@ -155,7 +155,7 @@ int oom_failure(RunState& s, const c10::OutOfMemoryError& e) {
 
 int pinned_failure(RunState& s, const PinnedMemoryError& e) {
   s.progress.clear();
-  const std::string note = s.have_cfg ? pin_memory_default_note(s.cfg) : "";
+  const std::string note = s.have_cfg ? pin_memory_default_note(s.job.cfg) : "";
   std::cerr << "[zrepro] rank " << s.rank << ": " << e.what() << note << std::endl;
   json failure = make_failure(FailureKind::pinned_memory, s.rank, "init", e.what() + note,
                               "raise the memlock limit (ulimit -l), or set pin_memory false for offload "

@@ -68,47 +68,45 @@ static void resolve_config(RunState& s) {
                         "run the toy as that many ranks: --world-size " + std::to_string(target_world) +
                         " (one process) or --ranks " + std::to_string(target_world));
     ScaleRequest sr;
-    sr.target = resolve_model(*spec.target_model, spec.model_overrides);
-    sr.cfg = load_ds_config(require_config(spec.config_path), flags_for(spec, sr.target, s.world));
-    sr.world_size = s.world;
-    sr.target_capacity = *spec.target_device_memory;
+    sr.target.model = resolve_model(*spec.target_model, spec.model_overrides);
+    sr.target.cfg = load_ds_config(require_config(spec.config_path), flags_for(spec, sr.target.model, s.world));
+    sr.target.world_size = s.world;
+    sr.target.device_capacity = *spec.target_device_memory;
+    sr.target.activation_checkpointing = spec.activation_checkpointing;
     if (spec.scale) sr.scale = *spec.scale;
-    sr.activation_checkpointing = spec.activation_checkpointing;
     s.scaled = std::make_unique<ScaleDown>(scale_down(sr));
-    s.model = s.scaled->toy;
-    s.cfg = s.scaled->toy_cfg;
+    s.job.model = s.scaled->toy;
+    s.job.cfg = s.scaled->toy_cfg;
   } else {
-    s.model = resolve_model(spec.model, spec.model_overrides);
-    s.cfg = load_ds_config(require_config(spec.config_path), flags_for(spec, s.model, s.world));
+    s.job.model = resolve_model(spec.model, spec.model_overrides);
+    s.job.cfg = load_ds_config(require_config(spec.config_path), flags_for(spec, s.job.model, s.world));
   }
   s.have_model = s.have_cfg = true;
-  if (spec.export_inputs && (s.model.family != Family::gpt2 || s.model.tied || s.model.attention != Attention::eager))
+  s.job.world_size = s.world;
+  s.job.rank = s.rank;  // ranks differ at stage 2 (DeepSpeed's whole-parameter gradient partition)
+  s.job.device_capacity = s.capacity();
+  s.job.activation_checkpointing = spec.activation_checkpointing;
+  if (spec.export_inputs && (s.job.model.family != Family::gpt2 || s.job.model.tied || s.job.model.attention != Attention::eager))
     throw ConfigError("--export-inputs: the conformance network (conformance/ds_model.py) is the GPT-2 family with an "
-                      "untied LM head and eager attention; got " + std::string(family_name(s.model.family)) +
-                      (s.model.tied ? ", tied" : "") + ", " + attention_name(s.model.attention) +
+                      "untied LM head and eager attention; got " + std::string(family_name(s.job.model.family)) +
+                      (s.job.model.tied ? ", tied" : "") + ", " + attention_name(s.job.model.attention) +
                       " (use --model tiny or small)");
   // LibTorch indexes some kernels with 32 bits: a micro-batch past that is refused here,
   // not left to fail inside a kernel.
-  if (s.cfg.micro_batch > std::numeric_limits<int32_t>::max() / std::max<int64_t>(s.model.seq + 1, 1))
-    throw ConfigError("train_micro_batch_size_per_gpu: got " + std::to_string(s.cfg.micro_batch) + " with sequence " +
-                      std::to_string(s.model.seq) + ": more than 2^31 tokens per micro-batch, past what one device "
+  if (s.job.cfg.micro_batch > std::numeric_limits<int32_t>::max() / std::max<int64_t>(s.job.model.seq + 1, 1))
+    throw ConfigError("train_micro_batch_size_per_gpu: got " + std::to_string(s.job.cfg.micro_batch) + " with sequence " +
+                      std::to_string(s.job.model.seq) + ": more than 2^31 tokens per micro-batch, past what one device "
                       "step can index; use a micro-batch of at most " +
-                      std::to_string(std::numeric_limits<int32_t>::max() / (s.model.seq + 1)));
-  if (spec.dynamic_seq_min && (*spec.dynamic_seq_min < 1 || *spec.dynamic_seq_min > s.model.seq))
+                      std::to_string(std::numeric_limits<int32_t>::max() / (s.job.model.seq + 1)));
+  if (spec.dynamic_seq_min && (*spec.dynamic_seq_min < 1 || *spec.dynamic_seq_min > s.job.model.seq))
     throw ConfigError("--dynamic-seq: got " + std::to_string(*spec.dynamic_seq_min) + ", expected 1.." +
-                      std::to_string(s.model.seq) + " (the model's sequence length)");
+                      std::to_string(s.job.model.seq) + " (the model's sequence length)");
 }
 
-// What the planner is asked about this run (CPU-emulated device).
-PlanRequest plan_request(const RunState& s) {
-  PlanRequest pr;
-  pr.model = s.model;
-  pr.cfg = s.cfg;
-  pr.world_size = s.world;
-  pr.device_capacity = s.capacity();
-  pr.activation_checkpointing = s.spec.activation_checkpointing;
-  pr.rank = s.rank;  // ranks differ at stage 2 (DeepSpeed's whole-parameter gradient partition)
-  return pr;
+JobSpec plan_request(const RunState& s) {
+  JobSpec job = s.job;
+  job.cpu_device = true;
+  return job;
 }
 
 // [Note: the emulated device lives in host memory] On the CPU-emulated device every rank's
@@ -138,6 +136,7 @@ static void install_device(RunState& s) {
   const RunSpec& spec = s.spec;
   s.dev = for_flag("--device " + spec.device, [&] { return select_device(spec.device, mpi_local_rank()); });
   s.topt.device = s.dev.device;
+  s.job.cpu_device = s.dev.device.is_cpu();
   const int64_t cap = s.capacity();
   if (!s.dev.device.is_cpu()) {
     if (cap > 0) {
@@ -173,16 +172,16 @@ static void install_device(RunState& s) {
 static void derive_host_link(RunState& s) {
   if (!s.spec.host_link_profile) return;
   if (!s.dev.device.is_cpu()) throw ConfigError("--host-link-profile: only the CPU-emulated device models the link");
-  const DerivedLink d = derive_link(*s.spec.host_link_profile, compute_dtype(s.cfg.precision, s.dev.device),
-                                    s.cfg.micro_batch * s.model.seq, s.model.hidden, s.model.intermediate);
+  const DerivedLink d = derive_link(*s.spec.host_link_profile, compute_dtype(s.job.cfg.precision, s.dev.device),
+                                    s.job.cfg.micro_batch * s.job.model.seq, s.job.model.hidden, s.job.model.intermediate);
   // Every rank must model the same link: rank 0's measurement decides.
   torch::Tensor v = torch::tensor({d.link_gbps}, torch::kDouble);
   if (!s.vranks) s.comm().broadcast(v, 0, "host link profile")->wait();  // virtual: one measurement already
-  s.topt.host_link_gbps = v.item<double>();
+  s.job.host_link_gbps = v.item<double>();
   if (s.speaks())
     std::cout << "[zrepro] host link " << d.profile.name << ": target " << fmt(d.profile.link_gbps) << " GB/s for "
               << fmt(d.profile.achieved_tflops) << " achieved TFLOPS; this CPU " << fmt(d.cpu_gflops)
-              << " GFLOPS -> modelled link " << fmt(s.topt.host_link_gbps) << " GB/s\n";
+              << " GFLOPS -> modelled link " << fmt(s.job.host_link_gbps) << " GB/s\n";
 }
 
 // Each --inject names a rank of this world and a step of this run.
@@ -235,7 +234,7 @@ static void compare_rank_configs(RunState& s) {
   if (s.world == 1 || s.vranks || !s.ranks->mpi) return;
   std::vector<json> per_rank;
   for (const std::string& t :
-       mpi_all_gather_text(s.cfg.resolved_json().dump(-1, ' ', false, json::error_handler_t::replace)))
+       mpi_all_gather_text(s.job.cfg.resolved_json().dump(-1, ' ', false, json::error_handler_t::replace)))
     per_rank.push_back(json::parse(t, nullptr, false));
   s.config_mismatch = config_mismatch(per_rank);
   if (s.rank == 0)
@@ -255,11 +254,10 @@ void set_up(RunState& s, int* argc, char*** argv) {
   s.topt.steps = spec.steps;
   s.topt.seed = spec.seed;
   s.topt.verify_replicas = spec.verify_replicas;
-  s.topt.activation_checkpointing = spec.activation_checkpointing;
   s.topt.dynamic_seq_min = spec.dynamic_seq_min.value_or(0);
   s.topt.loader = spec.loader;
-  s.topt.host_link_gbps = spec.host_link_gbps;
-  s.topt.pageable_ratio = spec.pageable_ratio;
+  s.job.host_link_gbps = spec.host_link_gbps;
+  s.job.pageable_ratio = spec.pageable_ratio;
   if (spec.memlock_limit) {
     for_flag("--memlock-limit", [&] { restrict_memlock(*spec.memlock_limit); });
     if (s.speaks())
@@ -296,8 +294,8 @@ void print_header(RunState& s) {
     std::cout << "[zrepro] oversubscribed: " << mpi_local_size() << " ranks on " << cpu_slots()
               << " core(s) of this node share them ([Note: oversubscribed ranks]): memory and losses are exact, step "
               << "times measure the sharing\n";
-  const DsConfig& cfg = s.cfg;
-  const ModelSpec& model = s.model;
+  const DsConfig& cfg = s.job.cfg;
+  const ModelSpec& model = s.job.model;
   for (const auto& w : cfg.warnings) std::cout << "[zrepro] warning: " << w << "\n";
   if (s.spec.print_config) std::cout << format_config_dump(cfg);
   if (s.scaled) {

@@ -62,8 +62,9 @@ struct RunState {
   bool trace_complete = false;                    // its collectives and copies added (trace_events)
   std::vector<std::string> config_mismatch;       // keys where the ranks' effective configs differ
   std::vector<Peer> peers;                        // several processes: every rank's host and pid
-  DsConfig cfg;
-  ModelSpec model;
+  // What is trained, built once at set-up ([Note: one job description]): the config, the
+  // model, the world, this rank, the capacity, activation checkpointing and the host link.
+  JobSpec job;
   bool have_cfg = false, have_model = false;
   std::unique_ptr<ScaleDown> scaled;     // --target-model: the toy derived from the target
   std::optional<MemoryPlan> planned;     // the planner's prediction for this run (CPU-emulated device)
@@ -116,8 +117,9 @@ void set_up(RunState& s, int* argc, char*** argv);
 void print_header(RunState& s);
 // A flag error found before set-up still leaves its summary in --out, if it can be made.
 void make_out_dir_quietly(RunState& s);
-// What the planner is asked about this run (CPU-emulated device).
-PlanRequest plan_request(const RunState& s);
+// The job as the planner is asked about it: the planner's figures are the CPU-emulated
+// device's (fp16 computes in fp32 there), whichever device trains it.
+JobSpec plan_request(const RunState& s);
 // [Note: the emulated device lives in host memory] (run_setup.cpp).
 struct HostShortfall : std::runtime_error {
   using std::runtime_error::runtime_error;

@@ -204,8 +204,10 @@ int64_t dynamic_seq_len(int64_t step, int64_t min_len, int64_t max_len) {
 
 namespace {
 
-std::unique_ptr<ZeroEngine> make_engine(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts,
-                                        Communicator& comm) {
+// The engine's configuration: the job's, on this run's device (the one place a JobSpec
+// becomes an EngineConfig).
+std::unique_ptr<ZeroEngine> make_engine(const JobSpec& job, const TrainOptions& opts, Communicator& comm) {
+  const DsConfig& cfg = job.cfg;
   EngineConfig ecfg;
   ecfg.precision = cfg.precision;
   ecfg.zero = cfg.zero;
@@ -216,18 +218,18 @@ std::unique_ptr<ZeroEngine> make_engine(const DsConfig& cfg, const ModelSpec& sp
   ecfg.gradient_clipping = cfg.gradient_clipping;
   ecfg.comm_dtype = comm_dtype_of(cfg);
   ecfg.device = opts.device;
-  ecfg.host_link_gbps = opts.host_link_gbps;
-  ecfg.pageable_ratio = opts.pageable_ratio;
-  ecfg.buffers = opts.buffer_policy;
+  ecfg.host_link_gbps = job.host_link_gbps;
+  ecfg.pageable_ratio = job.pageable_ratio;
+  ecfg.buffers = job.buffers;
   for (const auto& inj : opts.inject)
     if (inj.kind == InjectKind::drop_accumulated_grads && inj.rank == comm.rank()) ecfg.drop_accumulated_grads = true;
   // Initial values come from the host (like a checkpoint) and are not device memory.
   std::vector<torch::Tensor> init;
   {
     DeviceMemory::HostScope host;
-    init = gpt_init(spec, opts.seed);
+    init = gpt_init(job.model, opts.seed);
   }
-  return std::make_unique<ZeroEngine>(spec.layer_shapes(), init, ecfg, comm);
+  return std::make_unique<ZeroEngine>(job.model.layer_shapes(), init, ecfg, comm);
 }
 
 // Every micro-batch this rank will load, in order (the loader prefetches them).
@@ -368,15 +370,20 @@ void stop_if_asked(const TrainOptions& opts, int64_t step) {
 
 }  // namespace
 
-void train(const DsConfig& cfg, const ModelSpec& spec, const TrainOptions& opts, TrainResult& result,
-           const StepCallback& on_step, bool keep_final_params) {
+void train(const JobSpec& job, const TrainOptions& opts, TrainResult& result, const StepCallback& on_step,
+           bool keep_final_params) {
   SelfCommunicator self;
   Communicator& comm = opts.comm ? *opts.comm : self;
   const int rank = comm.rank(), world = comm.world_size();
+  if (job.world_size != world)
+    throw ConfigError("the job is for " + std::to_string(job.world_size) + " rank(s) and the communicator has " +
+                      std::to_string(world) + ": resolve the config for the ranks that train it");
+  const DsConfig& cfg = job.cfg;
+  const ModelSpec& spec = job.model;
   torch::manual_seed(opts.seed);
-  const std::unique_ptr<ZeroEngine> engine = make_engine(cfg, spec, opts, comm);
+  const std::unique_ptr<ZeroEngine> engine = make_engine(job, opts, comm);
   Gpt model(spec, compute_dtype(cfg.precision, opts.device), opts.device,
-            Checkpointing{opts.activation_checkpointing, cfg.activation_checkpointing.cpu_checkpointing});
+            Checkpointing{job.activation_checkpointing, cfg.activation_checkpointing.cpu_checkpointing});
   MarkovData data(spec.vocab, spec.seq, opts.seed);
   BatchLoader loader(data, batch_keys(cfg, opts, rank, world), opts.loader);
   Loop l{cfg, spec, opts, comm, *engine, model, loader, result};

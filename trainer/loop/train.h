@@ -11,8 +11,7 @@
 #include <torch/torch.h>
 
 #include "device/device_memory.h"
-#include "trainer/config/ds_config.h"
-#include "trainer/config/model_spec.h"
+#include "trainer/config/job_spec.h"
 #include "trainer/loop/trace.h"
 #include "zero/comm/communicator.h"
 #include "trainer/loop/loader.h"
@@ -56,6 +55,7 @@ struct StepFaults {
 };
 StepFaults faults_at(const std::vector<Injection>& inject, int rank, int64_t step, int64_t grad_accum);
 
+// How one run of a job is carried out (what is trained: JobSpec).
 struct TrainOptions {
   int64_t steps = 50;
   uint64_t seed = 1234;
@@ -63,10 +63,7 @@ struct TrainOptions {
   Communicator* comm = nullptr;  // null: a single rank (SelfCommunicator)
   std::vector<Injection> inject;
   bool verify_replicas = false;  // stages 0-2: check parameters are bit-identical on all ranks each step
-  bool activation_checkpointing = false;  // recompute each block in backward
   TraceRecorder* trace = nullptr;         // compute spans and memory counter, when set
-  double host_link_gbps = 0;              // offload copy engine: host-link model
-  double pageable_ratio = 0.5;
   // Dynamic padding (batches padded to their longest sample instead of a fixed
   // length): step j uses a sequence length between dynamic_seq_min and the model's,
   // the same for every micro-step and rank of the step. 0: fixed length.
@@ -79,9 +76,6 @@ struct TrainOptions {
   // SIGTERM) ends the run there with Interrupted; 0 goes on. The answer must be the same
   // on every rank (run.cpp agrees it across processes).
   std::function<int()> stop_signal;
-  // Overrides the engine's buffer policy (experiments and tests; see
-  // [Note: one buffer policy for run and plan] in zero/schedule/buffer_policy.h).
-  std::optional<BufferPolicy> buffer_policy;
 };
 // The sequence length of step `step` under dynamic padding (deterministic).
 int64_t dynamic_seq_len(int64_t step, int64_t min_len, int64_t max_len);
@@ -116,7 +110,9 @@ struct TrainResult {
 // at minimum, non-finite loss); result keeps the steps completed before that.
 // on_step runs after every optimizer step (logging, metrics) with the scaler event.
 using StepCallback = std::function<void(const StepRecord&, const std::string& scale_log)>;
-void train(const DsConfig& cfg, const ModelSpec& model, const TrainOptions& opts, TrainResult& result,
-           const StepCallback& on_step = {}, bool keep_final_params = false);
+// job.world_size must be the communicator's (ConfigError otherwise): the job the planner
+// sees is the job that is trained ([Note: one job description], trainer/config/job_spec.h).
+void train(const JobSpec& job, const TrainOptions& opts, TrainResult& result, const StepCallback& on_step = {},
+           bool keep_final_params = false);
 
 }  // namespace zrepro

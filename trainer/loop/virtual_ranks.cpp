@@ -26,7 +26,7 @@ void VirtualRanks::model_busbw(double gbps) {
   for (auto& c : comms_) c->model_busbw(gbps);
 }
 
-VirtualRanks::Outcome VirtualRanks::train_all(const DsConfig& cfg, const ModelSpec& model, const TrainOptions& opts,
+VirtualRanks::Outcome VirtualRanks::train_all(const JobSpec& job, const TrainOptions& opts,
                                               const StepCallback& on_step, bool keep_final_params) {
   Outcome out;
   out.results.resize(world_);
@@ -44,7 +44,7 @@ VirtualRanks::Outcome VirtualRanks::train_all(const DsConfig& cfg, const ModelSp
       cuda_watch_phases(o.device.index(), k);  // the GPU's phases are the subject's
     }
     try {
-      train(cfg, model, o, out.results[k], k == subject_ ? on_step : StepCallback{}, keep_final_params);
+      train(job, o, out.results[k], k == subject_ ? on_step : StepCallback{}, keep_final_params);
     } catch (const CommError& e) {
       std::lock_guard<std::mutex> lock(mu);
       if (!first_comm_error) first_comm_error = std::current_exception(), first_comm_rank = k;

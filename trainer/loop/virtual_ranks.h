@@ -48,7 +48,7 @@ class VirtualRanks {
   // Trains every virtual rank to the end or to the first failure (which aborts the
   // others' collectives so that every thread ends). opts.comm is set per rank; on_step,
   // opts.trace and the data loader's pinned batches belong to the subject alone.
-  Outcome train_all(const DsConfig& cfg, const ModelSpec& model, const TrainOptions& opts, const StepCallback& on_step,
+  Outcome train_all(const JobSpec& job, const TrainOptions& opts, const StepCallback& on_step,
                     bool keep_final_params = false);
 
  private:

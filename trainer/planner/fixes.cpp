@@ -23,24 +23,24 @@ nlohmann::json FixPrediction::to_json() const {
           {"peak_share", peak_share}, {"config_patch", config_patch}, {"args", args}};
 }
 
-std::vector<FixPrediction> predict_fixes(const PlanRequest& req) {
+std::vector<FixPrediction> predict_fixes(const JobSpec& req) {
   using json = nlohmann::json;
   std::vector<FixPrediction> out;
   if (req.device_capacity <= 0) return out;
   auto plan = [&](const std::string& fix, const std::string& flags, const json& patch,
-                  std::vector<std::string> args, PlanRequest r) {
+                  std::vector<std::string> args, JobSpec r) {
     const MemoryPlan p = plan_memory(r);
     out.push_back({fix, flags, p.fits && p.pinned_fits, p.peak_bytes,
                    static_cast<double>(p.peak_bytes) / static_cast<double>(req.device_capacity), patch, std::move(args)});
   };
   const ZeroConfig& z = req.cfg.zero;
   if (!req.activation_checkpointing) {
-    PlanRequest r = req;
+    JobSpec r = req;
     r.activation_checkpointing = true;
     plan("activation checkpointing", "--activation-checkpointing", nullptr, {"--activation-checkpointing"}, r);
   }
   if (req.cfg.micro_batch % 2 == 0) {
-    PlanRequest r = req;
+    JobSpec r = req;
     r.cfg.micro_batch /= 2;
     r.cfg.grad_accum *= 2;
     plan("micro-batch " + std::to_string(r.cfg.micro_batch) + " x gas " + std::to_string(r.cfg.grad_accum),
@@ -49,12 +49,12 @@ std::vector<FixPrediction> predict_fixes(const PlanRequest& req) {
          {}, r);
   }
   if (!stage_policy(z.stage).shard_params()) {
-    PlanRequest r = req;
+    JobSpec r = req;
     r.cfg.zero.stage = StagePolicy::first_sharding_stage(ModelState::parameters);
     plan("ZeRO stage 3", "--zero-stage 3", {{"zero_optimization", {{"stage", 3}}}}, {}, r);
   }
   if (!z.offload_optimizer.enabled()) {
-    PlanRequest r = req;
+    JobSpec r = req;
     r.cfg.zero.stage = std::max(r.cfg.zero.stage, StagePolicy::first_sharding_stage(ModelState::optimizer_states));
     r.cfg.zero.offload_optimizer.device = "cpu";
     plan("optimizer offload to the host" + std::string(stage_policy(req.cfg.zero.stage).shard_optimizer() ? "" : " (ZeRO stage 1)"),
@@ -67,7 +67,7 @@ std::vector<FixPrediction> predict_fixes(const PlanRequest& req) {
   const int64_t h2 = req.model.hidden * req.model.hidden;
   const bool stage3 = stage_policy(z.stage).shard_params();
   if (stage_policy(z.stage).uses_reducer() && (z.reduce_bucket_size > h2 || (!stage3 && z.allgather_bucket_size > h2))) {
-    PlanRequest r = req;
+    JobSpec r = req;
     r.cfg.zero.reduce_bucket_size = std::min(z.reduce_bucket_size, h2);
     r.cfg.zero.allgather_bucket_size = std::min(z.allgather_bucket_size, h2);
     plan("buckets of hidden^2 = " + std::to_string(h2) + " elements",
@@ -79,7 +79,7 @@ std::vector<FixPrediction> predict_fixes(const PlanRequest& req) {
   // Stage 3 keeps at most one block's parameters gathered beyond the one computing.
   const int64_t block = req.model.block_params();
   if (stage3 && (z.stage3_max_live_parameters > block || z.stage3_prefetch_bucket_size > block)) {
-    PlanRequest r = req;
+    JobSpec r = req;
     r.cfg.zero.stage3_max_live_parameters = std::min(z.stage3_max_live_parameters, block);
     r.cfg.zero.stage3_prefetch_bucket_size = std::min(z.stage3_prefetch_bucket_size, block);
     r.cfg.zero.stage3_max_reuse_distance = 0;

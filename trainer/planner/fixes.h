@@ -29,7 +29,7 @@ struct FixPrediction {
 
 // The fixes that apply to req (one already in place is left out), planned; those that
 // fit first, by peak. Empty without a capacity.
-std::vector<FixPrediction> predict_fixes(const PlanRequest& req);
+std::vector<FixPrediction> predict_fixes(const JobSpec& req);
 
 // "planner: fits with activation checkpointing (peak 76%), ...; not with ZeRO stage 3 (112%)".
 std::string format_fixes(const std::vector<FixPrediction>& fixes);

@@ -177,7 +177,7 @@ class PlannedReduce : public ReduceOps {
 // activation tapes between the calls, plus the engine's init and step allocations.
 class PlanSim {
  public:
-  PlanSim(const PlanRequest& req, MemoryPlan& plan)
+  PlanSim(const JobSpec& req, MemoryPlan& plan)
       : req_(req), z_(req.cfg.zero), policy_(stage_policy(z_.stage)),
         buffers_(req.buffers ? *req.buffers : buffer_policy(z_)), ws_(req.world_size), plan_(plan), tl_(plan) {
     const Precision p = req.cfg.precision;
@@ -435,7 +435,7 @@ class PlanSim {
     if (shards_) shards_->mark_stale();  // persistent parameters are re-gathered
   }
 
-  const PlanRequest& req_;
+  const JobSpec& req_;
   const ZeroConfig& z_;
   StagePolicy policy_;
   BufferPolicy buffers_;
@@ -489,7 +489,7 @@ std::vector<DeepSpeedEstimate> deepspeed_estimates(int64_t psi, int64_t largest,
   return out;
 }
 
-MemoryPlan plan_memory(const PlanRequest& req) {
+MemoryPlan plan_memory(const JobSpec& req) {
   MemoryPlan plan;
   plan.world_size = req.world_size;
   plan.zero_stage = req.cfg.zero.stage;
@@ -540,7 +540,7 @@ json MemoryPlan::to_json() const {
   return j;
 }
 
-std::string format_plan(const MemoryPlan& p, const PlanRequest& req) {
+std::string format_plan(const MemoryPlan& p, const JobSpec& req) {
   std::ostringstream os;
   const ModelSpec& m = req.model;
   os << "[zrepro plan] model " << m.name << " (" << m.param_count() << " params, " << m.layers << " layers, hidden "

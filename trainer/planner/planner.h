@@ -17,29 +17,11 @@
 #include <nlohmann/json.hpp>
 
 #include "device/device_memory.h"
-#include "trainer/config/ds_config.h"
-#include "trainer/config/model_spec.h"
-#include "zero/schedule/buffer_policy.h"
+#include "trainer/config/job_spec.h"
 
 namespace zrepro {
 
 using CategoryBytes = std::array<int64_t, kNumMemCategories>;
-
-struct PlanRequest {
-  ModelSpec model;
-  DsConfig cfg;  // resolved for world_size (batch triple, precision, zero section)
-  int world_size = 1;
-  int64_t device_capacity = 0;  // 0: unlimited
-  bool activation_checkpointing = false;
-  bool cpu_device = true;  // the CPU-emulated device (fp16 computes in fp32 there)
-  // The engine's buffer policy, when a run overrides it (EngineConfig::buffers).
-  std::optional<BufferPolicy> buffers;
-  // Whose bytes: DeepSpeed's stage 2 gradient partition differs by rank (zero/
-  // schedule/partition.h). Unset: the rank that holds the most, which OOMs first.
-  std::optional<int> rank;
-  // GPUs per node, for DeepSpeed's estimator figures (0: all world_size on one node).
-  int gpus_per_node = 0;
-};
 
 struct PhasePeak {
   Phase phase = Phase::init;
@@ -79,7 +61,7 @@ struct MemoryPlan {
   nlohmann::json to_json() const;
 };
 
-MemoryPlan plan_memory(const PlanRequest& req);
+MemoryPlan plan_memory(const JobSpec& req);
 
 // DeepSpeed 0.19.6 estimators (estimate_zero2/3_model_states_mem_needs), largest_layer = the largest
 // layer's parameter count, gpus = world size on one node.
@@ -90,6 +72,6 @@ std::vector<DeepSpeedEstimate> deepspeed_estimates(int64_t params, int64_t large
                                                    int zero_stage);
 
 // Human table: phases, categories at the peak, verdict, DeepSpeed's figures.
-std::string format_plan(const MemoryPlan& plan, const PlanRequest& req);
+std::string format_plan(const MemoryPlan& plan, const JobSpec& req);
 
 }  // namespace zrepro

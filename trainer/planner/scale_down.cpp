@@ -43,14 +43,14 @@ int64_t divide(int64_t v, double k) { return std::max<int64_t>(1, std::llround(s
 }  // namespace
 
 ScaleDown scale_down(const ScaleRequest& req) {
-  if (req.target_capacity <= 0)
+  if (req.target.device_capacity <= 0)
     throw ConfigError("--target-device-memory: required with --target-model (scale-down keeps each memory category's "
                       "share of the target's capacity), e.g. --target-device-memory 80GB");
   if (req.scale != 0 && req.scale < 1)
     throw ConfigError("--scale: got " + std::to_string(req.scale) + ", expected auto or a factor >= 1");
   ScaleDown sd;
-  sd.target = req.target;
-  const ModelSpec& t = req.target;
+  sd.target = req.target.model;
+  const ModelSpec& t = req.target.model;
   const int64_t h = req.scale == 1 ? t.hidden : toy_hidden(t, req.scale);
   sd.toy = h == t.hidden ? t : shrink(t, h);
   sd.linear = static_cast<double>(t.hidden) / static_cast<double>(h);
@@ -60,7 +60,7 @@ ScaleDown scale_down(const ScaleRequest& req) {
                           std::to_string(sd.toy.param_count()) + " parameters (> " + std::to_string(kAutoToyParams) +
                           "); the run will be slow");
 
-  sd.toy_cfg = req.cfg;
+  sd.toy_cfg = req.target.cfg;
   ZeroConfig& z = sd.toy_cfg.zero;
   auto scale_key = [&](const char* name, int64_t& v, double k) {
     const int64_t before = v;
@@ -73,17 +73,12 @@ ScaleDown scale_down(const ScaleRequest& req) {
   scale_key("stage3_max_live_parameters", z.stage3_max_live_parameters, sd.factor);
   scale_key("stage3_max_reuse_distance", z.stage3_max_reuse_distance, sd.factor);
   scale_key("stage3_param_persistence_threshold", z.stage3_param_persistence_threshold, sd.linear);
-  sd.toy_capacity = divide(req.target_capacity, sd.factor);
+  sd.toy_capacity = divide(req.target.device_capacity, sd.factor);
 
-  PlanRequest target_req;
-  target_req.model = t;
-  target_req.cfg = req.cfg;
-  target_req.world_size = req.world_size;
-  target_req.device_capacity = req.target_capacity;
-  target_req.activation_checkpointing = req.activation_checkpointing;
+  JobSpec target_req = req.target;
   target_req.cpu_device = false;  // the target runs on GPUs
   sd.target_plan = plan_memory(target_req);
-  PlanRequest toy_req = target_req;
+  JobSpec toy_req = target_req;
   toy_req.model = sd.toy;
   toy_req.cfg = sd.toy_cfg;
   toy_req.device_capacity = sd.toy_capacity;
@@ -93,9 +88,9 @@ ScaleDown scale_down(const ScaleRequest& req) {
   auto share = [](int64_t b, int64_t cap) { return static_cast<double>(b) / static_cast<double>(cap); };
   for (int c = 0; c < kNumMemCategories; ++c)
     sd.fidelity.push_back({mem_category_name(static_cast<MemCategory>(c)),
-                           share(sd.target_plan.by_category[c], req.target_capacity),
+                           share(sd.target_plan.by_category[c], req.target.device_capacity),
                            share(sd.toy_plan.by_category[c], sd.toy_capacity)});
-  sd.fidelity.push_back({"peak", share(sd.target_plan.peak_bytes, req.target_capacity),
+  sd.fidelity.push_back({"peak", share(sd.target_plan.peak_bytes, req.target.device_capacity),
                          share(sd.toy_plan.peak_bytes, sd.toy_capacity)});
   for (const auto& r : sd.fidelity) {
     const double big = std::max(r.target_share, r.toy_share);
@@ -109,7 +104,7 @@ ScaleDown scale_down(const ScaleRequest& req) {
   if (sd.target_plan.fits != sd.toy_plan.fits ||
       (!sd.target_plan.fits && sd.target_plan.oom_phase != sd.toy_plan.oom_phase))
     sd.warnings.push_back("the planner's verdict differs between the target and the toy; the toy may not reproduce it");
-  if (req.cfg.precision == Precision::fp16)
+  if (req.target.cfg.precision == Precision::fp16)
     sd.warnings.push_back("fp16 computes in fp32 on the CPU-emulated device (LibTorch 1.13 has no CPU fp16 matmul): "
                           "the toy's activations are larger than the target's");
   return sd;

@@ -19,12 +19,11 @@
 namespace zrepro {
 
 struct ScaleRequest {
-  ModelSpec target;
-  DsConfig cfg;  // resolved for the target (its hidden size resolved the "auto"s)
-  int world_size = 1;
-  int64_t target_capacity = 0;
+  // The target job: its model, its config resolved for it (its hidden size resolved the
+  // "auto"s), world, capacity and activation checkpointing. It runs on GPUs (cpu_device
+  // is ignored); the toy gets the same job with the toy's model, config and capacity.
+  JobSpec target;
   double scale = 0;  // parameter factor K; 0: auto (toy of at most kAutoToyParams)
-  bool activation_checkpointing = false;
 };
 constexpr int64_t kAutoToyParams = 2000000;
 

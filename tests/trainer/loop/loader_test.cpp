@@ -14,6 +14,7 @@
 #include "trainer/config/model_spec.h"
 #include "trainer/loop/loader.h"
 #include "trainer/loop/train.h"
+#include "tests/support/train_helpers.h"
 
 using namespace zrepro;
 
@@ -81,9 +82,9 @@ TEST(Loader, TrainingWithWorkersKeepsTheLosses) {
   TrainResult plain, loaded;
   TrainOptions o;
   o.steps = 4;
-  train(cfg, resolve_model("tiny"), o, plain);
+  train(zrepro_test::one_rank_job(cfg), o, plain);
   o.loader = {3, 2, 1.0, true};
-  train(cfg, resolve_model("tiny"), o, loaded);
+  train(zrepro_test::one_rank_job(cfg), o, loaded);
   ASSERT_EQ(plain.steps.size(), loaded.steps.size());
   for (size_t i = 0; i < plain.steps.size(); ++i) EXPECT_EQ(plain.steps[i].loss, loaded.steps[i].loss) << "step " << i;
   EXPECT_GT(loaded.input_pinned_peak, 0);

@@ -92,7 +92,7 @@ TEST(Train, OverflowAtMinimumScaleIsANumericalFailure) {
   o.steps = 10;
   o.inject = {parse_injection("inf-grad:0:1-")};
   TrainResult r;
-  EXPECT_THROW(train(cfg, resolve_model("tiny"), o, r), NumericalError);
+  EXPECT_THROW(train(zrepro_test::one_rank_job(cfg), o, r), NumericalError);
   // scale 4 -> 2 (step 1), 2 -> 1 (step 2), abort at step 3.
   EXPECT_EQ(r.steps.size(), 3u);
   EXPECT_EQ(r.skipped_steps, 2);
@@ -172,7 +172,7 @@ TEST(Train, Fp32InfGradientIsANumericalFailureAtThatStep) {
   o.inject = {parse_injection("inf-grad:0:3")};
   TrainResult r;
   try {
-    train(cfg, resolve_model("tiny"), o, r);
+    train(zrepro_test::one_rank_job(cfg), o, r);
     FAIL() << "an inf gradient went through and the run ended ok";
   } catch (const NumericalError& e) {
     EXPECT_NE(std::string(e.what()).find("gradient norm is not finite at step 4"), std::string::npos) << e.what();
@@ -187,7 +187,7 @@ TEST(Train, Bf16DivergedLossIsNumericalEvenWhenItsStepsAreSkipped) {
   TrainOptions o;
   o.steps = 30;
   TrainResult r;
-  EXPECT_THROW(train(cfg, resolve_model("tiny"), o, r), NumericalError);
+  EXPECT_THROW(train(zrepro_test::one_rank_job(cfg), o, r), NumericalError);
   EXPECT_LT(r.steps.size(), 30u);
 }
 
@@ -212,9 +212,10 @@ TEST(Train, ActivationCheckpointingKeepsLossesAndCutsActivations) {
     mem.reset_peaks();
     TrainOptions o;
     o.steps = 4;
-    o.activation_checkpointing = ckpt;
+    JobSpec job = zrepro_test::one_rank_job(cfg);
+    job.activation_checkpointing = ckpt;
     TrainResult r;
-    train(cfg, resolve_model("tiny"), o, r);
+    train(job, o, r);
     return std::make_pair(r, mem.snapshot().category_peaks[static_cast<int>(MemCategory::activations)]);
   };
   auto [plain, plain_act] = run_with(false);
@@ -249,7 +250,7 @@ TEST(Train, DynamicSequenceLengthsKeepSplitsEquivalent) {
     o.steps = 8;
     o.dynamic_seq_min = 8;
     TrainResult r;
-    train(config(R"({"train_micro_batch_size_per_gpu": )" + std::to_string(micro) + ", " + base), resolve_model("tiny"),
+    train(zrepro_test::one_rank_job(config(R"({"train_micro_batch_size_per_gpu": )" + std::to_string(micro) + ", " + base)),
           o, r);
     return r;
   };

@@ -89,7 +89,7 @@ TEST(VirtualRanks, FourRanksEveryRankAsRankR) {
     EXPECT_NE(virt.output.find("reporting as rank 3"), std::string::npos) << virt.output;
     // The planner agrees with every virtual rank (stage 2's ranks differ).
     for (int k = 0; k < 4; ++k) {
-      PlanRequest req;
+      JobSpec req;
       req.model = resolve_model("tiny");
       req.cfg = planner_test::make_config(cfg, 2, 2, "fp32", 4);
       req.world_size = 4;

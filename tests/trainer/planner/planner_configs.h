@@ -34,7 +34,7 @@ inline DsConfig make_config(const std::string& json, int64_t micro, int64_t gas,
 
 inline MemoryPlan predict(const DsConfig& cfg, bool ckpt, int ws = 1, int64_t capacity = 0,
                    std::optional<BufferPolicy> buffers = std::nullopt, const ModelSpec& model = resolve_model("tiny")) {
-  PlanRequest req;
+  JobSpec req;
   req.buffers = buffers;
   req.model = model;
   req.cfg = cfg;

@@ -15,6 +15,7 @@
 #include "trainer/planner/planner.h"
 #include "trainer/planner/scale_down.h"
 #include "trainer/loop/train.h"
+#include "tests/support/train_helpers.h"
 #include "tests/trainer/planner/planner_configs.h"
 #include "trainer/planner/fixes.h"
 #include "trainer/model/gpt.h"
@@ -43,10 +44,11 @@ Measured measure(const DsConfig& cfg, bool ckpt, std::optional<BufferPolicy> buf
   mem.reset_peaks();
   TrainOptions o;
   o.steps = 2;
-  o.activation_checkpointing = ckpt;
-  o.buffer_policy = buffers;
+  JobSpec job = zrepro_test::one_rank_job(cfg, model);
+  job.activation_checkpointing = ckpt;
+  job.buffers = buffers;
   TrainResult r;
-  train(cfg, model, o, r);
+  train(job, o, r);
   const MemorySnapshot s = mem.snapshot();
   return {s.peak - before.allocated, s.peak_phase, s.category_peaks[kComm] - before.by_category[kComm]};
 }
@@ -240,19 +242,19 @@ TEST(Planner, DeepSpeedsLargestLayerIsTheLargestModule) {
 
 TEST(ScaleDown, ToyKeepsEveryCategorysShareOfCapacity) {
   ScaleRequest req;
-  req.target = resolve_model("gpt2-xl");
-  req.world_size = 4;
+  req.target.model = resolve_model("gpt2-xl");
+  req.target.world_size = 4;
   ConfigFlags f;
   f.world_size = 4;
-  f.hidden_size = req.target.hidden;
-  req.cfg = parse_ds_config(kZero2Bf16, "z2.json", f);
-  req.target_capacity = 40000000000;
+  f.hidden_size = req.target.model.hidden;
+  req.target.cfg = parse_ds_config(kZero2Bf16, "z2.json", f);
+  req.target.device_capacity = 40000000000;
   const ScaleDown sd = scale_down(req);
   EXPECT_LE(sd.toy.param_count(), kAutoToyParams);
-  EXPECT_EQ(sd.toy.layers, req.target.layers);
-  EXPECT_EQ(sd.toy.heads, req.target.heads);
+  EXPECT_EQ(sd.toy.layers, req.target.model.layers);
+  EXPECT_EQ(sd.toy.heads, req.target.model.heads);
   EXPECT_EQ(sd.toy.hidden % sd.toy.heads, 0);
-  EXPECT_NEAR(sd.factor, static_cast<double>(req.target.param_count()) / sd.toy.param_count(), 1e-9);
+  EXPECT_NEAR(sd.factor, static_cast<double>(req.target.model.param_count()) / sd.toy.param_count(), 1e-9);
   EXPECT_EQ(sd.toy_cfg.zero.reduce_bucket_size, std::llround(5e8 / sd.factor));
   EXPECT_EQ(sd.toy_capacity, std::llround(4e10 / sd.factor));
   for (const auto& row : sd.fidelity)
@@ -304,7 +306,7 @@ TEST(Planner, OffloadMovesStatesToTheHostAsMeasured) {
       TrainOptions o;
       o.steps = 1;
       TrainResult r;
-      train(cfg, resolve_model("tiny"), o, r);
+      train(zrepro_test::one_rank_job(cfg), o, r);
       EXPECT_EQ(p.host_pinned_bytes, r.memory.host_pinned) << what;
     }
 }
@@ -334,7 +336,7 @@ TEST(Planner, OffloadParamBufferCountBoundsTheShardsOnTheirWayUp) {
 // smaller micro-batch are predicted to fit and come first; each prediction is the
 // plan of the changed run.
 TEST(Planner, FixesArePlannedAndTheOnesThatFitComeFirst) {
-  PlanRequest req;
+  JobSpec req;
   req.model = resolve_model("small");
   req.cfg = load_ds_config(std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/first-batch-activations/ds_config.json",
                            ConfigFlags{});
@@ -349,7 +351,7 @@ TEST(Planner, FixesArePlannedAndTheOnesThatFitComeFirst) {
   for (size_t i = 1; i < fixes.size(); ++i)
     EXPECT_TRUE(fixes[i - 1].fits > fixes[i].fits ||
                 (fixes[i - 1].fits == fixes[i].fits && fixes[i - 1].peak_bytes <= fixes[i].peak_bytes));
-  PlanRequest ckpt = req;
+  JobSpec ckpt = req;
   ckpt.activation_checkpointing = true;
   EXPECT_EQ(fixes[0].peak_bytes, plan_memory(ckpt).peak_bytes);
   EXPECT_NE(format_fixes(fixes).find("planner: fits with activation checkpointing (peak 76%)"), std::string::npos)
