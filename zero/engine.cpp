@@ -183,6 +183,9 @@ EngineMemory ZeroEngine::memory() const {
 // ---------------------------------------------------------------- model side
 
 std::vector<torch::Tensor> ZeroEngine::acquire(int layer) {
+  if (state_ != TrainingState::forward && state_ != TrainingState::backward)  // backward: a recompute
+    throw std::logic_error(std::string("ZeroEngine: layer ") + std::to_string(layer) + " acquired in state " +
+                           training_state_name(state_) + ", expected forward or backward");
   if (gathers_) gathers_->fetch(layer, *this);
   if (torch::GradMode::is_enabled()) ++uses_[layer];  // a use whose backward will deliver gradients
   DeviceMemory::instance().mark("acquire", layer);
@@ -260,7 +263,32 @@ void ZeroEngine::reduce_grad(int layer, const std::vector<torch::Tensor>& grads)
 
 // ---------------------------------------------------------------- loop side
 
+const char* training_state_name(TrainingState s) {
+  switch (s) {
+    case TrainingState::idle: return "idle";
+    case TrainingState::forward: return "forward";
+    case TrainingState::backward: return "backward";
+    case TrainingState::step: return "step";
+  }
+  return "?";
+}
+
+void ZeroEngine::move(TrainingState from, TrainingState to, Phase phase) {
+  if (state_ != from)
+    throw std::logic_error(std::string("ZeroEngine: ") + training_state_name(to) + " begins in state " +
+                           training_state_name(state_) + ", expected " + training_state_name(from));
+  state_ = to;
+  DeviceMemory::instance().set_phase(phase);
+}
+
+void ZeroEngine::begin_forward() { move(TrainingState::idle, TrainingState::forward, Phase::forward); }
+
+void ZeroEngine::begin_backward() { move(TrainingState::forward, TrainingState::backward, Phase::backward); }
+
 void ZeroEngine::begin_micro_step(int64_t step, int64_t micro_step) {
+  if (state_ != TrainingState::idle)
+    throw std::logic_error(std::string("ZeroEngine: a micro-step begins in state ") + training_state_name(state_) +
+                           ", expected idle");
   comm_.set_position(step, micro_step);
   micro_step_ = micro_step;
   std::fill(uses_.begin(), uses_.end(), 0);
@@ -270,6 +298,10 @@ void ZeroEngine::begin_micro_step(int64_t step, int64_t micro_step) {
 }
 
 void ZeroEngine::end_backward() {
+  if (state_ != TrainingState::backward)
+    throw std::logic_error(std::string("ZeroEngine: end_backward in state ") + training_state_name(state_) +
+                           ", expected backward");
+  state_ = TrainingState::idle;
   if (policy_.reduction() == GradReduction::reduce_scatter_per_micro_step) reducer_->finish(owned_grads_);
   second_grad_partition_ = torch::Tensor();
   if (gathers_) gathers_->end_backward(*this);
@@ -385,6 +417,11 @@ void ZeroEngine::zero_grads() {
 }
 
 StepResult ZeroEngine::step(double local_loss) {
+  move(TrainingState::idle, TrainingState::step, Phase::step);
+  struct BackToIdle {
+    TrainingState& state;
+    ~BackToIdle() { state = TrainingState::idle; }  // also when the scaler gives up (throws)
+  } back{state_};
   torch::NoGradGuard no_grad;
   StepResult r;
   r.loss_scale = scaler_.scale();

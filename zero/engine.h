@@ -16,6 +16,7 @@
 
 #include <torch/torch.h>
 
+#include "device/device_memory.h"
 #include "offload/copy_engine.h"
 #include "offload/cpu_adam.h"
 #include "offload/optimizer_offload.h"
@@ -68,6 +69,17 @@ struct EngineMemory {
   int64_t host_pinned = 0, host_pageable = 0;  // offload buffers in host memory
 };
 
+// [Note: the engine's training state] The engine, not the loop, knows where in the step
+// it is (as FSDP2's TrainingState): idle between micro-steps and after the optimizer
+// step, forward, backward, step. The loop moves it with begin_forward / begin_backward /
+// end_backward / step, and each move sets the memory phase the tracking allocator files
+// bytes under (device/device_memory.h), so the phase a byte is counted in is the phase
+// the engine is in. A move out of order (a backward without its forward, a step inside a
+// micro-step, a layer acquired while idle) is a bug in the caller: std::logic_error
+// naming both states.
+enum class TrainingState { idle, forward, backward, step };
+const char* training_state_name(TrainingState s);
+
 class ZeroEngine : private ShardOps {
  public:
   // init: each layer's initial values (fp32, params back to back), identical on all ranks.
@@ -79,11 +91,15 @@ class ZeroEngine : private ShardOps {
   std::vector<torch::Tensor> acquire(int layer);
   torch::Tensor after_forward(int layer, torch::Tensor output);
 
-  // --- loop side
-  void begin_micro_step(int64_t step, int64_t micro_step);
-  void end_backward();  // flushes gradient buckets of this micro-step
-  // At the accumulation boundary. local_loss: this rank's mean loss over its micro-steps.
+  // --- loop side ([Note: the engine's training state])
+  void begin_micro_step(int64_t step, int64_t micro_step);  // idle; the micro-batch loads after it
+  void begin_forward();   // idle -> forward
+  void begin_backward();  // forward -> backward
+  void end_backward();    // backward -> idle: flushes gradient buckets of this micro-step
+  // At the accumulation boundary (idle -> step -> idle). local_loss: this rank's mean
+  // loss over its micro-steps.
   StepResult step(double local_loss);
+  TrainingState training_state() const { return state_; }
   double loss_scale() const { return scaler_.scale(); }
   // Fault injection: +inf into this rank's accumulated gradients (drives the scaler).
   void inject_inf_grad();
@@ -154,6 +170,9 @@ class ZeroEngine : private ShardOps {
   // end_backward, never read.
   torch::Tensor second_grad_partition_;
   int64_t micro_step_ = 0;
+  TrainingState state_ = TrainingState::idle;
+  // Moves from `from` to `to` and sets the memory phase `to` files bytes under.
+  void move(TrainingState from, TrainingState to, Phase phase);
   std::unique_ptr<GradReducer> reducer_;
   std::vector<std::unique_ptr<LayerOptimizer>> optimizers_;
   LossScaler scaler_;

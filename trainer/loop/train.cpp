@@ -78,9 +78,9 @@ void check_numerics(const StepResult& sr, const DsConfig& cfg, int64_t step) {
 namespace {
 
 // [Note: injections are resolved once per step] Each --inject is parsed once into an
-// InjectKind (the table below), and at the start of every step faults_at() turns the
-// injections that cover this rank and step into one StepFaults: the loop asks that
-// record, never compares kind names.
+// InjectKind (the table below), and before the first step faults_at() turns the
+// injections that cover this rank and each step into one StepFaults per step: the
+// loader's batch keys and the loop ask those records, never compare kind names.
 struct InjectKindInfo {
   InjectKind kind;
   const char* name;
@@ -232,11 +232,13 @@ std::unique_ptr<ZeroEngine> make_engine(const JobSpec& job, const TrainOptions& 
   return std::make_unique<ZeroEngine>(job.model.layer_shapes(), init, ecfg, comm);
 }
 
-// Every micro-batch this rank will load, in order (the loader prefetches them).
-std::vector<BatchKey> batch_keys(const DsConfig& cfg, const TrainOptions& opts, int rank, int world) {
+// Every micro-batch this rank will load, in order (the loader prefetches them), from
+// each step's faults (which micro-steps run).
+std::vector<BatchKey> batch_keys(const DsConfig& cfg, const TrainOptions& opts, const std::vector<StepFaults>& faults,
+                                 int rank, int world) {
   std::vector<BatchKey> keys;
-  for (int64_t step = 0; step < opts.steps; ++step) {
-    const StepFaults f = faults_at(opts.inject, rank, step, cfg.grad_accum);
+  for (int64_t step = 0; step < static_cast<int64_t>(faults.size()); ++step) {
+    const StepFaults& f = faults[step];
     for (int64_t t = 0; t < f.gas; ++t)
       if (f.runs(t))
         keys.push_back({MarkovData::first_sample(step, t, opts.same_data ? 0 : rank, world, cfg.micro_batch, f.gas),
@@ -298,7 +300,6 @@ struct Loop {
   Gpt& model;
   BatchLoader& loader;
   TrainResult& result;
-  DeviceMemory& mem = DeviceMemory::instance();
 };
 
 // Micro-step t of step `step`: load, forward, backward (loss / gas, times the loss scale
@@ -317,14 +318,14 @@ double micro_step(Loop& l, StepRecord& rec, const StepFaults& f, int64_t t, doub
   const double w_fwd = wall_seconds();
 
   t0 = Clock::now();
-  l.mem.set_phase(Phase::forward);
+  l.engine.begin_forward();
   torch::Tensor loss = l.model.loss(inputs, targets, l.engine);
   const double lv = loss.item<double>();
   rec.forward_s += since(t0);
 
   const double w_bwd = wall_seconds();
   t0 = Clock::now();
-  l.mem.set_phase(Phase::backward);
+  l.engine.begin_backward();
   // loss-spike: gradients FACTOR times larger than the data gives (a loss spike, an
   // outlier batch); the reported loss is the real one. fp16 overflows at any scale
   // once FACTOR x |grad| passes 65504; bf16 and fp32 hold them (Adam is scale-free).
@@ -338,7 +339,6 @@ double micro_step(Loop& l, StepRecord& rec, const StepFaults& f, int64_t t, doub
 // The optimizer step at the accumulation boundary, its numerics checked, into rec.
 StepResult optimizer_step(Loop& l, StepRecord& rec, double mean_loss) {
   const auto t0 = Clock::now();
-  l.mem.set_phase(Phase::step);
   StepResult sr = l.engine.step(mean_loss);
   check_numerics(sr, l.cfg, rec.step);
   rec.optimizer_s = since(t0);
@@ -385,11 +385,13 @@ void train(const JobSpec& job, const TrainOptions& opts, TrainResult& result, co
   Gpt model(spec, compute_dtype(cfg.precision, opts.device), opts.device,
             Checkpointing{job.activation_checkpointing, cfg.activation_checkpointing.cpu_checkpointing});
   MarkovData data(spec.vocab, spec.seq, opts.seed);
-  BatchLoader loader(data, batch_keys(cfg, opts, rank, world), opts.loader);
+  std::vector<StepFaults> faults;  // every step's, resolved once: the loader's keys and the loop read them
+  for (int64_t step = 0; step < opts.steps; ++step) faults.push_back(faults_at(opts.inject, rank, step, cfg.grad_accum));
+  BatchLoader loader(data, batch_keys(cfg, opts, faults, rank, world), opts.loader);
   Loop l{cfg, spec, opts, comm, *engine, model, loader, result};
   StepObserver obs(opts, comm, *engine);
   for (int64_t step = 0; step < opts.steps; ++step) {
-    const StepFaults f = faults_at(opts.inject, rank, step, cfg.grad_accum);
+    const StepFaults& f = faults[step];
     StepRecord rec;
     rec.step = step;
     obs.start();

@@ -180,6 +180,8 @@ TEST(Model, LossStartsNearUniform) {
     Gpt g(m, torch::kFloat, torch::kCPU);
     MarkovData d(m.vocab, m.seq, 7);
     torch::Tensor b = d.samples(0, 4);
+    engine.begin_micro_step(0, 0);
+    engine.begin_forward();
     double loss = g.loss(b.narrow(1, 0, m.seq), b.narrow(1, 1, m.seq), engine).item<double>();
     EXPECT_NEAR(loss, std::log(128.0), 0.3) << name;
   }
@@ -198,7 +200,9 @@ LossAndGrads loss_and_grads(const ModelSpec& m) {
   MarkovData d(m.vocab, m.seq, 7);
   torch::Tensor b = d.samples(0, 2);
   engine.begin_micro_step(0, 0);
+  engine.begin_forward();
   torch::Tensor loss = g.loss(b.narrow(1, 0, m.seq), b.narrow(1, 1, m.seq), engine);
+  engine.begin_backward();
   loss.backward();
   engine.end_backward();
   LossAndGrads out{loss.item<double>(), {}};
@@ -240,7 +244,9 @@ TEST(Model, TiedHeadSumsBothGradientsOfTheEmbedding) {
     ZeroEngine engine(m.layer_shapes(), values, EngineConfig{}, comm);
     Gpt g(m, torch::kFloat, torch::kCPU);
     engine.begin_micro_step(0, 0);
+    engine.begin_forward();
     torch::Tensor loss = g.loss(b.narrow(1, 0, m.seq), b.narrow(1, 1, m.seq), engine);
+    engine.begin_backward();
     loss.backward();
     engine.end_backward();
     std::vector<torch::Tensor> grads;

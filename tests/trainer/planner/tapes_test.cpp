@@ -103,9 +103,9 @@ class Recorder {
     torch::Tensor inputs = batch.narrow(1, 0, m_.seq).clone(), targets = batch.narrow(1, 1, m_.seq).clone();
     mem.log_to(path);
     engine.begin_micro_step(0, 0);
-    mem.set_phase(Phase::forward);
+    engine.begin_forward();
     torch::Tensor loss = model.loss(inputs, targets, engine);
-    mem.set_phase(Phase::backward);
+    engine.begin_backward();
     mem.mark("backward", 0);
     loss.backward();
     loss = torch::Tensor();
