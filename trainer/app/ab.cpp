@@ -28,6 +28,32 @@ struct Side {
   std::vector<std::string> args;  // the side's own flags
 };
 
+// Under --plan-only the planner answers for the job itself: a scale-down's target is what
+// it plans (--target-model as --model, --target-device-memory as --device-memory), and
+// the flags only a trained toy has are refused naming what to do instead.
+std::vector<std::string> plan_flags(const std::vector<std::string>& run_flags) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < run_flags.size(); ++i) {
+    std::string flag = run_flags[i], value;
+    const size_t eq = flag.find('=');
+    if (eq != std::string::npos) value = flag.substr(eq + 1), flag = flag.substr(0, eq);
+    if (flag == "--target-world-size")
+      throw ConfigError("--target-world-size with --plan-only: the planner plans at each --ranks count; give "
+                        "--ranks N instead");
+    if (flag == "--scale")
+      throw ConfigError("--scale with --plan-only: only a trained toy has a scale; the planner plans the target "
+                        "itself (drop --scale)");
+    const std::string mapped = flag == "--target-model" ? "--model" : flag == "--target-device-memory" ? "--device-memory" : "";
+    if (mapped.empty()) {
+      out.push_back(run_flags[i]);
+    } else {
+      if (eq == std::string::npos && i + 1 < run_flags.size()) value = run_flags[++i];
+      out.insert(out.end(), {mapped, value});
+    }
+  }
+  return out;
+}
+
 // One side at one rank count: the run (or the plan) and what it left.
 AbRun run_side(const Side& side, int ranks, const std::vector<std::string>& common, const std::string& out,
                bool plan_only, bool refusal_is_the_symptom, bool virtual_ranks) {
@@ -49,7 +75,7 @@ AbRun run_side(const Side& side, int ranks, const std::vector<std::string>& comm
   for (const auto& a : args) std::cout << " " << a;
   std::cout << std::endl;
   const std::string what = "side " + side.name + " on " + std::to_string(ranks) + " rank(s)";
-  r.exit_code = refusal_is_the_symptom ? run_self(args, r.log) : run_self_or_refuse(what, args, r.log);
+  r.exit_code = refusal_is_the_symptom ? run_self(args, r.log, what) : run_self_or_refuse(what, args, r.log);
   if (r.exit_code == kExitBadInput) std::cout << "[zrepro ab] " << what << " refused, as expected:\n" << tail_of(r.log, 4);
   if (plan_only) {
     r.plan = read_json_file(r.log);
@@ -89,8 +115,8 @@ cxxopts::Options ab_options() {
                      "`zrepro run`.");
   o.allow_unrecognised_options();
   o.add_options("ab")
-      ("a-config", "--a FILE: side A's DeepSpeed config (the failing setup)", cxxopts::value<std::string>())
-      ("b-config", "--b FILE: side B's DeepSpeed config (default: A's)", cxxopts::value<std::string>())
+      ("a-config", "side A's DeepSpeed config (the failing setup)", cxxopts::value<std::string>())
+      ("b-config", "side B's DeepSpeed config (default: A's)", cxxopts::value<std::string>())
       ("a-args", "flags for side A only, e.g. \"--micro-batch 8\"", cxxopts::value<std::string>())
       ("b-args", "flags for side B only, e.g. \"--activation-checkpointing\"", cxxopts::value<std::string>())
       ("a-version", "DeepSpeed release whose semantics side A's config resolves with (--deepspeed-version)",
@@ -153,7 +179,7 @@ AbRequest ab_request_from(const cxxopts::ParseResult& r) {
                       "their timing is not the job's; run real processes (drop --virtual)");
   if (q.plan_only && expect.kind != Expectation::Kind::failure)
     throw ConfigError("--expect " + expect.text + " needs runs: the planner answers only whether a side fits (drop --plan-only)");
-  q.common = r.unmatched();
+  q.common = q.plan_only ? plan_flags(r.unmatched()) : r.unmatched();
   q.out = r["out"].as<std::string>();
   return q;
 }
@@ -193,6 +219,17 @@ int ab_interrupted(const std::string& out_dir, const Interrupted& e) {
 
 }  // namespace
 
+// --help in the spelling users type (--a FILE, --b FILE; long_side_flags): cxxopts knows
+// them as --a-config / --b-config, which also work.
+std::string side_flag_help(std::string text) {
+  for (auto [from, to] : {std::pair<std::string, std::string>{"--a-config arg", "--a FILE      "},
+                          {"--b-config arg", "--b FILE      "}}) {
+    const size_t at = text.find(from);
+    if (at != std::string::npos) text.replace(at, from.size(), to);
+  }
+  return text;
+}
+
 int ab_command(int argc, char** argv) {
   cxxopts::Options o = ab_options();
   std::vector<std::string> args = long_side_flags(argc, argv);
@@ -204,7 +241,7 @@ int ab_command(int argc, char** argv) {
       const AbRequest q = ab_request_from(r);
       out_dir = q.out;
       return with_out_dir(q.out, "zrepro ab", [&] { return run_ab(q); });
-    });
+    }, side_flag_help);
   } catch (const Interrupted& e) {
     return ab_interrupted(out_dir, e);
   }

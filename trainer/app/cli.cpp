@@ -87,11 +87,12 @@ std::string require_config(const cxxopts::ParseResult& r) { return require_confi
 
 // Parses argv, turning cxxopts errors into ConfigError (exit 2).
 int command_main(cxxopts::Options& o, int argc, char** argv,
-                 const std::function<int(const cxxopts::ParseResult&)>& body) {
+                 const std::function<int(const cxxopts::ParseResult&)>& body,
+                 const std::function<std::string(std::string)>& help_text) {
   try {
     const cxxopts::ParseResult r = parse(o, argc, argv);
     if (r.count("help")) {
-      std::cout << o.help() << std::endl;
+      std::cout << (help_text ? help_text(o.help()) : o.help()) << std::endl;
       return kExitOk;
     }
     return body(r);

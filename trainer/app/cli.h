@@ -46,8 +46,10 @@ cxxopts::ParseResult parse(cxxopts::Options& o, int argc, char** argv);
 // --help printing them (exit 0), and a ConfigError from parsing or from `body` said as
 // "[<program>] error: MESSAGE" (exit 2). body returns the command's exit code; other
 // errors go to main's handlers (I/O: exit 12; interruption: 128 + signal).
+// help_text, when given, rewrites --help's text (ab spells its --a-config as --a).
 int command_main(cxxopts::Options& o, int argc, char** argv,
-                 const std::function<int(const cxxopts::ParseResult&)>& body);
+                 const std::function<int(const cxxopts::ParseResult&)>& body,
+                 const std::function<std::string(std::string)>& help_text = nullptr);
 std::string fmt(double v, int prec = 4);
 // SIZE: plain bytes or a number with a unit: K/KiB/M/MiB/G/GiB/T/TiB (powers of 1024)
 // or KB/MB/GB/TB (powers of 1000), e.g. 512MiB, 2GiB, 80GB. Throws ConfigError naming flag.

@@ -222,6 +222,14 @@ void check_diagnose_flags(const cxxopts::ParseResult& r) {
     if (r["write-scenario"].as<std::string>().empty())
       throw ConfigError("--write-scenario: got \"\", expected the new folder to write the reproduction to");
     if (!r.count("config")) throw ConfigError("--write-scenario: needs --config (the job's DeepSpeed config is side A)");
+    const std::string dir = r["write-scenario"].as<std::string>();
+    if (std::filesystem::exists(dir))
+      throw ConfigError("--write-scenario: \"" + dir + "\" exists; give a new folder (nothing is overwritten)");
+    const std::string templ_dir = scenarios_dir(opt<std::string>(r, "scenarios-dir"));
+    if (!std::filesystem::is_directory(templ_dir))
+      throw ConfigError("--scenarios-dir: \"" + templ_dir + "\" is not a folder of scenarios (configs/scenarios)");
+  } else if (r.count("run")) {
+    throw ConfigError("--run: needs --write-scenario DIR (the folder to write and run)");
   }
   if (!r.unmatched().empty())
     throw ConfigError("one LOG at a time, got also \"" + r.unmatched().front() +
@@ -263,7 +271,6 @@ int diagnose(const cxxopts::Options& o, const cxxopts::ParseResult& r) {
   else
     print_diagnosis(d, j, kind, cut_note);
   if (r.count("write-scenario")) return write_and_run(d, path, r, user_config, plan);
-  if (r.count("run")) throw ConfigError("--run: needs --write-scenario DIR (the folder to write and run)");
   return d.scenario.empty() ? kExitAbNoFailure : kExitOk;
 }
 

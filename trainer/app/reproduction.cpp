@@ -217,6 +217,13 @@ std::vector<CandidateFix> config_fixes(const Diagnosis& d, const json& user_conf
   return {c};
 }
 
+// The config file of fix i: the job's own (ds_config.json) when the fix changes no key
+// (a run flag, or side A without its stand-in: [Note: a mechanism is not a fix] in
+// scenario.cpp), else fix_<i+1>.json with the patched config.
+std::string fix_file(const Reproduction& r, size_t i) {
+  return r.fixes[i].config == r.failing_config ? "ds_config.json" : "fix_" + std::to_string(i + 1) + ".json";
+}
+
 std::string readme(const Reproduction& r, const Diagnosis& d, const std::string& log_path) {
   std::ostringstream o;
   o << "# " << r.name << "\n\n"
@@ -229,8 +236,13 @@ std::string readme(const Reproduction& r, const Diagnosis& d, const std::string&
     o << "    line " << d.evidence[i].line << ": " << d.evidence[i].text << "\n";
   o << "\n## Candidate fixes\n\n";
   for (size_t i = 0; i < r.fixes.size(); ++i)
-    o << i + 1 << ". `fix_" << i + 1 << ".json`" << (r.fixes[i].args.empty() ? "" : " with `" + joined(r.fixes[i].args) + "`")
-      << ": " << r.fixes[i].name << " (" << r.fixes[i].why << ")\n";
+    o << i + 1 << ". `" << fix_file(r, i) << "`"
+      << (r.fixes[i].args.empty() ? "" : " with `" + joined(r.fixes[i].args) + "`") << ": " << r.fixes[i].name << " ("
+      << r.fixes[i].why << ")"
+      << (r.fixes[i].config == r.failing_config && r.fixes[i].args.empty()
+              ? ": side A without zrepro's stand-in, which reproduces the mechanism; the fix lies in the job's code or data"
+              : "")
+      << "\n";
   o << "\n## Run it\n\n"
     << "    zrepro scenario run " << r.name << " --dir <the folder holding this one>\n\n"
     << "Side A must fail the way the log did (its log must contain \"" << r.scenario.value("grep", "")
@@ -275,7 +287,7 @@ Reproduction build_reproduction(const Diagnosis& d, const std::string& name, con
     r.notes.push_back("side A adds `" + joined(a_args) + "`: the catalogue's stand-in for what happened in the job");
   json fixes = json::array();
   for (size_t i = 0; i < r.fixes.size(); ++i)
-    fixes.push_back({{"name", r.fixes[i].name}, {"why", r.fixes[i].why}, {"config", "fix_" + std::to_string(i + 1) + ".json"},
+    fixes.push_back({{"name", r.fixes[i].name}, {"why", r.fixes[i].why}, {"config", fix_file(r, i)},
                      {"args", r.fixes[i].args}, {"planner", r.fixes[i].planner}});
   json evidence = json::array();
   for (size_t i = 0; i < d.evidence.size() && i < 5; ++i) evidence.push_back({{"line", d.evidence[i].line}, {"text", d.evidence[i].text}});
@@ -308,7 +320,8 @@ void write_reproduction(const Reproduction& r, const std::string& given) {
     write_file_atomic(tmp + "/scenario.json", json_text(r.scenario) + "\n");
     write_file_atomic(tmp + "/ds_config.json", json_text(r.failing_config) + "\n");
     for (size_t i = 0; i < r.fixes.size(); ++i)
-      write_file_atomic(tmp + "/fix_" + std::to_string(i + 1) + ".json", json_text(r.fixes[i].config) + "\n");
+      if (fix_file(r, i) != "ds_config.json")
+        write_file_atomic(tmp + "/" + fix_file(r, i), json_text(r.fixes[i].config) + "\n");
     write_file_atomic(tmp + "/README.md", r.readme);
     fs::rename(tmp, dir);
   } catch (const std::exception& e) {

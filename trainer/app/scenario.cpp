@@ -83,7 +83,30 @@ int run_ab(const std::string& folder, const json& s, const json& fix, const std:
   return code;
 }
 
-const char* outcome(int code) {
+// [Note: a mechanism is not a fix] A side B that differs from A only by leaving out
+// zrepro's own --inject (the stand-in for what happened in the job: a rank that ran one
+// micro-step more, a slow rank) shows that the mechanism reproduces the symptom, not a
+// fix the user can apply: its verdict says so, and where the real fix lies.
+bool mechanism_only(const json& s, const json& fix) {
+  if (fix["config"] != s["a"]["config"]) return false;
+  std::vector<std::string> kept;
+  bool injects = false;
+  const json a_args = s["a"].value("args", json::array());
+  for (size_t i = 0; i < a_args.size(); ++i) {
+    if (a_args[i] == "--inject") {
+      injects = true;
+      ++i;  // its value
+      continue;
+    }
+    kept.push_back(a_args[i].get<std::string>());
+  }
+  return injects && json(kept) == fix.value("args", json::array());
+}
+
+const char* outcome(int code, bool mechanism = false) {
+  if (code == kExitOk && mechanism)
+    return "symptom reproduced, mechanism reproduced: without side A's --inject (zrepro's stand-in for the job's "
+           "cause) it goes, so the fix lies in the job's code or data, not in its config";
   return code == kExitOk             ? "symptom reproduced, fix verified"
          : code == kExitAbNotFixed   ? "symptom reproduced, fix NOT verified"
          : code == kExitAbNoFailure  ? "symptom NOT reproduced"
@@ -131,12 +154,13 @@ int run_scenario(const std::string& dir, const std::string& name, const std::opt
   std::cout << "[zrepro scenario] " << name << ": " << s["symptom"].get<std::string>() << std::endl;
   if (s.contains("b")) {
     const int code = run_ab(folder, s, s["b"], ranks.value_or(rank_list), out, ab_flags);
-    std::cout << "[zrepro scenario] " << name << ": " << outcome(code) << " (exit " << code << ")" << std::endl;
+    std::cout << "[zrepro scenario] " << name << ": " << outcome(code, mechanism_only(s, s["b"])) << " (exit " << code
+              << ")" << std::endl;
     return code;
   }
   // Several candidate fixes: each against A, in its own folder; A's outcome is the same in each.
   int best = kExitAbNoFailure;
-  std::string verified, not_verified;
+  std::string verified, not_verified, mechanisms;
   for (size_t i = 0; i < s["fixes"].size(); ++i) {
     const json& fix = s["fixes"][i];
     const std::string fix_name = fix.value("name", fix["config"].get<std::string>());
@@ -146,14 +170,16 @@ int run_scenario(const std::string& dir, const std::string& name, const std::opt
     // means this fix is not verified. A failure expectation: A itself did not fail.
     const std::string expect = s.value("expect", "failure");
     if (code == kExitAbNoFailure && expect != "failure" && expect != "refused") code = kExitAbNotFixed;
-    std::cout << "[zrepro scenario] fix " << i + 1 << " (" << fix_name << "): " << outcome(code) << std::endl;
+    const bool mechanism = mechanism_only(s, fix);
+    std::cout << "[zrepro scenario] fix " << i + 1 << " (" << fix_name << "): " << outcome(code, mechanism) << std::endl;
     if (code != kExitOk && code != kExitAbNotFixed) return code;  // not reproduced, or could not run
-    std::string& list = code == kExitOk ? verified : not_verified;
+    std::string& list = code == kExitOk ? (mechanism ? mechanisms : verified) : not_verified;
     list += (list.empty() ? "" : "; ") + fix_name;
     if (code == kExitOk || best != kExitOk) best = code;
   }
   std::cout << "[zrepro scenario] " << name << ": symptom reproduced; fixes verified: "
             << (verified.empty() ? "none" : verified) << "; not verified: " << (not_verified.empty() ? "none" : not_verified)
+            << (mechanisms.empty() ? "" : "; mechanism reproduced (the fix lies in the job's code or data): " + mechanisms)
             << " (exit " << best << ")" << std::endl;
   return best;
 }
@@ -172,6 +198,7 @@ int scenario_command(int argc, char** argv) {
       ("dir", "scenarios folder (default configs/scenarios)", cxxopts::value<std::string>())
       ("h,help", "show this help");
   o.parse_positional({"action", "name"});
+  o.positional_help("list | run NAME");
   return command_main(o, argc, argv, [&](const cxxopts::ParseResult& r) -> int {
     if (!r.count("action")) {
       std::cout << o.help() << std::endl;

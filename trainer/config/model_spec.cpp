@@ -18,10 +18,13 @@ const char* attention_name(Attention a) { return a == Attention::sdpa ? "sdpa" :
 
 namespace {
 
+// A GPT-2-family preset. A published model's learned position table keeps its size
+// (`seq` rows) when a run trains shorter sequences; a toy's follows --seq.
 ModelSpec gpt(const char* name, int64_t vocab, int64_t seq, int64_t hidden, int64_t layers, int64_t heads,
-              bool tied) {
+              bool tied, bool published = true) {
   ModelSpec m{name, vocab, seq, hidden, layers, heads, 4 * hidden};
   m.tied = tied;
+  if (published) m.positions = seq;
   return m;
 }
 
@@ -48,8 +51,8 @@ const std::vector<ModelSpec>& presets() {
   // here (--seq to change).
   static const std::vector<ModelSpec> p = [] {
     std::vector<ModelSpec> v = {
-        gpt("tiny", 128, 32, 64, 2, 4, false),          gpt("small", 1024, 128, 256, 4, 8, false),
-        gpt("medium", 4096, 256, 512, 8, 8, false),     gpt("gpt2", 50257, 1024, 768, 12, 12, true),
+        gpt("tiny", 128, 32, 64, 2, 4, false, false),   gpt("small", 1024, 128, 256, 4, 8, false, false),
+        gpt("medium", 4096, 256, 512, 8, 8, false, false),     gpt("gpt2", 50257, 1024, 768, 12, 12, true),
         gpt("gpt2-medium", 50257, 1024, 1024, 24, 16, true), gpt("gpt2-large", 50257, 1024, 1280, 36, 20, true),
         gpt("gpt2-xl", 50257, 1024, 1600, 48, 25, true), gpt("gpt3-1.3b", 50257, 2048, 2048, 24, 16, false),
         gpt("gpt3-2.7b", 50257, 2048, 2560, 32, 32, false), gpt("gpt3-6.7b", 50257, 2048, 4096, 32, 32, false),
@@ -98,6 +101,11 @@ void validate_model(const ModelSpec& m, const std::string& where) {
     if (v > limit)
       throw ConfigError(where + ": " + key + " " + std::to_string(v) + " is above " + std::to_string(limit) + " (" +
                         real + "); check the model file or flag that set it");
+  if (m.family == Family::gpt2 && m.positions > 0 && m.seq > m.positions)
+    throw ConfigError(where + ": seq " + std::to_string(m.seq) + " is past the model's learned position table (" +
+                      std::to_string(m.positions) + " positions, n_positions): Hugging Face fails there with an "
+                      "index error; train at most " + std::to_string(m.positions) + " tokens (--seq " +
+                      std::to_string(m.positions) + ")");
   if (m.hidden % m.heads != 0)
     throw ConfigError(where + ": hidden size " + std::to_string(m.hidden) + " is not divisible by heads " +
                       std::to_string(m.heads) + "; pick heads that divide the hidden size");
@@ -119,7 +127,7 @@ std::vector<LayerSpec> ModelSpec::layer_shapes() const {
     if (bias) ps.push_back({name + ".bias", {out}});
   };
   if (family == Family::gpt2) {
-    g.push_back({"embed", {{"wte", {V, h}}, {"wpe", {S, h}}}});
+    g.push_back({"embed", {{"wte", {V, h}}, {"wpe", {position_rows(), h}}}});
     for (int64_t l = 0; l < layers; ++l) {
       std::vector<ParamSpec> ps = {{"ln1.weight", {h}}, {"ln1.bias", {h}}};
       linear(ps, "attn.qkv", 3 * h, h, true);
@@ -199,6 +207,7 @@ json ModelSpec::to_json() const {
             {"vocab", vocab},   {"intermediate", intermediate}, {"family", family_name(family)},
             {"model_type", model_type}, {"tied", tied},    {"attention", attention_name(attention)}};
   if (family == Family::llama) j["kv_heads"] = kv_head_count();
+  if (family == Family::gpt2) j["positions"] = position_rows();
   return j;
 }
 
@@ -286,6 +295,7 @@ ModelSpec load_hf_config(const std::string& path) {
   m.vocab = field<int64_t>(j, path, {"vocab_size"}, std::nullopt);
   m.seq = field<int64_t>(j, path, {"max_position_embeddings", "n_positions", "n_ctx"}, int64_t{2048});
   if (m.model_type == "gpt2") {
+    m.positions = field<int64_t>(j, path, {"n_positions", "max_position_embeddings"}, m.seq);
     m.intermediate = field<int64_t>(j, path, {"n_inner"}, 4 * m.hidden);
     m.tied = field<bool>(j, path, {"tie_word_embeddings"}, true);
     m.norm_eps = field<double>(j, path, {"layer_norm_epsilon"}, 1e-5);

@@ -42,6 +42,12 @@ struct ModelSpec {
   double rope_theta = 10000;
   Attention attention = Attention::eager;
   int64_t attention_tile = 128;  // sdpa: query rows per tile ([Note: sdpa transient] in gpt.cpp)
+  // gpt2 family: rows of the learned position table (Hugging Face's n_positions), a size
+  // of the model that a shorter training sequence does not shrink; 0: seq (the toys,
+  // whose table is as long as their sequence). A sequence past it is refused
+  // (validate_model): Hugging Face would fail there with an index error.
+  int64_t positions = 0;
+  int64_t position_rows() const { return positions > 0 ? positions : seq; }
 
   int64_t head_dim() const { return hidden / heads; }
   int64_t kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }

@@ -73,7 +73,7 @@ TapeSymbols gpt_tape_symbols(const ModelSpec& m, int64_t B, Precision p, bool cp
       {"bfc", I * e},
       {"Wlm", V * h * e},
       {"Wte", V * h * e},
-      {"Wpe", S * h * e},
+      {"Wpe", m.position_rows() * h * e},
   };
 }
 

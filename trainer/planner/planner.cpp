@@ -540,6 +540,37 @@ json MemoryPlan::to_json() const {
   return j;
 }
 
+// [Note: which phase an OOM is in] The planner replays the step allocation by allocation:
+// the verdict names the first allocation past the capacity and its phase, and the peak
+// the run would reach were it to fit (often a later phase). A job's own OOM message may
+// name another phase than the first allocation that does not fit: under activation
+// checkpointing the forward is recomputed inside backward (PyTorch reports backward), and
+// a caching allocator's reserve or fragmentation (docs/guide/run.md) makes an earlier,
+// smaller allocation fail first. Both are said where they apply.
+static std::string oom_verdict(const MemoryPlan& p, const JobSpec& req) {
+  int top = 0;
+  for (int c = 1; c < kNumMemCategories; ++c)
+    if (p.at_oom[c] > p.at_oom[top]) top = c;
+  std::ostringstream os;
+  os << "  verdict: OOM in phase " << phase_name(p.oom_phase) << ": the first allocation past the capacity ("
+     << format_bytes(p.oom_request) << ") comes in " << phase_name(p.oom_phase) << " with "
+     << format_bytes(std::accumulate(p.at_oom.begin(), p.at_oom.end(), int64_t{0})) << " in use (largest: "
+     << mem_category_name(static_cast<MemCategory>(top)) << " " << format_bytes(p.at_oom[top]) << ")";
+  if (p.peak_phase != p.oom_phase)
+    os << "; were it to fit, the run would peak at " << format_bytes(p.peak_bytes) << " in phase "
+       << phase_name(p.peak_phase);
+  else
+    os << "; the run would need " << format_bytes(p.peak_bytes);
+  os << "\n";
+  if (req.activation_checkpointing && p.oom_phase == Phase::forward)
+    os << "  (with activation checkpointing each block's forward runs again inside backward: the job's own OOM "
+          "may be reported from backward)\n";
+  else if (p.peak_phase != p.oom_phase)
+    os << "  (a job whose allocator holds a reserve or fragments may fail at an earlier, smaller allocation; one "
+          "that frees sooner than this plan may first fail at the peak in " << phase_name(p.peak_phase) << ")\n";
+  return os.str();
+}
+
 std::string format_plan(const MemoryPlan& p, const JobSpec& req) {
   std::ostringstream os;
   const ModelSpec& m = req.model;
@@ -596,9 +627,7 @@ std::string format_plan(const MemoryPlan& p, const JobSpec& req) {
     if (p.fits)
       os << "  verdict: fits (" << format_bytes(p.capacity - p.peak_bytes) << " to spare at the peak)\n";
     else
-      os << "  verdict: OOM in phase " << phase_name(p.oom_phase) << " (allocating " << format_bytes(p.oom_request)
-         << " with " << format_bytes(std::accumulate(p.at_oom.begin(), p.at_oom.end(), int64_t{0}))
-         << " in use; the run would need " << format_bytes(p.peak_bytes) << ")\n";
+      os << oom_verdict(p, req);
   }
   os << "\nDeepSpeed's estimator for the same setting (model states only: no activations, buffers or gathers):\n";
   for (const auto& d : p.deepspeed) {

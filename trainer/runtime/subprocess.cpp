@@ -8,6 +8,10 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <thread>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -60,10 +64,83 @@ struct ForwardSignals {
   void (*prev_term)(int);
 };
 
+// The last bytes of a file (a child's log grows while it is read).
+std::string file_tail(const std::string& path, std::streamoff bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  in.seekg(std::max<std::streamoff>(0, size - bytes));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return text;
+}
+
+// [Note: progress of a child]
+class ChildProgress {
+ public:
+  ChildProgress(std::string what, std::string log) : what_(std::move(what)), log_(std::move(log)) {
+    tty_ = ::isatty(STDERR_FILENO) != 0;
+    interval_s_ = tty_ ? 1.0 : 10.0;
+    if (const char* env = std::getenv("ZREPRO_HEARTBEAT_S")) {
+      const double v = std::atof(env);
+      if (v > 0) interval_s_ = v;
+    }
+  }
+  ~ChildProgress() {
+    if (tty_ && shown_) std::fprintf(stderr, "\r%100s\r", "");
+  }
+  void tick() {
+    if (what_.empty()) return;
+    const double t = seconds_since(start_);
+    if (t < next_s_) return;
+    next_s_ = t + interval_s_;
+    const std::string line = progress_line(what_, child_steps(file_tail(log_, 4096)), t);
+    if (tty_) std::fprintf(stderr, "\r%-100s", line.c_str());
+    else std::fprintf(stderr, "%s\n", line.c_str());
+    std::fflush(stderr);
+    shown_ = true;
+  }
+
+ private:
+  static double seconds_since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  }
+  std::string what_, log_;
+  bool tty_ = false, shown_ = false;
+  double interval_s_ = 10, next_s_ = 0;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
 }  // namespace
 
+ChildSteps child_steps(const std::string& tail) {
+  ChildSteps s;
+  const std::string key = "[zrepro] step=";
+  const size_t at = tail.rfind(key);
+  if (at == std::string::npos) return s;
+  long long n = 0, m = 0;
+  if (std::sscanf(tail.c_str() + at + key.size(), "%lld/%lld", &n, &m) == 2 && n >= 0 && m > 0 && n <= m)
+    s.done = n, s.total = m;
+  return s;
+}
+
+std::string progress_line(const std::string& what, const ChildSteps& steps, double elapsed_s) {
+  char b[256];
+  const long long secs = std::llround(elapsed_s);
+  if (steps.total == 0) {
+    std::snprintf(b, sizeof b, "[zrepro] %s: starting, %lld s", what.c_str(), secs);
+  } else if (steps.done == 0) {
+    std::snprintf(b, sizeof b, "[zrepro] %s: step 0/%lld, %lld s", what.c_str(), steps.total, secs);
+  } else {
+    const double eta = elapsed_s / static_cast<double>(steps.done) * static_cast<double>(steps.total - steps.done);
+    std::snprintf(b, sizeof b, "[zrepro] %s: step %lld/%lld, %lld s, ETA %lld s", what.c_str(), steps.done,
+                  steps.total, secs, std::llround(eta));
+  }
+  return b;
+}
+
 // Runs this binary with args, its output into log; returns the exit code.
-int run_self(const std::vector<std::string>& args, const std::string& log) {
+int run_self(const std::vector<std::string>& args, const std::string& log, const std::string& what) {
   std::vector<char*> argv;
   std::string self = "/proc/self/exe";
   argv.push_back(self.data());
@@ -92,7 +169,14 @@ int run_self(const std::vector<std::string>& args, const std::string& log) {
   g_child.store(pid);
   if (const int early = g_signal.load()) ::kill(pid, early);
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  {
+    ChildProgress progress(what, log);
+    for (;;) {
+      const pid_t done = waitpid(pid, &status, WNOHANG);
+      if (done == pid || (done < 0 && errno != EINTR)) break;
+      progress.tick();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
   }
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (const int sig = g_signal.load())
@@ -103,7 +187,7 @@ int run_self(const std::vector<std::string>& args, const std::string& log) {
 }
 
 int run_self_or_refuse(const std::string& what, const std::vector<std::string>& args, const std::string& log) {
-  const int code = run_self(args, log);
+  const int code = run_self(args, log, what);
   if (code == kExitBadInput)
     throw ConfigError(what + " was refused (exit 2):\n" + tail_of(log, 6) + "  fix the flags or config named above");
   return code;

@@ -16,10 +16,24 @@ namespace zrepro {
 // the child once (a terminal's Ctrl-C reaches only this process, not the child twice),
 // the child is waited for (it writes its summary at its step boundary) and then
 // Interrupted is thrown: the command ends with 128 + the signal and leaves no process.
-int run_self(const std::vector<std::string>& args, const std::string& log);
+// [Note: progress of a child] With `what` (e.g. "side A on 2 rank(s)"), the wait shows
+// where the child is: its last step line in the log ("[zrepro] step=N/M"), the time it
+// has run and an ETA from its pace. On a terminal (stderr) one line is rewritten every
+// second; otherwise (a CI log) a heartbeat line is printed every 10 s, so a long
+// comparison is never a silent minute. ZREPRO_HEARTBEAT_S sets the interval (tests).
+int run_self(const std::vector<std::string>& args, const std::string& log, const std::string& what = "");
 // run_self for a child whose bad input is the caller's: its exit 2 becomes a ConfigError
-// naming `what` (e.g. "side A on 2 rank(s)") with the child's last lines.
+// naming `what` with the child's last lines.
 int run_self_or_refuse(const std::string& what, const std::vector<std::string>& args, const std::string& log);
+
+// A child's progress as its log shows it: the last "[zrepro] step=N/M" line's N and M
+// (0, 0 before the first).
+struct ChildSteps {
+  long long done = 0, total = 0;
+};
+ChildSteps child_steps(const std::string& log_tail);
+// The progress line: "[zrepro] side A on 2 rank(s): step 20/50, 12 s, ETA 18 s".
+std::string progress_line(const std::string& what, const ChildSteps& steps, double elapsed_s);
 // The last lines of a file, indented, for error messages.
 std::string tail_of(const std::string& path, size_t lines);
 // Shell-like words of a flag's value ("--micro-batch 2 --activation-checkpointing");

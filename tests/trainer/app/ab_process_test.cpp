@@ -26,6 +26,8 @@ TEST(Ab, ActivationCheckpointingFixesFirstBatchActivations) {
                                          " --b-args --activation-checkpointing --model small --device-memory 120MB "
                                          "--steps 2 --out " + out);
   EXPECT_EQ(r.code, 0) << r.output;
+  // [Note: progress of a child]: each side says it started (then a heartbeat every 10 s).
+  EXPECT_NE(r.output.find("[zrepro] side A on 1 rank(s): starting"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("A reproduces: oom in"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("B fixes it: runs through"), std::string::npos) << r.output;
   const nlohmann::json ab = read(out + "/ab.json");
@@ -58,6 +60,23 @@ TEST(Ab, PlanOnlyAndBadInput) {
                                            " --b-args --activation-checkpointing --model small --ranks 1,2 --out " + out);
   EXPECT_EQ(two.code, 2) << two.output;
   EXPECT_NE(two.output.find("Gradient accumulation steps"), std::string::npos) << two.output;
+  // A scale-down's target under --plan-only: the planner plans the target itself (the
+  // zero2-params-dont-fit job: gpt3-6.7b at stage 2 on 40 GB OOMs, ZeRO-3 fits).
+  const std::string z2 = scenario("zero2-params-dont-fit");
+  const std::string z3 = std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/zero2-params-dont-fit/fixed.json";
+  const auto target = zrepro_test::zrepro_cmd("ab --plan-only --a " + z2 + " --b " + z3 + " --ranks 4 "
+                                              "--activation-checkpointing --target-model gpt3-6.7b "
+                                              "--target-device-memory 40GB --out " + out + "/t");
+  EXPECT_EQ(target.code, 0) << target.output;
+  EXPECT_NE(target.output.find("A reproduces: oom (planned)"), std::string::npos) << target.output;
+  const auto toy_only = zrepro_test::zrepro_cmd("ab --plan-only --a " + z2 + " --b-args --zero-stage=3 "
+                                                "--target-model gpt3-6.7b --scale 1000 --out " + out + "/s");
+  EXPECT_EQ(toy_only.code, 2) << toy_only.output;
+  EXPECT_NE(toy_only.output.find("--scale with --plan-only"), std::string::npos) << toy_only.output;
+  // --help spells the sides as users type them.
+  const auto help = zrepro_test::zrepro_cmd("ab --help");
+  EXPECT_NE(help.output.find("--a FILE"), std::string::npos) << help.output;
+  EXPECT_EQ(help.output.find("--a-config"), std::string::npos) << help.output;
   const auto missing = zrepro_test::zrepro_cmd("ab --b x.json");
   EXPECT_EQ(missing.code, 2);
   EXPECT_NE(missing.output.find("--a"), std::string::npos) << missing.output;

@@ -324,6 +324,15 @@ TEST(Cli, OddInputToTheNewerCommandsEndsWithAnExitCodeNotAnAbort) {
   r = zrepro("diagnose " + out + "/latin1.log --config " + cfg + " --write-scenario \"\"");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("--write-scenario: got \"\""), std::string::npos) << r.output;
+  // --write-scenario's prerequisites are checked before the log is diagnosed: a folder
+  // that exists, and --run without it, are refused first (no diagnosis printed).
+  r = zrepro("diagnose " + out + "/latin1.log --config " + cfg + " --write-scenario " + out);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("exists; give a new folder"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.rfind("[zrepro diagnose] error: --write-scenario", 0), 0u) << "diagnosed first:\n" << r.output;
+  r = zrepro("diagnose " + out + "/latin1.log --run");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--run: needs --write-scenario"), std::string::npos) << r.output;
 }
 
 // Issue 33: diagnose streams a log and holds at most --read-limit of it (decompressed; 64

@@ -57,7 +57,9 @@ TEST(Reproduction, OomRunsTheJobsScaleDownWithThePlannersFittingFixesAsPatchedCo
   EXPECT_EQ(r.fixes[0].config["train_micro_batch_size_per_gpu"], 4) << "the rest of the user's config stays";
   EXPECT_EQ(r.fixes[1].config, kUserConfig);
   EXPECT_EQ(r.fixes[1].args, std::vector<std::string>{"--activation-checkpointing"});
-  EXPECT_EQ(r.scenario["fixes"][1]["config"], "fix_2.json");
+  // A fix that changes no key is the job's own config with its flags: no copy written.
+  EXPECT_EQ(r.scenario["fixes"][0]["config"], "fix_1.json");
+  EXPECT_EQ(r.scenario["fixes"][1]["config"], "ds_config.json");
   EXPECT_EQ(r.scenario["a"]["config"], "ds_config.json");
   EXPECT_EQ(r.failing_config, kUserConfig);
   EXPECT_EQ(r.scenario["grep"], "CUDA out of memory");
@@ -154,6 +156,10 @@ TEST(Reproduction, ACauseOutsideTheConfigKeepsTheCataloguesInjectionAndFixFlags)
   EXPECT_EQ(r.fixes[0].config, kUserConfig);
   EXPECT_TRUE(r.fixes[0].args.empty());
   EXPECT_NE(r.fixes[0].name.find("gas-mismatch"), std::string::npos);
+  // [Note: a mechanism is not a fix]: side A's own config, not a copy of it as a "fix".
+  EXPECT_EQ(r.scenario["fixes"][0]["config"], "ds_config.json");
+  EXPECT_NE(r.readme.find("reproduces the mechanism; the fix lies in the job's code or data"), std::string::npos)
+      << r.readme;
   EXPECT_FALSE(r.scenario.contains("expect")) << "the template's default";
 }
 
@@ -169,8 +175,9 @@ TEST(Reproduction, TheFolderIsWrittenWholeAndNeverOverwritten) {
   std::filesystem::remove_all(base);
   std::filesystem::create_directories(base);
   zrepro::write_reproduction(r, base + "/rep/");  // a trailing slash names the same folder
-  for (const char* f : {"scenario.json", "ds_config.json", "fix_1.json", "fix_2.json", "README.md"})
+  for (const char* f : {"scenario.json", "ds_config.json", "fix_1.json", "README.md"})
     EXPECT_TRUE(std::filesystem::exists(base + "/rep/" + f)) << f;
+  EXPECT_FALSE(std::filesystem::exists(base + "/rep/fix_2.json")) << "fix 2 is a run flag on the job's own config";
   std::ifstream in(base + "/rep/fix_1.json");
   EXPECT_EQ(json::parse(in), r.fixes[0].config);
   EXPECT_THROW(zrepro::write_reproduction(r, base + "/rep"), ConfigError);

@@ -64,6 +64,38 @@ nlohmann::json read_json(const std::string& path) {
 std::string models_dir() { return std::string(ZREPRO_SOURCE_DIR) + "/configs/models"; }
 }  // namespace
 
+// A published GPT-2's learned position table is a size of the model, not of the run:
+// training shorter sequences keeps Hugging Face's count, and a sequence past the table
+// is refused (Hugging Face fails there with an index error). A toy's table follows --seq.
+TEST(Model, ALearnedPositionTableKeepsTheModelsSizeAndBoundsTheSequence) {
+  ModelOverrides shorter;
+  shorter.seq = 512;
+  const ModelSpec gpt2_512 = resolve_model("gpt2", shorter);
+  EXPECT_EQ(gpt2_512.seq, 512);
+  EXPECT_EQ(gpt2_512.param_count(), 124439808);
+  EXPECT_EQ(gpt2_512.to_json()["positions"], 1024);
+  ModelOverrides longer;
+  longer.seq = 2048;
+  try {
+    resolve_model("gpt2", longer);
+    ADD_FAILURE() << "--seq 2048 on gpt2 was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("seq 2048 is past the model's learned position table (1024 positions"),
+              std::string::npos) << e.what();
+  }
+  ModelOverrides toy_seq;
+  toy_seq.seq = 64;
+  const ModelSpec tiny = resolve_model("tiny"), tiny64 = resolve_model("tiny", toy_seq);
+  EXPECT_EQ(tiny64.param_count() - tiny.param_count(), 32 * tiny.hidden);  // 32 more rows of positions
+  // A config.json's n_positions is the table; its sequence may be shorter.
+  const std::string path = testing::TempDir() + "/gpt2_positions.json";
+  std::ofstream(path) << R"({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 128,
+                            "n_positions": 256, "n_ctx": 256})";
+  ModelOverrides seq64;
+  seq64.seq = 64;
+  EXPECT_EQ(resolve_model(path, seq64).position_rows(), 256);
+}
+
 TEST(Model, ParamCountsEqualHuggingFacesForEveryConfigAndPreset) {
   // The record: transformers' from_config on the meta device (conformance/hf_param_counts.py).
   const nlohmann::json record = read_json(models_dir() + "/hf_param_counts.json");

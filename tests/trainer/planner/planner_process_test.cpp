@@ -30,6 +30,15 @@ TEST(Planner, PlanCommandTableJsonAndExitCodes) {
   auto oom = zrepro_test::zrepro_cmd("plan --config " + cfg + " --model small --device-memory 8MB");
   EXPECT_EQ(oom.code, 3) << oom.output;
   EXPECT_NE(oom.output.find("verdict: OOM in phase"), std::string::npos) << oom.output;
+  EXPECT_NE(oom.output.find("the first allocation past the capacity"), std::string::npos) << oom.output;
+  // [Note: which phase an OOM is in]: under activation checkpointing a forward OOM may be
+  // reported from backward by the job, and the plan says so.
+  const std::string fba = std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/first-batch-activations/ds_config.json";
+  auto ckpt = zrepro_test::zrepro_cmd("plan --config " + fba + " --model small --device-memory 60MB --activation-checkpointing");
+  EXPECT_EQ(ckpt.code, 3) << ckpt.output;
+  EXPECT_NE(ckpt.output.find("OOM in phase forward"), std::string::npos) << ckpt.output;
+  EXPECT_NE(ckpt.output.find("were it to fit, the run would peak at"), std::string::npos) << ckpt.output;
+  EXPECT_NE(ckpt.output.find("the job's own OOM may be reported from backward"), std::string::npos) << ckpt.output;
   EXPECT_NE(oom.output.find("DeepSpeed's estimator"), std::string::npos);
   auto bad = zrepro_test::zrepro_cmd("plan --config " + cfg + " --world-size 0");
   EXPECT_EQ(bad.code, 2);
