@@ -208,6 +208,7 @@ json ModelSpec::to_json() const {
             {"model_type", model_type}, {"tied", tied},    {"attention", attention_name(attention)}};
   if (family == Family::llama) j["kv_heads"] = kv_head_count();
   if (family == Family::gpt2) j["positions"] = position_rows();
+  if (attention == Attention::sdpa) j["attention_tile"] = attention_tile;
   return j;
 }
 

@@ -22,6 +22,11 @@ ModelSpec shrink(const ModelSpec& t, int64_t hidden) {
   m.seq = scaled(t.seq, 2);
   m.vocab = scaled(t.vocab, 8);
   m.intermediate = scaled(t.intermediate, 1);
+  // sdpa's transient is heads x tile x seq scores per tile against seq x hidden per
+  // token: with seq and hidden divided by s, the tile must be too, or the toy's
+  // attention holds s times more of its capacity than the target's (a toy tile of 128
+  // rows over a 64-token sequence is the whole score matrix).
+  m.attention_tile = scaled(t.attention_tile, 1);
   return m;
 }
 

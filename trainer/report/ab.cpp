@@ -45,6 +45,58 @@ void memory_figures(double hi, double lo, double cap, const json& cats, json& ro
   row["by_category"] = cats;
 }
 
+// [Note: a verdict at target scale says what it rests on] A scale-down toy keeps each
+// memory category's share of capacity only as well as its shapes allow (scale_down.h:
+// the planner's share of every category in the target and in the toy). A row of a
+// scaled-down run carries both "at target" figures - the planner's for the target, and
+// the toy's measured peak times the parameter factor beside it - and the fidelity: the
+// category whose toy share is furthest from the target's, in percentage points. Past
+// kFidelityPoints the verdict says the toy's answer may not hold at target.
+constexpr double kFidelityPoints = 5.0;
+
+void target_of(const json& sd, double hi, double cap, json& row) {
+  const double f = num(sd.value("parameter_factor", json()));
+  row["target_peak_bytes_max"] = std::isfinite(hi) ? json(hi * f) : json(nullptr);
+  row["target_capacity_bytes"] = std::isfinite(cap) ? json(cap * f) : json(nullptr);
+  const json planned = sd.value("target_planned", json());
+  row["target_planned_peak_bytes"] = planned.is_object() ? planned.value("peak_bytes", json()) : json(nullptr);
+  row["target_planned_verdict"] = planned.is_object() ? planned.value("verdict", json()) : json(nullptr);
+  row["target_model"] = sd.value("target_model", json()).is_object() ? sd["target_model"].value("name", json()) : json(nullptr);
+  json worst;
+  for (const auto& r : sd.value("fidelity", json::array())) {
+    const double off = 100 * std::abs(num(r.value("toy_share", json()), 0) - num(r.value("target_share", json()), 0));
+    if (worst.is_null() || off > worst["off_points"].get<double>())
+      worst = {{"category", r.value("category", "?")}, {"toy_share", r.value("toy_share", json())},
+               {"target_share", r.value("target_share", json())}, {"off_points", off}};
+  }
+  row["fidelity_worst"] = worst;
+  row["fidelity_ok"] = worst.is_object() ? json(worst["off_points"].get<double>() <= kFidelityPoints) : json(nullptr);
+}
+
+// What a verdict on a scaled-down side rests on: the planner's figure at target with the
+// toy's beside it, and the fidelity of the toy's shares (empty when no scale-down).
+std::string target_basis(const json& row) {
+  if (!row.value("fidelity_worst", json()).is_object()) return "";
+  const json& w = row["fidelity_worst"];
+  const double cap = num(row.value("target_capacity_bytes", json()));
+  std::string s = "; " + row["side"].get<std::string>() + " at target";
+  if (row.value("target_model", json()).is_string()) s += " (" + row["target_model"].get<std::string>() + ")";
+  const double planned = num(row.value("target_planned_peak_bytes", json())), toy = num(row.value("target_peak_bytes_max", json()));
+  if (cap > 0 && std::isfinite(planned))
+    s += ": planned peak " + fixed(100 * planned / cap, 0) + "% of capacity" +
+         (std::isfinite(toy) ? " (the toy measured " + fixed(100 * toy / cap, 0) + "%)" : "");
+  const double off = w["off_points"].get<double>();
+  s += ", scale-down fidelity: ";
+  if (row.value("fidelity_ok", false))
+    s += "every category within " + fixed(kFidelityPoints, 0) + " points of the target's share (worst " +
+         w["category"].get<std::string>() + ", " + fixed(off, 1) + ")";
+  else
+    s += w["category"].get<std::string>() + " off by " + fixed(off, 0) + " points (toy " +
+         fixed(100 * num(w["toy_share"]), 0) + "% vs target " + fixed(100 * num(w["target_share"]), 0) +
+         "% of capacity): the toy's verdict may not hold at target";
+  return s;
+}
+
 // Memory of a run: the per-rank peaks (max and spread), the capacity, the categories
 // of the rank that peaked highest, and the same at target scale after a scale-down.
 void memory_of(const Summary& s, json& row) {
@@ -59,13 +111,7 @@ void memory_of(const Summary& s, json& row) {
     }
   }
   memory_figures(hi, lo, cap, cats, row);
-  // A scale-down toy keeps each category's share of capacity: target bytes are toy
-  // bytes times the parameter factor (the capacity was divided by it).
-  if (s.scale_down.is_object()) {
-    const double f = num(s.scale_down.value("parameter_factor", json()));
-    row["target_peak_bytes_max"] = std::isfinite(hi) ? json(hi * f) : json(nullptr);
-    row["target_capacity_bytes"] = std::isfinite(cap) ? json(cap * f) : json(nullptr);
-  }
+  if (s.scale_down.is_object()) target_of(s.scale_down, hi, cap, row);
 }
 
 // Rank 0's offload figures (the offload block keeps its builder's JSON, summary.h).
@@ -218,7 +264,7 @@ std::string table(const json& rows) {
   std::ostringstream os;
   char line[400];
   std::snprintf(line, sizeof line, "  %-4s %5s  %-16s %-9s %-11s %10s %6s %10s %12s %9s %9s %6s %6s %10s\n", "side",
-                "ranks", "status", "exit", "phase", "peak max", "%cap", "spread", "at target", "step s", "tok/s",
+                "ranks", "status", "exit", "phase", "peak max", "%cap", "spread", "target plan", "step s", "tok/s",
                 "comm%", "copy%", "loss");
   os << line;
   for (const auto& r : rows) {
@@ -230,7 +276,7 @@ std::string table(const json& rows) {
                   r["exit_code"].get<int>(), r.value("phase", json()).is_string() ? r["phase"].get<std::string>().c_str() : "-",
                   bytes(num(r.value("peak_bytes_max", json()))).c_str(), pct("peak_share_of_capacity").c_str(),
                   bytes(num(r.value("peak_bytes_spread", json()))).c_str(),
-                  bytes(num(r.value("target_peak_bytes_max", json()))).c_str(),
+                  bytes(num(r.value("target_planned_peak_bytes", json()))).c_str(),
                   fixed(num(r.value("step_s_median", json())), 4).c_str(),
                   fixed(num(r.value("tokens_per_s", json())), 0).c_str(), pct("comm_wait_share").c_str(),
                   pct("offload_copy_share").c_str(), fixed(num(r.value("final_loss", json())), 5).c_str());
@@ -414,13 +460,13 @@ PairVerdict judge_pair(const std::vector<AbRun>& a, const std::vector<AbRun>& b,
   } else if (e.kind == Expectation::Kind::failure || e.kind == Expectation::Kind::refused) {
     v.a_shows = e.kind == Expectation::Kind::refused ? a[i].exit_code == kExitBadInput : failed(a[i], plan_only);
     v.b_fails = failed(b[i], plan_only);
-    v.line = failure_verdict(ra, rb, v.a_shows, v.b_fails, loss_diff, plan_only);
+    v.line = failure_verdict(ra, rb, v.a_shows, v.b_fails, loss_diff, plan_only) + target_basis(ra) + target_basis(rb);
   } else {
     const Measured m = e.kind != Expectation::Kind::scaling ? measured_verdict(e, a[i], b[i], ra, rb)
                        : i == 0 ? Measured{false, failed(b[0], false),
                                            std::to_string(a[0].ranks) + " rank(s): the base of the scaling comparison"}
                                 : scaling_verdict(e, a[0], a[i], b[0], b[i]);
-    v.a_shows = m.a_shows, v.b_fails = m.b_fails, v.line = m.line;
+    v.a_shows = m.a_shows, v.b_fails = m.b_fails, v.line = m.line + target_basis(ra) + target_basis(rb);
   }
   return v;
 }
@@ -533,7 +579,7 @@ std::string ab_html(const json& ab) {
       << fixed(lo, 3) << "</text></svg>";
   }
   o << "<h2>Runs</h2><table><tr><th>side</th><th>ranks</th><th>status</th><th>exit</th><th>phase</th><th>peak max</th>"
-       "<th>% capacity</th><th>spread</th><th>at target</th><th>step s</th><th>tokens/s</th><th>final loss</th></tr>";
+       "<th>% capacity</th><th>spread</th><th>at target: planned (toy x factor)</th><th>step s</th><th>tokens/s</th><th>final loss</th></tr>";
   for (const auto& r : ab["rows"])
     o << "<tr><td>" << html_escape(r["side"].get<std::string>()) << "</td><td>" << r["ranks"] << "</td><td>"
       << html_escape(r["status"].get<std::string>()) << "</td><td>" << r["exit_code"] << "</td><td>"
@@ -541,7 +587,8 @@ std::string ab_html(const json& ab) {
       << bytes(num(r.value("peak_bytes_max", json()))) << "</td><td>"
       << (r.value("peak_share_of_capacity", json()).is_number() ? fixed(100 * r["peak_share_of_capacity"].get<double>(), 0) : "-")
       << "</td><td>" << bytes(num(r.value("peak_bytes_spread", json()))) << "</td><td>"
-      << bytes(num(r.value("target_peak_bytes_max", json()))) << "</td><td>" << fixed(num(r.value("step_s_median", json())), 4)
+      << bytes(num(r.value("target_planned_peak_bytes", json()))) << " (toy: "
+      << bytes(num(r.value("target_peak_bytes_max", json()))) << ")</td><td>" << fixed(num(r.value("step_s_median", json())), 4)
       << "</td><td>" << fixed(num(r.value("tokens_per_s", json())), 0) << "</td><td>"
       << fixed(num(r.value("final_loss", json())), 5) << "</td></tr>";
   o << "</table></body></html>\n";

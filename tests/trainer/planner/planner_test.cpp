@@ -271,6 +271,27 @@ TEST(ScaleDown, ToyKeepsEveryCategorysShareOfCapacity) {
   EXPECT_EQ(k.toy.hidden, 25);  // 1600 / 64, a multiple of the 25 heads
 }
 
+// Issue 30: with sdpa the toy kept flash attention's 128-row tile over its 64-token
+// sequence (the whole score matrix), so its activations held 34% of its capacity against
+// the target's 19%. The tile scales with seq and hidden: every share stays within a point.
+TEST(ScaleDown, SdpaKeepsTheShareOfItsTiledAttention) {
+  ScaleRequest req;
+  ModelOverrides sdpa;
+  sdpa.attention = "sdpa";
+  req.target.model = resolve_model("llama-3-8b", sdpa);
+  req.target.world_size = 4;
+  req.target.activation_checkpointing = true;
+  ConfigFlags f;
+  f.world_size = 4;
+  f.hidden_size = req.target.model.hidden;
+  req.target.cfg = parse_ds_config(kZero2Bf16, "z2.json", f);
+  req.target.device_capacity = 80000000000;
+  const ScaleDown sd = scale_down(req);
+  EXPECT_EQ(sd.toy.attention_tile, std::llround(128 / sd.linear));
+  for (const auto& row : sd.fidelity) EXPECT_NEAR(row.toy_share, row.target_share, 0.01) << row.category;
+  EXPECT_TRUE(sd.warnings.empty()) << sd.warnings.front();
+}
+
 // Done-when of the memory issue: the toy reproduces the OOM the planner predicts for
 // the target, in the same phase, and the fix config removes it.
 TEST(Planner, OffloadMovesStatesToTheHostAsMeasured) {

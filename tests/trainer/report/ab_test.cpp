@@ -80,6 +80,35 @@ TEST(Ab, OneRankCountNotFixedDecidesAndTargetScaleIsReported) {
   EXPECT_EQ(r.json["rows"][1]["target_capacity_bytes"], 20000.0);
 }
 
+// [Note: a verdict at target scale says what it rests on]: the planner's figure at target
+// with the toy's beside it, and the fidelity of the toy's shares, in every verdict.
+TEST(Ab, AScaledDownVerdictStatesItsFidelityAndThePlannersTargetFigure) {
+  auto scaled = [](double toy_act, double target_act) {
+    json s = summary("ok", {2.0}, {10}, 20);
+    s["scale_down"] = {{"parameter_factor", 1000.0},
+                       {"target_model", {{"name", "gpt3-6.7b"}}},
+                       {"target_planned", {{"verdict", "fits"}, {"peak_bytes", 15000}}},
+                       {"fidelity", {{{"category", "params"}, {"toy_share", 0.30}, {"target_share", 0.31}},
+                                     {{"category", "activations"}, {"toy_share", toy_act}, {"target_share", target_act}}}}};
+    return s;
+  };
+  const auto a = run("A", 1, 3, summary("oom", {}, {20}, 20, "forward"));
+  const AbResult off = compare_ab({a}, {run("B", 1, 0, scaled(0.32, 0.18))}, false);
+  const std::string& v = off.verdicts[0];
+  EXPECT_NE(v.find("B at target (gpt3-6.7b): planned peak 75% of capacity (the toy measured 50%)"), std::string::npos) << v;
+  EXPECT_NE(v.find("activations off by 14 points (toy 32% vs target 18% of capacity): the toy's verdict may not hold"),
+            std::string::npos) << v;
+  EXPECT_EQ(off.json["rows"][1]["fidelity_ok"], false);
+  EXPECT_EQ(off.json["rows"][1]["target_planned_peak_bytes"], 15000);
+  const AbResult close = compare_ab({a}, {run("B", 1, 0, scaled(0.20, 0.18))}, false);
+  EXPECT_NE(close.verdicts[0].find("every category within 5 points of the target's share (worst activations, 2.0)"),
+            std::string::npos) << close.verdicts[0];
+  EXPECT_EQ(close.json["rows"][1]["fidelity_ok"], true);
+  // A run without a scale-down says nothing of a target.
+  EXPECT_EQ(compare_ab({a}, {run("B", 1, 0, summary("ok", {2.0}, {10}, 20))}, false).verdicts[0].find("at target"),
+            std::string::npos);
+}
+
 TEST(Ab, PlansCompareVerdicts) {
   const json oom = {{"verdict", "oom"}, {"oom_phase", "partition"}, {"peak_bytes", 120}, {"device_capacity_bytes", 100}};
   const json fits = {{"verdict", "fits"}, {"oom_phase", nullptr}, {"peak_bytes", 60}, {"device_capacity_bytes", 100}};
