@@ -79,6 +79,7 @@ int plan_command(int argc, char** argv) {
                     {"global", req.cfg.train_batch_size}};
       j["precision"] = precision_name(req.cfg.precision);
       j["activation_checkpointing"] = req.activation_checkpointing;
+      j["warnings"] = req.cfg.warnings;
       if (!fixes.empty()) {
         j["fixes"] = nlohmann::json::array();
         for (const auto& f : fixes)

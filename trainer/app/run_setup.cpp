@@ -319,6 +319,7 @@ void print_header(RunState& s) {
             << "[zrepro] model " << model.name << ": " << model.param_count() << " params, " << model.layers
             << " layers, hidden " << model.hidden << ", heads " << model.heads << ", seq " << model.seq << ", vocab "
             << model.vocab << "\n"
+            << "[zrepro] assumed: " << model.assumptions() << "\n"
             << "[zrepro] batch: micro " << cfg.micro_batch << " x gas " << cfg.grad_accum << " x world " << s.world
             << " = " << cfg.train_batch_size << " samples/step; data: Markov chain, a perfect model reaches "
             << fmt(MarkovData::entropy_floor(), 3) << " nats\n";

@@ -770,6 +770,35 @@ void load_sections(Loader& L, Section& top, DsConfig& c) {
 
 }  // namespace
 
+namespace {
+
+// [Note: "auto" filled by zrepro is said] The Hugging Face Trainer fills "auto" from its
+// TrainingArguments; without the matching flag zrepro fills it with its own default. For
+// the keys that change memory (the micro-batch, the accumulation, the precision) that is
+// an assumption the user must see: a warning names the key, the value assumed and the
+// flag (and the Trainer argument it stands for).
+void warn_assumed_autos(Loader& L, const DsConfig& c) {
+  struct Key {
+    const char* path;
+    const char* flag;
+    const char* trainer;
+  };
+  static const Key keys[] = {{"train_micro_batch_size_per_gpu", "--micro-batch", "per_device_train_batch_size"},
+                             {"gradient_accumulation_steps", "--grad-accum", "gradient_accumulation_steps"},
+                             {"bf16.enabled", "--precision", "bf16=True / fp16=True"},
+                             {"fp16.enabled", "--precision", "bf16=True / fp16=True"}};
+  std::set<std::string> said;  // one warning per flag (bf16 and fp16 both "auto": one precision)
+  for (const Key& k : keys)
+    for (const auto& e : c.entries)
+      if (e.path == k.path && e.source == Source::auto_ && e.note.rfind("default of", 0) == 0 &&
+          said.insert(k.flag).second)
+        L.warn(std::string(k.path) + " is \"auto\" and no " + k.flag + " was given: zrepro assumed " +
+               (std::string(k.flag) == "--precision" ? "fp32 (fp16 and bf16 off)" : e.value.dump()) +
+               "; the Hugging Face Trainer fills it from " + k.trainer + ": give " + k.flag + " as the job does");
+}
+
+}  // namespace
+
 DsConfig parse_ds_config(const std::string& text, const std::string& name, const ConfigFlags& flags) {
   json root = parse_json(text, name);
   if (!root.is_object()) throw ConfigError(name + ": expected a JSON object at the top level, got " + json_type(root));
@@ -788,6 +817,7 @@ DsConfig parse_ds_config(const std::string& text, const std::string& name, const
   Section top(L, &root, "");
   load_batch(L, top, flags, name, c);
   load_sections(L, top, c);
+  warn_assumed_autos(L, c);
   return c;
 }
 

@@ -201,6 +201,11 @@ int64_t ModelSpec::param_count() const {
   return n;
 }
 
+std::string ModelSpec::assumptions() const {
+  return std::string("attention ") + attention_name(attention) + " (" + attention_from + "), seq " +
+         std::to_string(seq) + " (" + seq_from + ")";
+}
+
 json ModelSpec::to_json() const {
   json j = {{"name", name},     {"params", param_count()}, {"layers", layers},
             {"hidden", hidden}, {"heads", heads},          {"seq", seq},
@@ -209,6 +214,7 @@ json ModelSpec::to_json() const {
   if (family == Family::llama) j["kv_heads"] = kv_head_count();
   if (family == Family::gpt2) j["positions"] = position_rows();
   if (attention == Attention::sdpa) j["attention_tile"] = attention_tile;
+  j["assumed"] = {{"attention", attention_from}, {"seq", seq_from}};
   return j;
 }
 
@@ -221,6 +227,13 @@ std::vector<std::string> model_preset_names() {
 std::vector<std::string> supported_model_types() { return {"gpt2", "llama", "mistral", "qwen2"}; }
 
 namespace {
+
+// The first of keys the config.json has, or a note that it has none (a default applies).
+std::string first_key(const json& j, std::initializer_list<const char*> keys) {
+  for (const char* k : keys)
+    if (j.contains(k) && !j[k].is_null()) return k;
+  return "none of " + std::string(*keys.begin()) + ", ...: 2048 assumed";
+}
 
 // A config.json field under its Hugging Face name or an alias; `def` when absent.
 template <typename T>
@@ -295,6 +308,8 @@ ModelSpec load_hf_config(const std::string& path) {
   m.heads = field<int64_t>(j, path, {"num_attention_heads", "n_head"}, std::nullopt);
   m.vocab = field<int64_t>(j, path, {"vocab_size"}, std::nullopt);
   m.seq = field<int64_t>(j, path, {"max_position_embeddings", "n_positions", "n_ctx"}, int64_t{2048});
+  m.seq_from = "the config.json's context length (" + first_key(j, {"max_position_embeddings", "n_positions", "n_ctx"}) +
+               "; --seq to train shorter sequences)";
   if (m.model_type == "gpt2") {
     m.positions = field<int64_t>(j, path, {"n_positions", "max_position_embeddings"}, m.seq);
     m.intermediate = field<int64_t>(j, path, {"n_inner"}, 4 * m.hidden);
@@ -304,10 +319,20 @@ ModelSpec load_hf_config(const std::string& path) {
     m.intermediate = field<int64_t>(j, path, {"intermediate_size"}, std::nullopt);
     load_llama_fields(j, path, m);
   }
+  // [Note: the attention transformers picks] A config.json that names no
+  // _attn_implementation is loaded by transformers with sdpa wherever the model class
+  // supports it and torch >= 2.1.1 (PreTrainedModel._autoset_attn_implementation; every
+  // family here supports it from transformers 4.42): the Trainer user who never chose
+  // gets sdpa, and so does the plan. flash_attention_2 keeps the same memory as sdpa.
   if (j.contains("_attn_implementation") && j["_attn_implementation"].is_string()) {
     const std::string a = j["_attn_implementation"].get<std::string>();
     if (a == "eager") m.attention = Attention::eager;
     else if (a == "sdpa" || a == "flash_attention_2") m.attention = Attention::sdpa;
+    m.attention_from = "the config.json's _attn_implementation \"" + a + "\"";
+  } else {
+    m.attention = Attention::sdpa;
+    m.attention_from = "transformers' default: the config.json names no _attn_implementation, and transformers >= "
+                       "4.42 loads sdpa with torch >= 2.1.1 (--attn eager for the eager path)";
   }
   validate_model(m, "--model " + path);
   return m;
@@ -331,7 +356,7 @@ ModelSpec resolve_model(const std::string& arg, const ModelOverrides& o) {
     }
   }
   if (o.vocab) m.vocab = *o.vocab;
-  if (o.seq) m.seq = *o.seq;
+  if (o.seq) m.seq = *o.seq, m.seq_from = "--seq";
   if (o.layers) m.layers = *o.layers;
   if (o.heads) {
     // Grouped-query attention keeps its group size when the head count changes.
@@ -348,6 +373,7 @@ ModelSpec resolve_model(const std::string& arg, const ModelOverrides& o) {
     if (*o.attention == "eager") m.attention = Attention::eager;
     else if (*o.attention == "sdpa") m.attention = Attention::sdpa;
     else throw ConfigError("--attn: got \"" + *o.attention + "\", expected eager or sdpa");
+    m.attention_from = "--attn";
   }
   validate_model(m, "--model " + arg);
   return m;

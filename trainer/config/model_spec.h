@@ -48,6 +48,10 @@ struct ModelSpec {
   // (validate_model): Hugging Face would fail there with an index error.
   int64_t positions = 0;
   int64_t position_rows() const { return positions > 0 ? positions : seq; }
+  // Where the attention and the sequence length came from (a config.json key, a flag,
+  // transformers' default, the preset): every header and the summary say it, so an
+  // assumption is never silent.
+  std::string attention_from = "the preset", seq_from = "the preset";
 
   int64_t head_dim() const { return hidden / heads; }
   int64_t kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
@@ -63,6 +67,8 @@ struct ModelSpec {
   // shapes), not a whole block.
   int64_t largest_module_params() const;
   nlohmann::json to_json() const;
+  // "attention sdpa (transformers' default ...), seq 4096 (max_position_embeddings)"
+  std::string assumptions() const;
 };
 
 struct ModelOverrides {

@@ -578,6 +578,7 @@ std::string format_plan(const MemoryPlan& p, const JobSpec& req) {
      << m.hidden << ", seq " << m.seq << ", vocab " << m.vocab << "), zero_stage " << p.zero_stage << ", "
      << precision_name(req.cfg.precision) << ", world_size " << p.world_size << ", micro " << req.cfg.micro_batch
      << " x gas " << req.cfg.grad_accum << (req.activation_checkpointing ? ", activation checkpointing" : "") << "\n";
+  os << "[zrepro plan] assumed: " << m.assumptions() << "\n";
   os << "predicted device memory per rank (every rank the same)";
   if (p.capacity > 0) os << ", capacity " << format_bytes(p.capacity);
   os << "\n\n";

@@ -18,7 +18,7 @@ std::vector<SummaryFieldDoc> field_docs() {
       {"The run", {"deepspeed_version"}, "the DeepSpeed release whose semantics the config was resolved with (`--deepspeed-version`)", ""},
       {"The run", {"skipped_steps"}, "optimizer steps the fp16 loss scaler skipped; absent when no training started", ""},
       {"The run", {"batch.micro", "batch.grad_accum", "batch.global"}, "the batch triple", ""},
-      {"The run", {"model.*"}, "`name`, `family`, `model_type`, `params`, `layers`, `hidden`, `heads`, `intermediate`, `seq`, `vocab`, `attention`, `tied`", "model_spec.h (ModelSpec::to_json)"},
+      {"The run", {"model.*"}, "`name`, `family`, `model_type`, `params`, `layers`, `hidden`, `heads`, `intermediate`, `seq`, `vocab`, `attention`, `tied`; `positions` (GPT-2's learned position table), `attention_tile` (sdpa), `assumed` (where the attention and the sequence length came from: a config.json key, a flag, transformers' default)", "model_spec.h (ModelSpec::to_json)"},
       {"The run", {"data.*"}, "`kind` and `entropy_floor_nats` (the synthetic data and the lowest loss it allows); `loader`: the emulated loader's `workers`, `prefetch_factor`, `pin_memory`, `pinned_bytes_peak`, `sample_ms_emulated`", kReport},
       {"The run", {"effective_config.*"}, "the resolved DeepSpeed config: `entries` (every key, its value and source), `resolved`, `warnings`, `file`, `world_size`", "ds_config.h (DsConfig::effective_json)"},
       {"The run", {"env.*"}, "this build and machine, as `zrepro env --json`", "app/env.h"},

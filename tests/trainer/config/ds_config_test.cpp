@@ -2,6 +2,8 @@
 // "auto" resolution, flag overrides, deprecated and unknown keys, bad input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "device/base/errors.h"
 #include "trainer/config/ds_config.h"
 
@@ -314,4 +316,28 @@ TEST(Config, ADirectoryAsConfigIsNamedAsOne) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("is a directory"), std::string::npos) << e.what();
   }
+}
+
+// [Note: "auto" filled by zrepro is said]: a Hugging Face Trainer config whose micro-batch,
+// accumulation and precision are "auto" gets one warning each when zrepro fills them with
+// its own defaults, naming the flag and the Trainer argument; none when the flags are given.
+TEST(Config, AutoFilledByZreprosDefaultIsAWarningNamingTheFlag) {
+  const std::string hf = R"({"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+      "train_batch_size": "auto", "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"},
+      "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}})";
+  const DsConfig quiet = parse(hf);
+  auto said = [](const DsConfig& c, const std::string& what) {
+    return std::count_if(c.warnings.begin(), c.warnings.end(),
+                         [&](const std::string& w) { return w.find(what) != std::string::npos; });
+  };
+  EXPECT_EQ(said(quiet, "train_micro_batch_size_per_gpu is \"auto\" and no --micro-batch was given: zrepro assumed 8"), 1);
+  EXPECT_EQ(said(quiet, "fills it from per_device_train_batch_size"), 1);
+  EXPECT_EQ(said(quiet, "no --grad-accum was given: zrepro assumed 1"), 1);
+  EXPECT_EQ(said(quiet, "no --precision was given: zrepro assumed fp32"), 1) << "one warning for bf16 and fp16";
+  ConfigFlags f;
+  f.micro_batch = 2, f.grad_accum = 4, f.precision = "bf16";
+  const DsConfig given = parse(hf, f);
+  EXPECT_EQ(said(given, "is \"auto\" and no"), 0);
+  EXPECT_EQ(given.micro_batch, 2);
+  EXPECT_EQ(given.precision, Precision::bf16);
 }

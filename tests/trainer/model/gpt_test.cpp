@@ -96,6 +96,33 @@ TEST(Model, ALearnedPositionTableKeepsTheModelsSizeAndBoundsTheSequence) {
   EXPECT_EQ(resolve_model(path, seq64).position_rows(), 256);
 }
 
+// [Note: the attention transformers picks]: a config.json without _attn_implementation is
+// planned with sdpa, as transformers loads it, and says so; the key or --attn decide
+// otherwise, and the model's JSON records where each came from.
+TEST(Model, AConfigWithoutAnAttentionIsPlannedAsTransformersLoadsIt) {
+  const std::string dir = testing::TempDir();
+  const std::string base = R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "intermediate_size": 160, "vocab_size": 128, "max_position_embeddings": 256)";
+  std::ofstream(dir + "/no_attn.json") << base << "}";
+  std::ofstream(dir + "/eager.json") << base << R"(, "_attn_implementation": "eager"})";
+  const ModelSpec dflt = resolve_model(dir + "/no_attn.json");
+  EXPECT_EQ(dflt.attention, Attention::sdpa);
+  EXPECT_NE(dflt.attention_from.find("transformers' default"), std::string::npos) << dflt.attention_from;
+  EXPECT_NE(dflt.assumptions().find("seq 256 (the config.json's context length (max_position_embeddings"),
+            std::string::npos) << dflt.assumptions();
+  EXPECT_EQ(dflt.to_json()["assumed"]["attention"], dflt.attention_from);
+  const ModelSpec eager = resolve_model(dir + "/eager.json");
+  EXPECT_EQ(eager.attention, Attention::eager);
+  EXPECT_NE(eager.attention_from.find("_attn_implementation \"eager\""), std::string::npos) << eager.attention_from;
+  ModelOverrides flag;
+  flag.attention = "eager";
+  flag.seq = 64;
+  const ModelSpec forced = resolve_model(dir + "/no_attn.json", flag);
+  EXPECT_EQ(forced.attention, Attention::eager);
+  EXPECT_EQ(forced.assumptions(), "attention eager (--attn), seq 64 (--seq)");
+  EXPECT_EQ(resolve_model("tiny").attention, Attention::eager) << "presets keep their own attention";
+}
+
 TEST(Model, ParamCountsEqualHuggingFacesForEveryConfigAndPreset) {
   // The record: transformers' from_config on the meta device (conformance/hf_param_counts.py).
   const nlohmann::json record = read_json(models_dir() + "/hf_param_counts.json");
