@@ -20,6 +20,7 @@ ModelSpec shrink(const ModelSpec& t, int64_t hidden) {
   m.name = t.name + "/scaled";
   m.hidden = hidden;
   m.seq = scaled(t.seq, 2);
+  if (t.positions > 0) m.positions = std::max(m.seq, scaled(t.positions, 2));  // the learned table shrinks as seq
   m.vocab = scaled(t.vocab, 8);
   m.intermediate = scaled(t.intermediate, 1);
   // sdpa's transient is heads x tile x seq scores per tile against seq x hidden per
