@@ -253,6 +253,8 @@ TEST(ScaleDown, ToyKeepsEveryCategorysShareOfCapacity) {
   EXPECT_LE(sd.toy.param_count(), kAutoToyParams);
   EXPECT_EQ(sd.toy.layers, req.target.model.layers);
   EXPECT_EQ(sd.toy.heads, req.target.model.heads);
+  // The learned position table shrinks with the sequence, as every size does.
+  EXPECT_EQ(sd.toy.position_rows(), sd.toy.seq);
   EXPECT_EQ(sd.toy.hidden % sd.toy.heads, 0);
   EXPECT_NEAR(sd.factor, static_cast<double>(req.target.model.param_count()) / sd.toy.param_count(), 1e-9);
   EXPECT_EQ(sd.toy_cfg.zero.reduce_bucket_size, std::llround(5e8 / sd.factor));
