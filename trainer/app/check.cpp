@@ -61,10 +61,11 @@ std::string run_folder(const cxxopts::ParseResult& r, const std::vector<std::str
   return dir + "/run";
 }
 
-json baseline_of(const std::string& dir) {
+// The baseline figures of a run folder; `flag` is the flag that named it (--run, --baseline).
+json baseline_of(const std::string& dir, const std::string& flag = "--run") {
   const std::optional<Summary> s = read_summary(dir + "/summary.json");
   if (!s)
-    throw ConfigError("--run: \"" + dir + "/summary.json\" is missing or cut; give a folder zrepro run wrote (--out)");
+    throw ConfigError(flag + ": \"" + dir + "/summary.json\" is missing or cut; give a folder zrepro run wrote (--out)");
   return make_baseline(*s, calibration_seconds(), dir);
 }
 
@@ -97,7 +98,9 @@ int check_command(int argc, char** argv) {
     // The baseline is read and checked before any run starts (a missing file costs nothing).
     json base;
     if (r.count("baseline")) {
-      base = read_json_file(r["baseline"].as<std::string>());
+      const std::string given = r["baseline"].as<std::string>();
+      // A run folder is a baseline too: the figures of its summary.json.
+      base = std::filesystem::is_directory(given) ? baseline_of(given, "--baseline") : read_json_file(given);
       if (!base.is_object() || !base.contains("zrepro_baseline"))
         throw ConfigError("--baseline: \"" + r["baseline"].as<std::string>() +
                           "\" is missing or not a zrepro baseline (write one with zrepro check --save)");

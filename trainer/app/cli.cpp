@@ -7,8 +7,8 @@
 
 #include "device/base/errors.h"
 #include "trainer/app/cli.h"
-
 #include "trainer/config/ds_versions.h"
+#include "trainer/config/training_args.h"
 #include "trainer/config/version_diff.h"
 #include "trainer/report/report.h"
 
@@ -32,6 +32,11 @@ void add_config_flags(cxxopts::Options& o) {
       ("precision", "fp32|fp16|bf16: fp16/bf16 \"enabled\" (default fp32)", cxxopts::value<std::string>())
       ("warmup-steps", "scheduler warmup_num_steps for \"auto\" (default 0)", cxxopts::value<int64_t>())
       ("zero-stage", "override zero_optimization.stage", cxxopts::value<int64_t>())
+      ("training-args", "the job's Hugging Face TrainingArguments as JSON (trainer.args.to_json_string(), or the "
+                        "keys the script sets): fills \"auto\" as the Trainer does (per_device_train_batch_size, "
+                        "gradient_accumulation_steps, bf16/fp16, learning_rate, max_grad_norm, ...), turns on "
+                        "gradient_checkpointing, max_seq_length sets --seq; a flag given wins",
+       cxxopts::value<std::string>())
       ("strict", "unknown config keys are errors")
       ("deepspeed-version", "resolve the config as this DeepSpeed release would (0.14.0 ... newest; default the "
                             "newest): its defaults, the keys it refuses", cxxopts::value<std::string>())
@@ -47,10 +52,25 @@ void add_config_flags(cxxopts::Options& o) {
       ("h,help", "show this help");
 }
 
+std::optional<TrainingArgs> training_args_from(const cxxopts::ParseResult& r) {
+  if (!r.count("training-args")) return std::nullopt;
+  return load_training_args(r["training-args"].as<std::string>());
+}
+
+bool checkpointing_from(const cxxopts::ParseResult& r) {
+  if (r.count("activation-checkpointing")) return true;
+  const std::optional<TrainingArgs> t = training_args_from(r);
+  return t && t->gradient_checkpointing;
+}
+
 ModelOverrides overrides_from(const cxxopts::ParseResult& r) {
-  return {opt<int64_t>(r, "vocab"),  opt<int64_t>(r, "seq"),   opt<int64_t>(r, "hidden"),
-          opt<int64_t>(r, "layers"), opt<int64_t>(r, "heads"), opt<int64_t>(r, "intermediate"),
-          opt<std::string>(r, "attn")};
+  ModelOverrides o{opt<int64_t>(r, "vocab"),  opt<int64_t>(r, "seq"),   opt<int64_t>(r, "hidden"),
+                   opt<int64_t>(r, "layers"), opt<int64_t>(r, "heads"), opt<int64_t>(r, "intermediate"),
+                   opt<std::string>(r, "attn")};
+  if (!o.seq)
+    if (const std::optional<TrainingArgs> t = training_args_from(r); t && t->max_seq_length)
+      o.seq = t->max_seq_length, o.seq_from = "the Trainer's max_seq_length (--training-args " + t->file + ")";
+  return o;
 }
 
 ModelSpec model_from(const cxxopts::ParseResult& r) { return resolve_model(r["model"].as<std::string>(), overrides_from(r)); }
@@ -74,6 +94,7 @@ ConfigFlags flags_from(const cxxopts::ParseResult& r, const ModelSpec& m, int wo
   f.hidden_size = m.hidden;
   f.world_size = world_size;
   f.total_steps = steps;
+  if (const std::optional<TrainingArgs> t = training_args_from(r)) apply_training_args(*t, f);
   return f;
 }
 

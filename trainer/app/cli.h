@@ -36,6 +36,8 @@ JobSpec plan_request_from(const cxxopts::ParseResult& r);
 // Config-resolving flags (--config, --model, --micro-batch, --lr, ...).
 void add_config_flags(cxxopts::Options& o);
 ModelOverrides overrides_from(const cxxopts::ParseResult& r);
+// --activation-checkpointing, or the --training-args file's gradient_checkpointing.
+bool checkpointing_from(const cxxopts::ParseResult& r);
 ModelSpec model_from(const cxxopts::ParseResult& r);
 ConfigFlags flags_from(const cxxopts::ParseResult& r, const ModelSpec& m, int world_size, int64_t steps);
 std::string require_config(const cxxopts::ParseResult& r);

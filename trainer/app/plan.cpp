@@ -52,7 +52,7 @@ JobSpec plan_request_from(const cxxopts::ParseResult& r) {
   req.model = model_from(r);
   req.cfg = load_ds_config(require_config(r), flags_from(r, req.model, req.world_size, r["steps"].as<int64_t>()));
   if (r.count("device-memory")) req.device_capacity = parse_device_memory("--device-memory", r["device-memory"].as<std::string>());
-  req.activation_checkpointing = r.count("activation-checkpointing") > 0;
+  req.activation_checkpointing = checkpointing_from(r);
   const std::string device = r["device"].as<std::string>();
   if (device != "cpu" && device != "cuda") throw ConfigError("--device: got \"" + device + "\", expected cpu or cuda");
   req.cpu_device = device == "cpu";
@@ -90,7 +90,7 @@ int plan_command(int argc, char** argv) {
     } else {
       for (const auto& w : req.cfg.warnings) std::cout << "[zrepro] warning: " << w << "\n";
       std::cout << format_plan(plan, req);
-      if (!fixes.empty()) std::cout << "\n" << format_fixes(fixes) << "\n";
+      if (!fixes.empty()) std::cout << "\n" << format_fixes(fixes) << "\n" << format_fix_details(fixes);
       if (fidelity) std::cout << "\n" << format_gpu_fidelity(*fidelity);
     }
     if (!plan.pinned_fits) return kExitPinnedMemory;  // the run would fail at init, before any OOM

@@ -235,7 +235,7 @@ void parse_run_spec(int argc, char** argv, RunSpec& s) {
   if (s.steps <= 0) throw ConfigError("--steps: must be > 0, got " + std::to_string(s.steps));
   s.seed = r["seed"].as<uint64_t>();
   s.verify_replicas = r.count("verify-replicas") > 0;
-  s.activation_checkpointing = r.count("activation-checkpointing") > 0;
+  s.activation_checkpointing = checkpointing_from(r);
   s.print_config = r.count("print-config") > 0;
   s.export_inputs = r.count("export-inputs") > 0;
   if (s.export_inputs && s.out_dir.empty()) throw ConfigError("--export-inputs: needs --out DIR (it writes DIR/inputs)");

@@ -94,6 +94,19 @@ class Loader {
     throw ConfigError(file_ + ": " + path + ": " + what);
   }
   void warn(const std::string& msg) { out_.warnings.push_back(file_ + ": " + msg); }
+  // [Note: "auto" as the Trainer fills it] (training_args.h): transformers refuses a
+  // DeepSpeed value the file sets explicitly that differs from the TrainingArguments'
+  // (HfTrainerDeepSpeedConfig's "mismatch" error); so does a run given --training-args.
+  void check_trainer_match(const std::string& path, const json* file_value, const json& trainer_value,
+                           const std::string& source) {
+    if (source != "--training-args" || !file_value || (file_value->is_string() && *file_value == "auto") ||
+        *file_value == trainer_value)
+      return;
+    fail(path, "is " + file_value->dump() + " in the file and " + trainer_value.dump() + " in the Trainer's arguments (" +
+                   flags_.training_args_file + "); transformers refuses that mismatch (\"Please correct the following "
+                   "DeepSpeed config values that mismatch TrainingArguments values\"): set it to \"auto\" or to the "
+                   "Trainer's value");
+  }
   void record(const std::string& path, json value, Source src, std::string note = "") {
     for (auto& e : out_.entries)
       if (e.path == path) { e = {path, std::move(value), src, std::move(note)}; return; }
@@ -156,6 +169,7 @@ T Section::get(const std::string& key, T def) {
   const json* v = raw(key);
   const bool is_auto = v && v->is_string() && *v == "auto";
   if (auto it = L_.overrides.find(p); it != L_.overrides.end() && !is_auto) {
+    L_.check_trainer_match(p, v, it->second.value, it->second.flag);
     T val = L_.convert<T>(p, it->second.value);
     if (v && *v != it->second.value)
       L_.warn(p + " = " + v->dump() + " in the file is overridden by " + it->second.flag + " " +
@@ -614,8 +628,10 @@ json parse_json(const std::string& text, const std::string& name) {
 void register_flags(Loader& L, const ConfigFlags& flags) {
   auto flag_or_auto = [&](const std::string& path, const char* flag, auto opt, json def) {
     if (opt) {
-      L.overrides[path] = {json(*opt), flag};
-      L.autos[path] = {json(*opt), std::string("from ") + flag};
+      const bool trainer = flags.from_training_args.count(flag) > 0;
+      L.overrides[path] = {json(*opt), trainer ? "--training-args" : flag};
+      L.autos[path] = {json(*opt), trainer ? "from the Trainer's arguments (--training-args " + flags.training_args_file + ")"
+                                           : std::string("from ") + flag};
     } else {
       L.autos[path] = {def, std::string("default of ") + flag};
     }
@@ -637,12 +653,16 @@ void register_flags(Loader& L, const ConfigFlags& flags) {
     const std::string& p = *flags.precision;
     if (p != "fp32" && p != "fp16" && p != "bf16")
       throw ConfigError("--precision: got \"" + p + "\", expected fp32, fp16 or bf16");
-    L.overrides["fp16.enabled"] = {p == "fp16", "--precision"};
-    L.overrides["bf16.enabled"] = {p == "bf16", "--precision"};
-    L.overrides["bfloat16.enabled"] = {p == "bf16", "--precision"};
+    const std::string by = flags.from_training_args.count("--precision") ? "--training-args" : "--precision";
+    L.overrides["fp16.enabled"] = {p == "fp16", by};
+    L.overrides["bf16.enabled"] = {p == "bf16", by};
+    L.overrides["bfloat16.enabled"] = {p == "bf16", by};
   }
   const std::string prec = flags.precision.value_or("fp32");
-  const std::string prec_note = flags.precision ? "from --precision" : "default of --precision (fp32)";
+  const std::string prec_note = !flags.precision ? "default of --precision (fp32)"
+                                : flags.from_training_args.count("--precision")
+                                    ? "from the Trainer's bf16/fp16 (--training-args " + flags.training_args_file + ")"
+                                    : "from --precision";
   L.autos["fp16.enabled"] = {prec == "fp16", prec_note};
   L.autos["bf16.enabled"] = {prec == "bf16", prec_note};
   L.autos["bfloat16.enabled"] = L.autos["bf16.enabled"];
@@ -661,7 +681,10 @@ void load_batch(Loader& L, Section& top, const ConfigFlags& flags, const std::st
   auto batch_value = [&](const char* key) -> std::optional<int64_t> {
     top.consume(key);
     const json* v = top.raw(key);
-    if (auto it = L.overrides.find(key); it != L.overrides.end()) return it->second.value.get<int64_t>();
+    if (auto it = L.overrides.find(key); it != L.overrides.end()) {
+      L.check_trainer_match(key, v, it->second.value, it->second.flag);
+      return it->second.value.get<int64_t>();
+    }
     if (!v) return std::nullopt;
     if (v->is_string() && *v == "auto") {
       if (std::string(key) == "train_batch_size") {
@@ -818,6 +841,7 @@ DsConfig parse_ds_config(const std::string& text, const std::string& name, const
   load_batch(L, top, flags, name, c);
   load_sections(L, top, c);
   warn_assumed_autos(L, c);
+  for (const auto& n : flags.training_args_notes) L.warn(n);
   return c;
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,11 @@ struct ConfigFlags {
   int world_size = 1;
   bool strict = false;                      // unknown keys are errors
   std::string deepspeed_version;            // --deepspeed-version: resolve as this release ("" = newest)
+  // --training-args FILE (training_args.h): the flags it filled, and one line per flag given
+  // on the command line that overrode the file's value (said as warnings).
+  std::string training_args_file;
+  std::set<std::string> from_training_args;
+  std::vector<std::string> training_args_notes;
 };
 
 struct DsConfig {

@@ -120,7 +120,7 @@ void validate_model(const ModelSpec& m, const std::string& where) {
 }
 
 std::vector<LayerSpec> ModelSpec::layer_shapes() const {
-  const int64_t V = vocab, S = seq, h = hidden, I = intermediate, kv = kv_head_count() * head_dim();
+  const int64_t V = vocab, h = hidden, I = intermediate, kv = kv_head_count() * head_dim();
   std::vector<LayerSpec> g;
   auto linear = [](std::vector<ParamSpec>& ps, const std::string& name, int64_t out, int64_t in, bool bias) {
     ps.push_back({name + ".weight", {out, in}});
@@ -356,7 +356,7 @@ ModelSpec resolve_model(const std::string& arg, const ModelOverrides& o) {
     }
   }
   if (o.vocab) m.vocab = *o.vocab;
-  if (o.seq) m.seq = *o.seq, m.seq_from = "--seq";
+  if (o.seq) m.seq = *o.seq, m.seq_from = o.seq_from;
   if (o.layers) m.layers = *o.layers;
   if (o.heads) {
     // Grouped-query attention keeps its group size when the head count changes.

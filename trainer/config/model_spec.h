@@ -74,6 +74,7 @@ struct ModelSpec {
 struct ModelOverrides {
   std::optional<int64_t> vocab, seq, hidden, layers, heads, intermediate;
   std::optional<std::string> attention;  // --attn eager|sdpa
+  std::string seq_from = "--seq";        // what set seq (the Trainer's max_seq_length, ...)
 };
 
 std::vector<std::string> model_preset_names();

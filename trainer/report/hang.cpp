@@ -144,7 +144,8 @@ std::vector<HangDiagnosis::RankView> rank_views(const std::vector<std::vector<Fl
     if (!entries.empty()) newest = std::max(newest, last_activity(entries));
   std::vector<HangDiagnosis::RankView> out;
   for (int r = 0; r < static_cast<int>(per_rank.size()); ++r) {
-    HangDiagnosis::RankView v{r};
+    HangDiagnosis::RankView v;
+    v.rank = r;
     v.dumped = !per_rank[r].empty();
     for (const auto& e : per_rank[r]) {
       if (e.state == FlightEntry::completed && e.seq > v.last_completed_seq)

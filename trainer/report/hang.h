@@ -34,7 +34,7 @@ struct HangDiagnosis {
   // Where each rank stands, for the per-rank collective table (report.html): its last
   // completed collective and the first one it has not completed (where it waits).
   struct RankView {
-    int rank;
+    int rank = 0;
     bool dumped = false;                 // its flight dump arrived
     int64_t last_completed_seq = -1;     // -1: none in the recorder's window
     std::string last_completed;          // op(dtype, in, out) [label, step, micro-step, state]

@@ -438,10 +438,19 @@ void check_summary_schema(const json& summary, const std::string& where) {
 }
 
 json read_json_file(const std::string& path) {
+  // A folder opens as a stream and throws std::ios_base::failure ("Is a directory") on the
+  // first read in libstdc++, whatever the exception mask (issue 31: check --baseline
+  // RUN_DIR ended in terminate, exit 134). A folder, or any read error, is no JSON.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return nullptr;
   std::ifstream in(path);
   if (!in) return nullptr;
-  json j = json::parse(in, nullptr, false);
-  return j.is_discarded() ? json(nullptr) : j;
+  try {
+    json j = json::parse(in, nullptr, false);
+    return j.is_discarded() ? json(nullptr) : j;
+  } catch (const std::ios_base::failure&) {
+    return nullptr;
+  }
 }
 
 std::optional<Summary> read_summary(const std::string& path) {

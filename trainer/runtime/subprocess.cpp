@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <wordexp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>

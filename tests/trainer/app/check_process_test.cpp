@@ -57,6 +57,15 @@ TEST(Check, IdenticalRerunPassesAndEachChangeFailsOnItsFigure) {
   EXPECT_EQ(zrepro_test::zrepro_cmd("check --save x.json --baseline y.json --run " + dir).code, 2);
   EXPECT_EQ(zrepro_test::zrepro_cmd("check --baseline " + cfg + " --run " + dir + "/w0/run").code, 2)
       << "not a baseline";
+  // Issue 31: a run folder given as the baseline (it ended in std::ios_base::failure, exit
+  // 134) is a baseline: its summary's figures. A folder without a summary is exit 2.
+  const auto run_as_base = zrepro_test::zrepro_cmd("check --baseline " + dir + "/w0/run --time-tol 100 --run " +
+                                                   dir + "/w1/run");
+  EXPECT_EQ(run_as_base.code, 0) << run_as_base.output;
+  const auto empty_dir = zrepro_test::zrepro_cmd("check --baseline " + dir + " --run " + dir + "/w1/run");
+  EXPECT_EQ(empty_dir.code, 2) << empty_dir.output;
+  EXPECT_NE(empty_dir.output.find("--baseline: \"" + dir + "/summary.json\" is missing"), std::string::npos)
+      << empty_dir.output;
 }
 
 // [Note: summary schema]: a run folder's summary names its schema; one of another schema,

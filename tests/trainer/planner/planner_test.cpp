@@ -240,15 +240,24 @@ TEST(Planner, DeepSpeedsLargestLayerIsTheLargestModule) {
   EXPECT_LT(m.largest_module_params(), m.block_params());
 }
 
-TEST(ScaleDown, ToyKeepsEveryCategorysShareOfCapacity) {
+namespace {
+// A 4-rank ZeRO-2 bf16 job of `model` on `capacity` bytes per rank, to scale down.
+ScaleRequest zero2_target(const ModelSpec& model, int64_t capacity, bool checkpointing = false) {
   ScaleRequest req;
-  req.target.model = resolve_model("gpt2-xl");
+  req.target.model = model;
   req.target.world_size = 4;
+  req.target.activation_checkpointing = checkpointing;
   ConfigFlags f;
   f.world_size = 4;
-  f.hidden_size = req.target.model.hidden;
+  f.hidden_size = model.hidden;
   req.target.cfg = parse_ds_config(kZero2Bf16, "z2.json", f);
-  req.target.device_capacity = 40000000000;
+  req.target.device_capacity = capacity;
+  return req;
+}
+}  // namespace
+
+TEST(ScaleDown, ToyKeepsEveryCategorysShareOfCapacity) {
+  ScaleRequest req = zero2_target(resolve_model("gpt2-xl"), 40000000000);
   const ScaleDown sd = scale_down(req);
   EXPECT_LE(sd.toy.param_count(), kAutoToyParams);
   EXPECT_EQ(sd.toy.layers, req.target.model.layers);
@@ -277,18 +286,9 @@ TEST(ScaleDown, ToyKeepsEveryCategorysShareOfCapacity) {
 // sequence (the whole score matrix), so its activations held 34% of its capacity against
 // the target's 19%. The tile scales with seq and hidden: every share stays within a point.
 TEST(ScaleDown, SdpaKeepsTheShareOfItsTiledAttention) {
-  ScaleRequest req;
   ModelOverrides sdpa;
   sdpa.attention = "sdpa";
-  req.target.model = resolve_model("llama-3-8b", sdpa);
-  req.target.world_size = 4;
-  req.target.activation_checkpointing = true;
-  ConfigFlags f;
-  f.world_size = 4;
-  f.hidden_size = req.target.model.hidden;
-  req.target.cfg = parse_ds_config(kZero2Bf16, "z2.json", f);
-  req.target.device_capacity = 80000000000;
-  const ScaleDown sd = scale_down(req);
+  const ScaleDown sd = scale_down(zero2_target(resolve_model("llama-3-8b", sdpa), 80000000000, true));
   EXPECT_EQ(sd.toy.attention_tile, std::llround(128 / sd.linear));
   for (const auto& row : sd.fidelity) EXPECT_NEAR(row.toy_share, row.target_share, 0.01) << row.category;
   EXPECT_TRUE(sd.warnings.empty()) << sd.warnings.front();
@@ -381,4 +381,47 @@ TEST(Planner, FixesArePlannedAndTheOnesThatFitComeFirst) {
       << format_fixes(fixes);
   req.device_capacity = 0;
   EXPECT_TRUE(predict_fixes(req).empty()) << "no capacity, no verdict, no fixes";
+}
+
+// [Note: fixes a user can apply]: each fix says its cost and its Trainer spelling, the
+// recommended one is the cheapest that fits (not the lowest peak), a fix that changes
+// nothing is left out, and when none fits alone two together are planned.
+TEST(Planner, FixesComeWithTheirCostAPairWhenNoneFitsAloneAndOneRecommendation) {
+  JobSpec req;
+  req.model = resolve_model("small");
+  req.cfg = load_ds_config(std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/first-batch-activations/ds_config.json",
+                           ConfigFlags{});
+  req.device_capacity = 120000000;
+  const std::vector<FixPrediction> one = predict_fixes(req);
+  const FixPrediction* rec = recommended_fix(one);
+  ASSERT_NE(rec, nullptr);
+  EXPECT_EQ(rec->fix, "micro-batch 4 x gas 2") << "cheaper than checkpointing, and it fits";
+  EXPECT_EQ(rec->trainer_args, "per_device_train_batch_size=4, gradient_accumulation_steps=2");
+  EXPECT_NE(format_fixes(one).find("recommended: micro-batch 4 x gas 2 (the same global batch"), std::string::npos)
+      << format_fixes(one);
+  const std::string details = format_fix_details(one);
+  EXPECT_NE(details.find("Hugging Face Trainer: gradient_checkpointing=True"), std::string::npos) << details;
+  EXPECT_NE(details.find("ds_config.json merge patch: {\"gradient_accumulation_steps\":2,\"train_micro_batch_size_per_gpu\":4}"), std::string::npos)
+      << details;
+  for (const auto& f : one) EXPECT_EQ(f.parts, 1) << f.fix << ": a single fix fits, no pairs";
+  const int64_t own = plan_memory(req).peak_bytes;
+  for (const auto& f : one) EXPECT_TRUE(f.fits || f.peak_bytes != own) << f.fix << " changes nothing";
+  // A capacity where no fix fits alone: pairs are planned, and one fits.
+  req.device_capacity = 80000000;  // checkpointing alone peaks at 114%, half the micro-batch at 136%
+  const std::vector<FixPrediction> pairs = predict_fixes(req);
+  EXPECT_TRUE(std::none_of(pairs.begin(), pairs.end(), [](const FixPrediction& f) { return f.fits && f.parts == 1; }));
+  ASSERT_FALSE(pairs.empty());
+  EXPECT_TRUE(pairs[0].fits) << format_fixes(pairs);
+  EXPECT_EQ(pairs[0].parts, 2);
+  EXPECT_NE(pairs[0].fix.find(" + "), std::string::npos);
+  JobSpec both = req;
+  both.activation_checkpointing = true;
+  both.cfg.micro_batch /= 2, both.cfg.grad_accum *= 2;
+  const auto ckpt_micro = std::find_if(pairs.begin(), pairs.end(), [](const FixPrediction& f) {
+    return f.fix == "activation checkpointing + micro-batch 4 x gas 2";
+  });
+  ASSERT_NE(ckpt_micro, pairs.end());
+  EXPECT_EQ(ckpt_micro->peak_bytes, plan_memory(both).peak_bytes) << "the pair is the plan of both changes";
+  EXPECT_EQ(ckpt_micro->args, std::vector<std::string>{"--activation-checkpointing"});
+  EXPECT_EQ(ckpt_micro->config_patch["gradient_accumulation_steps"], 2);
 }

@@ -1,0 +1,96 @@
+// [Note: "auto" as the Trainer fills it] (trainer/config/training_args.h): a Hugging Face
+// Trainer config with "auto" values resolved from the job's TrainingArguments as
+// transformers does, a flag given on the command line winning (and said), an explicit
+// DeepSpeed value that contradicts the Trainer refused as transformers refuses it, and
+// bad files named.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "device/base/errors.h"
+#include "trainer/config/training_args.h"
+
+using namespace zrepro;
+
+namespace {
+
+const char* kHfConfig = R"({"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+    "train_batch_size": "auto", "gradient_clipping": "auto", "bf16": {"enabled": "auto"},
+    "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}},
+    "zero_optimization": {"stage": 2}})";
+
+std::string file(const std::string& name, const std::string& text) {
+  const std::string path = testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// trainer.args.to_json_string() of a typical SFT job (the keys that matter, and others).
+const char* kArgs = R"({"output_dir": "out", "per_device_train_batch_size": 2, "gradient_accumulation_steps": 8,
+    "learning_rate": 2e-05, "weight_decay": 0.1, "max_grad_norm": 0.3, "bf16": true, "fp16": false,
+    "gradient_checkpointing": true, "max_seq_length": 2048, "report_to": ["none"], "deepspeed": "ds.json"})";
+
+}  // namespace
+
+TEST(TrainingArgs, AutoIsFilledAsTheTrainerFillsIt) {
+  const TrainingArgs t = load_training_args(file("args.json", kArgs));
+  EXPECT_EQ(t.per_device_train_batch_size, 2);
+  EXPECT_EQ(t.precision, "bf16");
+  EXPECT_TRUE(t.gradient_checkpointing);
+  EXPECT_EQ(t.max_seq_length, 2048);
+  ConfigFlags f;
+  f.world_size = 4;
+  apply_training_args(t, f);
+  const DsConfig c = parse_ds_config(kHfConfig, "ds.json", f);
+  EXPECT_EQ(c.micro_batch, 2);
+  EXPECT_EQ(c.grad_accum, 8);
+  EXPECT_EQ(c.train_batch_size, 64) << "world x micro x accumulation";
+  EXPECT_EQ(c.precision, Precision::bf16);
+  EXPECT_DOUBLE_EQ(c.gradient_clipping, 0.3);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 2e-05);
+  EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 0.1);
+  for (const auto& w : c.warnings) EXPECT_EQ(w.find("zrepro assumed"), std::string::npos) << w;
+  bool noted = false;
+  for (const auto& e : c.entries)
+    if (e.path == "train_micro_batch_size_per_gpu") noted = e.note.find("the Trainer's arguments") != std::string::npos;
+  EXPECT_TRUE(noted) << "the effective config says where the value came from";
+}
+
+TEST(TrainingArgs, AFlagWinsAndAContradictingConfigIsRefusedAsTransformersDoes) {
+  const TrainingArgs t = load_training_args(file("args2.json", kArgs));
+  ConfigFlags f;
+  f.micro_batch = 4;
+  apply_training_args(t, f);
+  const DsConfig c = parse_ds_config(kHfConfig, "ds.json", f);
+  EXPECT_EQ(c.micro_batch, 4);
+  bool said = false;
+  for (const auto& w : c.warnings) said = said || w.find("--micro-batch 4 wins over the Trainer's per_device_train_batch_size 2") != std::string::npos;
+  EXPECT_TRUE(said);
+  ConfigFlags g;
+  apply_training_args(t, g);
+  try {
+    parse_ds_config(R"({"train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": "auto"})", "ds.json", g);
+    ADD_FAILURE() << "a micro-batch that contradicts the Trainer was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("train_micro_batch_size_per_gpu: is 16 in the file and 2 in the Trainer's arguments"),
+              std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("mismatch TrainingArguments values"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TrainingArgs, ABadFileIsNamedWithTheKeyAndWhatWasExpected) {
+  auto refused = [](const std::string& text, const std::string& what) {
+    try {
+      load_training_args(file("bad.json", text));
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  refused(R"({"per_device_train_batch_size": "8"})", "per_device_train_batch_size is \"8\", expected an integer > 0");
+  refused(R"({"per_device_train_batch_size": 0})", "expected an integer > 0");
+  refused(R"({"bf16": true, "fp16": true})", "bf16 and fp16 are both true");
+  refused(R"({"bf16": "yes"})", "bf16 is \"yes\", expected true or false");
+  refused("[1, 2]", "not a JSON object");
+  EXPECT_THROW(load_training_args(testing::TempDir() + "/no_such_args.json"), ConfigError);
+}

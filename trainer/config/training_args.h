@@ -1,0 +1,40 @@
+// TrainingArgs: the Hugging Face Trainer's arguments a DeepSpeed job ran with, read from
+// a JSON file (`trainer.args.to_json_string()`, the training_args.json some recipes save,
+// or the few keys a user copies from their script), and turned into what fills the
+// config's "auto" values.
+//
+// [Note: "auto" as the Trainer fills it] transformers' DeepSpeed integration
+// (HfTrainerDeepSpeedConfig.trainer_config_process) fills train_micro_batch_size_per_gpu
+// from per_device_train_batch_size, gradient_accumulation_steps from its namesake,
+// train_batch_size as world x micro x accumulation, gradient_clipping from max_grad_norm,
+// the optimizer's lr / betas / eps / weight_decay from learning_rate, adam_beta1,
+// adam_beta2, adam_epsilon, weight_decay, fp16.enabled / bf16.enabled from fp16 / bf16
+// (neither: fp32) and the scheduler's warmup from warmup_steps. zrepro's flags are the
+// same knobs: a flag given on the command line wins over the file (and is said), a key
+// the file lacks keeps zrepro's default (and its "auto" warning). gradient_checkpointing
+// turns on activation checkpointing; TRL's max_seq_length sets the sequence.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "trainer/config/ds_config.h"
+
+namespace zrepro {
+
+struct TrainingArgs {
+  std::string file;
+  std::optional<int64_t> per_device_train_batch_size, gradient_accumulation_steps, warmup_steps, max_seq_length;
+  std::optional<double> learning_rate, weight_decay, max_grad_norm, adam_beta1, adam_beta2, adam_epsilon;
+  std::optional<std::string> precision;  // "bf16" / "fp16" / "fp32", when the file says bf16 or fp16
+  bool gradient_checkpointing = false;
+};
+
+// Throws ConfigError naming the file, the key, the value and what was expected.
+TrainingArgs load_training_args(const std::string& path);
+// Fills every flag f has unset from t (recorded in f.from_training_args); a flag given on
+// the command line that differs from the file wins, with a line in f.training_args_notes.
+void apply_training_args(const TrainingArgs& t, ConfigFlags& f);
+
+}  // namespace zrepro
