@@ -354,16 +354,25 @@ TEST(Planner, OffloadParamBufferCountBoundsTheShardsOnTheirWayUp) {
   EXPECT_LT(peak[0], peak[1]);  // fewer shards prefetched up at a time
 }
 
-// The fixes the OOM hint and `zrepro plan` propose are planned, not listed: on the
-// first-batch-activations scenario (activations overflow 120 MB) checkpointing and a
-// smaller micro-batch are predicted to fit and come first; each prediction is the
-// plan of the changed run.
-TEST(Planner, FixesArePlannedAndTheOnesThatFitComeFirst) {
+namespace {
+// configs/scenarios/first-batch-activations on the `small` model and 120 MB: its
+// activations overflow; checkpointing and half the micro-batch each fit.
+JobSpec first_batch_activations_job() {
   JobSpec req;
   req.model = resolve_model("small");
   req.cfg = load_ds_config(std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/first-batch-activations/ds_config.json",
                            ConfigFlags{});
   req.device_capacity = 120000000;
+  return req;
+}
+}  // namespace
+
+// The fixes the OOM hint and `zrepro plan` propose are planned, not listed: on the
+// first-batch-activations scenario (activations overflow 120 MB) checkpointing and a
+// smaller micro-batch are predicted to fit and come first; each prediction is the
+// plan of the changed run.
+TEST(Planner, FixesArePlannedAndTheOnesThatFitComeFirst) {
+  JobSpec req = first_batch_activations_job();
   ASSERT_FALSE(plan_memory(req).fits);
   const std::vector<FixPrediction> fixes = predict_fixes(req);
   ASSERT_GE(fixes.size(), 3u);
@@ -387,11 +396,7 @@ TEST(Planner, FixesArePlannedAndTheOnesThatFitComeFirst) {
 // recommended one is the cheapest that fits (not the lowest peak), a fix that changes
 // nothing is left out, and when none fits alone two together are planned.
 TEST(Planner, FixesComeWithTheirCostAPairWhenNoneFitsAloneAndOneRecommendation) {
-  JobSpec req;
-  req.model = resolve_model("small");
-  req.cfg = load_ds_config(std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/first-batch-activations/ds_config.json",
-                           ConfigFlags{});
-  req.device_capacity = 120000000;
+  JobSpec req = first_batch_activations_job();
   const std::vector<FixPrediction> one = predict_fixes(req);
   const FixPrediction* rec = recommended_fix(one);
   ASSERT_NE(rec, nullptr);
