@@ -37,16 +37,49 @@ void exact(CheckResult& r, const std::string& metric, const json& a, const json&
   r.rows.push_back({metric, a, b, "exact", a == b, note});
 }
 
+void bytes_row(CheckResult& r, const std::string& metric, int64_t a, int64_t b, const CheckTolerances& tol,
+               const std::string& note = "") {
+  const double allowed = std::max<double>(tol.memory_rel * static_cast<double>(a), tol.memory_floor_bytes);
+  r.rows.push_back({metric, a, b, fmt(100 * tol.memory_rel) + "%", std::fabs(static_cast<double>(b - a)) <= allowed, note});
+}
+
+// Device bytes by category and host bytes by kind, per rank. Host bytes are what an
+// upgrade that flips offload's pin_memory default moves (issue 31: DeepSpeed 0.19.4 ->
+// 0.19.8 pinned 2.26 MiB where it pinned none); a baseline from before they were kept
+// has no "host" and is compared without them.
 void memory_rows(CheckResult& r, const json& base, const json& now, const CheckTolerances& tol) {
   const json& br = base["memory"]["ranks"];
   const json& nr = now["memory"]["ranks"];
-  for (size_t k = 0; k < br.size() && k < nr.size(); ++k)
-    for (const auto& [cat, v] : br[k]["by_category"].items()) {
-      const int64_t a = v.get<int64_t>(), b = integer_or(nr[k]["by_category"], cat.c_str(), 0);
-      const double allowed = std::max<double>(tol.memory_rel * static_cast<double>(a), tol.memory_floor_bytes);
-      r.rows.push_back({"memory.rank" + std::to_string(k) + "." + cat, a, b,
-                        fmt(100 * tol.memory_rel) + "%", std::fabs(static_cast<double>(b - a)) <= allowed, ""});
+  for (size_t k = 0; k < br.size() && k < nr.size(); ++k) {
+    const std::string at = "memory.rank" + std::to_string(k) + ".";
+    for (const auto& [cat, v] : br[k]["by_category"].items())
+      bytes_row(r, at + cat, v.get<int64_t>(), integer_or(nr[k]["by_category"], cat.c_str(), 0), tol);
+    if (br[k].contains("host") && br[k]["host"].is_object())
+      for (const auto& [kind, v] : br[k]["host"].items())
+        bytes_row(r, at + "host_" + kind, v.get<int64_t>(),
+                  nr[k].contains("host") ? integer_or(nr[k]["host"], kind.c_str(), 0) : 0, tol,
+                  kind == "pinned" ? "page-locked host memory (offload pin_memory)" : "");
+  }
+}
+
+// The effective DeepSpeed config, key by key: a value that differs fails, with where each
+// came from (a release's default, the file, a flag, "auto"), so an upgrade that changes a
+// default is named as the change it is. One passing row when nothing differs.
+void config_rows(CheckResult& r, const json& base, const json& now) {
+  const json b = base.value("effective_config", json()), n = now.value("effective_config", json());
+  if (!b.is_object() || !n.is_object()) return;
+  int same = 0;
+  for (const auto& [key, was] : b.items()) {
+    const json is = n.value(key, json());
+    if (is.is_object() && is.value("value", json()) == was.value("value", json())) {
+      ++same;
+      continue;
     }
+    const std::string from = was.value("source", "?"), to = is.is_object() ? is.value("source", "?") : "absent";
+    r.rows.push_back({"config." + key, was.value("value", json()), is.is_object() ? is.value("value", json()) : json(),
+                      "exact", false, "source " + from + " -> " + to + "; zrepro config --config ... shows each value"});
+  }
+  r.rows.push_back({"config (effective keys unchanged)", same, same, "exact", true, ""});
 }
 
 void trajectory_rows(CheckResult& r, const json& base, const json& now, const CheckTolerances& tol) {
@@ -110,7 +143,9 @@ json make_baseline(const Summary& s, double calibration_s, const std::string& fr
   json ranks = json::array();
   if (s.memory)
     for (const SummaryRankMemory& r : s.memory->ranks)
-      ranks.push_back({{"rank", r.rank}, {"by_category", r.category_peaks}});
+      ranks.push_back({{"rank", r.rank},
+                       {"by_category", r.category_peaks},
+                       {"host", {{"pinned", r.host_pinned_bytes}, {"pageable", r.host_pageable_bytes}}}});
   const int64_t peak = s.peak_bytes();
   b["memory"] = {{"ranks", ranks}, {"peak_bytes", peak}};
   json comm = json::object();
@@ -118,6 +153,12 @@ json make_baseline(const Summary& s, double calibration_s, const std::string& fr
     for (const auto& [op, v] : s.comm->bytes_per_step)
       if (v) comm[op] = *v;
   b["comm_bytes_per_step"] = comm;
+  json config = json::object();  // key -> {value, source}: the effective config (DsConfig::effective_json)
+  if (s.effective_config.is_object())
+    for (const auto& e : s.effective_config.value("entries", json::array()))
+      if (e.is_object() && e.contains("key"))
+        config[e["key"].get<std::string>()] = {{"value", e.value("value", json())}, {"source", e.value("source", json())}};
+  b["effective_config"] = config;
   const json planned = s.memory ? s.memory->planned : json();
   const int64_t planned_peak = planned.is_object() ? planned.value("peak_bytes", int64_t(0)) : 0;
   if (peak > 0 && planned_peak > 0) b["plan_over_measured"] = static_cast<double>(planned_peak) / static_cast<double>(peak);
@@ -157,6 +198,17 @@ void validate_baseline(const json& b, const std::string& path) {
     for (const auto& [cat, v] : need(r, "memory.ranks[].", "by_category", &json::is_object, "bytes by category").items())
       if (!v.is_number_integer()) refuse("memory.ranks[].by_category." + cat, v, "bytes");
   }
+  for (const auto& r : memory["ranks"])
+    if (r.contains("host")) {  // optional: baselines saved before host bytes were kept have none
+      if (!r["host"].is_object()) refuse("memory.ranks[].host", r["host"], "bytes by kind (pinned, pageable)");
+      for (const auto& [kind, v] : r["host"].items())
+        if (!v.is_number_integer()) refuse("memory.ranks[].host." + kind, v, "bytes");
+    }
+  if (b.contains("effective_config")) {  // optional, as host
+    if (!b["effective_config"].is_object()) refuse("effective_config", b["effective_config"], "an object of keys");
+    for (const auto& [key, e] : b["effective_config"].items())
+      if (!e.is_object() || !e.contains("value")) refuse("effective_config." + key, e, "{value, source}");
+  }
   for (const auto& [op, v] : need(b, "", "comm_bytes_per_step", &json::is_object, "bytes by collective").items())
     if (!v.is_number()) refuse("comm_bytes_per_step." + op, v, "bytes");
   const json& time = need(b, "", "time", &json::is_object, "an object with step_s_median, calibration_s and ratio");
@@ -174,6 +226,7 @@ CheckResult check_against(const json& base, const json& now, const CheckToleranc
   exact(r, "steps", base.value("steps", json()), now.value("steps", json()));
   exact(r, "skipped_steps", base.value("skipped_steps", json()), now.value("skipped_steps", json()));
   memory_rows(r, base, now, tol);
+  config_rows(r, base, now);
   const json comm = base.value("comm_bytes_per_step", json::object());  // items() of a temporary dangles
   for (const auto& [op, v] : comm.items())
     exact(r, "comm.bytes_per_step." + op, v, now["comm_bytes_per_step"].value(op, json()));

@@ -3,6 +3,9 @@
 // compared, and how much it may move:
 //   status, steps, skipped steps ........ exact
 //   peak memory per rank and category .... 2% of the baseline value (4 KiB floor: allocator rounding)
+//   host memory per rank, pinned/pageable  2% (4 KiB floor): offload's pin_memory after an upgrade
+//   the effective config, key by key ..... exact, each differing key named with its source
+//                                           (a release's default, the file, a flag, "auto")
 //   collective bytes per step, per op .... exact
 //   loss and grad-norm trajectories ...... relative, by precision (fp32 1e-4, bf16 3e-2, fp16 1e-2; grad norm 3x)
 //   step time ........................... as a ratio to a calibration kernel timed in the same

@@ -90,3 +90,22 @@ TEST(Check, ASummaryOfAnotherSchemaIsRefused) {
   EXPECT_NE(r.output.find("schema none"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(run.dir + "/b.json"));
 }
+
+// Issue 31: DeepSpeed 0.19.4 -> 0.19.8 on a ZeRO-3 offload config that never set
+// pin_memory flips offload pinning on (0 -> 2.26 MiB page-locked); the check fails on host
+// memory by kind and names the changed effective keys, the version change reported.
+TEST(Check, AnUpgradeThatFlipsPinningFailsOnHostMemoryAndTheConfig) {
+  const std::string dir = zrepro_test::fresh_dir("check_upgrade");
+  const std::string cfg =
+      std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/upgrade-pinned-default/ds_config.json";
+  const std::string run = " -- --config " + cfg + " --steps 2 --deepspeed-version ";
+  const auto save = zrepro_test::zrepro_cmd("check --save " + dir + "/B.json --work " + dir + "/w0" + run + "0.19.4", 180);
+  ASSERT_EQ(save.code, 0) << save.output;
+  const auto after = zrepro_test::zrepro_cmd(
+      "check --baseline " + dir + "/B.json --time-tol 100 --work " + dir + "/w1" + run + "0.19.8", 180);
+  EXPECT_EQ(after.code, 11) << after.output;
+  EXPECT_NE(after.output.find("FAIL memory.rank0.host_pinned"), std::string::npos) << after.output;
+  EXPECT_NE(after.output.find("FAIL config.zero_optimization.offload_optimizer.pin_memory false"), std::string::npos)
+      << after.output;
+  EXPECT_NE(after.output.find("deepspeed_version"), std::string::npos) << after.output;
+}

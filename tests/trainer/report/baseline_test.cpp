@@ -34,6 +34,10 @@ Summary summary() {
                           "category_peaks": {"params": 400000, "grads": 190000, "comm_buffers": 100000}}]},
     "comm": {"bytes_per_step": {"all_reduce": 800000, "all_gather": 0}, "ops": {}, "modelled_busbw_GBps": null},
     "time": {"step_s_median": 0.5, "tokens_per_s": 1000, "breakdown_s": {}, "ranks": [], "straggler": null},
+    "effective_config": {"entries": [
+        {"key": "zero_optimization.stage", "value": 2, "source": "file"},
+        {"key": "zero_optimization.offload_optimizer.pin_memory", "value": false, "source": "default",
+         "note": "DeepSpeed 0.19.4's default"}]},
     "failure": null})"));
 }
 
@@ -79,6 +83,28 @@ TEST(Baseline, EachFigureFailsPastItsToleranceOnly) {
   EXPECT_TRUE(moved(step_time, 0.02).passed());
   const CheckResult slow = moved(step_time);
   EXPECT_FALSE(row(slow, "step time / calibration")->ok);
+  // Issue 31: an upgrade that flips offload's pin_memory default moves host memory by kind
+  // and the effective config; both fail, the config row naming the key and its sources.
+  const CheckResult pinned = moved([](Summary& s) {
+    for (auto& r : s.memory->ranks) r.host_pinned_bytes = 2370000;
+    s.effective_config["entries"][1]["value"] = true;
+  });
+  EXPECT_FALSE(pinned.passed());
+  ASSERT_NE(row(pinned, "memory.rank0.host_pinned"), nullptr);
+  EXPECT_FALSE(row(pinned, "memory.rank0.host_pinned")->ok);
+  const CheckRow* pin = row(pinned, "config.zero_optimization.offload_optimizer.pin_memory");
+  ASSERT_NE(pin, nullptr);
+  EXPECT_FALSE(pin->ok);
+  EXPECT_EQ(pin->baseline, false);
+  EXPECT_EQ(pin->now, true);
+  EXPECT_NE(pin->note.find("source default -> default"), std::string::npos) << pin->note;
+  EXPECT_TRUE(row(check_against(base, base, {}), "config (effective keys unchanged)")->ok);
+  // A baseline saved before host bytes and the config were kept is still read and compared.
+  json old = base;
+  old.erase("effective_config");
+  for (auto& r : old["memory"]["ranks"]) r.erase("host");
+  validate_baseline(old, "old.json");
+  EXPECT_TRUE(check_against(old, make_baseline(summary(), 0.01, "now"), {}).passed());
   // The planner drifting from the measured peak (stale tapes after a LibTorch upgrade).
   const CheckResult plan = moved([](Summary& s) { s.memory->planned["peak_bytes"] = 1100000; });
   EXPECT_FALSE(row(plan, "planned / measured peak")->ok);
