@@ -239,7 +239,7 @@ std::string readme(const Reproduction& r, const Diagnosis& d, const std::string&
     o << i + 1 << ". `" << fix_file(r, i) << "`"
       << (r.fixes[i].args.empty() ? "" : " with `" + joined(r.fixes[i].args) + "`") << ": " << r.fixes[i].name << " ("
       << r.fixes[i].why << ")"
-      << (r.fixes[i].config == r.failing_config && r.fixes[i].args.empty()
+      << (fix_file(r, i) == "ds_config.json" && r.fixes[i].args.empty()
               ? ": side A without zrepro's stand-in, which reproduces the mechanism; the fix lies in the job's code or data"
               : "")
       << "\n";

@@ -30,11 +30,6 @@ std::string fixed(double v, int prec) {
 
 std::string bytes(double b) { return std::isfinite(b) ? format_bytes(static_cast<int64_t>(b)) : "-"; }
 
-template <class T>
-json json_of(const std::optional<T>& v) {
-  return v ? json(*v) : json(nullptr);
-}
-
 // Memory figures of a row from the peak of the highest rank, the lowest rank's peak and
 // the capacity (0: none).
 void memory_figures(double hi, double lo, double cap, const json& cats, json& row) {

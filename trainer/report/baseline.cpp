@@ -125,19 +125,18 @@ void plan_rows(CheckResult& r, const json& base, const json& now, const CheckTol
 }  // namespace
 
 json make_baseline(const Summary& s, double calibration_s, const std::string& from) {
-  auto or_null = [](const auto& v) { return v ? json(*v) : json(nullptr); };
   json b = {{"zrepro_baseline", 1},
             {"from", from},
             {"status", s.status},
-            {"world_size", or_null(s.world_size)},
-            {"zero_stage", or_null(s.zero_stage)},
-            {"precision", or_null(s.precision)},
-            {"deepspeed_version", or_null(s.deepspeed_version)},
-            {"skipped_steps", or_null(s.skipped_steps)},
+            {"world_size", json_of(s.world_size)},
+            {"zero_stage", json_of(s.zero_stage)},
+            {"precision", json_of(s.precision)},
+            {"deepspeed_version", json_of(s.deepspeed_version)},
+            {"skipped_steps", json_of(s.skipped_steps)},
             {"env", s.env},
             {"model", s.model.is_object() ? s.model.value("name", json()) : json(nullptr)}};
   json loss = json::array(), gn = json::array();
-  for (const SummaryStep& st : s.steps) loss.push_back(or_null(st.loss)), gn.push_back(or_null(st.grad_norm));
+  for (const SummaryStep& st : s.steps) loss.push_back(json_of(st.loss)), gn.push_back(json_of(st.grad_norm));
   b["steps"] = loss.size();
   b["loss"] = loss, b["grad_norm"] = gn;
   json ranks = json::array();

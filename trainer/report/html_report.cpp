@@ -53,11 +53,6 @@ std::string pct(const json& v) {
 
 bool nonzero(const json& v) { return v.is_number() && v.get<double>() != 0; }
 
-template <class T>
-json json_of(const std::optional<T>& v) {
-  return v ? json(*v) : json(nullptr);
-}
-
 // Loss per step as a polyline; skipped steps as red dots on the axis.
 std::string loss_svg(const std::vector<SummaryStep>& steps) {
   const int W = 640, H = 220, L = 50, B = 30;

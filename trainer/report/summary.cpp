@@ -16,11 +16,6 @@ std::optional<T> optional_of(const json& j, const char* key) {
   return j[key].get<T>();
 }
 
-template <class T>
-json json_of(const std::optional<T>& v) {
-  return v ? json(*v) : json(nullptr);
-}
-
 SummaryCategories categories_of(const json& j) {
   SummaryCategories c;
   if (j.is_object())
