@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "device/base/errors.h"
+#include "trainer/config/user_file.h"
 #include "zero/schedule/stage_policy.h"
 
 namespace zrepro {
@@ -851,17 +852,11 @@ c10::ScalarType comm_dtype_of(const DsConfig& cfg) {
 }
 
 DsConfig load_ds_config(const std::string& path, const ConfigFlags& flags) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw ConfigError("--config: \"" + path + "\" is a directory; pass the path of a DeepSpeed JSON config file, e.g. " +
-                      path + "/ds_config.json");
-  std::ifstream in(path);
-  if (!in)
-    throw ConfigError("--config: cannot read \"" + path + "\" (no such file or not readable). Pass the path of a "
-                      "DeepSpeed JSON config, e.g. configs/examples/stage0_fp32.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_ds_config(ss.str(), path, flags);
+  return parse_ds_config(read_user_file("--config", path,
+                                        "the path of a DeepSpeed JSON config file, e.g. " +
+                                            (std::filesystem::is_directory(path) ? path + "/ds_config.json"
+                                                                                 : std::string("configs/examples/stage0_fp32.json"))),
+                         path, flags);
 }
 
 nlohmann::json DsConfig::resolved_json() const {

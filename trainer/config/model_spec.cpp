@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "device/base/errors.h"
+#include "trainer/config/user_file.h"
 
 namespace zrepro {
 
@@ -281,11 +282,10 @@ void load_llama_fields(const json& j, const std::string& path, ModelSpec& m) {
 }  // namespace
 
 ModelSpec load_hf_config(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError("--model: cannot read \"" + path + "\"");
+  const std::string text = read_user_file("--model", path, "a preset name or a Hugging Face config.json");
   json j;
   try {
-    j = json::parse(in);
+    j = json::parse(text);
   } catch (const json::parse_error& e) {
     throw ConfigError("--model " + path + ": malformed JSON (" + std::string(e.what()) + ")");
   }

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "device/base/errors.h"
+#include "trainer/config/user_file.h"
 
 namespace zrepro {
 
@@ -49,9 +50,8 @@ void fill(std::optional<T>& flag, const std::optional<T>& from_file, const char*
 }  // namespace
 
 TrainingArgs load_training_args(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError("--training-args: cannot read \"" + path + "\"; give the JSON of the job's TrainingArguments");
-  const json j = json::parse(in, nullptr, false);
+  const json j = json::parse(read_user_file("--training-args", path, "the JSON of the job's TrainingArguments"), nullptr,
+                             false);
   if (j.is_discarded() || !j.is_object())
     throw ConfigError("--training-args " + path + ": not a JSON object (trainer.args.to_json_string() writes one)");
   TrainingArgs t;

@@ -93,4 +93,12 @@ TEST(TrainingArgs, ABadFileIsNamedWithTheKeyAndWhatWasExpected) {
   refused(R"({"bf16": "yes"})", "bf16 is \"yes\", expected true or false");
   refused("[1, 2]", "not a JSON object");
   EXPECT_THROW(load_training_args(testing::TempDir() + "/no_such_args.json"), ConfigError);
+  // A folder is named as one (it ended in an uncaught std::ios_base::failure, exit 134).
+  try {
+    load_training_args(testing::TempDir());
+    ADD_FAILURE() << "a folder was read as TrainingArguments";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--training-args: \"" + testing::TempDir() + "\" is a directory"),
+              std::string::npos) << e.what();
+  }
 }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <tuple>
 
@@ -121,6 +122,9 @@ TEST(Model, AConfigWithoutAnAttentionIsPlannedAsTransformersLoadsIt) {
   EXPECT_EQ(forced.attention, Attention::eager);
   EXPECT_EQ(forced.assumptions(), "attention eager (--attn), seq 64 (--seq)");
   EXPECT_EQ(resolve_model("tiny").attention, Attention::eager) << "presets keep their own attention";
+  // A folder named like a config.json is refused naming --model (it was terminate, exit 134).
+  std::filesystem::create_directories(dir + "/folder.json");
+  EXPECT_THROW(resolve_model(dir + "/folder.json"), ConfigError);
 }
 
 TEST(Model, ParamCountsEqualHuggingFacesForEveryConfigAndPreset) {
