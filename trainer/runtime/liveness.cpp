@@ -98,7 +98,10 @@ int stop_at_boundary(Communicator* comm, const std::vector<Peer>& peers, int sel
     const std::vector<Peer> gone = vanished_peers(peers, self);
     if (!gone.empty()) throw Interrupted(mine, std::string(signal_name(mine)) + ": " + vanished_text(gone));
   }
-  return static_cast<int>(mpi_max(mine));
+  // [Note: a rank that vanished]: a peer may die while this rank already waits here; the
+  // watcher's interrupt must reach this wait too, or the survivor is killed in it without
+  // its view.
+  return static_cast<int>(mpi_max_interruptible(mine, [comm] { comm->throw_if_interrupted(); }));
 }
 
 StopWatcher::StopWatcher(Communicator& comm, std::vector<Peer> peers, int self)

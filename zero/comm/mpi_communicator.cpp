@@ -3,7 +3,9 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -221,6 +223,25 @@ double mpi_max(double v) {
   double m = v;
   MPI_Allreduce(&v, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return m;
+}
+
+double mpi_max_interruptible(double v, const std::function<void()>& poll) {
+  // Both live until the request completes; an abandoned request (poll threw) keeps
+  // pointing at them, hence static storage rather than this frame.
+  static thread_local double in, out;
+  in = v, out = v;
+  MPI_Request req = MPI_REQUEST_NULL;
+  MPI_Iallreduce(&in, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, &req);
+  auto next_poll = std::chrono::steady_clock::now();
+  for (int done = 0;;) {
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (done) return out;
+    if (std::chrono::steady_clock::now() >= next_poll) {
+      poll();
+      next_poll = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+    }
+    std::this_thread::yield();
+  }
 }
 
 }  // namespace zrepro

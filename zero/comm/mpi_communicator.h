@@ -4,6 +4,7 @@
 // (ranks sharing a GPU) are staged through host memory. 16-bit floats are summed
 // in fp32 by a user-defined MPI reduction.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,11 @@ class MpiCommunicator : public Communicator {
 void raw_mpi_collective(CollOp op, torch::Tensor& out, torch::Tensor& in, int root);
 // Maximum of a value over all ranks (for timing reports).
 double mpi_max(double v);
+// The same, for a wait that may never end (a peer that vanished): the all-reduce is
+// nonblocking and `poll` runs about every 50 ms while it is outstanding; `poll` ends the
+// wait by throwing (Communicator::throw_if_interrupted). The request is then abandoned
+// with the process, as an interrupted Work is ([Note: interrupting a wait]).
+double mpi_max_interruptible(double v, const std::function<void()>& poll);
 // Every rank's text, in rank order (on MPI_COMM_WORLD, outside any Communicator: no
 // flight-recorder entry, no collective counted).
 std::vector<std::string> mpi_all_gather_text(const std::string& mine);
