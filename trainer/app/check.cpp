@@ -2,20 +2,25 @@
 // is compared and how much it may move).
 //   zrepro check --save B.json --run DIR          a baseline from a finished run folder
 //   zrepro check --save B.json -- RUN ARGS        run (`zrepro run RUN ARGS`), then save
+//   zrepro check --baseline B.json                rerun with the baseline's stored inputs, compare
 //   zrepro check --baseline B.json --run DIR      compare a run folder with the baseline
 //   zrepro check --baseline B.json -- RUN ARGS    run, then compare
-// Each invocation times a calibration kernel (a fixed matmul loop) so step time is
-// compared as a ratio, not in seconds. Exit 0 when nothing moved past its tolerance, 11
-// when something did, 2 on bad input.
+//   zrepro check --suite DIR [--save]             every config in DIR (check_suite.cpp)
+// Step time is compared as a ratio to a calibration kernel the run timed between its steps
+// ([Note: step time against the machine]), advisory unless --time-gate. Exit 0 when
+// nothing moved past its tolerance, 11 when something did (or the inputs differ), 2 on bad
+// input.
+#include "trainer/app/check.h"
+
 #include <algorithm>
-#include <chrono>
 #include <filesystem>
 #include <iostream>
 
+#include "device/device_memory.h"
 #include "trainer/app/cli.h"
-#include "trainer/runtime/subprocess.h"
-#include "trainer/report/baseline.h"
+#include "trainer/loop/calibration.h"
 #include "trainer/report/report.h"
+#include "trainer/runtime/subprocess.h"
 
 namespace zrepro {
 
@@ -23,64 +28,99 @@ using json = nlohmann::json;
 
 namespace {
 
-// The median of 5 timings of 20 fp32 256x256 matmuls on one thread: this machine's speed now.
-double calibration_seconds() {
-  const int threads = at::get_num_threads();
-  at::set_num_threads(1);
-  torch::NoGradGuard no_grad;
-  const torch::Tensor a = torch::ones({256, 256}), b = torch::ones({256, 256});
+// This machine's speed now, for a summary that timed none during its run (an older
+// zrepro's): the median of 5 samples of the run's own kernel.
+double check_time_calibration() {
   std::vector<double> t;
-  for (int rep = 0; rep < 5; ++rep) {
-    const auto t0 = std::chrono::steady_clock::now();
-    torch::Tensor c = a;
-    for (int i = 0; i < 20; ++i) c = torch::mm(a, b);
-    (void)c.sum().item<float>();
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  at::set_num_threads(threads);
-  std::sort(t.begin(), t.end());
-  return t[2];
+  for (int rep = 0; rep < 5; ++rep) t.push_back(calibration_sample());
+  return spread_of(t)->median;
 }
 
-// The run folder: given, or a fresh one `zrepro run RUN ARGS --out` writes.
-std::string run_folder(const cxxopts::ParseResult& r, const std::vector<std::string>& run_args) {
-  if (r.count("run")) {
-    if (!run_args.empty()) throw ConfigError("--run and run arguments after --: give one");
-    return r["run"].as<std::string>();
-  }
-  if (run_args.empty()) throw ConfigError("--run DIR or -- RUN ARGS: which run to take the figures from");
+// `zrepro run RUN ARGS --out WORK/run`, its log WORK/run.log; returns the run folder.
+std::string run_into(const std::string& work, const std::vector<std::string>& run_args) {
   for (const auto& a : run_args)
-    if (a == "--out") throw ConfigError("-- RUN ARGS: leave --out to zrepro check (it uses --work)");
-  const std::string dir = r["work"].as<std::string>();
-  make_out_dir(dir);
+    if (a == "--out" || a.rfind("--out=", 0) == 0) throw ConfigError("-- RUN ARGS: leave --out to zrepro check (it uses --work)");
+  make_out_dir(work);
   std::vector<std::string> args = {"run"};
   args.insert(args.end(), run_args.begin(), run_args.end());
-  args.insert(args.end(), {"--out", dir + "/run"});
-  const int code = run_self_or_refuse("the run to check", args, dir + "/run.log");
-  std::cout << "[zrepro check] ran zrepro run ... (exit " << code << "), log " << dir << "/run.log" << std::endl;
-  return dir + "/run";
+  args.insert(args.end(), {"--out", work + "/run"});
+  const int code = run_self_or_refuse("the run to check", args, work + "/run.log");
+  std::cout << "[zrepro check] ran zrepro run ... (exit " << code << "), log " << work << "/run.log" << std::endl;
+  return work + "/run";
 }
 
-// The baseline figures of a run folder; `flag` is the flag that named it (--run, --baseline).
-json baseline_of(const std::string& dir, const std::string& flag = "--run") {
-  const std::optional<Summary> s = read_summary(dir + "/summary.json");
-  if (!s)
-    throw ConfigError(flag + ": \"" + dir + "/summary.json\" is missing or cut; give a folder zrepro run wrote (--out)");
-  return make_baseline(*s, calibration_seconds(), dir);
+// The arguments stored in a baseline, to run again. A --config file that is no longer where
+// it was is written from the baseline's copy into WORK (and said).
+std::vector<std::string> stored_args(const json& base, const std::string& path, const std::string& work) {
+  const json in = base.value("inputs", json());
+  if (!in.is_object() || !in["args"].is_array())
+    throw ConfigError("--baseline: \"" + path + "\" keeps no run arguments (saved by an older zrepro): give them after "
+                      "-- (zrepro check --baseline " + path + " -- --config ds.json ...) or --run DIR, or save it again");
+  std::vector<std::string> args = in["args"].get<std::vector<std::string>>();
+  for (size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == "--config" && !std::filesystem::is_regular_file(args[i + 1]) && in["config"].is_object()) {
+      make_out_dir(work);
+      const std::string copy = work + "/config_from_baseline.json";
+      write_file_atomic(copy, in["config"].dump(2) + "\n");
+      std::cout << "[zrepro check] " << args[i + 1] << " is not here: running with the baseline's copy of it, " << copy
+                << std::endl;
+      args[i + 1] = copy;
+    }
+  std::cout << "[zrepro check] rerunning with the baseline's inputs: zrepro run";
+  for (const auto& a : args) std::cout << " " << a;
+  std::cout << std::endl;
+  return args;
+}
+
+void print_saved(const std::string& path, const json& b) {
+  std::cout << "[zrepro check] baseline " << path << ": status " << b["status"] << ", " << b["steps"] << " steps, peak "
+            << format_bytes(b["memory"]["peak_bytes"].get<int64_t>()) << ", step time " << b["time"]["ratio"]
+            << " x calibration (" << b["time"].value("source", std::string()) << ")" << std::endl;
 }
 
 }  // namespace
+
+json baseline_of_run(const std::string& dir, const std::string& flag) {
+  const std::optional<Summary> s = read_summary(dir + "/summary.json");
+  if (!s)
+    throw ConfigError(flag + ": \"" + dir + "/summary.json\" is missing or cut; give a folder zrepro run wrote (--out)");
+  return make_baseline(*s, calibrated_in_run(*s) ? 0.0 : check_time_calibration(), dir);
+}
+
+json read_baseline(const std::string& given) {
+  // A run folder is a baseline too: the figures of its summary.json.
+  json base = std::filesystem::is_directory(given) ? baseline_of_run(given, "--baseline") : read_json_file(given);
+  if (!base.is_object() || !base.contains("zrepro_baseline"))
+    throw ConfigError("--baseline: \"" + given + "\" is missing or not a zrepro baseline (write one with zrepro check --save)");
+  validate_baseline(base, given);
+  return base;
+}
+
+CheckTolerances check_tolerances(const cxxopts::ParseResult& r) {
+  CheckTolerances tol;
+  tol.memory_rel = r["memory-tol"].as<double>();
+  tol.time_ratio = r["time-tol"].as<double>();
+  tol.time_gate = r.count("time-gate") > 0;
+  if (tol.memory_rel < 0 || tol.time_ratio < 1)
+    throw ConfigError("--memory-tol >= 0 and --time-tol >= 1 expected, got " + std::to_string(tol.memory_rel) + " and " +
+                      std::to_string(tol.time_ratio));
+  return tol;
+}
 
 int check_command(int argc, char** argv) {
   cxxopts::Options o("zrepro check", "Regression test after an upgrade: save a run's figures as a baseline, or "
                                      "compare a run with one (exit 11 when something moved past its tolerance).");
   o.add_options("check")
       ("save", "write a baseline to this file", cxxopts::value<std::string>())
-      ("baseline", "compare with this baseline", cxxopts::value<std::string>())
+      ("baseline", "compare with this baseline (a file zrepro check --save wrote, or a run folder); without --run or run arguments, rerun with the inputs it stores", cxxopts::value<std::string>())
       ("run", "a finished run folder (zrepro run --out DIR); or give run arguments after --", cxxopts::value<std::string>())
-      ("work", "where a run started after -- writes", cxxopts::value<std::string>()->default_value("check_out"))
+      ("suite", "compare every DeepSpeed config in this folder (DIR/NAME.json, its arguments DIR/NAME.args) with its baseline DIR/baselines/NAME.json", cxxopts::value<std::string>())
+      ("save-suite", "run every config in this folder and write its baseline into DIR/baselines/", cxxopts::value<std::string>())
+      ("work", "where the runs zrepro check starts write", cxxopts::value<std::string>()->default_value("check_out"))
       ("memory-tol", "relative tolerance of peak memory per rank and category", cxxopts::value<double>()->default_value("0.02"))
-      ("time-tol", "largest step-time ratio (per calibration) against the baseline's", cxxopts::value<double>()->default_value("1.5"))
+      ("time-tol", "least step-time ratio (per calibration) allowed against the baseline's; the runs' measured spreads may widen it", cxxopts::value<double>()->default_value("1.5"))
+      ("time-gate", "fail on step time (default: reported as advisory: step time on a shared machine is not a regression test)")
+      ("junit", "also write the result as JUnit XML (what CI systems display) to this file", cxxopts::value<std::string>())
       ("json", "print the comparison as JSON")
       ("h,help", "show this help");
   // Everything after "--" is the run's own arguments.
@@ -93,35 +133,43 @@ int check_command(int argc, char** argv) {
       break;
     }
   return command_main(o, own, argv, [&](const cxxopts::ParseResult& r) -> int {
+    const CheckTolerances tol = check_tolerances(r);
+    if (r.count("suite") || r.count("save-suite")) {
+      if (r.count("suite") + r.count("save-suite") > 1 || r.count("baseline") || r.count("save") || r.count("run") ||
+          !run_args.empty())
+        throw ConfigError("--suite DIR / --save-suite DIR: give one of them alone, not with --baseline, --save, --run "
+                          "or run arguments: each config's arguments are DIR/NAME.args");
+      const bool save = r.count("save-suite") > 0;
+      return check_suite(r[save ? "save-suite" : "suite"].as<std::string>(), save, r["work"].as<std::string>(), tol,
+                         r.count("json") > 0, r.count("junit") ? r["junit"].as<std::string>() : "");
+    }
     if (r.count("save") == r.count("baseline"))
       throw ConfigError("zrepro check: give --save B.json (make a baseline) or --baseline B.json (compare), one of the two");
+    if (r.count("run") && !run_args.empty()) throw ConfigError("--run and run arguments after --: give one");
     // The baseline is read and checked before any run starts (a missing file costs nothing).
     json base;
-    if (r.count("baseline")) {
-      const std::string given = r["baseline"].as<std::string>();
-      // A run folder is a baseline too: the figures of its summary.json.
-      base = std::filesystem::is_directory(given) ? baseline_of(given, "--baseline") : read_json_file(given);
-      if (!base.is_object() || !base.contains("zrepro_baseline"))
-        throw ConfigError("--baseline: \"" + r["baseline"].as<std::string>() +
-                          "\" is missing or not a zrepro baseline (write one with zrepro check --save)");
-      validate_baseline(base, r["baseline"].as<std::string>());
+    if (r.count("baseline")) base = read_baseline(r["baseline"].as<std::string>());
+    const std::string work = r["work"].as<std::string>();
+    std::string dir;
+    if (r.count("run")) {
+      dir = r["run"].as<std::string>();
+    } else if (!run_args.empty()) {
+      dir = run_into(work, run_args);
+    } else if (r.count("baseline")) {
+      dir = run_into(work, stored_args(base, r["baseline"].as<std::string>(), work));
+    } else {
+      throw ConfigError("--run DIR or -- RUN ARGS: which run to take the figures from");
     }
-    const json now = baseline_of(run_folder(r, run_args));
+    const json now = baseline_of_run(dir, "--run");
     if (r.count("save")) {
       write_file_atomic(r["save"].as<std::string>(), json_text(now) + "\n");
-      std::cout << "[zrepro check] baseline " << r["save"].as<std::string>() << ": status " << now["status"] << ", "
-                << now["steps"] << " steps, peak " << now["memory"]["peak_bytes"] << " bytes, step time "
-                << now["time"]["ratio"] << " x calibration" << std::endl;
+      print_saved(r["save"].as<std::string>(), now);
       return kExitOk;
     }
-    CheckTolerances tol;
-    tol.memory_rel = r["memory-tol"].as<double>();
-    tol.time_ratio = r["time-tol"].as<double>();
-    if (tol.memory_rel < 0 || tol.time_ratio < 1)
-      throw ConfigError("--memory-tol >= 0 and --time-tol >= 1 expected, got " + std::to_string(tol.memory_rel) + " and " +
-                        std::to_string(tol.time_ratio));
     const CheckResult res = check_against(base, now, tol);
     std::cout << (r.count("json") ? json_text(res.to_json()) + "\n" : res.table());
+    if (r.count("junit"))
+      write_file_atomic(r["junit"].as<std::string>(), junit_xml("zrepro check", {{r["baseline"].as<std::string>(), res, ""}}));
     return res.passed() ? kExitOk : kExitCheckRegressed;
   });
 }

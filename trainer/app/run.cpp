@@ -56,6 +56,10 @@ void RunState::write_summary_or_throw(const std::string& status, json failure, s
                   have_cfg ? &result : nullptr, std::move(reports), std::move(failure), job.host_link_gbps,
                   job.pageable_ratio, planned ? &*planned : nullptr, scaled.get(), &topt.loader,
                   spec.interconnect_gbps, environment_json(), virtual_json(), config_mismatch};
+  std::vector<double> step_s;
+  for (const StepRecord& r : result.steps) step_s.push_back(r.step_s);
+  in.calibration = calibration.to_json(step_s);
+  in.inputs = inputs;
   const json summary = build_summary(in);
   if (own_view_of_many) return publish_rank_view(spec.out_dir, rank, world, summary);
   write_summary_and_report(spec.out_dir, summary);
@@ -129,6 +133,16 @@ int stop_signal_at_boundary(RunState& s) {
 }
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+// [Note: step time against the machine] (trainer/loop/calibration.h): every process
+// samples the kernel after its steps (each real rank its own, so none waits for
+// another's; with virtual ranks only the reporting rank gets this callback).
+StepCallback calibrated(RunState& s, StepCallback log) {
+  return [&s, log = std::move(log)](const StepRecord& r, const std::string& scale_log) {
+    s.calibration.after_step(r.step, r.step_s);
+    log(r, scale_log);
+  };
+}
 
 // Rank 0's step log: DeepSpeed's step line, zrepro's with loss and throughput, the
 // memory line when asked, DeepSpeed's timer line ([Note: wall_clock_breakdown],
@@ -252,12 +266,12 @@ int train_and_report(RunState& s) {
   if (every <= 0) throw ConfigError("--log-every: must be > 0, got " + std::to_string(every));
   s.trace = std::make_unique<TraceRecorder>(s.rank);
   if (out) s.topt.trace = s.trace.get();
-  if (s.vranks) return train_virtual_and_report(s, step_logger(s, every));
+  if (s.vranks) return train_virtual_and_report(s, calibrated(s, step_logger(s, every)));
   const std::unique_ptr<Watchdog> watchdog = arm_watchdog(s);
   std::optional<StopWatcher> stop_watcher;
   if (s.several_processes()) stop_watcher.emplace(s.comm(), s.peers, s.rank);
   try {
-    train(s.job, s.topt, s.result, step_logger(s, every));
+    train(s.job, s.topt, s.result, calibrated(s, step_logger(s, every)));
     if (out) write_rank_trace(s, s.trace_events());
     const std::vector<RankReport> reports = gather_reports(s);
     if (s.metrics) s.metrics->close();
@@ -294,7 +308,9 @@ int run_command(int argc, char** argv) {
       relaunch_under_mpirun(*s.spec.ranks, {"run"}, argc, argv);
     }
     install_stop_signals();
+    s.inputs = run_inputs(s.spec, argc, argv);
     set_up(s, &argc, &argv);
+    if (s.several_processes()) add_ranks_input(s.inputs, s.world);
     s.topt.stop_signal = [&s] { return stop_signal_at_boundary(s); };
     print_header(s);
     return train_and_report(s);

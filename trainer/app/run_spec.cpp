@@ -3,6 +3,7 @@
 #include "trainer/app/run_spec.h"
 
 #include "trainer/app/cli.h"
+#include "trainer/config/user_file.h"
 #include "trainer/loop/virtual_ranks.h"
 
 namespace zrepro {
@@ -259,6 +260,36 @@ void parse_run_spec(int argc, char** argv, RunSpec& s) {
   parse_target(r, s);
   parse_allocator(r, s);
   s.log_every = r["log-every"].as<int64_t>();
+}
+
+nlohmann::json run_inputs(const RunSpec& spec, int argc, char** argv) {
+  nlohmann::json args = nlohmann::json::array();
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--out") {
+      ++i;
+      continue;
+    }
+    if (a.rfind("--out=", 0) == 0) continue;
+    args.push_back(a);
+  }
+  nlohmann::json config = nullptr;
+  if (spec.config_path) try {
+      config = nlohmann::json::parse(read_user_file("--config", *spec.config_path, "a DeepSpeed JSON config"));
+    } catch (const std::exception&) {
+      config = nullptr;  // set-up names the problem
+    }
+  return {{"args", args},
+          {"config_file", spec.config_path ? nlohmann::json(*spec.config_path) : nlohmann::json(nullptr)},
+          {"config", config}};
+}
+
+void add_ranks_input(nlohmann::json& inputs, int world) {
+  if (!inputs.is_object() || !inputs["args"].is_array()) return;
+  for (const auto& a : inputs["args"])
+    if (a == "--ranks" || a.get<std::string>().rfind("--ranks=", 0) == 0 || a == "--world-size") return;
+  inputs["args"].push_back("--ranks");
+  inputs["args"].push_back(std::to_string(world));
 }
 
 }  // namespace zrepro

@@ -5,6 +5,7 @@
 // (injection ranks, --dynamic-seq against the sequence length, --target-world-size,
 // the DeepSpeed config itself) is checked by the run's set-up (run.cpp).
 #pragma once
+#include <nlohmann/json.hpp>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -69,5 +70,12 @@ struct RunSpec {
 // Fills spec from argv; throws ConfigError naming the flag. The fields read before
 // the error stay filled (out_dir first, so a failure summary can still be written).
 void parse_run_spec(int argc, char** argv, RunSpec& spec);
+// summary.json's inputs: the run's arguments (argv[1..], --out DIR left out: where the
+// outputs go is not what was asked), the config file's path and its JSON as written (null
+// when it cannot be read: the run's own set-up reports that). `zrepro check` stores them in
+// a baseline and reruns with them (trainer/app/check.cpp).
+nlohmann::json run_inputs(const RunSpec& spec, int argc, char** argv);
+// Several processes started by mpirun: the same job on one node is --ranks N.
+void add_ranks_input(nlohmann::json& inputs, int world);
 
 }  // namespace zrepro

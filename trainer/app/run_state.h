@@ -15,6 +15,7 @@
 #include "device/device.h"
 #include "device/device_memory.h"
 #include "trainer/app/run_spec.h"
+#include "trainer/loop/calibration.h"
 #include "trainer/loop/trace.h"
 #include "trainer/loop/train.h"
 #include "trainer/loop/virtual_ranks.h"
@@ -71,6 +72,8 @@ struct RunState {
   DeviceInfo dev;
   TrainOptions topt;
   TrainResult result;
+  StepCalibration calibration;  // [Note: step time against the machine]
+  nlohmann::json inputs;        // summary.json's inputs (run_inputs), set before set-up
   Progress progress{true};
   std::unique_ptr<MetricsWriter> metrics;
 

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <sstream>
 
 #include "device/base/errors.h"
+#include "device/device_memory.h"
 
 namespace zrepro {
 
@@ -40,7 +42,24 @@ void exact(CheckResult& r, const std::string& metric, const json& a, const json&
 void bytes_row(CheckResult& r, const std::string& metric, int64_t a, int64_t b, const CheckTolerances& tol,
                const std::string& note = "") {
   const double allowed = std::max<double>(tol.memory_rel * static_cast<double>(a), tol.memory_floor_bytes);
-  r.rows.push_back({metric, a, b, fmt(100 * tol.memory_rel) + "%", std::fabs(static_cast<double>(b - a)) <= allowed, note});
+  r.rows.push_back({metric, a, b, fmt(100 * tol.memory_rel) + "%", std::fabs(static_cast<double>(b - a)) <= allowed, note,
+                    RowKind::figure, "bytes"});
+}
+
+// Growth per step by category (a leak is a slope): at most growth_floor_bytes above the
+// baseline's. Compared only where the baseline has a figure (runs of 5 steps or more).
+void growth_rows(CheckResult& r, const std::string& at, const json& base, const json& now, const CheckTolerances& tol) {
+  if (!base.is_object()) return;
+  for (const auto& [cat, v] : base.items()) {
+    if (!v.is_number()) continue;
+    const json n = now.is_object() ? now.value(cat, json()) : json();
+    const bool ok = n.is_number() && n.get<double>() <= v.get<double>() + tol.growth_floor_bytes;
+    r.rows.push_back({at + "growth." + cat, std::llround(v.get<double>()), n.is_number() ? json(std::llround(n.get<double>())) : n,
+                      "+" + format_bytes(static_cast<int64_t>(tol.growth_floor_bytes)) + "/step", ok,
+                      ok ? "" : n.is_number() ? "grows every step after warm-up: a leak (bytes held across steps)"
+                                             : "no growth figure now (fewer than 5 steps?)",
+                      RowKind::figure, "bytes/step"});
+  }
 }
 
 // Device bytes by category and host bytes by kind, per rank. Host bytes are what an
@@ -59,6 +78,7 @@ void memory_rows(CheckResult& r, const json& base, const json& now, const CheckT
         bytes_row(r, at + "host_" + kind, v.get<int64_t>(),
                   nr[k].contains("host") ? integer_or(nr[k]["host"], kind.c_str(), 0) : 0, tol,
                   kind == "pinned" ? "page-locked host memory (offload pin_memory)" : "");
+    growth_rows(r, at, br[k].value("growth", json()), nr[k].value("growth", json()), tol);
   }
 }
 
@@ -104,12 +124,24 @@ void trajectory_rows(CheckResult& r, const json& base, const json& now, const Ch
   }
 }
 
+// [Note: step time against the machine]: the allowed ratio widens with the spread both runs
+// measured (a loaded machine's steps and kernel timings scatter more); advisory unless gated.
 void time_rows(CheckResult& r, const json& base, const json& now, const CheckTolerances& tol) {
   const double a = number_or(base["time"], "ratio", 0.0), b = number_or(now["time"], "ratio", 0.0);
   if (a <= 0 || b <= 0) return;
-  r.rows.push_back({"step time / calibration", a, b, "<= " + fmt(tol.time_ratio) + "x", b <= tol.time_ratio * a,
-                    "now " + fmt(b / a) + "x the baseline (calibration " + fmt(number_or(now["time"], "calibration_s", 0.0)) +
-                        " s here, " + fmt(number_or(base["time"], "calibration_s", 0.0)) + " s then)"});
+  const double spread = number_or(base["time"], "spread", 0.0) + number_or(now["time"], "spread", 0.0);
+  const double allowed = std::max(tol.time_ratio, 1 + 2 * spread);
+  const bool within = b <= allowed * a;
+  const std::string basis = "calibration " + fmt(number_or(now["time"], "calibration_s", 0.0)) + " s now (" +
+                            now["time"].value("source", std::string("?")) + "), " +
+                            fmt(number_or(base["time"], "calibration_s", 0.0)) + " s then (" +
+                            base["time"].value("source", std::string("?")) + "); spreads " +
+                            fmt(number_or(base["time"], "spread", 0.0)) + " then, " +
+                            fmt(number_or(now["time"], "spread", 0.0)) + " now";
+  r.rows.push_back({"step time / calibration", a, b, "<= " + fmt(allowed) + "x", within || !tol.time_gate,
+                    "now " + fmt(b / a) + "x the baseline; " + basis +
+                        (tol.time_gate ? "" : within ? "" : "; advisory (--time-gate fails on it)"),
+                    tol.time_gate ? RowKind::figure : RowKind::advisory, ""});
 }
 
 void plan_rows(CheckResult& r, const json& base, const json& now, const CheckTolerances& tol) {
@@ -122,9 +154,86 @@ void plan_rows(CheckResult& r, const json& base, const json& now, const CheckTol
                           "activation tapes (docs/design/ARCHITECTURE.md, --memory-log)"});
 }
 
+// A run's arguments as flag -> value ("--steps 3", "--steps=3"; a flag without a value is
+// "true"; a repeated flag's values joined by ","). --config is left out: its file is
+// compared by content, wherever it lies.
+std::map<std::string, std::string> flags_of(const json& args) {
+  std::map<std::string, std::string> m;
+  if (!args.is_array()) return m;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!args[i].is_string()) continue;
+    std::string a = args[i].get<std::string>(), v = "true";
+    if (a.rfind("--", 0) != 0) continue;
+    if (const size_t eq = a.find('='); eq != std::string::npos) {
+      v = a.substr(eq + 1), a = a.substr(0, eq);
+    } else if (i + 1 < args.size() && args[i + 1].is_string() && args[i + 1].get<std::string>().rfind("--", 0) != 0) {
+      v = args[++i].get<std::string>();
+    }
+    if (a == "--config") continue;
+    m[a] = m.count(a) ? m[a] + "," + v : v;
+  }
+  return m;
+}
+
+// The config file's JSON flattened to dotted keys ("zero_optimization.stage").
+void flatten(const json& j, const std::string& prefix, std::map<std::string, json>& out) {
+  if (j.is_object() && !j.empty()) {
+    for (const auto& [k, v] : j.items()) flatten(v, prefix.empty() ? k : prefix + "." + k, out);
+  } else {
+    out[prefix] = j;
+  }
+}
+
+// What each run was asked, first: a flag or config key that differs means the run is not
+// the baseline's job, and the figures below follow from that, not from an upgrade.
+// --deepspeed-version is a version (reported with the versions), not an input.
+void input_rows(CheckResult& r, const json& base, const json& now) {
+  const json bi = base.value("inputs", json()), ni = now.value("inputs", json());
+  if (!bi.is_object() || !ni.is_object()) {
+    r.rows.push_back({"inputs", nullptr, nullptr, "exact", true,
+                      "not compared: " + std::string(bi.is_object() ? "the run" : "the baseline") +
+                          " keeps no inputs (written by an older zrepro)", RowKind::input, ""});
+    return;
+  }
+  const auto fa = flags_of(bi.value("args", json())), fb = flags_of(ni.value("args", json()));
+  std::map<std::string, bool> keys;
+  for (const auto& [k, v] : fa) keys[k] = true;
+  for (const auto& [k, v] : fb) keys[k] = true;
+  int same = 0;
+  for (const auto& [k, unused] : keys) {
+    if (k == "--deepspeed-version") continue;
+    const json a = fa.count(k) ? json(fa.at(k)) : json(nullptr), b = fb.count(k) ? json(fb.at(k)) : json(nullptr);
+    if (a == b) {
+      ++same;
+      continue;
+    }
+    r.rows.push_back({"input " + k, a, b, "exact", false, "the run was asked differently (null: not given)",
+                      RowKind::input, ""});
+  }
+  const json ca = bi.value("config", json()), cb = ni.value("config", json());
+  if (ca.is_object() && cb.is_object()) {
+    std::map<std::string, json> ka, kb;
+    flatten(ca, "", ka), flatten(cb, "", kb);
+    for (const auto& [k, v] : kb) ka.emplace(k, json());  // keys only the run's config has: null in the baseline's
+    for (const auto& [k, v] : ka) {
+      const json n = kb.count(k) ? kb.at(k) : json();
+      if (v == n) {
+        ++same;
+        continue;
+      }
+      r.rows.push_back({"input config " + k, v, n, "exact", false,
+                        "the config file (" + ni.value("config_file", std::string("?")) + ") differs from the baseline's",
+                        RowKind::input, ""});
+    }
+  }
+  r.rows.push_back({"inputs (flags and config keys unchanged)", same, same, "exact", true, "", RowKind::input, ""});
+}
+
 }  // namespace
 
-json make_baseline(const Summary& s, double calibration_s, const std::string& from) {
+bool calibrated_in_run(const Summary& s) { return s.time && s.time->calibration; }
+
+json make_baseline(const Summary& s, double check_time_calibration_s, const std::string& from) {
   json b = {{"zrepro_baseline", 1},
             {"from", from},
             {"status", s.status},
@@ -134,6 +243,7 @@ json make_baseline(const Summary& s, double calibration_s, const std::string& fr
             {"deepspeed_version", json_of(s.deepspeed_version)},
             {"skipped_steps", json_of(s.skipped_steps)},
             {"env", s.env},
+            {"inputs", s.inputs},
             {"model", s.model.is_object() ? s.model.value("name", json()) : json(nullptr)}};
   json loss = json::array(), gn = json::array();
   for (const SummaryStep& st : s.steps) loss.push_back(json_of(st.loss)), gn.push_back(json_of(st.grad_norm));
@@ -144,7 +254,8 @@ json make_baseline(const Summary& s, double calibration_s, const std::string& fr
     for (const SummaryRankMemory& r : s.memory->ranks)
       ranks.push_back({{"rank", r.rank},
                        {"by_category", r.category_peaks},
-                       {"host", {{"pinned", r.host_pinned_bytes}, {"pageable", r.host_pageable_bytes}}}});
+                       {"host", {{"pinned", r.host_pinned_bytes}, {"pageable", r.host_pageable_bytes}}},
+                       {"growth", r.growth_bytes_per_step.empty() ? json(nullptr) : json(r.growth_bytes_per_step)}});
   const int64_t peak = s.peak_bytes();
   b["memory"] = {{"ranks", ranks}, {"peak_bytes", peak}};
   json comm = json::object();
@@ -161,63 +272,95 @@ json make_baseline(const Summary& s, double calibration_s, const std::string& fr
   const json planned = s.memory ? s.memory->planned : json();
   const int64_t planned_peak = planned.is_object() ? planned.value("peak_bytes", int64_t(0)) : 0;
   if (peak > 0 && planned_peak > 0) b["plan_over_measured"] = static_cast<double>(planned_peak) / static_cast<double>(peak);
-  const double step = s.time && s.time->step_s_median ? *s.time->step_s_median : 0.0;
-  b["time"] = {{"step_s_median", step}, {"calibration_s", calibration_s},
-               {"ratio", calibration_s > 0 ? step / calibration_s : 0.0}};
+  if (calibrated_in_run(s)) {
+    const SummaryCalibration& c = *s.time->calibration;
+    b["time"] = {{"step_s_median", c.step_s_median}, {"calibration_s", c.median_s}, {"ratio", c.step_over_calibration},
+                 {"spread", c.spread + c.step_spread},
+                 {"source", "during the run, " + std::to_string(c.samples) + " samples"}};
+  } else {
+    const double step = s.time && s.time->step_s_median ? *s.time->step_s_median : 0.0;
+    const double k = check_time_calibration_s;
+    b["time"] = {{"step_s_median", step}, {"calibration_s", k}, {"ratio", k > 0 ? step / k : 0.0}, {"spread", 0.0},
+                 {"source", "at check time, not during the run (a summary from an older zrepro)"}};
+  }
   return b;
 }
 
-void validate_baseline(const json& b, const std::string& path) {
-  auto refuse = [&](const std::string& key, const json& got, const std::string& want) {
+namespace {
+
+// A baseline's keys read with errors that name them (validate_baseline).
+struct BaselineShape {
+  using Is = bool (json::*)() const noexcept;
+  const std::string& path;
+
+  [[noreturn]] void refuse(const std::string& key, const json& got, const std::string& want) const {
     throw ConfigError("--baseline: \"" + path + "\": " + key + " is " + (got.is_null() ? "missing" : got.dump().substr(0, 60)) +
                       ", expected " + want + ". Write the baseline again with zrepro check --save (this zrepro's format " +
                       std::to_string(kBaselineVersion) + ")");
-  };
-  if (!b.is_object()) refuse("the file", b, "a JSON object (a zrepro baseline)");
-  const json version = b.value("zrepro_baseline", json());
-  if (!version.is_number_integer() || version.get<int64_t>() != kBaselineVersion)
-    refuse("\"zrepro_baseline\" (the format version)", version, std::to_string(kBaselineVersion));
-  auto need = [&](const json& obj, const std::string& where, const char* key, bool (json::*is)() const noexcept,
-                  const char* want) -> const json& {
+  }
+  const json& need(const json& obj, const std::string& where, const char* key, Is is, const char* want) const {
     static const json missing;
     const json& v = obj.contains(key) ? obj[key] : missing;
     if (!(v.*is)()) refuse(where + key, v, want);
     return v;
-  };
-  need(b, "", "steps", &json::is_number_integer, "a whole number of steps");
-  for (const char* k : {"loss", "grad_norm"}) {
-    const json& a = need(b, "", k, &json::is_array, "an array of per-step values");
-    for (const auto& x : a)
-      if (!x.is_number() && !x.is_null()) refuse(std::string(k) + "[...]", x, "numbers (null for a skipped step)");
   }
-  const json& memory = need(b, "", "memory", &json::is_object, "an object with ranks and peak_bytes");
-  need(memory, "memory.", "peak_bytes", &json::is_number, "bytes");
-  for (const auto& r : need(memory, "memory.", "ranks", &json::is_array, "an array of ranks")) {
-    if (!r.is_object()) refuse("memory.ranks[...]", r, "an object with by_category");
-    for (const auto& [cat, v] : need(r, "memory.ranks[].", "by_category", &json::is_object, "bytes by category").items())
-      if (!v.is_number_integer()) refuse("memory.ranks[].by_category." + cat, v, "bytes");
+  // obj[key] is an object whose every value passes `is`; optional: absent or null is
+  // fine (baselines saved before the key was kept).
+  void map_of(const json& obj, const std::string& where, const char* key, Is is, const char* want, bool optional) const {
+    if (optional && (!obj.contains(key) || obj[key].is_null())) return;
+    for (const auto& [k, v] : need(obj, where, key, &json::is_object, "an object").items())
+      if (!(v.*is)()) refuse(where + key + "." + k, v, want);
   }
-  for (const auto& r : memory["ranks"])
-    if (r.contains("host")) {  // optional: baselines saved before host bytes were kept have none
-      if (!r["host"].is_object()) refuse("memory.ranks[].host", r["host"], "bytes by kind (pinned, pageable)");
-      for (const auto& [kind, v] : r["host"].items())
-        if (!v.is_number_integer()) refuse("memory.ranks[].host." + kind, v, "bytes");
+  void memory(const json& b) const {
+    const json& m = need(b, "", "memory", &json::is_object, "an object with ranks and peak_bytes");
+    need(m, "memory.", "peak_bytes", &json::is_number, "bytes");
+    for (const auto& r : need(m, "memory.", "ranks", &json::is_array, "an array of ranks")) {
+      if (!r.is_object()) refuse("memory.ranks[...]", r, "an object with by_category");
+      map_of(r, "memory.ranks[].", "by_category", &json::is_number_integer, "bytes", false);
+      map_of(r, "memory.ranks[].", "host", &json::is_number_integer, "bytes", true);
+      map_of(r, "memory.ranks[].", "growth", &json::is_number, "bytes per step", true);
     }
-  if (b.contains("effective_config")) {  // optional, as host
-    if (!b["effective_config"].is_object()) refuse("effective_config", b["effective_config"], "an object of keys");
-    for (const auto& [key, e] : b["effective_config"].items())
-      if (!e.is_object() || !e.contains("value")) refuse("effective_config." + key, e, "{value, source}");
   }
-  for (const auto& [op, v] : need(b, "", "comm_bytes_per_step", &json::is_object, "bytes by collective").items())
-    if (!v.is_number()) refuse("comm_bytes_per_step." + op, v, "bytes");
-  const json& time = need(b, "", "time", &json::is_object, "an object with step_s_median, calibration_s and ratio");
-  for (const char* k : {"step_s_median", "calibration_s", "ratio"}) need(time, "time.", k, &json::is_number, "seconds");
-  if (b.contains("plan_over_measured") && !b["plan_over_measured"].is_number())
-    refuse("plan_over_measured", b["plan_over_measured"], "a ratio");
+  void optional_parts(const json& b) const {
+    if (b.contains("inputs") && !b["inputs"].is_null()) {
+      const json& in = b["inputs"];
+      if (!in.is_object() || !in.contains("args") || !in["args"].is_array())
+        refuse("inputs", in, "{args: [the run's arguments], config_file, config}");
+      for (const auto& a : in["args"])
+        if (!a.is_string()) refuse("inputs.args[...]", a, "strings (the run's arguments)");
+    }
+    if (b.contains("effective_config")) {
+      if (!b["effective_config"].is_object()) refuse("effective_config", b["effective_config"], "an object of keys");
+      for (const auto& [key, e] : b["effective_config"].items())
+        if (!e.is_object() || !e.contains("value")) refuse("effective_config." + key, e, "{value, source}");
+    }
+    if (b.contains("plan_over_measured") && !b["plan_over_measured"].is_number())
+      refuse("plan_over_measured", b["plan_over_measured"], "a ratio");
+  }
+};
+
+}  // namespace
+
+void validate_baseline(const json& b, const std::string& path) {
+  const BaselineShape shape{path};
+  if (!b.is_object()) shape.refuse("the file", b, "a JSON object (a zrepro baseline)");
+  const json version = b.value("zrepro_baseline", json());
+  if (!version.is_number_integer() || version.get<int64_t>() != kBaselineVersion)
+    shape.refuse("\"zrepro_baseline\" (the format version)", version, std::to_string(kBaselineVersion));
+  shape.need(b, "", "steps", &json::is_number_integer, "a whole number of steps");
+  for (const char* k : {"loss", "grad_norm"})
+    for (const auto& x : shape.need(b, "", k, &json::is_array, "an array of per-step values"))
+      if (!x.is_number() && !x.is_null()) shape.refuse(std::string(k) + "[...]", x, "numbers (null for a skipped step)");
+  shape.memory(b);
+  shape.map_of(b, "", "comm_bytes_per_step", &json::is_number, "bytes", false);
+  const json& time = shape.need(b, "", "time", &json::is_object, "an object with step_s_median, calibration_s and ratio");
+  for (const char* k : {"step_s_median", "calibration_s", "ratio"}) shape.need(time, "time.", k, &json::is_number, "seconds");
+  shape.optional_parts(b);
 }
 
 CheckResult check_against(const json& base, const json& now, const CheckTolerances& tol) {
   CheckResult r;
+  input_rows(r, base, now);
   for (const char* k : {"world_size", "zero_stage", "precision", "model"})
     exact(r, std::string("setup.") + k, base.value(k, json()), now.value(k, json()),
           "a different setup is not comparable: check the same config and flags");
@@ -233,50 +376,93 @@ CheckResult check_against(const json& base, const json& now, const CheckToleranc
   time_rows(r, base, now, tol);
   plan_rows(r, base, now, tol);
   // What changed underneath: reported, never failed on.
-  const json& be = base.value("env", json::object());
-  const json& ne = now.value("env", json::object());
-  auto version = [](const json& e, const char* a, const char* b) {
-    return e.contains(a) && e[a].is_object() ? e[a].value(b, json()) : json();
+  const json be = base.value("env", json::object()), ne = now.value("env", json::object());
+  auto at = [](const json& e, const char* pointer) {
+    const json::json_pointer p(pointer);
+    return e.is_object() && e.contains(p) ? e.at(p) : json();
   };
-  for (const auto& [a, b] : {std::pair<const char*, const char*>{"libtorch", "version"}, {"nccl", "version"},
-                             {"cuda", "runtime"}, {"zrepro", "commit"}})
-    if (version(be, a, b) != version(ne, a, b))
-      r.rows.push_back({std::string("env.") + a, version(be, a, b), version(ne, a, b), "reported", true, "changed"});
+  for (const char* p : {"/libtorch/version", "/nccl/version", "/cuda/runtime", "/mpi", "/cpu/model", "/zrepro/commit"})
+    if (at(be, p) != at(ne, p)) {
+      std::string name = std::string("env") + p;
+      std::replace(name.begin(), name.end(), '/', '.');
+      r.rows.push_back({name, at(be, p), at(ne, p), "reported", true, "changed", RowKind::version, ""});
+    }
   if (base.value("deepspeed_version", json()) != now.value("deepspeed_version", json()))
     r.rows.push_back({"deepspeed_version", base["deepspeed_version"], now["deepspeed_version"], "reported", true,
-                      "changed: zrepro config --diff-versions names what the profile changes"});
+                      "changed: zrepro config --diff-versions names what the profile changes", RowKind::version, ""});
   return r;
+}
+
+const char* row_kind_name(RowKind k) {
+  switch (k) {
+    case RowKind::input: return "input";
+    case RowKind::figure: return "figure";
+    case RowKind::version: return "version";
+    case RowKind::advisory: return "advisory";
+  }
+  return "?";
 }
 
 bool CheckResult::passed() const {
   return std::all_of(rows.begin(), rows.end(), [](const CheckRow& x) { return x.ok; });
 }
 
+bool CheckResult::inputs_differ() const {
+  return std::any_of(rows.begin(), rows.end(), [](const CheckRow& x) { return !x.ok && x.kind == RowKind::input; });
+}
+
+int CheckResult::failures() const {
+  return static_cast<int>(std::count_if(rows.begin(), rows.end(), [](const CheckRow& x) { return !x.ok; }));
+}
+
+std::string CheckResult::verdict() const {
+  return passed() ? "PASS" : inputs_differ() ? "INPUTS DIFFER" : "REGRESSION";
+}
+
 json CheckResult::to_json() const {
   json rj = json::array();
   for (const auto& x : rows)
-    rj.push_back({{"metric", x.metric}, {"baseline", x.baseline}, {"now", x.now}, {"tolerance", x.tolerance},
-                  {"ok", x.ok}, {"note", x.note}});
-  return {{"passed", passed()}, {"rows", rj}};
+    rj.push_back({{"metric", x.metric}, {"kind", row_kind_name(x.kind)}, {"baseline", x.baseline}, {"now", x.now},
+                  {"unit", x.unit}, {"tolerance", x.tolerance}, {"ok", x.ok}, {"note", x.note}});
+  return {{"passed", passed()}, {"verdict", verdict()}, {"failures", failures()}, {"rows", rj}};
 }
 
+namespace {
+
+// A value as the table shows it: bytes in KiB/MiB/GiB, other values as JSON (cut at 16).
+std::string shown(const json& v, const std::string& unit) {
+  if (v.is_number() && (unit == "bytes" || unit == "bytes/step")) {
+    const double b = v.get<double>();
+    return (b < 0 ? "-" : "") + format_bytes(static_cast<int64_t>(std::fabs(b))) + (unit == "bytes/step" ? "/step" : "");
+  }
+  if (v.is_null()) return "(none)";
+  return v.is_string() ? v.get<std::string>().substr(0, 24) : v.dump().substr(0, 24);
+}
+
+}  // namespace
+
+// The inputs that differ come first, then what moved, then versions and advisories.
 std::string CheckResult::table() const {
   std::ostringstream o;
-  int moved = 0;
-  for (const auto& x : rows) {
-    if (x.ok && x.note != "changed" && x.note.rfind("changed:", 0) != 0) continue;
-    ++moved;
-    char line[512];
-    std::snprintf(line, sizeof line, "  %-4s %-38s %-16s -> %-16s (%s)%s%s\n", x.ok ? "ok" : "FAIL", x.metric.c_str(),
-                  x.baseline.dump().substr(0, 16).c_str(), x.now.dump().substr(0, 16).c_str(), x.tolerance.c_str(),
-                  x.note.empty() ? "" : ": ", x.note.c_str());
-    o << line;
-  }
-  int failed = 0;
-  for (const auto& x : rows) failed += !x.ok;
-  o << "[zrepro check] " << rows.size() << " figures compared, " << failed << " moved past their tolerance"
-    << (moved - failed > 0 ? ", " + std::to_string(moved - failed) + " version change(s) reported" : "") << ": "
-    << (passed() ? "PASS" : "REGRESSION") << "\n";
+  int reported = 0;
+  for (const RowKind kind : {RowKind::input, RowKind::figure, RowKind::version, RowKind::advisory})
+    for (const auto& x : rows) {
+      if (x.kind != kind) continue;
+      const bool show = !x.ok || kind == RowKind::version || (kind == RowKind::advisory && x.note.find("advisory") != std::string::npos);
+      if (!show) continue;
+      reported += x.ok;
+      char line[768];
+      std::snprintf(line, sizeof line, "  %-8s %-4s %-40s %-24s -> %-24s (%s)%s%s\n", row_kind_name(kind),
+                    x.ok ? "ok" : "FAIL", x.metric.c_str(), shown(x.baseline, x.unit).c_str(), shown(x.now, x.unit).c_str(),
+                    x.tolerance.c_str(), x.note.empty() ? "" : ": ", x.note.c_str());
+      o << line;
+    }
+  o << "[zrepro check] " << rows.size() << " figures compared, " << failures() << " moved past their tolerance"
+    << (reported > 0 ? ", " + std::to_string(reported) + " reported (versions, advisories)" : "") << ": " << verdict();
+  if (inputs_differ())
+    o << " - the run was not asked what the baseline's was (input rows first); the other rows follow from that. "
+         "Rerun with the stored inputs: zrepro check --baseline FILE (no run arguments)";
+  o << "\n";
   return o.str();
 }
 

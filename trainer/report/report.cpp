@@ -160,6 +160,8 @@ std::vector<double> RankReport::pack() const {
   for (int64_t b : device.category_peaks) v.push_back(static_cast<double>(b));
   for (int64_t b : device.phases.allocated) v.push_back(static_cast<double>(b));
   for (int64_t b : device.phases.reserved) v.push_back(static_cast<double>(b));
+  v.push_back(growth ? 1.0 : 0.0);
+  for (int c = 0; c <= kNumMemCategories; ++c) v.push_back(growth ? (*growth)[c] : 0.0);
   return v;
 }
 
@@ -190,6 +192,11 @@ RankReport RankReport::unpack(const double* v) {
     r.device.phases.allocated[p] = static_cast<int64_t>(v[19 + 2 * kNumMemCategories + p]);
     r.device.phases.reserved[p] = static_cast<int64_t>(v[19 + 2 * kNumMemCategories + kNumPhases + p]);
   }
+  const double* g = v + 19 + 2 * kNumMemCategories + 2 * kNumPhases;
+  if (g[0] != 0) {
+    r.growth.emplace();
+    for (int c = 0; c <= kNumMemCategories; ++c) (*r.growth)[c] = g[1 + c];
+  }
   return r;
 }
 
@@ -212,11 +219,35 @@ RankReport rank_report(int rank, const TrainResult& res, const MemorySnapshot& d
         std::max<int64_t>(0, device.peak - res.memory.params - res.memory.grads - res.memory.optimizer_states);
   }
   for (const auto& s : res.steps) r.comm_wait_s += s.comm_wait_s, r.step_s += s.step_s;
+  r.growth = growth_per_step(res.steps);
   return r;
 }
 
+std::optional<std::array<double, kNumMemCategories + 1>> growth_per_step(const std::vector<StepRecord>& steps) {
+  const int64_t n = static_cast<int64_t>(steps.size()) - kGrowthWarmupSteps;
+  if (n < kGrowthMinSteps) return std::nullopt;
+  std::array<double, kNumMemCategories + 1> slope{};
+  const double mean_x = static_cast<double>(n - 1) / 2;
+  double sxx = 0;
+  for (int64_t i = 0; i < n; ++i) sxx += (static_cast<double>(i) - mean_x) * (static_cast<double>(i) - mean_x);
+  for (int c = 0; c <= kNumMemCategories; ++c) {
+    auto y = [&](int64_t i) {
+      const MemorySnapshot& m = steps[static_cast<size_t>(kGrowthWarmupSteps + i)].memory;
+      return static_cast<double>(c < kNumMemCategories ? m.by_category[c] : m.allocated);
+    };
+    double mean_y = 0, sxy = 0;
+    for (int64_t i = 0; i < n; ++i) mean_y += y(i) / static_cast<double>(n);
+    for (int64_t i = 0; i < n; ++i) sxy += (static_cast<double>(i) - mean_x) * (y(i) - mean_y);
+    slope[c] = sxy / sxx;
+  }
+  return slope;
+}
+
 json memory_rank_json(const RankReport& r) {
-  json at_peak = json::object(), peaks = json::object(), phases = json::array();
+  json at_peak = json::object(), peaks = json::object(), phases = json::array(), growth = json::object();
+  if (r.growth)
+    for (int c = 0; c <= kNumMemCategories; ++c)
+      growth[c < kNumMemCategories ? mem_category_name(static_cast<MemCategory>(c)) : "total"] = (*r.growth)[c];
   for (int c = 0; c < kNumMemCategories; ++c) {
     at_peak[mem_category_name(static_cast<MemCategory>(c))] = r.device.by_category_at_peak[c];
     peaks[mem_category_name(static_cast<MemCategory>(c))] = r.device.category_peaks[c];
@@ -239,7 +270,8 @@ json memory_rank_json(const RankReport& r) {
                             {"optimizer_states", r.memory.optimizer_states}}},
           {"host_pinned_bytes", r.memory.host_pinned},
           {"host_pageable_bytes", r.memory.host_pageable},
-          {"comm_wait_s", r.comm_wait_s}};
+          {"comm_wait_s", r.comm_wait_s},
+          {"growth_bytes_per_step", growth}};
 }
 
 // [Note: who is the straggler] A collective finishes when its last rank arrives, so the
@@ -394,6 +426,7 @@ json summary_time(const SummaryInput& in, const std::vector<RankReport>& ranks) 
   for (const auto& r : ranks) tr.push_back({{"rank", r.rank}, {"comm_wait_s", r.comm_wait_s}, {"step_s", r.step_s}});
   time["ranks"] = tr;
   time["straggler"] = straggler_json(ranks);
+  time["calibration"] = in.calibration;
   return time;
 }
 
@@ -424,6 +457,7 @@ json build_summary(const SummaryInput& in) {
   s["offload"] = c && in.result ? offload_json(*c, in, ranks) : json(nullptr);
   s["failure"] = in.failure;
   s["effective_config"] = c ? c->effective_json() : json(nullptr);
+  s["inputs"] = in.inputs;
   if (in.scale_down) s["scale_down"] = in.scale_down->to_json();
   return s;
 }

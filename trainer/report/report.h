@@ -2,6 +2,7 @@
 // metrics.jsonl (one line per optimizer step), both written atomically: a file
 // appears complete under its final name or not at all.
 #pragma once
+#include <array>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -58,11 +59,19 @@ struct RankReport {
   MemorySnapshot device;   // the tracking allocator's view (peaks, categories)
   double comm_wait_s = 0, step_s = 0;
   CopyStats copies;        // offload copies over the run
-  static constexpr int kPacked = 19 + 2 * kNumMemCategories + 2 * kNumPhases;
+  // Bytes per step each category (then the total) grows by after warm-up; none with too
+  // few steps (growth_per_step).
+  std::optional<std::array<double, kNumMemCategories + 1>> growth;
+  static constexpr int kPacked = 20 + 3 * kNumMemCategories + 2 * kNumPhases + 1;
   std::vector<double> pack() const;
   static RankReport unpack(const double* v);
 };
 RankReport rank_report(int rank, const TrainResult& r, const MemorySnapshot& device);
+// The least-squares slope, bytes per step, of each category's bytes (then the total) at
+// step ends, past the first kGrowthWarmupSteps steps (first allocations, lazy optimizer
+// states); none with fewer than kGrowthMinSteps steps after them. A leak is a positive slope.
+inline constexpr int kGrowthWarmupSteps = 2, kGrowthMinSteps = 3;
+std::optional<std::array<double, kNumMemCategories + 1>> growth_per_step(const std::vector<StepRecord>& steps);
 nlohmann::json memory_rank_json(const RankReport& r);
 // The rank the others wait for: every rank's time in collectives, and when the spread is
 // more than a quarter of the mean total step time, the least-waiting rank named as the straggler
@@ -87,6 +96,8 @@ struct SummaryInput {
   nlohmann::json env;                     // zrepro env's block (trainer/app/env.h), or null
   nlohmann::json virtual_ranks;           // --world-size: world, as_rank, data rule, peer host bytes; or null
   std::vector<std::string> config_mismatch;  // ranks whose effective configs differ (trainer/config/rank_configs.h)
+  nlohmann::json calibration;  // time.calibration (StepCalibration::to_json), or null
+  nlohmann::json inputs;       // what the run was asked (Summary::inputs), or null
 };
 nlohmann::json build_summary(const SummaryInput& in);
 

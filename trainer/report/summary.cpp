@@ -63,6 +63,8 @@ SummaryRankMemory rank_memory_of(const json& j) {
   m.host_pinned_bytes = j.at("host_pinned_bytes").get<int64_t>();
   m.host_pageable_bytes = j.at("host_pageable_bytes").get<int64_t>();
   m.comm_wait_s = j.at("comm_wait_s").get<double>();
+  if (j.contains("growth_bytes_per_step") && j["growth_bytes_per_step"].is_object())
+    for (const auto& [k, v] : j["growth_bytes_per_step"].items()) m.growth_bytes_per_step[k] = v.get<double>();
   return m;
 }
 
@@ -80,7 +82,29 @@ json rank_memory_json(const SummaryRankMemory& m) {
           {"model_states", categories_json(m.model_states)},
           {"host_pinned_bytes", m.host_pinned_bytes},
           {"host_pageable_bytes", m.host_pageable_bytes},
-          {"comm_wait_s", m.comm_wait_s}};
+          {"comm_wait_s", m.comm_wait_s},
+          {"growth_bytes_per_step", m.growth_bytes_per_step.empty() ? json::object() : json(m.growth_bytes_per_step)}};
+}
+
+std::optional<SummaryCalibration> calibration_of(const json& j) {
+  if (!j.is_object()) return std::nullopt;
+  SummaryCalibration c;
+  c.kernel = j.at("kernel").get<std::string>();
+  c.samples = j.at("samples").get<int64_t>();
+  c.steps = j.at("steps").get<int64_t>();
+  c.median_s = j.at("median_s").get<double>();
+  c.spread = j.at("spread").get<double>();
+  c.step_s_median = j.at("step_s_median").get<double>();
+  c.step_spread = j.at("step_spread").get<double>();
+  c.step_over_calibration = j.at("step_over_calibration").get<double>();
+  return c;
+}
+
+json calibration_json(const std::optional<SummaryCalibration>& c) {
+  if (!c) return nullptr;
+  return {{"kernel", c->kernel}, {"samples", c->samples}, {"median_s", c->median_s}, {"spread", c->spread},
+          {"steps", c->steps}, {"step_s_median", c->step_s_median}, {"step_spread", c->step_spread},
+          {"step_over_calibration", c->step_over_calibration}};
 }
 
 SummaryTime time_of(const json& j) {
@@ -91,6 +115,7 @@ SummaryTime time_of(const json& j) {
   for (const auto& r : j.at("ranks"))
     t.ranks.push_back({r.at("rank").get<int>(), r.at("comm_wait_s").get<double>(), r.at("step_s").get<double>()});
   t.straggler = j.value("straggler", json());
+  t.calibration = calibration_of(j.value("calibration", json()));
   return t;
 }
 
@@ -99,7 +124,8 @@ json time_json(const SummaryTime& t) {
   for (const auto& [k, v] : t.breakdown_s) breakdown[k] = v;
   for (const auto& r : t.ranks) ranks.push_back({{"rank", r.rank}, {"comm_wait_s", r.comm_wait_s}, {"step_s", r.step_s}});
   return {{"step_s_median", json_of(t.step_s_median)}, {"tokens_per_s", json_of(t.tokens_per_s)},
-          {"breakdown_s", breakdown}, {"ranks", ranks}, {"straggler", t.straggler}};
+          {"breakdown_s", breakdown}, {"ranks", ranks}, {"straggler", t.straggler},
+          {"calibration", calibration_json(t.calibration)}};
 }
 
 SummaryComm comm_of(const json& j) {
@@ -204,6 +230,7 @@ Summary Summary::from_json(const json& j) {
   s.env = j.value("env", json());
   s.data = j.value("data", json());
   s.effective_config = j.value("effective_config", json());
+  s.inputs = j.value("inputs", json());
   for (const auto& st : j.value("steps", json::array())) s.steps.push_back(step_of(st));
   s.skipped_steps = optional_of<int64_t>(j, "skipped_steps");
   if (j.contains("time") && j["time"].is_object()) s.time = time_of(j["time"]);
@@ -239,6 +266,7 @@ json Summary::to_json() const {
   j["env"] = env;
   j["data"] = data;
   j["effective_config"] = effective_config;
+  j["inputs"] = inputs;
   j["steps"] = json::array();
   for (const auto& st : steps) j["steps"].push_back(step_json(st));
   if (skipped_steps) j["skipped_steps"] = *skipped_steps;

@@ -64,6 +64,9 @@ struct SummaryRankMemory {
   std::vector<SummaryPhasePeak> phases;
   int64_t host_pinned_bytes = 0, host_pageable_bytes = 0;
   double comm_wait_s = 0;
+  // Bytes per step each category grows by after warm-up (the least-squares slope of its
+  // bytes at step ends; a leak shows as a positive slope); empty with too few steps.
+  std::map<std::string, double> growth_bytes_per_step;
 };
 
 struct SummaryMemory {
@@ -101,11 +104,21 @@ struct SummaryRankTime {
   double comm_wait_s = 0, step_s = 0;  // medians over the run's steps
 };
 
+// [Note: step time against the machine] (trainer/loop/calibration.h).
+struct SummaryCalibration {
+  std::string kernel;
+  int64_t samples = 0, steps = 0;
+  double median_s = 0, spread = 0;            // the kernel's median and relative spread
+  double step_s_median = 0, step_spread = 0;  // the steps after warm-up
+  double step_over_calibration = 0;
+};
+
 struct SummaryTime {
   std::optional<double> step_s_median, tokens_per_s;  // null without a step
   std::map<std::string, double> breakdown_s;          // forward, backward, comm_wait, optimizer, offload_copy, data_wait
   std::vector<SummaryRankTime> ranks;
   nlohmann::json straggler;  // null, or {rank, others_wait_s, own_wait_s}
+  std::optional<SummaryCalibration> calibration;  // null without a step past warm-up
 };
 
 struct SummaryComm {
@@ -126,6 +139,10 @@ struct Summary {
   std::optional<std::string> precision, deepspeed_version, device;
   std::optional<SummaryBatch> batch;
   nlohmann::json model, env, data, effective_config;  // null until known
+  // What the run was asked: `args` (its arguments, --out left out, --ranks N added for
+  // several processes), `config_file` and `config` (the file's JSON as written); null in a
+  // summary written before they were kept.
+  nlohmann::json inputs;
   std::vector<SummaryStep> steps;
   std::optional<int64_t> skipped_steps;  // absent when no training started
   std::optional<SummaryTime> time;       // null when no training started

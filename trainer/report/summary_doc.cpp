@@ -22,6 +22,7 @@ std::vector<SummaryFieldDoc> field_docs() {
       {"The run", {"data.*"}, "`kind` and `entropy_floor_nats` (the synthetic data and the lowest loss it allows); `loader`: the emulated loader's `workers`, `prefetch_factor`, `pin_memory`, `pinned_bytes_peak`, `sample_ms_emulated`", kReport},
       {"The run", {"effective_config.*"}, "the resolved DeepSpeed config: `entries` (every key, its value and source), `resolved`, `warnings`, `file`, `world_size`", "ds_config.h (DsConfig::effective_json)"},
       {"The run", {"env.*"}, "this build and machine, as `zrepro env --json`", "app/env.h"},
+      {"The run", {"inputs.*"}, "what the run was asked: `args`, its arguments (`--out` left out, `--ranks N` added when several processes ran), `config_file`, the config file's path, and `config`, its JSON as written; null in an older zrepro's summary. `zrepro check` reruns with them", "app/run_spec.h (run_inputs)"},
       {"The run", {"virtual_ranks.*"}, "`--world-size` in one process: `world_size`, `as_rank`, `data_rule`, `note`, the peers' host bytes; absent otherwise", "app/run.cpp (virtual ranks)"},
       {"The run", {"config_mismatch"}, "ranks whose effective configs differ; absent when they agree", kReport},
       {"The run", {"scale_down.*"}, "a scaled-down toy (`--target-model`): `target_model`, `toy_model`, `parameter_factor`, `target_planned`, `fidelity[]` (each category's share of capacity at target and toy scale); absent otherwise", "planner/scale_down.h (ScaleDown::to_json)"},
@@ -36,6 +37,10 @@ std::vector<SummaryFieldDoc> field_docs() {
       {"Time", {"time.breakdown_s.*"}, "seconds of the whole run by part: `forward`, `backward`, `comm_wait`, `optimizer`, `offload_copy`, `data_wait`", ""},
       {"Time", {"time.ranks[].rank", "time.ranks[].step_s", "time.ranks[].comm_wait_s"}, "each rank's median step and collective wait", ""},
       {"Time", {"time.straggler"}, "null, or the rank slower than the others and by how much (`rank`, `others_wait_s`, `own_wait_s`)", kReport},
+      {"Time", {"time.calibration.kernel", "time.calibration.samples", "time.calibration.median_s", "time.calibration.spread"},
+       "the calibration kernel timed between steps (this machine's speed during the run): what it is, how many timings, their median and relative spread (interquartile range over median); null without a step past warm-up", "loop/calibration.h"},
+      {"Time", {"time.calibration.steps", "time.calibration.step_s_median", "time.calibration.step_spread", "time.calibration.step_over_calibration"},
+       "the steps after warm-up: how many, their median and relative spread, and that median over the kernel's (what `zrepro check` compares)", "loop/calibration.h"},
       {"Memory", {"memory.device_capacity_bytes"}, "the device's capacity (null: unlimited)", ""},
       {"Memory", {"memory.ranks[].rank"}, "the rank", ""},
       {"Memory", {"memory.ranks[].peak_bytes", "memory.ranks[].peak_phase"}, "the peak of allocated device bytes and the phase it came in", ""},
@@ -46,6 +51,7 @@ std::vector<SummaryFieldDoc> field_docs() {
       {"Memory", {"memory.ranks[].phases[].phase", "memory.ranks[].phases[].peak_bytes", "memory.ranks[].phases[].peak_reserved_bytes"}, "the peak of each phase (`init`, `partition`, `forward`, `backward`, `step`)", ""},
       {"Memory", {"memory.ranks[].host_pinned_bytes", "memory.ranks[].host_pageable_bytes"}, "offload's host memory", ""},
       {"Memory", {"memory.ranks[].comm_wait_s"}, "the rank's collective wait", ""},
+      {"Memory", {"memory.ranks[].growth_bytes_per_step.*"}, "bytes per step each category (and `total`) grew by after the first 2 steps, the least-squares slope of its bytes at step ends: a leak is a positive slope; empty with fewer than 5 steps", kReport},
       {"Memory", {"memory.planned.*"}, "`zrepro plan`'s prediction for the same run (`peak_bytes`, `peak_phase`, `by_category`, `category_peaks`, `phases`, `model_states`, `verdict`, `oom_phase`, `deepspeed_estimates`, host bytes, `pinned_fits`, ...: docs/guide/plan.md); absent when not planned", "planner/planner.h (MemoryPlan::to_json)"},
       {"Collectives", {"comm.bytes_per_step.*"}, "bytes one rank sends or receives per optimizer step, by collective (`all_reduce`, `reduce_scatter`, `all_gather`, `broadcast`); null without a step", ""},
       {"Collectives", {"comm.ops.*"}, "per collective: `calls_per_step`, `bytes_per_step`, `seconds_per_step`, `algbw_GBps` and `busbw_GBps` (nccl-tests' convention)", kReport},
@@ -125,10 +131,13 @@ Summary summary_example() {
   s.model = s.env = s.data = s.effective_config = json::object();
   s.steps = {SummaryStep{0, 2.0, 1.0, 1, false, 1e-3, true}};
   s.skipped_steps = 0;
-  s.time = SummaryTime{0.1, 1000.0, {{"forward", 0.1}}, {SummaryRankTime{0, 0.01, 0.1}}, json::object()};
+  s.time = SummaryTime{0.1, 1000.0, {{"forward", 0.1}}, {SummaryRankTime{0, 0.01, 0.1}}, json::object(),
+                       SummaryCalibration{"k", 5, 9, 0.001, 0.1, 0.1, 0.1, 100.0}};
+  s.inputs = json{{"args", json::array({"--steps", "3"})}, {"config_file", "ds.json"}, {"config", json::object()}};
   SummaryRankMemory m;
   m.by_category = m.category_peaks = m.model_states = {{"params", 1}};
   m.phases = {SummaryPhasePeak{"forward", 1, 1}};
+  m.growth_bytes_per_step = {{"params", 0.0}};
   s.memory = SummaryMemory{100, {m}, json::object()};
   s.comm = SummaryComm{{{"all_gather", 1.0}}, json::object(), 10.0};
   s.offload = json::object();

@@ -1,8 +1,9 @@
 // `zrepro check` as CI would run it after an upgrade: a baseline saved from a run, an
 // identical rerun passes (exit 0), and a changed bucket size, a changed precision and an
-// injected accumulation bug each fail (exit 11) on the figure they move. Step time is
-// left out here (--time-tol 100): machines running tests are noisy (baseline_test.cpp
-// checks the time rule).
+// injected accumulation bug each fail (exit 11) on the figure they move (as differing
+// inputs first). Step time is advisory unless --time-gate (baseline_test.cpp checks the
+// time rule); twenty identical reruns on a machine whose cores are busy all pass. A suite
+// of configs gives one table and JUnit XML.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -43,7 +44,10 @@ TEST(Check, IdenticalRerunPassesAndEachChangeFailsOnItsFigure) {
   const auto bucket = zrepro_test::zrepro_cmd(
       "check" + base + " --work " + dir + "/w2 -- --config " + write(dir, "small.json", smaller) + " --model tiny --steps 4", 180);
   EXPECT_EQ(bucket.code, 11) << bucket.output;
+  EXPECT_NE(bucket.output.find("FAIL input config zero_optimization.reduce_bucket_size"), std::string::npos)
+      << bucket.output;
   EXPECT_NE(bucket.output.find("FAIL memory.rank0.comm_buffers"), std::string::npos) << bucket.output;
+  EXPECT_NE(bucket.output.find("INPUTS DIFFER"), std::string::npos) << bucket.output;
 
   const auto bf16 = zrepro_test::zrepro_cmd("check" + base + " --work " + dir + "/w3" + run + " --precision bf16", 180);
   EXPECT_EQ(bf16.code, 11) << bf16.output;
@@ -108,4 +112,121 @@ TEST(Check, AnUpgradeThatFlipsPinningFailsOnHostMemoryAndTheConfig) {
   EXPECT_NE(after.output.find("FAIL config.zero_optimization.offload_optimizer.pin_memory false"), std::string::npos)
       << after.output;
   EXPECT_NE(after.output.find("deepspeed_version"), std::string::npos) << after.output;
+}
+
+// Issue 31: a baseline keeps the run's arguments and config. `check --baseline B.json`
+// alone reruns with them (and passes); a run asked for 1 x 4 where the baseline's was
+// 2 x 2 is reported as differing inputs, first, not as activation and collective
+// regressions.
+TEST(Check, ABaselineRerunsWithItsStoredInputsAndNamesDifferingOnes) {
+  const std::string dir = zrepro_test::fresh_dir("check_inputs");
+  const std::string cfg = write(dir, "ds.json", R"({"train_micro_batch_size_per_gpu": "auto",
+      "gradient_accumulation_steps": "auto", "zero_optimization": {"stage": 2}})");
+  const auto save = zrepro_test::zrepro_cmd("check --save " + dir + "/B.json --work " + dir + "/w0 -- --config " + cfg +
+                                                " --model tiny --steps 5 --micro-batch 2 --grad-accum 2", 180);
+  ASSERT_EQ(save.code, 0) << save.output;
+  const auto stored = nlohmann::json::parse(zrepro_test::read_text(dir + "/B.json"))["inputs"];
+  EXPECT_EQ(stored["args"], nlohmann::json({"--config", cfg, "--model", "tiny", "--steps", "5", "--micro-batch", "2",
+                                            "--grad-accum", "2"}));
+  EXPECT_EQ(stored["config"]["gradient_accumulation_steps"], "auto");
+  const auto again = zrepro_test::zrepro_cmd("check --baseline " + dir + "/B.json --work " + dir + "/w1", 180);
+  EXPECT_EQ(again.code, 0) << again.output;
+  EXPECT_NE(again.output.find("rerunning with the baseline's inputs: zrepro run --config " + cfg), std::string::npos)
+      << again.output;
+  const auto other = zrepro_test::zrepro_cmd("check --baseline " + dir + "/B.json --work " + dir + "/w2 -- --config " +
+                                                 cfg + " --model tiny --steps 5 --micro-batch 1 --grad-accum 4", 180);
+  EXPECT_EQ(other.code, 11) << other.output;
+  EXPECT_EQ(other.output.find("  input    FAIL input --grad-accum"), other.output.find("  input")) << other.output;
+  EXPECT_NE(other.output.find("FAIL input --micro-batch"), std::string::npos) << other.output;
+  EXPECT_NE(other.output.find("INPUTS DIFFER"), std::string::npos) << other.output;
+  // The config file moved away: the rerun uses the baseline's copy of it, and says so.
+  std::filesystem::rename(cfg, dir + "/moved.json");
+  const auto moved = zrepro_test::zrepro_cmd("check --baseline " + dir + "/B.json --work " + dir + "/w3", 180);
+  EXPECT_EQ(moved.code, 0) << moved.output;
+  EXPECT_NE(moved.output.find("running with the baseline's copy of it"), std::string::npos) << moved.output;
+}
+
+// [Note: a check suite]: every config of a folder with its own arguments (an "auto"
+// config with the Trainer's batch flags, an explicit fp16 one, a ZeRO-3 offload config
+// pinned to DeepSpeed 0.19.4); one table, JUnit XML; the 0.19.8 upgrade fails only its
+// case, naming offload pinning; a config without a baseline is an error of its own case.
+TEST(Check, ASuiteChecksEachConfigWithItsOwnArgumentsAndWritesJUnit) {
+  const std::string dir = zrepro_test::fresh_dir("check_suite");
+  const std::string suite = dir + "/suite";
+  std::filesystem::create_directories(suite);
+  write(suite, "hf_auto.json", R"({"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+      "bf16": {"enabled": "auto"}, "zero_optimization": {"stage": 2}})");
+  write(suite, "hf_auto.args", "--model tiny --steps 5\n--micro-batch 2 --grad-accum 2  # as the Trainer fills \"auto\"\n");
+  write(suite, "fp16.json", R"({"train_micro_batch_size_per_gpu": 2, "fp16": {"enabled": true},
+      "zero_optimization": {"stage": 1}})");
+  write(suite, "fp16.args", "--model tiny --steps 5");
+  std::filesystem::copy_file(std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/upgrade-pinned-default/ds_config.json",
+                             suite + "/zero3_offload.json");
+  write(suite, "zero3_offload.args", "--steps 3 --deepspeed-version 0.19.4");
+  const std::string work = " --work " + dir + "/work";
+  const auto save = zrepro_test::zrepro_cmd("check --save-suite " + suite + work, 300);
+  ASSERT_EQ(save.code, 0) << save.output;
+  for (const char* name : {"hf_auto", "fp16", "zero3_offload"})
+    EXPECT_TRUE(std::filesystem::exists(suite + "/baselines/" + name + ".json")) << name;
+  const auto pass = zrepro_test::zrepro_cmd("check --suite " + suite + work + " --junit " + dir + "/pass.xml", 300);
+  EXPECT_EQ(pass.code, 0) << pass.output;
+  EXPECT_NE(pass.output.find("3 config(s), 0 moved or could not run: PASS"), std::string::npos) << pass.output;
+  EXPECT_NE(zrepro_test::read_text(dir + "/pass.xml").find("tests=\"3\" failures=\"0\" errors=\"0\""), std::string::npos);
+
+  write(suite, "zero3_offload.args", "--steps 3 --deepspeed-version 0.19.8");  // the upgrade
+  write(suite, "new.json", R"({"train_micro_batch_size_per_gpu": 1})");           // no baseline yet
+  const auto after = zrepro_test::zrepro_cmd("check --suite " + suite + work + " --junit " + dir + "/after.xml", 300);
+  EXPECT_EQ(after.code, 11) << after.output;
+  EXPECT_NE(after.output.find("zero3_offload                    REGRESSION"), std::string::npos) << after.output;
+  EXPECT_NE(after.output.find("FAIL memory.rank0.host_pinned"), std::string::npos) << after.output;
+  EXPECT_NE(after.output.find("new                              ERROR         no baseline"), std::string::npos)
+      << after.output;
+  const std::string xml = zrepro_test::read_text(dir + "/after.xml");
+  EXPECT_NE(xml.find("tests=\"4\" failures=\"1\" errors=\"1\""), std::string::npos) << xml;
+  EXPECT_NE(xml.find("name=\"zero3_offload\">\n      <failure message=\"REGRESSION"), std::string::npos) << xml;
+  EXPECT_NE(xml.find("<testcase classname=\"zrepro.check\" name=\"fp16\"/>"), std::string::npos) << xml;
+
+  write(suite, "fp16.args", "--model tiny --out x");
+  const auto bad = zrepro_test::zrepro_cmd("check --suite " + suite + work);
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("fp16.args gives --out"), std::string::npos) << bad.output;
+  EXPECT_EQ(zrepro_test::zrepro_cmd("check --suite " + dir + "/nowhere").code, 2);
+}
+
+// Issue 31: an identical rerun always passes on a loaded machine. Twenty reruns of one
+// baseline's job while two processes burn both cores: every one passes (step time is
+// reported, not failed on, without --time-gate). How the step-time ratio scattered is
+// printed for the record (docs/guide/check.md), never asserted.
+TEST(Check, TwentyIdenticalRerunsPassWhileTheCoresAreBusy) {
+  const std::string dir = zrepro_test::fresh_dir("check_load");
+  const std::string cfg = write(dir, "ds.json", kConfig);
+  const auto save = zrepro_test::zrepro_cmd("check --save " + dir + "/B.json --work " + dir + "/w -- --config " + cfg +
+                                                " --model tiny --steps 6", 180);
+  ASSERT_EQ(save.code, 0) << save.output;
+  const auto r = zrepro_test::shell(
+      "cd " + dir + " && sh -c 'while :; do :; done' & b1=$!; sh -c 'while :; do :; done' & b2=$!; " +
+      "trap 'kill $b1 $b2' EXIT; for i in $(seq 20); do timeout -k 5 300 " + std::string(ZREPRO_BIN) +
+      " check --baseline " + dir + "/B.json --work " + dir + "/r$i --json > " + dir + "/r$i.json 2> " + dir +
+      "/r$i.err; echo \"rerun $i exit $?\"; done");
+  int passed = 0, gated = 0;
+  std::vector<double> ratios;
+  for (int i = 1; i <= 20; ++i) {
+    EXPECT_NE(r.output.find("rerun " + std::to_string(i) + " exit 0"), std::string::npos)
+        << r.output << zrepro_test::read_text(dir + "/r" + std::to_string(i) + ".json");
+    const std::string text = zrepro_test::read_text(dir + "/r" + std::to_string(i) + ".json");
+    const size_t brace = text.find("\n{");  // the JSON after the "[zrepro check] ..." lines
+    if (brace == std::string::npos) continue;
+    const auto j = nlohmann::json::parse(text.substr(brace + 1));
+    passed += j["passed"].get<bool>();
+    for (const auto& row : j["rows"])
+      if (row["metric"] == "step time / calibration") {
+        ratios.push_back(row["now"].get<double>() / row["baseline"].get<double>());
+        gated += row["note"].get<std::string>().find("advisory") == std::string::npos;  // within the allowed ratio
+      }
+  }
+  EXPECT_EQ(passed, 20);
+  std::string line = "step time / baseline's, 20 reruns under load:";
+  for (double x : ratios) line += " " + std::to_string(x).substr(0, 4);
+  std::cout << line << "; within the allowed ratio (would pass --time-gate): " << gated << "/" << ratios.size()
+            << std::endl;
 }

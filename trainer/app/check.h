@@ -1,0 +1,43 @@
+// `zrepro check` and its suite: regression checks a CI runs after an upgrade
+// (trainer/report/baseline.h says what is compared and how much it may move).
+#pragma once
+#include <string>
+#include <vector>
+
+#include <cxxopts.hpp>
+#include <nlohmann/json.hpp>
+
+#include "trainer/report/baseline.h"
+
+namespace zrepro {
+
+// The baseline figures of a run folder; `flag` is the flag that named it (--run, --baseline).
+nlohmann::json baseline_of_run(const std::string& dir, const std::string& flag);
+// A baseline file (or a run folder as one), validated; ConfigError naming the path.
+nlohmann::json read_baseline(const std::string& path);
+
+// [Note: a check suite] A folder of the configs a CI guards:
+//   DIR/NAME.json            a DeepSpeed config (every *.json directly in DIR)
+//   DIR/NAME.args            optional: that config's run arguments as one would type them
+//                            (words separated by blanks, no quoting; `#` starts a comment;
+//                            no --config, no --out), e.g. "--model tiny --steps 6 --micro-batch 2"
+//   DIR/baselines/NAME.json  its baseline, written by --save-suite DIR
+// --save-suite runs each config (`zrepro run --config DIR/NAME.json ARGS`) and writes its
+// baseline; --suite runs each the same way and compares it with its baseline, so an "auto"
+// config and an explicit fp16 one each keep their own flags. One table, --json, --junit;
+// exit 11 if any case moved or could not run, 2 when the folder itself is wrong.
+int check_suite(const std::string& dir, bool save, const std::string& work, const CheckTolerances& tol, bool as_json,
+                const std::string& junit_path);
+
+// One case of a JUnit report: its name, its comparison, and an error (a case that could
+// not run or had no baseline) when not empty.
+struct JUnitCase {
+  std::string name;
+  CheckResult result;
+  std::string error;
+};
+// JUnit XML (the <testsuites>/<testsuite>/<testcase> form Jenkins, GitLab and GitHub
+// test reporters read): a moved case is a <failure> holding its table, an error an <error>.
+std::string junit_xml(const std::string& suite, const std::vector<JUnitCase>& cases);
+
+}  // namespace zrepro

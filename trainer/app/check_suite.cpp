@@ -1,0 +1,182 @@
+// `zrepro check --suite DIR` / `--save-suite DIR` ([Note: a check suite], check.h) and the
+// JUnit XML a CI displays.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "device/base/errors.h"
+#include "trainer/app/check.h"
+#include "trainer/app/cli.h"
+#include "trainer/config/user_file.h"
+#include "trainer/report/report.h"
+#include "trainer/runtime/subprocess.h"
+
+namespace zrepro {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct SuiteCase {
+  std::string name, config, args_file, baseline;
+};
+
+// The configs of a suite folder, by name; ConfigError when there is none.
+std::vector<SuiteCase> suite_cases(const std::string& dir) {
+  if (!fs::is_directory(dir))
+    throw ConfigError("--suite: \"" + dir + "\" is not a folder; expected a folder of DeepSpeed configs (NAME.json, "
+                      "optional NAME.args) with their baselines in DIR/baselines/ (zrepro check --save-suite DIR)");
+  std::vector<SuiteCase> cases;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (!e.is_regular_file() || e.path().extension() != ".json") continue;
+    const std::string name = e.path().stem().string();
+    cases.push_back({name, e.path().string(), (fs::path(dir) / (name + ".args")).string(),
+                     (fs::path(dir) / "baselines" / (name + ".json")).string()});
+  }
+  std::sort(cases.begin(), cases.end(), [](const SuiteCase& a, const SuiteCase& b) { return a.name < b.name; });
+  if (cases.empty())
+    throw ConfigError("--suite: \"" + dir + "\" holds no DeepSpeed config (*.json); put the configs the check guards "
+                      "there, each with an optional NAME.args of its run arguments");
+  return cases;
+}
+
+// NAME.args: blank-separated words, `#` to the end of a line a comment. --config and --out
+// are the suite's to give.
+std::vector<std::string> case_args(const SuiteCase& c) {
+  std::vector<std::string> args = {"--config", c.config};
+  if (!fs::exists(c.args_file)) return args;
+  std::istringstream lines(read_user_file("--suite", c.args_file, "the run arguments of " + c.name + ".json"));
+  std::string line, word;
+  while (std::getline(lines, line)) {
+    std::istringstream words(line.substr(0, line.find('#')));
+    while (words >> word) {
+      if (word == "--config" || word == "--out" || word.rfind("--out=", 0) == 0 || word.rfind("--config=", 0) == 0)
+        throw ConfigError("--suite: " + c.args_file + " gives " + word + "; leave --config and --out out (the suite "
+                          "runs DIR/" + c.name + ".json into --work)");
+      args.push_back(word);
+    }
+  }
+  return args;
+}
+
+// One case: run it, then save its baseline or compare with it. A case that cannot run is
+// an error of that case, not of the suite.
+JUnitCase run_case(const SuiteCase& c, bool save, const std::string& work, const CheckTolerances& tol) {
+  JUnitCase out{c.name, {}, ""};
+  try {
+    json base;
+    if (!save) {
+      if (!fs::exists(c.baseline)) {
+        out.error = "no baseline " + c.baseline + ": write the suite's baselines with zrepro check --save-suite DIR";
+        return out;
+      }
+      base = read_baseline(c.baseline);
+    }
+    const std::string dir = work + "/" + c.name;
+    make_out_dir(dir);
+    std::vector<std::string> args = {"run"};
+    for (const auto& a : case_args(c)) args.push_back(a);
+    args.insert(args.end(), {"--out", dir + "/run"});
+    const int code = run_self(args, dir + "/run.log", c.name);
+    std::cout << "[zrepro check] " << c.name << ": zrepro run exit " << code << ", log " << dir << "/run.log" << std::endl;
+    const json now = baseline_of_run(dir + "/run", "--suite " + c.name);
+    if (save) {
+      fs::create_directories(fs::path(c.baseline).parent_path());
+      write_file_atomic(c.baseline, json_text(now) + "\n");
+      return out;
+    }
+    out.result = check_against(base, now, tol);
+  } catch (const ConfigError& e) {
+    out.error = e.what();
+  }
+  return out;
+}
+
+std::string xml_escaped(const std::string& s) {
+  std::string o;
+  for (const char ch : s) {
+    switch (ch) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      case '\'': o += "&apos;"; break;
+      default:
+        // XML 1.0 allows tab, newline and carriage return among the control characters.
+        if (static_cast<unsigned char>(ch) >= 0x20 || ch == '\t' || ch == '\n' || ch == '\r') o += ch;
+    }
+  }
+  return o;
+}
+
+}  // namespace
+
+std::string junit_xml(const std::string& suite, const std::vector<JUnitCase>& cases) {
+  int failures = 0, errors = 0;
+  for (const auto& c : cases) {
+    if (!c.error.empty()) ++errors;
+    else if (!c.result.passed()) ++failures;
+  }
+  std::ostringstream o;
+  o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+    << "<testsuites name=\"" << xml_escaped(suite) << "\" tests=\"" << cases.size() << "\" failures=\"" << failures
+    << "\" errors=\"" << errors << "\">\n"
+    << "  <testsuite name=\"" << xml_escaped(suite) << "\" tests=\"" << cases.size() << "\" failures=\"" << failures
+    << "\" errors=\"" << errors << "\">\n";
+  for (const auto& c : cases) {
+    o << "    <testcase classname=\"zrepro.check\" name=\"" << xml_escaped(c.name) << "\"";
+    if (!c.error.empty()) {
+      o << ">\n      <error message=\"" << xml_escaped(c.error) << "\" type=\"error\"/>\n    </testcase>\n";
+    } else if (!c.result.passed()) {
+      o << ">\n      <failure message=\"" << xml_escaped(c.result.verdict() + ": " + std::to_string(c.result.failures()) +
+                                                  " figure(s) moved past their tolerance")
+        << "\" type=\"" << xml_escaped(c.result.verdict()) << "\">" << xml_escaped(c.result.table())
+        << "</failure>\n    </testcase>\n";
+    } else {
+      o << "/>\n";
+    }
+  }
+  o << "  </testsuite>\n</testsuites>\n";
+  return o.str();
+}
+
+int check_suite(const std::string& dir, bool save, const std::string& work, const CheckTolerances& tol, bool as_json,
+                const std::string& junit_path) {
+  const std::vector<SuiteCase> cases = suite_cases(dir);
+  for (const auto& c : cases) case_args(c);  // a wrong NAME.args is refused before any run
+  std::vector<JUnitCase> done;
+  for (size_t k = 0; k < cases.size(); ++k) {
+    std::cout << "[zrepro check] suite " << dir << ": " << (save ? "saving " : "checking ") << cases[k].name << " ("
+              << k + 1 << "/" << cases.size() << ")" << std::endl;
+    done.push_back(run_case(cases[k], save, work, tol));
+  }
+  int bad = 0;
+  json j = json::array();
+  std::ostringstream table;
+  for (const auto& c : done) {
+    const std::string verdict = !c.error.empty() ? "ERROR" : save ? "SAVED" : c.result.verdict();
+    bad += verdict != "PASS" && verdict != "SAVED";
+    j.push_back({{"name", c.name}, {"verdict", verdict}, {"error", c.error.empty() ? json(nullptr) : json(c.error)},
+                 {"comparison", save || !c.error.empty() ? json(nullptr) : c.result.to_json()}});
+    char line[256];
+    std::snprintf(line, sizeof line, "  %-32s %-14s", c.name.c_str(), verdict.c_str());
+    table << line << (c.error.empty() ? "" : c.error) << "\n";
+    if (c.error.empty() && !save && !c.result.passed()) table << c.result.table();
+  }
+  if (as_json) {
+    std::cout << json_text({{"suite", dir}, {"passed", bad == 0}, {"cases", j}}) << "\n";
+  } else {
+    std::cout << table.str() << "[zrepro check] suite " << dir << ": " << done.size() << " config(s), " << bad
+              << (save ? " could not be saved" : " moved or could not run") << ": "
+              << (bad == 0 ? (save ? "SAVED" : "PASS") : (save ? "ERROR" : "REGRESSION")) << "\n";
+  }
+  if (!junit_path.empty()) write_file_atomic(junit_path, junit_xml("zrepro check " + dir, done));
+  return bad == 0 ? kExitOk : kExitCheckRegressed;
+}
+
+}  // namespace zrepro
