@@ -95,9 +95,15 @@ void config_rows(CheckResult& r, const json& base, const json& now) {
       ++same;
       continue;
     }
-    const std::string from = was.value("source", "?"), to = is.is_object() ? is.value("source", "?") : "absent";
+    // Where each value came from, with the release that set a default ("since DeepSpeed 0.19.5 (...)").
+    auto origin = [](const json& e) {
+      if (!e.is_object()) return std::string("absent");
+      const json note = e.value("note", json());
+      return e.value("source", std::string("?")) + (note.is_string() && !note.get<std::string>().empty()
+                                                        ? " (" + note.get<std::string>() + ")" : "");
+    };
     r.rows.push_back({"config." + key, was.value("value", json()), is.is_object() ? is.value("value", json()) : json(),
-                      "exact", false, "source " + from + " -> " + to + "; zrepro config --config ... shows each value"});
+                      "exact", false, "source " + origin(was) + " -> " + origin(is) + "; zrepro config --config ... shows each value"});
   }
   r.rows.push_back({"config (effective keys unchanged)", same, same, "exact", true, ""});
 }
@@ -267,7 +273,8 @@ json make_baseline(const Summary& s, double check_time_calibration_s, const std:
   if (s.effective_config.is_object())
     for (const auto& e : s.effective_config.value("entries", json::array()))
       if (e.is_object() && e.contains("key"))
-        config[e["key"].get<std::string>()] = {{"value", e.value("value", json())}, {"source", e.value("source", json())}};
+        config[e["key"].get<std::string>()] = {{"value", e.value("value", json())}, {"source", e.value("source", json())},
+                                               {"note", e.value("note", json())}};
   b["effective_config"] = config;
   const json planned = s.memory ? s.memory->planned : json();
   const int64_t planned_peak = planned.is_object() ? planned.value("peak_bytes", int64_t(0)) : 0;
@@ -370,8 +377,10 @@ CheckResult check_against(const json& base, const json& now, const CheckToleranc
   memory_rows(r, base, now, tol);
   config_rows(r, base, now);
   const json comm = base.value("comm_bytes_per_step", json::object());  // items() of a temporary dangles
-  for (const auto& [op, v] : comm.items())
+  for (const auto& [op, v] : comm.items()) {
     exact(r, "comm.bytes_per_step." + op, v, now["comm_bytes_per_step"].value(op, json()));
+    r.rows.back().unit = "bytes";
+  }
   trajectory_rows(r, base, now, tol);
   time_rows(r, base, now, tol);
   plan_rows(r, base, now, tol);
