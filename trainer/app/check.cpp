@@ -45,7 +45,7 @@ std::string run_into(const std::string& work, const std::vector<std::string>& ru
   args.insert(args.end(), run_args.begin(), run_args.end());
   args.insert(args.end(), {"--out", work + "/run"});
   const int code = run_self_or_refuse("the run to check", args, work + "/run.log");
-  std::cout << "[zrepro check] ran zrepro run ... (exit " << code << "), log " << work << "/run.log" << std::endl;
+  std::cerr << "[zrepro check] ran zrepro run ... (exit " << code << "), log " << work << "/run.log" << std::endl;
   return work + "/run";
 }
 
@@ -62,13 +62,13 @@ std::vector<std::string> stored_args(const json& base, const std::string& path, 
       make_out_dir(work);
       const std::string copy = work + "/config_from_baseline.json";
       write_file_atomic(copy, in["config"].dump(2) + "\n");
-      std::cout << "[zrepro check] " << args[i + 1] << " is not here: running with the baseline's copy of it, " << copy
+      std::cerr << "[zrepro check] " << args[i + 1] << " is not here: running with the baseline's copy of it, " << copy
                 << std::endl;
       args[i + 1] = copy;
     }
-  std::cout << "[zrepro check] rerunning with the baseline's inputs: zrepro run";
-  for (const auto& a : args) std::cout << " " << a;
-  std::cout << std::endl;
+  std::cerr << "[zrepro check] rerunning with the baseline's inputs: zrepro run";
+  for (const auto& a : args) std::cerr << " " << a;
+  std::cerr << std::endl;
   return args;
 }
 

@@ -83,7 +83,7 @@ JUnitCase run_case(const SuiteCase& c, bool save, const std::string& work, const
     for (const auto& a : case_args(c)) args.push_back(a);
     args.insert(args.end(), {"--out", dir + "/run"});
     const int code = run_self(args, dir + "/run.log", c.name);
-    std::cout << "[zrepro check] " << c.name << ": zrepro run exit " << code << ", log " << dir << "/run.log" << std::endl;
+    std::cerr << "[zrepro check] " << c.name << ": zrepro run exit " << code << ", log " << dir << "/run.log" << std::endl;
     const json now = baseline_of_run(dir + "/run", "--suite " + c.name);
     if (save) {
       fs::create_directories(fs::path(c.baseline).parent_path());
@@ -151,7 +151,7 @@ int check_suite(const std::string& dir, bool save, const std::string& work, cons
   for (const auto& c : cases) case_args(c);  // a wrong NAME.args is refused before any run
   std::vector<JUnitCase> done;
   for (size_t k = 0; k < cases.size(); ++k) {
-    std::cout << "[zrepro check] suite " << dir << ": " << (save ? "saving " : "checking ") << cases[k].name << " ("
+    std::cerr << "[zrepro check] suite " << dir << ": " << (save ? "saving " : "checking ") << cases[k].name << " ("
               << k + 1 << "/" << cases.size() << ")" << std::endl;
     done.push_back(run_case(cases[k], save, work, tol));
   }

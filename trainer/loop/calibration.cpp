@@ -6,12 +6,17 @@
 
 #include <torch/torch.h>
 
+#include "device/device_memory.h"
+
 namespace zrepro {
 
 double calibration_sample() {
   const int threads = at::get_num_threads();
   at::set_num_threads(1);
   torch::NoGradGuard no_grad;
+  // Host memory, never the emulated device's: a real rank that calibrates must not hold
+  // 128 KiB of "other" a virtual rank does not (VirtualRanks.EqualRealProcesses...).
+  DeviceMemory::HostScope host;
   static const torch::Tensor a = torch::full({128, 128}, 0.5), b = torch::full({128, 128}, 0.25);
   const auto t0 = std::chrono::steady_clock::now();
   double elapsed = 0;

@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <regex>
+#include <set>
 #include <sstream>
 
 namespace zrepro {
@@ -29,12 +30,33 @@ const std::vector<Fingerprint>& fingerprints() {
     auto re = [](const char* p) { return std::regex(p, std::regex::ECMAScript | std::regex::icase); };
     return std::vector<Fingerprint>{
         {"oom", "out of memory", re(R"(CUDA out of memory)")},
+        // Context for an OOM: a frame that allocates page-locked host memory.
+        {"pinned_frame", "pin", re(R"(pin_memory\(|pin_memory=True|\.pin_memory\b|cudaHostAlloc|_pin_tensor|pinned_(buffer|memory|tensor)|pin memory)")},
+        // RuntimeError's form, raised by any CUDA call (a pinned host allocation among them).
+        {"cuda_error_oom", "out of memory", re(R"(CUDA error: out of memory|cudaErrorMemoryAllocation)")},
+        // ZeRO-3's memory-pressure warning and its re-trace warning (data-dependent modules).
+        {"cache_flush", "cache flush", re(R"((\d+) pytorch allocator cache flushes since last step)")},
+        {"trace_cache", "trace cache", re(R"(Invalidate trace cache)")},
+        // DeepSpeed "auto" values left for a Trainer that never filled them (accelerate without dataloaders, plain scripts).
+        {"auto_unresolved", "", re(R"(set an integer value in .train_micro_batch_size_per_gpu|requires you to pass at least one of training or evaluation dataloaders|["'`]auto["'`] .{0,40}(is not|not supported|must be|cannot))")},
+        // NCCL's shared-memory transport failing: /dev/shm too small (docker's 64 MB default) or full.
+        {"nccl_shm", "", re(R"(Error while creating shared memory segment|posix_fallocate failed|NCCL WARN.*/dev/shm)")},
+        // A rank waiting for rank 0 to create the communicator (the TCP store timed out).
+        {"store_timeout", "", re(R"(retrieving ncclUniqueId from \[0\] via c10d key-value store|store->get\('0'\) got error|Socket Timeout)")},
+        // DeepSpeed's offload set-up, and its host-memory line (see_memory_usage).
+        {"offload_init", "", re(R"(DeepSpeedZeRoOffload initialize|Before creating fp16 partitions|creating fp16 partitions)")},
+        {"cpu_memory_line", "CPU Virtual Memory", re(R"(CPU Virtual Memory:\s+used = ([0-9.]+) GB, percent = ([0-9.]+)%)")},
+        // Context for a hang: preprocessing progress, or evaluation / generation / saving.
+        {"preprocessing", "", re(R"(^\s*(Map|Filter|Running tokenizer|Tokenizing|Grouping texts|Converting format|Generating train split)\b.*\d+%?)")},
+        {"eval_work", "", re(R"(\*\*\*\*\* Running Evaluation|Evaluating|\bevaluate\(|\.generate\(|Saving model checkpoint)")},
         {"batch_assertion", "train_batch_size is not equal",
          re(R"(train_batch_size is not equal to micro_batch_per_gpu \* gradient_acc_step \* world_size\s*(\d+)\s*!=\s*(\d+)\s*\*\s*(\d+)\s*\*\s*(\d+))")},
         {"overflow", "OVERFLOW!", re(R"(OVERFLOW! Rank (\d+) Skipping step\.?(?: Attempted loss scale: ([0-9.e+]+))?)")},
         {"loss_scale_minimum", "loss scale already at minimum", re(R"(Current loss scale already at minimum)")},
         {"watchdog_timeout", "Watchdog caught collective operation timeout",
          re(R"(Watchdog caught collective operation timeout)")},
+        // Without "Watchdog caught": the work's own timeout line (older PyTorch, NCCL's abort).
+        {"watchdog_timeout", "WorkNCCL(", re(R"(WorkNCCL\(SeqNum=\d+.*(Timeout|timed out|ran for))")},
         {"collective_mismatch", "", re(R"(Received data size doesn't match expected size|ranks disagree on the next collective|Collective mismatch caught)")},
         {"pinned_memory", "", re(R"((cudaHostAlloc|pin_memory|page-locked|pinned host memory|mlock).*(fail|error|cannot|unable|exceed|more than this process may lock))")},
         {"memory_line", "Max_MA", re(R"(MA ([0-9.]+) GB\s+Max_MA ([0-9.]+) GB\s+CA ([0-9.]+) GB\s+Max_CA ([0-9.]+) GB)")},
@@ -87,7 +109,11 @@ void read_oom_numbers(const std::string& line, json& n) {
       {"free_bytes", std::regex(R"(of which ([0-9.]+) ?([KMGT]i?B|bytes) is free|([0-9.]+) ?([KMGT]i?B|bytes) free)")},
       {"reserved_unallocated_bytes",
        std::regex(R"(([0-9.]+) ?([KMGT]i?B|bytes) is reserved by PyTorch but unallocated)")},
-      {"allocated_bytes", std::regex(R"(([0-9.]+) ?([KMGT]i?B|bytes) is allocated by PyTorch)")}};
+      {"allocated_bytes", std::regex(R"(([0-9.]+) ?([KMGT]i?B|bytes) is allocated by PyTorch|([0-9.]+) ?([KMGT]i?B|bytes) already allocated)")},
+      // PyTorch 1.x: "(GPU 0; 15.78 GiB total capacity; 14.22 GiB already allocated; 1.75 MiB free; 14.31 GiB reserved in total by PyTorch)"
+      {"capacity_bytes", std::regex(R"(([0-9.]+) ?([KMGT]i?B|bytes) total capacity)")},
+      {"reserved_bytes", std::regex(R"(([0-9.]+) ?([KMGT]i?B|bytes) reserved in total by PyTorch)")},
+      {"process_bytes", std::regex(R"(this process has ([0-9.]+) ?([KMGT]i?B|bytes) memory in use)")}};
   for (const auto& [key, re] : fields) {
     std::smatch m;
     if (n.contains(key) || !std::regex_search(line, m, re)) continue;
@@ -105,9 +131,13 @@ void read_oom_numbers(const std::string& line, json& n) {
 std::string phase_hint_of(const std::string& line) {
   static const std::pair<const char*, std::regex> phases[] = {
       {"partition", std::regex(R"(initialize_optimizer_states|_create_fp32_partitions|_setup_for_real_optimizer|partition_optimizer)")},
-      {"init", std::regex(R"(deepspeed\.initialize|_configure_zero_optimizer|DeepSpeedEngine\.__init__|engine\.py.*__init__)")},
+      {"init", std::regex(R"(deepspeed\.initialize|_configure_zero_optimizer|_configure_optimizer|DeepSpeedEngine\.__init__|engine\.py.*__init__|from_pretrained|in _load_pretrained_model|trainer\.py.*in __init__|accelerator\.prepare|in _move_model_to_device|in _wrap_model|load_state_dict|in _prepare_deepspeed)")},
+      {"step", std::regex(R"(optimizer\.step|in step$|in _optimizer_step|in _take_model_step|adamw?\.py|_(single|multi)_tensor_adamw?|in _update_)")},
       {"backward", std::regex(R"(in backward|\.backward\(|reduce_ipg_grads|average_tensor)")},
-      {"forward", std::regex(R"(in forward|\.forward\()")}};
+      {"forward", std::regex(R"(in forward|\.forward\(|in _call_impl|in generate)")}};
+  // A traceback's source line from Adam's update names the step even without its frame.
+  static const std::regex adam_code(R"(exp_avg_sq|exp_avg\.|bias_correction\d?_?sqrt)");
+  if (std::regex_search(line, adam_code)) return "step";
   if (line.find("File ") == std::string::npos && line.find("in ") == std::string::npos) return "";
   for (const auto& [phase, re] : phases)
     if (std::regex_search(line, re)) return phase;
@@ -143,10 +173,49 @@ void read_wall_clock(const std::string& fields, json& n) {
     std::string name = (*it)[1].str();
     const bool micro = name.size() > 10 && name.compare(name.size() - 10, 10, "_microstep") == 0;
     if (micro) name = name.substr(0, name.size() - 10);
+    // DeepSpeed's timer names up to about 0.5: forward, backward, backward_allreduce, step.
+    static const std::map<std::string, std::string> old_names = {
+        {"forward", "fwd"}, {"backward", "bwd"}, {"backward_allreduce", "bwd_allreduce"}};
+    if (const auto it = old_names.find(name); it != old_names.end()) name = it->second;
     if (name != "fwd" && name != "bwd" && name != "bwd_allreduce" && name != "step") continue;
     const std::string key = (micro ? "micro_" : "") + name;
     w[key] = w.value(key, 0.0) + num((*it)[2].str());
   }
+}
+
+// The rank a line speaks for ("[rank3]:", "[Rank 3]"), or -1.
+int rank_of(const std::string& line) {
+  static const std::regex rank(R"((?:^|\[)\s*[Rr]ank\s*(\d+)\s*[\]:])");
+  std::smatch m;
+  if (!std::regex_search(line, m, rank)) return -1;
+  const std::optional<int64_t> r = whole(m[1].str());
+  return r && *r <= std::numeric_limits<int>::max() ? static_cast<int>(*r) : -1;
+}
+
+// [Note: every rank's watchdog line] A hang's causes differ in what each rank waited in:
+// the same SeqNum with different sizes (the ranks gathered different parameters), one
+// rank ahead (different SeqNums: one issued more collectives), one rank alone timing out
+// (it ran extra work the others never joined). Every rank's (SeqNum, OpType, NumelIn,
+// NumelOut) is kept in numbers.watchdog, one entry per rank; the first names the
+// collective (collective_seq, collective_op, timeout_ms, ran_ms).
+void read_watchdog_line(const std::string& line, json& n) {
+  static const std::regex seq(R"(SeqNum=(\d+))"), op(R"(OpType=(\w+))"), to(R"(Timeout\(ms\)=(\d+))"),
+      ran(R"(ran for (\d+) milliseconds)"), in(R"(NumelIn=(\d+))"), out(R"(NumelOut=(\d+))");
+  std::smatch k;
+  json w = {{"rank", rank_of(line)}};
+  if (std::regex_search(line, k, seq)) set_whole(w, "seq", k[1].str());
+  if (std::regex_search(line, k, op)) w["op"] = k[1].str();
+  if (std::regex_search(line, k, in)) set_whole(w, "numel_in", k[1].str());
+  if (std::regex_search(line, k, out)) set_whole(w, "numel_out", k[1].str());
+  json& all = n["watchdog"];
+  if (!all.is_array()) all = json::array();
+  const bool seen = std::any_of(all.begin(), all.end(), [&](const json& x) { return x["rank"] == w["rank"]; });
+  if (!seen && all.size() < 64) all.push_back(w);
+  if (n.contains("collective_seq")) return;  // the first rank's report names the collective
+  if (w.contains("seq")) n["collective_seq"] = w["seq"];
+  if (w.contains("op")) n["collective_op"] = w["op"];
+  if (std::regex_search(line, k, to)) set_whole(n, "timeout_ms", k[1].str());
+  if (std::regex_search(line, k, ran)) set_whole(n, "ran_ms", k[1].str());
 }
 
 void read_fingerprint_numbers(const std::string& id, const std::smatch& m, const std::string& line, Scan& s) {
@@ -160,16 +229,16 @@ void read_fingerprint_numbers(const std::string& id, const std::smatch& m, const
     set_whole(n, "world_size", m[4].str());
   } else if (id == "overflow") {
     n["overflow_steps"] = n.value("overflow_steps", 0) + 1;
-    if (m[2].matched) n["last_attempted_loss_scale"] = num(m[2].str());
+    if (m[2].matched) {
+      const double scale = num(m[2].str());
+      n["last_attempted_loss_scale"] = scale;
+      if (scale >= 0 && scale < n.value("min_attempted_loss_scale", 1e300)) n["min_attempted_loss_scale"] = scale;
+      if (scale >= 0 && scale <= 1) n["overflows_at_scale_1"] = n.value("overflows_at_scale_1", 0) + 1;
+    }
+  } else if (id == "cache_flush") {
+    set_whole(n, "allocator_cache_flushes", m[1].str());
   } else if (id == "watchdog_timeout") {
-    static const std::regex seq(R"(SeqNum=(\d+))"), op(R"(OpType=(\w+))"), to(R"(Timeout\(ms\)=(\d+))"),
-        ran(R"(ran for (\d+) milliseconds)");
-    std::smatch k;
-    if (n.contains("collective_seq")) return;  // the first rank's report names the collective
-    if (std::regex_search(line, k, seq)) set_whole(n, "collective_seq", k[1].str());
-    if (std::regex_search(line, k, op)) n["collective_op"] = k[1].str();
-    if (std::regex_search(line, k, to)) set_whole(n, "timeout_ms", k[1].str());
-    if (std::regex_search(line, k, ran)) set_whole(n, "ran_ms", k[1].str());
+    read_watchdog_line(line, n);
   } else if (id == "memory_line") {
     // DeepSpeed's see_memory_usage before the failure: what the model states took.
     if (!s.found.count("oom")) n["allocated_gb_before_failure"] = num(m[1].str());
@@ -188,34 +257,79 @@ void read_fingerprint_numbers(const std::string& id, const std::smatch& m, const
   }
 }
 
+// Where the scan is within the log: the phase the last traceback frame named, the last
+// pinned-allocation frame, the previous line (for a message wrapped over two), the lines
+// left that may carry the figures of an OOM message wrapped after its first line.
+struct ScanState {
+  int no = 0, last_pinned = 0, oom_follow = 0;
+  std::string last_hint, prev, prev2;
+};
+
+// A line without a terminal box's borders (rich / typer tracebacks draw "│ ... │").
+std::string unboxed(const std::string& line) {
+  std::string t = line;
+  for (const char* box : {"\xe2\x94\x82", "\xe2\x94\x83", "|"}) {  // │ ┃ |
+    const std::string b = box;
+    const size_t first = t.find_first_not_of(' ');
+    if (first != std::string::npos && t.compare(first, b.size(), b) == 0) t = t.substr(first + b.size());
+    const size_t last = t.find_last_not_of(' ');
+    if (last != std::string::npos && last + 1 >= b.size() && t.compare(last + 1 - b.size(), b.size(), b) == 0)
+      t = t.substr(0, last + 1 - b.size());
+  }
+  const size_t a = t.find_first_not_of(' '), z = t.find_last_not_of(' ');
+  return a == std::string::npos ? std::string() : t.substr(a, z - a + 1);
+}
+
+// Every fingerprint on one line (each id once); true when one matched.
+bool match_line(const std::string& line, Scan& s, ScanState& st) {
+  bool matched = false;
+  std::vector<std::string> ids;
+  for (const auto& f : fingerprints()) {
+    if (*f.needle && line.find(f.needle) == std::string::npos) continue;
+    if (std::find(ids.begin(), ids.end(), f.id) != ids.end()) continue;
+    std::smatch m;
+    if (!std::regex_search(line, m, f.pattern)) continue;
+    matched = true;
+    ids.push_back(f.id);
+    auto& ev = s.found[f.id];
+    if (ev.size() < 12) ev.push_back({f.id, st.no, trimmed(line)});
+    read_fingerprint_numbers(f.id, m, line, s);
+    const std::string id = f.id;
+    if ((id == "oom" || id == "cuda_error_oom") && !st.last_hint.empty() && !s.numbers.contains("phase_hint"))
+      s.numbers["phase_hint"] = st.last_hint;
+    if (id == "oom") st.oom_follow = 3;
+    if (id == "pinned_frame") st.last_pinned = st.no;
+    // A CUDA OOM raised within a traceback's few frames of a pinned host allocation.
+    if (id == "cuda_error_oom" && st.last_pinned > 0 && st.no - st.last_pinned <= 12)
+      s.numbers["pinned_allocation_oom"] = true;
+  }
+  return matched;
+}
+
 Scan scan(const std::string& text) {
   Scan s;
+  ScanState st;
   std::istringstream in(text);
   static const std::regex errorish(R"(error|exception|traceback|fail|abort|killed|timeout|nan)", std::regex::icase);
-  int no = 0;
-  std::string last_hint;
   for (std::string line; std::getline(in, line);) {
-    ++no;
+    ++st.no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     note_rank(line, s);
     const std::string hint = phase_hint_of(line);
-    if (!hint.empty()) last_hint = hint;
-    bool matched = false;
-    for (const auto& f : fingerprints()) {
-      if (*f.needle && line.find(f.needle) == std::string::npos) continue;
-      std::smatch m;
-      if (!std::regex_search(line, m, f.pattern)) continue;
-      matched = true;
-      auto& ev = s.found[f.id];
-      if (ev.size() < 12) ev.push_back({f.id, no, trimmed(line)});
-      read_fingerprint_numbers(f.id, m, line, s);
-      if (std::string(f.id) == "oom" && !last_hint.empty() && !s.numbers.contains("phase_hint"))
-        s.numbers["phase_hint"] = last_hint;
-    }
+    if (!hint.empty()) st.last_hint = hint;
+    if (st.oom_follow > 0 && !s.found.count("oom")) st.oom_follow = 0;
+    if (st.oom_follow > 0) --st.oom_follow, read_oom_numbers(unboxed(line), s.numbers);
+    bool matched = match_line(line, s, st);
+    // A message a terminal wrapped over two lines (the batch assertion in a rich traceback).
+    const std::string here = unboxed(line), joined = st.prev2 + " " + st.prev + " " + here;
+    if (!matched && !s.found.count("batch_assertion") && joined.find("train_batch_size is not") != std::string::npos &&
+        joined.find("world_size") != std::string::npos)
+      matched = match_line(joined, s, st);
+    st.prev2 = st.prev, st.prev = here;
     if (!matched && s.error_lines.size() < 5 && std::regex_search(line, errorish))
-      s.error_lines.push_back({"closest", no, trimmed(line)});
+      s.error_lines.push_back({"closest", st.no, trimmed(line)});
   }
-  s.last_line = no;
+  s.last_line = st.no;
   return s;
 }
 
@@ -232,42 +346,149 @@ double model_states_share(const json& n) {
   return -1;
 }
 
-void decide_oom(const Scan& s, Diagnosis& d) {
+// Bytes the device holds outside this process's PyTorch allocator: capacity - free -
+// what PyTorch reserved (allocated + reserved-but-unallocated, or 1.x's "reserved in
+// total"). -1 when the message does not say.
+int64_t held_outside_pytorch(const json& n) {
+  const int64_t cap = n.value("capacity_bytes", int64_t(-1)), free = n.value("free_bytes", int64_t(-1));
+  int64_t reserved = n.value("reserved_bytes", int64_t(-1));
+  if (reserved < 0 && n.contains("allocated_bytes") && n.contains("reserved_unallocated_bytes"))
+    reserved = n["allocated_bytes"].get<int64_t>() + n["reserved_unallocated_bytes"].get<int64_t>();
+  if (cap <= 0 || free < 0 || reserved < 0) return -1;
+  return cap - free - reserved;
+}
+
+// An OOM that is not the caching allocator running out under the model: a pinned host
+// allocation, or a device mostly held by something else. True when decided.
+bool decide_oom_elsewhere(const Scan& s, Diagnosis& d) {
   const json& n = s.numbers;
-  d.checkpoint = "zero-stage";
+  const bool outside_allocator = s.found.count("cuda_error_oom") && !s.found.count("oom");
+  if (n.value("pinned_allocation_oom", false) || outside_allocator) {
+    const bool seen = n.value("pinned_allocation_oom", false);
+    d.checkpoint = "pinned-memory", d.cause = "pinned-host-oom", d.confidence = seen ? "strong" : "likely";
+    d.scenario = s.found.count("pinned_memory") ? "memlock-limit" : "";
+    d.reason = seen ? "\"CUDA error: out of memory\" raised by a pinned (page-locked) host allocation a few frames above: "
+                      "host memory that can be locked ran out (ulimit -l, a container's or WSL's limit, or the host "
+                      "itself), not the GPU"
+                    : "\"CUDA error: out of memory\" without the caching allocator's own message (no \"Tried to "
+                      "allocate\"): a CUDA call outside PyTorch's allocator failed, most often a pinned host allocation "
+                      "(WSL and containers cap page-locked memory), else NCCL's or cuBLAS's own buffers";
+    d.try_next = {"offload pin_memory false (or DataLoader pin_memory=False): pageable host buffers",
+                  "ulimit -l unlimited / docker run --ulimit memlock=-1; under WSL raise its memory limit (.wslconfig)",
+                  "less host memory per process: fewer ranks per node, or offload only the optimizer"};
+    return true;
+  }
+  const int64_t outside = held_outside_pytorch(n), cap = n.value("capacity_bytes", int64_t(0));
+  if (outside > 0 && cap > 0 && outside >= cap / 5 && outside >= (int64_t(2) << 30)) {
+    d.checkpoint = "zero-stage", d.cause = "memory-outside-pytorch", d.confidence = "likely";
+    d.reason = "the OOM message's figures leave " + std::to_string(outside >> 20) + " MiB of the device (" +
+               std::to_string(100 * outside / cap) + "%) neither free nor reserved by this process's PyTorch: another "
+               "process, an earlier model copy, NCCL's or the CUDA context's own buffers hold it";
+    d.try_next = {"nvidia-smi during the run: another process (a second job, a notebook kernel, a zombie rank) on the GPU",
+                  "one process per GPU (LOCAL_RANK and CUDA_VISIBLE_DEVICES), no model copy left on the device before "
+                  "deepspeed.initialize",
+                  "zrepro plan ... --device-memory SIZE with the capacity this job really has left"};
+    return true;
+  }
+  return false;
+}
+
+// What to try for each OOM cause, the fix public threads found first; zrepro plan checks
+// which of them fit before a GPU is spent on it.
+std::vector<std::string> oom_fixes(const std::string& cause) {
+  static const std::map<std::string, std::vector<std::string>> fixes = {
+      {"activations", {"gradient checkpointing (the Trainer's gradient_checkpointing=True, or DeepSpeed activation_checkpointing)",
+                       "a smaller micro-batch with more gradient accumulation, or a shorter max sequence length"}},
+      {"model-states-at-init", {"ZeRO stage 3, with zero3 init while loading (HfDeepSpeedConfig / the Trainer's deepspeed "
+                                "argument set before from_pretrained), so no rank materialises the whole model",
+                                "offload_param / offload_optimizer to cpu; do not move the model to the GPU before "
+                                "deepspeed.initialize"}},
+      {"optimizer-states", {"ZeRO stage >= 1 (optimizer states partitioned) or offload_optimizer to cpu",
+                            "fewer trainable parameters (LoRA) or a lighter optimizer"}},
+      {"buckets", {"smaller reduce_bucket_size / allgather_bucket_size (5e7 instead of 5e8); under stage 3 a smaller "
+                   "stage3_prefetch_bucket_size"}},
+      {"fragmentation", {"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                         "fixed-length batches (padding to a multiple, group_by_length) so block sizes repeat"}},
+      {"zero3-live-params", {"lower stage3_max_live_parameters, stage3_prefetch_bucket_size and stage3_max_reuse_distance"}}};
+  std::vector<std::string> t = {"zrepro plan --config ds_config.json --model M --world-size N --device-memory SIZE (which fixes fit)"};
+  if (const auto it = fixes.find(cause); it != fixes.end()) t.insert(t.end(), it->second.begin(), it->second.end());
+  return t;
+}
+
+// The caching allocator's OOM, from what the message's figures and ZeRO's own records say:
+// fragmentation, the optimizer's partitioning, a bucket, model states filling the device,
+// ZeRO-3's live parameters. False when they say none of these.
+bool decide_oom_by_figures(const json& n, const std::string& phase, Diagnosis& d) {
   const int64_t req = n.value("request_bytes", int64_t(-1)), stranded = n.value("reserved_unallocated_bytes", int64_t(-1));
-  const std::string phase = n.value("phase", n.value("phase_hint", std::string()));
+  const int64_t cap = n.value("capacity_bytes", int64_t(0));
   const std::string category = n.value("category", std::string());
   const bool bucket_sized = req > 0 && (std::llabs(req - 2000000000LL) < 50000000 || std::llabs(req - 1000000000LL) < 25000000);
-  if (req > 0 && stranded > req) {
-    d.scenario = "fragmentation", d.confidence = "strong";
+  // Fragmentation: the stranded bytes exceed the request and are a real share of the device
+  // (127 MiB stranded on an 8 GiB card beside a 90 MiB request is a full device, not a
+  // fragmented one: LoRA_Easy_Training_Scripts#178 in the corpus).
+  if (req > 0 && stranded > req && (cap <= 0 || stranded >= cap / 20)) {
+    d.scenario = "fragmentation", d.cause = "fragmentation", d.confidence = "strong";
     d.reason = "the allocator holds more reserved-but-unallocated memory than the request: the free memory is fragmented";
   } else if (phase == "partition" || category == "optimizer_states") {
-    d.scenario = "optimizer-partition-oom", d.confidence = "strong";
+    d.scenario = "optimizer-partition-oom", d.cause = "optimizer-states", d.confidence = "strong";
     d.reason = "the OOM comes while ZeRO creates or partitions the optimizer states (12 bytes/param of fp32 Adam state)";
   } else if (category == "comm_buffers" || bucket_sized) {
-    d.scenario = "bucket-buffers", d.confidence = category == "comm_buffers" ? "strong" : "likely";
+    d.scenario = "bucket-buffers", d.cause = "buckets", d.confidence = category == "comm_buffers" ? "strong" : "likely";
     d.reason = "the failing request is the size of a 5e8-element reduce / all-gather bucket";
   } else if (model_states_share(n) >= 0.5) {
-    d.scenario = "zero2-params-dont-fit", d.confidence = "likely";
+    d.scenario = "zero2-params-dont-fit", d.cause = "model-states-at-init", d.confidence = "likely";
     d.reason = "the model states alone took " + std::to_string(static_cast<int64_t>(std::min(100 * model_states_share(n), 1e9))) +
                "% of the device before the failing allocation: the parameters (and below stage 3 every rank's full "
                "16-bit copy) leave no room";
   } else if (n.value("zero_stage", 0) == 3 && n.value("completed_steps", int64_t(0)) >= 1 &&
              (phase == "forward" || phase == "backward")) {
-    d.scenario = "zero3-live-params", d.confidence = "likely";
+    d.scenario = "zero3-live-params", d.cause = "zero3-live-params", d.confidence = "likely";
     d.reason = "under ZeRO-3 the OOM comes after a completed step: layers kept gathered between their forward and "
                "backward (stage3_max_live_parameters, prefetch bucket, reuse distance), not one batch's activations";
-  } else if (category == "activations") {
-    d.scenario = "first-batch-activations", d.confidence = "strong";
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// The caching allocator's OOM by where it came (the traceback's frames), or, with no
+// frame, by the request's size against the device.
+void decide_oom_by_phase(const json& n, const std::string& phase, Diagnosis& d) {
+  const int64_t req = n.value("request_bytes", int64_t(-1)), cap = n.value("capacity_bytes", int64_t(0));
+  const std::string category = n.value("category", std::string());
+  if (category == "activations") {
+    d.scenario = "first-batch-activations", d.cause = "activations", d.confidence = "strong";
     d.reason = "model states fit; the activations of one micro-batch do not";
   } else if (category == "params" || phase == "init") {
-    d.scenario = "zero2-params-dont-fit", d.confidence = category == "params" ? "strong" : "likely";
-    d.reason = "the 16-bit parameters every rank holds below stage 3 do not fit with what comes on top";
+    d.scenario = "zero2-params-dont-fit", d.cause = "model-states-at-init", d.confidence = category == "params" ? "strong" : "likely";
+    d.reason = phase == "init" ? "the OOM comes while the model is loaded or the engine set up (the traceback's frames): "
+                                 "the parameters, or the optimizer's first buffers, do not fit before any batch - ZeRO "
+                                 "stage 3 (with zero3 init when loading), or offload"
+                               : "the 16-bit parameters every rank holds below stage 3 do not fit with what comes on top";
+  } else if (phase == "step") {
+    d.scenario = "optimizer-partition-oom", d.cause = "optimizer-states", d.confidence = "likely";
+    d.reason = "the OOM comes in the optimizer step (the traceback's frames): Adam's states (8 bytes/param, 12 with fp32 "
+               "master weights) are allocated on the first step";
+  } else if (phase.empty() && req > 0 && cap > 0 && req >= cap / 8) {
+    d.scenario = "zero2-params-dont-fit", d.cause = "model-states-at-init", d.confidence = "likely";
+    d.reason = "phase unknown (no traceback frame); one request of " + std::to_string(req >> 20) + " MiB, " +
+               std::to_string(100 * req / cap) + "% of the device, is a flat partition or whole-model buffer, not one "
+               "layer's activations";
   } else {
-    d.scenario = "first-batch-activations", d.confidence = "likely";
-    d.reason = "an OOM in forward/backward with no sign of buckets or fragmentation: usually activations";
+    d.scenario = "first-batch-activations", d.cause = "activations", d.confidence = "likely";
+    d.reason = phase.empty() ? "phase unknown (no traceback frame): a request small against the device, as activations "
+                               "are; the traceback would tell (forward/backward frames, or from_pretrained / "
+                               "deepspeed.initialize at init)"
+                             : "an OOM in " + phase + " with no sign of buckets or fragmentation: usually activations";
   }
+}
+
+void decide_oom(const Scan& s, Diagnosis& d) {
+  const json& n = s.numbers;
+  if (decide_oom_elsewhere(s, d)) return;
+  d.checkpoint = "zero-stage";
+  const std::string phase = n.value("phase", n.value("phase_hint", std::string()));
+  if (!decide_oom_by_figures(n, phase, d)) decide_oom_by_phase(n, phase, d);
   const std::vector<std::pair<std::string, std::string>> others = {
       {"first-batch-activations", "the OOM on the first forward/backward; activation checkpointing fixes it"},
       {"zero2-params-dont-fit", "the OOM at init or first forward under stage <= 2; zrepro plan shows 16-bit params near capacity"},
@@ -276,9 +497,7 @@ void decide_oom(const Scan& s, Diagnosis& d) {
       {"fragmentation", "a large \"reserved by PyTorch but unallocated\" figure, many steps in"}};
   for (const auto& [name, tell] : others)
     if (name != d.scenario) d.alternatives.push_back(name + ": " + tell);
-  d.try_next = {"zrepro plan --config ds_config.json --model M --world-size N --device-memory SIZE (which fixes fit)",
-                "activation checkpointing or a smaller micro-batch with more accumulation",
-                "a higher ZeRO stage, or optimizer offload", "smaller reduce_bucket_size / allgather_bucket_size"};
+  d.try_next = oom_fixes(d.cause);
 }
 
 // Each timer's share of fwd + bwd + step (bwd_allreduce is part of bwd), from DeepSpeed's
@@ -316,9 +535,25 @@ bool decide_speed(const Scan& s, Diagnosis& d) {
   const json& cfg = s.numbers.value("config", json::object());  // --config, when given
   const bool offload = s.found.count("offload_cpu") > 0 || cfg.value("offload", false);
   const bool pageable = s.found.count("offload_pageable") > 0 || (cfg.value("offload", false) && !cfg.value("pin_memory", true));
+  if (step >= 0.5) {
+    // The step is the optimizer: with offload_optimizer, DeepSpeedCPUAdam on the host.
+    d.checkpoint = "offload-target", d.cause = "host-optimizer", d.confidence = "likely";
+    d.reason = odd + " (DeepSpeed's timers)" +
+               (offload ? std::string(" with CPU offload on: the optimizer runs on the host (DeepSpeedCPUAdam), and its speed, "
+                                      "not the copies, sets the pace")
+                        : std::string(", and the log does not say whether the job offloads (give --config): with CPU "
+                                      "offload the host's Adam sets the pace; without, a very large or CPU-bound optimizer"));
+    d.alternatives = {"offload-link-bottleneck: forward or backward out of proportion instead (the copies, not Adam)",
+                      "pageable-copies: offload pin_memory false (synchronous copies)"};
+    d.try_next = {"ds_report: cpu_adam built for this CPU's SIMD (AVX512 / AVX2; DS_BUILD_CPU_ADAM=1 at install), and "
+                  "enough cores per rank for its threads", "zrepro bench adam (the host Adam's speed on this machine)",
+                  "keep the optimizer on the device if it fits (zrepro plan)"};
+    return true;
+  }
   if (offload && !odd.empty()) {
     d.checkpoint = "offload-target", d.confidence = "likely";
     d.scenario = pageable ? "pageable-copies" : "offload-link-bottleneck";
+    d.cause = pageable ? "pageable-copies" : "offload-link";
     d.reason = odd + " (DeepSpeed's timers) with CPU offload on: the phase waits on the host link" +
                (pageable ? ", and the offload buffers are pageable, so every copy is synchronous" : "");
     d.alternatives = {pageable ? "offload-link-bottleneck: pinned buffers and still slow; the link itself is the limit"
@@ -331,7 +566,7 @@ bool decide_speed(const Scan& s, Diagnosis& d) {
   }
   // Without offload: the all-reduce itself, or stage 3's gathers stretching forward.
   if (allreduce >= 0.4 || (!offload && fwd > bwd && s.numbers.value("zero_stage", 0) == 3)) {
-    d.checkpoint = "communication", d.confidence = "likely", d.scenario = "more-ranks-no-speedup";
+    d.checkpoint = "communication", d.confidence = "likely", d.scenario = "more-ranks-no-speedup", d.cause = "comm-bound";
     d.reason = (allreduce >= 0.4 ? "the gradient all-reduce takes " + pct(allreduce) + " of the step time" : odd) +
                " (DeepSpeed's timers) without offload: the phase waits on collectives, so the interconnect, not "
                "compute, sets the pace";
@@ -345,18 +580,167 @@ bool decide_speed(const Scan& s, Diagnosis& d) {
   return false;
 }
 
+// [Note: reading fp16's loss scale] OVERFLOW lines are normal at the start of fp16
+// training: the scaler starts at 2^initial_scale_power and halves until gradients fit,
+// usually settling in the thousands. They are a failure when the scale keeps falling: to a
+// small value (<= 128) step after step, or every step at scale 1 ("Attempted loss scale:
+// 1, reducing to 1": nothing left to halve), or DeepSpeed's "already at minimum" exit.
+bool fp16_failing(const json& n) {
+  return n.value("overflows_at_scale_1", 0) >= 2 ||
+         (n.value("overflow_steps", 0) >= 3 && n.value("min_attempted_loss_scale", 1e300) <= 128);
+}
+
+void decide_fp16(const Scan& s, Diagnosis& d) {
+  const json& n = s.numbers;
+  const double low = n.value("min_attempted_loss_scale", 1e300);
+  const int at_one = n.value("overflows_at_scale_1", 0), overflows = n.value("overflow_steps", 0);
+  d.checkpoint = "numerics", d.scenario = "fp16-overflow";
+  if (s.found.count("loss_scale_minimum")) {
+    d.cause = "fp16-scale-minimum", d.confidence = "strong";
+    d.reason = "fp16 gradients overflowed at every loss scale down to min_loss_scale";
+  } else if (at_one >= 2) {
+    d.cause = "fp16-scale-stuck", d.confidence = "strong";
+    d.reason = std::to_string(at_one) + " steps overflowed at loss scale 1: every step is skipped, nothing trains";
+  } else if (overflows >= 3 && low <= 128) {
+    d.cause = "fp16-collapse", d.confidence = "likely";
+    d.reason = "the loss scale kept halving down to " + std::to_string(static_cast<int64_t>(low)) +
+               " over " + std::to_string(overflows) + " overflowing steps: past the start-up search, the gradients "
+               "overflow fp16 whatever the scale";
+  } else {
+    d.checkpoint = "", d.scenario = "", d.cause = "fp16-startup-search", d.confidence = "none";
+    d.reason = "only loss-scale overflow lines" +
+               (low < 1e15 ? ", the lowest attempted scale " + std::to_string(static_cast<int64_t>(low)) : std::string()) +
+               ": the normal search for a loss scale at the start of fp16 training";
+    return;
+  }
+  d.try_next = {"bf16 instead of fp16 (a model pretrained in bf16 overflows fp16's range)",
+                "a lower learning rate or warm-up; gradient clipping on",
+                "find the step's batch (an outlier sample, a layer whose activations explode)"};
+}
+
+// What every rank's watchdog line says together: the sequence numbers they timed out at,
+// and whether two ranks waited in one SeqNum with different sizes.
+struct WatchdogView {
+  std::set<int64_t> seqs;
+  bool same_seq_other_size = false;
+};
+WatchdogView watchdog_view(const json& w) {
+  WatchdogView v;
+  for (const auto& a : w) {
+    v.seqs.insert(a.value("seq", int64_t(-1)));
+    for (const auto& b : w)
+      if (a.value("seq", -1) == b.value("seq", -1) &&
+          (a.value("numel_in", -1) != b.value("numel_in", -1) || a.value("numel_out", -1) != b.value("numel_out", -1)))
+        v.same_seq_other_size = true;
+  }
+  return v;
+}
+
+// What to try for each hang cause, then the tools that tell them apart on the real job.
+std::vector<std::string> hang_fixes(const std::string& cause) {
+  static const std::map<std::string, std::vector<std::string>> fixes = {
+      {"mismatched-collectives", {"the same gradient_accumulation_steps and number of batches on every rank (drop_last)",
+                                  "zrepro run --ranks N --inject gas-mismatch:R reproduces it with a flight-recorder dump"}},
+      {"divergent-zero3-gathers", {"deepspeed.utils.set_z3_leaf_modules(model, [MoEBlock]) so ZeRO-3 gathers the whole "
+                                   "block on every rank, whichever experts it routes to"}},
+      {"rank-alone-in-collective", {"run evaluation / generation / saving on every rank (all ranks must enter ZeRO-3's "
+                                    "gathers), or gather the weights once with GatheredParameters"}},
+      {"slow-preprocessing", {"preprocess the dataset before launching (or on the main process first: "
+                              "main_process_first), or a longer timeout (ddp_timeout / init_distributed(timeout=...))"}}};
+  std::vector<std::string> t;
+  if (const auto it = fixes.find(cause); it != fixes.end()) t = it->second;
+  t.push_back("on the real job: TORCH_NCCL_DUMP_ON_TIMEOUT=1 TORCH_NCCL_TRACE_BUFFER_SIZE=2000 (PyTorch's Flight "
+              "Recorder: every rank's last collectives), TORCH_NCCL_DESYNC_DEBUG=1, NCCL_DEBUG=INFO");
+  return t;
+}
+
+// [Note: every rank's watchdog line] (read_watchdog_line): the hang's kind from what each
+// rank waited in, and from what the log shows around it.
+void decide_hang(const Scan& s, Diagnosis& d) {
+  auto has = [&](const char* id) { return s.found.count(id) > 0; };
+  const json w = s.numbers.value("watchdog", json::array());
+  const WatchdogView v = watchdog_view(w);
+  const std::set<int64_t>& seqs = v.seqs;
+  const bool same_seq_other_size = v.same_seq_other_size;
+  const std::string op = s.numbers.value("collective_op", std::string());
+  const int64_t seq = s.numbers.value("collective_seq", int64_t(-1));
+  const bool gather = op.find("ALLGATHER") != std::string::npos || op.find("_ALLGATHER") != std::string::npos;
+  d.checkpoint = "communication";
+  if (has("collective_mismatch") || seqs.size() > 1) {
+    d.scenario = "mismatched-collectives", d.cause = "mismatched-collectives", d.confidence = "strong";
+    d.reason = has("collective_mismatch") ? "ranks issued different collectives at the same sequence number"
+                                          : "the ranks timed out at different sequence numbers: one issued more collectives "
+                                            "than another (an extra micro-step, an uneven last batch)";
+  } else if (same_seq_other_size || (has("trace_cache") && (gather || w.empty()))) {
+    d.cause = "divergent-zero3-gathers", d.confidence = same_seq_other_size ? "strong" : "likely";
+    d.reason = same_seq_other_size
+                   ? "the ranks wait in the same collective (one SeqNum) with different sizes: under ZeRO-3 they gathered "
+                     "different parameters, as data-dependent modules (MoE routing, conditional branches) do"
+                   : "ZeRO-3 re-traced its prefetch order (\"Invalidate trace cache\") and a gather never completed: the "
+                     "ranks run data-dependent modules (MoE routing, conditional branches)";
+  } else if (w.size() == 1 && gather && (has("eval_work") || s.numbers.value("zero_stage", 0) == 3 || s.ranks.size() <= 1)) {
+    d.cause = "rank-alone-in-collective", d.confidence = "likely";
+    d.reason = "one rank alone timed out in an all-gather: under ZeRO-3 it ran forward work the others never joined "
+               "(evaluation, generation or saving on one rank only)";
+  } else if ((has("preprocessing") && seq >= 0 && seq <= 20) || has("store_timeout")) {
+    d.cause = "slow-preprocessing", d.confidence = "likely";
+    d.reason = has("store_timeout")
+                   ? "the ranks timed out waiting for rank 0 to create the NCCL communicator (the TCP store's get): rank 0 "
+                     "was still busy before its first collective - preprocessing or loading - or had crashed"
+                   : "a collective at SeqNum " + std::to_string(seq) + " (before training started) timed out while the log "
+                     "shows dataset preprocessing: one rank was still preparing data when the others waited for it";
+  } else {
+    d.scenario = "mismatched-collectives", d.cause = "mismatched-collectives", d.confidence = "likely";
+    d.reason = "a collective never completed: a rank is waiting in a collective its peers did not issue (give every "
+               "rank's log: the ranks' SeqNums and sizes tell the causes apart)";
+  }
+  d.alternatives = {"straggler: a slow but live rank; the run is slow, not stuck, and the collectives do complete",
+                    "slow-preprocessing: a low SeqNum while one rank still maps or tokenizes the dataset",
+                    "divergent-zero3-gathers: one SeqNum, different NumelIn/NumelOut across ranks (MoE under ZeRO-3)"};
+  d.try_next = hang_fixes(d.cause);
+}
+
+// Failures outside a training step that the log names by their own lines: DeepSpeed
+// "auto" values nobody filled, NCCL's shared-memory transport, the host running out while
+// offload sets up (the process killed without a Python error). True when decided.
+bool decide_setup(const Scan& s, Diagnosis& d) {
+  auto has = [&](const char* id) { return s.found.count(id) > 0; };
+  if (has("auto_unresolved")) {
+    d.checkpoint = "config", d.cause = "auto-unresolved", d.confidence = "strong";
+    d.reason = "the DeepSpeed config leaves batch values \"auto\" and nothing filled them: only the Hugging Face "
+               "Trainer (or accelerate given a dataloader) resolves \"auto\"";
+    d.try_next = {"integer train_micro_batch_size_per_gpu (and gradient_accumulation_steps) in the config, or pass the "
+                  "dataloader to accelerator.prepare", "zrepro config --config ds.json --micro-batch N shows the resolved values"};
+  } else if (has("nccl_shm")) {
+    d.checkpoint = "communication", d.cause = "nccl-transport", d.confidence = "strong";
+    d.reason = "NCCL could not create its shared-memory segment in /dev/shm (docker's 64 MB default, or full): the "
+               "intra-node transport fails at the first collective";
+    d.try_next = {"docker run --shm-size=16g (or --ipc=host); in Kubernetes an emptyDir medium: Memory on /dev/shm",
+                  "NCCL_SHM_DISABLE=1 (slower: falls back to sockets or P2P)"};
+  } else if (has("offload_init") && !has("completed_steps") && !has("oom") && !has("cuda_error_oom") &&
+             s.error_lines.empty()) {
+    d.checkpoint = "offload-target", d.cause = "host-memory-at-offload-init", d.confidence = "likely";
+    d.reason = "the log ends inside DeepSpeed's offload set-up (partitions being created) with no Python error and "
+               "little device memory in use: the host ran out of memory and the kernel's OOM killer ended the process";
+    d.try_next = {"more host RAM per process, or fewer ranks per node (each holds its offloaded partitions and pinned "
+                  "buffers)", "offload only the optimizer (ZeRO-2 or ZeRO-3 without offload_param); no NVMe offload on a "
+                  "small host", "zrepro plan ... (host bytes per rank for offload)"};
+  } else {
+    return false;
+  }
+  return true;
+}
+
 void decide(const Scan& s, Diagnosis& d) {
   auto has = [&](const char* id) { return s.found.count(id) > 0; };
   if (has("batch_assertion")) {
-    d.checkpoint = "config", d.scenario = "mismatched-batch-triple", d.confidence = "strong";
+    d.checkpoint = "config", d.scenario = "mismatched-batch-triple", d.cause = "batch-triple", d.confidence = "strong";
     d.reason = "DeepSpeed refused the batch triple at init: train_batch_size != micro x gas x world size";
     d.try_next = {"set gradient_accumulation_steps = train_batch_size / (micro x world size), or drop one of the three"};
-  } else if (has("oom")) {
-    decide_oom(s, d);
-  } else if (has("pinned_memory")) {
+  } else if (has("pinned_memory") && !has("oom")) {
     // --config without a pin_memory key: the pinning came from 0.19.5's new default.
     const bool unset = s.numbers.value("config", json::object()).value("pin_memory_unset", false);
-    d.checkpoint = "pinned-memory", d.confidence = "strong";
+    d.checkpoint = "pinned-memory", d.confidence = "strong", d.cause = "pinned-host-oom";
     d.scenario = unset ? "upgrade-pinned-default" : "memlock-limit";
     d.reason = unset ? "pinning the offload buffers failed at init, and the config sets no pin_memory: DeepSpeed >= "
                        "0.19.5 pins them by default (false before, deepspeedai/DeepSpeed#8207)"
@@ -365,27 +749,29 @@ void decide(const Scan& s, Diagnosis& d) {
                             : "upgrade-pinned-default: the config has no pin_memory key and DeepSpeed >= 0.19.5 now pins by "
                               "default (give --config to tell)"};
     d.try_next = {"ulimit -l unlimited (docker run --ulimit memlock=-1)", "offload pin_memory false, written in the config"};
-  } else if (has("loss_scale_minimum")) {
-    d.checkpoint = "numerics", d.scenario = "fp16-overflow", d.confidence = "strong";
-    d.reason = "fp16 gradients overflowed at every loss scale down to min_loss_scale";
-    d.try_next = {"bf16 instead of fp16", "find the loss spike (an outlier batch, a layer whose activations explode)"};
-  } else if (has("watchdog_timeout") || has("collective_mismatch")) {
-    d.checkpoint = "communication", d.scenario = "mismatched-collectives", d.confidence = "strong";
-    d.reason = has("collective_mismatch") ? "ranks issued different collectives at the same sequence number"
-                                          : "a collective never completed: a rank is waiting in a collective its peers did not issue";
-    d.alternatives = {"straggler: a slow but live rank; the run is slow, not stuck, and the collectives do complete",
-                      "data-starvation: ranks waiting on their loaders; the timeout would follow long data waits"};
-    d.try_next = {"the same gradient_accumulation_steps and number of batches on every rank (drop_last)",
-                  "zrepro run --ranks N --inject gas-mismatch:R reproduces it with a flight-recorder dump"};
+  } else if (has("oom") || has("cuda_error_oom")) {
+    decide_oom(s, d);
+  } else if (has("loss_scale_minimum") || fp16_failing(s.numbers)) {
+    decide_fp16(s, d);
+  } else if (has("watchdog_timeout") || has("collective_mismatch") || has("store_timeout") ||
+             (has("trace_cache") && !s.error_lines.empty())) {
+    decide_hang(s, d);
+  } else if (decide_setup(s, d)) {
+    // decided: a set-up failure
+  } else if (has("cache_flush")) {
+    d.checkpoint = "zero-stage", d.cause = "allocator-cache-flushes", d.confidence = "likely";
+    d.reason = "ZeRO-3 reports the PyTorch allocator flushing its cache between steps: memory runs so close to "
+               "capacity that the caching allocator frees and retries (slow steps, an OOM one step away)";
+    d.try_next = {"a smaller micro-batch, activation checkpointing, or lower stage3_max_live_parameters / prefetch bucket",
+                  "get_accelerator().empty_cache() at the same point on every rank, if the pressure is transient"};
   } else if (has("straggler")) {
-    d.checkpoint = "communication", d.scenario = "straggler", d.confidence = "strong";
+    d.checkpoint = "communication", d.scenario = "straggler", d.cause = "straggler", d.confidence = "strong";
     d.reason = "one rank kept the others waiting in collectives";
     d.try_next = {"check the named rank's node (throttling, a noisy neighbour, its data loader)"};
   } else if (has("wall_clock") && decide_speed(s, d)) {
     // decided: a slow job
   } else if (has("overflow")) {
-    d.checkpoint = "", d.scenario = "", d.confidence = "none";
-    d.reason = "only loss-scale overflow lines: the normal search for a loss scale at the start of fp16 training";
+    decide_fp16(s, d);  // the start-up search: no checkpoint
   } else if (has("wall_clock")) {
     const json sh = wall_clock_shares(s.numbers);
     d.confidence = "none";
@@ -566,6 +952,7 @@ json Diagnosis::to_json() const {
   };
   return {{"checkpoint", checkpoint.empty() ? json(nullptr) : json(checkpoint)},
           {"scenario", scenario.empty() ? json(nullptr) : json(scenario)},
+          {"cause", cause.empty() ? json(nullptr) : json(cause)},
           {"confidence", confidence},
           {"reason", reason},
           {"alternatives", alternatives},
@@ -582,6 +969,9 @@ std::string Diagnosis::to_text() const {
   } else {
     o << "[zrepro diagnose] checkpoint " << checkpoint << ": " << scenario << " (" << confidence << "): " << reason << "\n";
   }
+  if (scenario.empty() && !cause.empty())
+    o << "[zrepro diagnose] checkpoint " << checkpoint << ": " << cause << " (" << confidence << "; no catalogue scenario "
+      << "reproduces it yet)\n";
   for (const auto& e : evidence) o << "  line " << e.line << " [" << e.fingerprint << "] " << printable(e.text) << "\n";
   if (!numbers.empty()) o << "  numbers: " << numbers.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
   for (const auto& a : alternatives) o << "  or " << a << "\n";

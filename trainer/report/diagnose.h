@@ -23,6 +23,14 @@ struct Evidence {
 struct Diagnosis {
   std::string checkpoint;  // the catalogue's: config | zero-stage | offload-target | pinned-memory | numerics | communication | ""
   std::string scenario;    // the configs/scenarios folder it matches; "" when none
+  // The cause in one word, finer than the scenario and named also where the catalogue has
+  // no scenario yet: activations, model-states-at-init, optimizer-states, buckets,
+  // fragmentation, memory-outside-pytorch, pinned-host-oom, zero3-live-params,
+  // fp16-startup-search, fp16-collapse, fp16-scale-stuck, fp16-scale-minimum,
+  // batch-triple, mismatched-collectives, divergent-zero3-gathers, rank-alone-in-collective,
+  // slow-preprocessing, straggler, offload-link, pageable-copies, comm-bound,
+  // allocator-cache-flushes; "" when none.
+  std::string cause;
   std::string confidence;  // strong | likely | none
   std::string reason;      // why this scenario, in one sentence
   std::vector<std::string> alternatives;  // "scenario: what would show if it were this one"
