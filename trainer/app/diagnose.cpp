@@ -16,13 +16,16 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <vector>
 
 #include "trainer/app/cli.h"
 #include "trainer/app/reproduction.h"
 #include "trainer/app/scenario.h"
 #include "trainer/runtime/subprocess.h"
+#include "trainer/config/user_file.h"
 #include "trainer/report/diagnose.h"
+#include "trainer/report/flight_recorder.h"
 #include "trainer/report/report.h"
 
 namespace zrepro {
@@ -43,6 +46,40 @@ struct LogText {
   bool cut = false;      // the middle was skipped
 };
 constexpr const char* kDefaultReadLimit = "64MiB";
+
+// [Note: Flight Recorder dumps] A folder of dumps (TORCH_NCCL_DEBUG_INFO_TEMP_FILE<rank>),
+// or one dump: each rank's last collective, the rank from the file name's trailing digits
+// (else its place in the folder). None when the path is a text log.
+std::optional<std::vector<json>> flight_recorder_rows(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> files;
+  if (fs::is_directory(path)) {
+    for (const auto& e : fs::directory_iterator(path))
+      if (e.is_regular_file()) files.push_back(e.path().string());
+    std::sort(files.begin(), files.end());
+  } else if (path != "-" && fs::is_regular_file(path)) {
+    std::ifstream in(path, std::ios::binary);
+    char head[2] = {0, 0};
+    in.read(head, 2);
+    if (!looks_like_pickle(std::string(head, 2))) return std::nullopt;
+    files.push_back(path);
+  } else {
+    return std::nullopt;
+  }
+  std::vector<json> rows;
+  for (size_t k = 0; k < files.size(); ++k) {
+    const std::string bytes = read_user_file("LOG", files[k], "a Flight Recorder dump or a text log");
+    if (!looks_like_pickle(bytes)) continue;  // a README or a text log beside the dumps
+    const std::string name = fs::path(files[k]).filename().string();
+    const size_t digits = name.find_last_not_of("0123456789");
+    const int rank = digits + 1 < name.size() ? std::stoi(name.substr(digits + 1, 9)) : static_cast<int>(k);
+    if (auto row = flight_recorder_row(read_flight_recorder(bytes, files[k]), rank, name)) rows.push_back(*row);
+  }
+  if (rows.empty() && fs::is_directory(path))
+    throw ConfigError("LOG: \"" + path + "\" is a folder without a Flight Recorder dump; give a text log, or the folder "
+                      "TORCH_NCCL_DEBUG_INFO_TEMP_FILE wrote each rank's dump to (TORCH_NCCL_DUMP_ON_TIMEOUT=1)");
+  return rows;
+}
 
 LogText read_log(const std::string& path, int64_t limit) {
   const int64_t kLogHead = limit / 8, kLogTail = limit - limit / 8;
@@ -244,6 +281,14 @@ int diagnose(const cxxopts::Options& o, const cxxopts::ParseResult& r) {
   const std::string path = r["log"].as<std::string>();
   check_diagnose_flags(r);
   const json user_config = r.count("config") ? read_user_config(r["config"].as<std::string>()) : json();
+  if (const auto rows = flight_recorder_rows(path)) {
+    const Diagnosis d = diagnose_flight_recorder(*rows);
+    json j = d.to_json();
+    j["flight_recorder_ranks"] = rows->size();
+    std::cout << (r.count("json") ? json_text(j) + "\n" : "[zrepro diagnose] " + std::to_string(rows->size()) +
+                                                          " Flight Recorder dump(s) in " + path + "\n" + d.to_text());
+    return d.scenario.empty() && d.cause.empty() ? kExitAbNoFailure : kExitOk;
+  }
   LogText log = read_log(path, parse_size("--read-limit", r["read-limit"].as<std::string>()));
   const LogKind kind = normalise_log(log.text);
   if (kind == LogKind::binary)

@@ -622,16 +622,19 @@ void decide_fp16(const Scan& s, Diagnosis& d) {
 // and whether two ranks waited in one SeqNum with different sizes.
 struct WatchdogView {
   std::set<int64_t> seqs;
-  bool same_seq_other_size = false;
+  bool same_seq_other_op = false;    // ranks issued different collectives at one SeqNum
+  bool same_seq_other_size = false;  // the same collective with different sizes
 };
 WatchdogView watchdog_view(const json& w) {
   WatchdogView v;
   for (const auto& a : w) {
     v.seqs.insert(a.value("seq", int64_t(-1)));
-    for (const auto& b : w)
-      if (a.value("seq", -1) == b.value("seq", -1) &&
-          (a.value("numel_in", -1) != b.value("numel_in", -1) || a.value("numel_out", -1) != b.value("numel_out", -1)))
+    for (const auto& b : w) {
+      if (a.value("seq", -1) != b.value("seq", -1)) continue;
+      if (a.value("op", std::string()) != b.value("op", std::string())) v.same_seq_other_op = true;
+      else if (a.value("numel_in", -1) != b.value("numel_in", -1) || a.value("numel_out", -1) != b.value("numel_out", -1))
         v.same_seq_other_size = true;
+    }
   }
   return v;
 }
@@ -661,16 +664,18 @@ void decide_hang(const Scan& s, Diagnosis& d) {
   const json w = s.numbers.value("watchdog", json::array());
   const WatchdogView v = watchdog_view(w);
   const std::set<int64_t>& seqs = v.seqs;
-  const bool same_seq_other_size = v.same_seq_other_size;
+  const bool same_seq_other_size = v.same_seq_other_size && !v.same_seq_other_op;
   const std::string op = s.numbers.value("collective_op", std::string());
   const int64_t seq = s.numbers.value("collective_seq", int64_t(-1));
   const bool gather = op.find("ALLGATHER") != std::string::npos || op.find("_ALLGATHER") != std::string::npos;
   d.checkpoint = "communication";
-  if (has("collective_mismatch") || seqs.size() > 1) {
+  if (has("collective_mismatch") || seqs.size() > 1 || v.same_seq_other_op) {
     d.scenario = "mismatched-collectives", d.cause = "mismatched-collectives", d.confidence = "strong";
-    d.reason = has("collective_mismatch") ? "ranks issued different collectives at the same sequence number"
-                                          : "the ranks timed out at different sequence numbers: one issued more collectives "
-                                            "than another (an extra micro-step, an uneven last batch)";
+    d.reason = has("collective_mismatch") || v.same_seq_other_op
+                   ? "ranks issued different collectives at the same sequence number (one rank ran an extra micro-step "
+                     "or skipped one)"
+                   : "the ranks timed out at different sequence numbers: one issued more collectives than another (an "
+                     "extra micro-step, an uneven last batch)";
   } else if (same_seq_other_size || (has("trace_cache") && (gather || w.empty()))) {
     d.cause = "divergent-zero3-gathers", d.confidence = same_seq_other_size ? "strong" : "likely";
     d.reason = same_seq_other_size
@@ -697,6 +702,9 @@ void decide_hang(const Scan& s, Diagnosis& d) {
   d.alternatives = {"straggler: a slow but live rank; the run is slow, not stuck, and the collectives do complete",
                     "slow-preprocessing: a low SeqNum while one rank still maps or tokenizes the dataset",
                     "divergent-zero3-gathers: one SeqNum, different NumelIn/NumelOut across ranks (MoE under ZeRO-3)"};
+  d.alternatives.erase(std::remove_if(d.alternatives.begin(), d.alternatives.end(),
+                                     [&](const std::string& a) { return a.rfind(d.cause + ":", 0) == 0; }),
+                      d.alternatives.end());
   d.try_next = hang_fixes(d.cause);
 }
 
@@ -944,6 +952,34 @@ Diagnosis diagnose_log(const std::string& text, const json& job_config) {
   return d;
 }
 
+Diagnosis diagnose_flight_recorder(const std::vector<json>& rows) {
+  Scan s;
+  json w = json::array();
+  for (const auto& r : rows) {
+    w.push_back(r);
+    const std::string text = "rank " + std::to_string(r.value("rank", -1)) + ": last collective #" +
+                             std::to_string(r.value("seq", int64_t(-1))) + " " + r.value("op", std::string("?")) + " (" +
+                             std::to_string(r.value("numel_in", int64_t(-1))) + " -> " +
+                             std::to_string(r.value("numel_out", int64_t(-1))) + " elements, " +
+                             (r["state"].is_string() ? r["state"].get<std::string>() : std::string("?")) + ") of " +
+                             std::to_string(r.value("entries", 0)) + " recorded, " + r.value("file", std::string());
+    s.found["flight_recorder"].push_back({"flight_recorder", 0, text});
+  }
+  s.numbers["watchdog"] = w;
+  if (!rows.empty()) s.numbers["collective_seq"] = rows[0].value("seq", json()), s.numbers["collective_op"] = rows[0].value("op", json());
+  Diagnosis d;
+  if (rows.empty()) {
+    d.confidence = "none";
+    d.reason = "the Flight Recorder dumps hold no collective";
+    return d;
+  }
+  decide_hang(s, d);
+  d.reason = "PyTorch's Flight Recorder, every rank's last collective: " + d.reason;
+  d.evidence = s.found["flight_recorder"];
+  d.numbers = s.numbers;
+  return d;
+}
+
 json Diagnosis::to_json() const {
   auto ev = [](const std::vector<Evidence>& v) {
     json a = json::array();
@@ -972,7 +1008,9 @@ std::string Diagnosis::to_text() const {
   if (scenario.empty() && !cause.empty())
     o << "[zrepro diagnose] checkpoint " << checkpoint << ": " << cause << " (" << confidence << "; no catalogue scenario "
       << "reproduces it yet)\n";
-  for (const auto& e : evidence) o << "  line " << e.line << " [" << e.fingerprint << "] " << printable(e.text) << "\n";
+  for (const auto& e : evidence)
+    o << "  " << (e.line > 0 ? "line " + std::to_string(e.line) + " " : std::string()) << "[" << e.fingerprint << "] "
+      << printable(e.text) << "\n";
   if (!numbers.empty()) o << "  numbers: " << numbers.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
   for (const auto& a : alternatives) o << "  or " << a << "\n";
   for (const auto& t : try_next) o << "  try: " << t << "\n";

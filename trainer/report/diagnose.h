@@ -47,6 +47,11 @@ struct Diagnosis {
 // default log level (WARNING).
 Diagnosis diagnose_log(const std::string& text, const nlohmann::json& job_config = nullptr);
 
+// [Note: Flight Recorder dumps] (flight_recorder.h): each rank's last collective, one row
+// per rank ({rank, seq, op, numel_in, numel_out, state, entries, file}), diagnosed as the
+// watchdog's lines are: the hang's kind from what the ranks waited in.
+Diagnosis diagnose_flight_recorder(const std::vector<nlohmann::json>& rows);
+
 // What a log's bytes are, before diagnosis. UTF-16 (a BOM, or a NUL in every other byte,
 // as Windows tools write) is converted to UTF-8 in place; binary (NUL bytes, or more than
 // a tenth of the first 64 KiB neither text nor terminal control) is not a log.
