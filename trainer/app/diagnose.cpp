@@ -203,7 +203,7 @@ cxxopts::Options diagnose_options() {
   cxxopts::Options o("zrepro diagnose", "From a failed job's log to the scenario it matches, the evidence lines, "
                                         "the numbers and what to try.");
   o.add_options("diagnose")
-      ("log", "the log file (plain or .gz; several ranks interleaved are fine)", cxxopts::value<std::string>())
+      ("log", "the log file (plain or .gz; several ranks interleaved are fine), or a folder of PyTorch Flight Recorder dumps (TORCH_NCCL_DUMP_ON_TIMEOUT=1), or one dump", cxxopts::value<std::string>())
       ("config", "the job's DeepSpeed config: ask the planner whether it predicts what the log shows",
        cxxopts::value<std::string>())
       ("model", "the job's model (preset or HF config.json), with --config", cxxopts::value<std::string>())

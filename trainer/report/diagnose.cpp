@@ -149,7 +149,8 @@ struct Scan {
   json numbers = json::object();
   std::vector<Evidence> error_lines;
   std::vector<int> ranks;
-  int last_line = 0;
+  int last_line = 0;         // the line being read, then the log's last
+  std::string last_label;    // the text of DeepSpeed's last see_memory_usage label line
 };
 
 void note_rank(const std::string& line, Scan& s) {
@@ -242,6 +243,13 @@ void read_fingerprint_numbers(const std::string& id, const std::smatch& m, const
   } else if (id == "memory_line") {
     // DeepSpeed's see_memory_usage before the failure: what the model states took.
     if (!s.found.count("oom")) n["allocated_gb_before_failure"] = num(m[1].str());
+    // Every such line, in order: the job's device memory over its set-up and steps (GB as
+    // DeepSpeed prints them; the label is the see_memory_usage line just before, if any).
+    json& t = n["memory_timeline"];
+    if (!t.is_array()) t = json::array();
+    if (t.size() < 200)
+      t.push_back({{"line", s.last_line}, {"label", s.last_label}, {"MA_GB", num(m[1].str())}, {"Max_MA_GB", num(m[2].str())},
+                   {"CA_GB", num(m[3].str())}, {"Max_CA_GB", num(m[4].str())}});
   } else if (id == "model_state_share") {
     n["model_states_share"] = n.value("model_states_share", 0.0) + num(m[3].str()) / 100.0;
   } else if (id == "zero_stage") {
@@ -313,7 +321,11 @@ Scan scan(const std::string& text) {
   static const std::regex errorish(R"(error|exception|traceback|fail|abort|killed|timeout|nan)", std::regex::icase);
   for (std::string line; std::getline(in, line);) {
     ++st.no;
+    s.last_line = st.no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
+    // "[utils.py:829:see_memory_usage] Before creating fp16 partitions": the next MA line's label.
+    if (const size_t k = line.find("see_memory_usage] "); k != std::string::npos && line.find("MA ") == std::string::npos)
+      s.last_label = trimmed(line.substr(k + 18));
     note_rank(line, s);
     const std::string hint = phase_hint_of(line);
     if (!hint.empty()) st.last_hint = hint;
@@ -1011,7 +1023,18 @@ std::string Diagnosis::to_text() const {
   for (const auto& e : evidence)
     o << "  " << (e.line > 0 ? "line " + std::to_string(e.line) + " " : std::string()) << "[" << e.fingerprint << "] "
       << printable(e.text) << "\n";
-  if (!numbers.empty()) o << "  numbers: " << numbers.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+  json shown = numbers;
+  shown.erase("memory_timeline");  // below, in one line
+  if (!shown.empty()) o << "  numbers: " << shown.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+  if (numbers.contains("memory_timeline") && !numbers["memory_timeline"].empty()) {
+    const json& t = numbers["memory_timeline"];
+    const auto peak = std::max_element(t.begin(), t.end(), [](const json& a, const json& b) {
+      return a.value("Max_MA_GB", 0.0) < b.value("Max_MA_GB", 0.0);
+    });
+    o << "  memory (DeepSpeed's see_memory_usage, " << t.size() << " lines): Max_MA " << (*peak)["Max_MA_GB"].dump()
+      << " GB at line " << (*peak)["line"].dump() << " (" << (*peak).value("label", std::string()) << "); last MA "
+      << t.back()["MA_GB"].dump() << " GB, CA " << t.back()["CA_GB"].dump() << " GB (numbers.memory_timeline)\n";
+  }
   for (const auto& a : alternatives) o << "  or " << a << "\n";
   for (const auto& t : try_next) o << "  try: " << t << "\n";
   if (!scenario.empty()) o << "  reproduce: zrepro scenario run " << scenario << "  (configs/scenarios/" << scenario << "/README.md)\n";

@@ -149,3 +149,16 @@ TEST(Diagnose, PrintableKeepsUtf8AndReplacesControlAndInvalidBytes) {
   EXPECT_EQ(printable("a\x1b[31mb"), "a\xEF\xBF\xBD[31mb");
   EXPECT_EQ(printable("caf\xe9!"), "caf\xEF\xBF\xBD!");
 }
+
+// Issue 32: DeepSpeed's see_memory_usage lines as a timeline, each with the label line
+// before it (a real log: DeepSpeed#3000's NVMe offload set-up, tests/data/diagnose_corpus).
+TEST(Diagnose, SeeMemoryUsageLinesBecomeATimeline) {
+  const Diagnosis d = diagnose_log(read(std::string(ZREPRO_SOURCE_DIR) +
+                                        "/tests/data/diagnose_corpus/memlog_01_nvme_offload_pinned_host_oom.log"));
+  const json& t = d.numbers["memory_timeline"];
+  ASSERT_GE(t.size(), 3u);
+  EXPECT_EQ(t[0]["label"], "DeepSpeedZeRoOffload initialize [begin]");
+  EXPECT_DOUBLE_EQ(t[0]["MA_GB"].get<double>(), 0.12);
+  EXPECT_EQ(t[2]["label"], "Before creating fp16 partitions");
+  EXPECT_NE(d.to_text().find("memory (DeepSpeed's see_memory_usage, "), std::string::npos) << d.to_text();
+}
