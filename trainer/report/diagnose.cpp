@@ -405,9 +405,9 @@ bool decide_oom_elsewhere(const Scan& s, Diagnosis& d) {
   return false;
 }
 
-// What to try for each OOM cause, the fix public threads found first; zrepro plan checks
-// which of them fit before a GPU is spent on it.
-std::vector<std::string> oom_fixes(const std::string& cause) {
+// What to try for each cause, the fix public threads found first (the corpus's, where it
+// has the thread): one table for every diagnosis that lists fixes.
+const std::vector<std::string>& fixes_for(const std::string& cause) {
   static const std::map<std::string, std::vector<std::string>> fixes = {
       {"activations", {"gradient checkpointing (the Trainer's gradient_checkpointing=True, or DeepSpeed activation_checkpointing)",
                        "a smaller micro-batch with more gradient accumulation, or a shorter max sequence length"}},
@@ -421,9 +421,24 @@ std::vector<std::string> oom_fixes(const std::string& cause) {
                    "stage3_prefetch_bucket_size"}},
       {"fragmentation", {"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
                          "fixed-length batches (padding to a multiple, group_by_length) so block sizes repeat"}},
-      {"zero3-live-params", {"lower stage3_max_live_parameters, stage3_prefetch_bucket_size and stage3_max_reuse_distance"}}};
+      {"zero3-live-params", {"lower stage3_max_live_parameters, stage3_prefetch_bucket_size and stage3_max_reuse_distance"}},
+      {"mismatched-collectives", {"the same gradient_accumulation_steps and number of batches on every rank (drop_last)",
+                                  "zrepro run --ranks N --inject gas-mismatch:R reproduces it with a flight-recorder dump"}},
+      {"divergent-zero3-gathers", {"deepspeed.utils.set_z3_leaf_modules(model, [MoEBlock]) so ZeRO-3 gathers the whole "
+                                   "block on every rank, whichever experts it routes to"}},
+      {"rank-alone-in-collective", {"run evaluation / generation / saving on every rank (all ranks must enter ZeRO-3's "
+                                    "gathers), or gather the weights once with GatheredParameters"}},
+      {"slow-preprocessing", {"preprocess the dataset before launching (or on the main process first: "
+                              "main_process_first), or a longer timeout (ddp_timeout / init_distributed(timeout=...))"}}};
+  static const std::vector<std::string> none;
+  const auto it = fixes.find(cause);
+  return it == fixes.end() ? none : it->second;
+}
+
+// An OOM's fixes, after the planner that checks which of them fit before a GPU is spent.
+std::vector<std::string> oom_fixes(const std::string& cause) {
   std::vector<std::string> t = {"zrepro plan --config ds_config.json --model M --world-size N --device-memory SIZE (which fixes fit)"};
-  if (const auto it = fixes.find(cause); it != fixes.end()) t.insert(t.end(), it->second.begin(), it->second.end());
+  t.insert(t.end(), fixes_for(cause).begin(), fixes_for(cause).end());
   return t;
 }
 
@@ -651,19 +666,9 @@ WatchdogView watchdog_view(const json& w) {
   return v;
 }
 
-// What to try for each hang cause, then the tools that tell them apart on the real job.
+// A hang's fixes, then the tools that tell the causes apart on the real job.
 std::vector<std::string> hang_fixes(const std::string& cause) {
-  static const std::map<std::string, std::vector<std::string>> fixes = {
-      {"mismatched-collectives", {"the same gradient_accumulation_steps and number of batches on every rank (drop_last)",
-                                  "zrepro run --ranks N --inject gas-mismatch:R reproduces it with a flight-recorder dump"}},
-      {"divergent-zero3-gathers", {"deepspeed.utils.set_z3_leaf_modules(model, [MoEBlock]) so ZeRO-3 gathers the whole "
-                                   "block on every rank, whichever experts it routes to"}},
-      {"rank-alone-in-collective", {"run evaluation / generation / saving on every rank (all ranks must enter ZeRO-3's "
-                                    "gathers), or gather the weights once with GatheredParameters"}},
-      {"slow-preprocessing", {"preprocess the dataset before launching (or on the main process first: "
-                              "main_process_first), or a longer timeout (ddp_timeout / init_distributed(timeout=...))"}}};
-  std::vector<std::string> t;
-  if (const auto it = fixes.find(cause); it != fixes.end()) t = it->second;
+  std::vector<std::string> t = fixes_for(cause);
   t.push_back("on the real job: TORCH_NCCL_DUMP_ON_TIMEOUT=1 TORCH_NCCL_TRACE_BUFFER_SIZE=2000 (PyTorch's Flight "
               "Recorder: every rank's last collectives), TORCH_NCCL_DESYNC_DEBUG=1, NCCL_DEBUG=INFO");
   return t;

@@ -16,6 +16,7 @@
 #include <map>
 #include <sstream>
 
+#include "tests/support/process.h"
 #include "trainer/report/diagnose.h"
 
 using namespace zrepro;
@@ -25,13 +26,6 @@ namespace {
 
 const std::string kCorpus = std::string(ZREPRO_SOURCE_DIR) + "/tests/data/diagnose_corpus/";
 const std::string kPage = std::string(ZREPRO_SOURCE_DIR) + "/docs/lab/DIAGNOSE_CORPUS.md";
-
-std::string read(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 struct Case {
   std::string file;
@@ -55,10 +49,10 @@ std::vector<Case> corpus() {
     if (e.path().filename().string().rfind("index-", 0) == 0) indexes.push_back(e.path().string());
   std::sort(indexes.begin(), indexes.end());
   for (const auto& index : indexes) {
-    const json entries = json::parse(read(index));  // items() of a temporary would dangle
+    const json entries = json::parse(zrepro_test::read_text(index));  // items() of a temporary would dangle
     for (const auto& [file, entry] : entries.items()) {
       Case c{file, entry, nullptr, false};
-      std::string text = read(kCorpus + file);
+      std::string text = zrepro_test::read_text(kCorpus + file);
       normalise_log(text);
       c.got = diagnose_log(text).to_json();
       c.named = names(entry["expected"], c.got);
@@ -138,6 +132,6 @@ TEST(DiagnoseCorpus, EveryLogIsNamedOrMissedAsRecorded) {
 TEST(DiagnoseCorpus, ThePageIsTheMeasuredScore) {
   const std::string text = page(corpus());
   if (std::getenv("ZREPRO_WRITE_CORPUS_DOC")) std::ofstream(kPage) << text;
-  EXPECT_EQ(read(kPage), text) << "docs/lab/DIAGNOSE_CORPUS.md is stale: ZREPRO_WRITE_CORPUS_DOC=1 "
+  EXPECT_EQ(zrepro_test::read_text(kPage), text) << "docs/lab/DIAGNOSE_CORPUS.md is stale: ZREPRO_WRITE_CORPUS_DOC=1 "
                                   "build/zrepro_unit_tests --gtest_filter=DiagnoseCorpus.*";
 }

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "device/base/errors.h"
+#include "tests/support/process.h"
 #include "trainer/report/diagnose.h"
 
 namespace {
@@ -18,18 +19,11 @@ using json = nlohmann::json;
 
 const std::string kDir = std::string(ZREPRO_SOURCE_DIR) + "/tests/data/flight_recorder/";
 
-std::string bytes_of(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 std::vector<json> rows(const std::string& kind) {
   std::vector<json> r;
   for (int rank : {0, 1}) {
     const std::string file = kDir + kind + "/rank_" + std::to_string(rank);
-    const std::string b = bytes_of(file);
+    const std::string b = zrepro_test::read_text(file);
     EXPECT_TRUE(looks_like_pickle(b)) << file;
     r.push_back(*flight_recorder_row(read_flight_recorder(b, file), rank, "rank_" + std::to_string(rank)));
   }
