@@ -4,7 +4,7 @@
 //
 // [Note: step time against the machine] Seconds per step say as much about the machine's
 // load as about zrepro: on a shared 2-core runner an identical rerun took 1.5-2x the
-// baseline's time. A calibration kernel (fp32 128x128 matmuls on one thread, repeated for
+// baseline's time. A calibration kernel (fp32 128x128 matmuls on the run's intra-op threads, repeated for
 // 20 ms: several of the scheduler's time slices, as a step spans) is therefore timed
 // inside the run, between steps, so that both see the same load: the summary keeps
 // the step time's median over the calibration's (`step_over_calibration`), and the
@@ -23,7 +23,7 @@
 namespace zrepro {
 
 // One timing of the kernel: seconds per unit (8 matmuls), over at least
-// kCalibrationSampleS of repetitions (one intra-op thread for its duration).
+// kCalibrationSampleS of repetitions, on the run's intra-op threads (host memory).
 inline constexpr double kCalibrationSampleS = 0.02;
 double calibration_sample();
 // What the kernel is, as the summary says it.
