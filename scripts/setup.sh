@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
-# Installs the Debian packages zrepro needs (only those missing) and builds it into
-# build/ (or --build-dir DIR). Idempotent: a second call only rebuilds what changed.
+# Installs the Debian packages zrepro needs (only those missing), finds or installs the
+# LibTorch it builds against (scripts/torch-prefix.sh: the user's torch 2.x, else the
+# pinned one from PyPI in a venv; ZREPRO_LIBTORCH=debian for Debian's 1.13) and builds
+# into build/ (or --build-dir DIR). Idempotent: a second call only rebuilds what changed.
 # The configure step prints which LibTorch, CUDA runtime and NCCL it links.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=build
 if [ "${1:-}" = --build-dir ]; then build_dir=${2:?--build-dir needs a folder}; fi
 
-packages=(build-essential cmake ninja-build pkg-config
-          libtorch-dev libopenblas0-pthread libopenmpi-dev openmpi-bin
+packages=(build-essential cmake ninja-build pkg-config libopenmpi-dev openmpi-bin
           libcxxopts-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev zlib1g-dev)
+# Debian's LibTorch only when asked for; otherwise a venv needs python3's venv module.
+if [ "${ZREPRO_LIBTORCH:-}" = debian ]; then
+  packages+=(libtorch-dev libopenblas0-pthread)
+elif ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+  packages+=(python3 python3-venv)
+fi
 # scripts/test.sh adds what only the tests need (chromium: ab.html in a headless browser).
 read -r -a extra <<< "${ZREPRO_EXTRA_PACKAGES:-}"
 packages+=("${extra[@]}")
@@ -27,8 +34,24 @@ if ((${#missing[@]})) && [ -z "${ZREPRO_NO_APT:-}" ]; then
 fi
 
 # Debian's LibTorch falls back to the reference BLAS (25x slower) unless OpenBLAS owns libblas.so.3.
-if [ -z "${ZREPRO_NO_APT:-}" ] && ! readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null | grep -q openblas; then
+if [ "${ZREPRO_LIBTORCH:-}" = debian ] && [ -z "${ZREPRO_NO_APT:-}" ] && ! readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null | grep -q openblas; then
   echo "[setup] warning: libblas.so.3 does not point at OpenBLAS; matmuls will be slow" >&2
+fi
+
+# The LibTorch: its CMake prefix goes first in CMAKE_PREFIX_PATH. A build folder made for
+# another LibTorch is configured afresh (cmake/torch.cmake refuses a mix).
+read -r torch_prefix torch_version _ torch_source < <(scripts/torch-prefix.sh)
+torch_args=(-DZREPRO_TORCH_SOURCE="$torch_source")
+if [ "$torch_prefix" != debian ]; then
+  torch_args+=(-DCMAKE_PREFIX_PATH="$torch_prefix")
+  torch_dir=$(realpath -m "$torch_prefix/Torch")
+else
+  torch_dir=$(realpath -m /usr/lib/x86_64-linux-gnu/cmake/Torch)
+fi
+cached=$(sed -n 's/^Torch_DIR:PATH=//p' "$build_dir/CMakeCache.txt" 2>/dev/null || true)
+if [ -n "$cached" ] && [ "$(realpath -m "$cached")" != "$torch_dir" ]; then
+  echo "[setup] $build_dir/ was configured for the LibTorch at $cached; configuring it afresh for $torch_version at $torch_dir (a full rebuild)"
+  rm -rf "$build_dir/CMakeCache.txt" "$build_dir/CMakeFiles"
 fi
 
 build_type=${ZREPRO_BUILD_TYPE:-RelWithDebInfo}
@@ -41,7 +64,7 @@ launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=)
 if [ "${ZREPRO_CCACHE:-1}" != 0 ] && command -v ccache >/dev/null; then
   launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime;ccache")
 fi
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" "${launcher[@]}" ${ZREPRO_CMAKE_ARGS:-} | { grep '^-- zrepro:' || true; }
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" "${launcher[@]}" "${torch_args[@]}" ${ZREPRO_CMAKE_ARGS:-} | { grep '^-- zrepro:' || true; }
 # ZREPRO_BUILD_TARGETS: only these targets (default: all).
 read -r -a targets <<< "${ZREPRO_BUILD_TARGETS:-}"
 cmake --build "$build_dir" -j "${ZREPRO_JOBS:-$(nproc)}" ${targets[@]:+--target "${targets[@]}"}

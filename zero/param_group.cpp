@@ -56,6 +56,8 @@ std::vector<torch::Tensor> ParamGroup::params() const {
 }
 
 void ParamGroup::free_storage(torch::Tensor& t) {
+  TORCH_CHECK(pending_.empty(), "ParamGroup ", name_, ": storage freed with ", pending_.size(),
+              " gather(s) pending ([Note: a gather outlives its group])");
   c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
   s->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
   s->set_nbytes(0);
@@ -119,8 +121,15 @@ void ParamGroup::submit_gathers(Communicator& comm, const torch::Tensor& shard, 
     // The gather rewrites the parameter with its own values: write through an alias
     // with its own version counter, so autograd does not see the views it saved for
     // backward as modified in place (FSDP preserves the version counter likewise).
+    // [Note: a gather outlives its group] The alias owns a reference to the buffer's
+    // storage: a group destroyed while its gather is still queued (an OOM or a failed
+    // collective unwinds the engine while the communicator's worker carries on) must not
+    // free the memory MPI is about to write. Open MPI wrote into such freed buffers on an
+    // OOM in zero3-live-params (glibc "corrupted double-linked list", 7 runs of 8 on two
+    // busy cores); free_storage is never called with gathers pending (unshard_wait first).
     auto* dst = static_cast<char*>(buf.data_ptr()) + layout_.gathered_offsets[i] * buf.element_size();
-    pending_.push_back(comm.all_gather(torch::from_blob(dst, {p.padded_numel}, buf.options()),
+    c10::Storage keep = buf.storage();
+    pending_.push_back(comm.all_gather(torch::from_blob(dst, {p.padded_numel}, [keep](void*) {}, buf.options()),
                                        shard.narrow(0, p.shard_offset, p.slice_numel),
                                        "unshard " + name_ + "." + specs_[i].name));
   }

@@ -5,6 +5,7 @@
 #include "device/device_memory.h"
 #include "trainer/config/model_spec.h"
 #include "trainer/loop/train.h"
+#include "trainer/planner/tape_recorder.h"
 
 namespace zrepro_test {
 
@@ -29,18 +30,11 @@ inline zrepro::TrainResult train_tiny(const zrepro::DsConfig& cfg, int64_t steps
 }
 
 // Bytes a bf16 matmul of a scenario's shape allocates beyond its own output on this
-// CPU. Where LibTorch's bf16 GEMM goes through oneDNN it allocates reorder buffers
-// whose sizes follow the (dynamic) sequence length; those small, varying blocks are
-// what strands reserved memory in the caching emulation. Without native bf16 (e.g.
-// no AVX512-BF16) the GEMM allocates nothing extra and the scenario cannot happen.
-inline int64_t bf16_matmul_scratch_bytes() {
-  zrepro::DeviceMemory& mem = zrepro::DeviceMemory::instance();
-  mem.install(0);
-  const torch::Tensor a = torch::ones({8 * 100, 256}, torch::kBFloat16), b = torch::ones({256, 1024}, torch::kBFloat16);
-  mem.reset_peaks();
-  const int64_t base = mem.snapshot().allocated;
-  const torch::Tensor c = torch::matmul(a, b);
-  return mem.snapshot().peak - base - static_cast<int64_t>(c.numel() * c.element_size());
-}
+// CPU (trainer/planner/tape_recorder.h). Where LibTorch's bf16 GEMM goes through oneDNN it
+// allocates reorder buffers whose sizes follow the (dynamic) sequence length; those
+// small, varying blocks are what strands reserved memory in the caching emulation.
+// Without native bf16 (e.g. no AVX512-BF16) the GEMM allocates nothing extra and the
+// fragmentation scenario cannot happen.
+using zrepro::bf16_matmul_scratch_bytes;
 
 }  // namespace zrepro_test

@@ -1,9 +1,14 @@
-// ParamGroup on tensors, one rank: the stage-3 state transitions with the bytes each
+// ParamGroup on tensors, one rank (and a gated two-rank communicator for a gather's
+// lifetime): the stage-3 state transitions with the bytes each
 // allocates and frees, persistent parameters (under the threshold) allocated once and
 // regathered only when stale, and replicated groups that never change state.
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <mutex>
+
 #include "device/device_memory.h"
+#include "zero/comm/communicator.h"
 #include "zero/param_group.h"
 
 using namespace zrepro;
@@ -69,4 +74,62 @@ TEST(ParamGroup, ReplicatedGroupsHoldTheFlatAndNeverChangeState) {
     EXPECT_EQ(g.param_bytes(), 6 * 4) << "padded to 2 x world size";
     EXPECT_EQ(gathers(comm), 0u);
   }
+}
+
+namespace {
+
+// A threaded two-rank communicator whose collectives wait for the test to let them run,
+// then write their output (what MPI does when the peer's data arrives).
+class GatedCommunicator : public Communicator {
+ public:
+  GatedCommunicator() : Communicator(0, 2, true) {}
+  ~GatedCommunicator() override {
+    open();
+    stop_worker();
+  }
+  void open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  std::string backend() const override { return "gated"; }
+
+ protected:
+  void execute(CollOp, torch::Tensor& out, torch::Tensor&, int) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return open_; });
+    if (out.defined()) out.fill_(7);
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+}  // namespace
+
+// [Note: a gather outlives its group]: a group destroyed while its gathers are still
+// queued (an OOM unwinding the engine, the communicator's worker carrying on) keeps their
+// buffer until they have written it; then the buffer goes.
+TEST(ParamGroup, AGatherStillQueuedKeepsItsBufferPastTheGroup) {
+  DeviceMemory::instance().install(0);
+  GatedCommunicator comm;
+  ShardingConfig sc;
+  sc.policy = stage_policy(3);
+  sc.rank = 0;
+  sc.world_size = 2;
+  const int64_t comm0 = now(MemCategory::comm_buffers);
+  int64_t gathered = 0;
+  {
+    ParamGroup g(0, "g", {{"w", {25, 40}}}, sc);
+    g.load(torch::arange(1000, torch::kFloat));
+    g.unshard_start(comm);  // the gather waits at the gate
+    gathered = now(MemCategory::comm_buffers) - comm0;
+    ASSERT_GT(gathered, 0) << "the gathered buffer";
+  }  // the group goes, its gather still queued
+  EXPECT_EQ(now(MemCategory::comm_buffers) - comm0, gathered) << "the buffer the gather writes into was freed";
+  comm.open();
+  comm.barrier("drain");  // runs after the gather
+  EXPECT_EQ(now(MemCategory::comm_buffers) - comm0, 0) << "the buffer outlived its gather";
 }

@@ -1,6 +1,7 @@
 // See env.h.
 #include "trainer/app/env.h"
 
+#include <ATen/Version.h>
 #include <dlfcn.h>
 #include <sched.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include "device/device_memory.h"
 #include "offload/host_memory.h"
 #include "trainer/app/cli.h"
+#include "trainer/planner/gpt_memory.h"
 #include "trainer/report/report.h"
 #include "zero/comm/runtime_info.h"
 #include "zrepro_git.h"  // generated: ZREPRO_VERSION, ZREPRO_GIT_COMMIT
@@ -112,9 +114,17 @@ void ensure_blas_kernels(char** argv) {
 }
 
 std::string blas_library() {
+  // LibTorch's build configuration names its BLAS: pip's wheels link MKL into
+  // libtorch_cpu; Debian's calls the system libblas.so.3 (an alternative: OpenBLAS or
+  // the reference BLAS).
+  const std::string config = at::show_config();
+  const auto pos = config.find("BLAS_INFO=");
+  const std::string info =
+      pos == std::string::npos ? "" : config.substr(pos + 10, config.find_first_of(", \n", pos + 10) - pos - 10);
+  if (info.find("mkl") != std::string::npos) return "MKL (inside LibTorch)";
   std::error_code ec;
   const auto target = std::filesystem::canonical("/etc/alternatives/libblas.so.3-x86_64-linux-gnu", ec);
-  return ec ? "unknown" : target.string();
+  return ec ? (info.empty() ? "unknown" : info) : target.string();
 }
 
 int64_t meminfo_bytes(const std::string& key) {
@@ -147,6 +157,18 @@ std::string version_line() {
 
 namespace {
 
+// The planner's activation tapes ([Note: tapes of this LibTorch]): which LibTorch and CPU
+// they were recorded with, or why they cannot be read.
+json activation_tapes_json() {
+  try {
+    const TapeTable& t = planner_tapes();
+    return {{"libtorch", t.libtorch}, {"bf16_gemm_scratch_bytes", t.bf16_gemm_scratch_bytes}, {"file", t.source},
+            {"problems", t.problems.size()}};
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
 // OpenBLAS's kernel set, and whether zrepro chose it ([Note: OpenBLAS on a CPU it does not know]).
 json blas_kernels_json() {
   const std::string core = blas_core();
@@ -171,7 +193,9 @@ json environment_json() {
   return {{"zrepro", {{"version", ZREPRO_VERSION}, {"commit", ZREPRO_GIT_COMMIT}}},
           {"libtorch", {{"version", torch_version()}, {"cuda", cuda_memory_supported()},
                         {"gpu_visible", torch::cuda::is_available()}, {"kind", libtorch_kind()},
-                        {"intra_op_threads", at::get_num_threads()}}},
+                        {"intra_op_threads", at::get_num_threads()},
+                        {"prefix", ZREPRO_TORCH_PREFIX}, {"source", or_null(ZREPRO_TORCH_SOURCE)},
+                        {"activation_tapes", activation_tapes_json()}}},
           {"blas", blas_library()},
           {"blas_kernels", blas_kernels_json()},
           {"mpi", or_null(c.mpi)},
@@ -195,9 +219,21 @@ std::string format_environment(const json& e) {
   row("zrepro", str(e["zrepro"]["version"]) + " (commit " + str(e["zrepro"]["commit"]) + ")");
   row("libtorch", str(e["libtorch"]["version"]) + " " + str(e["libtorch"]["kind"]) + ", " +
                       str(e["libtorch"]["intra_op_threads"]) + " intra-op thread(s)");
-  row("blas", str(e["blas"]) + (str(e["blas"]).find("openblas") == std::string::npos
-                                    ? "  (not OpenBLAS: LibTorch's reference BLAS is about 25x slower)"
-                                    : ""));
+  row("libtorch from", str(e["libtorch"]["source"]) + " (" + str(e["libtorch"]["prefix"]) + ")");
+  if (e["libtorch"]["activation_tapes"].is_object()) {
+    const json& t = e["libtorch"]["activation_tapes"];
+    const int64_t scratch = t["bf16_gemm_scratch_bytes"].get<int64_t>();
+    row("planner tapes", "recorded with LibTorch " + str(t["libtorch"]) + " at build, " + str(t["file"]));
+    row("bf16 gemm", scratch > 0 ? "oneDNN on this CPU: " + format_bytes(scratch) +
+                                       " of transient scratch per [800 x 256] x [256 x 1024] matmul (not planned)"
+                                 : "allocates only its output on this CPU");
+  } else {
+    row("planner tapes", str(e["libtorch"]["activation_tapes"]));
+  }
+  const std::string blas = str(e["blas"]);
+  row("blas", blas + (blas.find("openblas") == std::string::npos && blas.find("MKL") == std::string::npos
+                          ? "  (not OpenBLAS: LibTorch's reference BLAS is about 25x slower)"
+                          : ""));
   if (e.contains("blas_kernels") && e["blas_kernels"].is_object()) {
     const json& k = e["blas_kernels"];
     const std::string by = str(k["set_by"]);

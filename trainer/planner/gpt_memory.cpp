@@ -1,30 +1,48 @@
-// See gpt_memory.h. The tapes themselves are in ZREPRO_GPT_TAPES, recorded by
-// tests/trainer/planner/tapes_test.cpp from the tracking allocator's log
-// (allocations of 16 bytes or less, and buffers freed right after their allocation
-// such as oneDNN's bf16 scratch, left out). They differ by family and attention, by
+// See gpt_memory.h. The tapes themselves are this build's recording (tape_recorder.h),
+// from the tracking allocator's log (allocations of 16 bytes or less, and buffers freed
+// right after their allocation, left out). They differ by family and attention, by
 // compute dtype (bf16 keeps fp32 softmax rows and RMSNorm copies) and by micro-batch
 // 1 vs > 1 (with B > 1 the strided q/k/v views cannot be folded into a batched
 // matmul, so LibTorch saves contiguous copies of them instead).
 #include "trainer/planner/gpt_memory.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 #include <stdexcept>
-#include <unordered_map>
 
 namespace zrepro {
 
 namespace {
 
-struct TapeEntry {
-  const char* key;
-  const char* tape;
-};
-#include ZREPRO_GPT_TAPES
-
+TapeTable read_planner_tapes() {
+  const char* env = std::getenv("ZREPRO_TAPES_FILE");
+  const std::string path = env && *env ? env : ZREPRO_TAPES_FILE;
+  const std::string record = "the build records them (cmake --build <build folder> --target zrepro_tapes), or "
+                             "zrepro_record_tapes FILE and ZREPRO_TAPES_FILE=FILE";
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("the planner's activation tapes " + path + " are missing: " + record);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error("the planner's activation tapes " + path + " are no JSON (" + e.what() + "): " + record);
+  }
+  TapeTable t = tapes_from_json(j, path);
+  if (t.libtorch != linked_libtorch_version())
+    throw std::runtime_error("the planner's activation tapes " + path + " were recorded with LibTorch " + t.libtorch +
+                             ", this binary links " + linked_libtorch_version() + ": " + record);
+  return t;
+}
 
 }  // namespace
+
+const TapeTable& planner_tapes() {
+  static const TapeTable t = read_planner_tapes();
+  return t;
+}
 
 bool is_param_token(const std::string& s) { return s == "hb" || s[0] == 'W' || s[0] == 'b'; }
 
@@ -103,17 +121,14 @@ std::string gpt_tape_key(const ModelSpec& m, GptTape which, int64_t B, Precision
 }
 
 const char* gpt_tape(const ModelSpec& m, GptTape which, int64_t B, Precision p, bool cpu_device) {
-  static const std::unordered_map<std::string, const char*> table = [] {
-    std::unordered_map<std::string, const char*> t;
-    for (const TapeEntry& e : kTapes) t[e.key] = e.tape;
-    return t;
-  }();
+  const TapeTable& t = planner_tapes();
+  const auto& table = t.tapes;
   const std::string key = gpt_tape_key(m, which, B, p, cpu_device);
   auto it = table.find(key);
   if (it == table.end())
-    throw std::logic_error("gpt_memory: no activation tape \"" + key + "\" (record it: ZREPRO_WRITE_TAPES=" +
-                           ZREPRO_GPT_TAPES " zrepro_unit_tests --gtest_filter=Tapes.*)");
-  return it->second;
+    throw std::logic_error("gpt_memory: no activation tape \"" + key + "\" in " + t.source +
+                           " (the recorder and the planner disagree on the parts: rebuild)");
+  return it->second.c_str();
 }
 
 void replay_tape(const char* tape, const TapeSymbols& sym, const std::function<void(int64_t)>& on_activation,

@@ -4,29 +4,20 @@
 // from the tracking allocator's log of LibTorch on the CPU, with sizes as symbols of
 // the model's dimensions (n = B*S*h elements of the compute dtype, m = B*S*I,
 // t = B*a*S*S, kv = B*S*kv_heads*d, ...), one set per family, attention, tied head,
-// compute dtype and micro-batch class (ZREPRO_GPT_TAPES). Replaying the tapes gives the
+// compute dtype and micro-batch class, recorded by the build from its own LibTorch
+// ([Note: tapes of this LibTorch], tape_recorder.h). Replaying the tapes gives the
 // activation bytes at every point of a micro-step, transient peaks included, for
-// any model size. tests/trainer/planner/tapes_test.cpp re-records every tape from
-// the model code and compares; planner_test.cpp replays them against real runs.
+// any model size. tests/trainer/planner/tapes_test.cpp checks the recording;
+// planner_test.cpp replays it against real runs.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
 
-#include <torch/version.h>
-
 #include "trainer/config/model_spec.h"
+#include "trainer/planner/tape_recorder.h"
 #include "zero/zero_config.h"
-
-// The tapes of the LibTorch this build links: kernels save and free differently
-// across LibTorch majors (2.x's LayerNorm backward frees one temporary fewer than
-// 1.13's), so each major has its own record, made by the tapes test on that build.
-#if TORCH_VERSION_MAJOR >= 2
-#define ZREPRO_GPT_TAPES "trainer/planner/gpt_tapes_torch2.inc"
-#else
-#define ZREPRO_GPT_TAPES "trainer/planner/gpt_tapes.inc"
-#endif
 
 namespace zrepro {
 
@@ -49,7 +40,11 @@ enum class GptTape {
   between_blocks, between_checkpointed_blocks,                // after a block's forward, before the next layer's
 };
 const char* gpt_tape_name(GptTape which);
-// The tape of `which` for this model; throws std::logic_error when the table has none.
+// The tapes the planner replays: this build's recording (<build>/generated/gpt_tapes.json,
+// or the file ZREPRO_TAPES_FILE names), read once. Throws std::runtime_error when it is
+// missing, unreadable or of another LibTorch release, saying how to record it.
+const TapeTable& planner_tapes();
+// The tape of `which` for this model. Throws std::logic_error when the table has none.
 const char* gpt_tape(const ModelSpec& m, GptTape which, int64_t micro_batch, Precision p, bool cpu_device);
 // The table's key of that tape ("llama sdpa untied bf16 B1 block_forward").
 std::string gpt_tape_key(const ModelSpec& m, GptTape which, int64_t micro_batch, Precision p, bool cpu_device);

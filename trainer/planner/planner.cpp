@@ -504,6 +504,12 @@ MemoryPlan plan_memory(const JobSpec& req) {
     plan.memlock_limit = ml.limit_bytes;
     plan.pinned_fits = plan.memlock_available < 0 || plan.host_pinned_bytes <= plan.memlock_available;
   }
+  // [Note: tapes of this LibTorch]: oneDNN's bf16 GEMM scratch is not planned.
+  const int64_t scratch = planner_tapes().bf16_gemm_scratch_bytes;
+  if (req.cpu_device && req.cfg.precision == Precision::bf16 && scratch > 0)
+    plan.not_planned = "this CPU's bf16 matmuls go through oneDNN, which allocates transient reorder buffers (" +
+                       format_bytes(scratch) + " for one [800 x 256] x [256 x 1024] matmul) that no GPU has: a bf16 run "
+                       "on this CPU-emulated device may peak a little above this plan (docs/guide/build.md)";
   return plan;
 }
 
@@ -530,6 +536,7 @@ json MemoryPlan::to_json() const {
             {"pinned_fits", pinned_fits},
             {"memlock_available_bytes", memlock_available < 0 ? json(nullptr) : json(memlock_available)},
             {"oom_phase", fits ? json(nullptr) : json(phase_name(oom_phase))},
+            {"not_planned", not_planned.empty() ? json(nullptr) : json(not_planned)},
             {"deepspeed_estimates", ds},
             // Every rank holds the same amounts (equal padded partitions and shards).
             {"ranks", "all ranks equal"}};
@@ -621,6 +628,7 @@ std::string format_plan(const MemoryPlan& p, const JobSpec& req) {
     }
     os << "\n";
   }
+  if (!p.not_planned.empty()) os << "  not planned: " << p.not_planned << "\n";
   if (!p.pinned_fits) {
     os << "  verdict: fails at init: offload needs " << format_bytes(p.host_pinned_bytes) << " of pinned host memory, "
        << "this machine may lock " << format_bytes(p.memlock_available) << "\n";

@@ -57,6 +57,7 @@ struct MemoryPlan {
   int64_t oom_request = 0;          // the allocation that crossed it
   CategoryBytes at_oom{};           // by category just before that allocation
   std::vector<DeepSpeedEstimate> deepspeed;
+  std::string not_planned;          // what a run may allocate that this plan leaves out, or empty
 
   nlohmann::json to_json() const;
 };

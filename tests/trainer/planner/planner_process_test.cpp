@@ -3,11 +3,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 
 #include "device/device_memory.h"
 #include "tests/support/process.h"
 #include "tests/trainer/planner/planner_configs.h"
 #include "trainer/config/ds_config.h"
+#include "trainer/planner/gpt_memory.h"
 #include "trainer/planner/planner.h"
 #include "trainer/planner/scale_down.h"
 #include "trainer/loop/train.h"
@@ -43,4 +45,21 @@ TEST(Planner, PlanCommandTableJsonAndExitCodes) {
   auto bad = zrepro_test::zrepro_cmd("plan --config " + cfg + " --world-size 0");
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.output.find("--world-size"), std::string::npos) << bad.output;
+}
+
+// A missing or foreign recording is refused with what to do, not replayed.
+// [Note: tapes of this LibTorch]
+TEST(Tapes, AMissingOrForeignRecordingIsRefused) {
+  const std::string dir = zrepro_test::fresh_dir("tapes_refused");
+  nlohmann::json foreign = tapes_to_json(planner_tapes());
+  foreign["libtorch"] = "0.4.1";
+  std::ofstream(dir + "/foreign.json") << foreign.dump();
+  for (const auto& [file, words] : std::vector<std::pair<std::string, std::string>>{
+           {dir + "/none.json", "are missing"}, {dir + "/foreign.json", "recorded with LibTorch 0.4.1"}}) {
+    const auto r = zrepro_test::shell("ZREPRO_TAPES_FILE=" + file + " " + ZREPRO_BIN + " plan --config " +
+                                      ZREPRO_SOURCE_DIR + "/configs/examples/zero3_offload.json 2>&1");
+    EXPECT_NE(r.code, 0) << r.output;
+    EXPECT_NE(r.output.find(words), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("zrepro_tapes"), std::string::npos) << r.output;
+  }
 }

@@ -1,7 +1,7 @@
 // The memory planner against the tracking allocator: the predicted peak and its
 // phase for stages 0-3, with and without activation checkpointing, micro-batch
 // 1-8, fp32 and bf16, on one rank in-process and on two ranks through the binary
-// (error <= 5% each; the table is printed). Also: the activation tapes balance,
+// (the table is printed; fp32 exact, bf16 within 0.5% with oneDNN off, see measure()). Also: the activation tapes balance,
 // the verdict and OOM phase, DeepSpeed's estimator formulas.
 #include <gtest/gtest.h>
 
@@ -18,6 +18,7 @@
 #include "tests/support/train_helpers.h"
 #include "tests/trainer/planner/planner_configs.h"
 #include "trainer/planner/fixes.h"
+#include "trainer/planner/tape_recorder.h"
 #include "trainer/model/gpt.h"
 #include "zero/schedule/partition.h"
 #include "zero/schedule/buffer_policy.h"
@@ -35,8 +36,14 @@ struct Measured {
 
 constexpr int kComm = static_cast<int>(MemCategory::comm_buffers);
 
+// [Note: tapes of this LibTorch]: the planner does not plan oneDNN's bf16 GEMM scratch (an
+// artefact of the CPU-emulated device, which no GPU has), so the run it is compared with
+// turns oneDNN off unless asked: the comparison is then the same on every CPU.
+// Planner.OneDnnScratchIsTheBf16GapOnThisCpu measures what the scratch adds where it exists.
 Measured measure(const DsConfig& cfg, bool ckpt, std::optional<BufferPolicy> buffers = std::nullopt,
-                 const ModelSpec& model = resolve_model("tiny")) {
+                 const ModelSpec& model = resolve_model("tiny"), bool onednn = false) {
+  std::optional<OneDnnOff> off;
+  if (!onednn) off.emplace();
   DeviceMemory& mem = DeviceMemory::instance();
   mem.install(0);
   const MemorySnapshot before = mem.snapshot();
@@ -75,11 +82,41 @@ TEST(Planner, PeakMatchesTheTrackingAllocatorOnOneRank) {
                           bounded ? " live-bounded gas2" : "", ckpt ? " ckpt" : "", static_cast<long long>(micro));
             std::printf("%-34s %12lld %-9s %12lld %-9s %+7.2f%%\n", name, static_cast<long long>(m.peak),
                         phase_name(m.phase), static_cast<long long>(p.peak_bytes), phase_name(p.peak_phase), 100 * err);
-            EXPECT_LE(std::abs(err), 0.05) << name;
+            // [Note: tapes of this LibTorch]: fp32 exact, bf16 within 0.5%, on every CPU.
+            EXPECT_LE(std::abs(err), std::string(precision) == "fp32" ? 1e-4 : 0.005) << name;
             EXPECT_EQ(phase_name(p.peak_phase), std::string(phase_name(m.phase))) << name;
           }
       }
   std::printf("worst |error| %.2f%%\n", 100 * worst);
+}
+
+// [Note: tapes of this LibTorch]: where the CPU's bf16 GEMM goes through oneDNN (AVX512-BF16,
+// AMX), the CPU-emulated run's bf16 peak exceeds the plan by oneDNN's transient reorder
+// buffers, which the plan leaves out (no GPU has them); fp32 never goes through oneDNN.
+// Measured, and bounded: the gap zrepro states beside a bf16 plan of the CPU device.
+TEST(Planner, OneDnnScratchIsTheBf16GapOnThisCpu) {
+  const int64_t scratch = bf16_matmul_scratch_bytes();
+  std::printf("bf16 GEMM scratch on this CPU: %lld bytes\n", static_cast<long long>(scratch));
+  double worst = 0;
+  for (const char* precision : {"fp32", "bf16"})
+    for (int stage : {0, 3})
+      for (bool ckpt : {false, true})
+        for (int64_t micro : {1, 4}) {
+          const DsConfig cfg = make_config(sized_config(stage, false), micro, 1, precision);
+          const Measured on = measure(cfg, ckpt, std::nullopt, resolve_model("tiny"), true), off = measure(cfg, ckpt);
+          const double gap = static_cast<double>(on.peak - off.peak) / static_cast<double>(off.peak);
+          std::printf("%s stage %d%s micro %lld: oneDNN on %lld, off %lld (%+.2f%%)\n", precision, stage,
+                      ckpt ? " ckpt" : "", static_cast<long long>(micro), static_cast<long long>(on.peak),
+                      static_cast<long long>(off.peak), 100 * gap);
+          if (std::string(precision) == "fp32" || scratch == 0) {
+            EXPECT_EQ(on.peak, off.peak) << precision << " stage " << stage;
+          } else {
+            EXPECT_GE(on.peak, off.peak);
+            worst = std::max(worst, gap);
+          }
+        }
+  EXPECT_LE(worst, 0.05) << "oneDNN's scratch grew past the gap the docs state";
+  std::printf("worst bf16 gap %.2f%%\n", 100 * worst);
 }
 
 // The same on the other model variants: a Llama-family toy (eager and sdpa
@@ -111,7 +148,7 @@ TEST(Planner, PeakMatchesTheTrackingAllocatorForEveryFamilyAndAttention) {
             if (std::abs(err) > 1e-4)
               std::printf("%-44s measured %10lld planned %10lld %+6.2f%%\n", name.c_str(),
                           static_cast<long long>(m.peak), static_cast<long long>(p.peak_bytes), 100 * err);
-            EXPECT_LE(std::abs(err), std::string(precision) == "fp32" ? 1e-4 : 0.05) << name;
+            EXPECT_LE(std::abs(err), std::string(precision) == "fp32" ? 1e-4 : 0.005) << name;
             EXPECT_EQ(phase_name(p.peak_phase), std::string(phase_name(m.phase))) << name;
           }
   std::printf("worst |error| over %zu models: %.3f%%\n", models.size(), 100 * worst);

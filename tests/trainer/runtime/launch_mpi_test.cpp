@@ -66,8 +66,10 @@ TEST(Launch, AKilledRanksSurvivorSaysWhichRankVanished) {
   ASSERT_NE(r.output.find("killed "), std::string::npos) << r.output << zrepro_test::read_text(dir + "/log");
   const std::string killed = r.output.substr(r.output.find("killed ") + 7, r.output.find('\n', r.output.find("killed ")) -
                                                                                 r.output.find("killed ") - 7);
-  const auto s = nlohmann::json::parse(zrepro_test::read_text(dir + "/out/summary.json"));
   const std::string log = zrepro_test::read_text(dir + "/log");
+  const std::string text = zrepro_test::read_text(dir + "/out/summary.json");
+  ASSERT_FALSE(text.empty()) << "the survivor wrote no summary.json\n" << r.output << log;
+  const auto s = nlohmann::json::parse(text);
   EXPECT_EQ(s["status"], "interrupted") << log;
   const auto& f = s["failure"];
   ASSERT_EQ(f["peers_gone"].size(), 1u) << f.dump(1);
