@@ -18,8 +18,12 @@ if [ "$mode" != 0 ] && command -v ccache >/dev/null; then
   launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=env;CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime;ccache")
   if [ "$mode" = warm ]; then export CCACHE_DIR="$tmp/ccache"; fi
 fi
+# The LibTorch scripts/setup.sh builds against (scripts/torch-prefix.sh).
+read -r torch_prefix _ < <(scripts/torch-prefix.sh)
+torch_args=()
+[ "$torch_prefix" != debian ] && torch_args=(-DCMAKE_PREFIX_PATH="$torch_prefix")
 build() {  # dir
-  cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" > /dev/null
+  cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" "${torch_args[@]}" > /dev/null
   local t0; t0=$(date +%s%N)
   cmake --build "$1" -j "$jobs" > /dev/null
   echo $(( ($(date +%s%N) - t0) / 1000000 ))
@@ -41,7 +45,7 @@ for line in open(log):
     rows[out] = (int(end) - int(start)) / 1000.0  # the last build of each output
 def kind(o):
     if o.endswith((".pch", ".gch")): return "precompiled header"
-    if "/tests/" in o and o.endswith(".o"): return "test translation units"
+    if ("/tests/" in o or "_tests.dir/" in o) and o.endswith(".o"): return "test translation units"
     if o.endswith(".o"): return "library translation units"
     if o.endswith(".a") or "tests" in o or o.endswith("zrepro"): return "archives and links"
     return "other"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A CUDA build apart: zrepro against the CUDA LibTorch of a pip torch, into build-cuda/,
 # then the test suite of that build on this machine. Without a GPU every test that needs
-# none must pass and those that need one skip, saying so. A cold build takes about 12
+# none must pass and those that need one skip, saying so. A cold build takes about 5
 # minutes on 2 cores (docs/guide/build.md).
 #   scripts/cuda-build.sh              build + the whole suite
 #   scripts/cuda-build.sh --build-only build only (scripts/gpu-check.sh uses this)

@@ -71,6 +71,11 @@ inline std::string fresh_dir(const std::string& name) {
   return dir;
 }
 
+// The path of a scenario's file in the source tree (configs/scenarios/NAME/FILE).
+inline std::string scenario_path(const std::string& name, const std::string& file = "ds_config.json") {
+  return std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/" + name + "/" + file;
+}
+
 inline std::string read_text(const std::string& path) {
   std::ifstream in(path);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -23,7 +23,7 @@ constexpr int64_t kPsi = 118528;  // tiny: every layer divides by 16, so no padd
 
 using zrepro_test::expect_same_losses;
 using zrepro_test::RunResult;
-RunResult zrepro(const std::string& name, const std::string& cfg, const std::string& args) {
+RunResult run_zrepro(const std::string& name, const std::string& cfg, const std::string& args) {
   return zrepro_test::zrepro_run(name, cfg, args);
 }
 
@@ -65,11 +65,11 @@ void expect_replicas_identical(const RunResult& r) {
 }  // namespace
 
 TEST(Mpi, StagesOnTwoAndFourRanksMatchStageZeroOnOneRank) {
-  const RunResult ref = zrepro("ref", config(0), "--steps 20");
+  const RunResult ref = run_zrepro("ref", config(0), "--steps 20");
   for (int ranks : {2, 4})
     for (int stage : {0, 1, 2, 3}) {
       const std::string what = "stage " + std::to_string(stage) + " on " + std::to_string(ranks) + " ranks";
-      RunResult r = zrepro("s" + std::to_string(stage) + "n" + std::to_string(ranks), config(stage),
+      RunResult r = run_zrepro("s" + std::to_string(stage) + "n" + std::to_string(ranks), config(stage),
                      "--steps 20 --verify-replicas --ranks " + std::to_string(ranks));
       expect_same_losses(ref, r, 1e-4, what);
       if (stage < 3) expect_replicas_identical(r);
@@ -79,9 +79,9 @@ TEST(Mpi, StagesOnTwoAndFourRanksMatchStageZeroOnOneRank) {
 }
 
 TEST(Mpi, AccumulationOnFourRanksMatches) {
-  const RunResult ref = zrepro("gas_ref", config(0), "--steps 12");
+  const RunResult ref = run_zrepro("gas_ref", config(0), "--steps 12");
   for (int stage : {1, 2, 3}) {
-    RunResult r = zrepro("gas_s" + std::to_string(stage), config(stage, R"(, "gradient_accumulation_steps": 2)"),
+    RunResult r = run_zrepro("gas_s" + std::to_string(stage), config(stage, R"(, "gradient_accumulation_steps": 2)"),
                    "--steps 12 --verify-replicas --ranks 4");
     EXPECT_EQ(r.summary["batch"]["grad_accum"], 2);
     expect_same_losses(ref, r, 1e-4, "gas 2, stage " + std::to_string(stage));
@@ -89,8 +89,8 @@ TEST(Mpi, AccumulationOnFourRanksMatches) {
 }
 
 TEST(Mpi, ActivationCheckpointingUnderStage3KeepsLosses) {
-  const RunResult ref = zrepro("ck_ref", config(3), "--steps 6 --ranks 2");
-  RunResult r = zrepro("ck", config(3), "--steps 6 --ranks 2 --activation-checkpointing");
+  const RunResult ref = run_zrepro("ck_ref", config(3), "--steps 6 --ranks 2");
+  RunResult r = run_zrepro("ck", config(3), "--steps 6 --ranks 2 --activation-checkpointing");
   expect_same_losses(ref, r, 1e-6, "stage 3 with activation checkpointing");
   EXPECT_LT(r.summary["memory"]["ranks"][0]["category_peaks"]["activations"].get<int64_t>(),
             ref.summary["memory"]["ranks"][0]["category_peaks"]["activations"].get<int64_t>());
@@ -99,9 +99,9 @@ TEST(Mpi, ActivationCheckpointingUnderStage3KeepsLosses) {
 
 TEST(Mpi, Bf16StagesStayWithinBf16Tolerance) {
   const std::string bf16 = R"(, "bf16": {"enabled": true})";
-  const RunResult ref = zrepro("bf_ref", config(0, bf16), "--steps 15");
+  const RunResult ref = run_zrepro("bf_ref", config(0, bf16), "--steps 15");
   for (int stage : {2, 3})
-    expect_same_losses(ref, zrepro("bf_s" + std::to_string(stage), config(stage, bf16), "--steps 15 --ranks 2"), 2e-2,
+    expect_same_losses(ref, run_zrepro("bf_s" + std::to_string(stage), config(stage, bf16), "--steps 15 --ranks 2"), 2e-2,
                        "bf16 stage " + std::to_string(stage));
 }
 
@@ -110,7 +110,7 @@ TEST(Mpi, ModelStateBytesPerRankFollowTheZeroPaper) {
   const std::string bf16 = R"(, "bf16": {"enabled": true})";
   for (int n : {2, 4})
     for (int stage : {0, 1, 2, 3}) {
-      RunResult r = zrepro("mem" + std::to_string(stage) + std::to_string(n), config(stage, bf16),
+      RunResult r = run_zrepro("mem" + std::to_string(stage) + std::to_string(n), config(stage, bf16),
                      "--steps 1 --ranks " + std::to_string(n));
       ASSERT_EQ(r.code, 0) << r.output;
       const int64_t params = stage == 3 ? 2 * kPsi / n : 2 * kPsi;
@@ -148,7 +148,7 @@ TEST(Mpi, CollectiveBytesPerStepFollowTheory) {
   // reduce-scatters.
   const int64_t psi_bytes = 4 * kPsi;
   for (int stage : {0, 1, 2, 3}) {
-    RunResult r = zrepro("bytes" + std::to_string(stage), config(stage), "--steps 3 --ranks 4");
+    RunResult r = run_zrepro("bytes" + std::to_string(stage), config(stage), "--steps 3 --ranks 4");
     ASSERT_EQ(r.code, 0) << r.output;
     const auto& b = r.summary["comm"]["bytes_per_step"];
     if (stage == 0) {
@@ -171,8 +171,8 @@ TEST(Mpi, CollectiveBytesPerStepFollowTheory) {
 }
 
 TEST(Mpi, ReduceScatterFalseAllReducesBucketsWithTheSameLosses) {
-  const RunResult ref = zrepro("rsf_ref", config(0), "--steps 8");
-  RunResult r = zrepro("rsf", R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 0.003,
+  const RunResult ref = run_zrepro("rsf_ref", config(0), "--steps 8");
+  RunResult r = run_zrepro("rsf", R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 0.003,
                                   "weight_decay": 0.01}}, "zero_optimization": {"stage": 2, "reduce_scatter": false}})",
                        "--steps 8 --ranks 2");
   expect_same_losses(ref, r, 1e-4, "stage 2, reduce_scatter false");
@@ -187,7 +187,7 @@ TEST(Mpi, Stage2OverlapWithAccumulationHoldsTheGradientPartitionTwice) {
   // accumulation, every backward after the first micro-step reduces into a fresh
   // partition while the accumulated one stays alive. fp32: 4 bytes per element.
   for (int gas : {1, 2}) {
-    RunResult r = zrepro("ovl" + std::to_string(gas), R"({"train_micro_batch_size_per_gpu": 4,
+    RunResult r = run_zrepro("ovl" + std::to_string(gas), R"({"train_micro_batch_size_per_gpu": 4,
         "gradient_accumulation_steps": )" + std::to_string(gas) + R"(, "optimizer": {"type": "AdamW",
         "params": {"lr": 0.003}}, "zero_optimization": {"stage": 2, "overlap_comm": true, "reduce_bucket_size": 50000}})",
                          "--steps 2 --ranks 2");
@@ -203,8 +203,8 @@ TEST(Mpi, Stage2OverlapWithAccumulationHoldsTheGradientPartitionTwice) {
 }
 
 TEST(Mpi, WithoutMultiRankBucketAllReduceStage2ReduceScattersWithTheSameLosses) {
-  const RunResult ref = zrepro("mrb_ref", config(0), "--steps 8");
-  RunResult r = zrepro("mrb", R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 0.003,
+  const RunResult ref = run_zrepro("mrb_ref", config(0), "--steps 8");
+  RunResult r = run_zrepro("mrb", R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 0.003,
                                   "weight_decay": 0.01}}, "zero_optimization": {"stage": 2,
                                   "use_multi_rank_bucket_allreduce": false}})",
                        "--steps 8 --ranks 2");
@@ -220,7 +220,7 @@ TEST(Mpi, Stage3DefaultReuseDistanceKeepsLayersForTheirBackward) {
   // stays gathered until its backward, so it is gathered once per step.
   const std::string cfg = R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
                               "stage3_param_persistence_threshold": 1000}})";
-  RunResult r = zrepro("reuse", cfg, "--steps 3 --ranks 2");
+  RunResult r = run_zrepro("reuse", cfg, "--steps 3 --ranks 2");
   ASSERT_EQ(r.code, 0) << r.output;
   ASSERT_EQ(r.metrics.size(), 3u);
   const int64_t step0 = r.metrics[0]["comm_bytes"]["all_gather"], step1 = r.metrics[1]["comm_bytes"]["all_gather"];
@@ -235,7 +235,7 @@ TEST(Mpi, Stage3DefaultReuseDistanceKeepsLayersForTheirBackward) {
 
 TEST(Mpi, WatchdogTurnsAGasMismatchIntoExitFourOnEveryRank) {
   const auto t0 = std::chrono::steady_clock::now();
-  RunResult r = zrepro("hang", config(2), "--steps 5 --ranks 4 --inject gas-mismatch:2 --comm-timeout 3");
+  RunResult r = run_zrepro("hang", config(2), "--steps 5 --ranks 4 --inject gas-mismatch:2 --comm-timeout 3");
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(r.code, 4) << r.output;
   EXPECT_LT(took, 3 + 25) << "the job must end within the timeout plus a margin";
@@ -259,7 +259,7 @@ TEST(Mpi, WatchdogTurnsAGasMismatchIntoExitFourOnEveryRank) {
 }
 
 TEST(Mpi, SkipForwardAndStragglerAreDiagnosed) {
-  RunResult skip = zrepro("skip", config(3), "--steps 4 --ranks 2 --inject skip-forward:1:1 --comm-timeout 3");
+  RunResult skip = run_zrepro("skip", config(3), "--steps 4 --ranks 2 --inject skip-forward:1:1 --comm-timeout 3");
   EXPECT_EQ(skip.code, 4) << skip.output;
   EXPECT_EQ(skip.summary["status"], "hang");
   // Where each rank stands, for report.html's per-rank collective table.
@@ -267,7 +267,7 @@ TEST(Mpi, SkipForwardAndStragglerAreDiagnosed) {
   ASSERT_EQ(views.size(), 2u);
   for (const auto& v : views) EXPECT_EQ(v["waiting_seq"], skip.summary["failure"]["hang"]["seq"]) << v;
   // A straggler is slow, not stuck: the run completes and the other rank waits.
-  RunResult slow = zrepro("straggler", config(2), "--steps 4 --ranks 2 --inject straggler:1:100");
+  RunResult slow = run_zrepro("straggler", config(2), "--steps 4 --ranks 2 --inject straggler:1:100");
   ASSERT_EQ(slow.code, 0) << slow.output;
   const auto& ranks = slow.summary["memory"]["ranks"];
   EXPECT_GT(ranks[0]["comm_wait_s"].get<double>(), ranks[1]["comm_wait_s"].get<double>());
@@ -275,7 +275,7 @@ TEST(Mpi, SkipForwardAndStragglerAreDiagnosed) {
 }
 
 TEST(Mpi, OutOfMemoryOnEveryRankEndsWithExitThreeAndABreakdown) {
-  RunResult r = zrepro("oom", config(1), "--steps 2 --ranks 2 --device-memory 1MiB");
+  RunResult r = run_zrepro("oom", config(1), "--steps 2 --ranks 2 --device-memory 1MiB");
   EXPECT_EQ(r.code, 3) << r.output;
   EXPECT_NE(r.output.find("CUDA out of memory (emulated device). Tried to allocate"), std::string::npos) << r.output;
   ASSERT_FALSE(r.summary.is_null());
@@ -301,7 +301,7 @@ TEST(Mpi, OutOfMemoryOnEveryRankEndsWithExitThreeAndABreakdown) {
 }
 
 TEST(Mpi, TraceJsonHasComputeAndCommLanesForEveryRank) {
-  RunResult r = zrepro("trace", config(3), "--steps 3 --ranks 2");
+  RunResult r = run_zrepro("trace", config(3), "--steps 3 --ranks 2");
   ASSERT_EQ(r.code, 0) << r.output;
   std::ifstream in(r.dir + "/out/trace.json");
   ASSERT_TRUE(in.good());
@@ -327,10 +327,10 @@ TEST(Mpi, OddSizesExercisePaddingStraddlingAndSplitBuckets) {
   const std::string cfg = R"({"train_batch_size": 6, "zero_optimization": {"stage": 0, "reduce_bucket_size": 3001,
                               "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0}})";
   const std::string dims = "--vocab 127 --hidden 60 --heads 4 --seq 31 --intermediate 201 --steps 5 ";
-  const RunResult ref = zrepro("odd_ref", cfg, dims);
+  const RunResult ref = run_zrepro("odd_ref", cfg, dims);
   for (int stage : {1, 2, 3})
     expect_same_losses(ref,
-                       zrepro("odd" + std::to_string(stage), cfg,
+                       run_zrepro("odd" + std::to_string(stage), cfg,
                               dims + "--ranks 3 --micro-batch 1 --grad-accum 2 --verify-replicas --zero-stage " +
                                   std::to_string(stage)),
                        1e-5, "odd sizes, stage " + std::to_string(stage));
@@ -352,18 +352,18 @@ TEST(Mpi, EveryFamilyMatchesStageZeroAcrossStagesRanksAccumulationAndOffload) {
   for (const std::string& model : {std::string("tiny-llama"), qwen}) {
     const std::string m = " --model " + model;
     const std::string tag = model == qwen ? "qwen" : "llama";
-    const RunResult ref = zrepro(tag + "_ref", config(0), "--steps 8" + m);
+    const RunResult ref = run_zrepro(tag + "_ref", config(0), "--steps 8" + m);
     ASSERT_EQ(ref.code, 0) << tag << ref.output;
     for (int stage : {1, 2, 3}) {
-      RunResult r = zrepro(tag + "_s" + std::to_string(stage), config(stage, gas), "--steps 8 --ranks 2" + m);
+      RunResult r = run_zrepro(tag + "_s" + std::to_string(stage), config(stage, gas), "--steps 8 --ranks 2" + m);
       expect_same_losses(ref, r, 1e-4, tag + " stage " + std::to_string(stage) + ", 2 ranks, gas 2");
     }
     // Offload: the config's own zero_optimization replaces config()'s.
     const std::string base = R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 0.003,
         "weight_decay": 0.01}})";
-    expect_same_losses(ref, zrepro(tag + "_off2", base + offload_opt + "}", "--steps 8 --ranks 2" + m), 1e-4,
+    expect_same_losses(ref, run_zrepro(tag + "_off2", base + offload_opt + "}", "--steps 8 --ranks 2" + m), 1e-4,
                        tag + " stage 2 offload_optimizer");
-    expect_same_losses(ref, zrepro(tag + "_off3", base + offload_param + "}",
+    expect_same_losses(ref, run_zrepro(tag + "_off3", base + offload_param + "}",
                                    "--steps 8 --ranks 2 --activation-checkpointing" + m),
                        1e-4, tag + " stage 3 offload_param + checkpointing");
   }

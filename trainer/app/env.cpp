@@ -194,7 +194,7 @@ json environment_json() {
           {"libtorch", {{"version", torch_version()}, {"cuda", cuda_memory_supported()},
                         {"gpu_visible", torch::cuda::is_available()}, {"kind", libtorch_kind()},
                         {"intra_op_threads", at::get_num_threads()},
-                        {"prefix", ZREPRO_TORCH_PREFIX}, {"source", or_null(ZREPRO_TORCH_SOURCE)},
+                        {"prefix", ZREPRO_TORCH_PREFIX}, {"source", ZREPRO_TORCH_SOURCE},
                         {"activation_tapes", activation_tapes_json()}}},
           {"blas", blas_library()},
           {"blas_kernels", blas_kernels_json()},

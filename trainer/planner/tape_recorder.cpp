@@ -204,30 +204,13 @@ class Recorder {
   std::map<int64_t, std::string> by_bytes_;
 };
 
-// Two surrogates of a family: dimensions chosen (by a search over small sizes) so that
-// no two symbols coincide except structurally (t and t4 in fp32, ...), with different
-// head counts and query heads per key/value head (8 / 2 and 10 / 2), so a size that is
-// a multiple of one of them is told apart. sdpa's tiles: three per sequence in both,
-// so tile-sized symbols are not the full sequence's.
-ModelSpec surrogate(Family f, Attention a, bool tied, int which) {
-  ModelSpec m = resolve_model(f == Family::llama ? "tiny-llama" : "tiny");
-  m.layers = 2;
-  m.attention = a;
-  m.tied = tied;
-  if (which == 0) m.vocab = 37, m.seq = 15, m.hidden = 96, m.heads = 8, m.intermediate = 52;
-  else m.vocab = 43, m.seq = 21, m.hidden = 120, m.heads = 10, m.intermediate = 76;
-  m.kv_heads = f == Family::llama ? 2 : 0;
-  m.attention_tile = m.seq / 3;
-  return m;
-}
-
 // Every tape of one precision into `out` (the two surrogates must agree).
 void record_precision(Precision p, std::map<std::string, std::string>& out, std::vector<std::string>& problems) {
   for (Family f : {Family::gpt2, Family::llama})
     for (Attention a : {Attention::eager, Attention::sdpa})
       for (bool tied : {false, true})
         for (int64_t B : {1, 3}) {
-          const ModelSpec m0 = surrogate(f, a, tied, 0), m1 = surrogate(f, a, tied, 1);
+          const ModelSpec m0 = tape_surrogate(f, a, tied, 0), m1 = tape_surrogate(f, a, tied, 1);
           const std::string label = std::string(family_name(f)) + " " + attention_name(a) + (tied ? " tied" : "") +
                                     (p == Precision::bf16 ? " bf16" : " fp32") + " B=" + std::to_string(B);
           const Recording r0 = Recorder(m0, B, p).record(), r1 = Recorder(m1, B, p).record();
@@ -243,6 +226,23 @@ void record_precision(Precision p, std::map<std::string, std::string>& out, std:
 }
 
 }  // namespace
+
+// The surrogates' dimensions: chosen (by a search over small sizes) so that
+// no two symbols coincide except structurally (t and t4 in fp32, ...), with different
+// head counts and query heads per key/value head (8 / 2 and 10 / 2), so a size that is
+// a multiple of one of them is told apart. sdpa's tiles: three per sequence in both,
+// so tile-sized symbols are not the full sequence's.
+ModelSpec tape_surrogate(Family f, Attention a, bool tied, int which) {
+  ModelSpec m = resolve_model(f == Family::llama ? "tiny-llama" : "tiny");
+  m.layers = 2;
+  m.attention = a;
+  m.tied = tied;
+  if (which == 0) m.vocab = 37, m.seq = 15, m.hidden = 96, m.heads = 8, m.intermediate = 52;
+  else m.vocab = 43, m.seq = 21, m.hidden = 120, m.heads = 10, m.intermediate = 76;
+  m.kv_heads = f == Family::llama ? 2 : 0;
+  m.attention_tile = m.seq / 3;
+  return m;
+}
 
 std::string linked_libtorch_version() {
   return std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +

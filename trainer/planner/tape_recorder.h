@@ -26,6 +26,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "trainer/config/model_spec.h"
+
 namespace zrepro {
 
 struct TapeTable {
@@ -61,6 +63,9 @@ class OneDnnOff {
 nlohmann::json tapes_to_json(const TapeTable& t);
 // Throws std::runtime_error naming `source` when the document is not a tape table.
 TapeTable tapes_from_json(const nlohmann::json& j, const std::string& source);
+
+// The two surrogate models a family's tapes are recorded on (which: 0 or 1; two blocks).
+ModelSpec tape_surrogate(Family f, Attention a, bool tied, int which);
 
 // The LibTorch release this build links ("2.15.0").
 std::string linked_libtorch_version();

@@ -19,7 +19,7 @@ using json = nlohmann::json;
 
 namespace {
 
-double num(const json& v, double fallback = NAN) { return v.is_number() ? v.get<double>() : fallback; }
+double number_or(const json& v, double fallback = NAN) { return v.is_number() ? v.get<double>() : fallback; }
 
 std::string fixed(double v, int prec) {
   if (!std::isfinite(v)) return "-";
@@ -50,7 +50,7 @@ void memory_figures(double hi, double lo, double cap, const json& cats, json& ro
 constexpr double kFidelityPoints = 5.0;
 
 void target_of(const json& sd, double hi, double cap, json& row) {
-  const double f = num(sd.value("parameter_factor", json()));
+  const double f = number_or(sd.value("parameter_factor", json()));
   row["target_peak_bytes_max"] = std::isfinite(hi) ? json(hi * f) : json(nullptr);
   row["target_capacity_bytes"] = std::isfinite(cap) ? json(cap * f) : json(nullptr);
   const json planned = sd.value("target_planned", json());
@@ -59,7 +59,7 @@ void target_of(const json& sd, double hi, double cap, json& row) {
   row["target_model"] = sd.value("target_model", json()).is_object() ? sd["target_model"].value("name", json()) : json(nullptr);
   json worst;
   for (const auto& r : sd.value("fidelity", json::array())) {
-    const double off = 100 * std::abs(num(r.value("toy_share", json()), 0) - num(r.value("target_share", json()), 0));
+    const double off = 100 * std::abs(number_or(r.value("toy_share", json()), 0) - number_or(r.value("target_share", json()), 0));
     if (worst.is_null() || off > worst["off_points"].get<double>())
       worst = {{"category", r.value("category", "?")}, {"toy_share", r.value("toy_share", json())},
                {"target_share", r.value("target_share", json())}, {"off_points", off}};
@@ -73,10 +73,10 @@ void target_of(const json& sd, double hi, double cap, json& row) {
 std::string target_basis(const json& row) {
   if (!row.value("fidelity_worst", json()).is_object()) return "";
   const json& w = row["fidelity_worst"];
-  const double cap = num(row.value("target_capacity_bytes", json()));
+  const double cap = number_or(row.value("target_capacity_bytes", json()));
   std::string s = "; " + row["side"].get<std::string>() + " at target";
   if (row.value("target_model", json()).is_string()) s += " (" + row["target_model"].get<std::string>() + ")";
-  const double planned = num(row.value("target_planned_peak_bytes", json())), toy = num(row.value("target_peak_bytes_max", json()));
+  const double planned = number_or(row.value("target_planned_peak_bytes", json())), toy = number_or(row.value("target_peak_bytes_max", json()));
   if (cap > 0 && std::isfinite(planned))
     s += ": planned peak " + fixed(100 * planned / cap, 0) + "% of capacity" +
          (std::isfinite(toy) ? " (the toy measured " + fixed(100 * toy / cap, 0) + "%)" : "");
@@ -87,7 +87,7 @@ std::string target_basis(const json& row) {
          w["category"].get<std::string>() + ", " + fixed(off, 1) + ")";
   else
     s += w["category"].get<std::string>() + " off by " + fixed(off, 0) + " points (toy " +
-         fixed(100 * num(w["toy_share"]), 0) + "% vs target " + fixed(100 * num(w["target_share"]), 0) +
+         fixed(100 * number_or(w["toy_share"]), 0) + "% vs target " + fixed(100 * number_or(w["target_share"]), 0) +
          "% of capacity): the toy's verdict may not hold at target";
   return s;
 }
@@ -124,7 +124,7 @@ void offload_of(const Summary& s, json& row) {
 
 // Time of a run: median step, tokens/s, each part's share of the accounted time, the
 // offload overlap of rank 0 and the largest per-rank collective wait.
-void time_of(const Summary& s, json& row) {
+void add_time_of(const Summary& s, json& row) {
   if (!s.time) return;
   const SummaryTime& t = *s.time;
   row["step_s_median"] = json_of(t.step_s_median);
@@ -146,8 +146,8 @@ void time_of(const Summary& s, json& row) {
 void plan_row(const json& p, json& row) {
   row["status"] = p.value("verdict", "?") == "oom" ? "oom (planned)" : "fits (planned)";
   row["phase"] = p.value("oom_phase", json());
-  const double peak = num(p.value("peak_bytes", json()));
-  memory_figures(peak, peak, num(p.value("device_capacity_bytes", json())), p.value("by_category", json()), row);
+  const double peak = number_or(p.value("peak_bytes", json()));
+  memory_figures(peak, peak, number_or(p.value("device_capacity_bytes", json())), p.value("by_category", json()), row);
 }
 
 json row_of(const AbRun& r, bool plan_only) {
@@ -167,7 +167,7 @@ json row_of(const AbRun& r, bool plan_only) {
   row["failed_ranks"] = r.failed_ranks;
   row["steps"] = s.steps.size();
   row["final_loss"] = s.steps.empty() ? json(nullptr) : json_of(s.steps.back().loss);
-  time_of(s, row);
+  add_time_of(s, row);
   memory_of(s, row);
   return row;
 }
@@ -200,7 +200,7 @@ std::string losses_clause(const json& ra, const json& rb, bool a_fail, bool b_fa
     v += "; losses " + (loss_diff <= 1e-6 ? std::string("equal within 1e-6") : "differ by up to " + fixed(loss_diff, 8));
   else
     v += "; no common steps to compare losses";
-  const double ta = num(ra.value("step_s_median", json())), tb = num(rb.value("step_s_median", json()));
+  const double ta = number_or(ra.value("step_s_median", json())), tb = number_or(rb.value("step_s_median", json()));
   if (!a_fail && !b_fail && ta > 0 && tb > 0) v += "; B's step time " + fixed(tb / ta, 2) + "x A's";
   return v;
 }
@@ -242,7 +242,7 @@ Measured measured_verdict(const Expectation& e, const AbRun& a, const AbRun& b, 
     m.a_shows = std::isfinite(d) && d > e.factor;
     figure = e.key + " differs from B's by up to " + fixed(d, 6) + " relative (expected " + want + ")";
   } else {
-    const double x = num(ra.value(e.key, json())), y = num(rb.value(e.key, json()));
+    const double x = number_or(ra.value(e.key, json())), y = number_or(rb.value(e.key, json()));
     const double ratio = y != 0 ? x / y : NAN;
     // A share under 1% on both sides is no symptom, whatever its ratio (1e-6 vs 1e-7).
     const bool negligible = e.key.size() > 6 && e.key.compare(e.key.size() - 6, 6, "_share") == 0 && std::max(x, y) < 0.01;
@@ -269,12 +269,12 @@ std::string table(const json& rows) {
     std::snprintf(line, sizeof line, "  %-4s %5d  %-16s %-9d %-11s %10s %6s %10s %12s %9s %9s %6s %6s %10s\n",
                   r["side"].get<std::string>().c_str(), r["ranks"].get<int>(), r["status"].get<std::string>().c_str(),
                   r["exit_code"].get<int>(), r.value("phase", json()).is_string() ? r["phase"].get<std::string>().c_str() : "-",
-                  bytes(num(r.value("peak_bytes_max", json()))).c_str(), pct("peak_share_of_capacity").c_str(),
-                  bytes(num(r.value("peak_bytes_spread", json()))).c_str(),
-                  bytes(num(r.value("target_planned_peak_bytes", json()))).c_str(),
-                  fixed(num(r.value("step_s_median", json())), 4).c_str(),
-                  fixed(num(r.value("tokens_per_s", json())), 0).c_str(), pct("comm_wait_share").c_str(),
-                  pct("offload_copy_share").c_str(), fixed(num(r.value("final_loss", json())), 5).c_str());
+                  bytes(number_or(r.value("peak_bytes_max", json()))).c_str(), pct("peak_share_of_capacity").c_str(),
+                  bytes(number_or(r.value("peak_bytes_spread", json()))).c_str(),
+                  bytes(number_or(r.value("target_planned_peak_bytes", json()))).c_str(),
+                  fixed(number_or(r.value("step_s_median", json())), 4).c_str(),
+                  fixed(number_or(r.value("tokens_per_s", json())), 0).c_str(), pct("comm_wait_share").c_str(),
+                  pct("offload_copy_share").c_str(), fixed(number_or(r.value("final_loss", json())), 5).c_str());
     os << line;
   }
   return os.str();
@@ -539,7 +539,7 @@ std::string ab_html(const json& ab) {
       if (r.value(k, json()).is_number()) scale = std::max(scale, r[k].get<double>());
   int y = 5;
   for (const auto& r : ab["rows"]) {
-    const double peak = num(r.value("peak_bytes_max", json()), 0), cap = num(r.value("capacity_bytes", json()), 0);
+    const double peak = number_or(r.value("peak_bytes_max", json()), 0), cap = number_or(r.value("capacity_bytes", json()), 0);
     const std::string label = r["side"].get<std::string>() + " x" + std::to_string(r["ranks"].get<int>());
     const bool bad = r["exit_code"].get<int>() != 0;
     o << "<text x='0' y='" << y + 15 << "' font-size='12'>" << html_escape(label) << "</text><rect x='60' y='" << y
@@ -579,13 +579,13 @@ std::string ab_html(const json& ab) {
     o << "<tr><td>" << html_escape(r["side"].get<std::string>()) << "</td><td>" << r["ranks"] << "</td><td>"
       << html_escape(r["status"].get<std::string>()) << "</td><td>" << r["exit_code"] << "</td><td>"
       << (r.value("phase", json()).is_string() ? html_escape(r["phase"].get<std::string>()) : "-") << "</td><td>"
-      << bytes(num(r.value("peak_bytes_max", json()))) << "</td><td>"
+      << bytes(number_or(r.value("peak_bytes_max", json()))) << "</td><td>"
       << (r.value("peak_share_of_capacity", json()).is_number() ? fixed(100 * r["peak_share_of_capacity"].get<double>(), 0) : "-")
-      << "</td><td>" << bytes(num(r.value("peak_bytes_spread", json()))) << "</td><td>"
-      << bytes(num(r.value("target_planned_peak_bytes", json()))) << " (toy: "
-      << bytes(num(r.value("target_peak_bytes_max", json()))) << ")</td><td>" << fixed(num(r.value("step_s_median", json())), 4)
-      << "</td><td>" << fixed(num(r.value("tokens_per_s", json())), 0) << "</td><td>"
-      << fixed(num(r.value("final_loss", json())), 5) << "</td></tr>";
+      << "</td><td>" << bytes(number_or(r.value("peak_bytes_spread", json()))) << "</td><td>"
+      << bytes(number_or(r.value("target_planned_peak_bytes", json()))) << " (toy: "
+      << bytes(number_or(r.value("target_peak_bytes_max", json()))) << ")</td><td>" << fixed(number_or(r.value("step_s_median", json())), 4)
+      << "</td><td>" << fixed(number_or(r.value("tokens_per_s", json())), 0) << "</td><td>"
+      << fixed(number_or(r.value("final_loss", json())), 5) << "</td></tr>";
   o << "</table></body></html>\n";
   return o.str();
 }

@@ -93,7 +93,7 @@ void set_whole(json& n, const char* key, const std::string& digits) {
   if (const auto v = whole(digits)) n[key] = *v;
 }
 
-double num(const std::string& s) {
+double parse_number(const std::string& s) {
   try {
     return std::stod(s);
   } catch (const std::exception&) {
@@ -180,7 +180,7 @@ void read_wall_clock(const std::string& fields, json& n) {
     if (const auto it = old_names.find(name); it != old_names.end()) name = it->second;
     if (name != "fwd" && name != "bwd" && name != "bwd_allreduce" && name != "step") continue;
     const std::string key = (micro ? "micro_" : "") + name;
-    w[key] = w.value(key, 0.0) + num((*it)[2].str());
+    w[key] = w.value(key, 0.0) + parse_number((*it)[2].str());
   }
 }
 
@@ -231,7 +231,7 @@ void read_fingerprint_numbers(const std::string& id, const std::smatch& m, const
   } else if (id == "overflow") {
     n["overflow_steps"] = n.value("overflow_steps", 0) + 1;
     if (m[2].matched) {
-      const double scale = num(m[2].str());
+      const double scale = parse_number(m[2].str());
       n["last_attempted_loss_scale"] = scale;
       if (scale >= 0 && scale < n.value("min_attempted_loss_scale", 1e300)) n["min_attempted_loss_scale"] = scale;
       if (scale >= 0 && scale <= 1) n["overflows_at_scale_1"] = n.value("overflows_at_scale_1", 0) + 1;
@@ -242,16 +242,16 @@ void read_fingerprint_numbers(const std::string& id, const std::smatch& m, const
     read_watchdog_line(line, n);
   } else if (id == "memory_line") {
     // DeepSpeed's see_memory_usage before the failure: what the model states took.
-    if (!s.found.count("oom")) n["allocated_gb_before_failure"] = num(m[1].str());
+    if (!s.found.count("oom")) n["allocated_gb_before_failure"] = parse_number(m[1].str());
     // Every such line, in order: the job's device memory over its set-up and steps (GB as
     // DeepSpeed prints them; the label is the see_memory_usage line just before, if any).
     json& t = n["memory_timeline"];
     if (!t.is_array()) t = json::array();
     if (t.size() < 200)
-      t.push_back({{"line", s.last_line}, {"label", s.last_label}, {"MA_GB", num(m[1].str())}, {"Max_MA_GB", num(m[2].str())},
-                   {"CA_GB", num(m[3].str())}, {"Max_CA_GB", num(m[4].str())}});
+      t.push_back({{"line", s.last_line}, {"label", s.last_label}, {"MA_GB", parse_number(m[1].str())}, {"Max_MA_GB", parse_number(m[2].str())},
+                   {"CA_GB", parse_number(m[3].str())}, {"Max_CA_GB", parse_number(m[4].str())}});
   } else if (id == "model_state_share") {
-    n["model_states_share"] = n.value("model_states_share", 0.0) + num(m[3].str()) / 100.0;
+    n["model_states_share"] = n.value("model_states_share", 0.0) + parse_number(m[3].str()) / 100.0;
   } else if (id == "zero_stage") {
     set_whole(n, "zero_stage", m[1].matched ? m[1].str() : m[2].matched ? m[2].str() : m[3].str());
   } else if (id == "completed_steps") {
@@ -925,7 +925,7 @@ std::string printable(const std::string& line) {
 }
 
 int64_t parse_printed_bytes(const std::string& number, const std::string& unit) {
-  const double x = num(number);
+  const double x = parse_number(number);
   if (x < 0) return -1;
   static const std::map<std::string, double> units = {
       {"bytes", 1},           {"B", 1},          {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},

@@ -20,13 +20,13 @@ void widen(std::pair<double, double>& range, double x, bool& first) {
   first = false;
 }
 
-std::string pct(double x) {
+std::string signed_pct(double x) {
   char b[32];
   std::snprintf(b, sizeof b, "%+.0f%%", 100 * x);
   return b;
 }
 
-std::string range(const std::pair<double, double>& r) { return pct(r.first) + " .. " + pct(r.second); }
+std::string range(const std::pair<double, double>& r) { return signed_pct(r.first) + " .. " + signed_pct(r.second); }
 
 }  // namespace
 

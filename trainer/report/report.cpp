@@ -20,7 +20,7 @@ using json = nlohmann::json;
 
 namespace {
 // JSON has no NaN/inf: non-finite numbers become null.
-json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+json finite_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -95,8 +95,8 @@ void MetricsWriter::close() {
 
 json step_json(const StepRecord& s) {
   return {{"step", s.step},
-          {"loss", num(s.loss)},
-          {"grad_norm", num(s.grad_norm)},
+          {"loss", finite_or_null(s.loss)},
+          {"grad_norm", finite_or_null(s.grad_norm)},
           {"loss_scale", s.loss_scale},
           {"skipped", s.skipped},
           {"lr", s.lr},

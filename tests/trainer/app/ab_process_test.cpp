@@ -9,10 +9,6 @@
 
 namespace {
 
-std::string scenario(const std::string& name) {
-  return std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/" + name + "/ds_config.json";
-}
-
 nlohmann::json read(const std::string& path) {
   std::ifstream in(path);
   return nlohmann::json::parse(in);
@@ -22,7 +18,7 @@ nlohmann::json read(const std::string& path) {
 
 TEST(Ab, ActivationCheckpointingFixesFirstBatchActivations) {
   const std::string out = zrepro_test::fresh_dir("ab_fba");
-  const auto r = zrepro_test::zrepro_cmd("ab --a " + scenario("first-batch-activations") +
+  const auto r = zrepro_test::zrepro_cmd("ab --a " + zrepro_test::scenario_path("first-batch-activations") +
                                          " --b-args --activation-checkpointing --model small --device-memory 120MB "
                                          "--steps 2 --out " + out);
   EXPECT_EQ(r.code, 0) << r.output;
@@ -39,8 +35,8 @@ TEST(Ab, ActivationCheckpointingFixesFirstBatchActivations) {
   EXPECT_TRUE(std::filesystem::exists(out + "/A_r1/summary.json"));
 
   // The same A/B without the fix: B fails too.
-  const auto same = zrepro_test::zrepro_cmd("ab --a " + scenario("first-batch-activations") + " --b " +
-                                            scenario("first-batch-activations") +
+  const auto same = zrepro_test::zrepro_cmd("ab --a " + zrepro_test::scenario_path("first-batch-activations") + " --b " +
+                                            zrepro_test::scenario_path("first-batch-activations") +
                                             " --model small --device-memory 120MB --steps 2 --out " + out + "/same");
   EXPECT_EQ(same.code, 6) << same.output;
   EXPECT_NE(same.output.find("B does not fix it"), std::string::npos) << same.output;
@@ -48,7 +44,7 @@ TEST(Ab, ActivationCheckpointingFixesFirstBatchActivations) {
 
 TEST(Ab, PlanOnlyAndBadInput) {
   const std::string out = zrepro_test::fresh_dir("ab_plan");
-  const auto p = zrepro_test::zrepro_cmd("ab --plan-only --a " + scenario("first-batch-activations") +
+  const auto p = zrepro_test::zrepro_cmd("ab --plan-only --a " + zrepro_test::scenario_path("first-batch-activations") +
                                          " --b-args --activation-checkpointing --model small --device-memory 120MB "
                                          "--out " + out);
   EXPECT_EQ(p.code, 0) << p.output;
@@ -56,13 +52,13 @@ TEST(Ab, PlanOnlyAndBadInput) {
   EXPECT_NE(p.output.find("B fixes it"), std::string::npos) << p.output;
   // train_batch_size 8 with micro-batch 8 has no gradient accumulation for 2 ranks:
   // the side is refused with DeepSpeed's message and ab exits 2.
-  const auto two = zrepro_test::zrepro_cmd("ab --plan-only --a " + scenario("first-batch-activations") +
+  const auto two = zrepro_test::zrepro_cmd("ab --plan-only --a " + zrepro_test::scenario_path("first-batch-activations") +
                                            " --b-args --activation-checkpointing --model small --ranks 1,2 --out " + out);
   EXPECT_EQ(two.code, 2) << two.output;
   EXPECT_NE(two.output.find("Gradient accumulation steps"), std::string::npos) << two.output;
   // A scale-down's target under --plan-only: the planner plans the target itself (the
   // zero2-params-dont-fit job: gpt3-6.7b at stage 2 on 40 GB OOMs, ZeRO-3 fits).
-  const std::string z2 = scenario("zero2-params-dont-fit");
+  const std::string z2 = zrepro_test::scenario_path("zero2-params-dont-fit");
   const std::string z3 = std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/zero2-params-dont-fit/fixed.json";
   const auto target = zrepro_test::zrepro_cmd("ab --plan-only --a " + z2 + " --b " + z3 + " --ranks 4 "
                                               "--activation-checkpointing --target-model gpt3-6.7b "
@@ -80,7 +76,7 @@ TEST(Ab, PlanOnlyAndBadInput) {
   const auto missing = zrepro_test::zrepro_cmd("ab --b x.json");
   EXPECT_EQ(missing.code, 2);
   EXPECT_NE(missing.output.find("--a"), std::string::npos) << missing.output;
-  const auto refused = zrepro_test::zrepro_cmd("ab --a " + scenario("first-batch-activations") +
+  const auto refused = zrepro_test::zrepro_cmd("ab --a " + zrepro_test::scenario_path("first-batch-activations") +
                                                " --b-args --activation-checkpointing --steps 0 --out " + out + "/bad");
   EXPECT_EQ(refused.code, 2) << refused.output;
   EXPECT_NE(refused.output.find("--steps"), std::string::npos) << refused.output;
@@ -91,7 +87,7 @@ TEST(Ab, PlanOnlyAndBadInput) {
 // that existed before, with the user's file in it, stays.
 TEST(Ab, APartialFolderItMadeGoesOnAnIoFailure) {
   const std::string base = zrepro_test::fresh_dir("ab_partial");
-  const std::string args = " --a " + scenario("first-batch-activations") +
+  const std::string args = " --a " + zrepro_test::scenario_path("first-batch-activations") +
                            " --b-args --activation-checkpointing --model small --device-memory 120MB --steps 2";
   const std::string fresh = base + "/fresh";
   auto r = zrepro_test::shell("ulimit -f 2; " + std::string(ZREPRO_BIN) + " ab" + args + " --out " + fresh +

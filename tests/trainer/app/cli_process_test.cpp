@@ -20,7 +20,7 @@ using json = nlohmann::json;
 namespace {
 
 using Result = zrepro_test::Process;
-Result zrepro(const std::string& args) { return zrepro_test::zrepro_cmd(args); }
+Result cli(const std::string& args) { return zrepro_test::zrepro_cmd(args); }
 
 std::string src(const std::string& rel) { return std::string(ZREPRO_SOURCE_DIR) + "/" + rel; }
 
@@ -41,7 +41,7 @@ json read_json(const std::string& path) {
 
 TEST(Cli, RunWritesSummaryAndMetrics) {
   std::string out = tmpdir("run");
-  Result r = zrepro("run --config " + src("configs/examples/stage0_fp32.json") + " --model tiny --steps 12 --out " + out);
+  Result r = cli("run --config " + src("configs/examples/stage0_fp32.json") + " --model tiny --steps 12 --out " + out);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("[deepspeed] step=10, skipped=0, lr=["), std::string::npos) << r.output;
   json s = read_json(out + "/summary.json");
@@ -74,7 +74,7 @@ TEST(Cli, RunWritesSummaryAndMetrics) {
 TEST(Cli, BadConfigExitsTwoWithAConfigErrorSummary) {
   std::string out = tmpdir("bad");
   std::string cfg = write(out, "{\"train_micro_batch_size_per_gpu\": 2, \"zero_optimization\": {\"stage\": 5}}");
-  Result r = zrepro("run --config " + cfg + " --steps 2 --out " + out);
+  Result r = cli("run --config " + cfg + " --steps 2 --out " + out);
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("zero_optimization.stage: got 5, expected 0, 1, 2 or 3"), std::string::npos) << r.output;
   json s = read_json(out + "/summary.json");
@@ -84,21 +84,21 @@ TEST(Cli, BadConfigExitsTwoWithAConfigErrorSummary) {
 
 TEST(Cli, MalformedJsonAndMissingFileAndBadFlagsExitTwo) {
   std::string dir = tmpdir("malformed");
-  Result r = zrepro("run --config " + write(dir, "{\n \"train_batch_size\": 8\n \"x\": 1}") + " --steps 1");
+  Result r = cli("run --config " + write(dir, "{\n \"train_batch_size\": 8\n \"x\": 1}") + " --steps 1");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("line 3, column"), std::string::npos) << r.output;
-  r = zrepro("run --config /nonexistent/ds.json");
+  r = cli("run --config /nonexistent/ds.json");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("/nonexistent/ds.json"), std::string::npos);
-  r = zrepro("run --config " + src("configs/examples/stage0_fp32.json") + " --steps zero");
+  r = cli("run --config " + src("configs/examples/stage0_fp32.json") + " --steps zero");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("steps"), std::string::npos) << r.output;
-  r = zrepro("run --config " + src("configs/examples/stage0_fp32.json") + " --precision fp8");
+  r = cli("run --config " + src("configs/examples/stage0_fp32.json") + " --precision fp8");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("--precision"), std::string::npos) << r.output;
-  r = zrepro("run --config " + src("configs/examples/stage0_fp32.json") + " --device tpu");
+  r = cli("run --config " + src("configs/examples/stage0_fp32.json") + " --device tpu");
   EXPECT_EQ(r.code, 2);
-  r = zrepro("frobnicate");
+  r = cli("frobnicate");
   EXPECT_EQ(r.code, 2);
 }
 
@@ -106,7 +106,7 @@ TEST(Cli, LossScaleAtMinimumExitsFiveWithDeepSpeedLines) {
   std::string out = tmpdir("fp16");
   std::string cfg = write(out, R"({"train_micro_batch_size_per_gpu": 2,
       "fp16": {"enabled": true, "initial_scale_power": 3, "hysteresis": 1}})");
-  Result r = zrepro("run --config " + cfg + " --steps 20 --inject inf-grad:0:2- --out " + out);
+  Result r = cli("run --config " + cfg + " --steps 20 --inject inf-grad:0:2- --out " + out);
   EXPECT_EQ(r.code, 5) << r.output;
   EXPECT_NE(r.output.find("[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 8, reducing to 4"),
             std::string::npos)
@@ -128,7 +128,7 @@ TEST(Cli, LossScaleAtMinimumExitsFiveWithDeepSpeedLines) {
 }
 
 TEST(Cli, ConfigCommandPrintsEveryValueWithItsSource) {
-  Result r = zrepro("config --config " + src("configs/examples/hf_auto_zero2.json") +
+  Result r = cli("config --config " + src("configs/examples/hf_auto_zero2.json") +
                     " --world-size 4 --micro-batch 2 --lr 3e-4 --precision bf16");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("train_batch_size ...."), std::string::npos) << r.output;
@@ -136,7 +136,7 @@ TEST(Cli, ConfigCommandPrintsEveryValueWithItsSource) {
   EXPECT_NE(r.output.find("optimizer.params.lr"), std::string::npos);
   EXPECT_NE(r.output.find("0.0003   [auto: from --lr]"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("4096   [auto: h*h with model hidden size h = 64]"), std::string::npos) << r.output;
-  r = zrepro("config --config " + src("configs/examples/hf_auto_zero2.json") + " --json");
+  r = cli("config --config " + src("configs/examples/hf_auto_zero2.json") + " --json");
   ASSERT_EQ(r.code, 0) << r.output;
   json j = json::parse(r.output);
   EXPECT_EQ(j["resolved"]["train_micro_batch_size_per_gpu"], 8);
@@ -152,23 +152,23 @@ TEST(Cli, NonsenseIsRefusedWithExitTwoAndASummary) {
   const std::string out = tmpdir("nonsense");
   const std::string cfg = write(out, R"({"train_micro_batch_size_per_gpu": 2})");
   // An injection past the run's steps would have no effect.
-  Result r = zrepro("run --config " + cfg + " --steps 3 --inject inf-grad:0:7 --out " + out + "/o1");
+  Result r = cli("run --config " + cfg + " --steps 3 --inject inf-grad:0:7 --out " + out + "/o1");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("past the run's --steps 3"), std::string::npos) << r.output;
   // A micro-batch past 32-bit indexing: exit 2 naming the key, not a LibTorch trace.
-  r = zrepro("run --config " + cfg + " --steps 1 --micro-batch 4294967297 --out " + out + "/o2");
+  r = cli("run --config " + cfg + " --steps 1 --micro-batch 4294967297 --out " + out + "/o2");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("train_micro_batch_size_per_gpu: got 4294967297"), std::string::npos) << r.output;
   // A byte that is not UTF-8 in the config: quoted in the error, the summary still written.
   const std::string bad = out + "/latin1.json";
   std::ofstream(bad) << "{\"train_micro_batch_size_per_gpu\": 2, \"optimizer\": {\"type\": \"Ad\xe9m\"}}";
-  r = zrepro("run --config " + bad + " --steps 1 --out " + out + "/o3");
+  r = cli("run --config " + bad + " --steps 1 --out " + out + "/o3");
   EXPECT_EQ(r.code, 2) << r.output;
   const json s = read_json(out + "/o3/summary.json");
   EXPECT_EQ(s["status"], "config_error");
   // --ranks with a broken config: refused before mpirun starts anything.
   const std::string dup = write(out, R"({"train_micro_batch_size_per_gpu": 2, "train_micro_batch_size_per_gpu": 4})");
-  r = zrepro("run --ranks 2 --config " + dup + " --steps 1 --out " + out + "/o4");
+  r = cli("run --ranks 2 --config " + dup + " --steps 1 --out " + out + "/o4");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("Duplicate keys"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("mpirun"), std::string::npos) << r.output;
@@ -176,14 +176,14 @@ TEST(Cli, NonsenseIsRefusedWithExitTwoAndASummary) {
   // A vocabulary past 32-bit token ids: exit 2 naming it (it once reached std::bad_alloc
   // in the summary writer itself, which then wrote nothing).
   const std::string good = write(tmpdir("nonsense_sizes"), R"({"train_micro_batch_size_per_gpu": 2})");
-  r = zrepro("run --config " + good + " --steps 1 --vocab 1099511627776 --out " + out + "/o5");
+  r = cli("run --config " + good + " --steps 1 --vocab 1099511627776 --out " + out + "/o5");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("vocab 1099511627776 is above 2147483647"), std::string::npos) << r.output;
   EXPECT_EQ(read_json(out + "/o5/summary.json")["status"], "config_error");
   // A model larger than any host's address space (175 TiB of parameters: past x86-64's
   // 128 TiB, so no overcommit setting lets it through), within the model bounds: a host
   // OOM, exit 3, with its summary, not LibTorch's allocator trace as an internal error.
-  r = zrepro("run --config " + good + " --steps 1 --layers 4 --hidden 1000000 --out " + out + "/o6");
+  r = cli("run --config " + good + " --steps 1 --layers 4 --hidden 1000000 --out " + out + "/o6");
   EXPECT_EQ(r.code, 3) << r.output;
   EXPECT_EQ(r.output.find("internal error"), std::string::npos) << r.output;
   const json host = read_json(out + "/o6/summary.json");
@@ -195,7 +195,7 @@ TEST(Cli, Fp32DivergenceSaysNothingOfFp16) {
   const std::string out = tmpdir("fp32nan");
   const std::string cfg = write(out, R"({"train_micro_batch_size_per_gpu": 2,
       "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}})");
-  Result r = zrepro("run --config " + cfg + " --steps 4 --inject inf-grad:0:1 --out " + out);
+  Result r = cli("run --config " + cfg + " --steps 4 --inject inf-grad:0:1 --out " + out);
   EXPECT_EQ(r.code, 5) << r.output;
   const json s = read_json(out + "/summary.json");
   EXPECT_EQ(s["failure"]["kind"], "numerical");
@@ -218,7 +218,7 @@ TEST(Cli, OneRunAtATimePerOutFolder) {
   for (int i = 0; i < 200 && !std::filesystem::exists(o + "/.zrepro.lock"); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  Result second = zrepro("run --config " + cfg + " --steps 2 --out " + o);
+  Result second = cli("run --config " + cfg + " --steps 2 --out " + o);
   EXPECT_EQ(second.code, 2) << second.output;
   EXPECT_NE(second.output.find("another zrepro run (pid "), std::string::npos) << second.output;
   zrepro_test::shell("for i in $(seq 1200); do kill -0 " + pid + " 2>/dev/null || break; sleep 0.1; done");
@@ -234,7 +234,7 @@ TEST(Cli, OneRunAtATimePerOutFolder) {
   std::filesystem::create_directories(o + "/flight");
   std::ofstream(o + "/hang_report.json") << "{}";
   std::ofstream(o + "/.zrepro-outputs", std::ios::app) << "flight\nhang_report.json\n";
-  Result third = zrepro("run --config " + cfg + " --steps 2 --out " + o);
+  Result third = cli("run --config " + cfg + " --steps 2 --out " + o);
   EXPECT_EQ(third.code, 0) << third.output;
   EXPECT_FALSE(std::filesystem::exists(o + "/hang_report.json"));
   EXPECT_FALSE(std::filesystem::exists(o + "/flight"));
@@ -253,13 +253,13 @@ TEST(Cli, TheUsersFilesInOutAreNeverMovedOrDeleted) {
   std::filesystem::create_directories(o + "/inputs");
   std::ofstream(o + "/inputs/keep.txt") << "mine";
   std::ofstream(o + "/notes.txt") << "mine too";
-  const Result first = zrepro("run --config " + cfg + " --model tiny --steps 2 --out " + o);
+  const Result first = cli("run --config " + cfg + " --model tiny --steps 2 --out " + o);
   EXPECT_EQ(first.code, 2) << first.output;
   EXPECT_NE(first.output.find("\"inputs\" is a folder no zrepro run recorded writing"), std::string::npos) << first.output;
   EXPECT_EQ(zrepro_test::read_text(o + "/inputs/keep.txt"), "mine");
   std::filesystem::rename(o + "/inputs", out + "/inputs");
   for (int i = 0; i < 3; ++i) {  // three runs: two rotations, the second replacing previous/
-    const Result r = zrepro("run --config " + cfg + " --model tiny --steps 2 --out " + o);
+    const Result r = cli("run --config " + cfg + " --model tiny --steps 2 --out " + o);
     EXPECT_EQ(r.code, 0) << r.output;
   }
   EXPECT_EQ(zrepro_test::read_text(o + "/notes.txt"), "mine too");
@@ -267,7 +267,7 @@ TEST(Cli, TheUsersFilesInOutAreNeverMovedOrDeleted) {
   // A folder the user adds later under an output name is theirs too.
   std::filesystem::create_directories(o + "/flight");
   std::ofstream(o + "/flight/keep.txt") << "mine";
-  Result r = zrepro("run --config " + cfg + " --model tiny --steps 2 --out " + o);
+  Result r = cli("run --config " + cfg + " --model tiny --steps 2 --out " + o);
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_EQ(zrepro_test::read_text(o + "/flight/keep.txt"), "mine");
   std::filesystem::remove_all(o + "/flight");
@@ -275,7 +275,7 @@ TEST(Cli, TheUsersFilesInOutAreNeverMovedOrDeleted) {
   std::filesystem::remove_all(o + "/previous");
   std::filesystem::create_directories(o + "/previous");
   std::ofstream(o + "/previous/keep.txt") << "mine";
-  r = zrepro("run --config " + cfg + " --model tiny --steps 2 --out " + o);
+  r = cli("run --config " + cfg + " --model tiny --steps 2 --out " + o);
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("\"previous\" holds no zrepro manifest"), std::string::npos) << r.output;
   EXPECT_EQ(zrepro_test::read_text(o + "/previous/keep.txt"), "mine");
@@ -288,24 +288,24 @@ TEST(Cli, TheUsersFilesInOutAreNeverMovedOrDeleted) {
 TEST(Cli, OddInputToTheNewerCommandsEndsWithAnExitCodeNotAnAbort) {
   const std::string out = tmpdir("odd33");
   const std::string cfg = write(out, R"({"train_micro_batch_size_per_gpu": 2})");
-  Result r = zrepro("run --config " + cfg + " --model tiny --steps 2 --device-memory 1MB --out " + out + "/oom");
+  Result r = cli("run --config " + cfg + " --model tiny --steps 2 --device-memory 1MB --out " + out + "/oom");
   ASSERT_EQ(r.code, 3) << r.output;
-  r = zrepro("check --run " + out + "/oom --save " + out + "/oom_base.json");
+  r = cli("check --run " + out + "/oom --save " + out + "/oom_base.json");
   EXPECT_EQ(r.code, 0) << r.output;
-  r = zrepro("run --config " + cfg + " --model tiny --steps 2 --out " + out + "/ok");
+  r = cli("run --config " + cfg + " --model tiny --steps 2 --out " + out + "/ok");
   ASSERT_EQ(r.code, 0) << r.output;
-  r = zrepro("check --run " + out + "/ok --save " + out + "/base.json");
+  r = cli("check --run " + out + "/ok --save " + out + "/base.json");
   ASSERT_EQ(r.code, 0) << r.output;
-  r = zrepro("check --run " + out + "/oom --baseline " + out + "/base.json");
+  r = cli("check --run " + out + "/oom --baseline " + out + "/base.json");
   EXPECT_EQ(r.code, 11) << r.output;  // the failure is a regression of the good baseline
   json bad = read_json(out + "/base.json");
   bad["memory"]["ranks"][0]["by_category"]["params"] = nullptr;
   std::ofstream(out + "/bad.json") << bad.dump();
-  r = zrepro("check --run " + out + "/ok --baseline " + out + "/bad.json");
+  r = cli("check --run " + out + "/ok --baseline " + out + "/bad.json");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("memory.ranks[].by_category.params"), std::string::npos) << r.output;
   const auto t0 = std::chrono::steady_clock::now();
-  r = zrepro("check --baseline " + out + "/nonexistent.json -- --config " + cfg + " --model tiny --steps 100000");
+  r = cli("check --baseline " + out + "/nonexistent.json -- --config " + cfg + " --model tiny --steps 100000");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30) << "the run started";
   r = zrepro_test::shell("mkdir -p " + out + "/ro && chmod 555 " + out + "/ro && " + std::string(ZREPRO_BIN) +
@@ -315,22 +315,22 @@ TEST(Cli, OddInputToTheNewerCommandsEndsWithAnExitCodeNotAnAbort) {
   EXPECT_EQ(r.output.find("exit=134"), std::string::npos) << r.output;
   std::ofstream(out + "/latin1.log", std::ios::binary)
       << "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB \xe9\xff\xfe\n";
-  r = zrepro("diagnose --json " + out + "/latin1.log");
+  r = cli("diagnose --json " + out + "/latin1.log");
   EXPECT_TRUE(r.code == 0 || r.code == 7) << r.code << "\n" << r.output;
   EXPECT_NO_THROW((void)json::parse(r.output.substr(r.output.find('{')))) << r.output;
   r = zrepro_test::shell("cp " + cfg + " " + out + "/$(printf 'c\\377fg.json') && cd " + out + " && " +
                          std::string(ZREPRO_BIN) + " config --json --config $(printf 'c\\377fg.json') 2>&1; echo \"exit=$?\"");
   EXPECT_NE(r.output.find("exit=0"), std::string::npos) << r.output;
-  r = zrepro("diagnose " + out + "/latin1.log --config " + cfg + " --write-scenario \"\"");
+  r = cli("diagnose " + out + "/latin1.log --config " + cfg + " --write-scenario \"\"");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("--write-scenario: got \"\""), std::string::npos) << r.output;
   // --write-scenario's prerequisites are checked before the log is diagnosed: a folder
   // that exists, and --run without it, are refused first (no diagnosis printed).
-  r = zrepro("diagnose " + out + "/latin1.log --config " + cfg + " --write-scenario " + out);
+  r = cli("diagnose " + out + "/latin1.log --config " + cfg + " --write-scenario " + out);
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("exists; give a new folder"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.rfind("[zrepro diagnose] error: --write-scenario", 0), 0u) << "diagnosed first:\n" << r.output;
-  r = zrepro("diagnose " + out + "/latin1.log --run");
+  r = cli("diagnose " + out + "/latin1.log --run");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("--run: needs --write-scenario"), std::string::npos) << r.output;
 }
@@ -355,7 +355,7 @@ TEST(Cli, DiagnoseReadsAHugeLogInBoundedMemoryAndNamesADamagedGzip) {
   EXPECT_NE(d.value("log_read", "").find("read its first 512.00 KiB and last 3.50 MiB"), std::string::npos) << d.dump();
   EXPECT_NE(d.dump().find("out of memory"), std::string::npos) << "the failure at the end was not read";
   zrepro_test::shell("head -c 20000 " + out + "/big.log.gz > " + out + "/cut.log.gz");
-  r = zrepro("diagnose " + out + "/cut.log.gz");
+  r = cli("diagnose " + out + "/cut.log.gz");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("is a damaged gzip file ("), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("unexpected end of file)"), std::string::npos) << r.output;
@@ -404,20 +404,20 @@ TEST(Cli, DiagnoseSaysWhatALogIsBeforeWhatItShows) {
                                          "allocate 2.00 GiB\\n' > " + out + "/oom.log; iconv -f UTF-8 -t UTF-16 " +
                                          out + "/oom.log > " + out + "/oom16.log; echo done");
   ASSERT_NE(made.output.find("done"), std::string::npos) << made.output;
-  Result r = zrepro("diagnose " + out + "/bin.dat");
+  Result r = cli("diagnose " + out + "/bin.dat");
   EXPECT_EQ(r.code, 2) << r.output.substr(0, 500);
   EXPECT_NE(r.output.find("is binary, not a text log"), std::string::npos) << r.output.substr(0, 500);
-  r = zrepro("diagnose " + out + "/empty.log");
+  r = cli("diagnose " + out + "/empty.log");
   EXPECT_EQ(r.code, 7) << r.output;
   EXPECT_NE(r.output.find("is empty: nothing to diagnose"), std::string::npos) << r.output;
-  r = zrepro("diagnose --json " + out + "/oom16.log");
+  r = cli("diagnose --json " + out + "/oom16.log");
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("\"log_encoding\": \"UTF-16 text\""), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("\"checkpoint\": \"zero-stage\""), std::string::npos) << r.output;
   r = zrepro_test::shell(std::string(ZREPRO_BIN) + " diagnose - < " + out + "/oom.log 2>&1; echo \"exit=$?\"");
   EXPECT_NE(r.output.find("exit=0"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("out of memory"), std::string::npos) << r.output;
-  r = zrepro("diagnose " + out + "/oom.log " + out + "/empty.log");
+  r = cli("diagnose " + out + "/oom.log " + out + "/empty.log");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("one LOG at a time"), std::string::npos) << r.output;
 }
@@ -428,17 +428,17 @@ TEST(Cli, DiagnoseSaysWhatALogIsBeforeWhatItShows) {
 TEST(Cli, StrayWordsPathsAndRangesAreRefusedWithTheirReason) {
   const std::string out = tmpdir("stray");
   const std::string cfg = write(out, R"({"train_micro_batch_size_per_gpu": 2})");
-  Result r = zrepro("run --config " + cfg + " --steps 2 stray --out " + out + "/o");
+  Result r = cli("run --config " + cfg + " --steps 2 stray --out " + out + "/o");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("\"stray\" is not an option"), std::string::npos) << r.output;
-  r = zrepro("run --config " + cfg + " --steps 2 --out \"\"");
+  r = cli("run --config " + cfg + " --steps 2 --out \"\"");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("--out: got \"\""), std::string::npos) << r.output;
-  r = zrepro("scenario run ../../.. --out " + out + "/s");
+  r = cli("scenario run ../../.. --out " + out + "/s");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("no path"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(out + "/s"));
-  r = zrepro("run --config " + cfg + " --steps 2 --device-memory 9.3e18");
+  r = cli("run --config " + cfg + " --steps 2 --device-memory 9.3e18");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("from 1 byte to 1 PiB"), std::string::npos) << r.output;
 }

@@ -9,10 +9,6 @@
 
 namespace {
 
-std::string scenario(const std::string& name) {
-  return std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/" + name + "/ds_config.json";
-}
-
 }  // namespace
 
 TEST(Doctor, MachineChecksPassAndAPlannedOomFailsWithItsFixes) {
@@ -21,7 +17,7 @@ TEST(Doctor, MachineChecksPassAndAPlannedOomFailsWithItsFixes) {
   EXPECT_EQ(plain.code, 0) << plain.output;
   for (const char* line : {"libraries", "config", "host link", "communication"})
     EXPECT_NE(plain.output.find(line), std::string::npos) << line << "\n" << plain.output;
-  const auto oom = zrepro_test::zrepro_cmd("doctor --config " + scenario("first-batch-activations") +
+  const auto oom = zrepro_test::zrepro_cmd("doctor --config " + zrepro_test::scenario_path("first-batch-activations") +
                                            " --model small --device-memory 120MB --out " + out);
   EXPECT_EQ(oom.code, 10) << oom.output;
   EXPECT_NE(oom.output.find("fail  device memory   planned OOM in phase forward"), std::string::npos) << oom.output;
@@ -34,7 +30,7 @@ TEST(Doctor, ALowMemlockLimitFailsThePinnedMemoryLine) {
     GTEST_SKIP() << "cannot drop CAP_IPC_LOCK here (setpriv missing)";
   const std::string drop = root ? "setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock " : "";
   const auto r = zrepro_test::shell("sh -c 'ulimit -l 64 && " + drop + std::string(ZREPRO_BIN) + " doctor --config " +
-                                    scenario("memlock-limit") + " --out " + zrepro_test::fresh_dir("doctor_ml") + "' 2>&1");
+                                    zrepro_test::scenario_path("memlock-limit") + " --out " + zrepro_test::fresh_dir("doctor_ml") + "' 2>&1");
   EXPECT_EQ(r.code, 10) << r.output;
   EXPECT_NE(r.output.find("fail  pinned memory"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("raise ulimit -l"), std::string::npos) << r.output;

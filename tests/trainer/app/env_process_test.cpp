@@ -15,6 +15,12 @@ TEST(Env, JsonHasEveryFieldWithThisMachinesValues) {
   for (const char* k : {"zrepro", "libtorch", "blas", "mpi", "nccl", "cuda", "host", "cpu"}) EXPECT_TRUE(e.contains(k)) << k;
   EXPECT_EQ(e["libtorch"]["version"], std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) +
                                            "." + std::to_string(TORCH_VERSION_PATCH));
+  // Issue 43: where that LibTorch came from, and the planner's tapes recorded from it.
+  EXPECT_TRUE(e["libtorch"]["source"].is_string()) << e["libtorch"].dump();
+  EXPECT_TRUE(e["libtorch"]["prefix"].is_string()) << e["libtorch"].dump();
+  ASSERT_TRUE(e["libtorch"]["activation_tapes"].is_object()) << e["libtorch"].dump();
+  EXPECT_EQ(e["libtorch"]["activation_tapes"]["libtorch"], e["libtorch"]["version"]);
+  EXPECT_EQ(e["libtorch"]["activation_tapes"]["problems"], 0);
   EXPECT_FALSE(e["zrepro"]["commit"].get<std::string>().empty());
   EXPECT_NE(e["mpi"].get<std::string>().find("MPI"), std::string::npos) << e["mpi"];
   EXPECT_GT(e["host"]["memory_total_bytes"].get<int64_t>(), 0);
@@ -34,7 +40,8 @@ TEST(Env, VersionLineAndHumanBlock) {
   EXPECT_NE(v.output.find("LibTorch"), std::string::npos);
   const auto h = zrepro_test::zrepro_cmd("env", 30, false);
   EXPECT_EQ(h.code, 0);
-  for (const char* row : {"libtorch", "blas", "memlock", "cpu", "gpu"}) EXPECT_NE(h.output.find(row), std::string::npos) << row;
+  for (const char* row : {"libtorch", "libtorch from", "planner tapes", "bf16 gemm", "blas", "memlock", "cpu", "gpu"})
+    EXPECT_NE(h.output.find(row), std::string::npos) << row;
   EXPECT_EQ(zrepro_test::zrepro_cmd("env --no-such-flag").code, 2);
 }
 

@@ -14,7 +14,7 @@ using namespace zrepro;
 
 namespace {
 
-RunSpec parse(std::vector<std::string> args) {
+RunSpec parse_spec(std::vector<std::string> args) {
   args.insert(args.begin(), "run");
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -26,7 +26,7 @@ RunSpec parse(std::vector<std::string> args) {
 // The ConfigError message of parsing args ("" when it parses).
 std::string error_of(std::vector<std::string> args) {
   try {
-    parse(std::move(args));
+    parse_spec(std::move(args));
   } catch (const ConfigError& e) {
     return e.what();
   }
@@ -36,7 +36,7 @@ std::string error_of(std::vector<std::string> args) {
 }  // namespace
 
 TEST(RunSpec, DefaultsAndValues) {
-  const RunSpec d = parse({"--config", "c.json"});
+  const RunSpec d = parse_spec({"--config", "c.json"});
   EXPECT_EQ(*d.config_path, "c.json");
   EXPECT_EQ(d.model, "tiny");
   EXPECT_EQ(d.steps, 50);
@@ -44,7 +44,7 @@ TEST(RunSpec, DefaultsAndValues) {
   EXPECT_FALSE(d.device_memory);
   EXPECT_FALSE(d.ranks);
   EXPECT_DOUBLE_EQ(d.comm_timeout, 1800);
-  const RunSpec s = parse({"--config", "c.json", "--ranks", "4", "--steps", "3", "--device-memory", "2GiB",
+  const RunSpec s = parse_spec({"--config", "c.json", "--ranks", "4", "--steps", "3", "--device-memory", "2GiB",
                            "--inject", "inf-grad:1:2-", "--micro-batch", "2", "--activation-checkpointing",
                            "--dynamic-seq", "8", "--out", "o"});
   EXPECT_EQ(*s.ranks, 4);
@@ -93,27 +93,27 @@ TEST(RunSpec, OutIsKeptWhenALaterFlagIsRefused) {
 }
 
 TEST(RunSpec, ScaleDownFlags) {
-  const RunSpec s = parse({"--config", "c.json", "--target-model", "gpt2-xl", "--target-device-memory", "40GB",
+  const RunSpec s = parse_spec({"--config", "c.json", "--target-model", "gpt2-xl", "--target-device-memory", "40GB",
                            "--target-world-size", "4", "--scale", "16"});
   EXPECT_EQ(*s.target_model, "gpt2-xl");
   EXPECT_EQ(*s.target_device_memory, int64_t{40000000000});
   EXPECT_EQ(*s.target_world_size, 4);
   EXPECT_DOUBLE_EQ(*s.scale, 16);
-  EXPECT_FALSE(parse({"--target-model", "gpt2", "--target-device-memory", "1GB"}).scale) << "auto";
+  EXPECT_FALSE(parse_spec({"--target-model", "gpt2", "--target-device-memory", "1GB"}).scale) << "auto";
 }
 
 TEST(RunSpec, CommTimeoutDefaultsToDeepSpeedsAndItsEnvironment) {
   ::setenv("DEEPSPEED_TIMEOUT", "5", 1);
-  EXPECT_DOUBLE_EQ(parse({"--config", "c.json"}).comm_timeout, 300);
-  EXPECT_DOUBLE_EQ(parse({"--config", "c.json", "--comm-timeout", "7"}).comm_timeout, 7);
+  EXPECT_DOUBLE_EQ(parse_spec({"--config", "c.json"}).comm_timeout, 300);
+  EXPECT_DOUBLE_EQ(parse_spec({"--config", "c.json", "--comm-timeout", "7"}).comm_timeout, 7);
   ::setenv("DEEPSPEED_TIMEOUT", "soon", 1);
   EXPECT_NE(error_of({"--config", "c.json"}).find("DEEPSPEED_TIMEOUT"), std::string::npos);
   ::unsetenv("DEEPSPEED_TIMEOUT");
-  EXPECT_DOUBLE_EQ(parse({"--config", "c.json"}).comm_timeout, 1800);
+  EXPECT_DOUBLE_EQ(parse_spec({"--config", "c.json"}).comm_timeout, 1800);
 }
 
 TEST(RunSpec, LoaderMemlockAndInterconnectFlags) {
-  const RunSpec s = parse({"--config", "c.json", "--loader-workers", "4", "--prefetch-factor", "3", "--sample-ms", "2.5",
+  const RunSpec s = parse_spec({"--config", "c.json", "--loader-workers", "4", "--prefetch-factor", "3", "--sample-ms", "2.5",
                            "--loader-pin-memory", "--memlock-limit", "64KiB", "--interconnect-gbps", "0.5",
                            "--device-memory", "a100-40gb"});
   EXPECT_EQ(s.loader.workers, 4);
@@ -130,11 +130,11 @@ TEST(RunSpec, LoaderMemlockAndInterconnectFlags) {
 }
 
 TEST(RunSpec, VirtualRanksFlags) {
-  const RunSpec v = parse({"--world-size", "8", "--as-rank", "7", "--data-rule", "same"});
+  const RunSpec v = parse_spec({"--world-size", "8", "--as-rank", "7", "--data-rule", "same"});
   EXPECT_EQ(*v.world_size, 8);
   EXPECT_EQ(v.as_rank, 7);
   EXPECT_TRUE(v.same_data);
-  const RunSpec d = parse({});
+  const RunSpec d = parse_spec({});
   EXPECT_FALSE(d.world_size.has_value());
   EXPECT_EQ(d.as_rank, 0);
   EXPECT_FALSE(d.same_data);

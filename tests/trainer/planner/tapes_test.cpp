@@ -25,24 +25,6 @@ using namespace zrepro;
 
 namespace {
 
-// Two surrogates of a family: dimensions chosen (by a search over small sizes) so that
-// no two symbols coincide except structurally (t and t4 in fp32, ...), with different
-// head counts and query heads per key/value head (8 / 2 and 10 / 2), so a size that is
-// a multiple of one of them is told apart. sdpa's tiles: three per sequence in both,
-// so tile-sized symbols are not the full sequence's.
-ModelSpec surrogate(Family f, Attention a, bool tied, int which) {
-  ModelSpec m = resolve_model(f == Family::llama ? "tiny-llama" : "tiny");
-  m.layers = 2;
-  m.attention = a;
-  m.tied = tied;
-  if (which == 0) m.vocab = 37, m.seq = 15, m.hidden = 96, m.heads = 8, m.intermediate = 52;
-  else m.vocab = 43, m.seq = 21, m.hidden = 120, m.heads = 10, m.intermediate = 76;
-  m.kv_heads = f == Family::llama ? 2 : 0;
-  m.attention_tile = m.seq / 3;
-  return m;
-}
-
-
 // The bytes a tape replays, in order (what equality of two tapes means).
 std::vector<int64_t> replayed(const std::string& tape, const TapeSymbols& sym) {
   std::vector<int64_t> out;
@@ -88,7 +70,7 @@ TEST(Tapes, ThePlannerReadsThisBuildsRecording) {
   for (Family f : {Family::gpt2, Family::llama})
     for (Attention a : {Attention::eager, Attention::sdpa})
       for (Precision p : {Precision::fp32, Precision::bf16}) {
-        const ModelSpec m = surrogate(f, a, false, 0);
+        const ModelSpec m = tape_surrogate(f, a, false, 0);
         const std::string key = gpt_tape_key(m, GptTape::block_backward, 1, p, true);
         EXPECT_EQ(std::string(gpt_tape(m, GptTape::block_backward, 1, p, true)), now.tapes.at(key));
       }
@@ -116,7 +98,7 @@ TEST(Tapes, TheRecordingEqualsThisReleasesReference) {
   ASSERT_EQ(reference.size(), t.tapes.size());
   int differ = 0;
   for (const auto& [key, tape] : reference) {
-    const ModelSpec m = surrogate(key.rfind("llama", 0) == 0 ? Family::llama : Family::gpt2,
+    const ModelSpec m = tape_surrogate(key.rfind("llama", 0) == 0 ? Family::llama : Family::gpt2,
                                   key.find(" sdpa ") != std::string::npos ? Attention::sdpa : Attention::eager,
                                   key.find(" tied ") != std::string::npos, 0);
     const Precision p = key.find(" bf16 ") != std::string::npos ? Precision::bf16 : Precision::fp32;

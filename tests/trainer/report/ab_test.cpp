@@ -11,7 +11,7 @@ using json = nlohmann::json;
 
 namespace {
 
-json summary(const std::string& status, std::vector<double> losses, std::vector<double> peaks, double capacity,
+json side_summary(const std::string& status, std::vector<double> losses, std::vector<double> peaks, double capacity,
              const char* phase = nullptr) {
   json steps = json::array(), ranks = json::array();
   for (size_t i = 0; i < losses.size(); ++i) steps.push_back({{"step", i}, {"loss", losses[i]}, {"grad_norm", 1.0}});
@@ -31,7 +31,7 @@ json summary(const std::string& status, std::vector<double> losses, std::vector<
 }
 
 // A run whose failure (if any) ended every rank; its summary read as ab reads it.
-AbRun run(const std::string& side, int ranks, int code, const json& s) {
+AbRun side_run(const std::string& side, int ranks, int code, const json& s) {
   return {side, ranks, code, Summary::from_json(s), nullptr, "", code != 0 ? ranks : 0};
 }
 
@@ -43,8 +43,8 @@ AbRun plan_run(const std::string& side, int ranks, int code, const json& plan) {
 }  // namespace
 
 TEST(Ab, BFixesWhatAShows) {
-  const AbResult r = compare_ab({run("A", 4, 3, summary("oom", {}, {100, 98, 100, 99}, 100, "forward"))},
-                                {run("B", 4, 0, summary("ok", {2.0, 1.5}, {70, 78, 70, 70}, 100))}, false);
+  const AbResult r = compare_ab({side_run("A", 4, 3, side_summary("oom", {}, {100, 98, 100, 99}, 100, "forward"))},
+                                {side_run("B", 4, 0, side_summary("ok", {2.0, 1.5}, {70, 78, 70, 70}, 100))}, false);
   EXPECT_EQ(r.exit_code, kExitOk);
   ASSERT_EQ(r.verdicts.size(), 1u);
   EXPECT_NE(r.verdicts[0].find("A reproduces: oom in forward on every rank (exit 3)"), std::string::npos) << r.verdicts[0];
@@ -55,26 +55,26 @@ TEST(Ab, BFixesWhatAShows) {
 }
 
 TEST(Ab, BFailingTooIsNotFixedAndARunningThroughIsNothingToFix) {
-  EXPECT_EQ(compare_ab({run("A", 1, 3, summary("oom", {}, {100}, 100, "backward"))},
-                       {run("B", 1, 3, summary("oom", {}, {100}, 100, "step"))}, false)
+  EXPECT_EQ(compare_ab({side_run("A", 1, 3, side_summary("oom", {}, {100}, 100, "backward"))},
+                       {side_run("B", 1, 3, side_summary("oom", {}, {100}, 100, "step"))}, false)
                 .exit_code,
             kExitAbNotFixed);
-  const AbResult same = compare_ab({run("A", 1, 0, summary("ok", {2.0, 1.5, 1.2}, {50}, 100))},
-                                   {run("B", 1, 0, summary("ok", {2.0, 1.5, 1.2}, {40}, 100))}, false);
+  const AbResult same = compare_ab({side_run("A", 1, 0, side_summary("ok", {2.0, 1.5, 1.2}, {50}, 100))},
+                                   {side_run("B", 1, 0, side_summary("ok", {2.0, 1.5, 1.2}, {40}, 100))}, false);
   EXPECT_EQ(same.exit_code, kExitAbNoFailure);
   EXPECT_NE(same.verdicts[0].find("losses equal within 1e-6"), std::string::npos) << same.verdicts[0];
   EXPECT_NE(same.verdicts[0].find("B's step time 1.00x A's"), std::string::npos) << same.verdicts[0];
-  const AbResult differ = compare_ab({run("A", 1, 0, summary("ok", {2.0, 1.5}, {50}, 100))},
-                                     {run("B", 1, 0, summary("ok", {2.0, 1.65}, {40}, 100))}, false);
+  const AbResult differ = compare_ab({side_run("A", 1, 0, side_summary("ok", {2.0, 1.5}, {50}, 100))},
+                                     {side_run("B", 1, 0, side_summary("ok", {2.0, 1.65}, {40}, 100))}, false);
   EXPECT_NEAR(differ.json["comparisons"][0]["max_loss_rel_diff"].get<double>(), 0.1, 1e-12);
   EXPECT_NE(differ.verdicts[0].find("losses differ by up to 0.1"), std::string::npos) << differ.verdicts[0];
 }
 
 TEST(Ab, OneRankCountNotFixedDecidesAndTargetScaleIsReported) {
-  json scaled = summary("ok", {2.0}, {10}, 20);
+  json scaled = side_summary("ok", {2.0}, {10}, 20);
   scaled["scale_down"] = {{"parameter_factor", 1000.0}};
-  const AbResult r = compare_ab({run("A", 1, 3, summary("oom", {}, {20}, 20, "forward")), run("A", 4, 0, summary("ok", {2.0}, {10}, 20))},
-                                {run("B", 1, 0, scaled), run("B", 4, 3, summary("oom", {}, {20}, 20, "forward"))}, false);
+  const AbResult r = compare_ab({side_run("A", 1, 3, side_summary("oom", {}, {20}, 20, "forward")), side_run("A", 4, 0, side_summary("ok", {2.0}, {10}, 20))},
+                                {side_run("B", 1, 0, scaled), side_run("B", 4, 3, side_summary("oom", {}, {20}, 20, "forward"))}, false);
   EXPECT_EQ(r.exit_code, kExitOk) << "at 4 ranks A runs through: B failing there is a new failure, not an unfixed one";
   EXPECT_EQ(r.json["rows"][1]["target_peak_bytes_max"], 10000.0);
   EXPECT_EQ(r.json["rows"][1]["target_capacity_bytes"], 20000.0);
@@ -84,7 +84,7 @@ TEST(Ab, OneRankCountNotFixedDecidesAndTargetScaleIsReported) {
 // with the toy's beside it, and the fidelity of the toy's shares, in every verdict.
 TEST(Ab, AScaledDownVerdictStatesItsFidelityAndThePlannersTargetFigure) {
   auto scaled = [](double toy_act, double target_act) {
-    json s = summary("ok", {2.0}, {10}, 20);
+    json s = side_summary("ok", {2.0}, {10}, 20);
     s["scale_down"] = {{"parameter_factor", 1000.0},
                        {"target_model", {{"name", "gpt3-6.7b"}}},
                        {"target_planned", {{"verdict", "fits"}, {"peak_bytes", 15000}}},
@@ -92,20 +92,20 @@ TEST(Ab, AScaledDownVerdictStatesItsFidelityAndThePlannersTargetFigure) {
                                      {{"category", "activations"}, {"toy_share", toy_act}, {"target_share", target_act}}}}};
     return s;
   };
-  const auto a = run("A", 1, 3, summary("oom", {}, {20}, 20, "forward"));
-  const AbResult off = compare_ab({a}, {run("B", 1, 0, scaled(0.32, 0.18))}, false);
+  const auto a = side_run("A", 1, 3, side_summary("oom", {}, {20}, 20, "forward"));
+  const AbResult off = compare_ab({a}, {side_run("B", 1, 0, scaled(0.32, 0.18))}, false);
   const std::string& v = off.verdicts[0];
   EXPECT_NE(v.find("B at target (gpt3-6.7b): planned peak 75% of capacity (the toy measured 50%)"), std::string::npos) << v;
   EXPECT_NE(v.find("activations off by 14 points (toy 32% vs target 18% of capacity): the toy's verdict may not hold"),
             std::string::npos) << v;
   EXPECT_EQ(off.json["rows"][1]["fidelity_ok"], false);
   EXPECT_EQ(off.json["rows"][1]["target_planned_peak_bytes"], 15000);
-  const AbResult close = compare_ab({a}, {run("B", 1, 0, scaled(0.20, 0.18))}, false);
+  const AbResult close = compare_ab({a}, {side_run("B", 1, 0, scaled(0.20, 0.18))}, false);
   EXPECT_NE(close.verdicts[0].find("every category within 5 points of the target's share (worst activations, 2.0)"),
             std::string::npos) << close.verdicts[0];
   EXPECT_EQ(close.json["rows"][1]["fidelity_ok"], true);
   // A run without a scale-down says nothing of a target.
-  EXPECT_EQ(compare_ab({a}, {run("B", 1, 0, summary("ok", {2.0}, {10}, 20))}, false).verdicts[0].find("at target"),
+  EXPECT_EQ(compare_ab({a}, {side_run("B", 1, 0, side_summary("ok", {2.0}, {10}, 20))}, false).verdicts[0].find("at target"),
             std::string::npos);
 }
 
@@ -127,9 +127,9 @@ TEST(Ab, RankCountsAreCheckedAgainstTheEquivalenceRules) {
     s["memory"]["ranks"][0]["model_states"] = {{"params", params}, {"grads", grads}, {"optimizer_states", opt}};
     return s;
   };
-  const json one = with_states(summary("ok", {2.0, 1.5}, {100}, 0), 2, 400, 400, 2400);
-  const json four = with_states(summary("ok", {2.0, 1.5000001}, {60}, 0), 2, 400, 100, 600);
-  const AbResult good = compare_ab({run("A", 1, 0, one), run("A", 4, 0, four)}, {run("B", 1, 0, one), run("B", 4, 0, four)}, false);
+  const json one = with_states(side_summary("ok", {2.0, 1.5}, {100}, 0), 2, 400, 400, 2400);
+  const json four = with_states(side_summary("ok", {2.0, 1.5000001}, {60}, 0), 2, 400, 100, 600);
+  const AbResult good = compare_ab({side_run("A", 1, 0, one), side_run("A", 4, 0, four)}, {side_run("B", 1, 0, one), side_run("B", 4, 0, four)}, false);
   ASSERT_EQ(good.json["equivalence"].size(), 2u);
   EXPECT_EQ(good.json["equivalence"][0]["holds"], true) << good.json["equivalence"].dump();
   const std::string line = good.verdicts[2];
@@ -137,8 +137,8 @@ TEST(Ab, RankCountsAreCheckedAgainstTheEquivalenceRules) {
   EXPECT_NE(line.find("params x1.00 grads x0.25 optimizer_states x0.25: as the equivalence rules predict for stage 2"),
             std::string::npos) << line;
   // Gradients not divided (a stage-2 run that kept full gradients) or different losses: flagged.
-  const json wrong = with_states(summary("ok", {2.0, 1.6}, {60}, 0), 2, 400, 400, 600);
-  const AbResult bad = compare_ab({run("A", 1, 0, one), run("A", 4, 0, wrong)}, {run("B", 1, 0, one), run("B", 4, 0, four)}, false);
+  const json wrong = with_states(side_summary("ok", {2.0, 1.6}, {60}, 0), 2, 400, 400, 600);
+  const AbResult bad = compare_ab({side_run("A", 1, 0, one), side_run("A", 4, 0, wrong)}, {side_run("B", 1, 0, one), side_run("B", 4, 0, four)}, false);
   EXPECT_EQ(bad.json["equivalence"][0]["holds"], false);
   EXPECT_NE(bad.verdicts[2].find("grads x1.00 (expected x0.25)"), std::string::npos) << bad.verdicts[2];
   EXPECT_NE(bad.verdicts[2].find("NOT as"), std::string::npos) << bad.verdicts[2];
@@ -151,7 +151,7 @@ namespace {
 // A summary with one figure set: the time breakdown's shares and rank 0's offload overlap.
 json measured(double step_s, double data_wait, double overlap, std::vector<double> grad_norms = {1.0, 1.0},
               double exposed_s = 0) {
-  json s = summary("ok", {2.0, 1.5}, {50}, 100);
+  json s = side_summary("ok", {2.0, 1.5}, {50}, 100);
   s["time"]["step_s_median"] = step_s;
   s["time"]["breakdown_s"] = {{"forward", 1.0}, {"data_wait", data_wait}};
   s["offload"] = {{"ranks", {{{"overlap_ratio", overlap}, {"device_busy_fraction", 0.5}, {"exposed_s", exposed_s}}}}};
@@ -182,27 +182,27 @@ TEST(Ab, ExpectationsParseAndRefuseWithTheForms) {
 
 TEST(Ab, MeasuredSymptomsDecideByTheRatio) {
   // data_wait share 0.5 vs 0.1: A shows it at more:...:2, not at more:...:8.
-  const auto a = run("A", 1, 0, measured(1.0, 1.0, 0.3)), b = run("B", 1, 0, measured(1.0, 1.0 / 9, 0.3));
+  const auto a = side_run("A", 1, 0, measured(1.0, 1.0, 0.3)), b = side_run("B", 1, 0, measured(1.0, 1.0 / 9, 0.3));
   const AbResult shown = compare_ab({a}, {b}, false, parse_expectation("more:data_wait_share:2"));
   EXPECT_EQ(shown.exit_code, kExitOk);
   EXPECT_NE(shown.verdicts[0].find("A reproduces: data_wait_share 0.5000 vs B's 0.1000 = 5.00x"), std::string::npos)
       << shown.verdicts[0];
   EXPECT_EQ(compare_ab({a}, {b}, false, parse_expectation("more:data_wait_share:8")).exit_code, kExitAbNoFailure);
   // overlap 0 vs 0.3: less:overlap_ratio:0.5 holds; B failing is never a fix.
-  const auto pageable = run("A", 1, 0, measured(1.0, 0, 0.0)), pinned = run("B", 1, 0, measured(1.0, 0, 0.3));
+  const auto pageable = side_run("A", 1, 0, measured(1.0, 0, 0.0)), pinned = side_run("B", 1, 0, measured(1.0, 0, 0.3));
   EXPECT_EQ(compare_ab({pageable}, {pinned}, false, parse_expectation("less:overlap_ratio:0.5")).exit_code, kExitOk);
-  EXPECT_EQ(compare_ab({pageable}, {run("B", 1, 3, summary("oom", {}, {100}, 100, "step"))}, false,
+  EXPECT_EQ(compare_ab({pageable}, {side_run("B", 1, 3, side_summary("oom", {}, {100}, 100, "step"))}, false,
                        parse_expectation("less:overlap_ratio:0.5"))
                 .exit_code,
             kExitAbNotFixed);
   // A failing is not the measured symptom.
-  EXPECT_EQ(compare_ab({run("A", 1, 3, summary("oom", {}, {100}, 100, "step"))}, {pinned}, false,
+  EXPECT_EQ(compare_ab({side_run("A", 1, 3, side_summary("oom", {}, {100}, 100, "step"))}, {pinned}, false,
                        parse_expectation("less:overlap_ratio:0.5"))
                 .exit_code,
             kExitAbNoFailure);
   // offload_wait_s_per_step: rank 0's exposed copy seconds over the steps run (2 here).
-  const auto link_bound = run("A", 1, 0, measured(1.0, 0, 0.0, {1.0, 1.0}, 1.6));
-  const auto fixed_link = run("B", 1, 0, measured(1.0, 0, 0.0, {1.0, 1.0}, 0.2));
+  const auto link_bound = side_run("A", 1, 0, measured(1.0, 0, 0.0, {1.0, 1.0}, 1.6));
+  const auto fixed_link = side_run("B", 1, 0, measured(1.0, 0, 0.0, {1.0, 1.0}, 0.2));
   const AbResult waits = compare_ab({link_bound}, {fixed_link}, false, parse_expectation("more:offload_wait_s_per_step:4"));
   EXPECT_EQ(waits.exit_code, kExitOk) << waits.verdicts[0];
   EXPECT_NE(waits.verdicts[0].find("offload_wait_s_per_step 0.8000 vs B's 0.1000 = 8.00x"), std::string::npos)
@@ -210,36 +210,36 @@ TEST(Ab, MeasuredSymptomsDecideByTheRatio) {
   EXPECT_EQ(compare_ab({fixed_link}, {link_bound}, false, parse_expectation("more:offload_wait_s_per_step:4")).exit_code,
             kExitAbNoFailure);
   // slower: median step time ratio.
-  EXPECT_EQ(compare_ab({run("A", 1, 0, measured(3.0, 0, 0))}, {run("B", 1, 0, measured(1.0, 0, 0))}, false,
+  EXPECT_EQ(compare_ab({side_run("A", 1, 0, measured(3.0, 0, 0))}, {side_run("B", 1, 0, measured(1.0, 0, 0))}, false,
                        parse_expectation("slower:2"))
                 .exit_code,
             kExitOk);
 }
 
 TEST(Ab, DiffersComparesPerStepFiguresAndRefusedIsExitTwo) {
-  const auto bug = run("A", 1, 0, measured(1, 0, 0, {0.4, 0.5})), ref = run("B", 1, 0, measured(1, 0, 0, {1.0, 1.0}));
+  const auto bug = side_run("A", 1, 0, measured(1, 0, 0, {0.4, 0.5})), ref = side_run("B", 1, 0, measured(1, 0, 0, {1.0, 1.0}));
   EXPECT_EQ(compare_ab({bug}, {ref}, false, parse_expectation("differs:grad_norm:0.1")).exit_code, kExitOk);
   EXPECT_EQ(compare_ab({ref}, {ref}, false, parse_expectation("differs:grad_norm:0.1")).exit_code, kExitAbNoFailure);
-  const AbResult refused = compare_ab({run("A", 2, 2, summary("config_error", {}, {}, 0, "init"))},
-                                      {run("B", 2, 0, summary("ok", {2.0}, {50}, 100))}, false,
+  const AbResult refused = compare_ab({side_run("A", 2, 2, side_summary("config_error", {}, {}, 0, "init"))},
+                                      {side_run("B", 2, 0, side_summary("ok", {2.0}, {50}, 100))}, false,
                                       parse_expectation("refused"));
   EXPECT_EQ(refused.exit_code, kExitOk);
   EXPECT_EQ(refused.json["expect"], "refused");
   // Under `refused` an OOM is not the symptom.
-  EXPECT_EQ(compare_ab({run("A", 1, 3, summary("oom", {}, {100}, 100, "forward"))},
-                       {run("B", 1, 0, summary("ok", {2.0}, {50}, 100))}, false, parse_expectation("refused"))
+  EXPECT_EQ(compare_ab({side_run("A", 1, 3, side_summary("oom", {}, {100}, 100, "forward"))},
+                       {side_run("B", 1, 0, side_summary("ok", {2.0}, {50}, 100))}, false, parse_expectation("refused"))
                 .exit_code,
             kExitAbNoFailure);
 }
 
 TEST(Ab, ScalingComparesEachSideWithItsFirstRankCount) {
   auto at = [](const char* side, int ranks, double tokens_per_s) {
-    json s = summary("ok", {2.0, 1.5}, {50}, 100);
+    json s = side_summary("ok", {2.0, 1.5}, {50}, 100);
     s["time"]["tokens_per_s"] = tokens_per_s;
     s["batch"] = {{"micro", 8}, {"grad_accum", 1}, {"global", 8 * ranks}};  // weak scaling: the global batch grows with the ranks
     s["zero_stage"] = 1;
     s["memory"]["ranks"][0]["model_states"] = {{"params", 100}, {"grads", 100}, {"optimizer_states", 600 / ranks}};
-    return run(side, ranks, 0, s);
+    return side_run(side, ranks, 0, s);
   };
   // A: 1000 -> 700 tok/s on 2 ranks (efficiency 0.35); B: 1000 -> 1400 (0.70).
   const AbResult r = compare_ab({at("A", 1, 1000), at("A", 2, 700)}, {at("B", 1, 1000), at("B", 2, 1400)}, false,
@@ -263,7 +263,7 @@ TEST(Ab, ScalingComparesEachSideWithItsFirstRankCount) {
 // kernel's OOM killer: exit 137) is an incomplete comparison, never "A reproduces".
 TEST(Ab, ASideWithoutItsSummaryIsNoComparison) {
   for (bool a_lost : {true, false}) {
-    const AbRun ok = run(a_lost ? "B" : "A", 1, 0, summary("ok", {2.0, 1.5}, {50}, 100));
+    const AbRun ok = side_run(a_lost ? "B" : "A", 1, 0, side_summary("ok", {2.0, 1.5}, {50}, 100));
     const AbRun lost{a_lost ? "A" : "B", 1, 137, std::nullopt, nullptr, "ab/a_1.log", 0};
     const AbResult r = a_lost ? compare_ab({lost}, {ok}, false) : compare_ab({ok}, {lost}, false);
     EXPECT_EQ(r.exit_code, kExitInternal);

@@ -25,7 +25,7 @@ using json = nlohmann::json;
 namespace {
 
 const std::string kCorpus = std::string(ZREPRO_SOURCE_DIR) + "/tests/data/diagnose_corpus/";
-const std::string kPage = std::string(ZREPRO_SOURCE_DIR) + "/docs/lab/DIAGNOSE_CORPUS.md";
+const std::string kCorpusPage = std::string(ZREPRO_SOURCE_DIR) + "/docs/lab/DIAGNOSE_CORPUS.md";
 
 struct Case {
   std::string file;
@@ -131,7 +131,7 @@ TEST(DiagnoseCorpus, EveryLogIsNamedOrMissedAsRecorded) {
 
 TEST(DiagnoseCorpus, ThePageIsTheMeasuredScore) {
   const std::string text = page(corpus());
-  if (std::getenv("ZREPRO_WRITE_CORPUS_DOC")) std::ofstream(kPage) << text;
-  EXPECT_EQ(zrepro_test::read_text(kPage), text) << "docs/lab/DIAGNOSE_CORPUS.md is stale: ZREPRO_WRITE_CORPUS_DOC=1 "
+  if (std::getenv("ZREPRO_WRITE_CORPUS_DOC")) std::ofstream(kCorpusPage) << text;
+  EXPECT_EQ(zrepro_test::read_text(kCorpusPage), text) << "docs/lab/DIAGNOSE_CORPUS.md is stale: ZREPRO_WRITE_CORPUS_DOC=1 "
                                   "build/zrepro_unit_tests --gtest_filter=DiagnoseCorpus.*";
 }

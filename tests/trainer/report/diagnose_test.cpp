@@ -16,7 +16,7 @@ using json = nlohmann::json;
 
 namespace {
 
-const std::string kDir = std::string(ZREPRO_SOURCE_DIR) + "/tests/trainer/report/diagnose_logs/";
+const std::string kLogs = std::string(ZREPRO_SOURCE_DIR) + "/tests/trainer/report/diagnose_logs/";
 
 std::string read(const std::string& path) {
   std::ifstream in(path);
@@ -28,9 +28,9 @@ std::string read(const std::string& path) {
 }  // namespace
 
 TEST(Diagnose, CorpusGivesTheExpectedScenarioAndNumbers) {
-  const json expected = json::parse(read(kDir + "expected.json"));
+  const json expected = json::parse(read(kLogs + "expected.json"));
   for (const auto& [file, want] : expected.items()) {
-    const json got = diagnose_log(read(kDir + file)).to_json();
+    const json got = diagnose_log(read(kLogs + file)).to_json();
     EXPECT_EQ(got["checkpoint"], want["checkpoint"]) << file << "\n" << got.dump(2);
     EXPECT_EQ(got["scenario"], want["scenario"]) << file << "\n" << got.dump(2);
     const json numbers = want.value("numbers", json::object());
@@ -47,7 +47,7 @@ TEST(Diagnose, CorpusGivesTheExpectedScenarioAndNumbers) {
 }
 
 TEST(Diagnose, EvidenceNamesLinesAndRanks) {
-  const Diagnosis d = diagnose_log(read(kDir + "nccl_watchdog.log"));
+  const Diagnosis d = diagnose_log(read(kLogs + "nccl_watchdog.log"));
   ASSERT_GE(d.evidence.size(), 2u);
   EXPECT_EQ(d.evidence[0].line, 2);
   EXPECT_EQ(d.evidence[0].fingerprint, "watchdog_timeout");

@@ -17,12 +17,12 @@ namespace {
 using namespace zrepro;
 using json = nlohmann::json;
 
-const std::string kDir = std::string(ZREPRO_SOURCE_DIR) + "/tests/data/flight_recorder/";
+const std::string kDumps = std::string(ZREPRO_SOURCE_DIR) + "/tests/data/flight_recorder/";
 
 std::vector<json> rows(const std::string& kind) {
   std::vector<json> r;
   for (int rank : {0, 1}) {
-    const std::string file = kDir + kind + "/rank_" + std::to_string(rank);
+    const std::string file = kDumps + kind + "/rank_" + std::to_string(rank);
     const std::string b = zrepro_test::read_text(file);
     EXPECT_TRUE(looks_like_pickle(b)) << file;
     r.push_back(*flight_recorder_row(read_flight_recorder(b, file), rank, "rank_" + std::to_string(rank)));

@@ -10,7 +10,7 @@
 using namespace zrepro;
 
 namespace {
-FlightEntry entry(int64_t seq, CollOp op, int64_t n, int64_t micro = 0, FlightEntry::State st = FlightEntry::completed) {
+FlightEntry flight_entry(int64_t seq, CollOp op, int64_t n, int64_t micro = 0, FlightEntry::State st = FlightEntry::completed) {
   FlightEntry e;
   e.seq = seq;
   e.op = op;
@@ -27,9 +27,9 @@ FlightEntry entry(int64_t seq, CollOp op, int64_t n, int64_t micro = 0, FlightEn
 TEST(HangDiagnosis, NamesTheRankThatIssuedADifferentCollective) {
   std::vector<std::vector<FlightEntry>> ranks(4);
   for (int r = 0; r < 4; ++r) {
-    ranks[r].push_back(entry(0, CollOp::reduce_scatter, 100));
-    ranks[r].push_back(r == 2 ? entry(1, CollOp::reduce_scatter, 100, 1, FlightEntry::started)
-                              : entry(1, CollOp::all_reduce, 3, 0, FlightEntry::started));
+    ranks[r].push_back(flight_entry(0, CollOp::reduce_scatter, 100));
+    ranks[r].push_back(r == 2 ? flight_entry(1, CollOp::reduce_scatter, 100, 1, FlightEntry::started)
+                              : flight_entry(1, CollOp::all_reduce, 3, 0, FlightEntry::started));
   }
   HangDiagnosis d = diagnose_hang(ranks, 1);
   EXPECT_EQ(d.kind, "mismatch");
@@ -42,13 +42,13 @@ TEST(HangDiagnosis, NamesTheRankThatIssuedADifferentCollective) {
 
 TEST(HangDiagnosis, MissingAndStuckRanks) {
   std::vector<std::vector<FlightEntry>> ranks(3);
-  for (int r = 0; r < 3; ++r) ranks[r].push_back(entry(0, CollOp::all_reduce, 3));
-  for (int r : {0, 2}) ranks[r].push_back(entry(1, CollOp::all_gather, 8, 0, FlightEntry::started));
+  for (int r = 0; r < 3; ++r) ranks[r].push_back(flight_entry(0, CollOp::all_reduce, 3));
+  for (int r : {0, 2}) ranks[r].push_back(flight_entry(1, CollOp::all_gather, 8, 0, FlightEntry::started));
   HangDiagnosis d = diagnose_hang(ranks, 1);
   EXPECT_EQ(d.kind, "missing");
   EXPECT_EQ(d.seq, 1);
   EXPECT_EQ(d.culprits, std::vector<int>{1});
-  ranks[1].push_back(entry(1, CollOp::all_gather, 8, 0, FlightEntry::completed));
+  ranks[1].push_back(flight_entry(1, CollOp::all_gather, 8, 0, FlightEntry::completed));
   d = diagnose_hang(ranks, 1);
   EXPECT_EQ(d.kind, "stuck");
   EXPECT_EQ(d.culprits, (std::vector<int>{0, 2}));
@@ -63,8 +63,8 @@ TEST(HangDiagnosis, MissingAndStuckRanks) {
 // that reported.
 TEST(HangDiagnosis, ARankWithNoDumpOrTheOldestActivityIsTheFirstSuspect) {
   std::vector<std::vector<FlightEntry>> ranks(2);
-  ranks[0].push_back(entry(0, CollOp::all_reduce, 3));
-  ranks[0].push_back(entry(1, CollOp::all_reduce, 3, 0, FlightEntry::started));
+  ranks[0].push_back(flight_entry(0, CollOp::all_reduce, 3));
+  ranks[0].push_back(flight_entry(1, CollOp::all_reduce, 3, 0, FlightEntry::started));
   HangDiagnosis d = diagnose_hang(ranks, 1);  // rank 1 frozen: no dump
   ASSERT_FALSE(d.suspects.empty());
   EXPECT_EQ(d.suspects[0].rank, 1);
@@ -74,7 +74,7 @@ TEST(HangDiagnosis, ARankWithNoDumpOrTheOldestActivityIsTheFirstSuspect) {
   // Both dumped, both wait in #1; rank 1's last activity is 30 s older: it stopped first.
   std::vector<std::vector<FlightEntry>> both(2);
   for (int r = 0; r < 2; ++r) {
-    FlightEntry e = entry(1, CollOp::all_reduce, 3, 0, FlightEntry::started);
+    FlightEntry e = flight_entry(1, CollOp::all_reduce, 3, 0, FlightEntry::started);
     e.t_scheduled = e.t_started = r == 0 ? 1000.0 : 970.0;
     both[r].push_back(e);
   }
@@ -88,8 +88,8 @@ TEST(HangDiagnosis, ARankWithNoDumpOrTheOldestActivityIsTheFirstSuspect) {
 TEST(HangDiagnosis, EachRanksViewSaysItsLastCompletedCollectiveAndWhereItWaits) {
   std::vector<std::vector<FlightEntry>> ranks(3);
   for (int r = 0; r < 2; ++r) {
-    ranks[r].push_back(entry(0, CollOp::all_reduce, 3));
-    ranks[r].push_back(entry(1, CollOp::all_gather, 8, 0, r == 0 ? FlightEntry::started : FlightEntry::completed));
+    ranks[r].push_back(flight_entry(0, CollOp::all_reduce, 3));
+    ranks[r].push_back(flight_entry(1, CollOp::all_gather, 8, 0, r == 0 ? FlightEntry::started : FlightEntry::completed));
   }
   const HangDiagnosis d = diagnose_hang(ranks, 1);  // rank 2 sent no dump
   ASSERT_EQ(d.ranks.size(), 3u);

@@ -15,7 +15,7 @@ using json = nlohmann::json;
 
 namespace {
 
-const std::string kPage = std::string(ZREPRO_SOURCE_DIR) + "/docs/reference/summary-json.md";
+const std::string kSummaryPage = std::string(ZREPRO_SOURCE_DIR) + "/docs/reference/summary-json.md";
 
 // Every leaf path: objects to their fields, lists to their first element as a[], an empty
 // object or list (a module-owned part in the example) as itself.
@@ -70,11 +70,11 @@ TEST(SummaryDoc, EveryTypedRowNamesAFieldTheTypeWrites) {
 TEST(SummaryDoc, ThePageIsTheGeneratedText) {
   const std::string page = summary_reference_page();
   if (const char* w = std::getenv("ZREPRO_WRITE_SUMMARY_DOC"); w && std::string(w) == "1") {
-    std::ofstream(kPage) << page;
+    std::ofstream(kSummaryPage) << page;
   }
-  std::ifstream in(kPage);
+  std::ifstream in(kSummaryPage);
   std::stringstream have;
   have << in.rdbuf();
-  EXPECT_EQ(have.str(), page) << kPage << " differs from the generated page: "
+  EXPECT_EQ(have.str(), page) << kSummaryPage << " differs from the generated page: "
                               << "`ZREPRO_WRITE_SUMMARY_DOC=1 build/zrepro_unit_tests --gtest_filter=SummaryDoc.*` rewrites it";
 }
