@@ -19,9 +19,8 @@ if [ "$mode" != 0 ] && command -v ccache >/dev/null; then
   if [ "$mode" = warm ]; then export CCACHE_DIR="$tmp/ccache"; fi
 fi
 # The LibTorch scripts/setup.sh builds against (scripts/torch-prefix.sh).
-read -r torch_prefix _ < <(scripts/torch-prefix.sh)
-torch_args=()
-[ "$torch_prefix" != debian ] && torch_args=(-DCMAKE_PREFIX_PATH="$torch_prefix")
+torch_cmake=$(scripts/torch-prefix.sh --cmake-args)  # the LibTorch scripts/setup.sh builds against
+mapfile -t torch_args <<< "$torch_cmake"
 build() {  # dir
   cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" "${torch_args[@]}" > /dev/null
   local t0; t0=$(date +%s%N)

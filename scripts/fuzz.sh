@@ -16,9 +16,8 @@ runs=${1:-1000000}; jobs=${2:-1}; target=${3:-config}; per_job=$((runs / jobs))
 case "$target" in config|log) ;; *) echo "fuzz: got target \"$target\", expected config or log" >&2; exit 2 ;; esac
 dir=${ZREPRO_FUZZ_BUILD_DIR:-build-fuzz}
 command -v clang++ > /dev/null || { echo "fuzz: clang++ not found (apt-get install clang)" >&2; exit 2; }
-read -r torch_prefix _ < <(scripts/torch-prefix.sh)  # the LibTorch scripts/setup.sh builds against
-torch_args=()
-[ "$torch_prefix" != debian ] && torch_args=(-DCMAKE_PREFIX_PATH="$torch_prefix")
+torch_cmake=$(scripts/torch-prefix.sh --cmake-args)  # the LibTorch scripts/setup.sh builds against
+mapfile -t torch_args <<< "$torch_cmake"
 CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZREPRO_TESTS=OFF "${torch_args[@]}" \
   -DZREPRO_FUZZ=ON -DZREPRO_SANITIZE=address,undefined > "$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; exit 1; }
 bin=zrepro_${target}_fuzz

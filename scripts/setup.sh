@@ -40,7 +40,8 @@ fi
 
 # The LibTorch: its CMake prefix goes first in CMAKE_PREFIX_PATH. A build folder made for
 # another LibTorch is configured afresh (cmake/torch.cmake refuses a mix).
-read -r torch_prefix torch_version _ torch_source < <(scripts/torch-prefix.sh)
+torch_line=$(scripts/torch-prefix.sh)  # its failure (exit 2, the reason on stderr) ends set-up here
+read -r torch_prefix torch_version _ torch_source <<< "$torch_line"
 torch_args=(-DZREPRO_TORCH_SOURCE="$torch_source")
 if [ "$torch_prefix" != debian ]; then
   torch_args+=(-DCMAKE_PREFIX_PATH="$torch_prefix")

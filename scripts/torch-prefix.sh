@@ -13,6 +13,8 @@
 #                            once, about 5 GB with the CUDA libraries the PyPI wheel depends on;
 #                            pip's own cache keeps the download).
 # ZREPRO_TORCH_REQUIRE_CUDA=1: refuse a torch without CUDA (scripts/cuda-build.sh).
+# --cmake-args: print instead the CMake arguments for that LibTorch, one per line
+# (bench/build.sh, scripts/fuzz.sh; scripts/setup.sh adds them itself).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 say() { echo "[torch] $*" >&2; }
@@ -25,7 +27,8 @@ choice=${ZREPRO_LIBTORCH:-auto}
 case "$choice" in
   debian)
     ver=$(dpkg-query -W -f='${Version}' libtorch-dev 2>/dev/null | sed -E 's/^([0-9]+\.[0-9]+\.[0-9]+).*/\1/' || true)
-    echo "debian ${ver:-1.13} none debian-libtorch-dev"
+    if [ "${1:-}" = --cmake-args ]; then echo "-DZREPRO_TORCH_SOURCE=debian-libtorch-dev"
+    else echo "debian ${ver:-1.13} none debian-libtorch-dev"; fi
     exit 0 ;;
   auto|pip) ;;
   *) fail "ZREPRO_LIBTORCH=$choice: expected \"debian\" (Debian's libtorch-dev) or unset (a torch 2.x of pip); unset it or set it to debian" ;;
@@ -62,4 +65,8 @@ if [ "${ZREPRO_TORCH_REQUIRE_CUDA:-0}" = 1 ] && [ "$cuda" = none ]; then
   fail "torch $ver from $source has no CUDA; install a CUDA wheel ($pin from PyPI is one) or name its python in ZREPRO_TORCH_PYTHON"
 fi
 say "LibTorch $ver (CUDA $cuda) from $source"
-echo "$prefix $ver $cuda $source"
+if [ "${1:-}" = --cmake-args ]; then
+  printf '%s\n' "-DZREPRO_TORCH_SOURCE=$source" "-DCMAKE_PREFIX_PATH=$prefix"
+else
+  echo "$prefix $ver $cuda $source"
+fi
