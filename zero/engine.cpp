@@ -381,7 +381,7 @@ ZeroEngine::GradStats ZeroEngine::grad_stats(double local_loss) {
       nonfinite += 1;
   }
   torch::Tensor stats = torch::tensor({local_loss, sq, nonfinite}, torch::kDouble).to(cfg_.device);
-  comm_.all_reduce(stats, "loss+grad_norm+overflow")->wait();
+  comm_.all_reduce_wait(stats, "loss+grad_norm+overflow");
   stats = stats.cpu();
   return {stats[0].item<double>() / comm_.world_size(), stats[1].item<double>(), stats[2].item<double>() > 0};
 }

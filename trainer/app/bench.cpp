@@ -1,11 +1,13 @@
 // `zrepro bench comm`: a collective benchmark in the nccl-tests format (size,
 // count, time, algbw, busbw, #wrong) through zrepro's Communicator, compared in
 // the same run with the raw MPI call of the same size on the calling thread, so
-// the comm layer's overhead (worker hand-off, accounting) shows as a ratio.
+// the comm layer's overhead (signature, accounting; the worker hand-off for the stream
+// form) shows as a ratio.
 // `zrepro bench adam`: the fused CPU Adam against LibTorch's AdamW and against
 // the machine's memory bandwidth (a STREAM triad) measured in the same run.
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -78,7 +80,18 @@ json bench_one(Communicator& comm, bool mpi, CollOp op, int64_t bytes, int iters
   torch::Tensor in = torch::empty({op == CollOp::all_gather ? count / ws : count});
   torch::Tensor out = op == CollOp::all_reduce || op == CollOp::broadcast ? in
                       : torch::empty({op == CollOp::reduce_scatter ? count / ws : count});
+  // The blocking form (a caller that waits at once: [Note: a collective on the caller])
+  // and the stream form (issued, then waited for, as overlapped buckets are).
   auto ours = [&] {
+    switch (op) {
+      case CollOp::all_reduce: comm.all_reduce_wait(in, "bench"); break;
+      case CollOp::reduce_scatter: comm.reduce_scatter_wait(out, in, "bench"); break;
+      case CollOp::all_gather: comm.all_gather_wait(out, in, "bench"); break;
+      case CollOp::broadcast: comm.broadcast_wait(in, 0, "bench"); break;
+      case CollOp::barrier: break;
+    }
+  };
+  auto stream = [&] {
     switch (op) {
       case CollOp::all_reduce: comm.all_reduce(in, "bench")->wait(); break;
       case CollOp::reduce_scatter: comm.reduce_scatter(out, in, "bench")->wait(); break;
@@ -91,24 +104,45 @@ json bench_one(Communicator& comm, bool mpi, CollOp op, int64_t bytes, int iters
     if (mpi) raw_mpi_collective(op, out, in, 0);
     else if (split) out.copy_(in);
   };
-  auto timed = [&](const std::function<void()>& f) {
-    for (int i = 0; i < warmup; ++i) f();
+  // [Note: interleaved rounds] The three paths take turns in kRounds rounds of
+  // iters / kRounds calls each, and each reports the median round: a machine whose speed
+  // drifts during a row (a shared 2-core runner halved its raw MPI speed between two rows)
+  // then moves all three alike, and the ratios compare like with like.
+  constexpr int kRounds = 5;
+  const int per_round = std::max(1, iters / kRounds);
+  auto round = [&](const std::function<void()>& f) {
     comm.barrier("bench");
     const auto t0 = Clock::now();
-    for (int i = 0; i < iters; ++i) f();
-    const double t = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
+    for (int i = 0; i < per_round; ++i) f();
+    const double t = std::chrono::duration<double>(Clock::now() - t0).count() / per_round;
     return mpi ? mpi_max(t) : t;
   };
-  fill(op, out, in, rank);
-  ours();  // checked once on fresh inputs, then timed
-  const int64_t bad = wrong(op, out, in, rank, ws);
-  const double t_ours = timed(ours), t_raw = timed(raw);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  int64_t bad = 0;
+  for (const std::function<void()>& f : {std::function<void()>(ours), std::function<void()>(stream)}) {
+    fill(op, out, in, rank);  // each checked once on fresh inputs, then timed
+    f();
+    bad += wrong(op, out, in, rank, ws);
+  }
+  for (const std::function<void()>& f : {std::function<void()>(ours), std::function<void()>(stream), std::function<void()>(raw)})
+    for (int i = 0; i < warmup; ++i) f();
+  std::vector<double> r_ours, r_stream, r_raw;
+  for (int k = 0; k < kRounds; ++k) {
+    r_ours.push_back(round(ours));
+    r_stream.push_back(round(stream));
+    r_raw.push_back(round(raw));
+  }
+  const double t_ours = median(r_ours), t_stream = median(r_stream), t_raw = median(r_raw);
   const double S = static_cast<double>(count) * 4;
   const double factor = busbw_factor(op, ws);
   json row = {{"op", coll_op_name(op)}, {"bytes", S}, {"count", count}, {"ranks", ws},
               {"time_us", t_ours * 1e6}, {"algbw_GBps", S / t_ours / 1e9}, {"busbw_GBps", S / t_ours / 1e9 * factor},
               {"wrong", bad}, {"raw_time_us", t_raw * 1e6}, {"raw_algbw_GBps", S / t_raw / 1e9},
-              {"raw_busbw_GBps", S / t_raw / 1e9 * factor}, {"ratio", t_raw / t_ours}};
+              {"raw_busbw_GBps", S / t_raw / 1e9 * factor}, {"ratio", t_raw / t_ours},
+              {"stream_time_us", t_stream * 1e6}, {"stream_ratio", t_raw / t_stream}};
   return row;
 }
 
@@ -120,7 +154,7 @@ int bench_comm(int argc, char** argv) {
       ("op", "all_reduce|reduce_scatter|all_gather|broadcast|all", cxxopts::value<std::string>()->default_value("all"))
       ("min-bytes", "smallest message", cxxopts::value<std::string>()->default_value("8K"))
       ("max-bytes", "largest message", cxxopts::value<std::string>()->default_value("16M"))
-      ("iters", "timed iterations per size", cxxopts::value<int>()->default_value("20"))
+      ("iters", "timed iterations per size and path (in 5 interleaved rounds)", cxxopts::value<int>()->default_value("20"))
       ("warmup", "untimed iterations per size", cxxopts::value<int>()->default_value("3"))
       ("ranks", "start N ranks on this node under mpirun", cxxopts::value<int>())
       ("json", "print JSON rows instead of the table")
@@ -146,19 +180,21 @@ int bench_comm(int argc, char** argv) {
     if (rank == 0 && !as_json) {
       std::printf("# zrepro bench comm: %d rank(s), backend %s, float32, sum; times in us, bandwidths in GB/s\n", ws,
                   comm.backend().c_str());
-      std::printf("# %-15s %10s %12s | %10s %8s %8s %6s | %10s %8s %8s | %6s\n", "op", "size(B)", "count", "time",
-                  "algbw", "busbw", "#wrong", "raw time", "algbw", "busbw", "ratio");
+      std::printf("# time: the blocking form; stream: issued to the comm stream, then waited for; ratio: raw time / time\n");
+      std::printf("# %-15s %10s %12s | %10s %8s %8s %6s | %10s %8s %8s | %6s | %10s %6s\n", "op", "size(B)", "count",
+                  "time", "algbw", "busbw", "#wrong", "raw time", "algbw", "busbw", "ratio", "stream", "ratio");
     }
     for (CollOp op : ops)
       for (int64_t bytes = lo; bytes <= hi; bytes *= 2) {
         const json row = bench_one(comm, ranks.mpi, op, bytes, iters, warmup);
         rows.push_back(row);
         if (rank == 0 && !as_json)
-          std::printf("  %-15s %10.0f %12lld | %10.1f %8.3f %8.3f %6lld | %10.1f %8.3f %8.3f | %6.3f\n",
+          std::printf("  %-15s %10.0f %12lld | %10.1f %8.3f %8.3f %6lld | %10.1f %8.3f %8.3f | %6.3f | %10.1f %6.3f\n",
                       coll_op_name(op), row["bytes"].get<double>(), static_cast<long long>(row["count"].get<int64_t>()),
                       row["time_us"].get<double>(), row["algbw_GBps"].get<double>(), row["busbw_GBps"].get<double>(),
                       static_cast<long long>(row["wrong"].get<int64_t>()), row["raw_time_us"].get<double>(),
-                      row["raw_algbw_GBps"].get<double>(), row["raw_busbw_GBps"].get<double>(), row["ratio"].get<double>());
+                      row["raw_algbw_GBps"].get<double>(), row["raw_busbw_GBps"].get<double>(), row["ratio"].get<double>(),
+                      row["stream_time_us"].get<double>(), row["stream_ratio"].get<double>());
       }
     if (rank == 0 && as_json) std::cout << rows.dump(1) << std::endl;
     int64_t total_bad = 0;

@@ -181,7 +181,7 @@ std::vector<RankReport> gather_reports(RunState& s) {
   torch::Tensor mine =
       torch::tensor(rank_report(s.rank, s.result, device_memory_snapshot(s.dev.device)).pack(), torch::kDouble);
   torch::Tensor all = torch::empty({s.world * RankReport::kPacked}, torch::kDouble);
-  s.comm().all_gather(all, mine, "gather rank reports")->wait();
+  s.comm().all_gather_wait(all, mine, "gather rank reports");
   std::vector<RankReport> reports;
   for (int k = 0; k < s.world; ++k)
     reports.push_back(RankReport::unpack(all.data_ptr<double>() + k * RankReport::kPacked));

@@ -176,7 +176,7 @@ static void derive_host_link(RunState& s) {
                                     s.job.cfg.micro_batch * s.job.model.seq, s.job.model.hidden, s.job.model.intermediate);
   // Every rank must model the same link: rank 0's measurement decides.
   torch::Tensor v = torch::tensor({d.link_gbps}, torch::kDouble);
-  if (!s.vranks) s.comm().broadcast(v, 0, "host link profile")->wait();  // virtual: one measurement already
+  if (!s.vranks) s.comm().broadcast_wait(v, 0, "host link profile");  // virtual: one measurement already
   s.job.host_link_gbps = v.item<double>();
   if (s.speaks())
     std::cout << "[zrepro] host link " << d.profile.name << ": target " << fmt(d.profile.link_gbps) << " GB/s for "

@@ -350,7 +350,7 @@ StepResult optimizer_step(Loop& l, StepRecord& rec, double mean_loss) {
   if (l.opts.verify_replicas && l.engine.policy().replicated_params()) {
     torch::Tensor mine = torch::tensor({l.engine.replica_fingerprint()}, torch::kLong);
     torch::Tensor all = torch::empty({l.comm.world_size()}, torch::kLong);
-    l.comm.all_gather(all, mine, "verify replicas")->wait();
+    l.comm.all_gather_wait(all, mine, "verify replicas");
     rec.replicas_identical = (all == all[0]).all().item<bool>() ? 1 : 0;
     if (!rec.replicas_identical)
       throw std::runtime_error("parameters differ between ranks after step " + std::to_string(rec.step) +

@@ -84,6 +84,14 @@ class Communicator {
   WorkPtr broadcast(torch::Tensor t, int root, const std::string& label);
   void barrier(const std::string& label);
 
+  // Blocking forms (torch.distributed's async_op=False), for a caller that would wait at
+  // once: the same collective, counted and recorded the same, but run on the calling
+  // thread when the comm stream is idle ([Note: a collective on the caller]).
+  void all_reduce_wait(torch::Tensor t, const std::string& label);
+  void reduce_scatter_wait(torch::Tensor out, torch::Tensor in, const std::string& label);
+  void all_gather_wait(torch::Tensor out, torch::Tensor in, const std::string& label);
+  void broadcast_wait(torch::Tensor t, int root, const std::string& label);
+
   // [Note: modelled interconnect] A collective takes at least S x busbw_factor / busbw
   // (nccl-tests' relation between the array size S and the bus bandwidth): the comm
   // stream sleeps out the rest after the real transfer, so later collectives queue and
@@ -109,8 +117,19 @@ class Communicator {
   void throw_if_interrupted() const;  // Interrupted(sig, why) once interrupt() was called
 
  protected:
-  // Runs one collective to completion (blocking) on the comm stream.
+  // Runs one collective to completion (blocking) on the comm stream, or on the caller's
+  // thread for a blocking form when the backend allows it (caller_may_execute()).
   virtual void execute(CollOp op, torch::Tensor& out, torch::Tensor& in, int root) = 0;
+  // Whether a blocking form may run execute() on the calling thread (false: always the
+  // comm stream). A backend that says yes must keep such a call interruptible until the
+  // ranks have agreed on the collective: it polls throw_if_interrupted() while
+  // on_caller() says it runs there.
+  virtual bool caller_may_execute() const { return false; }
+  // A blocking form that will run on its caller calls this first, before its bookkeeping:
+  // a backend may start agreeing on the op with the other ranks here, so that the
+  // message latency overlaps that work; its execute() then completes the agreement.
+  virtual void begin_on_caller(CollOp /*op*/, const torch::Tensor& /*in*/) {}
+  bool on_caller() const { return threaded_ && std::this_thread::get_id() != worker_.get_id(); }
   // Worker threads must be joined before a derived backend is destroyed.
   void stop_worker();
 
@@ -125,8 +144,11 @@ class Communicator {
     WorkPtr work;
     std::function<void()> then;
   };
+  Task make_task(CollOp op, torch::Tensor out, torch::Tensor in, int root, const std::string& label,
+                 std::function<void()> then);
   WorkPtr submit(CollOp op, torch::Tensor out, torch::Tensor in, int root, const std::string& label,
                  std::function<void()> then = {});
+  void submit_and_wait(CollOp op, torch::Tensor out, torch::Tensor in, int root, const std::string& label);
   void run_task(Task& t);
   void worker_loop();
 
@@ -145,6 +167,7 @@ class Communicator {
   std::mutex q_mu_;
   std::condition_variable q_cv_;
   std::deque<Task> queue_;
+  bool running_ = false;  // a task is executing, on the comm stream or on a caller
   bool stopping_ = false;
   std::thread worker_;
 };

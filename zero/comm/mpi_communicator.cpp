@@ -3,9 +3,11 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -163,6 +165,8 @@ void mpi_collective(MPI_Comm c, int rank, CollOp op, torch::Tensor& out, torch::
   if (staged) out.copy_(op == CollOp::all_reduce || op == CollOp::broadcast ? hin : hout);
 }
 
+}  // namespace
+
 // [Note: collective signatures] MPI gives no guarantee when ranks call one
 // collective with different counts or types: a 3-element all-reduce meeting a
 // 118,528-element one corrupted the heap here (gloo aborts with "Received data
@@ -171,30 +175,112 @@ void mpi_collective(MPI_Comm c, int rank, CollOp op, torch::Tensor& out, torch::
 // fixed-size exchanges always pair up in issue order, so the first divergent
 // collective is caught on every rank at once and fails as a CommError, which the
 // run turns into its hang report (exit 4) naming each rank's collective.
-void check_signatures(MPI_Comm c, CollOp op, const torch::Tensor& in) {
-  if (op == CollOp::barrier) return;
-  int n = 1;
-  MPI_Comm_size(c, &n);
-  if (n == 1) return;
-  const int64_t mine[3] = {static_cast<int64_t>(op), static_cast<int64_t>(in.scalar_type()), in.numel()};
-  std::vector<int64_t> all(3 * static_cast<size_t>(n));
-  check(MPI_Allgather(mine, 3, MPI_INT64_T, all.data(), 3, MPI_INT64_T, c), "MPI_Allgather (collective signature)");
-  bool same = true;
-  for (int r = 1; r < n; ++r)
-    for (int k = 0; k < 3; ++k) same = same && all[3 * r + k] == all[k];
-  if (same) return;
-  std::string text = "ranks disagree on the next collective:";
-  for (int r = 0; r < n; ++r)
-    text += " rank " + std::to_string(r) + " " + coll_op_name(static_cast<CollOp>(all[3 * r])) + "(" +
-            c10::toString(static_cast<torch::ScalarType>(all[3 * r + 1])) + ", " + std::to_string(all[3 * r + 2]) +
-            ")" + (r + 1 < n ? ";" : "");
-  throw CommError(text);
+//
+// [Note: the signature exchange] Point-to-point, nonblocking and polled, so that on a
+// caller's thread a peer that never arrives cannot hold the caller past an interrupt
+// ([Note: a collective on the caller]). Not MPI_Allgather: a blocking collective never
+// matches a nonblocking one, and one rank may run an op on its caller while another runs
+// it on its stream. Not MPI_Iallgather: once Open MPI has run a nonblocking collective,
+// its libnbc progress runs inside every later blocking one too. Bruck's all-gather:
+// ceil(log2 n) rounds; in round d each rank sends the signatures it holds to rank - d and
+// receives as many from rank + d, on a tag of its own (Open MPI's collectives use negative
+// tags, so no collective can match these; MPI keeps one pair's messages on one tag in
+// order, so op k's exchange never meets op k+1's). Slot j of held_ is rank (rank + j)
+// mod n's signature. A caller posts round one before its bookkeeping (begin_on_caller).
+class SignatureExchange {
+ public:
+  SignatureExchange(MPI_Comm c, int rank, int n, CollOp op, const torch::Tensor& in)
+      : c_(c), rank_(rank), n_(n), held_(new int64_t[3 * static_cast<size_t>(n)]) {
+    held_[0] = static_cast<int64_t>(op), held_[1] = static_cast<int64_t>(in.scalar_type()), held_[2] = in.numel();
+    post();
+  }
+  SignatureExchange(const SignatureExchange&) = delete;
+  SignatureExchange& operator=(const SignatureExchange&) = delete;
+
+  // Completes the exchange, running `poll` (if any) about every 64 tests while waiting;
+  // what poll throws abandons the exchange, whose buffer then stays allocated for the
+  // requests still pointing at it. Throws CommError when the ranks disagree.
+  void finish(const std::function<void()>& poll) {
+    for (;;) {
+      wait_round(poll);
+      d_ *= 2;
+      if (d_ >= n_) break;
+      post();
+    }
+    check_agreement();
+  }
+
+ private:
+  static constexpr int kTag = 0x5a5a;
+
+  void post() {
+    const int cnt = std::min(d_, n_ - d_);
+    check(MPI_Irecv(held_.get() + 3 * d_, 3 * cnt, MPI_INT64_T, (rank_ + d_) % n_, kTag, c_, &req_[0]),
+          "MPI_Irecv (collective signature)");
+    check(MPI_Isend(held_.get(), 3 * cnt, MPI_INT64_T, (rank_ - d_ + n_) % n_, kTag, c_, &req_[1]),
+          "MPI_Isend (collective signature)");
+  }
+
+  void wait_round(const std::function<void()>& poll) {
+    for (int done = 0, spins = 0;; ++spins) {
+      check(MPI_Testall(2, req_, &done, MPI_STATUSES_IGNORE), "MPI_Testall (collective signature)");
+      if (done) return;
+      if (spins % 64 != 63) continue;  // a yield is a system call: not after every test
+      if (poll) {
+        try {
+          poll();
+        } catch (...) {
+          (void)held_.release();
+          throw;
+        }
+      }
+      std::this_thread::yield();
+    }
+  }
+
+  void check_agreement() const {
+    std::vector<int64_t> all(3 * static_cast<size_t>(n_));  // by rank
+    for (int j = 0; j < n_; ++j)
+      for (int k = 0; k < 3; ++k) all[3 * ((rank_ + j) % n_) + k] = held_[3 * j + k];
+    bool same = true;
+    for (int r = 1; r < n_; ++r)
+      for (int k = 0; k < 3; ++k) same = same && all[3 * r + k] == all[k];
+    if (same) return;
+    std::string text = "ranks disagree on the next collective:";
+    for (int r = 0; r < n_; ++r)
+      text += " rank " + std::to_string(r) + " " + coll_op_name(static_cast<CollOp>(all[3 * r])) + "(" +
+              c10::toString(static_cast<torch::ScalarType>(all[3 * r + 1])) + ", " + std::to_string(all[3 * r + 2]) +
+              ")" + (r + 1 < n_ ? ";" : "");
+    throw CommError(text);
+  }
+
+  MPI_Comm c_;
+  int rank_, n_, d_ = 1;
+  std::unique_ptr<int64_t[]> held_;
+  MPI_Request req_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+};
+
+
+void MpiCommunicator::begin_on_caller(CollOp op, const torch::Tensor& in) {
+  if (op != CollOp::barrier && world_size() > 1)
+    begun_ = std::make_unique<SignatureExchange>(as_comm(comm_), rank(), world_size(), op, in);
 }
 
-}  // namespace
-
 void MpiCommunicator::execute(CollOp op, torch::Tensor& out, torch::Tensor& in, int root) {
-  check_signatures(as_comm(comm_), op, in);
+  // The stream runs only while no caller holds it, so begun_ is the caller's own here.
+  std::unique_ptr<SignatureExchange> agree = std::move(begun_);
+  if (!agree && op != CollOp::barrier && world_size() > 1)
+    agree = std::make_unique<SignatureExchange>(as_comm(comm_), rank(), world_size(), op, in);
+  if (agree) {
+    std::function<void()> poll;
+    if (on_caller()) poll = [this] { throw_if_interrupted(); };
+    try {
+      agree->finish(poll);
+    } catch (const Interrupted&) {
+      (void)agree.release();  // its requests are abandoned with the process
+      throw;
+    }
+  }
   const bool large = in.defined() && in.numel() * static_cast<int64_t>(in.element_size()) >= kReduceScatterViaAllReduceBytes;
   mpi_collective(as_comm(comm_), rank(), op, out, in, root,
                  large ? RsPath::all_reduce_then_slice : RsPath::mpi_reduce_scatter);

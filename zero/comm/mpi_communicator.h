@@ -1,10 +1,12 @@
-// MPI backend (OpenMPI): collectives on a worker thread over a private duplicate
+// MPI backend (OpenMPI): collectives on a worker thread (or a blocking form's caller:
+// [Note: a collective on the caller]) over a private duplicate
 // of MPI_COMM_WORLD, with errors returned instead of aborting so that a failed
 // collective becomes a diagnosed hang. CPU tensors go straight to MPI; GPU tensors
 // (ranks sharing a GPU) are staged through host memory. 16-bit floats are summed
 // in fp32 by a user-defined MPI reduction.
 #pragma once
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,8 @@ namespace zrepro {
 // True when this process was started by an MPI launcher (mpirun, srun with PMI).
 bool launched_by_mpi();
 
+class SignatureExchange;  // mpi_communicator.cpp: [Note: the signature exchange]
+
 class MpiCommunicator : public Communicator {
  public:
   // MPI must already be initialised with MPI_THREAD_MULTIPLE (see mpi_init()).
@@ -24,9 +28,12 @@ class MpiCommunicator : public Communicator {
 
  protected:
   void execute(CollOp op, torch::Tensor& out, torch::Tensor& in, int root) override;
+  bool caller_may_execute() const override { return true; }
+  void begin_on_caller(CollOp op, const torch::Tensor& in) override;
 
  private:
   void* comm_;  // MPI_Comm, kept opaque so that mpi.h stays out of the header
+  std::unique_ptr<SignatureExchange> begun_;  // posted by a caller, completed by execute
 };
 
 // The plain MPI call for the collective (MPI_Reduce_scatter_block for a reduce-scatter

@@ -1,4 +1,4 @@
-// `zrepro bench comm` (exact checks, nccl-tests columns) and `bench adam` through the binary.
+// `zrepro bench comm` (exact checks of the blocking and the stream form, nccl-tests columns) and `bench adam` through the binary.
 #include <gtest/gtest.h>
 
 #include "tests/support/process.h"
@@ -22,6 +22,7 @@ TEST(Bench, CommIsExactAndAdamReportsEveryColumn) {
     EXPECT_EQ(r["wrong"], 0) << r.dump();
     EXPECT_EQ(r["ranks"], 4);
     EXPECT_GT(r["busbw_GBps"].get<double>(), 0);
+    EXPECT_GT(r["stream_time_us"].get<double>(), 0);  // the comm stream's form, checked too
   }
   // Reduce-scatter on both sides of [Note: reduce-scatter over MPI]'s 1 MiB switch (MPI's
   // own below it, an all-reduce plus the rank's slice from it), 3 ranks: exact on each.
