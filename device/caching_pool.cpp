@@ -81,7 +81,15 @@ std::optional<CachingPool::Block> CachingPool::allocate(int64_t n, int64_t* new_
   if (auto b = take(sm, rounded)) return b;
   const int64_t seg = segment_size(rounded);
   if (capacity_ > 0 && reserved_ + seg > capacity_) {
-    release_free_segments();  // PyTorch frees cached blocks and retries before raising OOM
+    // [Note: allocator retries] PyTorch's malloc, when cudaMalloc of a new segment fails:
+    // release_available_cached_blocks does nothing unless max_split_size_mb is set, so it
+    // goes on to release_cached_blocks (every cached block that is not part of a split
+    // segment goes back to the driver: here the wholly free segments) and retries
+    // alloc_block, which counts num_alloc_retries. On a GPU the flush synchronises the
+    // device and later allocations must cudaMalloc again: "high memory pressure" in
+    // DeepSpeed's words. This emulation counts the retries; it does not model their time.
+    release_free_segments();
+    ++alloc_retries_;
     if (reserved_ + seg > capacity_) return std::nullopt;
   }
   const int64_t id = next_segment_++;

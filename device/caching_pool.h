@@ -52,6 +52,10 @@ class CachingPool {
   int64_t reserved() const { return reserved_; }
   int64_t capacity() const { return capacity_; }
   int64_t largest_free_block() const;
+  // PyTorch's num_alloc_retries: allocations that found no cached block, hit the capacity
+  // with a new segment, freed every wholly free cached segment and tried again (counted
+  // whether the retry then fits or ends in an OOM). [Note: allocator retries]
+  int64_t alloc_retries() const { return alloc_retries_; }
   int64_t segments() const { return static_cast<int64_t>(segment_size_.size()); }
 
  private:
@@ -72,6 +76,7 @@ class CachingPool {
   bool expandable_ = false;
   int64_t small_bytes_ = 0, large_bytes_ = 0;  // expandable mode
   int64_t allocated_ = 0, reserved_ = 0;
+  int64_t alloc_retries_ = 0;
   int64_t next_segment_ = 0;
   std::set<Free> free_[2];                                  // [0] large pool, [1] small pool
   std::map<int64_t, int64_t> segment_size_;                 // segment -> bytes

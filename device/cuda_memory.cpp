@@ -82,6 +82,7 @@ MemorySnapshot cuda_memory_snapshot(int device) {
   s.peak = stats.allocated_bytes[0].peak;
   s.reserved = stats.reserved_bytes[0].current;
   s.peak_reserved = stats.reserved_bytes[0].peak;
+  s.alloc_retries = stats.num_alloc_retries;  // the count DeepSpeed's ZeRO-3 step reads
   std::lock_guard<std::mutex> lock(g_mu);
   if (device == g_watch_device) {
     s.phases = g_phases;

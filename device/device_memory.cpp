@@ -146,6 +146,7 @@ void DeviceMemory::throw_oom(Ledger& l, int category, int64_t bytes) const {
                " (category " + mem_category_name(static_cast<MemCategory>(category)) + ", phase " +
                phase_name(l.phase) + ")";
   l.at_oom = s;
+  l.at_oom.alloc_retries = l.pool.alloc_retries();
   l.at_oom.reserved = reserved;
   l.at_oom.request = bytes;
   C10_THROW_ERROR(OutOfMemoryError, l.last_oom);
@@ -214,7 +215,10 @@ void DeviceMemory::free_raw(void* ptr) {
 
 MemorySnapshot DeviceMemory::snapshot(int owner) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return ledger(owner).s;
+  Ledger& l = ledger(owner);
+  MemorySnapshot s = l.s;
+  s.alloc_retries = l.pool.alloc_retries();
+  return s;
 }
 
 void DeviceMemory::reset_peaks() {

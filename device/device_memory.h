@@ -71,6 +71,8 @@ struct MemorySnapshot {
   std::array<int64_t, kNumMemCategories> category_peaks{};       // each category's own peak
   Phase peak_phase = Phase::init;
   PhasePeaks phases;  // [Note: phase peaks]
+  // Caching mode (and CUDA): PyTorch's num_alloc_retries so far ([Note: allocator retries]).
+  int64_t alloc_retries = 0;
 };
 
 // Thrown (as c10::OutOfMemoryError, so LibTorch passes it through) past capacity.

@@ -1,6 +1,6 @@
 // The CUDA caching allocator emulation: rounding and segment rules, splitting,
 // caching and merging, and a fragmentation sequence that runs out of memory while
-// the free bytes in aggregate would be enough.
+// the free bytes in aggregate would be enough; the cache flushes PyTorch counts as retries.
 #include <gtest/gtest.h>
 
 #include "device/caching_pool.h"
@@ -89,4 +89,34 @@ TEST(CachingPool, ExpandableSegmentsServeWhatFragmentationRefused) {
   for (int i = 0; i < 8; ++i) s.allocate(1000);
   EXPECT_EQ(s.allocated(), 8 * 1024);
   EXPECT_EQ(s.reserved(), 2 * MiB);
+}
+
+// [Note: allocator retries]: PyTorch counts num_alloc_retries when a new segment would pass
+// the capacity, the cache is flushed (wholly free segments go back) and the allocation
+// tried again, whether it then fits or not; an allocation a cached block serves, or one
+// that fits beside the cache, is no retry, and expandable segments never retry.
+TEST(CachingPool, AFlushAndRetryIsCountedAsPyTorchCountsIt) {
+  CachingPool p(40 * MiB);
+  auto a = p.allocate(6 * MiB);   // a 20 MiB segment (its 14 MiB tail cached)
+  auto b = p.allocate(16 * MiB);  // too big for the tail: its own 16 MiB segment, 36 MiB reserved
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(p.alloc_retries(), 0);
+  p.free(*a);  // the 20 MiB segment is cached, wholly free
+  auto c = p.allocate(6 * MiB);  // served from the cache
+  ASSERT_TRUE(c);
+  EXPECT_EQ(p.alloc_retries(), 0);
+  p.free(*c);
+  auto d = p.allocate(22 * MiB);  // no cached block fits; 36 + 22 > 40: flush the cached 20 MiB, retry, fits
+  ASSERT_TRUE(d);
+  EXPECT_EQ(p.alloc_retries(), 1);
+  EXPECT_EQ(p.reserved(), 38 * MiB);
+  EXPECT_FALSE(p.allocate(16 * MiB).has_value());  // nothing to flush: the retry fails, still counted
+  EXPECT_EQ(p.alloc_retries(), 2);
+  CachingPool e(40 * MiB);
+  e.set_expandable(true);
+  auto x = e.allocate(30 * MiB);
+  e.free(*x);
+  EXPECT_TRUE(e.allocate(30 * MiB).has_value());
+  EXPECT_FALSE(e.allocate(30 * MiB).has_value());
+  EXPECT_EQ(e.alloc_retries(), 0);
 }

@@ -129,7 +129,8 @@ cxxopts::Options ab_options() {
                   "of a time share, scaling)")
       ("expect", "the symptom A shows and B must not: failure (default), refused (A's config is rejected at "
                  "init), slower:R, less:KEY:R, more:KEY:R (KEY: device_busy_fraction, overlap_ratio, "
-                 "comm_wait_share, data_wait_share, ...), differs:loss|grad_norm:TOL, scaling:E (A's throughput "
+                 "comm_wait_share, data_wait_share, ...), present:KEY (A's figure above 0, B's 0: alloc_retries_per_step), "
+                 "differs:loss|grad_norm:TOL, scaling:E (A's throughput "
                  "efficiency from the first rank count to the others below E, B's at least E)",
        cxxopts::value<std::string>()->default_value("failure"))
       ("plan-only", "answer from the planner (zrepro plan) instead of training")

@@ -146,16 +146,23 @@ StepCallback calibrated(RunState& s, StepCallback log) {
 
 // Rank 0's step log: DeepSpeed's step line, zrepro's with loss and throughput, the
 // memory line when asked, DeepSpeed's timer line ([Note: wall_clock_breakdown],
-// trainer/report/diagnose.h), metrics.jsonl, the progress line.
+// trainer/report/diagnose.h), ZeRO-3's allocator-flush warning after every step that
+// flushed, metrics.jsonl, the progress line.
 StepCallback step_logger(RunState& s, int64_t every) {
   auto clock = std::make_shared<WallClock>();
-  return [&s, every, clock](const StepRecord& r, const std::string& scale_log) {
+  auto flushes_seen = std::make_shared<int64_t>(0);
+  return [&s, every, clock, flushes_seen](const StepRecord& r, const std::string& scale_log) {
     if (!s.speaks()) return;
     clock->add(r.forward_s, r.backward_s, r.comm_wait_s, r.optimizer_s);
     if (s.metrics) s.metrics->append(step_json(r));
     if (!scale_log.empty()) {
       s.progress.clear();
       std::cout << scale_log << "\n";
+    }
+    if (s.job.cfg.zero.stage == 3 && r.memory.alloc_retries > *flushes_seen) {
+      s.progress.clear();
+      std::cout << "[deepspeed] " << allocator_flush_line(r.memory.alloc_retries - *flushes_seen) << "\n";
+      *flushes_seen = r.memory.alloc_retries;
     }
     const int64_t steps = s.topt.steps;
     if ((r.step + 1) % every == 0 || r.step + 1 == steps) {

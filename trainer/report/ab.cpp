@@ -107,6 +107,13 @@ void memory_of(const Summary& s, json& row) {
   }
   memory_figures(hi, lo, cap, cats, row);
   if (s.scale_down.is_object()) target_of(s.scale_down, hi, cap, row);
+  // The caching allocator's cache flushes per step, the most any rank had: DeepSpeed's
+  // "high memory pressure" ([Note: allocator retries], device/caching_pool.cpp).
+  int64_t retries = 0;
+  if (s.memory)
+    for (const auto& r : s.memory->ranks) retries = std::max(retries, r.alloc_retries);
+  row["alloc_retries_per_step"] =
+      s.memory && !s.steps.empty() ? json(static_cast<double>(retries) / static_cast<double>(s.steps.size())) : json(nullptr);
 }
 
 // Rank 0's offload figures (the offload block keeps its builder's JSON, summary.h).
@@ -235,9 +242,14 @@ Measured measured_verdict(const Expectation& e, const AbRun& a, const AbRun& b, 
   }
   const std::string want = e.kind == Expectation::Kind::differs ? "> " + fixed(e.factor, 6) + " relative"
                            : e.kind == Expectation::Kind::less  ? "<= " + fixed(e.factor, 2) + "x B's"
+                           : e.kind == Expectation::Kind::present ? "above 0, B's 0"
                                                                 : ">= " + fixed(e.factor, 2) + "x B's";
   std::string figure;
-  if (e.kind == Expectation::Kind::differs) {
+  if (e.kind == Expectation::Kind::present) {
+    const double x = number_or(ra.value(e.key, json())), y = number_or(rb.value(e.key, json()));
+    m.a_shows = x > 0 && y == 0;
+    figure = e.key + " " + fixed(x, 4) + " vs B's " + fixed(y, 4) + " (expected " + want + ")";
+  } else if (e.kind == Expectation::Kind::differs) {
     const double d = max_step_rel_diff(a.summary->steps, b.summary->steps, e.key);
     m.a_shows = std::isfinite(d) && d > e.factor;
     figure = e.key + " differs from B's by up to " + fixed(d, 6) + " relative (expected " + want + ")";
@@ -364,7 +376,7 @@ const std::vector<std::string>& ab_metric_keys() {
   static const std::vector<std::string> keys = {
       "step_s_median",      "tokens_per_s",         "comm_wait_share", "offload_copy_share", "data_wait_share",
       "comm_wait_s_max",    "device_busy_fraction", "overlap_ratio",   "offload_wait_s_per_step",
-      "peak_bytes_max"};
+      "peak_bytes_max",     "alloc_retries_per_step"};
   return keys;
 }
 
@@ -392,7 +404,8 @@ const std::string& metric_key(const std::string& text, const std::string& key) {
 }  // namespace
 
 Expectation parse_expectation(const std::string& text) {
-  const char* forms = "failure, refused, slower:R, less:KEY:R, more:KEY:R, scaling:E or differs:loss|grad_norm:TOL";
+  const char* forms =
+      "failure, refused, slower:R, less:KEY:R, more:KEY:R, present:KEY, scaling:E or differs:loss|grad_norm:TOL";
   const std::vector<std::string> parts = split_colons(text);
   Expectation e;
   e.text = text;
@@ -411,6 +424,8 @@ Expectation parse_expectation(const std::string& text) {
     e.kind = Kind::more, e.key = "step_s_median", e.factor = factor(parts[1]);
   } else if ((k == "less" || k == "more") && parts.size() == 3) {
     e.kind = k == "less" ? Kind::less : Kind::more, e.key = metric_key(text, parts[1]), e.factor = factor(parts[2]);
+  } else if (k == "present" && parts.size() == 2) {
+    e.kind = Kind::present, e.key = metric_key(text, parts[1]);
   } else if (k == "scaling" && parts.size() == 2) {
     e.kind = Kind::scaling, e.key = "tokens_per_s", e.factor = factor(parts[1]);
   } else if (k == "differs" && parts.size() == 3 && (parts[1] == "loss" || parts[1] == "grad_norm")) {

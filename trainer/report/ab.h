@@ -42,6 +42,8 @@ struct AbResult {
 //   slower:R          A's median step time >= R x B's (more:step_s_median:R)
 //   less:KEY:R        A's KEY <= R x B's, KEY a row field (device_busy_fraction, overlap_ratio, ...)
 //   more:KEY:R        A's KEY >= R x B's (comm_wait_share, data_wait_share, ...)
+//   present:KEY       A's KEY is above 0 and B's is 0: what the fix must remove altogether
+//                     (alloc_retries_per_step: the caching allocator's cache flushes)
 //   differs:KEY:TOL   A's per-step KEY (loss, grad_norm) differs from B's (the reference)
 //                     by more than TOL relative at some step
 //   scaling:E         more ranks do not raise A's throughput: at each rank count after the
@@ -50,7 +52,7 @@ struct AbResult {
 // For every kind but failure/refused a side that fails cannot show the symptom: B failing
 // is "not fixed", A failing is "not reproduced".
 struct Expectation {
-  enum class Kind { failure, refused, less, more, differs, scaling } kind = Kind::failure;
+  enum class Kind { failure, refused, less, more, present, differs, scaling } kind = Kind::failure;
   std::string key;     // less/more: a row field; differs: a per-step field; slower: step_s_median
   double factor = 0;   // slower/less/more: R; differs: TOL; scaling: E
   std::string text = "failure";  // as given

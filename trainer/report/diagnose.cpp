@@ -785,9 +785,15 @@ void decide(const Scan& s, Diagnosis& d) {
     // decided: a set-up failure
   } else if (has("cache_flush")) {
     d.checkpoint = "zero-stage", d.cause = "allocator-cache-flushes", d.confidence = "likely";
-    d.reason = "ZeRO-3 reports the PyTorch allocator flushing its cache between steps: memory runs so close to "
-               "capacity that the caching allocator frees and retries (slow steps, an OOM one step away)";
-    d.try_next = {"a smaller micro-batch, activation checkpointing, or lower stage3_max_live_parameters / prefetch bucket",
+    d.scenario = "allocator-pressure";
+    const int64_t n = s.numbers.value("allocator_cache_flushes", int64_t(0));
+    d.reason = "ZeRO-3 reports the PyTorch allocator flushing its cache between steps" +
+               (n > 0 ? " (" + std::to_string(n) + " in the last step it logged)" : std::string()) +
+               ": memory runs so close to capacity that the caching allocator frees its cached segments and retries "
+               "(num_alloc_retries; slow steps, an OOM one step away)";
+    d.try_next = {"a smaller micro-batch with more gradient accumulation, activation checkpointing, or lower "
+                  "stage3_max_live_parameters / stage3_prefetch_bucket_size",
+                  "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (segments grow and shrink: nothing cached to flush)",
                   "get_accelerator().empty_cache() at the same point on every rank, if the pressure is transient"};
   } else if (has("straggler")) {
     d.checkpoint = "communication", d.scenario = "straggler", d.cause = "straggler", d.confidence = "strong";

@@ -108,7 +108,8 @@ json step_json(const StepRecord& s) {
                       {"data_wait", s.data_wait_s},
                       {"comm_wait", s.comm_wait_s}}},
           {"memory", {{"allocated", s.memory.allocated}, {"peak", s.memory.peak}, {"peak_phase", phase_name(s.memory.peak_phase)},
-                      {"reserved", s.memory.reserved}, {"peak_reserved", s.memory.peak_reserved}}},
+                      {"reserved", s.memory.reserved}, {"peak_reserved", s.memory.peak_reserved},
+                      {"alloc_retries", s.memory.alloc_retries}}},
           {"offload", {{"d2h_bytes", s.copies.bytes[0]},
                        {"h2d_bytes", s.copies.bytes[1]},
                        {"copy_s", s.copies.busy_s()},
@@ -162,6 +163,7 @@ std::vector<double> RankReport::pack() const {
   for (int64_t b : device.phases.reserved) v.push_back(static_cast<double>(b));
   v.push_back(growth ? 1.0 : 0.0);
   for (int c = 0; c <= kNumMemCategories; ++c) v.push_back(growth ? (*growth)[c] : 0.0);
+  v.push_back(static_cast<double>(device.alloc_retries));
   return v;
 }
 
@@ -197,6 +199,7 @@ RankReport RankReport::unpack(const double* v) {
     r.growth.emplace();
     for (int c = 0; c <= kNumMemCategories; ++c) (*r.growth)[c] = g[1 + c];
   }
+  r.device.alloc_retries = static_cast<int64_t>(g[2 + kNumMemCategories]);
   return r;
 }
 
@@ -271,6 +274,7 @@ json memory_rank_json(const RankReport& r) {
           {"host_pinned_bytes", r.memory.host_pinned},
           {"host_pageable_bytes", r.memory.host_pageable},
           {"comm_wait_s", r.comm_wait_s},
+          {"alloc_retries", r.device.alloc_retries},
           {"growth_bytes_per_step", growth}};
 }
 
@@ -289,6 +293,15 @@ json straggler_json(const std::vector<RankReport>& ranks) {
   const double mean_step_total = step / static_cast<double>(ranks.size());
   if (others - ranks[slow].comm_wait_s <= 0.25 * mean_step_total) return nullptr;
   return {{"rank", ranks[slow].rank}, {"others_wait_s", others}, {"own_wait_s", ranks[slow].comm_wait_s}};
+}
+
+std::string allocator_flush_line(int64_t flushes) {
+  return "[WARNING] " + std::to_string(flushes) +
+         " pytorch allocator cache flushes since last step. this happens when there is high memory pressure and is "
+         "detrimental to performance. if this is happening frequently consider adjusting settings to reduce memory "
+         "consumption. If you are unable to make the cache flushes go away consider adding "
+         "get_accelerator().empty_cache() calls in your training loop to ensure that all ranks flush their caches at "
+         "the same time";
 }
 
 std::string memory_line(const MemorySnapshot& m) {

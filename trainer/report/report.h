@@ -62,7 +62,7 @@ struct RankReport {
   // Bytes per step each category (then the total) grows by after warm-up; none with too
   // few steps (growth_per_step).
   std::optional<std::array<double, kNumMemCategories + 1>> growth;
-  static constexpr int kPacked = 20 + 3 * kNumMemCategories + 2 * kNumPhases + 1;
+  static constexpr int kPacked = 21 + 3 * kNumMemCategories + 2 * kNumPhases + 1;
   std::vector<double> pack() const;
   static RankReport unpack(const double* v);
 };
@@ -79,6 +79,11 @@ nlohmann::json memory_rank_json(const RankReport& r);
 nlohmann::json straggler_json(const std::vector<RankReport>& ranks);
 // DeepSpeed's see_memory_usage line: "MA 1.23 GB  Max_MA 2.34 GB  CA 2.50 GB  Max_CA 3 GB".
 std::string memory_line(const MemorySnapshot& m);
+// DeepSpeed's ZeRO-3 warning after a step whose allocations flushed the caching
+// allocator's cache `flushes` times (stage3.py's step(), rank 0, from num_alloc_retries),
+// word for word after its "[WARNING]" prefix, so that diagnose and grep find it as in a
+// real log.
+std::string allocator_flush_line(int64_t flushes);
 
 struct SummaryInput {
   std::string status = "ok";  // ok | oom | hang | diverged | config_error | error

@@ -63,6 +63,7 @@ SummaryRankMemory rank_memory_of(const json& j) {
   m.host_pinned_bytes = j.at("host_pinned_bytes").get<int64_t>();
   m.host_pageable_bytes = j.at("host_pageable_bytes").get<int64_t>();
   m.comm_wait_s = j.at("comm_wait_s").get<double>();
+  m.alloc_retries = j.value("alloc_retries", int64_t{0});  // summaries before 2026-12-05 have none
   if (j.contains("growth_bytes_per_step") && j["growth_bytes_per_step"].is_object())
     for (const auto& [k, v] : j["growth_bytes_per_step"].items()) m.growth_bytes_per_step[k] = v.get<double>();
   return m;
@@ -83,6 +84,7 @@ json rank_memory_json(const SummaryRankMemory& m) {
           {"host_pinned_bytes", m.host_pinned_bytes},
           {"host_pageable_bytes", m.host_pageable_bytes},
           {"comm_wait_s", m.comm_wait_s},
+          {"alloc_retries", m.alloc_retries},
           {"growth_bytes_per_step", m.growth_bytes_per_step.empty() ? json::object() : json(m.growth_bytes_per_step)}};
 }
 

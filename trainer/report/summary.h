@@ -64,6 +64,9 @@ struct SummaryRankMemory {
   std::vector<SummaryPhasePeak> phases;
   int64_t host_pinned_bytes = 0, host_pageable_bytes = 0;
   double comm_wait_s = 0;
+  // PyTorch's num_alloc_retries over the run: allocations that flushed the caching
+  // allocator's cache and tried again ([Note: allocator retries], device/caching_pool.cpp).
+  int64_t alloc_retries = 0;
   // Bytes per step each category grows by after warm-up (the least-squares slope of its
   // bytes at step ends; a leak shows as a positive slope); empty with too few steps.
   std::map<std::string, double> growth_bytes_per_step;

@@ -51,6 +51,11 @@ std::vector<SummaryFieldDoc> field_docs() {
       {"Memory", {"memory.ranks[].phases[].phase", "memory.ranks[].phases[].peak_bytes", "memory.ranks[].phases[].peak_reserved_bytes"}, "the peak of each phase (`init`, `partition`, `forward`, `backward`, `step`)", ""},
       {"Memory", {"memory.ranks[].host_pinned_bytes", "memory.ranks[].host_pageable_bytes"}, "offload's host memory", ""},
       {"Memory", {"memory.ranks[].comm_wait_s"}, "the rank's collective wait", ""},
+      {"Memory", {"memory.ranks[].alloc_retries"},
+       "PyTorch's `num_alloc_retries` over the run: allocations that found no room, flushed the caching allocator's "
+       "cache and tried again (the count behind DeepSpeed's \"pytorch allocator cache flushes since last step\" "
+       "warning; 0 with the tracking allocator)",
+       ""},
       {"Memory", {"memory.ranks[].growth_bytes_per_step.*"}, "bytes per step each category (and `total`) grew by after the first 2 steps, the least-squares slope of its bytes at step ends: a leak is a positive slope; empty with fewer than 5 steps", kReport},
       {"Memory", {"memory.planned.*"}, "`zrepro plan`'s prediction for the same run (`peak_bytes`, `peak_phase`, `by_category`, `category_peaks`, `phases`, `model_states`, `verdict`, `oom_phase`, `deepspeed_estimates`, host bytes, `pinned_fits`, ...: docs/guide/plan.md); absent when not planned", "planner/planner.h (MemoryPlan::to_json)"},
       {"Collectives", {"comm.bytes_per_step.*"}, "bytes one rank sends or receives per optimizer step, by collective (`all_reduce`, `reduce_scatter`, `all_gather`, `broadcast`); null without a step", ""},
