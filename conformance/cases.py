@@ -21,6 +21,10 @@ BYTES_TOL = 3e-3
 SCALAR_COMM_BYTES = 1024
 
 
+# zrepro's `tiny` with dimensions no rank count divides (issue 41 item 2).
+UNEVEN_MODEL = ["--hidden", "72", "--heads", "3", "--vocab", "97"]
+
+
 def ds_config(stage, gas, precision="fp32", extra=None):
     c = {
         "train_micro_batch_size_per_gpu": 8,
@@ -52,6 +56,14 @@ def training_cases():
     for stage in (1, 2, 3):
         out.append({"name": f"bf16-stage{stage}-ranks2-gas2", "kind": "training", "ranks": 2, "steps": STEPS,
                     "tolerance": BF16_TOL, "config": ds_config(stage, 2, "bf16")})
+    # Three and four ranks on dimensions that divide evenly by nothing (hidden 72, 3 heads,
+    # vocabulary 97): every flat partition is padded, parameters straddle rank boundaries
+    # and the last rank's share differs from the others'.
+    for stage in (0, 1, 2, 3):
+        for ranks in (3, 4):
+            out.append({"name": f"fp32-stage{stage}-ranks{ranks}-gas2-uneven", "kind": "training", "ranks": ranks,
+                        "steps": STEPS, "tolerance": FP32_TOL, "model_args": UNEVEN_MODEL,
+                        "config": ds_config(stage, 2)})
     out.append({"name": "fp32-stage2-ranks2-gas2-overlap", "kind": "training", "ranks": 2, "steps": STEPS,
                 "tolerance": FP32_TOL,
                 "config": ds_config(2, 2, extra={"zero_optimization": {"overlap_comm": True,

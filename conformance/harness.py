@@ -27,6 +27,7 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", OMPI_ALLOW
 def run_flags(case):
     """zrepro's flags for a case besides --config and --out (recorded: the CI test reruns them)."""
     flags = ["--steps", str(case["steps"]), "--ranks", str(case["ranks"]), "--log-every", "1000"]
+    flags += case.get("model_args", [])
     if case["kind"] == "gas_mismatch":
         flags += ["--inject", f"gas-mismatch:{case['extra_rank']}", "--comm-timeout", "10"]
     return flags

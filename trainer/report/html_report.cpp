@@ -183,19 +183,33 @@ void memory_section(std::ostringstream& o, const SummaryMemory& m) {
   for (int c = 0; c < 6; ++c)
     if (std::any_of(m.ranks.begin(), m.ranks.end(), [&](const SummaryRankMemory& r) { return category(r, kCategories[c]) != 0; }))
       shown.push_back(c);
+  // The caching allocator's figures, where it was emulated (or on CUDA): reserved beside
+  // allocated, and the cache flushes ([Note: allocator retries]).
+  const bool caching = std::any_of(m.ranks.begin(), m.ranks.end(), [](const SummaryRankMemory& r) {
+    return r.peak_reserved_bytes > r.peak_bytes || r.alloc_retries > 0;
+  });
   o << "<h2>Device memory at each rank's peak</h2>" << memory_svg(m) << "<table><tr><th>rank</th><th>peak</th>"
     << "<th>of capacity</th><th>phase</th>";
+  if (caching) o << "<th>reserved peak</th><th>cache flushes</th>";
   for (int c : shown) o << "<th>" << labels[c] << "</th>";
   o << "</tr>";
   const int64_t cap = m.device_capacity_bytes.value_or(0);
+  int64_t flushes = 0;
   for (const auto& r : m.ranks) {
     const json share = cap != 0 ? json(static_cast<double>(r.peak_bytes) / cap) : json(nullptr);
     o << "<tr><td>" << r.rank << "</td><td>" << bytes(json(r.peak_bytes)) << "</td><td>" << pct(share) << "</td><td>"
       << esc(r.peak_phase) << "</td>";
+    if (caching) o << "<td>" << bytes(json(r.peak_reserved_bytes)) << "</td><td>" << r.alloc_retries << "</td>";
     for (int c : shown) o << "<td>" << bytes(json(category(r, kCategories[c]))) << "</td>";
     o << "</tr>";
+    flushes = std::max(flushes, r.alloc_retries);
   }
   o << "</table>";
+  if (flushes > 0)
+    o << "<p class=\"warn\">The caching allocator flushed its cache and retried " << flushes
+      << " time(s) on the rank with the most: memory pressure, the last sign before an OOM (DeepSpeed's ZeRO-3 "
+         "warns \"pytorch allocator cache flushes since last step\"; on a GPU each flush synchronises the device). "
+         "A smaller micro-batch or expandable segments remove it (scenario allocator-pressure).</p>";
   json pl = m.planned;
   if (pl.is_object())
     o << "<p>Planner (zrepro plan) for this run: peak " << bytes(pl["peak_bytes"]) << " in phase "
@@ -295,7 +309,7 @@ std::string html_report(const Summary& s) {
     << "<style>body{font-family:sans-serif;margin:24px;max-width:900px}table{border-collapse:collapse}"
     << "td,th{border:1px solid #ddd;padding:3px 8px;font-size:13px;text-align:left}"
     << ".status{display:inline-block;padding:4px 10px;border-radius:4px;color:#fff;background:"
-    << (ok ? "#2e7d32" : "#c62828") << "}.fail{border:2px solid #c62828;padding:10px;margin:12px 0}</style></head><body>"
+    << (ok ? "#2e7d32" : "#c62828") << "}.fail{border:2px solid #c62828;padding:10px;margin:12px 0}.warn{border-left:4px solid #ef6c00;padding:6px 10px}</style></head><body>"
     << "<h1>zrepro run <span class='status'>" << esc(s.status) << "</span></h1>";
   job_table(o, s);
   if (s.failure) failure_section(o, *s.failure);

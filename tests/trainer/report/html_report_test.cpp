@@ -39,6 +39,22 @@ TEST(HtmlReport, BytesArePeopleSizedSharesArePercentagesAndZeroTablesAreLeftOut)
   EXPECT_FALSE(has(html, "Collectives (rank 0"));                      // no op was called
   EXPECT_TRUE(has(html, "<td>75.0%</td>"));                            // forward's share of the time
   EXPECT_FALSE(has(html, "comm_wait (s"));                             // zero
+  EXPECT_FALSE(has(html, "cache flushes"));                            // the tracking allocator: no such column
+}
+
+// [Note: allocator retries]: under the caching allocator the reserved peak and the cache
+// flushes stand beside the allocated peak, and flushes get their warning.
+TEST(HtmlReport, CacheFlushesAreShownWithTheirWarning) {
+  Summary s;
+  s.status = "ok";
+  SummaryRankMemory r = rank_peak(0, 262144 * 1024, 1 << 20);
+  r.peak_reserved_bytes = 282 * (int64_t(1) << 20);
+  r.alloc_retries = 11;
+  s.memory = SummaryMemory{297000000, {r}, nullptr};
+  const std::string html = html_report(s);
+  EXPECT_TRUE(has(html, "<th>reserved peak</th><th>cache flushes</th>")) << html;
+  EXPECT_TRUE(has(html, "<td>282.00 MiB</td><td>11</td>")) << html;
+  EXPECT_TRUE(has(html, "flushed its cache and retried 11 time(s)")) << html;
 }
 
 TEST(HtmlReport, AMultiRankFailureShowsEveryRanksViewAndAHangWhereEachRankWaits) {
