@@ -191,6 +191,13 @@ TEST(DeepSpeedRecord, TheRecordCoversEveryStageRankCountAndAccumulation) {
                               std::to_string(gas);
         EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n << " is not recorded";
       }
+  // Three and four ranks on dimensions nothing divides (hidden 72, 3 heads, vocabulary 97):
+  // padded partitions and parameters straddling ranks (issue 41 item 2).
+  for (int stage = 0; stage <= 3; ++stage)
+    for (int ranks : {3, 4}) {
+      const std::string n = "fp32-stage" + std::to_string(stage) + "-ranks" + std::to_string(ranks) + "-gas2-uneven";
+      EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n << " is not recorded";
+    }
 }
 
 }  // namespace
