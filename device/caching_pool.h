@@ -45,6 +45,8 @@ class CachingPool {
   // segment creation and release so the owner can back them with memory.
   std::optional<Block> allocate(int64_t n, int64_t* new_segment_bytes = nullptr);
   void free(const Block& b);
+  // torch.cuda.empty_cache(): every wholly free cached segment goes back (no retry counted).
+  void empty_cache() { release_free_segments(); }
   // Segments freed by the last allocate() (to release their memory).
   std::set<int64_t> take_released() { return std::move(released_); }
 

@@ -221,10 +221,20 @@ MemorySnapshot DeviceMemory::snapshot(int owner) const {
   return s;
 }
 
+void DeviceMemory::empty_cache() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Ledger& l = ledger();
+  if (!caching_) return;
+  l.pool.empty_cache();
+  for (int64_t seg : l.pool.take_released()) l.segments.erase(seg);
+  l.s.reserved = l.pool.reserved();
+}
+
 void DeviceMemory::reset_peaks() {
   std::lock_guard<std::mutex> lock(mu_);
   Ledger& l = ledger();
   l.s.peak = l.s.allocated;
+  l.s.peak_reserved = l.s.reserved;
   l.s.by_category_at_peak = l.s.by_category;
   l.s.category_peaks = l.s.by_category;
   l.s.peak_phase = l.phase;

@@ -99,7 +99,10 @@ class DeviceMemory : public c10::Allocator {
   int ledgers() const;
   // The calling thread's ledger unless `owner` names one.
   MemorySnapshot snapshot(int owner = -1) const;
-  void reset_peaks();
+  void reset_peaks();  // every peak (allocated, reserved, categories, phases) restarts from now
+  // torch.cuda.empty_cache() for the calling thread's ledger: the caching emulation returns
+  // its wholly free cached segments (reserved drops to what live blocks need).
+  void empty_cache();
   void set_phase(Phase p);
   Phase phase(int owner = -1) const;
   // The OOM that ended the run (message and breakdown at that moment), if any.

@@ -8,6 +8,8 @@
 // run share the schedule".
 #include "trainer/planner/planner.h"
 
+#include "device/caching_pool.h"
+
 #include <cmath>
 
 #include <algorithm>
@@ -35,9 +37,57 @@ namespace {
 int64_t elem_size(torch::ScalarType t) { return static_cast<int64_t>(c10::elementSize(t)); }
 
 // The running device total and everything the plan reports about it.
+// [Note: the plan through the caching allocator] Every add() of the timeline is one
+// allocation or one free; the timeline also replays them through CachingPool, the
+// emulation `zrepro run --allocator caching` uses, so the plan has a reserved peak and
+// the cache flushes PyTorch would count. A free names only its bytes and category: it
+// frees that category's most recent live block of that size, or, for a free that sums
+// several (a layer's parameter gradients), its most recent blocks until the bytes are
+// covered. Measured against runs in tests/trainer/planner/planner_test.cpp.
+class CachingReplay {
+ public:
+  explicit CachingReplay(int64_t capacity) : pool_(capacity) {}
+  void add(int category, int64_t bytes) {
+    auto& live = live_[category];
+    if (bytes > 0) {
+      std::optional<CachingPool::Block> b = pool_.allocate(bytes);
+      if (!b) {
+        fits_ = false;
+        return;
+      }
+      live.push_back({bytes, *b});
+      peak_ = std::max(peak_, pool_.reserved());
+      return;
+    }
+    int64_t left = -bytes;
+    for (auto it = live.rbegin(); it != live.rend(); ++it)
+      if (it->first == left) {
+        pool_.free(it->second);
+        live.erase(std::next(it).base());
+        return;
+      }
+    while (left > 0 && !live.empty()) {
+      left -= live.back().first;
+      pool_.free(live.back().second);
+      live.pop_back();
+    }
+    if (left < 0) add(category, -left);  // freed more than asked: keep the difference
+  }
+  int64_t reserved_peak() const { return peak_; }
+  int64_t retries() const { return pool_.alloc_retries(); }
+  bool fits() const { return fits_; }
+
+ private:
+  CachingPool pool_;
+  std::array<std::vector<std::pair<int64_t, CachingPool::Block>>, kNumMemCategories> live_;
+  int64_t peak_ = 0;
+  bool fits_ = true;
+};
+
 class Timeline {
  public:
-  explicit Timeline(MemoryPlan& plan) : p_(plan) {}
+  explicit Timeline(MemoryPlan& plan) : p_(plan), caching_(plan.capacity) {}
+  const CachingReplay& caching() const { return caching_; }
   void phase(Phase ph) {
     phase_ = ph;
     if (p_.phases.empty() || p_.phases.back().phase != ph) {
@@ -56,6 +106,7 @@ class Timeline {
     }
     now_[ci] += bytes;
     total_ += bytes;
+    caching_.add(ci, bytes);
     p_.category_peaks[ci] = std::max(p_.category_peaks[ci], now_[ci]);
     if (total_ > p_.peak_bytes) {
       p_.peak_bytes = total_;
@@ -72,6 +123,7 @@ class Timeline {
   Phase phase_ = Phase::init;
   int64_t total_ = 0;
   CategoryBytes now_{};
+  CachingReplay caching_;
 };
 
 // The engine's per-layer size tables (zero/schedule/layer_layout.h), from the model.
@@ -204,10 +256,15 @@ class PlanSim {
 
   void run() {
     init();
+    int64_t retries_before = 0;
     for (int step = 0; step < 2; ++step) {
+      retries_before = tl_.caching().retries();
       for (int64_t t = 0; t < req_.cfg.grad_accum; ++t) micro_step(t);
       optimizer_step();
     }
+    plan_.reserved_peak_bytes = tl_.caching().reserved_peak();
+    plan_.alloc_retries_per_step = tl_.caching().retries() - retries_before;
+    plan_.reserved_fits = tl_.caching().fits();
     for (size_t l = 0; l < layers_.size(); ++l) {
       plan_.model_states[static_cast<int>(MemCategory::params)] += layers_[l].param_device_numel(param_offload_) * pe_;
       plan_.model_states[static_cast<int>(MemCategory::grads)] += grad_bytes(l);
@@ -537,6 +594,9 @@ json MemoryPlan::to_json() const {
             {"memlock_available_bytes", memlock_available < 0 ? json(nullptr) : json(memlock_available)},
             {"oom_phase", fits ? json(nullptr) : json(phase_name(oom_phase))},
             {"not_planned", not_planned.empty() ? json(nullptr) : json(not_planned)},
+            {"caching_allocator", {{"reserved_peak_bytes", reserved_peak_bytes},
+                                   {"alloc_retries_per_step", alloc_retries_per_step},
+                                   {"reserved_fits", reserved_fits}}},
             {"deepspeed_estimates", ds},
             // Every rank holds the same amounts (equal padded partitions and shards).
             {"ranks", "all ranks equal"}};
@@ -576,6 +636,24 @@ static std::string oom_verdict(const MemoryPlan& p, const JobSpec& req) {
     os << "  (a job whose allocator holds a reserve or fragments may fail at an earlier, smaller allocation; one "
           "that frees sooner than this plan may first fail at the peak in " << phase_name(p.peak_phase) << ")\n";
   return os.str();
+}
+
+// The plan through the caching allocator ([Note: the plan through the caching allocator]):
+// how close its reserved peak comes to the capacity, and the cache flushes to expect.
+static std::string caching_line(const MemoryPlan& p) {
+  std::ostringstream os;
+  os << "  caching allocator (PyTorch's default; emulated): reserved peak " << format_bytes(p.reserved_peak_bytes)
+     << " (" << (100 * p.reserved_peak_bytes / p.capacity) << "% of the capacity)";
+  if (!p.reserved_fits)
+    os << "; a segment does not fit even after flushing the cache: the caching allocator runs out of memory before "
+          "the allocated bytes reach the capacity (fragmentation; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)";
+  else if (p.alloc_retries_per_step > 0)
+    os << "; " << p.alloc_retries_per_step
+       << " cache flush(es) per step expected (DeepSpeed's ZeRO-3 warns \"pytorch allocator cache flushes since last "
+          "step\"): memory pressure, an OOM one step away";
+  else
+    os << "; no cache flush expected";
+  return os.str() + "\n";
 }
 
 std::string format_plan(const MemoryPlan& p, const JobSpec& req) {
@@ -637,6 +715,7 @@ std::string format_plan(const MemoryPlan& p, const JobSpec& req) {
       os << "  verdict: fits (" << format_bytes(p.capacity - p.peak_bytes) << " to spare at the peak)\n";
     else
       os << oom_verdict(p, req);
+    if (p.fits) os << caching_line(p);
   }
   os << "\nDeepSpeed's estimator for the same setting (model states only: no activations, buffers or gathers):\n";
   for (const auto& d : p.deepspeed) {

@@ -58,6 +58,15 @@ struct MemoryPlan {
   CategoryBytes at_oom{};           // by category just before that allocation
   std::vector<DeepSpeedEstimate> deepspeed;
   std::string not_planned;          // what a run may allocate that this plan leaves out, or empty
+  // [Note: the plan through the caching allocator] The same allocations replayed through
+  // the caching-allocator emulation (device/caching_pool.h, PyTorch's default on CUDA):
+  // the reserved peak, and the cache flushes (num_alloc_retries) of the second, steady
+  // step; with a capacity, reserved_fits false when a segment would not fit even after
+  // flushing (the caching allocator's OOM, which can come before the allocated bytes
+  // reach the capacity).
+  int64_t reserved_peak_bytes = 0;
+  int64_t alloc_retries_per_step = 0;
+  bool reserved_fits = true;
 
   nlohmann::json to_json() const;
 };

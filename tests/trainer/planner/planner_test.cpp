@@ -467,3 +467,79 @@ TEST(Planner, FixesComeWithTheirCostAPairWhenNoneFitsAloneAndOneRecommendation) 
   EXPECT_EQ(ckpt_micro->args, std::vector<std::string>{"--activation-checkpointing"});
   EXPECT_EQ(ckpt_micro->config_patch["gradient_accumulation_steps"], 2);
 }
+
+namespace {
+
+struct CachingMeasured {
+  int64_t reserved_peak = 0, retries_per_step = 0;
+  bool ok = true;
+};
+
+// A run on the caching-allocator emulation with a capacity (oneDNN off, as measure()):
+// its reserved peak and the cache flushes of its third step (the plan's second step is
+// past the first step's optimizer-state creation too).
+CachingMeasured measure_caching(const DsConfig& cfg, bool ckpt, int64_t capacity, const ModelSpec& model) {
+  OneDnnOff off;
+  DeviceMemory& mem = DeviceMemory::instance();
+  mem.install(capacity, /*caching=*/true);
+  mem.empty_cache();  // nothing cached from an earlier test's run
+  mem.set_phase(Phase::init);
+  mem.reset_peaks();
+  TrainOptions o;
+  o.steps = 3;
+  JobSpec job = zrepro_test::one_rank_job(cfg, model);
+  job.activation_checkpointing = ckpt;
+  TrainResult r;
+  CachingMeasured m;
+  try {
+    train(job, o, r);
+  } catch (const c10::OutOfMemoryError&) {
+    m.ok = false;
+  }
+  const MemorySnapshot s = mem.snapshot();
+  m.reserved_peak = s.peak_reserved;
+  if (r.steps.size() == 3) m.retries_per_step = r.steps[2].memory.alloc_retries - r.steps[1].memory.alloc_retries;
+  mem.empty_cache();
+  mem.install(0);
+  return m;
+}
+
+}  // namespace
+
+// [Note: the plan through the caching allocator]: the plan's allocations replayed through
+// the caching-allocator emulation give the run's reserved peak, and at the edge of the
+// capacity the run's cache flushes per step and its OOM (the allocator-pressure scenario's
+// job: 296-297 MB flush twice a step, 298 MB does not, 295 MB runs out of memory although
+// the allocated peak fits). fp32: the allocations are the kernels' own on every CPU.
+TEST(Planner, ReservedPeakAndCacheFlushesMatchTheCachingAllocator) {
+  const ModelSpec small = resolve_model("small");
+  const std::string pressure = zrepro_test::read_text(zrepro_test::scenario_path("allocator-pressure"));
+  const DsConfig cfg = make_config(pressure, 16, 1, "fp32");
+  for (int64_t mb : {295, 296, 297, 298, 310}) {
+    const int64_t cap = mb * 1000 * 1000;
+    const CachingMeasured m = measure_caching(cfg, false, cap, small);
+    JobSpec req = zrepro_test::one_rank_job(cfg, small);
+    req.device_capacity = cap;
+    const MemoryPlan p = plan_memory(req);
+    std::printf("allocator-pressure at %lld MB: run %s, reserved peak %lld, %lld flushes/step; plan %s, %lld, %lld\n",
+                static_cast<long long>(mb), m.ok ? "ok" : "OOM", static_cast<long long>(m.reserved_peak),
+                static_cast<long long>(m.retries_per_step), p.reserved_fits ? "fits" : "OOM",
+                static_cast<long long>(p.reserved_peak_bytes), static_cast<long long>(p.alloc_retries_per_step));
+    EXPECT_EQ(p.reserved_fits, m.ok) << mb << " MB";
+    if (!m.ok) continue;
+    EXPECT_EQ(p.reserved_peak_bytes, m.reserved_peak) << mb << " MB";
+    EXPECT_EQ(p.alloc_retries_per_step, m.retries_per_step) << mb << " MB";
+  }
+  // Without a capacity: the reserved peak across stages and checkpointing (`small`, whose
+  // activations take 20 MiB segments; `tiny` fits in two 2 MiB ones).
+  for (int stage : {0, 2, 3})
+    for (bool ckpt : {false, true}) {
+      const DsConfig c = make_config(sized_config(stage, false), 4, 1, "fp32");
+      const CachingMeasured m = measure_caching(c, ckpt, 0, small);
+      const MemoryPlan p = predict(c, ckpt, 1, 0, std::nullopt, small);
+      std::printf("small stage %d%s: run reserved peak %lld, plan %lld\n", stage, ckpt ? " ckpt" : "",
+                  static_cast<long long>(m.reserved_peak), static_cast<long long>(p.reserved_peak_bytes));
+      EXPECT_EQ(p.reserved_peak_bytes, m.reserved_peak) << "stage " << stage << (ckpt ? " ckpt" : "");
+      EXPECT_EQ(p.alloc_retries_per_step, 0);
+    }
+}
