@@ -121,7 +121,7 @@ int64_t array_bytes(CollOp op, const torch::Tensor& out, const torch::Tensor& in
 }  // namespace
 
 Communicator::Task Communicator::make_task(CollOp op, torch::Tensor out, torch::Tensor in, int root,
-                                           const std::string& label, std::function<void()> then) {
+                                           const std::string& label, std::function<void()> then, bool with_work) {
   FlightEntry e;
   e.op = op;
   e.dtype = in.defined() ? std::string(c10::toString(in.scalar_type())) : "none";
@@ -141,15 +141,18 @@ Communicator::Task Communicator::make_task(CollOp op, torch::Tensor out, torch::
     s.bytes += op == CollOp::all_reduce ? 2 * array : array;
     s.array_bytes += array;
   }
-  auto work = std::make_shared<Work>();
-  work->comm_ = this;
+  WorkPtr work;
+  if (with_work) {
+    work = std::make_shared<Work>();
+    work->comm_ = this;
+  }
   return Task{op, std::move(out), std::move(in), root, seq, array, work, std::move(then)};
 }
 
 WorkPtr Communicator::submit(CollOp op, torch::Tensor out, torch::Tensor in, int root, const std::string& label,
                              std::function<void()> then) {
   check_contiguous(op, out, in, label);
-  Task task = make_task(op, std::move(out), std::move(in), root, label, std::move(then));
+  Task task = make_task(op, std::move(out), std::move(in), root, label, std::move(then), /*with_work=*/true);
   WorkPtr work = task.work;
   if (!threaded_) {
     run_task(task);
@@ -186,18 +189,20 @@ void Communicator::submit_and_wait(CollOp op, torch::Tensor out, torch::Tensor i
     if (queue_.empty() && !running_) claimed = running_ = true;
   }
   if (claimed) begin_on_caller(op, in);  // its latency overlaps the bookkeeping below
-  Task task = make_task(op, std::move(out), std::move(in), root, label, {});
-  WorkPtr work = task.work;
-  if (!threaded_ || claimed) {
+  const bool here = !threaded_ || claimed;  // no Work to signal: the caller is the waiter
+  Task task = make_task(op, std::move(out), std::move(in), root, label, {}, /*with_work=*/!here);
+  if (here) {
     const auto t0 = std::chrono::steady_clock::now();
-    run_task(task);  // releases the stream; Interrupted leaves it claimed: the process is ending
+    // Releases the stream; Interrupted leaves it claimed: the process is ending.
+    const std::exception_ptr err = run_task(task);
     {
       std::lock_guard<std::mutex> s(stats_mu_);
       stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
-    if (work->error_) std::rethrow_exception(work->error_);
+    if (err) std::rethrow_exception(err);
     return;
   }
+  WorkPtr work = task.work;
   {
     std::lock_guard<std::mutex> lock(q_mu_);
     queue_.push_back(std::move(task));
@@ -221,7 +226,7 @@ void Communicator::broadcast_wait(torch::Tensor t, int root, const std::string& 
   submit_and_wait(CollOp::broadcast, t, t, root, label);
 }
 
-void Communicator::run_task(Task& t) {
+std::exception_ptr Communicator::run_task(Task& t) {
   recorder_.set_state(t.seq, FlightEntry::started);
   const auto t0 = std::chrono::steady_clock::now();
   std::exception_ptr err;
@@ -276,12 +281,15 @@ void Communicator::run_task(Task& t) {
     queued = !queue_.empty();
   }
   if (queued && on_caller()) q_cv_.notify_one();
-  {
-    std::lock_guard<std::mutex> lock(t.work->mu_);
-    t.work->done_ = true;
-    t.work->error_ = err;
+  if (t.work) {
+    {
+      std::lock_guard<std::mutex> lock(t.work->mu_);
+      t.work->done_ = true;
+      t.work->error_ = err;
+    }
+    t.work->cv_.notify_all();
   }
-  t.work->cv_.notify_all();
+  return err;
 }
 
 void Communicator::worker_loop() {

@@ -141,15 +141,16 @@ class Communicator {
     int root;
     int64_t seq;
     int64_t array_bytes;  // nccl-tests S
-    WorkPtr work;
+    WorkPtr work;  // null for a blocking form run by its caller
     std::function<void()> then;
   };
   Task make_task(CollOp op, torch::Tensor out, torch::Tensor in, int root, const std::string& label,
-                 std::function<void()> then);
+                 std::function<void()> then, bool with_work);
   WorkPtr submit(CollOp op, torch::Tensor out, torch::Tensor in, int root, const std::string& label,
                  std::function<void()> then = {});
   void submit_and_wait(CollOp op, torch::Tensor out, torch::Tensor in, int root, const std::string& label);
-  void run_task(Task& t);
+  // Runs t, signals its Work (if any) and returns what failed (null: nothing).
+  std::exception_ptr run_task(Task& t);
   void worker_loop();
 
   int rank_, world_size_;

@@ -190,7 +190,9 @@ void mpi_collective(MPI_Comm c, int rank, CollOp op, torch::Tensor& out, torch::
 class SignatureExchange {
  public:
   SignatureExchange(MPI_Comm c, int rank, int n, CollOp op, const torch::Tensor& in)
-      : c_(c), rank_(rank), n_(n), held_(new int64_t[3 * static_cast<size_t>(n)]) {
+      : c_(c), rank_(rank), n_(n),
+        heap_(n > kInline ? new int64_t[3 * static_cast<size_t>(n)] : nullptr),
+        held_(heap_ ? heap_.get() : inline_) {
     held_[0] = static_cast<int64_t>(op), held_[1] = static_cast<int64_t>(in.scalar_type()), held_[2] = in.numel();
     post();
   }
@@ -198,8 +200,8 @@ class SignatureExchange {
   SignatureExchange& operator=(const SignatureExchange&) = delete;
 
   // Completes the exchange, running `poll` (if any) about every 64 tests while waiting;
-  // what poll throws abandons the exchange, whose buffer then stays allocated for the
-  // requests still pointing at it. Throws CommError when the ranks disagree.
+  // what poll throws abandons the exchange: the caller must then leak this object, whose
+  // buffer the requests still point at. Throws CommError when the ranks disagree.
   void finish(const std::function<void()>& poll) {
     for (;;) {
       wait_round(poll);
@@ -215,9 +217,9 @@ class SignatureExchange {
 
   void post() {
     const int cnt = std::min(d_, n_ - d_);
-    check(MPI_Irecv(held_.get() + 3 * d_, 3 * cnt, MPI_INT64_T, (rank_ + d_) % n_, kTag, c_, &req_[0]),
+    check(MPI_Irecv(held_ + 3 * d_, 3 * cnt, MPI_INT64_T, (rank_ + d_) % n_, kTag, c_, &req_[0]),
           "MPI_Irecv (collective signature)");
-    check(MPI_Isend(held_.get(), 3 * cnt, MPI_INT64_T, (rank_ - d_ + n_) % n_, kTag, c_, &req_[1]),
+    check(MPI_Isend(held_, 3 * cnt, MPI_INT64_T, (rank_ - d_ + n_) % n_, kTag, c_, &req_[1]),
           "MPI_Isend (collective signature)");
   }
 
@@ -227,25 +229,19 @@ class SignatureExchange {
       if (done) return;
       if (spins % 64 != 63) continue;  // a yield is a system call: not after every test
       if (poll) {
-        try {
-          poll();
-        } catch (...) {
-          (void)held_.release();
-          throw;
-        }
+        poll();  // what it throws abandons the exchange: its owner leaks it with the buffer
       }
       std::this_thread::yield();
     }
   }
 
   void check_agreement() const {
+    bool same = true;
+    for (int k = 3; k < 3 * n_; ++k) same = same && held_[k] == held_[k % 3];
+    if (same) return;
     std::vector<int64_t> all(3 * static_cast<size_t>(n_));  // by rank
     for (int j = 0; j < n_; ++j)
       for (int k = 0; k < 3; ++k) all[3 * ((rank_ + j) % n_) + k] = held_[3 * j + k];
-    bool same = true;
-    for (int r = 1; r < n_; ++r)
-      for (int k = 0; k < 3; ++k) same = same && all[3 * r + k] == all[k];
-    if (same) return;
     std::string text = "ranks disagree on the next collective:";
     for (int r = 0; r < n_; ++r)
       text += " rank " + std::to_string(r) + " " + coll_op_name(static_cast<CollOp>(all[3 * r])) + "(" +
@@ -254,9 +250,12 @@ class SignatureExchange {
     throw CommError(text);
   }
 
+  static constexpr int kInline = 8;  // ranks whose signatures fit in the object itself
   MPI_Comm c_;
   int rank_, n_, d_ = 1;
-  std::unique_ptr<int64_t[]> held_;
+  std::unique_ptr<int64_t[]> heap_;
+  int64_t inline_[3 * kInline];
+  int64_t* held_;
   MPI_Request req_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
 };
 
