@@ -10,8 +10,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -121,13 +123,14 @@ json bench_one(Communicator& comm, bool mpi, CollOp op, int64_t bytes, int iters
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
+  const std::vector<std::function<void()>> paths = {ours, stream, raw};
   int64_t bad = 0;
-  for (const std::function<void()>& f : {std::function<void()>(ours), std::function<void()>(stream)}) {
-    fill(op, out, in, rank);  // each checked once on fresh inputs, then timed
-    f();
+  for (size_t p = 0; p < 2; ++p) {  // zrepro's two forms, each checked once on fresh inputs
+    fill(op, out, in, rank);
+    paths[p]();
     bad += wrong(op, out, in, rank, ws);
   }
-  for (const std::function<void()>& f : {std::function<void()>(ours), std::function<void()>(stream), std::function<void()>(raw)})
+  for (const auto& f : paths)
     for (int i = 0; i < warmup; ++i) f();
   std::vector<double> r_ours, r_stream, r_raw;
   for (int k = 0; k < kRounds; ++k) {

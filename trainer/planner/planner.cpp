@@ -36,7 +36,6 @@ namespace {
 
 int64_t elem_size(torch::ScalarType t) { return static_cast<int64_t>(c10::elementSize(t)); }
 
-// The running device total and everything the plan reports about it.
 // [Note: the plan through the caching allocator] Every add() of the timeline is one
 // allocation or one free; the timeline also replays them through CachingPool, the
 // emulation `zrepro run --allocator caching` uses, so the plan has a reserved peak and
@@ -48,6 +47,7 @@ class CachingReplay {
  public:
   explicit CachingReplay(int64_t capacity) : pool_(capacity) {}
   void add(int category, int64_t bytes) {
+    if (!fits_) return;  // past the caching allocator's OOM nothing is replayed
     auto& live = live_[category];
     if (bytes > 0) {
       std::optional<CachingPool::Block> b = pool_.allocate(bytes);
@@ -84,6 +84,7 @@ class CachingReplay {
   bool fits_ = true;
 };
 
+// The running device total and everything the plan reports about it.
 class Timeline {
  public:
   explicit Timeline(MemoryPlan& plan) : p_(plan), caching_(plan.capacity) {}

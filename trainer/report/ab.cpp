@@ -245,8 +245,8 @@ Measured measured_verdict(const Expectation& e, const AbRun& a, const AbRun& b, 
                            : e.kind == Expectation::Kind::present ? "above 0, B's 0"
                                                                 : ">= " + fixed(e.factor, 2) + "x B's";
   std::string figure;
+  const double x = number_or(ra.value(e.key, json())), y = number_or(rb.value(e.key, json()));  // row figures
   if (e.kind == Expectation::Kind::present) {
-    const double x = number_or(ra.value(e.key, json())), y = number_or(rb.value(e.key, json()));
     m.a_shows = x > 0 && y == 0;
     figure = e.key + " " + fixed(x, 4) + " vs B's " + fixed(y, 4) + " (expected " + want + ")";
   } else if (e.kind == Expectation::Kind::differs) {
@@ -254,7 +254,6 @@ Measured measured_verdict(const Expectation& e, const AbRun& a, const AbRun& b, 
     m.a_shows = std::isfinite(d) && d > e.factor;
     figure = e.key + " differs from B's by up to " + fixed(d, 6) + " relative (expected " + want + ")";
   } else {
-    const double x = number_or(ra.value(e.key, json())), y = number_or(rb.value(e.key, json()));
     const double ratio = y != 0 ? x / y : NAN;
     // A share under 1% on both sides is no symptom, whatever its ratio (1e-6 vs 1e-7).
     const bool negligible = e.key.size() > 6 && e.key.compare(e.key.size() - 6, 6, "_share") == 0 && std::max(x, y) < 0.01;

@@ -92,11 +92,9 @@ WorkPtr Communicator::all_reduce(torch::Tensor t, const std::string& label, std:
 }
 WorkPtr Communicator::reduce_scatter(torch::Tensor out, torch::Tensor in, const std::string& label,
                                      std::function<void()> then) {
-  TORCH_CHECK(in.numel() == out.numel() * world_size_, "reduce_scatter: in must be world_size x out");
   return submit(CollOp::reduce_scatter, out, in, 0, label, std::move(then));
 }
 WorkPtr Communicator::all_gather(torch::Tensor out, torch::Tensor in, const std::string& label) {
-  TORCH_CHECK(out.numel() == in.numel() * world_size_, "all_gather: out must be world_size x in");
   return submit(CollOp::all_gather, out, in, 0, label);
 }
 WorkPtr Communicator::broadcast(torch::Tensor t, int root, const std::string& label) {
@@ -106,10 +104,14 @@ void Communicator::barrier(const std::string& label) { submit_and_wait(CollOp::b
 
 namespace {
 
-void check_contiguous(CollOp op, const torch::Tensor& out, const torch::Tensor& in, const std::string& label) {
+// What every collective asks of its tensors, in both forms.
+void check_args(CollOp op, const torch::Tensor& out, const torch::Tensor& in, const std::string& label, int world) {
   for (const torch::Tensor* t : {&out, &in})
     TORCH_CHECK(!t->defined() || t->is_contiguous(), "collective ", coll_op_name(op), " (", label,
                 "): tensors must be contiguous");
+  if (op == CollOp::reduce_scatter)
+    TORCH_CHECK(in.numel() == out.numel() * world, "reduce_scatter: in must be world_size x out");
+  if (op == CollOp::all_gather) TORCH_CHECK(out.numel() == in.numel() * world, "all_gather: out must be world_size x in");
 }
 
 // nccl-tests' S: the whole array (the gathered output for an all-gather).
@@ -151,19 +153,23 @@ Communicator::Task Communicator::make_task(CollOp op, torch::Tensor out, torch::
 
 WorkPtr Communicator::submit(CollOp op, torch::Tensor out, torch::Tensor in, int root, const std::string& label,
                              std::function<void()> then) {
-  check_contiguous(op, out, in, label);
+  check_args(op, out, in, label, world_size_);
   Task task = make_task(op, std::move(out), std::move(in), root, label, std::move(then), /*with_work=*/true);
   WorkPtr work = task.work;
   if (!threaded_) {
     run_task(task);
     return work;
   }
+  enqueue(std::move(task));
+  return work;
+}
+
+void Communicator::enqueue(Task task) {
   {
     std::lock_guard<std::mutex> lock(q_mu_);
     queue_.push_back(std::move(task));
   }
   q_cv_.notify_one();
-  return work;
 }
 
 // [Note: a collective on the caller] Handing a collective to the comm stream and waiting
@@ -182,7 +188,7 @@ WorkPtr Communicator::submit(CollOp op, torch::Tensor out, torch::Tensor in, int
 constexpr int64_t kCallerMaxBytes = 4 << 20;
 
 void Communicator::submit_and_wait(CollOp op, torch::Tensor out, torch::Tensor in, int root, const std::string& label) {
-  check_contiguous(op, out, in, label);
+  check_args(op, out, in, label, world_size_);
   bool claimed = false;
   if (threaded_ && caller_may_execute() && op != CollOp::barrier && array_bytes(op, out, in) <= kCallerMaxBytes) {
     std::lock_guard<std::mutex> lock(q_mu_);
@@ -203,11 +209,7 @@ void Communicator::submit_and_wait(CollOp op, torch::Tensor out, torch::Tensor i
     return;
   }
   WorkPtr work = task.work;
-  {
-    std::lock_guard<std::mutex> lock(q_mu_);
-    queue_.push_back(std::move(task));
-  }
-  q_cv_.notify_one();
+  enqueue(std::move(task));
   work->wait();
 }
 
@@ -215,11 +217,9 @@ void Communicator::all_reduce_wait(torch::Tensor t, const std::string& label) {
   submit_and_wait(CollOp::all_reduce, t, t, 0, label);
 }
 void Communicator::reduce_scatter_wait(torch::Tensor out, torch::Tensor in, const std::string& label) {
-  TORCH_CHECK(in.numel() == out.numel() * world_size_, "reduce_scatter: in must be world_size x out");
   submit_and_wait(CollOp::reduce_scatter, out, in, 0, label);
 }
 void Communicator::all_gather_wait(torch::Tensor out, torch::Tensor in, const std::string& label) {
-  TORCH_CHECK(out.numel() == in.numel() * world_size_, "all_gather: out must be world_size x in");
   submit_and_wait(CollOp::all_gather, out, in, 0, label);
 }
 void Communicator::broadcast_wait(torch::Tensor t, int root, const std::string& label) {

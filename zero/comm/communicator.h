@@ -149,6 +149,7 @@ class Communicator {
   WorkPtr submit(CollOp op, torch::Tensor out, torch::Tensor in, int root, const std::string& label,
                  std::function<void()> then = {});
   void submit_and_wait(CollOp op, torch::Tensor out, torch::Tensor in, int root, const std::string& label);
+  void enqueue(Task task);  // onto the comm stream
   // Runs t, signals its Work (if any) and returns what failed (null: nothing).
   std::exception_ptr run_task(Task& t);
   void worker_loop();

@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <thread>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace zrepro {
@@ -228,9 +228,7 @@ class SignatureExchange {
       check(MPI_Testall(2, req_, &done, MPI_STATUSES_IGNORE), "MPI_Testall (collective signature)");
       if (done) return;
       if (spins % 64 != 63) continue;  // a yield is a system call: not after every test
-      if (poll) {
-        poll();  // what it throws abandons the exchange: its owner leaks it with the buffer
-      }
+      if (poll) poll();  // what it throws abandons the exchange: its owner leaks it with the buffer
       std::this_thread::yield();
     }
   }
@@ -259,17 +257,16 @@ class SignatureExchange {
   MPI_Request req_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
 };
 
-
-void MpiCommunicator::begin_on_caller(CollOp op, const torch::Tensor& in) {
-  if (op != CollOp::barrier && world_size() > 1)
-    begun_ = std::make_unique<SignatureExchange>(as_comm(comm_), rank(), world_size(), op, in);
+std::unique_ptr<SignatureExchange> MpiCommunicator::start_exchange(CollOp op, const torch::Tensor& in) {
+  if (op == CollOp::barrier || world_size() == 1) return nullptr;  // nothing to agree on
+  return std::make_unique<SignatureExchange>(as_comm(comm_), rank(), world_size(), op, in);
 }
+
+void MpiCommunicator::begin_on_caller(CollOp op, const torch::Tensor& in) { begun_ = start_exchange(op, in); }
 
 void MpiCommunicator::execute(CollOp op, torch::Tensor& out, torch::Tensor& in, int root) {
   // The stream runs only while no caller holds it, so begun_ is the caller's own here.
-  std::unique_ptr<SignatureExchange> agree = std::move(begun_);
-  if (!agree && op != CollOp::barrier && world_size() > 1)
-    agree = std::make_unique<SignatureExchange>(as_comm(comm_), rank(), world_size(), op, in);
+  std::unique_ptr<SignatureExchange> agree = begun_ ? std::move(begun_) : start_exchange(op, in);
   if (agree) {
     std::function<void()> poll;
     if (on_caller()) poll = [this] { throw_if_interrupted(); };

@@ -32,6 +32,9 @@ class MpiCommunicator : public Communicator {
   void begin_on_caller(CollOp op, const torch::Tensor& in) override;
 
  private:
+  // The signature exchange of op (null when there is nothing to agree on), its first round posted.
+  std::unique_ptr<SignatureExchange> start_exchange(CollOp op, const torch::Tensor& in);
+
   void* comm_;  // MPI_Comm, kept opaque so that mpi.h stays out of the header
   std::unique_ptr<SignatureExchange> begun_;  // posted by a caller, completed by execute
 };

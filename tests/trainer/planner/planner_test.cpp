@@ -40,6 +40,21 @@ constexpr int kComm = static_cast<int>(MemCategory::comm_buffers);
 // artefact of the CPU-emulated device, which no GPU has), so the run it is compared with
 // turns oneDNN off unless asked: the comparison is then the same on every CPU.
 // Planner.OneDnnScratchIsTheBf16GapOnThisCpu measures what the scratch adds where it exists.
+// `steps` steps of cfg on one rank, in-process, on the DeviceMemory already installed,
+// its peaks reset first.
+void train_from_reset_peaks(const DsConfig& cfg, bool ckpt, const ModelSpec& model, int64_t steps, TrainResult& r,
+                            std::optional<BufferPolicy> buffers = std::nullopt) {
+  DeviceMemory& mem = DeviceMemory::instance();
+  mem.set_phase(Phase::init);
+  mem.reset_peaks();
+  TrainOptions o;
+  o.steps = steps;
+  JobSpec job = zrepro_test::one_rank_job(cfg, model);
+  job.activation_checkpointing = ckpt;
+  job.buffers = buffers;
+  train(job, o, r);
+}
+
 Measured measure(const DsConfig& cfg, bool ckpt, std::optional<BufferPolicy> buffers = std::nullopt,
                  const ModelSpec& model = resolve_model("tiny"), bool onednn = false) {
   std::optional<OneDnnOff> off;
@@ -47,15 +62,8 @@ Measured measure(const DsConfig& cfg, bool ckpt, std::optional<BufferPolicy> buf
   DeviceMemory& mem = DeviceMemory::instance();
   mem.install(0);
   const MemorySnapshot before = mem.snapshot();
-  mem.set_phase(Phase::init);
-  mem.reset_peaks();
-  TrainOptions o;
-  o.steps = 2;
-  JobSpec job = zrepro_test::one_rank_job(cfg, model);
-  job.activation_checkpointing = ckpt;
-  job.buffers = buffers;
   TrainResult r;
-  train(job, o, r);
+  train_from_reset_peaks(cfg, ckpt, model, 2, r, buffers);
   const MemorySnapshot s = mem.snapshot();
   return {s.peak - before.allocated, s.peak_phase, s.category_peaks[kComm] - before.by_category[kComm]};
 }
@@ -483,16 +491,10 @@ CachingMeasured measure_caching(const DsConfig& cfg, bool ckpt, int64_t capacity
   DeviceMemory& mem = DeviceMemory::instance();
   mem.install(capacity, /*caching=*/true);
   mem.empty_cache();  // nothing cached from an earlier test's run
-  mem.set_phase(Phase::init);
-  mem.reset_peaks();
-  TrainOptions o;
-  o.steps = 3;
-  JobSpec job = zrepro_test::one_rank_job(cfg, model);
-  job.activation_checkpointing = ckpt;
   TrainResult r;
   CachingMeasured m;
   try {
-    train(job, o, r);
+    train_from_reset_peaks(cfg, ckpt, model, 3, r);
   } catch (const c10::OutOfMemoryError&) {
     m.ok = false;
   }
