@@ -54,7 +54,7 @@ void RunState::write_summary_or_throw(const std::string& status, json failure, s
   if (reports.empty()) reports.push_back(rank_report(rank, result, device_memory_snapshot(dev.device)));
   SummaryInput in{status, have_cfg ? &job.cfg : nullptr, have_model ? &job.model : nullptr, dev.description,
                   have_cfg ? &result : nullptr, std::move(reports), std::move(failure), job.host_link_gbps,
-                  job.pageable_ratio, planned ? &*planned : nullptr, scaled.get(), &topt.loader,
+                  job.pageable_ratio, planned ? &*planned : nullptr, scaled.get(), &topt,
                   spec.interconnect_gbps, environment_json(), virtual_json(), config_mismatch};
   std::vector<double> step_s;
   for (const StepRecord& r : result.steps) step_s.push_back(r.step_s);
@@ -268,7 +268,8 @@ int train_and_report(RunState& s) {
   if (out && s.speaks()) s.metrics = std::make_unique<MetricsWriter>(s.spec.out_dir);
   if (s.spec.export_inputs && s.speaks())
     export_inputs(s.spec.out_dir + "/inputs", s.job.model,
-                  {s.spec.steps, s.job.cfg.micro_batch, s.job.cfg.grad_accum, s.world, s.spec.seed});
+                  {s.spec.steps, s.job.cfg.micro_batch, s.job.cfg.grad_accum, s.world, s.spec.seed,
+                   s.topt.seq_len_dist, loss_normalization_row(s.topt.loss_normalization).name});
   const int64_t every = s.job.cfg.steps_per_print.value_or(s.spec.log_every);
   if (every <= 0) throw ConfigError("--log-every: must be > 0, got " + std::to_string(every));
   s.trace = std::make_unique<TraceRecorder>(s.rank);

@@ -101,6 +101,7 @@ static void resolve_config(RunState& s) {
   if (spec.dynamic_seq_min && (*spec.dynamic_seq_min < 1 || *spec.dynamic_seq_min > s.job.model.seq))
     throw ConfigError("--dynamic-seq: got " + std::to_string(*spec.dynamic_seq_min) + ", expected 1.." +
                       std::to_string(s.job.model.seq) + " (the model's sequence length)");
+  s.topt.seq_len_dist = parse_seq_len_dist(spec.seq_len_dist, s.job.model.seq);
 }
 
 JobSpec plan_request(const RunState& s) {
@@ -256,6 +257,7 @@ void set_up(RunState& s, int* argc, char*** argv) {
   s.topt.verify_replicas = spec.verify_replicas;
   s.topt.dynamic_seq_min = spec.dynamic_seq_min.value_or(0);
   s.topt.loader = spec.loader;
+  s.topt.loss_normalization = spec.loss_normalization;
   s.job.host_link_gbps = spec.host_link_gbps;
   s.job.pageable_ratio = spec.pageable_ratio;
   if (spec.memlock_limit) {

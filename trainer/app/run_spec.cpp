@@ -76,6 +76,14 @@ cxxopts::Options run_options() {
                             "buffers: that is the config's offload pin_memory)")
       ("dynamic-seq", "dynamic padding: each step's batches are MIN..seq tokens long (varying shapes, as "
                       "HF's dynamic padding gives)", cxxopts::value<int64_t>())
+      ("seq-len-dist", "sample lengths: fixed, uniform:MIN (MIN..seq) or uniform:MIN-MAX; each sample is padded "
+                       "after its length with -100 labels (unscored), as Hugging Face's collators pad",
+       cxxopts::value<std::string>()->default_value("fixed"))
+      ("loss-normalization", "how an accumulated step's token losses make the gradient: mean (each micro-batch's "
+                             "mean, / gas: transformers <= 4.45, a plain DeepSpeed loop), token (over the tokens of "
+                             "the whole accumulated batch of every rank: the Trainer with num_items_in_batch), "
+                             "token-per-rank (average_tokens_across_devices=False), token-scaled-twice (4.46 until "
+                             "PR #35808 under DeepSpeed)", cxxopts::value<std::string>()->default_value("mean"))
       ("activation-checkpointing", "recompute each block in backward (HF gradient_checkpointing); the "
                                    "config's activation_checkpointing.cpu_checkpointing keeps checkpoints on the host")
       ("verify-replicas", "stages 0-2: check after every step that all ranks hold bit-identical parameters")
@@ -241,6 +249,8 @@ void parse_run_spec(int argc, char** argv, RunSpec& s) {
   s.export_inputs = r.count("export-inputs") > 0;
   if (s.export_inputs && s.out_dir.empty()) throw ConfigError("--export-inputs: needs --out DIR (it writes DIR/inputs)");
   s.dynamic_seq_min = opt<int64_t>(r, "dynamic-seq");
+  s.seq_len_dist = r["seq-len-dist"].as<std::string>();
+  s.loss_normalization = parse_loss_normalization(r["loss-normalization"].as<std::string>());
   parse_loader(r, s);
   s.threads = r["threads"].as<int>();
   if (s.threads <= 0 || s.threads > 256)

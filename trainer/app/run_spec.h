@@ -47,6 +47,8 @@ struct RunSpec {
   bool verify_replicas = false, activation_checkpointing = false, print_config = false;
   bool export_inputs = false;  // --export-inputs: OUT/inputs for an outside trainer
   std::optional<int64_t> dynamic_seq_min;
+  std::string seq_len_dist = "fixed";  // --seq-len-dist, checked against the model at set-up
+  LossNormalization loss_normalization = LossNormalization::mean;
   LoaderOptions loader;  // --loader-workers, --prefetch-factor, --sample-ms, --loader-pin-memory
   std::vector<std::string> inject_specs;
   std::vector<Injection> injections;  // parsed; ranks checked at set-up

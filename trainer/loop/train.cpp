@@ -298,28 +298,60 @@ struct Loop {
   Communicator& comm;
   ZeroEngine& engine;
   Gpt& model;
+  const MarkovData& data;
   BatchLoader& loader;
   TrainResult& result;
 };
 
-// Micro-step t of step `step`: load, forward, backward (loss / gas, times the loss scale
-// and any loss-spike factor). Returns the micro-batch's loss.
-double micro_step(Loop& l, StepRecord& rec, const StepFaults& f, int64_t t, double scale, const StepObserver& obs) {
+// The sequence length step `step` runs at (dynamic padding's, or the model's).
+int64_t step_len(const Loop& l, int64_t step) {
+  return l.opts.dynamic_seq_min > 0 ? dynamic_seq_len(step, l.opts.dynamic_seq_min, l.spec.seq) : l.spec.seq;
+}
+
+// The weights of the step's micro-steps on this rank. A token normalisation counts the
+// scored tokens of the rank's micro-batches of the step before the first runs (the
+// Trainer's get_batch_samples); token sums them over the ranks (its gather of
+// num_items_in_batch), a blocking all-reduce every rank issues.
+MicroWeights step_weights(Loop& l, int64_t step, const StepFaults& f) {
+  const int rank = l.comm.rank(), world = l.comm.world_size();
+  int64_t run = 0, tokens = 0;
+  for (int64_t t = 0; t < f.gas; ++t) {
+    if (!f.runs(t)) continue;
+    ++run;
+    if (l.opts.loss_normalization == LossNormalization::mean) continue;
+    const int64_t first =
+        MarkovData::first_sample(step, t, l.opts.same_data ? 0 : rank, world, l.cfg.micro_batch, f.gas);
+    tokens += l.data.target_tokens(first, l.cfg.micro_batch, step_len(l, step));
+  }
+  int64_t global = tokens;
+  if (l.opts.loss_normalization == LossNormalization::token && world > 1) {
+    torch::Tensor n = torch::tensor({static_cast<double>(tokens)}, torch::kDouble);
+    l.comm.all_reduce_wait(n, "num_items_in_batch");
+    global = static_cast<int64_t>(n.item<double>());
+  }
+  return micro_weights(l.opts.loss_normalization, f.gas, run, world, tokens, global);
+}
+
+// Micro-step t of step `step`: load, forward, backward (the loss times its normalisation
+// divisor, the loss scale and any loss-spike factor). Returns the micro-batch's loss (its
+// mean, or its sum under a token normalisation).
+double micro_step(Loop& l, StepRecord& rec, const StepFaults& f, int64_t t, double scale, const MicroWeights& w,
+                  const StepObserver& obs) {
   l.engine.begin_micro_step(rec.step, t);
   if (f.straggle_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(f.straggle_ms));
   auto t0 = Clock::now();
   const double w_data = wall_seconds();
   torch::Tensor batch = l.loader.next().to(l.opts.device, /*non_blocking=*/l.opts.loader.pin_memory);
   l.result.input_pinned_peak = std::max(l.result.input_pinned_peak, HostMemory::instance().input_pinned_bytes());
-  const int64_t len =
-      l.opts.dynamic_seq_min > 0 ? dynamic_seq_len(rec.step, l.opts.dynamic_seq_min, l.spec.seq) : l.spec.seq;
+  const int64_t len = step_len(l, rec.step);
   torch::Tensor inputs = batch.narrow(1, 0, len), targets = batch.narrow(1, 1, len);
+  if (l.data.padded()) inputs = inputs.clamp_min(0);  // padding goes in as token 0, unscored
   rec.data_wait_s += since(t0);
   const double w_fwd = wall_seconds();
 
   t0 = Clock::now();
   l.engine.begin_forward();
-  torch::Tensor loss = l.model.loss(inputs, targets, l.engine);
+  torch::Tensor loss = l.model.loss(inputs, targets, l.engine, w.sum);
   const double lv = loss.item<double>();
   rec.forward_s += since(t0);
 
@@ -329,7 +361,7 @@ double micro_step(Loop& l, StepRecord& rec, const StepFaults& f, int64_t t, doub
   // loss-spike: gradients FACTOR times larger than the data gives (a loss spike, an
   // outlier batch); the reported loss is the real one. fp16 overflows at any scale
   // once FACTOR x |grad| passes 65504; bf16 and fp32 hold them (Adam is scale-free).
-  (loss * (scale * f.grad_factor / static_cast<double>(f.gas))).backward();
+  (loss * (scale * f.grad_factor / w.grad_div)).backward();
   l.engine.end_backward();
   rec.backward_s += since(t0);
   obs.micro_step(rec.step, t, w_data, w_fwd, w_bwd);
@@ -384,11 +416,11 @@ void train(const JobSpec& job, const TrainOptions& opts, TrainResult& result, co
   const std::unique_ptr<ZeroEngine> engine = make_engine(job, opts, comm);
   Gpt model(spec, compute_dtype(cfg.precision, opts.device), opts.device,
             Checkpointing{job.activation_checkpointing, cfg.activation_checkpointing.cpu_checkpointing});
-  MarkovData data(spec.vocab, spec.seq, opts.seed);
+  MarkovData data(spec.vocab, spec.seq, opts.seed, opts.seq_len_dist);
   std::vector<StepFaults> faults;  // every step's, resolved once: the loader's keys and the loop read them
   for (int64_t step = 0; step < opts.steps; ++step) faults.push_back(faults_at(opts.inject, rank, step, cfg.grad_accum));
   BatchLoader loader(data, batch_keys(cfg, opts, faults, rank, world), opts.loader);
-  Loop l{cfg, spec, opts, comm, *engine, model, loader, result};
+  Loop l{cfg, spec, opts, comm, *engine, model, data, loader, result};
   StepObserver obs(opts, comm, *engine);
   for (int64_t step = 0; step < opts.steps; ++step) {
     const StepFaults& f = faults[step];
@@ -396,16 +428,13 @@ void train(const JobSpec& job, const TrainOptions& opts, TrainResult& result, co
     rec.step = step;
     obs.start();
     const double scale = engine->loss_scale();
-    double loss_sum = 0;
-    int64_t micro_steps = 0;
-    for (int64_t t = 0; t < f.gas; ++t) {
-      if (!f.runs(t)) continue;
-      loss_sum += micro_step(l, rec, f, t, scale, obs);
-      ++micro_steps;
-    }
+    const MicroWeights w = step_weights(l, step, f);
+    double loss = 0;
+    for (int64_t t = 0; t < f.gas; ++t)
+      if (f.runs(t)) loss += micro_step(l, rec, f, t, scale, w, obs);
     if (f.inf_grad) engine->inject_inf_grad();
     const double w_step = wall_seconds();
-    const StepResult sr = optimizer_step(l, rec, loss_sum / static_cast<double>(std::max<int64_t>(micro_steps, 1)));
+    const StepResult sr = optimizer_step(l, rec, loss / w.report_div);
     obs.finish(rec, w_step);
     result.skipped_steps += sr.skipped;
     result.steps.push_back(rec);

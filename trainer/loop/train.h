@@ -1,6 +1,7 @@
 // The training loop of one rank: micro-steps over the rank's slice of each global
-// batch, loss / gas (times the loss scale) backward, then the ZeRO optimizer step
-// at the accumulation boundary. Records one StepRecord per optimizer step.
+// batch, each micro-batch's loss weighted as the loss normalisation says (loss / gas by
+// default) times the loss scale, backward, then the ZeRO optimizer step at the
+// accumulation boundary. Records one StepRecord per optimizer step.
 #pragma once
 #include <functional>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "trainer/loop/trace.h"
 #include "zero/comm/communicator.h"
 #include "trainer/loop/loader.h"
+#include "trainer/loop/loss_normalization.h"
 #include "zero/engine.h"
 
 namespace zrepro {
@@ -68,6 +70,10 @@ struct TrainOptions {
   // length): step j uses a sequence length between dynamic_seq_min and the model's,
   // the same for every micro-step and rank of the step. 0: fixed length.
   int64_t dynamic_seq_min = 0;
+  SeqLenDist seq_len_dist;  // --seq-len-dist: each sample's length, padded after it (data.h)
+  // --loss-normalization: how the step's token losses make the gradient
+  // ([Note: the loss of an accumulated step], loss_normalization.h).
+  LossNormalization loss_normalization = LossNormalization::mean;
   LoaderOptions loader;  // the input pipeline (trainer/loop/loader.h)
   // --data-rule same: every rank draws rank 0's micro-batches (the data rule a virtual
   // run is compared under; distinct, the default, is an ordinary data-parallel split).
@@ -82,7 +88,7 @@ int64_t dynamic_seq_len(int64_t step, int64_t min_len, int64_t max_len);
 
 struct StepRecord {
   int64_t step = 0;
-  double loss = 0;       // mean over the global batch
+  double loss = 0;       // the step's objective: the loss normalisation's mean over the global batch
   double grad_norm = 0;  // NaN when the step was skipped
   double loss_scale = 1;
   bool skipped = false;

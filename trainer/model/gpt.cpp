@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "device/device_memory.h"
+#include "trainer/model/data.h"
 
 namespace zrepro {
 
@@ -255,15 +256,16 @@ torch::Tensor Gpt::llama_block(const Params& g, const torch::Tensor& x) {
 }
 
 torch::Tensor Gpt::head_loss(const Params& g, const torch::Tensor& lm_head, const torch::Tensor& x,
-                             const torch::Tensor& targets) {
+                             const torch::Tensor& targets, bool sum) {
   torch::Tensor y = spec_.family == Family::llama
                         ? rms_norm(x, w(g, 0))
                         : torch::layer_norm(x, {spec_.hidden}, w(g, 0), w(g, 1), spec_.norm_eps);
   torch::Tensor logits = torch::linear(y, lm_head.to(compute_));
-  return torch::cross_entropy_loss(logits.reshape({-1, spec_.vocab}).to(torch::kFloat), targets.reshape({-1}));
+  return torch::cross_entropy_loss(logits.reshape({-1, spec_.vocab}).to(torch::kFloat), targets.reshape({-1}), {},
+                                   sum ? at::Reduction::Sum : at::Reduction::Mean, kPadLabel);
 }
 
-torch::Tensor Gpt::loss(const torch::Tensor& inputs, const torch::Tensor& targets, ZeroEngine& engine) {
+torch::Tensor Gpt::loss(const torch::Tensor& inputs, const torch::Tensor& targets, ZeroEngine& engine, bool sum) {
   const int last = static_cast<int>(spec_.layers) + 1;
   torch::Tensor x = engine.after_forward(0, embed(engine.acquire(0), inputs));
   for (int l = 1; l < last; ++l) {
@@ -275,11 +277,11 @@ torch::Tensor Gpt::loss(const torch::Tensor& inputs, const torch::Tensor& target
   }
   if (!spec_.tied) {
     const Params head = engine.acquire(last);
-    return engine.after_forward(last, head_loss(head, head.back(), x, targets));
+    return engine.after_forward(last, head_loss(head, head.back(), x, targets, sum));
   }
   // Tied: the embed group again for the LM head (gathered again under ZeRO-3), then the head's own.
   const torch::Tensor wte = engine.acquire(0)[0];
-  torch::Tensor loss = head_loss(engine.acquire(last), wte, x, targets);
+  torch::Tensor loss = head_loss(engine.acquire(last), wte, x, targets, sum);
   return engine.after_forward(last, engine.after_forward(0, loss));
 }
 

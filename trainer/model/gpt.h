@@ -38,8 +38,9 @@ class Gpt {
  public:
   Gpt(const ModelSpec& spec, torch::ScalarType compute, torch::Device device, Checkpointing ckpt = {});
 
-  // Mean next-token cross-entropy (fp32 scalar) for inputs/targets [B, S] (int64).
-  torch::Tensor loss(const torch::Tensor& inputs, const torch::Tensor& targets, ZeroEngine& engine);
+  // Next-token cross-entropy (fp32 scalar) for inputs/targets [B, S] (int64): the mean
+  // over the scored targets, or their sum; targets equal to kPadLabel (data.h) are not scored.
+  torch::Tensor loss(const torch::Tensor& inputs, const torch::Tensor& targets, ZeroEngine& engine, bool sum = false);
 
   // One transformer block on the engine's parameters of `layer` (used by the
   // checkpointed path to recompute).
@@ -59,7 +60,7 @@ class Gpt {
   torch::Tensor rotate(const torch::Tensor& x, int64_t S) const;  // rotary embedding of [B,a,S,d]
   // lm_head: the head group's own matrix, or the embedding when tied.
   torch::Tensor head_loss(const Params& p, const torch::Tensor& lm_head, const torch::Tensor& x,
-                          const torch::Tensor& targets);
+                          const torch::Tensor& targets, bool sum);
 
   ModelSpec spec_;
   torch::ScalarType compute_;

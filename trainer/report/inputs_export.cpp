@@ -59,10 +59,12 @@ void export_inputs(const std::string& dir, const ModelSpec& spec, const InputsGe
       {"seed", g.seed},
       {"batch", {{"steps", g.steps}, {"micro", g.micro}, {"grad_accum", g.grad_accum}, {"world", g.world},
                  {"global", global}}},
+      {"seq_len_dist", g.lengths.spec()},
+      {"loss_normalization", g.loss_normalization},
       {"sample_order", "step s, micro-step t, rank r takes tokens[s*global + (t*world + r)*micro : +micro]; "
-                       "inputs = [:, :-1], targets = [:, 1:]"}};
+                       "inputs = [:, :-1] (-100 read as token 0), targets = [:, 1:] (-100 not scored)"}};
   torch::Tensor init = torch::cat(gpt_init(spec, g.seed));
-  torch::Tensor tokens = MarkovData(spec.vocab, spec.seq, g.seed).samples(0, g.steps * global);
+  torch::Tensor tokens = MarkovData(spec.vocab, spec.seq, g.seed, g.lengths).samples(0, g.steps * global);
   write_file_atomic(dir + "/init.npy", npy_bytes(init));
   write_file_atomic(dir + "/tokens.npy", npy_bytes(tokens));
   write_file_atomic(dir + "/layout.json", layout.dump(2) + "\n");

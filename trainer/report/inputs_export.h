@@ -6,7 +6,8 @@
 //                    shape and offset into init.npy, the batch geometry and how a
 //                    (step, micro-step, rank) finds its samples
 //   DIR/init.npy     float32 [params]: every layer's initial values back to back
-//   DIR/tokens.npy   int64 [steps * global_batch, seq + 1]: global samples in order
+//   DIR/tokens.npy   int64 [steps * global_batch, seq + 1]: global samples in order, padded
+//                    with -100 after each sample's length under --seq-len-dist
 //
 // Each file is written through a temporary file and renamed (write_file_atomic).
 #pragma once
@@ -16,6 +17,7 @@
 #include <torch/torch.h>
 
 #include "trainer/config/model_spec.h"
+#include "trainer/model/data.h"
 
 namespace zrepro {
 
@@ -23,6 +25,8 @@ struct InputsGeometry {
   int64_t steps = 0, micro = 0, grad_accum = 0;
   int world = 1;
   uint64_t seed = 0;
+  SeqLenDist lengths;  // --seq-len-dist
+  std::string loss_normalization = "mean";
 };
 
 // The bytes of a .npy (format 1.0) file holding a contiguous CPU tensor of float32

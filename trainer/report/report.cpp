@@ -393,8 +393,11 @@ json summary_setting(const SummaryInput& in) {
   if (!in.config_mismatch.empty()) s["config_mismatch"] = in.config_mismatch;
   // The loss a perfect model approaches on the synthetic Markov data.
   s["data"] = in.model ? json{{"kind", "markov"}, {"entropy_floor_nats", MarkovData::entropy_floor()}} : json(nullptr);
-  if (in.loader && s["data"].is_object()) {
-    const LoaderOptions& l = *in.loader;
+  if (in.train && s["data"].is_object()) {
+    const LossNormalizationRow& n = loss_normalization_row(in.train->loss_normalization);
+    s["data"]["seq_len_dist"] = in.train->seq_len_dist.spec();
+    s["data"]["loss_normalization"] = {{"kind", n.name}, {"as", n.transformers}};
+    const LoaderOptions& l = in.train->loader;
     // The loader's own pin_memory: input batches only, never the offload buffers.
     s["data"]["loader"] = {{"workers", l.workers},
                            {"prefetch_factor", l.prefetch_factor},

@@ -96,7 +96,9 @@ struct SummaryInput {
   double host_link_gbps = 0, pageable_ratio = 0.5;  // the copy engine's model (offload)
   const MemoryPlan* planned = nullptr;   // the planner's figures for this run (memory.planned)
   const ScaleDown* scale_down = nullptr;  // --target-model: the target, the toy, the fidelity
-  const LoaderOptions* loader = nullptr;  // the input pipeline (data.loader)
+  // The loop's options: the input pipeline (data.loader), the sample lengths and the loss
+  // normalisation (data.seq_len_dist, data.loss_normalization).
+  const TrainOptions* train = nullptr;
   double modelled_busbw_gbps = 0;         // --interconnect-gbps (comm.modelled_busbw_GBps)
   nlohmann::json env;                     // zrepro env's block (trainer/app/env.h), or null
   nlohmann::json virtual_ranks;           // --world-size: world, as_rank, data rule, peer host bytes; or null
