@@ -83,6 +83,27 @@ TEST(Scenario, OffloadWithAccumulation) {
   }
 }
 
+// [Note: the loss of an accumulated step]: over padded samples, micro 1 x gas 8 with
+// per-micro-batch means moves the grad norm away from micro 8 x gas 1; token
+// normalisation (the fix) gives micro 8 x gas 1's losses and grad norms.
+TEST(Scenario, AccumulationLossMismatch) {
+  const std::string base = "--seq-len-dist uniform:2 --steps 6 --loss-normalization ";
+  RunResult ref = run("alm_ref", scenario("accumulation-loss-mismatch", "reference.json"), base + "mean");
+  RunResult a = run("alm_mean", scenario("accumulation-loss-mismatch"), base + "mean");
+  RunResult b = run("alm_token", scenario("accumulation-loss-mismatch"), base + "token");
+  ASSERT_EQ(a.code, 0) << a.output;
+  EXPECT_EQ(a.summary["data"]["seq_len_dist"], "uniform:2-32");
+  EXPECT_EQ(a.summary["data"]["loss_normalization"]["kind"], "mean");
+  EXPECT_EQ(b.summary["data"]["loss_normalization"]["kind"], "token");
+  double worst = 0;
+  for (size_t i = 0; i < ref.summary["steps"].size(); ++i) {
+    const double r = ref.summary["steps"][i]["grad_norm"], m = a.summary["steps"][i]["grad_norm"];
+    worst = std::max(worst, std::abs(r - m) / r);
+  }
+  EXPECT_GT(worst, 0.02) << "per-micro-batch means must move the grad norm";
+  expect_same_losses(ref, b, 1e-5, "token-normalised micro 1 x gas 8 vs micro 8 x gas 1");
+}
+
 TEST(Scenario, MemlockLimit) {
   const bool root = ::geteuid() == 0;
   if (root && zrepro_test::shell("setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock true").code != 0)

@@ -6,6 +6,10 @@
 //   stage k vs stage 0 (k = 1, 2, 3), N ranks vs 1, micro-batch x accumulation split,
 //   optimizer offload on vs off (stage >= 2 with accumulation, where host-side
 //   accumulation bugs show), activation checkpointing on vs off.
+// With variable-length samples (--seq-len-dist) the split also runs under the other loss
+// normalisation ([Note: the loss of an accumulated step], trainer/loop/loss_normalization.h):
+// token must PASS; mean's line is DIFF, the size of the difference a per-micro-batch mean
+// makes (a contrast, not a failure).
 // Every other flag (--model, --steps, --inject, ...) goes to every run. Exit 0 when all
 // lines pass, 8 when one fails, 2 on bad input, the reference run's code when it fails.
 #include <cmath>
@@ -48,9 +52,10 @@ struct Verify {
 
 struct Line {
   std::string what;
-  std::string status;  // PASS | FAIL | n/a
+  std::string status;  // PASS | FAIL | n/a | DIFF (a contrast line's expected difference)
   double loss_diff = NAN, grad_norm_diff = NAN;
   std::string note;
+  bool regroups = false;  // the two runs group the samples into different micro-batches
 };
 
 Line compare(const std::string& what, const std::optional<Summary>& base, const std::optional<Summary>& other,
@@ -87,6 +92,29 @@ std::string offload_config(const std::string& config, const std::string& out) {
   return path;
 }
 
+// Variable-length samples: the split's line gets what its normalisation implies, and the
+// split runs again under the other normalisation (token, or mean as the contrast).
+void add_normalisation_lines(Verify& v, const Summary& ref, const std::string& split_what,
+                             std::vector<std::string> split_flags, double tol, std::vector<Line>& lines) {
+  const json data = ref.data.is_object() ? ref.data : json::object();
+  if (data.value("seq_len_dist", "fixed") == "fixed") return;
+  const std::string norm = data.contains("loss_normalization") ? data["loss_normalization"].value("kind", "mean") : "mean";
+  const std::string token_note =
+      "token normalisation (the Trainer's num_items_in_batch): every split of the same samples has one gradient";
+  const std::string mean_note =
+      "per-micro-batch means over variable-length samples (transformers <= 4.45): a short sample weighs as much as "
+      "a long one, so the split changes the gradient; --loss-normalization token makes it exact";
+  for (Line& l : lines)
+    if (l.regroups && l.status == "FAIL" && norm != "token") l.note = mean_note;
+  const std::string other = norm == "token" ? "mean" : "token";
+  split_flags.insert(split_flags.end(), {"--loss-normalization", other});
+  Line c = compare(split_what + ", " + other + "-normalised", v.run("reference-" + other, {"--loss-normalization", other}),
+                   v.run("split-" + other, split_flags), tol);
+  c.note = other == "token" ? token_note : mean_note;
+  if (other == "mean" && c.status == "FAIL") c.status = "DIFF";
+  lines.push_back(c);
+}
+
 // The checks, in order; each appends its line.
 std::vector<Line> run_checks(Verify& v, const Summary& ref, int ranks) {
   std::vector<Line> lines;
@@ -109,6 +137,7 @@ std::vector<Line> run_checks(Verify& v, const Summary& ref, int ranks) {
     const int64_t m = gas % ranks == 0 ? micro : micro / ranks, g = gas % ranks == 0 ? gas / ranks : gas;
     lines.push_back(compare(n + " ranks vs 1", ref,
                             v.run("ranks" + n, {"--ranks", n, mb, std::to_string(m), ga, std::to_string(g)}), tol));
+    lines.back().regroups = m != micro;
   } else {
     lines.push_back({n + " ranks vs 1", "n/a", NAN, NAN,
                      "micro " + std::to_string(micro) + " x gas " + std::to_string(gas) + " does not split over " + n});
@@ -116,12 +145,14 @@ std::vector<Line> run_checks(Verify& v, const Summary& ref, int ranks) {
   // Accumulation: half the micro-batch, twice the steps.
   const bool split = micro % 2 == 0;
   const std::vector<std::string> split_flags = {mb, std::to_string(micro / 2), ga, std::to_string(gas * 2)};
-  if (split)
-    lines.push_back(compare("micro " + std::to_string(micro / 2) + " x gas " + std::to_string(gas * 2) + " vs micro " +
-                                std::to_string(micro) + " x gas " + std::to_string(gas),
-                            ref, v.run("split", split_flags), tol));
-  else
+  const std::string split_what = "micro " + std::to_string(micro / 2) + " x gas " + std::to_string(gas * 2) +
+                                 " vs micro " + std::to_string(micro) + " x gas " + std::to_string(gas);
+  if (split) {
+    lines.push_back(compare(split_what, ref, v.run("split", split_flags), tol));
+    lines.back().regroups = true;
+  } else {
     lines.push_back({"accumulation split", "n/a", NAN, NAN, "micro-batch " + std::to_string(micro) + " is odd"});
+  }
   // Offload at stage >= 2 (there every micro-step's reduced gradient lands on the host,
   // which accumulates it; stage 1 reduces once per step), with the split so the host
   // accumulates across micro-steps.
@@ -130,7 +161,9 @@ std::vector<Line> run_checks(Verify& v, const Summary& ref, int ranks) {
   if (split) off.insert(off.end(), split_flags.begin(), split_flags.end());
   lines.push_back(compare("optimizer offload vs none (stage " + std::to_string(os) + (split ? ", with accumulation)" : ")"),
                           by_stage[os], v.run("offload", off, offload_config(v.config, v.out)), tol));
+  lines.back().regroups = split;
   lines.push_back(compare("activation checkpointing vs none", ref, v.run("ckpt", {"--activation-checkpointing"}), tol));
+  if (split) add_normalisation_lines(v, ref, split_what, split_flags, tol, lines);
   return lines;
 }
 

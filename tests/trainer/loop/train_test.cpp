@@ -8,6 +8,8 @@
 #include "device/base/errors.h"
 #include "trainer/config/ds_config.h"
 #include "trainer/config/model_spec.h"
+#include "trainer/loop/loss_normalization.h"
+#include "trainer/model/data.h"
 #include "trainer/loop/train.h"
 #include "tests/support/train_helpers.h"
 
@@ -266,4 +268,48 @@ TEST(Train, DynamicSequenceLengthsKeepSplitsEquivalent) {
   }
   EXPECT_GT(lengths.size(), 10u);
   EXPECT_EQ(dynamic_seq_len(7, 8, 32), dynamic_seq_len(7, 8, 32));
+}
+
+namespace {
+// Steps of tiny at micro x gas (the same global batch of 8) on padded samples (2..32
+// tokens) under a loss normalisation.
+TrainResult run_padded(int64_t micro, LossNormalization n, int64_t steps = 6) {
+  const std::string cfg = std::string(kAdam) + R"(, "train_batch_size": 8, "train_micro_batch_size_per_gpu": )" +
+                          std::to_string(micro) + "}";
+  TrainOptions o;
+  o.steps = steps;
+  o.seq_len_dist = parse_seq_len_dist("uniform:2", 32);
+  o.loss_normalization = n;
+  TrainResult r;
+  train(zrepro_test::one_rank_job(config("{" + cfg)), o, r);
+  return r;
+}
+double max_rel(const TrainResult& a, const TrainResult& b, double StepRecord::*f) {
+  double d = 0;
+  for (size_t i = 0; i < a.steps.size(); ++i)
+    d = std::max(d, std::abs(a.steps[i].*f - b.steps[i].*f) / std::abs(a.steps[i].*f));
+  return d;
+}
+}  // namespace
+
+// [Note: the loss of an accumulated step]: over padded samples, token normalisation gives
+// micro 1 x gas 8 the gradients of micro 8 x gas 1; per-micro-batch means do not.
+TEST(Train, TokenNormalisationKeepsSplitsOfPaddedBatchesEquivalentAndMeanDoesNot) {
+  const TrainResult t8 = run_padded(8, LossNormalization::token), t1 = run_padded(1, LossNormalization::token);
+  const TrainResult m8 = run_padded(8, LossNormalization::mean), m1 = run_padded(1, LossNormalization::mean);
+  ASSERT_EQ(t8.steps.size(), 6u);
+  EXPECT_LT(max_rel(t8, t1, &StepRecord::loss), 1e-5);
+  EXPECT_LT(max_rel(t8, t1, &StepRecord::grad_norm), 1e-4);
+  // One micro-batch per step: its mean is the token mean, so mean and token agree at gas 1.
+  EXPECT_LT(max_rel(t8, m8, &StepRecord::grad_norm), 1e-5);
+  // Per-sample means weigh a 2-token sample as much as a 32-token one.
+  EXPECT_GT(max_rel(m8, m1, &StepRecord::grad_norm), 0.02);
+  EXPECT_GT(max_rel(m8, m1, &StepRecord::loss), 1e-4);
+}
+
+TEST(Train, TokenScaledTwiceShrinksTheGradNormByGas) {
+  const TrainResult r = run_padded(1, LossNormalization::token_per_rank, 1);
+  const TrainResult twice = run_padded(1, LossNormalization::token_scaled_twice, 1);
+  EXPECT_NEAR(twice.steps[0].grad_norm * 8, r.steps[0].grad_norm, 1e-5 * r.steps[0].grad_norm);
+  EXPECT_DOUBLE_EQ(twice.steps[0].loss, r.steps[0].loss);  // the logged loss was right
 }
