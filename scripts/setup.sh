@@ -10,7 +10,8 @@ build_dir=build
 if [ "${1:-}" = --build-dir ]; then build_dir=${2:?--build-dir needs a folder}; fi
 
 packages=(build-essential cmake ninja-build pkg-config libopenmpi-dev openmpi-bin
-          libcxxopts-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev zlib1g-dev)
+          libcxxopts-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev zlib1g-dev
+          libyaml-cpp-dev)
 # Debian's LibTorch only when asked for; otherwise a venv needs python3's venv module.
 if [ "${ZREPRO_LIBTORCH:-}" = debian ]; then
   packages+=(libtorch-dev libopenblas0-pthread)

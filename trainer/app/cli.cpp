@@ -37,6 +37,13 @@ void add_config_flags(cxxopts::Options& o) {
                         "gradient_accumulation_steps, bf16/fp16, learning_rate, max_grad_norm, ...), turns on "
                         "gradient_checkpointing, max_seq_length sets --seq; a flag given wins",
        cxxopts::value<std::string>())
+      ("launcher", "who fills the config's \"auto\" values: trainer (the Hugging Face Trainer's rules, with "
+                   "--training-args) or accelerate (Accelerate's DeepSpeed plugin and prepare(), with "
+                   "--accelerate-config)", cxxopts::value<std::string>()->default_value("trainer"))
+      ("accelerate-config", "the job's accelerate config (YAML from `accelerate config`, or JSON): its "
+                            "deepspeed_config (zero_stage, gradient_accumulation_steps, gradient_clipping, offload "
+                            "devices, deepspeed_config_file) and mixed_precision fill \"auto\" as Accelerate does; "
+                            "implies --launcher accelerate", cxxopts::value<std::string>())
       ("strict", "unknown config keys are errors")
       ("deepspeed-version", "resolve the config as this DeepSpeed release would (0.14.0 ... newest; default the "
                             "newest): its defaults, the keys it refuses", cxxopts::value<std::string>())
@@ -95,6 +102,18 @@ ConfigFlags flags_from(const cxxopts::ParseResult& r, const ModelSpec& m, int wo
   f.world_size = world_size;
   f.total_steps = steps;
   if (const std::optional<TrainingArgs> t = training_args_from(r)) apply_training_args(*t, f);
+  const std::string launcher = r["launcher"].as<std::string>();
+  if (launcher != "trainer" && launcher != "accelerate")
+    throw ConfigError("--launcher: got \"" + launcher + "\", expected trainer (the Hugging Face Trainer fills \"auto\") "
+                      "or accelerate (Accelerate's DeepSpeed plugin does)");
+  if (r.count("accelerate-config")) {
+    if (r.count("launcher") && launcher != "accelerate")
+      throw ConfigError("--accelerate-config with --launcher " + launcher + ": an accelerate config is read under "
+                        "--launcher accelerate; drop --launcher " + launcher);
+    f.accelerate = load_accelerate_config(r["accelerate-config"].as<std::string>());
+  } else if (launcher == "accelerate") {
+    f.accelerate = AccelerateConfig{};
+  }
   return f;
 }
 
@@ -267,7 +286,7 @@ int config_command(int argc, char** argv) {
       std::cout << (r.count("json") ? json_text(d) + "\n" : format_version_diff(d));
       return kExitOk;
     }
-    DsConfig cfg = load_ds_config(require_config(r), flags_from(r, model, r["world-size"].as<int>(),
+    DsConfig cfg = load_job_config(opt<std::string>(r, "config"), flags_from(r, model, r["world-size"].as<int>(),
                                                                r["steps"].as<int64_t>()));
     if (r.count("json"))
       std::cout << json_text(cfg.effective_json()) << std::endl;

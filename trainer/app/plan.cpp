@@ -50,7 +50,7 @@ JobSpec plan_request_from(const cxxopts::ParseResult& r) {
                         "--world-size " + std::to_string(req.world_size) + " (nodes x GPUs per node = world size)");
   }
   req.model = model_from(r);
-  req.cfg = load_ds_config(require_config(r), flags_from(r, req.model, req.world_size, r["steps"].as<int64_t>()));
+  req.cfg = load_job_config(opt<std::string>(r, "config"), flags_from(r, req.model, req.world_size, r["steps"].as<int64_t>()));
   if (r.count("device-memory")) req.device_capacity = parse_device_memory("--device-memory", r["device-memory"].as<std::string>());
   req.activation_checkpointing = checkpointing_from(r);
   const std::string device = r["device"].as<std::string>();

@@ -69,7 +69,7 @@ static void resolve_config(RunState& s) {
                         " (one process) or --ranks " + std::to_string(target_world));
     ScaleRequest sr;
     sr.target.model = resolve_model(*spec.target_model, spec.model_overrides);
-    sr.target.cfg = load_ds_config(require_config(spec.config_path), flags_for(spec, sr.target.model, s.world));
+    sr.target.cfg = load_job_config(spec.config_path, flags_for(spec, sr.target.model, s.world));
     sr.target.world_size = s.world;
     sr.target.device_capacity = *spec.target_device_memory;
     sr.target.activation_checkpointing = spec.activation_checkpointing;
@@ -79,7 +79,7 @@ static void resolve_config(RunState& s) {
     s.job.cfg = s.scaled->toy_cfg;
   } else {
     s.job.model = resolve_model(spec.model, spec.model_overrides);
-    s.job.cfg = load_ds_config(require_config(spec.config_path), flags_for(spec, s.job.model, s.world));
+    s.job.cfg = load_job_config(spec.config_path, flags_for(spec, s.job.model, s.world));
   }
   s.have_model = s.have_cfg = true;
   s.job.world_size = s.world;
@@ -205,7 +205,7 @@ static void check_injections(const RunSpec& spec, int world) {
 void precheck_before_launch(const RunSpec& spec, int world) {
   check_ranks_fit_slots(world, spec.oversubscribe, cpu_slots());
   const ModelSpec m = resolve_model(spec.target_model.value_or(spec.model), spec.model_overrides);
-  load_ds_config(require_config(spec.config_path), flags_for(spec, m, world));
+  load_job_config(spec.config_path, flags_for(spec, m, world));
   check_injections(spec, world);
 }
 
@@ -325,6 +325,18 @@ void print_header(RunState& s) {
             << "[zrepro] batch: micro " << cfg.micro_batch << " x gas " << cfg.grad_accum << " x world " << s.world
             << " = " << cfg.train_batch_size << " samples/step; data: Markov chain, a perfect model reaches "
             << fmt(MarkovData::entropy_floor(), 3) << " nats\n";
+  if (const auto& acc = s.spec.flags.accelerate) {
+    int autos = 0;
+    for (const auto& e : cfg.entries) autos += e.source == Source::auto_;
+    std::cout << "[zrepro] launcher accelerate"
+              << (acc->file.empty() ? std::string(" (no --accelerate-config: its defaults)") : " (" + acc->file + ")")
+              << ": " << autos << " \"auto\" value(s) filled as Accelerate's DeepSpeed plugin and prepare() do; "
+              << "--print-config shows each with its source\n";
+  }
+  if (!s.topt.seq_len_dist.fixed() || s.topt.loss_normalization != LossNormalization::mean)
+    std::cout << "[zrepro] samples: " << s.topt.seq_len_dist.spec() << " scored tokens (padded with -100); loss "
+              << "normalisation " << loss_normalization_row(s.topt.loss_normalization).name << " ("
+              << loss_normalization_row(s.topt.loss_normalization).transformers << ")\n";
   for (const auto& [name, o] : {std::pair<const char*, const OffloadConfig&>{"offload_optimizer", cfg.zero.offload_optimizer},
                                 {"offload_param", cfg.zero.offload_param}})
     if (o.enabled())  // the form diagnose reads: DeepSpeed prints the same keys in its config dump

@@ -42,6 +42,7 @@ constexpr double kAutoLr = 1e-3;
 struct FlagValue {
   json value;
   std::string flag;
+  std::string refuse;  // set: the launcher cannot fill this "auto"; the message says why
 };
 
 const char* json_type(const json& v) {
@@ -119,6 +120,23 @@ class Loader {
   std::map<std::string, FlagValue> overrides;  // path -> flag that overrides the file
   std::map<std::string, FlagValue> autos;      // path -> HF-style value for "auto"
 
+  // The value an "auto" at path resolves to, or what the launcher says when it cannot: a
+  // refusal, or under Accelerate its generic one for a key it has no value for (the Trainer
+  // leaves such a key to DeepSpeed's default: nullptr).
+  const FlagValue* auto_for(const std::string& path) {
+    auto it = autos.find(path);
+    if (it != autos.end() && !it->second.refuse.empty()) fail(path, it->second.refuse);
+    if (it != autos.end()) return &it->second;
+    if (flags_.accelerate) fail(path, accelerate_refusal(path));
+    return nullptr;
+  }
+  // Accelerate's fill_match error for an "auto" nothing fills, quoted.
+  static std::string accelerate_refusal(const std::string& path) {
+    return "is \"auto\" and Accelerate has nothing to fill it with; Accelerate refuses it: \"`" + path +
+           "` not found in kwargs. Please specify `" + path + "` without `auto` (set to correct value) in the "
+           "DeepSpeed config file or pass it in kwargs.\"";
+  }
+
   template <class T>
   T convert(const std::string& path, const json& v);
 
@@ -179,9 +197,9 @@ T Section::get(const std::string& key, T def) {
     return val;
   }
   if (is_auto) {
-    if (auto it = L_.autos.find(p); it != L_.autos.end()) {
-      T val = L_.convert<T>(p, it->second.value);
-      L_.record(p, json(val), Source::auto_, it->second.flag);
+    if (const FlagValue* a = L_.auto_for(p)) {
+      T val = L_.convert<T>(p, a->value);
+      L_.record(p, json(val), Source::auto_, a->flag);
       return val;
     }
     L_.record(p, json(def), Source::auto_, "DeepSpeed drops \"auto\": default applies");
@@ -472,7 +490,11 @@ void load_optimizer(Loader& L, Section& top, DsConfig& c) {
     auto pick = [&](int i, double def) {
       const std::string key = path + "." + std::to_string(i);
       if (auto ov = L.overrides.find(key); ov != L.overrides.end()) { src = Source::flag; return ov->second.value.get<double>(); }
-      if (is_auto) { if (src != Source::flag) src = Source::auto_; return L.autos.at(key).value.get<double>(); }
+      if (is_auto) {
+        if (src != Source::flag) src = Source::auto_;
+        if (L.autos.count(key)) return L.autos.at(key).value.get<double>();
+        L.fail(path, Loader::accelerate_refusal(path));
+      }
       if (b) { if (src == Source::default_) src = Source::file; return (*b)[i].get<double>(); }
       return def;
     };
@@ -677,6 +699,88 @@ void register_flags(Loader& L, const ConfigFlags& flags) {
 
 }
 
+// [Note: "auto" as Accelerate fills it] (accelerate_config.h): the values Accelerate gives
+// an "auto", each with where it came from; a zrepro flag stands for the launch flag or the
+// script's argument that gives it (and, as under the Trainer, wins over the file).
+void register_accelerate(Loader& L, const ConfigFlags& flags) {
+  const AccelerateConfig& a = *flags.accelerate;
+  auto set = [&](const std::string& path, json v, std::string from) { L.autos[path] = {std::move(v), std::move(from), ""}; };
+  if (flags.micro_batch)
+    set("train_micro_batch_size_per_gpu", *flags.micro_batch,
+        "the batch_size of the DataLoader given to accelerator.prepare() (--micro-batch)");
+  else
+    L.autos["train_micro_batch_size_per_gpu"] = {
+        nullptr, "", "is \"auto\": Accelerate fills it from the batch_size of the DataLoader passed to "
+                     "accelerator.prepare(); give that batch size as --micro-batch (or set the key in the file)"};
+  if (a.gradient_accumulation_steps)
+    set("gradient_accumulation_steps", *a.gradient_accumulation_steps, a.source("deepspeed_config.gradient_accumulation_steps"));
+  else if (flags.grad_accum)
+    set("gradient_accumulation_steps", *flags.grad_accum, "--grad-accum (accelerate launch --gradient_accumulation_steps)");
+  else
+    set("gradient_accumulation_steps", 1, "Accelerator(gradient_accumulation_steps=1), Accelerate's default");
+  if (a.gradient_clipping)
+    set("gradient_clipping", *a.gradient_clipping, a.source("deepspeed_config.gradient_clipping"));
+  else if (flags.max_grad_norm)
+    set("gradient_clipping", *flags.max_grad_norm, "--max-grad-norm (accelerate launch --gradient_clipping)");
+  else
+    set("gradient_clipping", 1.0, "1.0, Accelerate's prepare() default");
+  const double lr = flags.lr.value_or(1e-3);
+  set("optimizer.params.lr", lr, flags.lr ? "DummyOptim(lr=--lr)" : "DummyOptim's default lr 0.001 (an optimizer "
+                                                                     "section with \"auto\" needs DummyOptim in the script)");
+  set("optimizer.params.weight_decay", flags.weight_decay.value_or(0.0),
+      flags.weight_decay ? "DummyOptim(weight_decay=--weight-decay)" : "DummyOptim's default weight_decay 0");
+  for (const char* k : {"optimizer.params.betas.0", "optimizer.params.betas.1", "optimizer.params.eps"}) L.autos.erase(k);
+  set("scheduler.params.warmup_min_lr", 0.0, "0, as Accelerate's DummyScheduler fills it");
+  set("scheduler.params.warmup_max_lr", lr, "the DummyOptim's lr");
+  set("scheduler.params.warmup_num_steps", flags.warmup_steps.value_or(0),
+      flags.warmup_steps ? "DummyScheduler(warmup_num_steps=--warmup-steps)" : "DummyScheduler's default warmup 0");
+  const int64_t w = std::max(flags.world_size, 1);
+  set("scheduler.params.total_num_steps", (flags.total_steps + w - 1) / w,
+      "DummyScheduler(total_num_steps=--steps) divided by the " + std::to_string(w) +
+          " process(es), as Accelerate does (it expects the count before the DataLoader is sharded)");
+  const std::string mp = flags.precision ? *flags.precision : a.mixed_precision.value_or("no");
+  const std::string mp_from = flags.precision ? "--precision (accelerate launch --mixed_precision)"
+                              : a.mixed_precision ? a.source("mixed_precision")
+                                                  : "mixed_precision \"no\", Accelerate's default";
+  set("fp16.enabled", mp == "fp16", mp_from);
+  set("bf16.enabled", mp == "bf16" || mp == "fp8", mp_from);
+  L.autos["bfloat16.enabled"] = L.autos["bf16.enabled"];
+  set("zero_optimization.stage", a.zero_stage.value_or(2),
+      a.zero_stage ? a.source("deepspeed_config.zero_stage") : "2, Accelerate's default zero_stage");
+  for (const auto& [key, dev] : {std::pair<const char*, std::optional<std::string>>{"offload_optimizer", a.offload_optimizer_device},
+                                 {"offload_param", a.offload_param_device}})
+    set(std::string("zero_optimization.") + key + ".device", dev.value_or("none"),
+        dev ? a.source(std::string("deepspeed_config.") + key + "_device") : "\"none\", Accelerate's default");
+  if (flags.hidden_size > 0) {
+    const int64_t h = flags.hidden_size;
+    const std::string h_is = " with model hidden size h = " + std::to_string(h) + ", as Accelerate's prepare() at any stage";
+    set("zero_optimization.reduce_bucket_size", h * h, "h*h" + h_is);
+    set("zero_optimization.stage3_prefetch_bucket_size", static_cast<int64_t>(0.9 * h * h), "int(0.9*h*h)" + h_is);
+    set("zero_optimization.stage3_param_persistence_threshold", 10 * h, "10*h" + h_is);
+  }
+}
+
+// Accelerate's checks of the file against its launcher: the half precision mixed_precision
+// does not name must not be enabled (set_mixed_precision's ValueError, quoted), and the
+// processes it launches are said when this run has another world size.
+void check_accelerate(Loader& L, const json& root, const ConfigFlags& flags) {
+  const AccelerateConfig& a = *flags.accelerate;
+  const std::string mp = flags.precision ? *flags.precision : a.mixed_precision.value_or("no");
+  const char* other = mp == "fp16" ? "bf16" : (mp == "bf16" || mp == "fp8") ? "fp16" : nullptr;
+  if (other && root.contains(other) && root[other].is_object() && root[other].value("enabled", json(false)) == json(true))
+    L.fail(std::string(other) + ".enabled",
+           "is true while mixed_precision is " + mp + " (" + (flags.precision ? "--precision" : a.source("mixed_precision")) +
+               "); Accelerate refuses that: \"`--mixed_precision` arg cannot be set to `" + mp + "` when `" + other +
+               "` is set in the DeepSpeed config file.\" Fix: set it to \"auto\" or false");
+  if (a.num_processes) {
+    const int64_t launched = *a.num_processes;
+    if (launched != flags.world_size)
+      L.warn("the accelerate config launches num_processes " + std::to_string(launched) + " (all machines); this run "
+             "has " + std::to_string(flags.world_size) + " rank(s): train_batch_size \"auto\" and the scheduler's "
+             "total_num_steps follow this run's");
+  }
+}
+
 // The batch triple: resolve each of the three (flag / file / auto), then derive.
 void load_batch(Loader& L, Section& top, const ConfigFlags& flags, const std::string& name, DsConfig& c) {
   auto batch_value = [&](const char* key) -> std::optional<int64_t> {
@@ -689,10 +793,12 @@ void load_batch(Loader& L, Section& top, const ConfigFlags& flags, const std::st
     if (!v) return std::nullopt;
     if (v->is_string() && *v == "auto") {
       if (std::string(key) == "train_batch_size") {
+        // Accelerate's prepare(): micro x the config's gas x processes, derived below.
+        if (flags.accelerate) return std::nullopt;
         return static_cast<int64_t>(flags.world_size) * flags.micro_batch.value_or(kAutoMicroBatch) *
                flags.grad_accum.value_or(kAutoGradAccum);
       }
-      return L.autos.at(key).value.get<int64_t>();
+      return L.auto_for(key)->value.get<int64_t>();
     }
     return L.convert<int64_t>(key, *v);
   };
@@ -716,9 +822,12 @@ void load_batch(Loader& L, Section& top, const ConfigFlags& flags, const std::st
     const json* v = top.raw(key);
     const bool is_auto = v && v->is_string();
     if (L.overrides.count(key) && !is_auto) return std::pair<Source, std::string>{Source::flag, L.overrides[key].flag};
+    if (is_auto && std::string(key) == "train_batch_size")
+      return std::pair<Source, std::string>{Source::auto_, flags.accelerate ? "micro x gas x processes, as Accelerate's "
+                                                                              "prepare() fills it"
+                                                                            : "world_size * micro * gas"};
     if (!given) return std::pair<Source, std::string>{Source::derived, bt.how};
     if (is_auto) {
-      if (std::string(key) == "train_batch_size") return std::pair<Source, std::string>{Source::auto_, "world_size * micro * gas"};
       return std::pair<Source, std::string>{Source::auto_, L.autos.at(key).flag};
     }
     return std::pair<Source, std::string>{Source::file, ""};
@@ -838,6 +947,24 @@ DsConfig parse_ds_config(const std::string& text, const std::string& name, const
   if (root.contains("zero_optimization") && root["zero_optimization"].is_object())
     map_deprecated_zero_keys(L, root["zero_optimization"]);
   register_flags(L, flags);
+  if (flags.accelerate) {
+    if (!flags.training_args_file.empty())
+      throw ConfigError("--training-args with --launcher accelerate: the Trainer fills \"auto\" itself, also under "
+                        "`accelerate launch` (Accelerate only sees what it left); drop --launcher accelerate for a "
+                        "Trainer job, or --training-args for a script on Accelerate alone");
+    if (!root.contains("zero_optimization"))
+      L.fail("zero_optimization", "missing; Accelerate refuses a DeepSpeed config without it: \"Please specify the "
+                                  "ZeRO optimization config in the DeepSpeed config.\"");
+    if (!root.contains("gradient_accumulation_steps")) {
+      root["gradient_accumulation_steps"] = 1;
+      L.warn("gradient_accumulation_steps: absent from the file; Accelerate's plugin sets it to 1");
+    }
+    // set_mixed_precision: a missing fp16 / bf16 section follows mixed_precision.
+    for (const char* half : {"fp16", "bf16"})
+      if (!root.contains(half) && !(std::string(half) == "bf16" && root.contains("bfloat16"))) root[half] = {{"enabled", "auto"}};
+    register_accelerate(L, flags);
+    check_accelerate(L, root, flags);
+  }
   Section top(L, &root, "");
   load_batch(L, top, flags, name, c);
   load_sections(L, top, c);
@@ -849,6 +976,39 @@ DsConfig parse_ds_config(const std::string& text, const std::string& name, const
 c10::ScalarType comm_dtype_of(const DsConfig& cfg) {
   const std::string& t = cfg.communication_data_type;
   return t == "fp16" ? c10::ScalarType::Half : t == "bf16" ? c10::ScalarType::BFloat16 : c10::ScalarType::Float;
+}
+
+DsConfig load_job_config(const std::optional<std::string>& config_path, const ConfigFlags& flags) {
+  const std::optional<AccelerateConfig>& a = flags.accelerate;
+  if (!a || (config_path && a->file.empty())) {  // --launcher accelerate alone: --config is its file
+    if (!config_path)
+      throw ConfigError("--config: missing. Pass a DeepSpeed JSON config, e.g. --config configs/examples/stage0_fp32.json");
+    return load_ds_config(*config_path, flags);
+  }
+  if (!a->deepspeed_config_file) {  // the plugin builds the config from the YAML's keys (or its defaults)
+    if (config_path)
+      throw ConfigError("--config " + *config_path + ": the accelerate config " + a->file + " has no "
+                        "deepspeed_config_file, so Accelerate builds the DeepSpeed config from its deepspeed_config keys "
+                        "and reads no JSON; drop --config, or add deepspeed_config_file: " + *config_path + " to it");
+    return parse_ds_config(a->inline_ds_config().dump(),
+                           a->file.empty() ? std::string("the DeepSpeed config Accelerate builds with its defaults")
+                                           : "the DeepSpeed config Accelerate builds from " + a->file + "'s deepspeed_config",
+                           flags);
+  }
+  if (config_path) {
+    DsConfig c = load_ds_config(*config_path, flags);
+    if (*config_path != *a->deepspeed_config_file)
+      c.warnings.push_back("--config " + *config_path + " is used; the accelerate config " + a->file +
+                           " names deepspeed_config_file " + *a->deepspeed_config_file);
+    return c;
+  }
+  // The YAML's deepspeed_config_file, as Accelerate opens it (from the working directory),
+  // else beside the YAML.
+  std::string path = *a->deepspeed_config_file;
+  const std::filesystem::path beside = std::filesystem::path(a->file).parent_path() / path;
+  if (!std::filesystem::exists(path) && std::filesystem::path(path).is_relative() && std::filesystem::exists(beside))
+    path = beside.string();
+  return load_ds_config(path, flags);
 }
 
 DsConfig load_ds_config(const std::string& path, const ConfigFlags& flags) {

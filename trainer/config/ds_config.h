@@ -13,6 +13,7 @@
 #include <c10/core/ScalarType.h>
 #include <nlohmann/json.hpp>
 
+#include "trainer/config/accelerate_config.h"
 #include "zero/zero_config.h"
 
 namespace zrepro {
@@ -51,6 +52,10 @@ struct ConfigFlags {
   std::string training_args_file;
   std::set<std::string> from_training_args;
   std::vector<std::string> training_args_notes;
+  // --launcher accelerate (with --accelerate-config FILE or without): "auto" as Accelerate
+  // fills it ([Note: "auto" as Accelerate fills it], accelerate_config.h); unset: as the
+  // Hugging Face Trainer does.
+  std::optional<AccelerateConfig> accelerate;
 };
 
 struct DsConfig {
@@ -88,6 +93,10 @@ struct DsConfig {
 // types, out-of-range values and inconsistent batch numbers.
 DsConfig load_ds_config(const std::string& path, const ConfigFlags& flags);
 DsConfig parse_ds_config(const std::string& text, const std::string& name, const ConfigFlags& flags);
+// The job's config: --config's file, or under Accelerate the deepspeed_config_file its
+// config names, or the config its plugin builds from the YAML's deepspeed_config keys.
+// Throws ConfigError when there is none, or --config beside a YAML that builds its own.
+DsConfig load_job_config(const std::optional<std::string>& config_path, const ConfigFlags& flags);
 
 // DeepSpeed's batch-triple rules (engine config _set_batch_related_parameters and
 // _batch_assertion). Throws ConfigError with DeepSpeed's message.
