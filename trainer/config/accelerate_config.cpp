@@ -144,7 +144,20 @@ void AccelerateConfig::check_config_file_fields() const {
                     "keys \"auto\" and drop deepspeed_config_file)");
 }
 
-json AccelerateConfig::inline_ds_config() const {
+json AccelerateConfig::inline_ds_config(bool trainer) const {
+  if (trainer) {
+    const std::string mp = mixed_precision.value_or("no");
+    return {{"train_batch_size", "auto"},
+            {"train_micro_batch_size_per_gpu", "auto"},
+            {"gradient_accumulation_steps", gradient_accumulation_steps ? json(*gradient_accumulation_steps) : json("auto")},
+            {"gradient_clipping", gradient_clipping ? json(*gradient_clipping) : json("auto")},
+            {"fp16", {{"enabled", mp == "fp16"}}},
+            {"bf16", {{"enabled", mp == "bf16" || mp == "fp8"}}},
+            {"zero_optimization",
+             {{"stage", zero_stage.value_or(2)},
+              {"offload_optimizer", {{"device", offload_optimizer_device.value_or("none")}}},
+              {"offload_param", {{"device", offload_param_device.value_or("none")}}}}}};
+  }
   // The plugin's keys, each "auto" here so that resolving it says where its value came from
   // (the YAML's key, a launch flag or Accelerate's default: register_accelerate in
   // ds_config.cpp). gradient_clipping is always there: the plugin's "auto" is a truthy
@@ -155,6 +168,14 @@ json AccelerateConfig::inline_ds_config() const {
           {"gradient_clipping", "auto"},
           {"zero_optimization",
            {{"stage", "auto"}, {"offload_optimizer", {{"device", "auto"}}}, {"offload_param", {{"device", "auto"}}}}}};
+}
+
+bool accelerate_yaml_supported() {
+#ifdef ZREPRO_HAVE_YAML_CPP
+  return true;
+#else
+  return false;
+#endif
 }
 
 AccelerateConfig load_accelerate_config(const std::string& path) {

@@ -47,11 +47,17 @@ struct AccelerateConfig {
   // throws ConfigError.
   void check_config_file_fields() const;
   // Without deepspeed_config_file: the DeepSpeed config the plugin builds from the keys.
-  nlohmann::json inline_ds_config() const;
+  // For a script on Accelerate alone every plugin key is "auto" (resolving it says where the
+  // value came from); under the Trainer (`accelerate launch` of a Trainer script) the
+  // plugin's values and its mixed-precision sections are in place before the Trainer fills
+  // the rest and checks them against its arguments.
+  nlohmann::json inline_ds_config(bool trainer) const;
 };
 
 // Throws ConfigError naming --accelerate-config, the key, the value and what was expected.
 // YAML needs yaml-cpp in the build; JSON always reads.
 AccelerateConfig load_accelerate_config(const std::string& path);
+// Whether this build reads YAML (yaml-cpp found at configure time).
+bool accelerate_yaml_supported();
 
 }  // namespace zrepro

@@ -57,6 +57,10 @@ const char* json_type(const json& v) {
 
 class Loader;
 
+// "auto" filled by Accelerate's plugin and prepare(): --launcher accelerate without the
+// Trainer (whose own rules fill what the plugin left when it runs under `accelerate launch`).
+bool accelerate_fills(const ConfigFlags& f) { return f.accelerate && f.training_args_file.empty(); }
+
 class Section {
  public:
   Section(Loader& loader, const json* obj, std::string prefix)
@@ -127,7 +131,7 @@ class Loader {
     auto it = autos.find(path);
     if (it != autos.end() && !it->second.refuse.empty()) fail(path, it->second.refuse);
     if (it != autos.end()) return &it->second;
-    if (flags_.accelerate) fail(path, accelerate_refusal(path));
+    if (accelerate_fills(flags_)) fail(path, accelerate_refusal(path));
     return nullptr;
   }
   // Accelerate's fill_match error for an "auto" nothing fills, quoted.
@@ -794,7 +798,7 @@ void load_batch(Loader& L, Section& top, const ConfigFlags& flags, const std::st
     if (v->is_string() && *v == "auto") {
       if (std::string(key) == "train_batch_size") {
         // Accelerate's prepare(): micro x the config's gas x processes, derived below.
-        if (flags.accelerate) return std::nullopt;
+        if (accelerate_fills(flags)) return std::nullopt;
         return static_cast<int64_t>(flags.world_size) * flags.micro_batch.value_or(kAutoMicroBatch) *
                flags.grad_accum.value_or(kAutoGradAccum);
       }
@@ -823,7 +827,7 @@ void load_batch(Loader& L, Section& top, const ConfigFlags& flags, const std::st
     const bool is_auto = v && v->is_string();
     if (L.overrides.count(key) && !is_auto) return std::pair<Source, std::string>{Source::flag, L.overrides[key].flag};
     if (is_auto && std::string(key) == "train_batch_size")
-      return std::pair<Source, std::string>{Source::auto_, flags.accelerate ? "micro x gas x processes, as Accelerate's "
+      return std::pair<Source, std::string>{Source::auto_, accelerate_fills(flags) ? "micro x gas x processes, as Accelerate's "
                                                                               "prepare() fills it"
                                                                             : "world_size * micro * gas"};
     if (!given) return std::pair<Source, std::string>{Source::derived, bt.how};
@@ -948,10 +952,6 @@ DsConfig parse_ds_config(const std::string& text, const std::string& name, const
     map_deprecated_zero_keys(L, root["zero_optimization"]);
   register_flags(L, flags);
   if (flags.accelerate) {
-    if (!flags.training_args_file.empty())
-      throw ConfigError("--training-args with --launcher accelerate: the Trainer fills \"auto\" itself, also under "
-                        "`accelerate launch` (Accelerate only sees what it left); drop --launcher accelerate for a "
-                        "Trainer job, or --training-args for a script on Accelerate alone");
     if (!root.contains("zero_optimization"))
       L.fail("zero_optimization", "missing; Accelerate refuses a DeepSpeed config without it: \"Please specify the "
                                   "ZeRO optimization config in the DeepSpeed config.\"");
@@ -959,11 +959,15 @@ DsConfig parse_ds_config(const std::string& text, const std::string& name, const
       root["gradient_accumulation_steps"] = 1;
       L.warn("gradient_accumulation_steps: absent from the file; Accelerate's plugin sets it to 1");
     }
-    // set_mixed_precision: a missing fp16 / bf16 section follows mixed_precision.
-    for (const char* half : {"fp16", "bf16"})
-      if (!root.contains(half) && !(std::string(half) == "bf16" && root.contains("bfloat16"))) root[half] = {{"enabled", "auto"}};
-    register_accelerate(L, flags);
-    check_accelerate(L, root, flags);
+    // A Trainer script under `accelerate launch` (--training-args): the Trainer fills what
+    // the plugin left, by its own rules (propagate_args_to_deepspeed).
+    if (accelerate_fills(flags)) {
+      // set_mixed_precision: a missing fp16 / bf16 section follows mixed_precision.
+      for (const char* half : {"fp16", "bf16"})
+        if (!root.contains(half) && !(std::string(half) == "bf16" && root.contains("bfloat16"))) root[half] = {{"enabled", "auto"}};
+      register_accelerate(L, flags);
+      check_accelerate(L, root, flags);
+    }
   }
   Section top(L, &root, "");
   load_batch(L, top, flags, name, c);
@@ -990,7 +994,7 @@ DsConfig load_job_config(const std::optional<std::string>& config_path, const Co
       throw ConfigError("--config " + *config_path + ": the accelerate config " + a->file + " has no "
                         "deepspeed_config_file, so Accelerate builds the DeepSpeed config from its deepspeed_config keys "
                         "and reads no JSON; drop --config, or add deepspeed_config_file: " + *config_path + " to it");
-    return parse_ds_config(a->inline_ds_config().dump(),
+    return parse_ds_config(a->inline_ds_config(!flags.training_args_file.empty()).dump(),
                            a->file.empty() ? std::string("the DeepSpeed config Accelerate builds with its defaults")
                                            : "the DeepSpeed config Accelerate builds from " + a->file + "'s deepspeed_config",
                            flags);

@@ -12,7 +12,8 @@
 // (neither: fp32) and the scheduler's warmup from warmup_steps. zrepro's flags are the
 // same knobs: a flag given on the command line wins over the file (and is said), a key
 // the file lacks keeps zrepro's default (and its "auto" warning). gradient_checkpointing
-// turns on activation checkpointing; TRL's max_seq_length sets the sequence.
+// turns on activation checkpointing; TRL's max_seq_length sets the sequence. Accelerate
+// fills "auto" otherwise: [Note: "auto" as Accelerate fills it] (accelerate_config.h).
 #pragma once
 #include <cstdint>
 #include <optional>

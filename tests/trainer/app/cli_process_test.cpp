@@ -147,6 +147,31 @@ TEST(Cli, ConfigCommandPrintsEveryValueWithItsSource) {
   EXPECT_TRUE(found);
 }
 
+// [Note: "auto" as Accelerate fills it]: the same TRL accelerate config trains under
+// `zrepro run` with each "auto" said, and Accelerate's refusals exit 2 with their words.
+TEST(Cli, RunUnderAnAccelerateConfigSaysWhoFilledEachAuto) {
+  const std::string yaml = src("configs/examples/accelerate/trl_deepspeed_zero3.yaml");
+  const std::string out = zrepro_test::fresh_dir("accelerate_run");
+  Result r = cli("run --accelerate-config " + yaml + " --micro-batch 2 --steps 2 --print-config --out " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("[zrepro] launcher accelerate (" + yaml + "):"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("world_size=1 zero_stage=3 precision=bf16"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[auto: the batch_size of the DataLoader given to accelerator.prepare() (--micro-batch)]"),
+            std::string::npos)
+      << r.output;
+  const json s = json::parse(zrepro_test::read_text(out + "/summary.json"));
+  EXPECT_EQ(s["status"], "ok");
+  r = cli("run --accelerate-config " + yaml + " --steps 1");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("give that batch size as --micro-batch"), std::string::npos) << r.output;
+  r = cli("config --launcher accelerate --config " + src("configs/examples/hf_auto_zero2.json") + " --micro-batch 2");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("`optimizer.params.betas` not found in kwargs"), std::string::npos) << r.output;
+  r = cli("config --launcher deepspeed --config " + src("configs/examples/hf_auto_zero2.json"));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--launcher: got \"deepspeed\", expected trainer"), std::string::npos) << r.output;
+}
+
 // Issue 14: input that used to be accepted silently or to crash the error path.
 TEST(Cli, NonsenseIsRefusedWithExitTwoAndASummary) {
   const std::string out = tmpdir("nonsense");
