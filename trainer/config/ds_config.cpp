@@ -45,6 +45,11 @@ struct FlagValue {
   std::string refuse;  // set: the launcher cannot fill this "auto"; the message says why
 };
 
+template <class T>
+json json_of(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
 const char* json_type(const json& v) {
   if (v.is_boolean()) return "boolean";
   if (v.is_number_integer() || v.is_number_unsigned()) return "integer";
@@ -716,18 +721,18 @@ void register_accelerate(Loader& L, const ConfigFlags& flags) {
     L.autos["train_micro_batch_size_per_gpu"] = {
         nullptr, "", "is \"auto\": Accelerate fills it from the batch_size of the DataLoader passed to "
                      "accelerator.prepare(); give that batch size as --micro-batch (or set the key in the file)"};
-  if (a.gradient_accumulation_steps)
-    set("gradient_accumulation_steps", *a.gradient_accumulation_steps, a.source("deepspeed_config.gradient_accumulation_steps"));
-  else if (flags.grad_accum)
-    set("gradient_accumulation_steps", *flags.grad_accum, "--grad-accum (accelerate launch --gradient_accumulation_steps)");
-  else
-    set("gradient_accumulation_steps", 1, "Accelerator(gradient_accumulation_steps=1), Accelerate's default");
-  if (a.gradient_clipping)
-    set("gradient_clipping", *a.gradient_clipping, a.source("deepspeed_config.gradient_clipping"));
-  else if (flags.max_grad_norm)
-    set("gradient_clipping", *flags.max_grad_norm, "--max-grad-norm (accelerate launch --gradient_clipping)");
-  else
-    set("gradient_clipping", 1.0, "1.0, Accelerate's prepare() default");
+  // The plugin's value (the YAML's key), else the launch flag's, else Accelerate's default.
+  auto plugin_flag_default = [&](const std::string& path, json yaml, json flag, const char* flag_is, json def,
+                                 const char* def_is) {
+    if (!yaml.is_null()) return set(path, yaml, a.source("deepspeed_config." + path));
+    if (!flag.is_null()) return set(path, flag, flag_is);
+    set(path, def, def_is);
+  };
+  plugin_flag_default("gradient_accumulation_steps", json_of(a.gradient_accumulation_steps), json_of(flags.grad_accum),
+                      "--grad-accum (accelerate launch --gradient_accumulation_steps)", 1,
+                      "Accelerator(gradient_accumulation_steps=1), Accelerate's default");
+  plugin_flag_default("gradient_clipping", json_of(a.gradient_clipping), json_of(flags.max_grad_norm),
+                      "--max-grad-norm (accelerate launch --gradient_clipping)", 1.0, "1.0, Accelerate's prepare() default");
   const double lr = flags.lr.value_or(1e-3);
   set("optimizer.params.lr", lr, flags.lr ? "DummyOptim(lr=--lr)" : "DummyOptim's default lr 0.001 (an optimizer "
                                                                      "section with \"auto\" needs DummyOptim in the script)");
