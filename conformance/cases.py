@@ -64,6 +64,14 @@ def training_cases():
             out.append({"name": f"fp32-stage{stage}-ranks{ranks}-gas2-uneven", "kind": "training", "ranks": ranks,
                         "steps": STEPS, "tolerance": FP32_TOL, "model_args": UNEVEN_MODEL,
                         "config": ds_config(stage, 2)})
+    # Padded samples of 2..32 scored tokens under both loss normalisations (issue 38 item 1):
+    # token as the Hugging Face Trainer drives DeepSpeed (ds_run.py), mean as a plain loop.
+    for stage in (2, 3):
+        for norm in ("token", "mean"):
+            out.append({"name": f"fp32-stage{stage}-ranks2-gas2-padded-{norm}", "kind": "training", "ranks": 2,
+                        "steps": STEPS, "tolerance": FP32_TOL,
+                        "model_args": ["--seq-len-dist", "uniform:2", "--loss-normalization", norm],
+                        "config": ds_config(stage, 2)})
     out.append({"name": "fp32-stage2-ranks2-gas2-overlap", "kind": "training", "ranks": 2, "steps": STEPS,
                 "tolerance": FP32_TOL,
                 "config": ds_config(2, 2, extra={"zero_optimization": {"overlap_comm": True,

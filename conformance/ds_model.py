@@ -3,7 +3,8 @@
 The same parameters in the same order (DeepSpeed flattens and partitions in
 registration order, as zrepro lays out its layers), the same arithmetic: token +
 position embedding, pre-LN blocks (causal attention with the softmax in fp32, exact
-GELU MLP), final LayerNorm, untied LM head without bias, mean cross-entropy.
+GELU MLP), final LayerNorm, untied LM head without bias, cross-entropy over the scored
+targets (-100, padding, not scored): their mean, or their sum for a token-normalised loss.
 Initial values come from zrepro's export (`zrepro run --export-inputs`).
 """
 import json
@@ -55,13 +56,14 @@ class ToyGpt(nn.Module):
         self.lm_head = nn.Linear(h, V, bias=False)
         self.register_buffer("mask", torch.ones(S, S, dtype=torch.bool).triu(1), persistent=False)
 
-    def forward(self, inputs, targets):
+    def forward(self, inputs, targets, reduction="mean"):
         S = inputs.shape[1]
         x = F.embedding(inputs, self.wte.weight) + self.wpe.weight[:S].unsqueeze(0)
         for b in self.blocks:
             x = b(x, self.mask)
         logits = self.lm_head(self.ln_f(x))
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=-100,
+                               reduction=reduction)
 
 
 def load(inputs_dir):
@@ -90,4 +92,5 @@ def micro_batch(tokens, layout, step, micro_step, rank):
     first = step * b["global"] + (micro_step * b["world"] + rank) * b["micro"]
     first %= tokens.shape[0] - b["micro"] + 1  # extra micro-steps (a mismatch case) reuse samples
     t = tokens[first:first + b["micro"]]
-    return t[:, :-1].contiguous(), t[:, 1:].contiguous()
+    # Padding (-100 after a sample's length, --seq-len-dist) goes in as token 0, unscored.
+    return t[:, :-1].clamp(min=0).contiguous(), t[:, 1:].contiguous()

@@ -4,7 +4,11 @@ Launched by harness.py under torch.distributed.run (one process per rank, gloo):
     DS_ACCELERATOR=cpu python -m torch.distributed.run --nproc_per_node N ds_run.py \
         --inputs OUT/inputs --config ds_config.json --steps 20 --out ds.json
 Each step: the same micro-batches zrepro's rank trains on, engine(inputs, targets),
-engine.backward, engine.step. Records per step the global mean loss, the grad norm
+engine.backward, engine.step. Under the inputs' loss_normalization "token" each micro-batch's
+loss is driven as the Hugging Face Trainer drives it (transformers 5.25 trainer.py:
+_get_num_items_in_batch, compute_loss, training_step): the sum over its scored tokens divided
+by the scored tokens of the whole accumulated batch gathered over the ranks, times the world
+size, and engine.backward(loss, scale_wrt_gas=False). Records per step the global mean loss, the grad norm
 before clipping, the collectives by op, and the live-tensor memory walk at the
 first step's boundary micro-step: inside backward once the last gradient exists
 (`backward`: DeepSpeed's stage 1/2 reduce buckets live only then), after backward
@@ -75,15 +79,25 @@ def main():
 
     model.wte.weight.register_post_accumulate_grad_hook(in_backward)
     t0 = time.time()
+    token = layout.get("loss_normalization", "mean") == "token"
     for step in range(a.steps):
         micro_steps = gas
         losses, norm = [], None
         COUNTER.enabled = True
+        if token:  # num_items_in_batch: this rank's scored targets of the step, summed over the ranks
+            n = torch.tensor([float(sum(int((micro_batch(tokens, layout, step, t, rank)[1] != -100).sum())
+                                        for t in range(micro_steps)))], dtype=torch.float64)
+            dist.all_reduce(n)
+            items = float(n)
         for t in range(micro_steps):
             inputs, targets = micro_batch(tokens, layout, step, t, rank)
-            loss = engine(inputs, targets)
             probe["armed"] = step == 0 and t == micro_steps - 1
-            engine.backward(loss)
+            if token:
+                loss = engine(inputs, targets, "sum") / items * world
+                engine.backward(loss, scale_wrt_gas=False)
+            else:
+                loss = engine(inputs, targets)
+                engine.backward(loss)
             losses.append(float(loss.detach()))
             if engine.is_gradient_accumulation_boundary():
                 if stage == 0:
@@ -95,7 +109,7 @@ def main():
             engine.step()
         COUNTER.enabled = False
         calls = COUNTER.take()
-        local = torch.tensor([sum(losses) / len(losses)], dtype=torch.float64)
+        local = torch.tensor([sum(losses) if token else sum(losses) / len(losses)], dtype=torch.float64)
         dist.all_reduce(local)
         if stage > 0:
             norm = engine.get_global_grad_norm()

@@ -90,7 +90,12 @@ def header(recs):
         "live tensors de-duplicated by storage on the DeepSpeed side (conformance/ds_probe.py) and from "
         "summary.json's per-rank model states and category peaks on zrepro's. Collective bytes use zrepro's "
         "convention (all-reduce 2x its buffer, reduce-scatter its input, all-gather its output), rank 0, "
-        "steps after the first.",
+        "steps after the first. The `-uneven` cases use hidden 72, 3 heads and vocabulary 97 (nothing divides "
+        "them). The `-padded-` cases train samples of 2..32 scored tokens padded with -100 (`--seq-len-dist "
+        "uniform:2`): `-mean` as a plain loop (each micro-batch's mean loss, DeepSpeed's division by gas), "
+        "`-token` with DeepSpeed driven as the Hugging Face Trainer drives it (transformers 5.25: the sum over "
+        "scored tokens divided by the scored tokens of the accumulated batch gathered over the ranks, times the "
+        "world size, `engine.backward(loss, scale_wrt_gas=False)`; conformance/ds_run.py).",
         "",
         f"Tolerances: fp32 losses and grad norms {C.FP32_TOL:g} relative per step; bf16 losses "
         f"{C.BF16_TOL['loss']:g}, grad norms {C.BF16_TOL['grad_norm']:g}, the first step's grad norm 2^-8 "
