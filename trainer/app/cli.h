@@ -8,6 +8,7 @@
 #include <cxxopts.hpp>
 
 #include "device/base/errors.h"
+#include "trainer/config/training_args.h"
 #include "trainer/config/ds_config.h"
 #include "trainer/config/model_spec.h"
 #include "trainer/planner/planner.h"
@@ -38,6 +39,8 @@ void add_config_flags(cxxopts::Options& o);
 ModelOverrides overrides_from(const cxxopts::ParseResult& r);
 // --activation-checkpointing, or the --training-args file's gradient_checkpointing.
 bool checkpointing_from(const cxxopts::ParseResult& r);
+// The --training-args file, read (none without the flag).
+std::optional<TrainingArgs> training_args_from(const cxxopts::ParseResult& r);
 ModelSpec model_from(const cxxopts::ParseResult& r);
 ConfigFlags flags_from(const cxxopts::ParseResult& r, const ModelSpec& m, int world_size, int64_t steps);
 std::string require_config(const cxxopts::ParseResult& r);

@@ -336,7 +336,8 @@ void print_header(RunState& s) {
   if (!s.topt.seq_len_dist.fixed() || s.topt.loss_normalization != LossNormalization::mean)
     std::cout << "[zrepro] samples: " << s.topt.seq_len_dist.spec() << " scored tokens (padded with -100); loss "
               << "normalisation " << loss_normalization_row(s.topt.loss_normalization).name << " ("
-              << loss_normalization_row(s.topt.loss_normalization).transformers << ")\n";
+              << loss_normalization_row(s.topt.loss_normalization).transformers << ")"
+              << (s.spec.loss_normalization_from.empty() ? "" : "; from " + s.spec.loss_normalization_from) << "\n";
   for (const auto& [name, o] : {std::pair<const char*, const OffloadConfig&>{"offload_optimizer", cfg.zero.offload_optimizer},
                                 {"offload_param", cfg.zero.offload_param}})
     if (o.enabled())  // the form diagnose reads: DeepSpeed prints the same keys in its config dump

@@ -251,6 +251,13 @@ void parse_run_spec(int argc, char** argv, RunSpec& s) {
   s.dynamic_seq_min = opt<int64_t>(r, "dynamic-seq");
   s.seq_len_dist = r["seq-len-dist"].as<std::string>();
   s.loss_normalization = parse_loss_normalization(r["loss-normalization"].as<std::string>());
+  // A Trainer job whose arguments know average_tokens_across_devices normalises by tokens.
+  if (!r.count("loss-normalization"))
+    if (const std::optional<TrainingArgs> t = training_args_from(r); t && t->average_tokens_across_devices) {
+      s.loss_normalization = *t->average_tokens_across_devices ? LossNormalization::token : LossNormalization::token_per_rank;
+      s.loss_normalization_from = std::string("the Trainer's average_tokens_across_devices=") +
+                                  (*t->average_tokens_across_devices ? "true" : "false") + " (--training-args " + t->file + ")";
+    }
   parse_loader(r, s);
   s.threads = r["threads"].as<int>();
   if (s.threads <= 0 || s.threads > 256)

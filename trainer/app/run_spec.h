@@ -49,6 +49,7 @@ struct RunSpec {
   std::optional<int64_t> dynamic_seq_min;
   std::string seq_len_dist = "fixed";  // --seq-len-dist, checked against the model at set-up
   LossNormalization loss_normalization = LossNormalization::mean;
+  std::string loss_normalization_from;  // why, when not given: the Trainer's arguments
   LoaderOptions loader;  // --loader-workers, --prefetch-factor, --sample-ms, --loader-pin-memory
   std::vector<std::string> inject_specs;
   std::vector<Injection> injections;  // parsed; ranks checked at set-up

@@ -70,6 +70,8 @@ TrainingArgs load_training_args(const std::string& path) {
   if (bf16 && fp16) throw ConfigError("--training-args " + path + ": bf16 and fp16 are both true; the Trainer refuses that");
   if (bf16 || fp16 || j.contains("bf16") || j.contains("fp16")) t.precision = bf16 ? "bf16" : fp16 ? "fp16" : "fp32";
   t.gradient_checkpointing = read_bool(j, path, "gradient_checkpointing");
+  if (j.contains("average_tokens_across_devices") && !j["average_tokens_across_devices"].is_null())
+    t.average_tokens_across_devices = read_bool(j, path, "average_tokens_across_devices");
   return t;
 }
 

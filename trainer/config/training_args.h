@@ -30,6 +30,9 @@ struct TrainingArgs {
   std::optional<double> learning_rate, weight_decay, max_grad_norm, adam_beta1, adam_beta2, adam_epsilon;
   std::optional<std::string> precision;  // "bf16" / "fp16" / "fp32", when the file says bf16 or fp16
   bool gradient_checkpointing = false;
+  // Present in the TrainingArguments of transformers releases that normalise the loss by
+  // num_items_in_batch: true gathers the count over the ranks (trainer/loop/loss_normalization.h).
+  std::optional<bool> average_tokens_across_devices;
 };
 
 // Throws ConfigError naming the file, the key, the value and what was expected.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -156,4 +157,27 @@ TEST(RunSpec, VirtualRanksFlags) {
 TEST(RunSpec, ThreadsAndRanksHaveUpperBounds) {
   EXPECT_NE(error_of({"--threads", "100000"}).find("expected 1..256"), std::string::npos);
   EXPECT_NE(error_of({"--ranks", "100000"}).find("expected 1..512"), std::string::npos);
+}
+
+// [Note: the loss of an accumulated step]: a Trainer job's arguments say which token
+// normalisation it runs; --loss-normalization given wins; bad names are refused.
+TEST(RunSpec, LossNormalisationFollowsTheTrainersArguments) {
+  EXPECT_EQ(parse_spec({"--config", "c.json"}).loss_normalization, LossNormalization::mean);
+  const std::string dir = testing::TempDir();
+  std::ofstream(dir + "/ta_true.json") << R"({"per_device_train_batch_size": 2, "average_tokens_across_devices": true})";
+  std::ofstream(dir + "/ta_false.json") << R"({"per_device_train_batch_size": 2, "average_tokens_across_devices": false})";
+  std::ofstream(dir + "/ta_old.json") << R"({"per_device_train_batch_size": 2})";
+  RunSpec s = parse_spec({"--config", "c.json", "--training-args", dir + "/ta_true.json"});
+  EXPECT_EQ(s.loss_normalization, LossNormalization::token);
+  EXPECT_NE(s.loss_normalization_from.find("average_tokens_across_devices=true"), std::string::npos);
+  EXPECT_EQ(parse_spec({"--config", "c.json", "--training-args", dir + "/ta_false.json"}).loss_normalization,
+            LossNormalization::token_per_rank);
+  // A release whose arguments do not have the key: nothing is assumed beyond the default.
+  EXPECT_EQ(parse_spec({"--config", "c.json", "--training-args", dir + "/ta_old.json"}).loss_normalization,
+            LossNormalization::mean);
+  EXPECT_EQ(parse_spec({"--config", "c.json", "--training-args", dir + "/ta_true.json", "--loss-normalization", "mean"})
+                .loss_normalization,
+            LossNormalization::mean);
+  const std::string e = error_of({"--config", "c.json", "--seq-len-dist", "uniform:4", "--loss-normalization", "sum"});
+  EXPECT_NE(e.find("--loss-normalization: got \"sum\""), std::string::npos) << e;
 }
