@@ -64,6 +64,13 @@ def training_cases():
             out.append({"name": f"fp32-stage{stage}-ranks{ranks}-gas2-uneven", "kind": "training", "ranks": ranks,
                         "steps": STEPS, "tolerance": FP32_TOL, "model_args": UNEVEN_MODEL,
                         "config": ds_config(stage, 2)})
+    # The Llama family through Hugging Face's own LlamaForCausalLM (RMSNorm, rotary, grouped-
+    # query attention, SwiGLU), untied and tied, on zrepro's tiny-llama (issue 41 item 3).
+    for stage in (0, 1, 2, 3):
+        for model in ("tiny-llama", "tiny-llama-tied"):
+            out.append({"name": f"fp32-stage{stage}-ranks2-gas2-{model.replace('tiny-', '')}", "kind": "training",
+                        "ranks": 2, "steps": STEPS, "tolerance": FP32_TOL, "model_args": ["--model", model],
+                        "config": ds_config(stage, 2)})
     # Padded samples of 2..32 scored tokens under both loss normalisations (issue 38 item 1):
     # token as the Hugging Face Trainer drives DeepSpeed (ds_run.py), mean as a plain loop.
     for stage in (2, 3):

@@ -1,4 +1,5 @@
-"""zrepro's toy GPT (trainer/model/gpt.cpp) as a torch.nn.Module.
+"""zrepro's toy GPT (trainer/model/gpt.cpp) as a torch.nn.Module, and the Llama family as
+Hugging Face's own LlamaForCausalLM.
 
 The same parameters in the same order (DeepSpeed flattens and partitions in
 registration order, as zrepro lays out its layers), the same arithmetic: token +
@@ -66,11 +67,66 @@ class ToyGpt(nn.Module):
                                reduction=reduction)
 
 
+class HfLlama(nn.Module):
+    """transformers' LlamaForCausalLM (eager attention) on zrepro's pre-shifted inputs and
+    targets: the logits of input_ids, cross-entropy against the targets as ToyGpt's. Its
+    parameters are Hugging Face's modules; `ordered` lists them in zrepro's layout order
+    (DeepSpeed flattens the optimizer's parameter list in the order it is given)."""
+
+    # zrepro's parameter names (layout.json) -> Hugging Face's.
+    NAMES = {"input_norm.weight": "input_layernorm.weight", "post_norm.weight": "post_attention_layernorm.weight",
+             "attn.q.": "self_attn.q_proj.", "attn.k.": "self_attn.k_proj.", "attn.v.": "self_attn.v_proj.",
+             "attn.o.": "self_attn.o_proj.", "mlp.gate.": "mlp.gate_proj.", "mlp.up.": "mlp.up_proj.",
+             "mlp.down.": "mlp.down_proj."}
+
+    def __init__(self, model):
+        super().__init__()
+        from transformers import LlamaConfig, LlamaForCausalLM
+        cfg = LlamaConfig(vocab_size=model["vocab"], hidden_size=model["hidden"], intermediate_size=model["intermediate"],
+                          num_hidden_layers=model["layers"], num_attention_heads=model["heads"],
+                          num_key_value_heads=model["kv_heads"], max_position_embeddings=model["seq"],
+                          rms_norm_eps=model["norm_eps"], rope_theta=model["rope_theta"],
+                          attention_bias=model["qkv_bias"], mlp_bias=model["mlp_bias"],
+                          tie_word_embeddings=model["tied"], attn_implementation="eager")
+        self.hf = LlamaForCausalLM(cfg)
+        self.wte = self.hf.model.embed_tokens  # the embedding ds_run.py hooks
+
+    def hf_name(self, layer, param):
+        if layer == "embed":
+            return "model.embed_tokens.weight"
+        if layer == "head":
+            return "model.norm.weight" if param == "norm.weight" else "lm_head.weight"
+        for z, h in self.NAMES.items():
+            if param.startswith(z):
+                param = h + param[len(z):]
+                break
+        return f"model.layers.{layer.split('.')[1]}.{param}"
+
+    def forward(self, inputs, targets, reduction="mean"):
+        logits = self.hf(input_ids=inputs).logits
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=-100,
+                               reduction=reduction)
+
+
 def load(inputs_dir):
-    """The model with zrepro's initial weights, the layout and the token array."""
+    """The model with zrepro's initial weights, the layout and the token array; the model's
+    parameters in zrepro's layout order are model.ordered."""
     layout = json.load(open(f"{inputs_dir}/layout.json"))
     init = torch.from_numpy(np.load(f"{inputs_dir}/init.npy"))
     tokens = torch.from_numpy(np.load(f"{inputs_dir}/tokens.npy"))
+    if layout["model"]["family"] == "llama":
+        model = HfLlama(layout["model"])
+        by_name = dict(model.hf.named_parameters())
+        flat = [(layer["name"], p) for layer in layout["layers"] for p in layer["params"]]
+        model.ordered = [by_name[model.hf_name(layer, p["name"])] for layer, p in flat]
+        if len(model.ordered) != len(by_name):
+            raise SystemExit(f"layout has {len(model.ordered)} parameters, LlamaForCausalLM {len(by_name)}")
+        with torch.no_grad():
+            for p, (_, spec) in zip(model.ordered, flat):
+                if list(p.shape) != spec["shape"]:
+                    raise SystemExit(f"{spec['name']}: module shape {list(p.shape)}, layout {spec['shape']}")
+                p.copy_(init[spec["offset"]:spec["offset"] + spec["numel"]].view(p.shape))
+        return model, layout, tokens
     model = ToyGpt(layout["model"])
     names = [p["name"] for layer in layout["layers"] for p in layer["params"]]
     params = list(model.parameters())
@@ -83,6 +139,7 @@ def load(inputs_dir):
             if list(p.shape) != spec["shape"]:
                 raise SystemExit(f"{spec['name']}: module shape {list(p.shape)}, layout {spec['shape']}")
             p.copy_(init[spec["offset"]:spec["offset"] + spec["numel"]].view(p.shape))
+    model.ordered = params
     return model, layout, tokens
 
 

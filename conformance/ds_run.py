@@ -61,7 +61,7 @@ def main():
         # This rank's config says one more accumulation step (equal optimizer steps).
         config["gradient_accumulation_steps"] += 1
         config.pop("train_batch_size", None)
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.ordered, config=config)
     stage = engine.zero_optimization_stage()
     gas = engine.gradient_accumulation_steps()
     memory = {"init": memory_by_category(engine, model)}

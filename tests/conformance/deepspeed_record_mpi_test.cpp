@@ -198,6 +198,13 @@ TEST(DeepSpeedRecord, TheRecordCoversEveryStageRankCountAndAccumulation) {
       const std::string n = "fp32-stage" + std::to_string(stage) + "-ranks" + std::to_string(ranks) + "-gas2-uneven";
       EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n << " is not recorded";
     }
+  // The Llama family through Hugging Face's LlamaForCausalLM, untied and tied, every stage
+  // (issue 41 item 3).
+  for (int stage = 0; stage <= 3; ++stage)
+    for (const char* model : {"llama", "llama-tied"}) {
+      const std::string n = "fp32-stage" + std::to_string(stage) + "-ranks2-gas2-" + model;
+      EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n << " is not recorded";
+    }
   // Padded samples under both loss normalisations, DeepSpeed driven as the Trainer drives it
   // for token (issue 38 item 1).
   for (int stage : {2, 3})

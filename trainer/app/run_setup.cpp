@@ -86,11 +86,16 @@ static void resolve_config(RunState& s) {
   s.job.rank = s.rank;  // ranks differ at stage 2 (DeepSpeed's whole-parameter gradient partition)
   s.job.device_capacity = s.capacity();
   s.job.activation_checkpointing = spec.activation_checkpointing;
-  if (spec.export_inputs && (s.job.model.family != Family::gpt2 || s.job.model.tied || s.job.model.attention != Attention::eager))
-    throw ConfigError("--export-inputs: the conformance network (conformance/ds_model.py) is the GPT-2 family with an "
-                      "untied LM head and eager attention; got " + std::string(family_name(s.job.model.family)) +
-                      (s.job.model.tied ? ", tied" : "") + ", " + attention_name(s.job.model.attention) +
-                      " (use --model tiny or small)");
+  // The conformance networks (conformance/ds_model.py): zrepro's GPT-2 toy with an untied
+  // head, and Hugging Face's LlamaForCausalLM (tied or not), both with eager attention.
+  const ModelSpec& em = s.job.model;
+  const bool exportable = em.attention == Attention::eager &&
+                          ((em.family == Family::gpt2 && !em.tied) || (em.family == Family::llama && em.model_type == "llama"));
+  if (spec.export_inputs && !exportable)
+    throw ConfigError("--export-inputs: the conformance networks (conformance/ds_model.py) are the GPT-2 family with an "
+                      "untied LM head and Hugging Face's LlamaForCausalLM, with eager attention; got " +
+                      std::string(family_name(em.family)) + " (" + em.model_type + ")" + (em.tied ? ", tied" : "") + ", " +
+                      attention_name(em.attention) + " (use --model tiny, small or tiny-llama)");
   // LibTorch indexes some kernels with 32 bits: a micro-batch past that is refused here,
   // not left to fail inside a kernel.
   if (s.job.cfg.micro_batch > std::numeric_limits<int32_t>::max() / std::max<int64_t>(s.job.model.seq + 1, 1))

@@ -48,7 +48,7 @@ const std::vector<ModelSpec>& presets() {
   // tiny/small/medium: toys for a laptop CPU (untied LM head). gpt2*: Hugging Face's
   // GPT-2 configs (tied). gpt3-*: the GPT-3 paper's shapes with an untied LM head.
   // tiny-llama/small-llama: Llama-family toys (grouped-query attention, 2 query heads
-  // per key/value head). Llama family: the published configs, trained at 4096 tokens
+  // per key/value head; tiny-llama-tied ties the LM head). Llama family: the published configs, trained at 4096 tokens
   // here (--seq to change).
   static const std::vector<ModelSpec> p = [] {
     std::vector<ModelSpec> v = {
@@ -59,6 +59,11 @@ const std::vector<ModelSpec>& presets() {
         gpt("gpt3-2.7b", 50257, 2048, 2560, 32, 32, false), gpt("gpt3-6.7b", 50257, 2048, 4096, 32, 32, false),
         gpt("gpt3-13b", 50257, 2048, 5120, 40, 40, false),
         llama("tiny-llama", "llama", 128, 32, 64, 2, 4, 2, 160, 1e-5, 10000),
+        [] {  // the same with the LM head tied to the embedding (conformance's tied Llama)
+          ModelSpec m = llama("tiny-llama-tied", "llama", 128, 32, 64, 2, 4, 2, 160, 1e-5, 10000);
+          m.tied = true;
+          return m;
+        }(),
         llama("small-llama", "llama", 1024, 128, 256, 4, 8, 4, 688, 1e-5, 10000),
         llama("tinyllama-1.1b", "llama", 32000, 4096, 2048, 22, 32, 4, 5632, 1e-5, 10000),
         llama("llama-2-7b", "llama", 32000, 4096, 4096, 32, 32, 32, 11008, 1e-5, 10000),

@@ -52,8 +52,13 @@ void export_inputs(const std::string& dir, const ModelSpec& spec, const InputsGe
     layers.push_back({{"name", layer.name}, {"params", params}});
   }
   const int64_t global = g.micro * g.grad_accum * g.world;
+  nlohmann::json model = spec.to_json();
+  // What Hugging Face's LlamaConfig needs beyond the dimensions.
+  if (spec.family == Family::llama)
+    model.update({{"norm_eps", spec.norm_eps}, {"rope_theta", spec.rope_theta}, {"qkv_bias", spec.qkv_bias},
+                  {"o_bias", spec.o_bias}, {"mlp_bias", spec.mlp_bias}});
   nlohmann::json layout = {
-      {"model", spec.to_json()},
+      {"model", model},
       {"layers", layers},
       {"params", offset},
       {"seed", g.seed},
