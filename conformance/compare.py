@@ -113,9 +113,28 @@ def comm_rows(z_metrics, ds):
     return rows
 
 
+def offload_rows(z_metrics, ds):
+    """Offload copy bytes per step by direction (device to host, host to device), rank 0,
+    steady state; only where the DeepSpeed side counted them (ds_probe.OffloadCopyCounter:
+    optimizer offload at stages 1-2)."""
+    d_steps = [s for s in steady(ds["ranks"][0]["steps"]) if s.get("offload_bytes")]
+    z_steps = [s for s in steady(z_metrics) if s.get("offload")]
+    if not d_steps or not z_steps:
+        return []
+    rows = []
+    for d in ("d2h", "h2d"):
+        theirs = sum(s["offload_bytes"][d] for s in d_steps) / len(d_steps)
+        ours = sum(s["offload"][f"{d}_bytes"] for s in z_steps) / len(z_steps)
+        r = rel(ours, theirs) if theirs else (0.0 if ours == 0 else None)
+        rows.append({"what": f"offload.{d}_bytes_per_step", "rank": 0, "zrepro": ours, "deepspeed": theirs,
+                     "rel_diff": r, "tolerance": C.BYTES_TOL, "ok": r is not None and r <= C.BYTES_TOL})
+    return rows
+
+
 def compare_training(case, summary, z_metrics, ds):
     ds = dict(ds, world=len(ds["ranks"]))
-    rows = training_rows(case, summary, ds) + memory_rows(summary, ds) + comm_rows(z_metrics, ds)
+    rows = (training_rows(case, summary, ds) + memory_rows(summary, ds) + comm_rows(z_metrics, ds) +
+            offload_rows(z_metrics, ds))
     train_ok = all(r["ok"] for r in rows[:3])
     return {"rows": rows, "training_ok": train_ok,
             "verdict": "conformant" if all(r["ok"] for r in rows) else

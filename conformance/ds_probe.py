@@ -177,3 +177,60 @@ def zero_convention(calls, world):
         elif op == "reduce":
             out["reduce"] += c["first_bytes"]
     return out
+
+
+class OffloadCopyCounter:
+    """Bytes DeepSpeed copies between the device and the host under offload_optimizer,
+    by direction, at ZeRO stages 1-2. On DS_ACCELERATOR=cpu every tensor is a CPU tensor,
+    so a copy's side is told by its storage: the ZeRO optimizer's host-side buffers
+    (single_partition_of_fp32_groups and their .grad, the bit16 staging copy,
+    accumulated_grads_in_cpu, temp_grad_buffer_for_cpu_offload) are the host, the rest
+    the device. A Tensor.copy_ whose two sides differ counts the source's bytes.
+    refresh() before each phase: accumulated_grads_in_cpu appears during the first
+    accumulation, so the first step under-counts (compare the steps after it)."""
+
+    def __init__(self, zero_optimizer):
+        from torch.overrides import TorchFunctionMode
+
+        counter = self
+
+        class Mode(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                if func is torch.Tensor.copy_ and counter.enabled:
+                    dst, src = args[0], args[1]
+                    hd, hs = counter._host(dst), counter._host(src)
+                    if hd != hs:
+                        counter.bytes["d2h" if hd else "h2d"] += src.numel() * src.element_size()
+                return func(*args, **kwargs)
+
+        self.opt = zero_optimizer
+        self.mode = Mode()
+        self.enabled = True
+        self.host = set()
+        self.bytes = {"d2h": 0, "h2d": 0}
+
+    def _host(self, t):
+        return isinstance(t, torch.Tensor) and t.numel() > 0 and t.untyped_storage().data_ptr() in self.host
+
+    def refresh(self):
+        s = set()
+
+        def add(t):
+            if isinstance(t, torch.Tensor) and t.numel() > 0:
+                s.add(t.untyped_storage().data_ptr())
+                if t.grad is not None:
+                    add(t.grad)
+
+        for t in self.opt.single_partition_of_fp32_groups:
+            add(t)
+        for t in getattr(self.opt, "param_buffer_of_bit16_for_cpu_offload_groups", []):
+            add(t)
+        for t in getattr(self.opt, "accumulated_grads_in_cpu", {}).values():
+            add(t)
+        add(getattr(self.opt, "temp_grad_buffer_for_cpu_offload", None))
+        self.host = s
+
+    def take(self):
+        out, self.bytes = self.bytes, {"d2h": 0, "h2d": 0}
+        return out

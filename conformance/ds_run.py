@@ -22,7 +22,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ds_probe import CommCounter, memory_by_category, zero_convention  # noqa: E402
+from ds_probe import CommCounter, OffloadCopyCounter, memory_by_category, zero_convention  # noqa: E402
 
 COUNTER = CommCounter()  # before deepspeed binds torch.distributed's functions
 
@@ -65,6 +65,16 @@ def main():
     stage = engine.zero_optimization_stage()
     gas = engine.gradient_accumulation_steps()
     memory = {"init": memory_by_category(engine, model)}
+    offload = config.get("zero_optimization", {}).get("offload_optimizer", {}).get("device", "none") == "cpu"
+    copies = OffloadCopyCounter(engine.optimizer) if offload and stage < 3 else None
+
+    def phase(fn, *args, **kwargs):
+        """fn under the offload copy counter (when there is one), its host buffers refreshed."""
+        if copies is None:
+            return fn(*args, **kwargs)
+        copies.refresh()
+        with copies.mode:
+            return fn(*args, **kwargs)
     steps = []
     probe = {"armed": False}
 
@@ -93,11 +103,11 @@ def main():
             inputs, targets = micro_batch(tokens, layout, step, t, rank)
             probe["armed"] = step == 0 and t == micro_steps - 1
             if token:
-                loss = engine(inputs, targets, "sum") / items * world
-                engine.backward(loss, scale_wrt_gas=False)
+                loss = phase(engine, inputs, targets, "sum") / items * world
+                phase(engine.backward, loss, scale_wrt_gas=False)
             else:
-                loss = engine(inputs, targets)
-                engine.backward(loss)
+                loss = phase(engine, inputs, targets)
+                phase(engine.backward, loss)
             losses.append(float(loss.detach()))
             if engine.is_gradient_accumulation_boundary():
                 if stage == 0:
@@ -106,7 +116,7 @@ def main():
                     COUNTER.enabled = False
                     memory["boundary"] = memory_by_category(engine, model)
                     COUNTER.enabled = True
-            engine.step()
+            phase(engine.step)
         COUNTER.enabled = False
         calls = COUNTER.take()
         local = torch.tensor([sum(losses) if token else sum(losses) / len(losses)], dtype=torch.float64)
@@ -116,6 +126,7 @@ def main():
             norm = float(norm) if norm is not None else None
         steps.append({"step": step, "loss": float(local) / world, "grad_norm": norm,
                       "comm_bytes": zero_convention(calls, world),
+                      "offload_bytes": copies.take() if copies else None,
                       "comm_calls": {op: sum(1 for c in calls if c["op"] == op) for op in {c["op"] for c in calls}}})
     memory["after_step"] = memory_by_category(engine, model)
     record = {"rank": rank, "world": world, "zero_stage": stage, "grad_accum": gas,

@@ -53,10 +53,17 @@ double zrepro_figure(const json& row, const zrepro_test::RunResult& r) {
     ADD_FAILURE() << "no rank " << row["rank"] << " in summary.json";
     return 0;
   }
+  const size_t first = r.metrics.size() > 1 ? 1 : 0;
+  // offload.<d2h|h2d>_bytes_per_step: rank 0's offload copy bytes per step after the first.
+  if (what.rfind("offload.", 0) == 0) {
+    const std::string key = what.substr(8, 3) + "_bytes";
+    double sum = 0;
+    for (size_t i = first; i < r.metrics.size(); ++i) sum += r.metrics[i]["offload"][key].get<double>();
+    return sum / static_cast<double>(r.metrics.size() - first);
+  }
   // comm.<op>: rank 0's bytes per step after the first step.
   const std::string op = what.substr(5);
   double sum = 0;
-  const size_t first = r.metrics.size() > 1 ? 1 : 0;
   for (size_t i = first; i < r.metrics.size(); ++i)
     for (const auto& [name, bytes] : r.metrics[i]["comm_bytes"].items())
       if (op == "total" || name == op) sum += bytes.get<double>();
