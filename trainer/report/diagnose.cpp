@@ -38,6 +38,10 @@ const std::vector<Fingerprint>& fingerprints() {
         {"cache_flush", "cache flush", re(R"((\d+) pytorch allocator cache flushes since last step)")},
         {"trace_cache", "trace cache", re(R"(Invalidate trace cache)")},
         // DeepSpeed "auto" values left for a Trainer that never filled them (accelerate without dataloaders, plain scripts).
+        // transformers' trainer_config_finalize: an explicit DeepSpeed value against the Trainer's
+        // arguments, one "- ds KEY=V vs hf ARG=W" line each.
+        {"trainer_mismatch", "mismatch TrainingArguments values", re(R"(mismatch TrainingArguments values)")},
+        {"trainer_mismatch_key", "- ds ", re(R"(^\s*- ds ([A-Za-z0-9_.]+)=(\S+) vs hf )")},
         {"auto_unresolved", "", re(R"(set an integer value in .train_micro_batch_size_per_gpu|requires you to pass at least one of training or evaluation dataloaders|["'`]auto["'`] .{0,40}(is not|not supported|must be|cannot))")},
         // NCCL's shared-memory transport failing: /dev/shm too small (docker's 64 MB default) or full.
         {"nccl_shm", "", re(R"(Error while creating shared memory segment|posix_fallocate failed|NCCL WARN.*/dev/shm)")},
@@ -238,6 +242,9 @@ void read_fingerprint_numbers(const std::string& id, const std::smatch& m, const
     }
   } else if (id == "cache_flush") {
     set_whole(n, "allocator_cache_flushes", m[1].str());
+  } else if (id == "trainer_mismatch_key") {
+    if (!n.contains("trainer_mismatch")) n["trainer_mismatch"] = json::object();
+    n["trainer_mismatch"][m[1].str()] = m[2].str();
   } else if (id == "watchdog_timeout") {
     read_watchdog_line(line, n);
   } else if (id == "memory_line") {
@@ -730,7 +737,21 @@ void decide_hang(const Scan& s, Diagnosis& d) {
 // offload sets up (the process killed without a Python error). True when decided.
 bool decide_setup(const Scan& s, Diagnosis& d) {
   auto has = [&](const char* id) { return s.found.count(id) > 0; };
-  if (has("auto_unresolved")) {
+  if (has("trainer_mismatch")) {
+    d.checkpoint = "config", d.cause = "trainer-config-mismatch", d.confidence = "strong";
+    std::string keys;
+    const json mismatched = s.numbers.value("trainer_mismatch", json::object());
+    for (const auto& [k, v] : mismatched.items())
+      keys += (keys.empty() ? "" : ", ") + k + (v.is_string() ? "=" + v.get<std::string>() : std::string());
+    d.reason = "the Hugging Face Trainer refused DeepSpeed values the config sets explicitly that differ from its "
+               "TrainingArguments" + (keys.empty() ? std::string() : " (" + keys + ")") +
+               "; under `accelerate launch` the accelerate config's deepspeed_config keys (gradient_accumulation_steps, "
+               "gradient_clipping, mixed_precision) are written into the DeepSpeed config before the Trainer checks it";
+    d.try_next = {"set those keys to \"auto\" in the DeepSpeed config (and drop them from the accelerate config's "
+                  "deepspeed_config), or make them equal to the TrainingArguments",
+                  "zrepro config --config ds.json --training-args args.json [--accelerate-config default_config.yaml] "
+                  "shows each value, who filled it and the refused one"};
+  } else if (has("auto_unresolved")) {
     d.checkpoint = "config", d.cause = "auto-unresolved", d.confidence = "strong";
     d.reason = "the DeepSpeed config leaves batch values \"auto\" and nothing filled them: only the Hugging Face "
                "Trainer (or accelerate given a dataloader) resolves \"auto\"";
