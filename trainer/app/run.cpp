@@ -226,13 +226,27 @@ std::vector<RankReport> virtual_rank_reports(RunState& s, const VirtualRanks::Ou
   return reports;
 }
 
-// The run's last line: steps, first and last loss, skipped steps, where the summary is.
+// The run's last lines: steps, first and last loss, skipped steps, where the summary is;
+// the device peak (when, and what filled it) and the pages that show it over time.
 void print_done(RunState& s, const std::string& what) {
   s.progress.clear();
   if (s.result.steps.empty()) return;
   std::cout << "[zrepro] done: " << s.result.steps.size() << " steps, loss " << fmt(s.result.steps.front().loss)
             << " -> " << fmt(s.result.steps.back().loss) << ", skipped " << s.result.skipped_steps << what
             << (s.spec.out_dir.empty() ? "" : ", summary " + s.spec.out_dir + "/summary.json") << "\n";
+  const MemorySnapshot m = device_memory_snapshot(s.dev.device);
+  int64_t peak_step = 0;  // the first step whose end saw the run's peak
+  for (const StepRecord& r : s.result.steps)
+    if (r.memory.peak == m.peak) {
+      peak_step = r.step + 1;
+      break;
+    }
+  std::cout << "[zrepro] rank " << s.rank << " device " << peak_summary(m, peak_step);
+  if (s.scaled) std::cout << "; at target scale the plan's peak is " << format_bytes(s.scaled->target_plan.peak_bytes);
+  std::cout << "\n";
+  if (!s.spec.out_dir.empty())
+    std::cout << "[zrepro] pages: " << s.spec.out_dir << "/report.html (memory, loss and collectives per rank), "
+              << s.spec.out_dir << "/trace.json (open in ui.perfetto.dev)\n";
 }
 
 // --world-size: the ranks train on this process's threads; the failure of any one ends

@@ -304,6 +304,23 @@ std::string allocator_flush_line(int64_t flushes) {
          "the same time";
 }
 
+std::string peak_summary(const MemorySnapshot& m, int64_t step) {
+  std::vector<std::pair<int64_t, int>> cats;
+  for (int c = 0; c < kNumMemCategories; ++c)
+    if (m.by_category_at_peak[c] > 0) cats.push_back({m.by_category_at_peak[c], c});
+  std::sort(cats.begin(), cats.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string s = "peak " + format_bytes(m.peak);
+  if (m.capacity > 0)
+    s += " (" + std::to_string(static_cast<int>(std::lround(100.0 * static_cast<double>(m.peak) /
+                                                            static_cast<double>(m.capacity)))) +
+         "% of " + format_bytes(m.capacity) + ")";
+  s += std::string(" in ") + phase_name(m.peak_phase) + (step > 0 ? " of step " + std::to_string(step) : "");
+  for (size_t i = 0; i < cats.size() && i < 3; ++i)
+    s += std::string(i == 0 ? ": " : ", ") + mem_category_name(static_cast<MemCategory>(cats[i].second)) + " " +
+         format_bytes(cats[i].first);
+  return s;
+}
+
 std::string memory_line(const MemorySnapshot& m) {
   char buf[200];
   // CA: reserved (caching mode: segments; otherwise nothing is cached and CA = MA).

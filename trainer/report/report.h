@@ -84,6 +84,11 @@ std::string memory_line(const MemorySnapshot& m);
 // word for word after its "[WARNING]" prefix, so that diagnose and grep find it as in a
 // real log.
 std::string allocator_flush_line(int64_t flushes);
+// The run's closing memory line: the device peak (of the capacity, when there is one), the
+// phase and step it came in (step counted from 1; 0: not known) and the three largest
+// categories at that moment, e.g. "peak 1.87 GiB (23% of 8.00 GiB) in backward of step 3:
+// activations 1.20 GiB, params 300.00 MiB, comm_buffers 200.00 MiB".
+std::string peak_summary(const MemorySnapshot& m, int64_t step);
 
 struct SummaryInput {
   std::string status = "ok";  // ok | oom | hang | diverged | config_error | error

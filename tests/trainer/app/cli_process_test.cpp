@@ -44,6 +44,9 @@ TEST(Cli, RunWritesSummaryAndMetrics) {
   Result r = cli("run --config " + src("configs/examples/stage0_fp32.json") + " --model tiny --steps 12 --out " + out);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("[deepspeed] step=10, skipped=0, lr=["), std::string::npos) << r.output;
+  // The closing lines: the device peak, when it came and what filled it; the pages.
+  EXPECT_NE(r.output.find("[zrepro] rank 0 device peak "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[zrepro] pages: " + out + "/report.html"), std::string::npos) << r.output;
   json s = read_json(out + "/summary.json");
   EXPECT_EQ(s["status"], "ok");
   EXPECT_EQ(s["world_size"], 1);

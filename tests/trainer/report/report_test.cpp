@@ -45,3 +45,21 @@ TEST(MemoryGrowth, TravelsInTheRanksPackedReport) {
 }
 
 }  // namespace
+
+// The run's closing memory line: the peak against the capacity, where it came, and the
+// three largest categories at that moment, largest first.
+TEST(PeakSummary, NamesThePeakItsPhaseStepAndLargestCategories) {
+  MemorySnapshot m;
+  m.capacity = 8LL << 30;
+  m.peak = 2LL << 30;
+  m.peak_phase = Phase::backward;
+  m.by_category_at_peak[static_cast<int>(MemCategory::params)] = 300LL << 20;
+  m.by_category_at_peak[static_cast<int>(MemCategory::activations)] = 1200LL << 20;
+  m.by_category_at_peak[static_cast<int>(MemCategory::comm_buffers)] = 200LL << 20;
+  m.by_category_at_peak[static_cast<int>(MemCategory::other)] = 1LL << 20;
+  EXPECT_EQ(peak_summary(m, 3),
+            "peak 2.00 GiB (25% of 8.00 GiB) in backward of step 3: activations 1.17 GiB, params 300.00 MiB, "
+            "comm_buffers 200.00 MiB");
+  m.capacity = 0;
+  EXPECT_EQ(peak_summary(m, 0).rfind("peak 2.00 GiB in backward: activations", 0), 0u) << peak_summary(m, 0);
+}
