@@ -122,9 +122,11 @@ KNOWN_GAPS = {
         "stage_1_and_2.py async_inplace_copy_grad_to_fp32_buffer_from_gpu) and, at stage 2 with accumulation, "
         "every micro-step's whole-parameter gradient in the model dtype to its host accumulator "
         "(async_accumulate_grad_in_cpu_via_gpu; a parameter straddling two ranks goes down in full on both): "
-        "4 + G x b B/param per step. zrepro sends each micro-step's reduced partition in the gradient dtype and "
-        "accumulates it in fp32 on the host: G x b at stage 2, b at stage 1. Counted on DeepSpeed's side by "
-        "ds_probe.OffloadCopyCounter; zrepro taking DeepSpeed's path is open (issue 41 item 1)",
+        "4 + G x b B/param per step. zrepro sends a step's only gradient as fp32 as DeepSpeed does (stage 1, and "
+        "stage 2 without accumulation: these rows agree), but with accumulation at stage 2 it sends each "
+        "micro-step's reduced partition in the gradient dtype and accumulates it in fp32 on the host: G x b. "
+        "Counted on DeepSpeed's side by ds_probe.OffloadCopyCounter; the accumulation path is open (issue 41 "
+        "item 1)",
     ("offload-", "offload.h2d"):
         "at stage 2 with accumulation DeepSpeed brings each parameter's host accumulator back up every micro-step "
         "after the first, adds it on the device and sends the sum down again ((G - 1) x b B/param), besides the "

@@ -121,9 +121,19 @@ void CopyEngine::await_readers(const Range& dst) {
   });
 }
 
+// The bytes a copy puts on the link. A device-to-host copy that widens (a gradient going
+// down as fp32, [Note: the boundary gradient goes down as fp32]) is cast on the device
+// before it crosses, as DeepSpeed's .to(fp32) then copy_: the destination's width
+// crosses. Any other copy crosses at the source's width.
+int64_t CopyEngine::link_bytes(const Task& t) {
+  const int64_t src = t.src.numel() * static_cast<int64_t>(t.src.element_size());
+  const int64_t dst = t.dst.numel() * static_cast<int64_t>(t.dst.element_size());
+  return t.dir == CopyDir::d2h ? std::max(src, dst) : src;
+}
+
 double CopyEngine::transfer(Task& t, double gbps) {
   const double start = wall_seconds();
-  const int64_t bytes = t.src.numel() * static_cast<int64_t>(t.src.element_size());
+  const int64_t bytes = link_bytes(t);
   const auto t0 = std::chrono::steady_clock::now();
   if (o_.cuda) {
     const int kind = t.dir == CopyDir::d2h ? 0 : 1;
@@ -150,7 +160,7 @@ double CopyEngine::transfer(Task& t, double gbps) {
 }
 
 void CopyEngine::account(const Task& t, double start, double end) {
-  const int64_t bytes = t.src.numel() * static_cast<int64_t>(t.src.element_size());
+  const int64_t bytes = link_bytes(t);
   std::lock_guard<std::mutex> lock(mu_);
   const int d = static_cast<int>(t.dir);
   stats_.bytes[d] += bytes;

@@ -121,6 +121,7 @@ class CopyEngine {
     bool overlaps(const Range& o) const { return lo < o.hi && o.lo < hi; }
   };
   static Range range_of(const torch::Tensor& t);
+  static int64_t link_bytes(const Task& t);
   void await_readers(const Range& dst);  // no pending host work reads dst (Note above)
   void run(Task& t);                     // a pageable copy, on the caller
   double transfer(Task& t, double bandwidth_gbps);  // returns the start time (wall_seconds)

@@ -38,8 +38,27 @@ void OptimizerOffload::use_as_half(int layer, torch::Tensor host_shard) {
   half_[layer] = std::move(host_shard);
 }
 
+// [Note: the boundary gradient goes down as fp32] DeepSpeed 0.19.8 at stages 1-2 copies
+// the boundary's gradient partition to the host as fp32, cast on the device first
+// (stage_1_and_2.py async_inplace_copy_grad_to_fp32_buffer_from_gpu: 4 B per parameter
+// over the link whatever the training dtype; measured by the conformance probe). When a
+// step has a single gradient (stage 1's boundary reduce, or gas 1) zrepro does the same:
+// the piece lands in the fp32 gradient directly, and the copy engine counts and times a
+// widening device-to-host copy at the destination's width. With accumulation at stage 2
+// DeepSpeed moves model-dtype accumulators up and down every micro-step instead, which
+// zrepro does not do yet (docs/design/CONFORMANCE.md names the difference).
 CopyEventPtr OptimizerOffload::add_grad(int layer, int64_t offset, const torch::Tensor& piece) {
   if (!offloaded_[layer]) throw std::logic_error("OptimizerOffload::add_grad: layer is not offloaded");
+  // The CUDA copy engine moves raw bytes and cannot convert: there the piece goes down in
+  // its own dtype as before.
+  const bool convert_ok = !copier_.options().cuda || piece.scalar_type() == torch::kFloat;
+  if (o_.boundary_fp32 && only_ && convert_ok) {
+    CopyEventPtr e = copier_.copy(grad_[layer].narrow(0, offset, piece.numel()), piece, CopyDir::d2h, o_.pinned, {},
+                                  "grad layer " + std::to_string(layer) + " (fp32)");
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    pending_[layer].push_back(e);
+    return e;
+  }
   const bool first = micro_ == 0;
   const bool keep = first || !o_.drop_accumulated_grads;
   torch::Tensor land = landing_[layer].narrow(0, offset, piece.numel());

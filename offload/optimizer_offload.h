@@ -30,6 +30,10 @@ class OptimizerOffload {
     torch::ScalarType param_dtype = torch::kFloat;  // device parameter dtype
     bool drop_accumulated_grads = false;  // fault injection: micro-steps after the first are lost
     bool param_offload = false;           // the 16-bit copy is the host shard (use_as_half)
+    // Stages 1-2: a step's only gradient (stage 1's boundary reduce, or one micro-step per
+    // step) goes down as fp32 straight into the fp32 gradient ([Note: the boundary
+    // gradient goes down as fp32]).
+    bool boundary_fp32 = false;
   };
 
   // numels: per layer, the partition this rank updates; offloaded[l] false keeps the
@@ -43,7 +47,11 @@ class OptimizerOffload {
   // Under offload_param (Options::param_offload): the host shard the optimizer writes into.
   void use_as_half(int layer, torch::Tensor host_shard);
 
-  void begin_micro_step(int64_t micro) { micro_ = micro; }
+  // only: this micro-step's gradient is the step's only one (it is both first and last).
+  void begin_micro_step(int64_t micro, bool only = false) {
+    micro_ = micro;
+    only_ = only;
+  }
   // A reduced gradient piece (device) for [offset, offset + numel) of the layer's
   // partition. Returns the copy's event (the piece must not change until it completes).
   CopyEventPtr add_grad(int layer, int64_t offset, const torch::Tensor& device_piece);
@@ -68,6 +76,7 @@ class OptimizerOffload {
   std::mutex pending_mu_;  // add_grad may run on the comm stream ([Note: offloaded pieces go down at once])
   std::vector<std::vector<CopyEventPtr>> pending_;  // per layer
   int64_t micro_ = 0;
+  bool only_ = false;
 };
 
 }  // namespace zrepro

@@ -118,6 +118,7 @@ void ZeroEngine::build_optimizers(const ShardingConfig& sc) {
     ho.param_dtype = sc.dtype;
     ho.drop_accumulated_grads = cfg_.drop_accumulated_grads;
     ho.param_offload = cfg_.zero.offload_param.enabled();
+    ho.boundary_fp32 = !policy_.shard_params();  // stages 1-2 (stage_1_and_2.py)
     std::vector<int64_t> numels;
     for (auto& g : groups_) numels.push_back(g->owned_numel());
     host_opt_ = std::make_unique<OptimizerOffload>(numels, offloaded_, ho, *copier_);
@@ -285,7 +286,7 @@ void ZeroEngine::begin_forward() { move(TrainingState::idle, TrainingState::forw
 
 void ZeroEngine::begin_backward() { move(TrainingState::forward, TrainingState::backward, Phase::backward); }
 
-void ZeroEngine::begin_micro_step(int64_t step, int64_t micro_step) {
+void ZeroEngine::begin_micro_step(int64_t step, int64_t micro_step, int64_t micro_steps) {
   if (state_ != TrainingState::idle)
     throw std::logic_error(std::string("ZeroEngine: a micro-step begins in state ") + training_state_name(state_) +
                            ", expected idle");
@@ -294,7 +295,7 @@ void ZeroEngine::begin_micro_step(int64_t step, int64_t micro_step) {
   std::fill(uses_.begin(), uses_.end(), 0);
   for (auto& k : kept_grads_) k.clear();
   if (gathers_) gathers_->begin_micro_step();
-  if (host_opt_) host_opt_->begin_micro_step(micro_step);
+  if (host_opt_) host_opt_->begin_micro_step(micro_step, micro_steps == 1);
 }
 
 void ZeroEngine::end_backward() {
@@ -350,7 +351,7 @@ void ZeroEngine::reduce_at_boundary() {
       DeviceMemory::CategoryScope tag(MemCategory::comm_buffers);
       for (size_t l = 0; l < groups_.size(); ++l)
         if (!offloaded_[l]) owned_grads_[l] = torch::zeros({groups_[l]->owned_numel()}, full_grads_[l].options());
-      if (host_opt_) host_opt_->begin_micro_step(0);  // the boundary's reduce lands in the host accumulators
+      if (host_opt_) host_opt_->begin_micro_step(0, true);  // the boundary's reduce: the step's only gradient
       for (auto it = groups_.rbegin(); it != groups_.rend(); ++it)
         reducer_->add((*it)->index(), full_grads_[(*it)->index()], owned_grads_);
       reducer_->finish(owned_grads_);

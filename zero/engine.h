@@ -92,7 +92,8 @@ class ZeroEngine : private ShardOps {
   torch::Tensor after_forward(int layer, torch::Tensor output);
 
   // --- loop side ([Note: the engine's training state])
-  void begin_micro_step(int64_t step, int64_t micro_step);  // idle; the micro-batch loads after it
+  // idle; the micro-batch loads after it. micro_steps: how many the step has (0: not said).
+  void begin_micro_step(int64_t step, int64_t micro_step, int64_t micro_steps = 0);
   void begin_forward();   // idle -> forward
   void begin_backward();  // forward -> backward
   void end_backward();    // backward -> idle: flushes gradient buckets of this micro-step

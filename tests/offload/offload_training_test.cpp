@@ -86,6 +86,24 @@ TEST(Offload, DeviceHoldsTwoBytesPerParamAndCopiesFollowTheFormulas) {
   EXPECT_EQ(r.steps.back().copies.bytes[0], gas * 2 * psi);
 }
 
+// [Note: the boundary gradient goes down as fp32]: where a step has a single gradient
+// (stage 1 at any accumulation, stage 2 without), it crosses as fp32, 4 B per parameter,
+// as DeepSpeed 0.19.8's probe measured (docs/design/CONFORMANCE.md, the offload- cases);
+// the numerics are those of the bf16 landing path (a widening copy is exact).
+TEST(Offload, AStepsOnlyGradientGoesDownAsFp32AsDeepSpeeds) {
+  const int64_t psi = resolve_model("tiny").param_count();
+  const int64_t steps = 2;
+  for (const auto& [stage, gas] : std::vector<std::pair<int, int64_t>>{{1, 4}, {1, 1}, {2, 1}}) {
+    const TrainResult r = train_tiny(offload_config(stage, "optimizer", gas, "bf16"), steps);
+    EXPECT_EQ(r.copies.bytes[static_cast<int>(CopyDir::d2h)], steps * 4 * psi) << "stage " << stage << " gas " << gas;
+    EXPECT_EQ(r.copies.bytes[static_cast<int>(CopyDir::h2d)], steps * 2 * psi) << "stage " << stage << " gas " << gas;
+  }
+  // With accumulation at stage 2 every micro-step's bf16 gradient goes down (DeepSpeed's
+  // own path moves more: named in CONFORMANCE.md).
+  const TrainResult acc = train_tiny(offload_config(2, "optimizer", 4, "bf16"), steps);
+  EXPECT_EQ(acc.copies.bytes[static_cast<int>(CopyDir::d2h)], steps * 4 * 2 * psi);
+}
+
 TEST(Offload, EachUploadLandsBeforeTheNextGroupsUpdateAsInDeepSpeed) {
   // [Note: the upload is synchronous, as DeepSpeed's] With a slow link, an upload
   // overlapped with the next layer's CPU Adam would be submitted while the previous

@@ -337,7 +337,7 @@ MicroWeights step_weights(Loop& l, int64_t step, const StepFaults& f) {
 // mean, or its sum under a token normalisation).
 double micro_step(Loop& l, StepRecord& rec, const StepFaults& f, int64_t t, double scale, const MicroWeights& w,
                   const StepObserver& obs) {
-  l.engine.begin_micro_step(rec.step, t);
+  l.engine.begin_micro_step(rec.step, t, f.gas);
   if (f.straggle_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(f.straggle_ms));
   auto t0 = Clock::now();
   const double w_data = wall_seconds();
