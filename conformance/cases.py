@@ -145,10 +145,6 @@ KNOWN_GAPS = {
     ("offload-", "bytes.optimizer_states"):
         "under offload_optimizer the fp32 master partition and the Adam moments are host buffers (zrepro: "
         "summary.json offload.ranks[].host_pinned_bytes); the walk counts DeepSpeed's with the device's",
-    ("offload-", "bytes.bucket_buffers"):
-        "zrepro's offload copies of a micro-step's bucket are still pending when the next backward allocates its "
-        "bucket, so two bucket buffers are alive at the peak (GradReducer::end: pending copies keep their views); "
-        "on the CPU accelerator DeepSpeed's copies complete at once and one IPG bucket is alive",
 }
 
 
