@@ -53,11 +53,8 @@ CopyEventPtr OptimizerOffload::add_grad(int layer, int64_t offset, const torch::
   // its own dtype as before.
   const bool convert_ok = !copier_.options().cuda || piece.scalar_type() == torch::kFloat;
   if (o_.boundary_fp32 && only_ && convert_ok) {
-    CopyEventPtr e = copier_.copy(grad_[layer].narrow(0, offset, piece.numel()), piece, CopyDir::d2h, o_.pinned, {},
-                                  "grad layer " + std::to_string(layer) + " (fp32)");
-    std::lock_guard<std::mutex> lock(pending_mu_);
-    pending_[layer].push_back(e);
-    return e;
+    return track(layer, copier_.copy(grad_[layer].narrow(0, offset, piece.numel()), piece, CopyDir::d2h, o_.pinned,
+                                     {}, "grad layer " + std::to_string(layer) + " (fp32)"));
   }
   const bool first = micro_ == 0;
   const bool keep = first || !o_.drop_accumulated_grads;
@@ -71,6 +68,10 @@ CopyEventPtr OptimizerOffload::add_grad(int layer, int64_t offset, const torch::
     else if (keep)
       acc.add_(land);
   }, "grad layer " + std::to_string(layer));
+  return track(layer, e);
+}
+
+CopyEventPtr OptimizerOffload::track(int layer, CopyEventPtr e) {
   std::lock_guard<std::mutex> lock(pending_mu_);
   pending_[layer].push_back(e);
   return e;

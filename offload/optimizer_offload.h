@@ -69,6 +69,8 @@ class OptimizerOffload {
   int64_t host_bytes() const;
 
  private:
+  CopyEventPtr track(int layer, CopyEventPtr e);  // a gradient copy finish_grads waits for
+
   std::vector<bool> offloaded_;
   Options o_;
   CopyEngine& copier_;

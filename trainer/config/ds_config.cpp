@@ -42,7 +42,7 @@ constexpr double kAutoLr = 1e-3;
 struct FlagValue {
   json value;
   std::string flag;
-  std::string refuse;  // set: the launcher cannot fill this "auto"; the message says why
+  std::string refuse = {};  // set: the launcher cannot fill this "auto"; the message says why
 };
 
 template <class T>
@@ -708,6 +708,15 @@ void register_flags(Loader& L, const ConfigFlags& flags) {
 
 }
 
+// Accelerate's mixed precision and where it came from: --precision (the launch flag), the
+// YAML's mixed_precision, else "no".
+std::pair<std::string, std::string> accelerate_mixed_precision(const ConfigFlags& flags) {
+  const AccelerateConfig& a = *flags.accelerate;
+  if (flags.precision) return {*flags.precision, "--precision (accelerate launch --mixed_precision)"};
+  if (a.mixed_precision) return {*a.mixed_precision, a.source("mixed_precision")};
+  return {"no", "mixed_precision \"no\", Accelerate's default"};
+}
+
 // [Note: "auto" as Accelerate fills it] (accelerate_config.h): the values Accelerate gives
 // an "auto", each with where it came from; a zrepro flag stands for the launch flag or the
 // script's argument that gives it (and, as under the Trainer, wins over the file).
@@ -747,10 +756,7 @@ void register_accelerate(Loader& L, const ConfigFlags& flags) {
   set("scheduler.params.total_num_steps", (flags.total_steps + w - 1) / w,
       "DummyScheduler(total_num_steps=--steps) divided by the " + std::to_string(w) +
           " process(es), as Accelerate does (it expects the count before the DataLoader is sharded)");
-  const std::string mp = flags.precision ? *flags.precision : a.mixed_precision.value_or("no");
-  const std::string mp_from = flags.precision ? "--precision (accelerate launch --mixed_precision)"
-                              : a.mixed_precision ? a.source("mixed_precision")
-                                                  : "mixed_precision \"no\", Accelerate's default";
+  const auto [mp, mp_from] = accelerate_mixed_precision(flags);
   set("fp16.enabled", mp == "fp16", mp_from);
   set("bf16.enabled", mp == "bf16" || mp == "fp8", mp_from);
   L.autos["bfloat16.enabled"] = L.autos["bf16.enabled"];
@@ -774,12 +780,11 @@ void register_accelerate(Loader& L, const ConfigFlags& flags) {
 // processes it launches are said when this run has another world size.
 void check_accelerate(Loader& L, const json& root, const ConfigFlags& flags) {
   const AccelerateConfig& a = *flags.accelerate;
-  const std::string mp = flags.precision ? *flags.precision : a.mixed_precision.value_or("no");
+  const auto [mp, mp_from] = accelerate_mixed_precision(flags);
   const char* other = mp == "fp16" ? "bf16" : (mp == "bf16" || mp == "fp8") ? "fp16" : nullptr;
   if (other && root.contains(other) && root[other].is_object() && root[other].value("enabled", json(false)) == json(true))
     L.fail(std::string(other) + ".enabled",
-           "is true while mixed_precision is " + mp + " (" + (flags.precision ? "--precision" : a.source("mixed_precision")) +
-               "); Accelerate refuses that: \"`--mixed_precision` arg cannot be set to `" + mp + "` when `" + other +
+           "is true while mixed_precision is " + mp + " (" + mp_from + "); Accelerate refuses that: \"`--mixed_precision` arg cannot be set to `" + mp + "` when `" + other +
                "` is set in the DeepSpeed config file.\" Fix: set it to \"auto\" or false");
   if (a.num_processes) {
     const int64_t launched = *a.num_processes;

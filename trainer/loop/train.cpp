@@ -234,15 +234,20 @@ std::unique_ptr<ZeroEngine> make_engine(const JobSpec& job, const TrainOptions& 
 
 // Every micro-batch this rank will load, in order (the loader prefetches them), from
 // each step's faults (which micro-steps run).
+// The micro-batch this rank trains on at (step, t) of a step of `gas` micro-steps (rank 0's
+// under --data-rule same).
+BatchKey batch_key(const DsConfig& cfg, const TrainOptions& opts, int64_t step, int64_t t, int64_t gas, int rank,
+                   int world) {
+  return {MarkovData::first_sample(step, t, opts.same_data ? 0 : rank, world, cfg.micro_batch, gas), cfg.micro_batch};
+}
+
 std::vector<BatchKey> batch_keys(const DsConfig& cfg, const TrainOptions& opts, const std::vector<StepFaults>& faults,
                                  int rank, int world) {
   std::vector<BatchKey> keys;
   for (int64_t step = 0; step < static_cast<int64_t>(faults.size()); ++step) {
     const StepFaults& f = faults[step];
     for (int64_t t = 0; t < f.gas; ++t)
-      if (f.runs(t))
-        keys.push_back({MarkovData::first_sample(step, t, opts.same_data ? 0 : rank, world, cfg.micro_batch, f.gas),
-                        cfg.micro_batch});
+      if (f.runs(t)) keys.push_back(batch_key(cfg, opts, step, t, f.gas, rank, world));
   }
   return keys;
 }
@@ -319,9 +324,8 @@ MicroWeights step_weights(Loop& l, int64_t step, const StepFaults& f) {
     if (!f.runs(t)) continue;
     ++run;
     if (l.opts.loss_normalization == LossNormalization::mean) continue;
-    const int64_t first =
-        MarkovData::first_sample(step, t, l.opts.same_data ? 0 : rank, world, l.cfg.micro_batch, f.gas);
-    tokens += l.data.target_tokens(first, l.cfg.micro_batch, step_len(l, step));
+    const BatchKey k = batch_key(l.cfg, l.opts, step, t, f.gas, rank, world);
+    tokens += l.data.target_tokens(k.first_sample, k.count, step_len(l, step));
   }
   int64_t global = tokens;
   if (l.opts.loss_normalization == LossNormalization::token && world > 1) {
