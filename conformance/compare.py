@@ -38,16 +38,38 @@ def training_rows(case, summary, ds):
     return rows
 
 
-def ds_bytes(rank_rec, category):
+def ds_bytes(rank_rec, category, exclude=()):
     """DeepSpeed's bytes of a category at the point zrepro's figure stands for:
     params and optimizer states after the optimizer step (their steady state);
     gradients and bucket buffers at their largest over the sampled points (inside
     the boundary micro-step's backward, after it, after the step), since zrepro
     reports the gradient storage and bucket buffers it holds at their peak."""
     mem = rank_rec["memory"]
+
+    def at(m):
+        return m["bytes"][category] - sum(v for k, v in m.get("sources", {}).get(category, {}).items()
+                                          if k in exclude)
     if category in ("grads", "bucket_buffers"):
-        return max(m["bytes"][category] for m in mem.values())
-    return mem["after_step"]["bytes"][category]
+        return max(at(m) for m in mem.values())
+    return at(mem["after_step"])
+
+
+# Under offload_optimizer DeepSpeed 0.19.8 creates these buffers on the host (its
+# self.device is "cpu" when cpu_offload is set: stage_1_and_2.py __init__ and
+# async_accumulate_grad_in_cpu_via_gpu, stage3.py _create_fp32_partitions and
+# grad_partitions_flat_buffer), but on the CPU accelerator the live-tensor walk cannot
+# tell host from device and counts them with the device's categories. zrepro reports
+# device bytes (its host buffers are summary.json offload.ranks[]), so the comparison
+# leaves them out of DeepSpeed's figure, by source, and the row names them
+# (deepspeed_host_sources_left_out; it is still compared).
+DS_OFFLOAD_HOST_SOURCES = (
+    "param_buffer_of_bit16_for_cpu_offload_groups",  # the 16-bit staging copy of the partition
+    "single_partition_of_fp32_groups", "fp32_partitioned_groups_flat",  # fp32 master
+    "optimizer.state",  # Adam moments (CPU Adam)
+    "accumulated_grads_in_cpu", "temp_grad_buffer_for_cpu_offload",  # the host accumulator and its unused twin
+    "offload_gradient_dict",  # views of the fp32 partition's .grad
+    "grad_partitions_flat_buffer",  # stage 3's host gradient partition
+)
 
 
 # Under optimizer offload zrepro's bucket peak depends on timing: a micro-step's offload
@@ -71,13 +93,17 @@ def memory_rows(summary, ds, offload=False):
                 "optimizer_states": z["model_states"]["optimizer_states"],
                 "bucket_buffers": z["category_peaks"]["comm_buffers"]}
         for cat, v in ours.items():
-            theirs = ds_bytes(d, cat)
+            host = DS_OFFLOAD_HOST_SOURCES if offload else ()
+            theirs = ds_bytes(d, cat, host)
+            left_out = sorted({k for m in d["memory"].values() for k in m.get("sources", {}).get(cat, {})
+                               if k in host})
             r = rel(v, theirs) if theirs else (0.0 if v == 0 else None)
             listed = offload and cat == "bucket_buffers"
             rows.append({"what": f"bytes.{cat}", "rank": d["rank"], "zrepro": v, "deepspeed": theirs,
                          "rel_diff": r, "tolerance": C.BYTES_TOL,
                          "ok": listed or (r is not None and r <= C.BYTES_TOL),
                          "note": OFFLOAD_BUCKET_NOTE if listed else "",
+                         "deepspeed_host_sources_left_out": left_out,
                          "deepspeed_sources": {k: m.get("sources", {}).get(cat if cat != "bucket_buffers"
                                                                           else "bucket_buffers", {})
                                                for k, m in d["memory"].items()}})

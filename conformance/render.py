@@ -95,7 +95,10 @@ def header(recs):
         "Hugging Face's own `LlamaForCausalLM` (transformers 5.25, eager attention) loaded with zrepro's weights "
         "and handed to DeepSpeed in zrepro's parameter order. The `offload-` cases put the optimizer on the host (offload_optimizer cpu, pinned) and "
         "also count the bytes DeepSpeed copies between device and host at stages 1-2 (conformance/ds_probe.py "
-        "OffloadCopyCounter: on the CPU accelerator a copy's side is told by the ZeRO optimizer's host buffers). "
+        "OffloadCopyCounter: on the CPU accelerator a copy's side is told by the ZeRO optimizer's host buffers); "
+        "their byte rows compare zrepro's device bytes with DeepSpeed's less the buffers DeepSpeed creates on the "
+        "host under offload_optimizer, named by source and marked \"(host, left out)\" (conformance/compare.py "
+        "DS_OFFLOAD_HOST_SOURCES: on the CPU accelerator the live-tensor walk cannot tell host from device). "
         "The `-uneven` cases use hidden 72, 3 heads and vocabulary 97 (nothing divides "
         "them). The `-padded-` cases train samples of 2..32 scored tokens padded with -100 (`--seq-len-dist "
         "uniform:2`): `-mean` as a plain loop (each micro-batch's mean loss, DeepSpeed's division by gas), "
@@ -143,7 +146,9 @@ def bytes_table(recs):
             for point in row.get("deepspeed_sources", {}).values():
                 for k, v in point.items():
                     src[k] = max(src.get(k, 0), v)
-            where = ", ".join(f"{k} {num(v)}" for k, v in src.items()) or "-"
+            host = set(row.get("deepspeed_host_sources_left_out", []))
+            where = ", ".join(f"{k} {num(v)}" + (" (host, left out)" if k in host else "")
+                              for k, v in src.items()) or "-"
             cause = "" if row["ok"] else (row.get("cause") or "**unexplained**")
             out.append(f"| {r['case']} | {row['rank']} | {row['what'][6:]} | {num(row['zrepro'])} | "
                        f"{num(row['deepspeed'])} | {pct(row['rel_diff'])} | {'yes' if row['ok'] else 'no'} | "
@@ -200,6 +205,8 @@ def remaining(recs):
                 out.append(f"- {r['case']}{where} {row['what']}: {figures}. {row.get('cause') or '**unexplained**'}")
     if n == 0:
         out.append("None: every compared row agrees within its tolerance.")
+    out += ["", "## Not measured here", ""]
+    out += [f"- {what}: {why}" for what, why in C.NOT_MEASURED]
     total = sum(len(r.get("rows", [])) for r in recs)
     return [f"{total - n} of {total} compared rows agree.", ""] + out + [""]
 

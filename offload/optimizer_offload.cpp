@@ -1,6 +1,8 @@
 // See optimizer_offload.h.
 #include "offload/optimizer_offload.h"
 
+#include <algorithm>
+#include <functional>
 #include <stdexcept>
 
 #include "device/device_memory.h"
@@ -26,6 +28,8 @@ OptimizerOffload::OptimizerOffload(const std::vector<int64_t>& numels, const std
     landing_[l] = host.empty(numels[l], o_.grad_dtype, o_.pinned, what + " gradient landing");
     if (o_.param_dtype != torch::kFloat && !o_.param_offload) half_[l] = host.empty(numels[l], o_.param_dtype, o_.pinned, what + " 16-bit copy");
   }
+  if (o_.overhang_numel > 0)
+    overhang_ = host.empty(o_.overhang_numel, o_.grad_dtype, o_.pinned, "offload_optimizer whole-parameter gradient overhang");
 }
 
 void OptimizerOffload::load_master(int layer, const torch::Tensor& params) {
@@ -45,8 +49,8 @@ void OptimizerOffload::use_as_half(int layer, torch::Tensor host_shard) {
 // step has a single gradient (stage 1's boundary reduce, or gas 1) zrepro does the same:
 // the piece lands in the fp32 gradient directly, and the copy engine counts and times a
 // widening device-to-host copy at the destination's width. With accumulation at stage 2
-// DeepSpeed moves model-dtype accumulators up and down every micro-step instead, which
-// zrepro does not do yet (docs/design/CONFORMANCE.md names the difference).
+// the boundary's sum goes down the same way after DeepSpeed's model-dtype accumulation
+// (accumulate_via_device).
 CopyEventPtr OptimizerOffload::add_grad(int layer, int64_t offset, const torch::Tensor& piece) {
   if (!offloaded_[layer]) throw std::logic_error("OptimizerOffload::add_grad: layer is not offloaded");
   // The CUDA copy engine moves raw bytes and cannot convert: there the piece goes down in
@@ -56,6 +60,10 @@ CopyEventPtr OptimizerOffload::add_grad(int layer, int64_t offset, const torch::
     return track(layer, copier_.copy(grad_[layer].narrow(0, offset, piece.numel()), piece, CopyDir::d2h, o_.pinned,
                                      {}, "grad layer " + std::to_string(layer) + " (fp32)"));
   }
+  // DeepSpeed accumulates in the model dtype; a reduction in another dtype (an explicit
+  // communication_data_type) takes the host path below.
+  if (o_.boundary_fp32 && !only_ && device_temp_.defined() && piece.scalar_type() == device_temp_.scalar_type())
+    return accumulate_via_device(layer, offset, piece);
   const bool first = micro_ == 0;
   const bool keep = first || !o_.drop_accumulated_grads;
   torch::Tensor land = landing_[layer].narrow(0, offset, piece.numel());
@@ -69,6 +77,67 @@ CopyEventPtr OptimizerOffload::add_grad(int layer, int64_t offset, const torch::
       acc.add_(land);
   }, "grad layer " + std::to_string(layer));
   return track(layer, e);
+}
+
+// Runs where add_grad runs (the comm stream, as DeepSpeed's copies run on its reduction
+// stream): the waits for the accumulator to come up hold that stream, not the compute
+// thread, so they are not counted as exposed.
+CopyEventPtr OptimizerOffload::accumulate_via_device(int layer, int64_t offset, const torch::Tensor& piece) {
+  bool move = false;
+  {
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    move = !overhang_moved_;
+    overhang_moved_ = true;
+  }
+  if (move) move_overhang(layer);
+  torch::NoGradGuard no_grad;
+  const std::string what = "grad layer " + std::to_string(layer);
+  torch::Tensor acc = landing_[layer].narrow(0, offset, piece.numel());
+  if (micro_ > 0) {
+    const int64_t chunk = device_temp_.numel();
+    for (int64_t i = 0; i < piece.numel(); i += chunk) {
+      const int64_t n = std::min(chunk, piece.numel() - i);
+      bring_up(acc.narrow(0, i, n));
+      const torch::Tensor up = device_temp_.narrow(0, 0, n);
+      torch::Tensor sum = piece.narrow(0, i, n);
+      if (o_.drop_accumulated_grads)
+        sum.copy_(up);  // the fault: this micro-step's gradient is lost
+      else
+        sum.add_(up);  // in the model dtype, as DeepSpeed adds on the device
+    }
+  }
+  torch::Tensor grad = grad_[layer].narrow(0, offset, piece.numel());
+  // CUDA cannot widen in the copy: the host widens the landed sum (the link carries the
+  // model dtype there, not fp32: docs/design/CONFORMANCE.md).
+  const bool host_widens = last_ && copier_.options().cuda;
+  std::function<void()> widen;
+  if (host_widens)
+    widen = [acc, grad] {
+      torch::NoGradGuard no_grad;
+      DeviceMemory::HostScope host;
+      grad.copy_(acc);
+    };
+  CopyEventPtr e = track(layer, copier_.copy(acc, piece, CopyDir::d2h, o_.pinned, widen, what + " (accumulator)"));
+  if (!last_ || host_widens) return e;
+  return track(layer, copier_.copy(grad, piece, CopyDir::d2h, o_.pinned, {}, what + " (fp32)"));
+}
+
+void OptimizerOffload::move_overhang(int layer) {
+  if (!overhang_.defined()) return;
+  const int64_t chunk = device_temp_.numel();
+  for (int64_t i = 0; i < overhang_.numel(); i += chunk) {
+    const int64_t n = std::min(chunk, overhang_.numel() - i);
+    const torch::Tensor host = overhang_.narrow(0, i, n);
+    if (micro_ > 0) bring_up(host);
+    track(layer, copier_.copy(host, device_temp_.narrow(0, 0, n), CopyDir::d2h, o_.pinned, {}, "grad overhang"));
+  }
+}
+
+void OptimizerOffload::bring_up(const torch::Tensor& host) {
+  // Pinned copies run in submission order, so this lands after every earlier copy that
+  // wrote `host` or read the device buffer.
+  copier_.copy(device_temp_.narrow(0, 0, host.numel()), host, CopyDir::h2d, o_.pinned, {}, "grad accumulator up")
+      ->wait();
 }
 
 CopyEventPtr OptimizerOffload::track(int layer, CopyEventPtr e) {
@@ -124,6 +193,7 @@ int64_t OptimizerOffload::host_bytes() const {
       if (t.defined()) b += t.numel() * static_cast<int64_t>(t.element_size());
   for (const auto& t : landing_)
     if (t.defined()) b += t.numel() * static_cast<int64_t>(t.element_size());
+  if (overhang_.defined()) b += overhang_.numel() * static_cast<int64_t>(overhang_.element_size());
   return b;
 }
 

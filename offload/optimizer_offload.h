@@ -34,6 +34,9 @@ class OptimizerOffload {
     // step) goes down as fp32 straight into the fp32 gradient ([Note: the boundary
     // gradient goes down as fp32]).
     bool boundary_fp32 = false;
+    // Stages 1-2 with accumulation: the elements of whole parameters beyond this rank's
+    // partitions that DeepSpeed moves with the accumulator (offload_grad_overhang_numel).
+    int64_t overhang_numel = 0;
   };
 
   // numels: per layer, the partition this rank updates; offloaded[l] false keeps the
@@ -46,11 +49,18 @@ class OptimizerOffload {
   void load_master(int layer, const torch::Tensor& params);
   // Under offload_param (Options::param_offload): the host shard the optimizer writes into.
   void use_as_half(int layer, torch::Tensor host_shard);
+  // Stages 1-2: the device buffer (model dtype, the largest parameter) the accumulator
+  // comes up into (offload_grad_temp_numel).
+  void use_device_temp(torch::Tensor temp) { device_temp_ = std::move(temp); }
 
-  // only: this micro-step's gradient is the step's only one (it is both first and last).
-  void begin_micro_step(int64_t micro, bool only = false) {
+  // only: this micro-step's gradient is the step's only one (it is both first and last);
+  // last: the step's last micro-step (the accumulation boundary).
+  void begin_micro_step(int64_t micro, bool only = false, bool last = false) {
+    std::lock_guard<std::mutex> lock(pending_mu_);
     micro_ = micro;
     only_ = only;
+    last_ = only || last;
+    overhang_moved_ = false;
   }
   // A reduced gradient piece (device) for [offset, offset + numel) of the layer's
   // partition. Returns the copy's event (the piece must not change until it completes).
@@ -70,15 +80,23 @@ class OptimizerOffload {
 
  private:
   CopyEventPtr track(int layer, CopyEventPtr e);  // a gradient copy finish_grads waits for
+  // Stages 1-2 with accumulation: DeepSpeed's up, add, down ([Note: DeepSpeed's
+  // offloaded accumulation moves whole parameters]).
+  CopyEventPtr accumulate_via_device(int layer, int64_t offset, const torch::Tensor& piece);
+  // The overhang's share of it, once per micro-step.
+  void move_overhang(int layer);
+  // host[0, n) -> device_temp_[0, n), waited for (the add reads it at once).
+  void bring_up(const torch::Tensor& host);
 
   std::vector<bool> offloaded_;
   Options o_;
   CopyEngine& copier_;
   std::vector<torch::Tensor> master_, exp_avg_, exp_avg_sq_, grad_, half_, landing_;
+  torch::Tensor device_temp_, overhang_;  // stages 1-2: DeepSpeed's accumulation path
   std::mutex pending_mu_;  // add_grad may run on the comm stream ([Note: offloaded pieces go down at once])
   std::vector<std::vector<CopyEventPtr>> pending_;  // per layer
   int64_t micro_ = 0;
-  bool only_ = false;
+  bool only_ = false, last_ = false, overhang_moved_ = false;
 };
 
 }  // namespace zrepro

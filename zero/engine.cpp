@@ -74,7 +74,8 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
         CopyEngine::Options{cfg.host_link_gbps, cfg.pageable_ratio, cfg.device.is_cuda()});
     // Everything offload will pin, checked against the memlock limit before the
     // first buffer is allocated.
-    const OffloadHostBytes need = offload_host_bytes(layer_numels, cfg.zero, comm.world_size(), sc.dtype, cfg.comm_dtype);
+    const OffloadHostBytes need =
+        offload_host_bytes(layer_numels, cfg.zero, comm.world_size(), comm.rank(), sc.dtype, cfg.comm_dtype);
     HostMemory::instance().preflight(need.pinned, std::string("offload (") + (op.enabled() ? "parameter shards, " : "") +
                                                       "fp32 master, Adam moments, gradients)");
   }
@@ -119,9 +120,21 @@ void ZeroEngine::build_optimizers(const ShardingConfig& sc) {
     ho.drop_accumulated_grads = cfg_.drop_accumulated_grads;
     ho.param_offload = cfg_.zero.offload_param.enabled();
     ho.boundary_fp32 = !policy_.shard_params();  // stages 1-2 (stage_1_and_2.py)
+    std::vector<std::vector<int64_t>> layer_numels;
     std::vector<int64_t> numels;
-    for (auto& g : groups_) numels.push_back(g->owned_numel());
+    for (auto& g : groups_) {
+      numels.push_back(g->owned_numel());
+      layer_numels.push_back(g->layout().param_numels);
+    }
+    ho.overhang_numel = offload_grad_overhang_numel(layer_numels, cfg_.zero, comm_.world_size(), comm_.rank());
     host_opt_ = std::make_unique<OptimizerOffload>(numels, offloaded_, ho, *copier_);
+    // DeepSpeed's device buffer the host accumulator comes up into ([Note: DeepSpeed's
+    // offloaded accumulation moves whole parameters]).
+    if (const int64_t n = offload_grad_temp_numel(layer_numels, cfg_.zero)) {
+      DeviceMemory::CategoryScope tag(MemCategory::grads);
+      offload_grad_temp_ = torch::zeros({n}, torch::TensorOptions().dtype(sc.dtype).device(sc.device));
+      host_opt_->use_device_temp(offload_grad_temp_);
+    }
   }
   DeviceMemory::CategoryScope tag(MemCategory::optimizer_states);
   for (auto& g : groups_)
@@ -175,7 +188,8 @@ EngineMemory ZeroEngine::memory() const {
     if (g.defined()) m.grads += g.numel() * g.element_size();
     m.optimizer_states += optimizers_[l]->device_bytes();
   }
-  if (grad_overhang_.defined()) m.grads += grad_overhang_.numel() * grad_overhang_.element_size();
+  for (const torch::Tensor* t : {&grad_overhang_, &offload_grad_temp_})
+    if (t->defined()) m.grads += t->numel() * t->element_size();
   m.host_pinned = HostMemory::instance().pinned_bytes();
   m.host_pageable = HostMemory::instance().pageable_bytes();
   return m;
@@ -295,7 +309,7 @@ void ZeroEngine::begin_micro_step(int64_t step, int64_t micro_step, int64_t micr
   std::fill(uses_.begin(), uses_.end(), 0);
   for (auto& k : kept_grads_) k.clear();
   if (gathers_) gathers_->begin_micro_step();
-  if (host_opt_) host_opt_->begin_micro_step(micro_step, micro_steps == 1);
+  if (host_opt_) host_opt_->begin_micro_step(micro_step, micro_steps == 1, micro_step + 1 == micro_steps);
 }
 
 void ZeroEngine::end_backward() {

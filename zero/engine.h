@@ -166,6 +166,7 @@ class ZeroEngine : private ShardOps {
   // (grad_overhang_numel): held, never read ([Note: DeepSpeed's whole-parameter
   // gradient partition] in zero/schedule/partition.h).
   torch::Tensor grad_overhang_;
+  torch::Tensor offload_grad_temp_;  // stages 1-2 under offload_optimizer (offload_grad_temp_numel)
   // BufferPolicy::second_grad_partition: the partition DeepSpeed reduces into during
   // the backward of a micro-step after the first; held from its first reduction to
   // end_backward, never read.

@@ -249,10 +249,16 @@ class PlanSim {
     offloaded_ = offloaded_layers(numels, z_);
     param_offload_ = z_.offload_param.enabled();
     grad_overhang_bytes_ = grad_overhang_bytes(req.rank);
-    const OffloadHostBytes host = offload_host_bytes(numels, z_, ws_, pe_ == 4 ? torch::kFloat : torch::kBFloat16,
-                                                     comm_dtype_of(req.cfg));
-    plan_.host_pinned_bytes = host.pinned;
-    plan_.host_pageable_bytes = host.pageable;
+    // The rank's host bytes, or those of the rank that holds the most (ranks differ by
+    // the whole-parameter overhang only).
+    for (int r = 0; r < ws_; ++r) {
+      if (req.rank && *req.rank != r) continue;
+      const OffloadHostBytes host = offload_host_bytes(numels, z_, ws_, r, pe_ == 4 ? torch::kFloat : torch::kBFloat16,
+                                                       comm_dtype_of(req.cfg));
+      plan_.host_pinned_bytes = std::max(plan_.host_pinned_bytes, host.pinned);
+      plan_.host_pageable_bytes = std::max(plan_.host_pageable_bytes, host.pageable);
+    }
+    offload_grad_temp_bytes_ = offload_grad_temp_numel(numels, z_) * pe_;
   }
 
   void run() {
@@ -271,7 +277,7 @@ class PlanSim {
       plan_.model_states[static_cast<int>(MemCategory::grads)] += grad_bytes(l);
       plan_.model_states[static_cast<int>(MemCategory::optimizer_states)] += optimizer_bytes(l);
     }
-    plan_.model_states[static_cast<int>(MemCategory::grads)] += grad_overhang_bytes_;
+    plan_.model_states[static_cast<int>(MemCategory::grads)] += grad_overhang_bytes_ + offload_grad_temp_bytes_;
   }
 
  private:
@@ -317,6 +323,7 @@ class PlanSim {
     }
     tl_.add(MemCategory::grads, grad_overhang_bytes_);
     tl_.phase(Phase::partition);
+    tl_.add(MemCategory::grads, offload_grad_temp_bytes_);  // OptimizerOffload's device buffer
     for (size_t l = 0; l < layers_.size(); ++l) {
       const int64_t o = 4 * layers_[l].owned_numel();
       if (optimizer_bytes(l) == 0) continue;  // offloaded: master and moments on the host
@@ -511,6 +518,7 @@ class PlanSim {
   std::vector<bool> offloaded_;  // optimizer on the host
   bool param_offload_ = false;
   int64_t grad_overhang_bytes_ = 0;
+  int64_t offload_grad_temp_bytes_ = 0;
   int64_t second_partition_ = 0;  // bytes held during this micro-step's backward
   int64_t param_grads_ = 0;
   int64_t kept_grads_ = 0;  // tied: the head's embedding gradient, until the embedding's reduce

@@ -38,13 +38,9 @@ LayerLayout layer_layout(const std::vector<int64_t>& numels, const StagePolicy& 
 
 int64_t grad_overhang_numel(const std::vector<const LayerLayout*>& layers, int world_size, int rank) {
   if (layers.empty() || !layers[0]->policy.shard_grads() || layers[0]->policy.shard_params()) return 0;
-  std::vector<int64_t> numels;
-  int64_t owned = 0;
-  for (const LayerLayout* l : layers) {
-    numels.insert(numels.end(), l->param_numels.begin(), l->param_numels.end());
-    owned += l->owned_numel();
-  }
-  return std::max<int64_t>(0, whole_param_partition_numel(numels, world_size, rank) - owned);
+  std::vector<std::vector<int64_t>> numels;
+  for (const LayerLayout* l : layers) numels.push_back(l->param_numels);
+  return whole_param_overhang_numel(numels, world_size, rank);
 }
 
 }  // namespace zrepro

@@ -1,6 +1,8 @@
 // See offload_plan.h.
 #include "zero/schedule/offload_plan.h"
 
+#include <algorithm>
+
 #include "zero/schedule/partition.h"
 #include "zero/schedule/stage_policy.h"
 
@@ -39,8 +41,25 @@ int64_t optimizer_offload_bytes_per_element(c10::ScalarType param_dtype, c10::Sc
                                                                  : static_cast<int64_t>(c10::elementSize(param_dtype)));
 }
 
+int64_t offload_grad_temp_numel(const std::vector<std::vector<int64_t>>& layers, const ZeroConfig& z) {
+  const StagePolicy policy = stage_policy(z.stage);
+  if (!z.offload_optimizer.enabled() || !policy.shard_optimizer() || policy.shard_params()) return 0;
+  int64_t largest = 0;
+  for (const auto& l : layers)
+    for (int64_t n : l) largest = std::max(largest, n);
+  return largest;
+}
+
+int64_t offload_grad_overhang_numel(const std::vector<std::vector<int64_t>>& layers, const ZeroConfig& z, int ws,
+                                    int rank) {
+  if (offload_grad_temp_numel(layers, z) == 0) return 0;
+  for (bool off : offloaded_layers(layers, z))
+    if (!off) return 0;  // partial offload: not modelled
+  return whole_param_overhang_numel(layers, ws, rank);
+}
+
 OffloadHostBytes offload_host_bytes(const std::vector<std::vector<int64_t>>& layers, const ZeroConfig& z, int ws,
-                                    c10::ScalarType param_dtype, c10::ScalarType grad_dtype) {
+                                    int rank, c10::ScalarType param_dtype, c10::ScalarType grad_dtype) {
   const OffloadConfig& oo = z.offload_optimizer;
   const OffloadConfig& op = z.offload_param;
   const std::vector<int64_t> totals = layer_totals(layers);
@@ -56,6 +75,8 @@ OffloadHostBytes offload_host_bytes(const std::vector<std::vector<int64_t>>& lay
       (oo.pin_memory ? b.pinned : b.pageable) +=
           owned * optimizer_offload_bytes_per_element(param_dtype, grad_dtype, op.enabled());
   }
+  (oo.pin_memory ? b.pinned : b.pageable) +=
+      offload_grad_overhang_numel(layers, z, ws, rank) * static_cast<int64_t>(c10::elementSize(grad_dtype));
   return b;
 }
 

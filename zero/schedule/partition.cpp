@@ -37,6 +37,18 @@ int64_t whole_param_partition_numel(const std::vector<int64_t>& numels, int worl
   return whole;
 }
 
+int64_t whole_param_overhang_numel(const std::vector<std::vector<int64_t>>& layers, int world_size, int rank) {
+  std::vector<int64_t> numels;
+  int64_t owned = 0;
+  for (const auto& l : layers) {
+    numels.insert(numels.end(), l.begin(), l.end());
+    int64_t total = 0;
+    for (int64_t n : l) total += n;
+    owned += partition_flat(total, world_size).partition_numel;
+  }
+  return std::max<int64_t>(0, whole_param_partition_numel(numels, world_size, rank) - owned);
+}
+
 ShardLayout partition_params(const std::vector<int64_t>& numels, int world_size) {
   if (world_size < 1) throw std::invalid_argument("partition_params: world size < 1");
   ShardLayout l;

@@ -43,6 +43,11 @@ std::vector<ParamSegment> partition_segments(const std::vector<int64_t>& param_n
 // The elements of the parameters (sizes in model order) that overlap `rank`'s
 // partition of one flat group over all of them.
 int64_t whole_param_partition_numel(const std::vector<int64_t>& param_numels, int world_size, int rank);
+// What that whole-parameter partition holds beyond zrepro's per-layer partitions (each
+// layer's flat padded and cut on its own), never negative. layer_param_numels: per
+// layer, its parameters' sizes in model order.
+int64_t whole_param_overhang_numel(const std::vector<std::vector<int64_t>>& layer_param_numels, int world_size,
+                                   int rank);
 
 // Stage 3: each parameter is padded to a multiple of world size and every rank keeps
 // a 1/ws slice. A group's shard is its parameters' slices back to back; the
