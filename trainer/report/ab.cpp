@@ -149,6 +149,47 @@ void add_time_of(const Summary& s, json& row) {
   offload_of(s, row);
 }
 
+// What ab.html draws of a run besides the row's figures: every rank's peak by category,
+// the plan's peak beside it, the factor to target scale, the failure as the run wrote
+// it and each rank's collective wait.
+void page_figures_of(const Summary& s, json& row) {
+  json ranks = json::array();
+  if (s.memory)
+    for (const auto& r : s.memory->ranks)
+      ranks.push_back({{"rank", r.rank}, {"peak_bytes", r.peak_bytes}, {"peak_phase", r.peak_phase},
+                       {"by_category", r.by_category}, {"host_pinned_bytes", r.host_pinned_bytes}});
+  row["rank_memory"] = ranks;
+  row["device"] = s.device ? json(*s.device) : json(nullptr);
+  const json planned = s.memory ? s.memory->planned : json();
+  row["planned_peak_bytes"] = planned.is_object() ? planned.value("peak_bytes", json()) : json(nullptr);
+  row["parameter_factor"] = s.scale_down.is_object() ? s.scale_down.value("parameter_factor", json()) : json(nullptr);
+  if (s.failure && !s.failure->kind.empty()) {
+    const SummaryFailure& f = *s.failure;
+    json fj = {{"kind", f.kind}, {"rank", f.rank}, {"message", f.message}, {"hint", f.hint}};
+    for (const char* k : {"needed_bytes", "memlock_limit_bytes", "locked_bytes"})
+      if (f.details.contains(k)) fj[k] = f.details[k];
+    // A hang: where each rank waits (the side's report.html has the whole table).
+    const json hang = f.details.value("hang", json());
+    if (hang.is_object()) {
+      json hr = json::array();
+      for (const auto& r : hang.value("ranks", json::array()))
+        hr.push_back({{"rank", r.value("rank", json())}, {"waiting_in", r.value("waiting_in", json())},
+                      {"waiting_seq", r.value("waiting_seq", json())}, {"last_completed", r.value("last_completed", json())},
+                      {"idle_s", r.value("idle_s", json())}});
+      fj["hang_ranks"] = hr;
+      fj["hang_suspects"] = hang.value("suspects", json::array());
+    }
+    row["failure"] = fj;
+  }
+  json waits = json::array();
+  if (s.time)
+    for (const auto& r : s.time->ranks) waits.push_back({{"rank", r.rank}, {"comm_wait_s", r.comm_wait_s}, {"step_s", r.step_s}});
+  row["rank_time"] = waits;
+  // The emulated links a timing verdict rests on (null: this machine's own speed).
+  row["host_link_gbps"] = s.offload.is_object() ? s.offload.value("host_link_gbps", json()) : json(nullptr);
+  row["interconnect_busbw_gbps"] = s.comm && s.comm->modelled_busbw_GBps ? json(*s.comm->modelled_busbw_GBps) : json(nullptr);
+}
+
 // A plan's row (`zrepro plan --json`, MemoryPlan::to_json): its verdict and figures.
 void plan_row(const json& p, json& row) {
   row["status"] = p.value("verdict", "?") == "oom" ? "oom (planned)" : "fits (planned)";
@@ -176,6 +217,7 @@ json row_of(const AbRun& r, bool plan_only) {
   row["final_loss"] = s.steps.empty() ? json(nullptr) : json_of(s.steps.back().loss);
   add_time_of(s, row);
   memory_of(s, row);
+  page_figures_of(s, row);
   return row;
 }
 
@@ -480,15 +522,15 @@ PairVerdict judge_pair(const std::vector<AbRun>& a, const std::vector<AbRun>& b,
   return v;
 }
 
-// Every run's per-step losses, for ab.html's curves.
-json loss_curves(const std::vector<AbRun>& a, const std::vector<AbRun>& b) {
+// Every run's per-step losses or grad norms, for ab.html's curves.
+json step_curves(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bool grad_norm) {
   json curves = json::object();
   for (const auto* side : {&a, &b})
     for (const AbRun& r : *side) {
-      json losses = json::array();
+      json values = json::array();
       if (r.summary)
-        for (const SummaryStep& st : r.summary->steps) losses.push_back(json_of(st.loss));
-      curves[r.side + " " + std::to_string(r.ranks)] = losses;
+        for (const SummaryStep& st : r.summary->steps) values.push_back(json_of(grad_norm ? st.grad_norm : st.loss));
+      curves[r.side + " x" + std::to_string(r.ranks)] = values;
     }
   return curves;
 }
@@ -524,6 +566,7 @@ AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bo
     for (size_t i = 1; i < side->size() && !plan_only; ++i) {
       std::string line;
       equiv.push_back(equivalence(side->front(), (*side)[i], line));
+      equiv.back()["line"] = line;
       out.verdicts.push_back(line);
     }
   out.exit_code = incomplete ? kExitInternal : any_unfixed ? kExitAbNotFixed : any_a_shows ? kExitOk : kExitAbNoFailure;
@@ -531,77 +574,8 @@ AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bo
   out.table = table(rows);
   out.json = {{"plan_only", plan_only}, {"expect", e.text},  {"outcome", outcome},  {"exit_code", out.exit_code},
               {"rows", rows},           {"comparisons", pairs}, {"equivalence", equiv},
-              {"loss_curves", loss_curves(a, b)}};
+              {"loss_curves", step_curves(a, b, false)}, {"grad_norm_curves", step_curves(a, b, true)}};
   return out;
-}
-
-std::string ab_html(const json& ab) {
-  std::ostringstream o;
-  const std::string outcome = ab.value("outcome", "?");
-  o << "<!doctype html><html><head><meta charset='utf-8'><title>zrepro ab: " << html_escape(outcome) << "</title>"
-    << "<style>body{font-family:sans-serif;margin:2em;max-width:70em}table{border-collapse:collapse}"
-       "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#eee}"
-       ".v{padding:.5em;margin:.3em 0;background:#f4f4f4;border-left:4px solid #888}</style></head><body>"
-    << "<h1>zrepro ab: " << html_escape(outcome) << " (exit " << ab.value("exit_code", 0) << ")</h1>";
-  for (const auto& c : ab["comparisons"]) o << "<div class='v'>" << html_escape(c["verdict"].get<std::string>()) << "</div>";
-  // Memory bars: each side's highest per-rank peak against the capacity.
-  o << "<h2>Peak device memory per rank (highest rank)</h2><svg width='720' height='" << 30 * ab["rows"].size() + 10
-    << "'>";
-  double scale = 1;
-  for (const auto& r : ab["rows"])
-    for (const char* k : {"peak_bytes_max", "capacity_bytes"})
-      if (r.value(k, json()).is_number()) scale = std::max(scale, r[k].get<double>());
-  int y = 5;
-  for (const auto& r : ab["rows"]) {
-    const double peak = number_or(r.value("peak_bytes_max", json()), 0), cap = number_or(r.value("capacity_bytes", json()), 0);
-    const std::string label = r["side"].get<std::string>() + " x" + std::to_string(r["ranks"].get<int>());
-    const bool bad = r["exit_code"].get<int>() != 0;
-    o << "<text x='0' y='" << y + 15 << "' font-size='12'>" << html_escape(label) << "</text><rect x='60' y='" << y
-      << "' width='" << 600 * peak / scale << "' height='20' fill='" << (bad ? "#d66" : "#6a6") << "'/>";
-    if (cap > 0) o << "<line x1='" << 60 + 600 * cap / scale << "' x2='" << 60 + 600 * cap / scale << "' y1='" << y - 2
-                   << "' y2='" << y + 22 << "' stroke='black' stroke-width='2'/>";
-    o << "<text x='" << 65 + 600 * peak / scale << "' y='" << y + 15 << "' font-size='11'>" << bytes(peak) << "</text>";
-    y += 30;
-  }
-  o << "</svg><p>black line: the device capacity; red: the run failed.</p>";
-  // Loss curves of every run on one chart.
-  double lo = INFINITY, hi = -INFINITY;
-  size_t n = 0;
-  for (const auto& [name, c] : ab["loss_curves"].items())
-    for (const auto& v : c)
-      if (v.is_number()) lo = std::min(lo, v.get<double>()), hi = std::max(hi, v.get<double>()), n = std::max(n, c.size());
-  if (n > 1 && hi > lo) {
-    o << "<h2>Loss per step</h2><svg width='720' height='260'>";
-    const char* colors[] = {"#c33", "#36c", "#e90", "#393", "#939", "#399"};
-    int k = 0;
-    for (const auto& [name, c] : ab["loss_curves"].items()) {
-      std::string pts;
-      for (size_t i = 0; i < c.size(); ++i)
-        if (c[i].is_number())
-          pts += std::to_string(40 + 660.0 * i / (n - 1)) + "," + std::to_string(240 - 220 * (c[i].get<double>() - lo) / (hi - lo)) + " ";
-      const char* col = colors[k % 6];
-      o << "<polyline fill='none' stroke='" << col << "' stroke-width='2' points='" << pts << "'/><text x='600' y='"
-        << 20 + 15 * k << "' fill='" << col << "' font-size='12'>" << html_escape(name) << "</text>";
-      ++k;
-    }
-    o << "<text x='0' y='20' font-size='11'>" << fixed(hi, 3) << "</text><text x='0' y='240' font-size='11'>"
-      << fixed(lo, 3) << "</text></svg>";
-  }
-  o << "<h2>Runs</h2><table><tr><th>side</th><th>ranks</th><th>status</th><th>exit</th><th>phase</th><th>peak max</th>"
-       "<th>% capacity</th><th>spread</th><th>at target: planned (toy x factor)</th><th>step s</th><th>tokens/s</th><th>final loss</th></tr>";
-  for (const auto& r : ab["rows"])
-    o << "<tr><td>" << html_escape(r["side"].get<std::string>()) << "</td><td>" << r["ranks"] << "</td><td>"
-      << html_escape(r["status"].get<std::string>()) << "</td><td>" << r["exit_code"] << "</td><td>"
-      << (r.value("phase", json()).is_string() ? html_escape(r["phase"].get<std::string>()) : "-") << "</td><td>"
-      << bytes(number_or(r.value("peak_bytes_max", json()))) << "</td><td>"
-      << (r.value("peak_share_of_capacity", json()).is_number() ? fixed(100 * r["peak_share_of_capacity"].get<double>(), 0) : "-")
-      << "</td><td>" << bytes(number_or(r.value("peak_bytes_spread", json()))) << "</td><td>"
-      << bytes(number_or(r.value("target_planned_peak_bytes", json()))) << " (toy: "
-      << bytes(number_or(r.value("target_peak_bytes_max", json()))) << ")</td><td>" << fixed(number_or(r.value("step_s_median", json())), 4)
-      << "</td><td>" << fixed(number_or(r.value("tokens_per_s", json())), 0) << "</td><td>"
-      << fixed(number_or(r.value("final_loss", json())), 5) << "</td></tr>";
-  o << "</table></body></html>\n";
-  return o.str();
 }
 
 }  // namespace zrepro

@@ -2,6 +2,7 @@
 #include "trainer/report/html_report.h"
 
 #include "device/device_memory.h"
+#include "trainer/report/svg_chart.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -53,35 +54,20 @@ std::string pct(const json& v) {
 
 bool nonzero(const json& v) { return v.is_number() && v.get<double>() != 0; }
 
-// Loss per step as a polyline; skipped steps as red dots on the axis.
+// Loss per step on honest axes (svg_chart.h); skipped steps as red dots at their loss.
 std::string loss_svg(const std::vector<SummaryStep>& steps) {
-  const int W = 640, H = 220, L = 50, B = 30;
-  std::vector<std::pair<int64_t, double>> pts;
-  std::vector<int64_t> skipped;
-  double lo = 1e30, hi = -1e30;
+  Series loss{"loss", {}, "#1565c0"}, skipped{"skipped step", {}, "#c62828"};
   for (const auto& s : steps) {
-    if (s.skipped) skipped.push_back(s.step);
     if (!s.loss) continue;
-    pts.push_back({s.step, *s.loss});
-    lo = std::min(lo, *s.loss), hi = std::max(hi, *s.loss);
+    loss.points.push_back({static_cast<double>(s.step), *s.loss});
+    if (s.skipped) skipped.points.push_back({static_cast<double>(s.step), *s.loss});
   }
-  std::ostringstream o;
-  o << "<svg width='" << W << "' height='" << H << "' role='img' aria-label='loss per step'>";
-  if (pts.empty()) return o.str() + "<text x='10' y='20'>no steps</text></svg>";
-  if (hi - lo < 1e-12) hi = lo + 1;
-  const int n = std::max(1, static_cast<int>(steps.size()) - 1);
-  auto X = [&](int64_t step) { return L + (W - L - 10) * static_cast<double>(step) / n; };
-  auto Y = [&](double v) { return 10 + (H - B - 10) * (hi - v) / (hi - lo); };
-  o << "<line x1='" << L << "' y1='" << H - B << "' x2='" << W - 10 << "' y2='" << H - B << "' stroke='#999'/>"
-    << "<line x1='" << L << "' y1='10' x2='" << L << "' y2='" << H - B << "' stroke='#999'/>"
-    << "<text x='2' y='16' font-size='11'>" << str(json(hi)) << "</text>"
-    << "<text x='2' y='" << H - B << "' font-size='11'>" << str(json(lo)) << "</text>"
-    << "<text x='" << W / 2 << "' y='" << H - 8 << "' font-size='11'>optimizer step</text><polyline fill='none' "
-    << "stroke='#1565c0' stroke-width='2' points='";
-  for (auto& [s, v] : pts) o << X(s) << "," << Y(v) << " ";
-  o << "'/>";
-  for (int64_t s : skipped) o << "<circle cx='" << X(s) << "' cy='" << H - B << "' r='3' fill='#c62828'/>";
-  return o.str() + "</svg>";
+  std::vector<Series> series{loss};
+  if (!skipped.points.empty()) {
+    skipped.dots_only = true;
+    series.push_back(skipped);
+  }
+  return line_chart(series, {"loss per step", "optimizer step", "loss", 640, 240});
 }
 
 const char* const kCategories[] = {"params", "grads", "optimizer_states", "activations", "comm_buffers", "other"};
@@ -94,41 +80,16 @@ int64_t category(const SummaryRankMemory& r, const char* name) {
 
 // One stacked bar per rank: categories at the rank's peak, against the capacity.
 std::string memory_svg(const SummaryMemory& memory) {
-  static const char* colors[] = {"#1565c0", "#2e7d32", "#ef6c00", "#6a1b9a", "#00838f", "#757575"};
-  double top = static_cast<double>(memory.device_capacity_bytes.value_or(0));
-  for (const auto& r : memory.ranks) top = std::max(top, static_cast<double>(r.peak_bytes));
-  if (top <= 0) top = 1;
-  const int W = 640, row = 26, L = 60;
-  std::ostringstream o;
-  // The legend's six entries take 6 x 115 px from L: the drawing is wide enough for them.
-  o << "<svg width='" << L + 6 * 115 << "' height='" << row * memory.ranks.size() + 40
-    << "' role='img' aria-label='memory per rank'>";
-  int y = 5;
+  std::vector<BarRow> rows;
+  const double planned = memory.planned.is_object() && memory.planned.value("peak_bytes", json()).is_number()
+                             ? memory.planned["peak_bytes"].get<double>() : -1;
   for (const auto& r : memory.ranks) {
-    double x = L;
-    o << "<text x='2' y='" << y + 15 << "' font-size='12'>rank " << r.rank << "</text>";
-    for (int c = 0; c < 6; ++c) {
-      if (!r.by_category.count(kCategories[c])) continue;
-      const int64_t v = category(r, kCategories[c]);
-      const double w = (W - L - 10) * static_cast<double>(v) / top;
-      o << "<rect x='" << x << "' y='" << y << "' width='" << w << "' height='" << row - 6 << "' fill='" << colors[c]
-        << "'><title>" << kCategories[c] << ": " << bytes(json(v)) << "</title></rect>";
-      x += w;
-    }
-    y += row;
+    BarRow b{"rank " + std::to_string(r.rank), std::to_string(r.rank), {}, planned, false};
+    for (const char* c : kCategories) b.segments.push_back({c, static_cast<double>(category(r, c))});
+    rows.push_back(b);
   }
-  if (memory.device_capacity_bytes) {
-    const double x = L + (W - L - 10) * static_cast<double>(*memory.device_capacity_bytes) / top;
-    o << "<line x1='" << x << "' y1='0' x2='" << x << "' y2='" << y << "' stroke='#c62828' stroke-dasharray='4'/>"
-      << "<text x='" << x - 60 << "' y='" << y + 12 << "' font-size='11' fill='#c62828'>capacity</text>";
-  }
-  int lx = L;
-  for (int c = 0; c < 6; ++c) {
-    o << "<rect x='" << lx << "' y='" << y + 18 << "' width='10' height='10' fill='" << colors[c] << "'/><text x='"
-      << lx + 13 << "' y='" << y + 27 << "' font-size='11'>" << kCategories[c] << "</text>";
-    lx += 115;
-  }
-  return o.str() + "</svg>";
+  return stacked_bars(rows, {"memory per rank", static_cast<double>(memory.device_capacity_bytes.value_or(0)),
+                             "planned peak (zrepro plan)", 760});
 }
 
 // Every rank's own view of a multi-process failure.

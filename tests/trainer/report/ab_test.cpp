@@ -276,3 +276,45 @@ TEST(Ab, ASideWithoutItsSummaryIsNoComparison) {
     EXPECT_NE(r.verdicts[0].find("ab/a_1.log"), std::string::npos) << r.verdicts[0];
   }
 }
+
+// ab.html: the verdict first, then what it rests on, each failing side's failure and
+// the figure its kind needs (a pinned failure: the pinned bytes against the memlock
+// limit, no device bars of 0 bytes; a hang: where each rank waits), every rank's bars,
+// and links to each run's pages.
+TEST(Ab, ThePageLeadsWithTheVerdictAndShowsWhatEachFailureNeeds) {
+  json pin = side_summary("pinned_memory", {}, {0, 0}, 100, "init");
+  pin["failure"]["kind"] = "pinned-memory";
+  pin["failure"]["needed_bytes"] = 2000000;
+  pin["failure"]["memlock_limit_bytes"] = 65536;
+  json ok = side_summary("ok", {4.84, 4.70}, {60, 70}, 100);
+  ok["memory"]["ranks"][0]["by_category"] = {{"params", 40}, {"activations", 20}};
+  ok["memory"]["ranks"][1]["by_category"] = {{"params", 40}, {"activations", 30}};
+  AbRun a = side_run("A", 2, 9, pin), b = side_run("B", 2, 0, ok);
+  a.log = "/tmp/out/A_r2.log", b.log = "/tmp/out/B_r2.log";
+  const std::string html = ab_html(compare_ab({a}, {b}, false).json);
+  const size_t verdict = html.find("id='verdict'");
+  ASSERT_NE(verdict, std::string::npos);
+  EXPECT_LT(verdict, html.find("What the verdict rests on"));
+  EXPECT_LT(html.find("What the verdict rests on"), html.find("Device memory per rank"));
+  EXPECT_NE(html.find("A reproduces: pinned_memory"), std::string::npos);
+  EXPECT_NE(html.find("<b>Hint:</b> h"), std::string::npos);
+  EXPECT_NE(html.find("data-row='B-2-0'"), std::string::npos);
+  EXPECT_NE(html.find("data-row='B-2-1'"), std::string::npos);
+  EXPECT_EQ(html.find("data-row='A-2-0'"), std::string::npos) << "no device bars for a run that ended at init";
+  EXPECT_NE(html.find("A x2 (pinned-memory): no device memory figures"), std::string::npos);
+  EXPECT_NE(html.find("memlock limit 64.00 KiB"), std::string::npos);
+  EXPECT_NE(html.find("href='A_r2/report.html'"), std::string::npos);
+  EXPECT_NE(html.find("href='B_r2.log'"), std::string::npos);
+  EXPECT_NE(html.find("A x2: no data"), std::string::npos) << "the failed side has no curve and no legend entry";
+
+  json hang = side_summary("hang", {}, {50, 50}, 100, "backward");
+  hang["failure"]["hang"] = {{"ranks", {{{"rank", 0}, {"waiting_in", "all_reduce(Double, 3)"}, {"waiting_seq", 12},
+                                         {"last_completed", "reduce_grad bucket 5"}, {"idle_s", 30.0}},
+                                        {{"rank", 1}, {"waiting_in", "all_reduce(Float, 20000)"}, {"waiting_seq", 12},
+                                         {"last_completed", "reduce_grad bucket 5"}, {"idle_s", 30.0}}}},
+                             {"suspects", {{{"rank", 1}, {"evidence", "issued a different collective at #12"}}}}};
+  const std::string h = ab_html(compare_ab({side_run("A", 2, 4, hang)}, {b}, false).json);
+  EXPECT_NE(h.find("where each rank waits"), std::string::npos);
+  EXPECT_NE(h.find("#12 all_reduce(Float, 20000)"), std::string::npos);
+  EXPECT_NE(h.find("suspect: rank 1"), std::string::npos);
+}

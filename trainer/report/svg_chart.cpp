@@ -1,0 +1,193 @@
+// See svg_chart.h.
+#include "trainer/report/svg_chart.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "device/device_memory.h"
+#include "trainer/report/html_report.h"
+
+namespace zrepro {
+
+namespace {
+
+const char* const kPalette[] = {"#c62828", "#1565c0", "#ef6c00", "#2e7d32", "#6a1b9a", "#00838f", "#757575"};
+
+std::string num(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f", v);
+  return b;
+}
+
+}  // namespace
+
+Axis nice_axis(double lo, double hi, int target, bool from_zero, bool integer) {
+  if (!std::isfinite(lo) || !std::isfinite(hi)) lo = 0, hi = 1;
+  if (lo > hi) std::swap(lo, hi);
+  if (from_zero) lo = std::min(0.0, lo);
+  const double mag = std::max(std::abs(lo), std::abs(hi));
+  const double min_span = mag > 0 ? kMinRelativeSpan * mag : 1.0;
+  if (hi - lo < min_span) {
+    const double mid = (lo + hi) / 2;
+    lo = mid - min_span / 2, hi = mid + min_span / 2;
+    if (from_zero && lo < 0) lo = 0, hi = std::max(hi, min_span);
+  }
+  const double raw = (hi - lo) / std::max(1, target);
+  const double p = std::pow(10.0, std::floor(std::log10(raw)));
+  const double f = raw / p;
+  double step = p * (f <= 1 ? 1 : f <= 2 ? 2 : f <= 2.5 ? 2.5 : f <= 5 ? 5 : 10);
+  if (integer) step = std::max(1.0, std::round(step));
+  Axis a;
+  const double first = std::floor(lo / step + 1e-9), last = std::ceil(hi / step - 1e-9);
+  for (double k = first; k <= last; k += 1) a.ticks.push_back(k * step);
+  a.lo = a.ticks.front(), a.hi = a.ticks.back();
+  return a;
+}
+
+std::string tick_label(double v, double step) {
+  int decimals = step > 0 ? std::max(0, static_cast<int>(-std::floor(std::log10(step) + 1e-9))) : 0;
+  // 2.5 x 10^k needs one digit more than its power of ten.
+  if (step > 0 && std::abs(step / std::pow(10.0, -decimals) - std::round(step / std::pow(10.0, -decimals))) > 1e-6)
+    ++decimals;
+  if (std::abs(v) < step * 1e-9) v = 0;  // no "-0.00"
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", std::min(decimals, 12), v);
+  return b;
+}
+
+std::string line_chart(const std::vector<Series>& series, const LineChart& c) {
+  const int L = 64, R = 170, T = 12, B = 44;
+  const int pw = c.width - L - R, ph = c.height - T - B;
+  double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
+  for (const Series& s : series)
+    for (const auto& [x, y] : s.points)
+      if (std::isfinite(y)) xlo = std::min(xlo, x), xhi = std::max(xhi, x), ylo = std::min(ylo, y), yhi = std::max(yhi, y);
+  std::ostringstream o;
+  o << "<svg class='chart' width='" << c.width << "' height='" << c.height << "' role='img' aria-label='"
+    << html_escape(c.title) << "'";
+  if (!std::isfinite(ylo)) return o.str() + "><text x='10' y='20' font-size='12'>no data</text></svg>";
+  if (xhi - xlo < 1) xhi = xlo + 1;
+  const Axis xa = nice_axis(xlo, xhi, 8, false, c.x_integer), ya = nice_axis(ylo, yhi, 5, c.y_from_zero);
+  o << " data-xmin='" << xa.lo << "' data-xmax='" << xa.hi << "' data-ymin='" << ya.lo << "' data-ymax='" << ya.hi << "'>";
+  auto X = [&](double x) { return L + pw * (x - xa.lo) / (xa.hi - xa.lo); };
+  auto Y = [&](double y) { return T + ph * (ya.hi - y) / (ya.hi - ya.lo); };
+  const double xs = xa.ticks.size() > 1 ? xa.ticks[1] - xa.ticks[0] : 1, ys = ya.ticks.size() > 1 ? ya.ticks[1] - ya.ticks[0] : 1;
+  for (double t : ya.ticks)
+    o << "<line x1='" << L << "' x2='" << L + pw << "' y1='" << num(Y(t)) << "' y2='" << num(Y(t))
+      << "' stroke='#e0e0e0'/><text class='ytick' x='" << L - 4 << "' y='" << num(Y(t) + 4)
+      << "' font-size='11' text-anchor='end'>" << tick_label(t, ys) << "</text>";
+  for (double t : xa.ticks)
+    o << "<line x1='" << num(X(t)) << "' x2='" << num(X(t)) << "' y1='" << T + ph << "' y2='" << T + ph + 4
+      << "' stroke='#666'/><text class='xtick' x='" << num(X(t)) << "' y='" << T + ph + 16
+      << "' font-size='11' text-anchor='middle'>" << tick_label(t, xs) << "</text>";
+  o << "<rect x='" << L << "' y='" << T << "' width='" << pw << "' height='" << ph << "' fill='none' stroke='#666'/>"
+    << "<text x='" << L + pw / 2 << "' y='" << c.height - 6 << "' font-size='12' text-anchor='middle'>"
+    << html_escape(c.x_label) << "</text><text transform='rotate(-90)' x='" << -(T + ph / 2) << "' y='14' font-size='12' "
+    << "text-anchor='middle'>" << html_escape(c.y_label) << "</text>";
+  int k = 0, legend = 0;
+  std::vector<std::string> empty;
+  for (const Series& s : series) {
+    const std::string col = s.color.empty() ? kPalette[k++ % 7] : s.color;
+    std::string pts;
+    int n = 0;
+    for (const auto& [x, y] : s.points)
+      if (std::isfinite(y)) pts += num(X(x)) + "," + num(Y(y)) + " ", ++n;
+    if (n == 0) {
+      empty.push_back(s.name);
+      continue;
+    }
+    o << "<g class='series' data-name='" << html_escape(s.name) << "'>";
+    if (n > 1 && !s.dots_only) o << "<polyline fill='none' stroke='" << col << "' stroke-width='2' points='" << pts << "'/>";
+    for (const auto& [x, y] : s.points)
+      if (std::isfinite(y) && (n <= 40 || s.dots_only))
+        o << "<circle cx='" << num(X(x)) << "' cy='" << num(Y(y)) << "' r='" << (s.dots_only ? 4 : 2.5) << "' fill='" << col << "'/>";
+    o << "</g><rect x='" << L + pw + 12 << "' y='" << T + 4 + 16 * legend << "' width='12' height='3' fill='" << col
+      << "'/><text class='legend' x='" << L + pw + 28 << "' y='" << T + 9 + 16 * legend << "' font-size='11'>"
+      << html_escape(s.name) << "</text>";
+    ++legend;
+  }
+  for (const std::string& e : empty)
+    o << "<text class='nodata' x='" << L + pw + 12 << "' y='" << T + 9 + 16 * legend++ << "' font-size='11' fill='#888'>"
+      << html_escape(e) << ": no data</text>";
+  return o.str() + "</svg>";
+}
+
+const char* category_color(const std::string& c) {
+  static const std::pair<const char*, const char*> kColors[] = {
+      {"params", "#1565c0"},      {"grads", "#2e7d32"},       {"optimizer_states", "#ef6c00"},
+      {"activations", "#6a1b9a"}, {"comm_buffers", "#00838f"}, {"other", "#757575"}};
+  for (const auto& [name, col] : kColors)
+    if (c == name) return col;
+  return "#9e9e9e";
+}
+
+std::string stacked_bars(const std::vector<BarRow>& rows, const BarChart& c) {
+  const int L = 150, R = 90, row_h = 24, T = 8;
+  const int pw = c.width - L - R;
+  double top = c.capacity;
+  std::vector<std::string> cats;
+  for (const BarRow& r : rows) {
+    double sum = 0;
+    for (const BarSegment& s : r.segments) {
+      sum += s.bytes;
+      if (s.bytes > 0 && std::find(cats.begin(), cats.end(), s.name) == cats.end()) cats.push_back(s.name);
+    }
+    top = std::max({top, sum, r.marker});
+  }
+  const Axis xa = nice_axis(0, top > 0 ? top : 1, 5, true);
+  auto X = [&](double b) { return L + pw * b / xa.hi; };
+  const int h = T + row_h * static_cast<int>(rows.size());
+  int legend_w = L + 8 * static_cast<int>(c.marker_name.size()) + 40;
+  for (const std::string& cat : cats) legend_w += 14 + 7 * static_cast<int>(cat.size()) + 12;
+  std::ostringstream o;
+  o << "<svg class='bars' width='" << std::max(c.width, legend_w) << "' height='" << h + 56 << "' role='img' aria-label='"
+    << html_escape(c.title) << "' data-xmax='" << xa.hi << "'>";
+  for (double t : xa.ticks)
+    o << "<line x1='" << num(X(t)) << "' x2='" << num(X(t)) << "' y1='" << T << "' y2='" << h
+      << "' stroke='#eee'/><text class='xtick' x='" << num(X(t)) << "' y='" << h + 14
+      << "' font-size='10' text-anchor='middle'>" << format_bytes(static_cast<int64_t>(t)) << "</text>";
+  int y = T;
+  for (const BarRow& r : rows) {
+    o << "<g class='bar' data-row='" << html_escape(r.id) << "'><text x='" << L - 6 << "' y='" << y + 15
+      << "' font-size='12' text-anchor='end'" << (r.failed ? " fill='#c62828'" : "") << ">" << html_escape(r.label)
+      << "</text>";
+    double x = 0;
+    for (const BarSegment& s : r.segments) {
+      if (s.bytes <= 0) continue;
+      o << "<rect class='seg' data-category='" << html_escape(s.name) << "' x='" << num(X(x)) << "' y='" << y + 2
+        << "' width='" << num(X(x + s.bytes) - X(x)) << "' height='" << row_h - 6 << "' fill='" << category_color(s.name)
+        << "'><title>" << html_escape(s.name) << ": " << format_bytes(static_cast<int64_t>(s.bytes)) << "</title></rect>";
+      x += s.bytes;
+    }
+    o << "<text x='" << num(X(x) + 4) << "' y='" << y + 15 << "' font-size='11'>" << format_bytes(static_cast<int64_t>(x))
+      << "</text>";
+    if (r.marker >= 0)
+      o << "<line class='marker' x1='" << num(X(r.marker)) << "' x2='" << num(X(r.marker)) << "' y1='" << y
+        << "' y2='" << y + row_h - 2 << "' stroke='#000' stroke-width='2' stroke-dasharray='3'><title>"
+        << html_escape(c.marker_name) << ": " << format_bytes(static_cast<int64_t>(r.marker)) << "</title></line>";
+    o << "</g>";
+    y += row_h;
+  }
+  if (c.capacity > 0)
+    o << "<line class='capacity' x1='" << num(X(c.capacity)) << "' x2='" << num(X(c.capacity)) << "' y1='" << T - 4
+      << "' y2='" << h + 2 << "' stroke='#c62828' stroke-width='2'/><text x='" << num(X(c.capacity) + 3) << "' y='"
+      << T + 4 << "' font-size='10' fill='#c62828'>" << html_escape(c.capacity_name) << " " << format_bytes(static_cast<int64_t>(c.capacity))
+      << "</text>";
+  int lx = L;
+  for (const std::string& cat : cats) {
+    o << "<rect x='" << lx << "' y='" << h + 26 << "' width='10' height='10' fill='" << category_color(cat)
+      << "'/><text x='" << lx + 13 << "' y='" << h + 35 << "' font-size='11'>" << html_escape(cat) << "</text>";
+    lx += 14 + 7 * static_cast<int>(cat.size()) + 12;
+  }
+  bool any_marker = false;
+  for (const BarRow& r : rows) any_marker = any_marker || r.marker >= 0;
+  if (any_marker)
+    o << "<line x1='" << lx << "' x2='" << lx << "' y1='" << h + 24 << "' y2='" << h + 38
+      << "' stroke='#000' stroke-width='2' stroke-dasharray='3'/><text x='" << lx + 5 << "' y='" << h + 35
+      << "' font-size='11'>" << html_escape(c.marker_name) << "</text>";
+  return o.str() + "</svg>";
+}
+
+}  // namespace zrepro
