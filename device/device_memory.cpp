@@ -94,10 +94,19 @@ void DeviceMemory::set_capacity(int64_t capacity) {
   }
 }
 
+PhaseWindow& DeviceMemory::Ledger::window() {
+  for (auto it = windows.rbegin(); it != windows.rend(); ++it)
+    if (it->phase == phase) return *it;
+  windows.push_back({phase, s.allocated, s.by_category});
+  return windows.back();
+}
+
 void DeviceMemory::note_alloc(Ledger& l, int category, int64_t bytes) const {
   MemorySnapshot& s = l.s;
   s.allocated += bytes;
   s.by_category[category] += bytes;
+  PhaseWindow& w = l.window();
+  if (s.allocated > w.peak) w.peak = s.allocated, w.by_category = s.by_category;
   s.category_peaks[category] = std::max(s.category_peaks[category], s.by_category[category]);
   s.reserved = caching_ ? l.pool.reserved() : s.allocated;
   s.peak_reserved = std::max(s.peak_reserved, s.reserved);
@@ -250,8 +259,19 @@ void DeviceMemory::set_phase(Phase p) {
     before = l.phase;
     l.phase = p;
     l.s.phases.note(p, l.s.allocated, l.s.reserved);  // a phase begins with what is held
+    PhaseWindow& w = l.window();
+    if (l.s.allocated > w.peak) w.peak = l.s.allocated, w.by_category = l.s.by_category;
   }
   cuda_phase_changed(before, p, owner());  // the same boundaries on a CUDA run
+}
+
+std::vector<PhaseWindow> DeviceMemory::take_windows(int owner) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Ledger& l = ledger(owner);
+  std::vector<PhaseWindow> out;
+  out.swap(l.windows);
+  l.window();
+  return out;
 }
 
 Phase DeviceMemory::phase(int owner) const {

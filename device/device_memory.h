@@ -75,6 +75,19 @@ struct MemorySnapshot {
   int64_t alloc_retries = 0;
 };
 
+// [Note: phase windows] The memory timeline of a run (summary.json memory.timeline,
+// report.html's memory over steps and phases): for each phase entered since the last
+// take_windows(), the most bytes held while in it and their categories at that moment.
+// A window opens with what is held when the phase is entered, so a phase that allocates
+// nothing still shows what it held. The loop takes them at the end of every step (the
+// first step's include init and partition); a failure takes the unfinished step's.
+// Tracked where the tracking allocator sees every allocation (the CPU-emulated device).
+struct PhaseWindow {
+  Phase phase = Phase::init;
+  int64_t peak = 0;
+  std::array<int64_t, kNumMemCategories> by_category{};  // at the window's peak
+};
+
 // Thrown (as c10::OutOfMemoryError, so LibTorch passes it through) past capacity.
 // The run's top level recognises it and reports status "oom", exit 3.
 class DeviceMemory : public c10::Allocator {
@@ -105,6 +118,9 @@ class DeviceMemory : public c10::Allocator {
   void empty_cache();
   void set_phase(Phase p);
   Phase phase(int owner = -1) const;
+  // [Note: phase windows]: the windows since the last call, in the order their phases
+  // were first entered; the current phase's window reopens with what is held now.
+  std::vector<PhaseWindow> take_windows(int owner = -1);
   // The OOM that ended the run (message and breakdown at that moment), if any.
   std::string last_oom(int owner = -1) const;
   MemorySnapshot at_oom(int owner = -1) const;
@@ -154,6 +170,8 @@ class DeviceMemory : public c10::Allocator {
     CachingPool pool;
     std::unordered_map<int64_t, c10::DataPtr> segments;  // caching mode: backing memory
     Phase phase = Phase::init;
+    std::vector<PhaseWindow> windows;  // [Note: phase windows]
+    PhaseWindow& window();             // the current phase's, opened with what is held
   };
   Ledger& ledger(int owner = -1) const;  // under mu_; -1: the calling thread's
   void note_alloc(Ledger& l, int category, int64_t bytes) const;

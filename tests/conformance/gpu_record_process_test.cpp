@@ -78,6 +78,28 @@ TEST_P(GpuRecord, StoredErrorsAreTheRatiosOfStoredFigures) {
       }
 }
 
+// Figures of zrepro_cuda a deliberate engine change has outdated since the record: today's
+// plan is not compared with them (DeepSpeed's are, still) until a GPU session reruns
+// scripts/gpu-check.sh. Each names the change.
+struct Superseded {
+  const char* case_name;
+  const char* phase;
+  const char* why;
+};
+const Superseded kSuperseded[] = {
+    {"gpt2-bf16-z2-offopt", "init",
+     "2026-12-05: stages 1-2 under offload_optimizer allocate DeepSpeed's device buffer of the largest parameter "
+     "(temp_grad_buffer_for_gpu_offload; zero/schedule/offload_plan.h), 77 MB for gpt2's embedding: the recorded "
+     "zrepro_cuda run predates it, DeepSpeed's measured init includes it"},
+};
+
+bool superseded(const std::string& name, const std::string& phase, const std::string& measured) {
+  if (measured != "zrepro_cuda") return false;
+  for (const Superseded& s : kSuperseded)
+    if (name == s.case_name && phase == s.phase) return true;
+  return false;
+}
+
 TEST_P(GpuRecord, TodaysPlanIsNoFurtherFromTheGpuThanRecorded) {
   const json rec = load(GetParam());
   const auto env = zrepro_test::zrepro_cmd("env --json", 60, /*keep_stderr=*/false);
@@ -108,7 +130,7 @@ TEST_P(GpuRecord, TodaysPlanIsNoFurtherFromTheGpuThanRecorded) {
       const std::string phase = row["phase"];
       if (!today.count(phase) || row["plan"].is_null()) continue;
       for (const char* measured : {"zrepro_cuda", "deepspeed"}) {
-        if (row[measured].is_null()) continue;
+        if (row[measured].is_null() || superseded(c["name"], phase, measured)) continue;
         const double m = row[measured].get<double>();
         const double then = std::abs(row["plan"].get<double>() - m) / m;
         const double now = std::abs(today[phase] - m) / m;

@@ -118,3 +118,42 @@ TEST(DeviceMemory, EachPhaseKeepsItsOwnPeak) {
   EXPECT_EQ(phase_peak(Phase::offload), 0);
   EXPECT_EQ(m.snapshot().phases.reserved[static_cast<int>(Phase::forward)], base + 12000);  // tracking: reserved = allocated
 }
+
+// [Note: phase windows] Each phase entered since the last take: its peak with the
+// categories at that moment, in order of entry; a phase that allocates nothing shows
+// what it held; taking restarts the windows from what is held now.
+TEST(DeviceMemory, PhaseWindowsGiveTheTimelineOfAStep) {
+  DeviceMemory& m = DeviceMemory::instance();
+  m.install(0);
+  m.set_phase(Phase::init);
+  torch::Tensor held;
+  {
+    DeviceMemory::CategoryScope tag(MemCategory::params);
+    held = torch::empty({1000});  // 4000 bytes
+  }
+  m.take_windows();
+  const int64_t base = m.snapshot().allocated;
+  m.set_phase(Phase::forward);
+  torch::Tensor act;
+  {
+    DeviceMemory::CategoryScope tag(MemCategory::activations);
+    act = torch::empty({3000});
+  }
+  m.set_phase(Phase::backward);
+  act.reset();
+  m.set_phase(Phase::step);  // allocates nothing
+  const std::vector<PhaseWindow> w = m.take_windows();
+  ASSERT_EQ(w.size(), 4u);
+  EXPECT_EQ(w[0].phase, Phase::init);
+  EXPECT_EQ(w[1].phase, Phase::forward);
+  EXPECT_EQ(w[1].peak, base + 12000);
+  EXPECT_EQ(w[1].by_category[static_cast<int>(MemCategory::activations)], 12000);
+  EXPECT_EQ(w[2].phase, Phase::backward);
+  EXPECT_EQ(w[2].peak, base + 12000) << "backward began holding the activations";
+  EXPECT_EQ(w[3].phase, Phase::step);
+  EXPECT_EQ(w[3].peak, base) << "a phase that allocates nothing shows what it held";
+  const std::vector<PhaseWindow> next = m.take_windows();
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].phase, Phase::step);
+  EXPECT_EQ(next[0].peak, base);
+}

@@ -193,6 +193,8 @@ struct AbPage {
   std::string scenario;
   std::vector<std::string> dom_has, dom_lacks;
   bool judged = true;  // the outcome is "fixed" (timing-based scenarios are not asserted)
+  std::string run;     // side A's folder: its report.html is checked too
+  std::vector<std::string> report_has;
 };
 
 class AbPageInChromium : public testing::TestWithParam<AbPage> {};
@@ -239,21 +241,47 @@ TEST_P(AbPageInChromium, ShowsTheVerdictAndTheFigureTheFailureNeeds) {
                                        "/ab.html 2>/dev/null");
   ASSERT_EQ(shot.code, 0) << shot.output;
   EXPECT_GT(std::filesystem::file_size(png), 20000u);
+
+  // Side A's report.html: its failure and the figures over time the kind needs.
+  const std::string page = out + "/" + p.run + "/report.html";
+  const auto rdom = zrepro_test::shell(browser + "--dump-dom file://" + page + " 2>/dev/null");
+  ASSERT_EQ(rdom.code, 0) << rdom.output;
+  for (const auto& s : p.report_has) EXPECT_NE(rdom.output.find(s), std::string::npos) << p.scenario << " report: " << s;
+  EXPECT_EQ(rdom.output.find("<td>–</td><td></td>"), std::string::npos) << "no table of dashes";
+  const std::string rpng = std::string(ZREPRO_ARTEFACTS_DIR) + "/report-" + p.scenario + ".png";
+  std::filesystem::remove(rpng);
+  ASSERT_EQ(zrepro_test::shell(browser + "--window-size=1100,2400 --screenshot=" + rpng + " file://" + page + " 2>/dev/null").code, 0);
+  EXPECT_GT(std::filesystem::file_size(rpng), 20000u);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Kinds, AbPageInChromium,
     testing::Values(AbPage{"first-batch-activations",
                            {"data-row=\"A-1-0\"", "data-row=\"B-1-0\"", "class=\"capacity\"", "oom</b>", "Hint:"},
-                           {}},
+                           {},
+                           true,
+                           "A_r1",
+                           {"Memory over the run", "class=\"unfinished\"", "failed here", "class=\"capacity\""}},
                     AbPage{"memlock-limit",
                            {"pinned host memory against the memlock limit", "data-row=\"B-1-0\"",
                             "A x1 (pinned-memory): no device memory figures"},
-                           {"data-row=\"A-1-0\""}},
+                           {"data-row=\"A-1-0\""},
+                           true,
+                           "A_r1",
+                           {"pinned_memory", "Hint:"}},
                     AbPage{"mismatched-collectives",
                            {"where each rank waits", "data-row=\"B-2-0\"", "data-row=\"B-2-1\"", "hang</b>"},
-                           {}},
-                    AbPage{"offload-link-bottleneck", {"id=\"speed\"", "offload wait per step"}, {}, false}),
+                           {},
+                           true,
+                           "A_r2",
+                           {"Where each rank spends its time", "data-lane=\"rank 1 comm\"", "font-weight=\"bold\">rank 1 comm",
+                            "stroke-dasharray=\"3\"><title>#12"}},
+                    AbPage{"offload-link-bottleneck",
+                           {"id=\"speed\"", "offload wait per step"},
+                           {},
+                           false,
+                           "A_r1",
+                           {"Memory over the run", "Over the steps", "data-lane=\"rank 0 copy\"", "step time (s) per step"}}),
     [](const testing::TestParamInfo<AbPage>& i) {
       std::string n = i.param.scenario;
       std::replace(n.begin(), n.end(), '-', '_');

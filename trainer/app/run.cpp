@@ -60,6 +60,7 @@ void RunState::write_summary_or_throw(const std::string& status, json failure, s
   for (const StepRecord& r : result.steps) step_s.push_back(r.step_s);
   in.calibration = calibration.to_json(step_s);
   in.inputs = inputs;
+  if (status != "ok") in.unfinished = DeviceMemory::instance().take_windows();
   const json summary = build_summary(in);
   if (own_view_of_many) return publish_rank_view(spec.out_dir, rank, world, summary);
   write_summary_and_report(spec.out_dir, summary);
@@ -112,8 +113,8 @@ int RunState::fail(FailureKind kind, json failure, int exit_code) {
   } catch (const std::exception& e) {
     std::cerr << "[zrepro] could not close metrics.jsonl: " << e.what() << std::endl;
   }
+  write_trace_so_far();  // first: report.html draws its lanes from it
   write_summary(row.status, std::move(failure), {}, false);
-  write_trace_so_far();
   // With peers, never finalize MPI on a failure (peers may be inside a collective
   // and MPI_Finalize would wait for them): exit now, and mpirun ends the others.
   if (ranks && ranks->comm->world_size() > 1) {

@@ -279,6 +279,7 @@ class StepObserver {
     rec.comm = comm_.stats().minus(comm_before_);
     if (engine_.copier()) rec.copies = engine_.copier()->stats().minus(copies_before_);
     rec.memory = device_memory_snapshot(opts_.device);
+    rec.windows = DeviceMemory::instance().take_windows();
     if (opts_.trace) {
       opts_.trace->span("step", w_step, wall_seconds(), json{{"step", rec.step}, {"skipped", rec.skipped}});
       opts_.trace->memory(wall_seconds(), rec.memory.allocated, rec.memory.reserved);

@@ -99,6 +99,7 @@ struct StepRecord {
   CopyStats copies;        // offload copies completed during this step (this rank)
   int replicas_identical = -1;  // 1 / 0 when verified, -1 when not checked
   MemorySnapshot memory;        // device memory after the step (peaks: since the run started)
+  std::vector<PhaseWindow> windows;  // the step's phases ([Note: phase windows]); the first step's from init
 };
 
 struct TrainResult {

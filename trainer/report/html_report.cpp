@@ -79,16 +79,18 @@ int64_t category(const SummaryRankMemory& r, const char* name) {
 }
 
 // One stacked bar per rank: categories at the rank's peak, against the capacity.
-std::string memory_svg(const SummaryMemory& memory) {
+// factor: the scale-down's parameter factor (bars at target scale), 1 otherwise.
+std::string memory_svg(const SummaryMemory& memory, double factor) {
   std::vector<BarRow> rows;
   const double planned = memory.planned.is_object() && memory.planned.value("peak_bytes", json()).is_number()
                              ? memory.planned["peak_bytes"].get<double>() : -1;
   for (const auto& r : memory.ranks) {
     BarRow b{"rank " + std::to_string(r.rank), std::to_string(r.rank), {}, planned, false};
-    for (const char* c : kCategories) b.segments.push_back({c, static_cast<double>(category(r, c))});
+    for (const char* c : kCategories) b.segments.push_back({c, factor * static_cast<double>(category(r, c))});
+    b.marker = planned >= 0 ? factor * planned : -1;
     rows.push_back(b);
   }
-  return stacked_bars(rows, {"memory per rank", static_cast<double>(memory.device_capacity_bytes.value_or(0)),
+  return stacked_bars(rows, {"memory per rank", factor * static_cast<double>(memory.device_capacity_bytes.value_or(0)),
                              "planned peak (zrepro plan)", 760});
 }
 
@@ -138,7 +140,7 @@ void failure_section(std::ostringstream& o, const SummaryFailure& f) {
 }
 
 // Each rank's peak by category, the columns that are zero on every rank left out.
-void memory_section(std::ostringstream& o, const SummaryMemory& m) {
+void memory_section(std::ostringstream& o, const SummaryMemory& m, double factor) {
   static const char* labels[] = {"params", "grads", "optimizer", "activations", "comm buffers", "other"};
   std::vector<int> shown;
   for (int c = 0; c < 6; ++c)
@@ -149,7 +151,10 @@ void memory_section(std::ostringstream& o, const SummaryMemory& m) {
   const bool caching = std::any_of(m.ranks.begin(), m.ranks.end(), [](const SummaryRankMemory& r) {
     return r.peak_reserved_bytes > r.peak_bytes || r.alloc_retries > 0;
   });
-  o << "<h2>Device memory at each rank's peak</h2>" << memory_svg(m) << "<table><tr><th>rank</th><th>peak</th>"
+  o << "<h2>Device memory at each rank's peak</h2>";
+  if (factor != 1)
+    o << "<p>Bars at target scale (the toy's bytes x " << str(json(factor)) << "); the table: the toy's own bytes.</p>";
+  o << memory_svg(m, factor) << "<table><tr><th>rank</th><th>peak</th>"
     << "<th>of capacity</th><th>phase</th>";
   if (caching) o << "<th>reserved peak</th><th>cache flushes</th>";
   for (int c : shown) o << "<th>" << labels[c] << "</th>";
@@ -261,19 +266,93 @@ void job_table(std::ostringstream& o, const Summary& s) {
   o << "</table>";
 }
 
+// A scaled-down run's parameter factor (its figures at target scale), else 1.
+double scale_factor(const Summary& s) {
+  const json& sd = s.scale_down;
+  return sd.is_object() && sd.value("parameter_factor", json()).is_number() ? sd["parameter_factor"].get<double>() : 1;
+}
+
+// [Note: phase windows] drawn: rank 0's memory per step and phase by category, at
+// target scale after a scale-down (the toy's bytes x the parameter factor, the toy's
+// figure in each column's tooltip), with the capacity, the planned peak and the peak.
+void timeline_section(std::ostringstream& o, const Summary& s) {
+  const SummaryMemory& m = *s.memory;
+  if (m.timeline.empty()) return;
+  const json sd = s.scale_down;
+  const double f = scale_factor(s);
+  std::vector<Column> cols;
+  for (const auto& p : m.timeline) {
+    Column c{"step " + std::to_string(p.step) + " " + p.phase + ": " + format_bytes(static_cast<int64_t>(f * p.peak_bytes)) +
+                 (f != 1 ? " at target (the toy: " + format_bytes(p.peak_bytes) + ")" : "") + (p.unfinished ? ", failed here" : ""),
+             p.step, {}, p.unfinished};
+    for (const char* cat : kCategories) {
+      const auto it = p.by_category.find(cat);
+      c.segments.push_back({cat, f * static_cast<double>(it == p.by_category.end() ? 0 : it->second)});
+    }
+    cols.push_back(c);
+  }
+  double planned = -1;
+  const json target = sd.is_object() ? sd.value("target_planned", json()) : json();
+  if (f != 1 && target.is_object() && target.value("peak_bytes", json()).is_number())
+    planned = target["peak_bytes"].get<double>();
+  else if (f == 1 && m.planned.is_object() && m.planned.value("peak_bytes", json()).is_number())
+    planned = m.planned["peak_bytes"].get<double>();
+  o << "<h2>Memory over the run (rank 0" << (f != 1 ? ", at target scale: the toy's bytes x " + str(json(f)) : "") << ")</h2>"
+    << stacked_columns(cols, {"memory over the run", f * static_cast<double>(m.device_capacity_bytes.value_or(0)), planned, 860, 300});
+}
+
+// Grad norm, learning rate, loss scale (when it moved) and step time per step.
+void steps_section(std::ostringstream& o, const std::vector<SummaryStep>& steps) {
+  Series norm{"grad norm", {}, "#2e7d32"}, lr{"learning rate", {}, "#6a1b9a"}, scale{"loss scale", {}, "#ef6c00"},
+      time{"step time (s)", {}, "#00838f"};
+  bool scale_moved = false;
+  for (const auto& st : steps) {
+    const double x = static_cast<double>(st.step);
+    if (st.grad_norm) norm.points.push_back({x, *st.grad_norm});
+    lr.points.push_back({x, st.lr});
+    scale.points.push_back({x, st.loss_scale});
+    scale_moved = scale_moved || st.loss_scale != steps.front().loss_scale;
+    if (st.step_s) time.points.push_back({x, *st.step_s});
+  }
+  o << "<h2>Over the steps</h2>";
+  for (const Series* sr : {&norm, &lr, &time})
+    if (!sr->points.empty()) o << line_chart({*sr}, {sr->name + " per step", "optimizer step", sr->name, 430, 200, sr == &time});
+  if (scale_moved) o << line_chart({scale}, {"loss scale per step", "optimizer step", "loss scale", 430, 200});
+}
+
+void lanes_section(std::ostringstream& o, const std::vector<Lane>& lanes, bool failed) {
+  if (lanes.empty()) return;
+  o << "<h2>Where each rank spends its time</h2><p>" << (failed ? "Up to the failure" : "The last two steps")
+    << ": per rank the compute stream (grey data, blue forward, purple backward, green step), its collectives "
+       "(orange; red and dashed: never completed) and offload's copies (teal). A rank named in red failed. "
+       "trace.json has every span (ui.perfetto.dev).</p>"
+    << swimlanes(lanes, {"where each rank spends its time", 860});
+}
+
 }  // namespace
 
-std::string html_report(const Summary& s) {
+std::set<int> failing_ranks(const Summary& s) {
+  std::set<int> out;
+  if (!s.failure || s.failure->kind.empty()) return out;
+  if (s.failure->views)
+    for (const auto& v : s.failure->views->ranks)
+      if (v.status != "ok") out.insert(v.rank);
+  if (out.empty()) out.insert(s.failure->rank);
+  return out;
+}
+
+std::string html_report(const Summary& s, const std::vector<Lane>& lanes) {
   std::ostringstream o;
   const bool ok = s.status == "ok";
   o << "<!doctype html><html><head><meta charset='utf-8'><title>zrepro report: " << esc(s.status) << "</title>"
-    << "<style>body{font-family:sans-serif;margin:24px;max-width:900px}table{border-collapse:collapse}"
+    << "<style>body{font-family:sans-serif;margin:24px;max-width:900px}svg.chart{display:inline-block;margin-right:8px}table{border-collapse:collapse}"
     << "td,th{border:1px solid #ddd;padding:3px 8px;font-size:13px;text-align:left}"
     << ".status{display:inline-block;padding:4px 10px;border-radius:4px;color:#fff;background:"
     << (ok ? "#2e7d32" : "#c62828") << "}.fail{border:2px solid #c62828;padding:10px;margin:12px 0}.warn{border-left:4px solid #ef6c00;padding:6px 10px}</style></head><body>"
     << "<h1>zrepro run <span class='status'>" << esc(s.status) << "</span></h1>";
   job_table(o, s);
   if (s.failure) failure_section(o, *s.failure);
+  if (!ok) lanes_section(o, lanes, true);  // a failure: where each rank stood, next to it
   if (!s.steps.empty()) {
     o << "<h2>Loss</h2>";
     json d = s.data;
@@ -282,13 +361,16 @@ std::string html_report(const Summary& s) {
         << "skipped (overflow) steps.</p>";
     o << loss_svg(s.steps);
   }
-  if (s.memory) memory_section(o, *s.memory);
+  if (s.memory) memory_section(o, *s.memory, scale_factor(s));
+  if (s.memory) timeline_section(o, s);
+  if (!s.steps.empty()) steps_section(o, s.steps);
+  if (ok) lanes_section(o, lanes, false);
   // Offload, scale-down and the effective config keep the JSON their builders write (summary.h).
   json extra = {{"scale_down", s.scale_down}, {"offload", s.offload}, {"effective_config", s.effective_config}};
   if (extra["scale_down"].is_object()) scale_down_section(o, extra["scale_down"]);
   if (extra["offload"].is_object()) offload_section(o, extra["offload"]);
   if (s.comm && s.comm->ops.is_object()) comm_section(o, s.comm->ops);
-  if (s.time) time_section(o, *s.time);
+  if (s.time && s.time->step_s_median) time_section(o, *s.time);  // no table of dashes for a run that never stepped
   if (extra["effective_config"].is_object()) config_section(o, extra["effective_config"]);
   o << "</body></html>\n";
   return o.str();

@@ -13,6 +13,7 @@
 #include "device/base/errors.h"
 #include "trainer/model/data.h"
 #include "trainer/report/html_report.h"
+#include "trainer/report/run_lanes.h"
 
 namespace zrepro {
 
@@ -56,7 +57,8 @@ std::string json_text(const json& j, int indent) { return j.dump(indent, ' ', fa
 
 void write_summary_and_report(const std::string& dir, const json& summary) {
   write_file_atomic(dir + "/summary.json", summary_text(summary));
-  write_file_atomic(dir + "/report.html", html_report(Summary::from_json(summary)));
+  const Summary typed = Summary::from_json(summary);
+  write_file_atomic(dir + "/report.html", html_report(typed, run_lanes(dir, failing_ranks(typed))));
 }
 
 MetricsWriter::MetricsWriter(const std::string& dir)
@@ -433,6 +435,7 @@ json summary_steps(const TrainResult& result) {
   for (const auto& r : result.steps) {
     json j = step_json(r);
     for (const char* k : {"time_s", "comm_bytes", "memory", "offload"}) j.erase(k);
+    j["step_s"] = r.step_s;
     if (j["replicas_identical"].is_null()) j.erase("replicas_identical");
     steps.push_back(j);
   }
@@ -465,6 +468,34 @@ json summary_time(const SummaryInput& in, const std::vector<RankReport>& ranks) 
 
 }  // namespace
 
+// [Note: phase windows] as memory.timeline: rank 0's (the reporting rank's) peak per step
+// and phase, with the categories at that peak; the failing step's phases last, marked
+// unfinished. At most kTimelinePoints: the first and last halves of a longer run.
+constexpr size_t kTimelinePoints = 400;
+
+json memory_timeline(const SummaryInput& in) {
+  json points = json::array();
+  auto add = [&](int64_t step, const PhaseWindow& w, bool unfinished) {
+    if (w.peak <= 0) return;  // a device the tracking allocator does not see (CUDA)
+    json cats = json::object();
+    for (int c = 0; c < kNumMemCategories; ++c) cats[mem_category_name(static_cast<MemCategory>(c))] = w.by_category[c];
+    json p = {{"step", step}, {"phase", phase_name(w.phase)}, {"peak_bytes", w.peak}, {"by_category", cats}};
+    if (unfinished) p["unfinished"] = true;
+    points.push_back(p);
+  };
+  for (const StepRecord& r : in.result->steps)
+    for (const PhaseWindow& w : r.windows) add(r.step, w, false);
+  const int64_t next = in.result->steps.empty() ? 0 : in.result->steps.back().step + 1;
+  // Only the phase it failed in is unfinished; the phases before it completed.
+  for (size_t i = 0; i < in.unfinished.size(); ++i) add(next, in.unfinished[i], i + 1 == in.unfinished.size());
+  if (points.size() <= kTimelinePoints) return points;
+  json kept = json::array();
+  const size_t half = kTimelinePoints / 2;
+  for (size_t i = 0; i < half; ++i) kept.push_back(points[i]);
+  for (size_t i = points.size() - half; i < points.size(); ++i) kept.push_back(points[i]);
+  return kept;
+}
+
 json build_summary(const SummaryInput& in) {
   json s = summary_setting(in);
   const DsConfig* c = in.config;
@@ -478,7 +509,8 @@ json build_summary(const SummaryInput& in) {
     json rj = json::array();
     for (const auto& r : ranks) rj.push_back(memory_rank_json(r));
     memory = {{"device_capacity_bytes", ranks[0].device.capacity > 0 ? json(ranks[0].device.capacity) : json(nullptr)},
-              {"ranks", rj}};
+              {"ranks", rj},
+              {"timeline", memory_timeline(in)}};
     s["skipped_steps"] = in.result->skipped_steps;
   }
   s["time"] = time;

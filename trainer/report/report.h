@@ -110,6 +110,7 @@ struct SummaryInput {
   std::vector<std::string> config_mismatch;  // ranks whose effective configs differ (trainer/config/rank_configs.h)
   nlohmann::json calibration;  // time.calibration (StepCalibration::to_json), or null
   nlohmann::json inputs;       // what the run was asked (Summary::inputs), or null
+  std::vector<PhaseWindow> unfinished;  // a failed run: the failing step's phases so far ([Note: phase windows])
 };
 nlohmann::json build_summary(const SummaryInput& in);
 

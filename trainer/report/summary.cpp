@@ -37,6 +37,7 @@ SummaryStep step_of(const json& j) {
   s.loss_scale = j.value("loss_scale", 1.0);
   s.skipped = j.value("skipped", false);
   s.lr = j.value("lr", 0.0);
+  s.step_s = optional_of<double>(j, "step_s");
   s.replicas_identical = optional_of<bool>(j, "replicas_identical");
   return s;
 }
@@ -44,6 +45,7 @@ SummaryStep step_of(const json& j) {
 json step_json(const SummaryStep& s) {
   json j = {{"step", s.step}, {"loss", json_of(s.loss)}, {"grad_norm", json_of(s.grad_norm)},
             {"loss_scale", s.loss_scale}, {"skipped", s.skipped}, {"lr", s.lr}};
+  if (s.step_s) j["step_s"] = *s.step_s;
   if (s.replicas_identical) j["replicas_identical"] = *s.replicas_identical;
   return j;
 }
@@ -242,6 +244,10 @@ Summary Summary::from_json(const json& j) {
     mem.device_capacity_bytes = optional_of<int64_t>(m, "device_capacity_bytes");
     for (const auto& r : m.value("ranks", json::array())) mem.ranks.push_back(rank_memory_of(r));
     mem.planned = m.value("planned", json());
+    for (const auto& p : m.value("timeline", json::array()))  // absent before 2026-12-05
+      mem.timeline.push_back({p.at("step").get<int64_t>(), p.at("phase").get<std::string>(),
+                              p.at("peak_bytes").get<int64_t>(), categories_of(p.at("by_category")),
+                              p.value("unfinished", false)});
     s.memory = mem;
   }
   if (j.contains("comm") && j["comm"].is_object()) s.comm = comm_of(j["comm"]);
@@ -276,7 +282,13 @@ json Summary::to_json() const {
   if (memory) {
     json ranks = json::array();
     for (const auto& r : memory->ranks) ranks.push_back(rank_memory_json(r));
-    j["memory"] = {{"device_capacity_bytes", json_of(memory->device_capacity_bytes)}, {"ranks", ranks}};
+    json timeline = json::array();
+    for (const auto& p : memory->timeline) {
+      json pj = {{"step", p.step}, {"phase", p.phase}, {"peak_bytes", p.peak_bytes}, {"by_category", categories_json(p.by_category)}};
+      if (p.unfinished) pj["unfinished"] = true;
+      timeline.push_back(pj);
+    }
+    j["memory"] = {{"device_capacity_bytes", json_of(memory->device_capacity_bytes)}, {"ranks", ranks}, {"timeline", timeline}};
     if (!memory->planned.is_null()) j["memory"]["planned"] = memory->planned;
   } else {
     j["memory"] = nullptr;

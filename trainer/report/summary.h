@@ -45,6 +45,7 @@ struct SummaryStep {
   double loss_scale = 1;
   bool skipped = false;
   double lr = 0;
+  std::optional<double> step_s;            // the step's wall time; absent in summaries before 2026-12-05
   std::optional<bool> replicas_identical;  // only when checked (--verify-replicas)
 };
 
@@ -72,9 +73,19 @@ struct SummaryRankMemory {
   std::map<std::string, double> growth_bytes_per_step;
 };
 
+// One point of memory.timeline ([Note: phase windows] in device/device_memory.h).
+struct SummaryTimelinePoint {
+  int64_t step = 0;
+  std::string phase;
+  int64_t peak_bytes = 0;
+  SummaryCategories by_category;
+  bool unfinished = false;  // the failing step's
+};
+
 struct SummaryMemory {
   std::optional<int64_t> device_capacity_bytes;  // null: no capacity
   std::vector<SummaryRankMemory> ranks;
+  std::vector<SummaryTimelinePoint> timeline;  // rank 0's peak per step and phase
   nlohmann::json planned;  // zrepro plan's figures for this run; null when not planned (absent in the file)
 };
 

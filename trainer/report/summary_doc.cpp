@@ -32,6 +32,7 @@ std::vector<SummaryFieldDoc> field_docs() {
       {"Steps", {"steps[].loss_scale"}, "fp16's loss scale (1 otherwise)", ""},
       {"Steps", {"steps[].skipped"}, "the loss scaler skipped the step", ""},
       {"Steps", {"steps[].lr"}, "the learning rate the step used", ""},
+      {"Steps", {"steps[].step_s"}, "the step's wall time in seconds (rank 0's); absent in summaries before 2026-12-05", ""},
       {"Steps", {"steps[].replicas_identical"}, "`--verify-replicas`: every rank's replica of the parameters was bit-identical after the step; absent when not checked", ""},
       {"Time", {"time.step_s_median", "time.tokens_per_s"}, "median step time and throughput (all ranks); null without a step", ""},
       {"Time", {"time.breakdown_s.*"}, "seconds of the whole run by part: `forward`, `backward`, `comm_wait`, `optimizer`, `offload_copy`, `data_wait`", ""},
@@ -57,6 +58,9 @@ std::vector<SummaryFieldDoc> field_docs() {
        "warning; 0 with the tracking allocator)",
        ""},
       {"Memory", {"memory.ranks[].growth_bytes_per_step.*"}, "bytes per step each category (and `total`) grew by after the first 2 steps, the least-squares slope of its bytes at step ends: a leak is a positive slope; empty with fewer than 5 steps", kReport},
+      {"Memory", {"memory.timeline[].step", "memory.timeline[].phase", "memory.timeline[].peak_bytes", "memory.timeline[].by_category.*"},
+       "rank 0's device memory over the run: for each step and phase (`init` and `partition` with the first step) the most bytes held in it and their categories at that moment; at most 400 points (the first and last 200); empty where the tracking allocator does not see allocations (CUDA)", "device/device_memory.h [Note: phase windows]"},
+      {"Memory", {"memory.timeline[].unfinished"}, "true on the phase a failed run ended in (its last point), absent otherwise", ""},
       {"Memory", {"memory.planned.*"}, "`zrepro plan`'s prediction for the same run (`peak_bytes`, `peak_phase`, `by_category`, `category_peaks`, `phases`, `model_states`, `verdict`, `oom_phase`, `deepspeed_estimates`, host bytes, `pinned_fits`, ...: docs/guide/plan.md); absent when not planned", "planner/planner.h (MemoryPlan::to_json)"},
       {"Collectives", {"comm.bytes_per_step.*"}, "bytes one rank sends or receives per optimizer step, by collective (`all_reduce`, `reduce_scatter`, `all_gather`, `broadcast`); null without a step", ""},
       {"Collectives", {"comm.ops.*"}, "per collective: `calls_per_step`, `bytes_per_step`, `seconds_per_step`, `algbw_GBps` and `busbw_GBps` (nccl-tests' convention)", kReport},
@@ -134,7 +138,7 @@ Summary summary_example() {
   s.world_size = 2, s.zero_stage = 3, s.precision = "bf16", s.deepspeed_version = "0.19.8", s.device = "cpu";
   s.batch = SummaryBatch{1, 2, 4};
   s.model = s.env = s.data = s.effective_config = json::object();
-  s.steps = {SummaryStep{0, 2.0, 1.0, 1, false, 1e-3, true}};
+  s.steps = {SummaryStep{0, 2.0, 1.0, 1, false, 1e-3, 0.5, true}};
   s.skipped_steps = 0;
   s.time = SummaryTime{0.1, 1000.0, {{"forward", 0.1}}, {SummaryRankTime{0, 0.01, 0.1}}, json::object(),
                        SummaryCalibration{"k", 5, 9, 0.001, 0.1, 0.1, 0.1, 100.0}};
@@ -143,7 +147,7 @@ Summary summary_example() {
   m.by_category = m.category_peaks = m.model_states = {{"params", 1}};
   m.phases = {SummaryPhasePeak{"forward", 1, 1}};
   m.growth_bytes_per_step = {{"params", 0.0}};
-  s.memory = SummaryMemory{100, {m}, json::object()};
+  s.memory = SummaryMemory{100, {m}, {SummaryTimelinePoint{0, "forward", 1, {{"params", 1}}, true}}, json::object()};
   s.comm = SummaryComm{{{"all_gather", 1.0}}, json::object(), 10.0};
   s.offload = json::object();
   SummaryFailure f;

@@ -58,7 +58,7 @@ std::string tick_label(double v, double step) {
 }
 
 std::string line_chart(const std::vector<Series>& series, const LineChart& c) {
-  const int L = 64, R = 170, T = 12, B = 44;
+  const int L = 78, R = 170, T = 12, B = 44;
   const int pw = c.width - L - R, ph = c.height - T - B;
   double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
   for (const Series& s : series)
@@ -187,6 +187,116 @@ std::string stacked_bars(const std::vector<BarRow>& rows, const BarChart& c) {
     o << "<line x1='" << lx << "' x2='" << lx << "' y1='" << h + 24 << "' y2='" << h + 38
       << "' stroke='#000' stroke-width='2' stroke-dasharray='3'/><text x='" << lx + 5 << "' y='" << h + 35
       << "' font-size='11'>" << html_escape(c.marker_name) << "</text>";
+  return o.str() + "</svg>";
+}
+
+std::string swimlanes(const std::vector<Lane>& lanes, const LaneChart& c) {
+  const int L = 130, R = 16, T = 8, row = 18;
+  const int pw = c.width - L - R;
+  double t0 = INFINITY, t1 = -INFINITY;
+  for (const Lane& l : lanes)
+    for (const LaneSpan& s : l.spans) t0 = std::min(t0, s.t0), t1 = std::max(t1, s.t1);
+  std::ostringstream o;
+  const int h = T + row * static_cast<int>(lanes.size());
+  o << "<svg class='lanes' width='" << c.width << "' height='" << h + 36 << "' role='img' aria-label='"
+    << html_escape(c.title) << "'";
+  if (!std::isfinite(t0)) return o.str() + "><text x='10' y='20' font-size='12'>no spans</text></svg>";
+  const Axis xa = nice_axis(0, std::max(t1 - t0, 1e-6), 8, true);
+  o << " data-lanes='" << lanes.size() << "' data-seconds='" << t1 - t0 << "'>";
+  auto X = [&](double t) { return L + pw * (t - t0) / xa.hi; };
+  const double xs = xa.ticks.size() > 1 ? xa.ticks[1] - xa.ticks[0] : 1;
+  for (double t : xa.ticks)
+    o << "<line x1='" << num(X(t0 + t)) << "' x2='" << num(X(t0 + t)) << "' y1='" << T << "' y2='" << h
+      << "' stroke='#eee'/><text class='xtick' x='" << num(X(t0 + t)) << "' y='" << h + 13
+      << "' font-size='10' text-anchor='middle'>" << tick_label(t, xs) << "</text>";
+  int y = T;
+  for (const Lane& l : lanes) {
+    o << "<g class='lane' data-lane='" << html_escape(l.label) << "'><text x='" << L - 6 << "' y='" << y + 12
+      << "' font-size='11' text-anchor='end'" << (l.highlight ? " fill='#c62828' font-weight='bold'" : "") << ">"
+      << html_escape(l.label) << "</text>";
+    for (const LaneSpan& s : l.spans) {
+      const double x0 = X(s.t0), w = std::max(0.8, X(s.t1) - x0);
+      o << "<rect x='" << num(x0) << "' y='" << y + 2 << "' width='" << num(w) << "' height='" << row - 5 << "' fill='"
+        << (s.open ? "#c62828" : s.color) << "'" << (s.open ? " stroke='#000' stroke-dasharray='3'" : "") << "><title>"
+        << html_escape(s.tooltip.empty() ? s.name : s.tooltip) << "</title></rect>";
+    }
+    o << "</g>";
+    y += row;
+  }
+  o << "<text x='" << L + pw / 2 << "' y='" << h + 30 << "' font-size='12' text-anchor='middle'>seconds</text>";
+  return o.str() + "</svg>";
+}
+
+std::string stacked_columns(const std::vector<Column>& cols, const ColumnChart& c) {
+  const int L = 72, R = 20, T = 16, B = 56;
+  const int pw = c.width - L - R, ph = c.height - T - B;
+  double top = std::max(c.capacity, c.planned);
+  size_t peak = 0;
+  std::vector<double> totals;
+  std::vector<std::string> cats;
+  for (size_t i = 0; i < cols.size(); ++i) {
+    double t = 0;
+    for (const BarSegment& s : cols[i].segments) {
+      t += s.bytes;
+      if (s.bytes > 0 && std::find(cats.begin(), cats.end(), s.name) == cats.end()) cats.push_back(s.name);
+    }
+    totals.push_back(t);
+    if (t > totals[peak]) peak = i;
+    top = std::max(top, t);
+  }
+  std::ostringstream o;
+  o << "<svg class='columns' width='" << c.width << "' height='" << c.height << "' role='img' aria-label='"
+    << html_escape(c.title) << "'";
+  if (cols.empty()) return o.str() + "><text x='10' y='20' font-size='12'>no data</text></svg>";
+  const Axis ya = nice_axis(0, top > 0 ? top : 1, 5, true);
+  o << " data-ymax='" << ya.hi << "' data-columns='" << cols.size() << "'>";
+  auto Y = [&](double b) { return T + ph * (ya.hi - b) / ya.hi; };
+  const double w = static_cast<double>(pw) / static_cast<double>(cols.size());
+  for (double t : ya.ticks)
+    o << "<line x1='" << L << "' x2='" << L + pw << "' y1='" << num(Y(t)) << "' y2='" << num(Y(t))
+      << "' stroke='#eee'/><text class='ytick' x='" << L - 4 << "' y='" << num(Y(t) + 4)
+      << "' font-size='10' text-anchor='end'>" << format_bytes(static_cast<int64_t>(t)) << "</text>";
+  for (size_t i = 0; i < cols.size(); ++i) {
+    const double x = L + w * static_cast<double>(i);
+    double y0 = 0;
+    o << "<g class='column'><title>" << html_escape(cols[i].tooltip) << "</title>";
+    for (const BarSegment& s : cols[i].segments) {
+      if (s.bytes <= 0) continue;
+      o << "<rect x='" << num(x + 0.1 * w) << "' y='" << num(Y(y0 + s.bytes)) << "' width='" << num(0.8 * w)
+        << "' height='" << num(Y(y0) - Y(y0 + s.bytes)) << "' fill='" << category_color(s.name) << "'/>";
+      y0 += s.bytes;
+    }
+    if (cols[i].unfinished)
+      o << "<rect class='unfinished' x='" << num(x + 0.05 * w) << "' y='" << num(Y(y0)) << "' width='" << num(0.9 * w)
+        << "' height='" << num(Y(0) - Y(y0)) << "' fill='none' stroke='#c62828' stroke-width='2'/>";
+    o << "</g>";
+    if (i == 0 || cols[i].step != cols[i - 1].step)
+      o << "<line x1='" << num(x) << "' x2='" << num(x) << "' y1='" << T + ph << "' y2='" << T + ph + 4
+        << "' stroke='#666'/><text class='xtick' x='" << num(x + 2) << "' y='" << T + ph + 15 << "' font-size='10'>"
+        << cols[i].step << "</text>";
+  }
+  const double px = L + w * (static_cast<double>(peak) + 0.5);
+  o << "<text class='peak' x='" << num(px) << "' y='" << num(Y(totals[peak]) - 4) << "' font-size='11' text-anchor='middle'>"
+    << "peak " << format_bytes(static_cast<int64_t>(totals[peak])) << "</text>";
+  if (c.capacity > 0)
+    o << "<line class='capacity' x1='" << L << "' x2='" << L + pw << "' y1='" << num(Y(c.capacity)) << "' y2='"
+      << num(Y(c.capacity)) << "' stroke='#c62828' stroke-width='2'/><text x='" << L + 4 << "' y='"
+      << num(Y(c.capacity) + 11) << "' font-size='10' fill='#c62828'>capacity "
+      << format_bytes(static_cast<int64_t>(c.capacity)) << "</text>";
+  if (c.planned >= 0)
+    o << "<line class='planned' x1='" << L << "' x2='" << L + pw << "' y1='" << num(Y(c.planned)) << "' y2='"
+      << num(Y(c.planned)) << "' stroke='#000' stroke-dasharray='5'/><text x='" << L + 4 << "' y='"
+      << num(Y(c.planned) - 3) << "' font-size='10'>planned peak " << format_bytes(static_cast<int64_t>(c.planned))
+      << "</text>";
+  o << "<rect x='" << L << "' y='" << T << "' width='" << pw << "' height='" << ph << "' fill='none' stroke='#666'/>"
+    << "<text x='" << L + pw / 2 << "' y='" << T + ph + 30 << "' font-size='12' text-anchor='middle'>optimizer step "
+    << "(a column per phase: forward, backward, step; init and partition first)</text>";
+  int lx = L;
+  for (const std::string& cat : cats) {
+    o << "<rect x='" << lx << "' y='" << c.height - 14 << "' width='10' height='10' fill='" << category_color(cat)
+      << "'/><text x='" << lx + 13 << "' y='" << c.height - 5 << "' font-size='11'>" << html_escape(cat) << "</text>";
+    lx += 14 + 7 * static_cast<int>(cat.size()) + 12;
+  }
   return o.str() + "</svg>";
 }
 

@@ -67,6 +67,42 @@ struct BarChart {
 };
 std::string stacked_bars(const std::vector<BarRow>& rows, const BarChart& c);
 
+// Stacked columns over time (memory per step and phase): one column per point, the
+// y axis in bytes from zero, the capacity and the planned peak as horizontal lines, the
+// highest column marked "peak", unfinished (failed) columns outlined in red.
+struct Column {
+  std::string tooltip;  // what hovering shows (the figure at toy scale beside the drawn one)
+  int64_t step = 0;     // the x label is the step, under its first column
+  std::vector<BarSegment> segments;
+  bool unfinished = false;
+};
+struct ColumnChart {
+  std::string title;
+  double capacity = 0, planned = -1;  // 0 / < 0: not drawn
+  int width = 760, height = 280;
+};
+std::string stacked_columns(const std::vector<Column>& cols, const ColumnChart& c);
+
+// Swimlanes: one row per lane (a rank's compute, comm or copy stream), spans on a shared
+// time axis in seconds; an open span (a collective that never completed) is drawn to
+// the end in red with a dashed outline; highlighted lanes (the failing rank's) have
+// their label in red.
+struct LaneSpan {
+  double t0 = 0, t1 = 0;  // seconds
+  std::string name, tooltip, color;
+  bool open = false;
+};
+struct Lane {
+  std::string label;
+  std::vector<LaneSpan> spans;
+  bool highlight = false;
+};
+struct LaneChart {
+  std::string title;
+  int width = 860;
+};
+std::string swimlanes(const std::vector<Lane>& lanes, const LaneChart& c);
+
 // The colour of a memory category (params, grads, ...), one palette on every page.
 const char* category_color(const std::string& category);
 

@@ -23,7 +23,7 @@ SummaryRankMemory rank_peak(int rank, int64_t peak, int64_t params) {
 TEST(HtmlReport, BytesArePeopleSizedSharesArePercentagesAndZeroTablesAreLeftOut) {
   Summary s;
   s.status = "ok";
-  s.memory = SummaryMemory{4294967296, {rank_peak(0, 1610612736, 1073741824), rank_peak(1, 1073741824, 536870912)}, nullptr};
+  s.memory = SummaryMemory{4294967296, {rank_peak(0, 1610612736, 1073741824), rank_peak(1, 1073741824, 536870912)}, {}, nullptr};
   s.offload = {{"host_link_gbps", 2.0},
                {"ranks", {{{"rank", 0}, {"d2h_bytes", 3145728}, {"h2d_bytes", 0}, {"copy_s", 1.0},
                            {"exposed_s", 0.1}, {"overlap_ratio", 0.9}, {"device_busy_fraction", 0.95},
@@ -50,7 +50,7 @@ TEST(HtmlReport, CacheFlushesAreShownWithTheirWarning) {
   SummaryRankMemory r = rank_peak(0, 262144 * 1024, 1 << 20);
   r.peak_reserved_bytes = 282 * (int64_t(1) << 20);
   r.alloc_retries = 11;
-  s.memory = SummaryMemory{297000000, {r}, nullptr};
+  s.memory = SummaryMemory{297000000, {r}, {}, nullptr};
   const std::string html = html_report(s);
   EXPECT_TRUE(has(html, "<th>reserved peak</th><th>cache flushes</th>")) << html;
   EXPECT_TRUE(has(html, "<td>282.00 MiB</td><td>11</td>")) << html;

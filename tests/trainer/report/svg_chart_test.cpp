@@ -69,3 +69,20 @@ TEST(SvgChart, OneStackedBarPerRowAgainstTheCapacity) {
   EXPECT_EQ(svg.find("data-category='grads'"), std::string::npos) << "an empty category draws nothing";
   EXPECT_GE(svg_attr(svg, "data-xmax"), 400);
 }
+
+TEST(SvgChart, SwimlanesAndColumnsNameWhatTheyDraw) {
+  const std::string lanes = swimlanes({{"rank 0 comm", {{0.0, 0.5, "all_reduce", "", "#ef6c00", false}}, false},
+                                       {"rank 1 comm", {{0.1, 1.0, "all_reduce", "#12", "", true}}, true}},
+                                      {"lanes"});
+  EXPECT_NE(lanes.find("data-lane='rank 1 comm'"), std::string::npos);
+  EXPECT_NE(lanes.find("fill='#c62828' font-weight='bold'>rank 1 comm"), std::string::npos) << "the failing rank";
+  EXPECT_NE(lanes.find("stroke-dasharray='3'><title>#12"), std::string::npos) << "the open collective";
+  const std::string cols = stacked_columns({{"step 0 forward", 0, {{"params", 10}, {"activations", 30}}, false},
+                                            {"step 0 backward", 0, {{"params", 10}, {"activations", 20}}, true}},
+                                           {"memory", 50, 45});
+  EXPECT_NE(cols.find("data-columns='2'"), std::string::npos);
+  EXPECT_NE(cols.find(">peak 40 bytes<"), std::string::npos) << cols;
+  EXPECT_NE(cols.find("class='unfinished'"), std::string::npos);
+  EXPECT_NE(cols.find("class='planned'"), std::string::npos);
+  EXPECT_NE(cols.find("class='capacity'"), std::string::npos);
+}
