@@ -80,10 +80,15 @@ void DeviceMemory::install(int64_t capacity, bool caching, bool expandable) {
   }
   for (auto& l : ledgers_) {
     l->s.capacity = capacity;
+    // A new allocator setting starts from an empty cache: wholly free segments cached
+    // under the previous one are returned (torch.cuda.empty_cache()).
+    l->pool.empty_cache();
+    for (int64_t seg : l->pool.take_released()) l->segments.erase(seg);
     l->pool.set_capacity(capacity);
     l->pool.set_expandable(expandable);
   }
   caching_ = caching;
+  for (auto& l : ledgers_) l->s.reserved = caching_ ? l->pool.reserved() : l->s.allocated;
 }
 
 void DeviceMemory::set_capacity(int64_t capacity) {

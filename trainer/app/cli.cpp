@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <map>
+#include <mutex>
 
 #include "device/base/errors.h"
 #include "trainer/app/cli.h"
@@ -61,7 +63,15 @@ void add_config_flags(cxxopts::Options& o) {
 
 std::optional<TrainingArgs> training_args_from(const cxxopts::ParseResult& r) {
   if (!r.count("training-args")) return std::nullopt;
-  return load_training_args(r["training-args"].as<std::string>());
+  // Several readers of one command line ask for it (the config flags, checkpointing, the
+  // sequence length, the loss normalisation): the file is read and checked once.
+  static std::mutex mu;
+  static std::map<std::string, TrainingArgs> parsed;
+  const std::string path = r["training-args"].as<std::string>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = parsed.find(path);
+  if (it == parsed.end()) it = parsed.emplace(path, load_training_args(path)).first;
+  return it->second;
 }
 
 bool checkpointing_from(const cxxopts::ParseResult& r) {

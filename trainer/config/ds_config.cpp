@@ -2,6 +2,7 @@
 // get() consumes a key, resolves file / flag / "auto" / default in that order and
 // records the entry; finish() reports what was left unconsumed as unknown keys.
 #include "trainer/config/ds_config.h"
+#include "trainer/config/json_optional.h"
 
 #include "trainer/config/ds_versions.h"
 
@@ -44,11 +45,6 @@ struct FlagValue {
   std::string flag;
   std::string refuse = {};  // set: the launcher cannot fill this "auto"; the message says why
 };
-
-template <class T>
-json json_of(const std::optional<T>& v) {
-  return v ? json(*v) : json(nullptr);
-}
 
 const char* json_type(const json& v) {
   if (v.is_boolean()) return "boolean";

@@ -418,6 +418,7 @@ void train(const JobSpec& job, const TrainOptions& opts, TrainResult& result, co
   const DsConfig& cfg = job.cfg;
   const ModelSpec& spec = job.model;
   torch::manual_seed(opts.seed);
+  DeviceMemory::instance().take_windows();  // [Note: phase windows]: this run's timeline starts here
   const std::unique_ptr<ZeroEngine> engine = make_engine(job, opts, comm);
   Gpt model(spec, compute_dtype(cfg.precision, opts.device), opts.device,
             Checkpointing{job.activation_checkpointing, cfg.activation_checkpointing.cpu_checkpointing});

@@ -20,6 +20,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "trainer/config/json_optional.h"
+
 namespace zrepro {
 
 // [Note: summary schema] Every summary.json says which schema it follows ("schema":
@@ -30,11 +32,6 @@ namespace zrepro {
 // field is removed or changes meaning; added fields keep it.
 constexpr const char* kSummarySchema = "zrepro.summary/1";
 
-// An optional field as the summary writes it: its value, or null.
-template <class T>
-nlohmann::json json_of(const std::optional<T>& v) {
-  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
-}
 
 // Bytes by memory category: params, grads, optimizer_states, activations, comm_buffers, other.
 using SummaryCategories = std::map<std::string, int64_t>;
