@@ -52,10 +52,23 @@ void RunState::write_summary_or_throw(const std::string& status, json failure, s
                                     bool own_view_of_many) {
   if (reports.empty()) reports = virtual_reports;
   if (reports.empty()) reports.push_back(rank_report(rank, result, device_memory_snapshot(dev.device)));
-  SummaryInput in{status, have_cfg ? &job.cfg : nullptr, have_model ? &job.model : nullptr, dev.description,
-                  have_cfg ? &result : nullptr, std::move(reports), std::move(failure), job.host_link_gbps,
-                  job.pageable_ratio, planned ? &*planned : nullptr, scaled.get(), &topt,
-                  spec.interconnect_gbps, environment_json(), virtual_json(), config_mismatch};
+  SummaryInput in;
+  in.status = status;
+  in.config = have_cfg ? &job.cfg : nullptr;
+  in.model = have_model ? &job.model : nullptr;
+  in.device = dev.description;
+  in.result = have_cfg ? &result : nullptr;
+  in.ranks = std::move(reports);
+  in.failure = std::move(failure);
+  in.host_link_gbps = job.host_link_gbps;
+  in.pageable_ratio = job.pageable_ratio;
+  in.planned = planned ? &*planned : nullptr;
+  in.scale_down = scaled.get();
+  in.train = &topt;
+  in.modelled_busbw_gbps = spec.interconnect_gbps;
+  in.env = environment_json();
+  in.virtual_ranks = virtual_json();
+  in.config_mismatch = config_mismatch;
   std::vector<double> step_s;
   for (const StepRecord& r : result.steps) step_s.push_back(r.step_s);
   in.calibration = calibration.to_json(step_s);

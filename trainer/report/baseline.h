@@ -71,7 +71,7 @@ struct CheckRow {
   bool ok = true;
   std::string note;
   RowKind kind = RowKind::figure;
-  std::string unit;  // "bytes", "bytes/step" or "" (the table prints bytes in KiB/MiB/GiB)
+  std::string unit = {};  // "bytes", "bytes/step" or "" (the table prints bytes in KiB/MiB/GiB)
 };
 
 struct CheckResult {

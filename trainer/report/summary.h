@@ -129,7 +129,7 @@ struct SummaryTime {
   std::map<std::string, double> breakdown_s;          // forward, backward, comm_wait, optimizer, offload_copy, data_wait
   std::vector<SummaryRankTime> ranks;
   nlohmann::json straggler;  // null, or {rank, others_wait_s, own_wait_s}
-  std::optional<SummaryCalibration> calibration;  // null without a step past warm-up
+  std::optional<SummaryCalibration> calibration = std::nullopt;  // null without a step past warm-up
 };
 
 struct SummaryComm {
