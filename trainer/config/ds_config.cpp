@@ -435,6 +435,18 @@ void old_zero_fp16_scaling(Loader& L, Section& fp16, Section& top, DsConfig& c) 
   L.record("fp16.hysteresis", 1, Source::default_, why);
 }
 
+// DeepSpeed 0.17.6 to 0.18.2 computed ZeRO-2 gradients differently from the releases
+// before and after (deepspeed_versions.json, measured: docs/lab/DEEPSPEED_RELEASES.md).
+// zrepro trains as the others do, so a run resolved as one of them says so.
+void zero2_gradient_regression(Loader& L, const ZeroConfig& z) {
+  const VersionChange* now = change_in_effect("zero_optimization.stage", "behaviour", L.version());
+  if (z.stage != 2 || !now || now->since != "0.17.6") return;
+  L.warn("DeepSpeed " + L.version() + " computes ZeRO-2 gradients unlike 0.17.5 and 0.18.3 (lower grad norms from "
+         "the first step: DeepSpeed issue #7718, fixed in 0.18.3; measured in docs/lab/DEEPSPEED_RELEASES.md): zrepro "
+         "trains as 0.18.3 does, so its losses and grad norms will not match a run on " + L.version() +
+         ". Upgrade DeepSpeed to 0.18.3 or later");
+}
+
 void load_precision(Loader& L, Section& top, DsConfig& c) {
   Section fp16 = top.sub("fp16");
   bool fp16_on = fp16.get<bool>("enabled", false);
@@ -897,6 +909,7 @@ void load_sections(Loader& L, Section& top, DsConfig& c) {
   c.wall_clock_breakdown = top.get<bool>("wall_clock_breakdown", false);
   c.memory_breakdown = top.get<bool>("memory_breakdown", false);
   c.zero = load_zero(L, top.sub("zero_optimization"));
+  zero2_gradient_regression(L, c.zero);
   if (!c.managed_gradient_accumulation && (c.zero.offload_optimizer.enabled() || c.zero.offload_param.enabled()) &&
       !change_in_effect("managed_gradient_accumulation", "behaviour", L.version()))
     L.fail("managed_gradient_accumulation",

@@ -270,6 +270,13 @@ TapeTable record_gpt_tapes() {
   t.source = "recorded";
   t.bf16_gemm_scratch_bytes = bf16_matmul_scratch_bytes();
   OneDnnOff off;  // [Note: tapes of this LibTorch]: GEMMs that allocate only their output
+  // One intra-op thread while recording: with more, a parallel kernel's per-thread scratch
+  // enters the tapes, and the recording would depend on the caller's OMP_NUM_THREADS.
+  struct OneThread {
+    int was = at::get_num_threads();
+    OneThread() { at::set_num_threads(1); }
+    ~OneThread() { at::set_num_threads(was); }
+  } one_thread;
   for (Precision p : {Precision::fp32, Precision::bf16}) record_precision(p, t.tapes, t.problems);
   return t;
 }

@@ -145,6 +145,20 @@ void exercise_behaviour(const VersionChange& c) {
     json stage0 = cfg;
     stage0["zero_optimization"]["stage"] = 0;
     EXPECT_EQ(value_of(parse_at(stage0, prev), c.key), now) << "only under ZeRO";
+  } else if (c.key == "zero_optimization.stage") {
+    // The ZeRO-2 regression of 0.17.6-0.18.2: said at stage 2 in those releases only.
+    auto warned = [](const DsConfig& d) {
+      for (const auto& w : d.warnings)
+        if (w.find("ZeRO-2 gradients") != std::string::npos && w.find("#7718") != std::string::npos) return true;
+      return false;
+    };
+    const json z2 = {{"train_micro_batch_size_per_gpu", 2}, {"zero_optimization", {{"stage", 2}}}};
+    json z3 = z2;
+    z3["zero_optimization"]["stage"] = 3;
+    const bool regression = c.since == "0.17.6";
+    EXPECT_EQ(warned(parse_at(z2, c.since)), regression) << c.since;
+    EXPECT_EQ(warned(parse_at(z2, prev)), !regression) << prev;  // 0.17.5: before it; 0.18.2: still in it
+    EXPECT_FALSE(warned(parse_at(z3, "0.18.0"))) << "stage 3 is unaffected";
   } else {
     FAIL() << "behaviour entry " << c.key << " is not exercised";
   }
