@@ -97,7 +97,7 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
   uses_.assign(layers.size(), 0);
   kept_grads_.resize(layers.size());
   allocate_grad_overhang(opts);
-  build_optimizers(sc);
+  build_optimizers(sc, layer_numels);
   if (policy_.shard_params()) {
     std::vector<int64_t> dynamic;
     for (auto& g : groups_) dynamic.push_back(g->layout().dynamic_numel);
@@ -108,7 +108,7 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
   if (policy_.uses_reducer()) build_reducer();
 }
 
-void ZeroEngine::build_optimizers(const ShardingConfig& sc) {
+void ZeroEngine::build_optimizers(const ShardingConfig& sc, const std::vector<std::vector<int64_t>>& layer_numels) {
   // DeepSpeed creates (and partitions) the optimizer states after the model: an
   // OOM here is "while partitioning optimizer states".
   DeviceMemory::instance().set_phase(Phase::partition);
@@ -120,12 +120,8 @@ void ZeroEngine::build_optimizers(const ShardingConfig& sc) {
     ho.drop_accumulated_grads = cfg_.drop_accumulated_grads;
     ho.param_offload = cfg_.zero.offload_param.enabled();
     ho.boundary_fp32 = !policy_.shard_params();  // stages 1-2 (stage_1_and_2.py)
-    std::vector<std::vector<int64_t>> layer_numels;
     std::vector<int64_t> numels;
-    for (auto& g : groups_) {
-      numels.push_back(g->owned_numel());
-      layer_numels.push_back(g->layout().param_numels);
-    }
+    for (auto& g : groups_) numels.push_back(g->owned_numel());
     ho.overhang_numel = offload_grad_overhang_numel(layer_numels, cfg_.zero, comm_.world_size(), comm_.rank());
     host_opt_ = std::make_unique<OptimizerOffload>(numels, offloaded_, ho, *copier_);
     // DeepSpeed's device buffer the host accumulator comes up into ([Note: DeepSpeed's

@@ -148,7 +148,8 @@ class ZeroEngine : private ShardOps {
   bool uploading(int layer) const override { return groups_[layer]->uploading(); }
   bool host_shard(int layer) const override { return groups_[layer]->host_shard(); }
 
-  void build_optimizers(const ShardingConfig& sc);
+  // layer_numels: per layer, its parameters' sizes.
+  void build_optimizers(const ShardingConfig& sc, const std::vector<std::vector<int64_t>>& layer_numels);
   void build_reducer();
   void allocate_grad_overhang(const torch::TensorOptions& opts);
 

@@ -249,15 +249,18 @@ class PlanSim {
     offloaded_ = offloaded_layers(numels, z_);
     param_offload_ = z_.offload_param.enabled();
     grad_overhang_bytes_ = grad_overhang_bytes(req.rank);
-    // The rank's host bytes, or those of the rank that holds the most (ranks differ by
-    // the whole-parameter overhang only).
-    for (int r = 0; r < ws_; ++r) {
-      if (req.rank && *req.rank != r) continue;
-      const OffloadHostBytes host = offload_host_bytes(numels, z_, ws_, r, pe_ == 4 ? torch::kFloat : torch::kBFloat16,
-                                                       comm_dtype_of(req.cfg));
-      plan_.host_pinned_bytes = std::max(plan_.host_pinned_bytes, host.pinned);
-      plan_.host_pageable_bytes = std::max(plan_.host_pageable_bytes, host.pageable);
+    // The rank's host bytes, or those of the rank that holds the most: ranks differ by
+    // the whole-parameter overhang only.
+    int most = req.rank.value_or(0);
+    int64_t most_overhang = -1;
+    for (int r = 0; r < ws_ && !req.rank; ++r) {
+      const int64_t n = offload_grad_overhang_numel(numels, z_, ws_, r);
+      if (n > most_overhang) most = r, most_overhang = n;
     }
+    const OffloadHostBytes host = offload_host_bytes(numels, z_, ws_, most, pe_ == 4 ? torch::kFloat : torch::kBFloat16,
+                                                     comm_dtype_of(req.cfg));
+    plan_.host_pinned_bytes = host.pinned;
+    plan_.host_pageable_bytes = host.pageable;
     offload_grad_temp_bytes_ = offload_grad_temp_numel(numels, z_) * pe_;
   }
 

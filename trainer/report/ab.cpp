@@ -19,7 +19,6 @@ using json = nlohmann::json;
 
 namespace {
 
-double number_or(const json& v, double fallback = NAN) { return v.is_number() ? v.get<double>() : fallback; }
 
 std::string fixed(double v, int prec) {
   if (!std::isfinite(v)) return "-";

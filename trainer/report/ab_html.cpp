@@ -24,12 +24,11 @@ namespace ab_page {
 
 using json = nlohmann::json;
 
-double num_or(const json& v, double fallback = NAN) { return v.is_number() ? v.get<double>() : fallback; }
 std::string esc(const std::string& s) { return html_escape(s); }
-std::string text(const json& v) { return v.is_string() ? v.get<std::string>() : v.is_null() ? "-" : v.dump(); }
-std::string bytes(const json& v) { return v.is_number() ? format_bytes(static_cast<int64_t>(v.get<double>())) : "-"; }
+std::string text(const json& v) { return v.is_string() ? v.get<std::string>() : v.is_null() ? "–" : v.dump(); }
+std::string bytes(const json& v) { return html_bytes(v); }
 std::string fmt(double v, const char* f) {
-  if (!std::isfinite(v)) return "-";
+  if (!std::isfinite(v)) return "–";
   char b[64];
   std::snprintf(b, sizeof b, f, v);
   return b;
@@ -89,7 +88,7 @@ void basis(std::ostringstream& o, const json& ab) {
       break;
     }
   for (const auto& r : ab["rows"]) {
-    const double link = num_or(r.value("host_link_gbps", json()), 0), bus = num_or(r.value("interconnect_busbw_gbps", json()), 0);
+    const double link = number_or(r.value("host_link_gbps", json()), 0), bus = number_or(r.value("interconnect_busbw_gbps", json()), 0);
     if (link > 0)
       o << "<li>" << esc(label(r)) << ": host link modelled at " << fmt(link, "%.3g")
         << " GB/s (copies take at least bytes / bandwidth; --host-link-gbps or --host-link-profile).</li>";
@@ -98,15 +97,15 @@ void basis(std::ostringstream& o, const json& ab) {
   }
   for (const auto& c : ab.value("comparisons", json::array()))
     o << "<li>" << c["ranks"] << " rank(s): largest relative difference between A and B over their common steps: loss "
-      << fmt(num_or(c.value("max_loss_rel_diff", json())), "%.3g") << ", grad norm "
-      << fmt(num_or(c.value("max_grad_norm_rel_diff", json())), "%.3g") << ".</li>";
+      << fmt(number_or(c.value("max_loss_rel_diff", json())), "%.3g") << ", grad norm "
+      << fmt(number_or(c.value("max_grad_norm_rel_diff", json())), "%.3g") << ".</li>";
   for (const auto& r : ab["rows"]) {
     const json w = r.value("fidelity_worst", json());
     if (!w.is_object()) continue;
-    o << "<li>" << esc(label(r)) << " ran scaled down (parameters x" << fmt(num_or(r.value("parameter_factor", json())), "%.4g")
+    o << "<li>" << esc(label(r)) << " ran scaled down (parameters x" << fmt(number_or(r.value("parameter_factor", json())), "%.4g")
       << " to " << esc(text(r.value("target_model", json()))) << "): its worst category, " << esc(text(w["category"]))
-      << ", is " << fmt(100 * num_or(w["toy_share"]), "%.0f") << "% of capacity in the toy against "
-      << fmt(100 * num_or(w["target_share"]), "%.0f") << "% at target ("
+      << ", is " << fmt(100 * number_or(w["toy_share"]), "%.0f") << "% of capacity in the toy against "
+      << fmt(100 * number_or(w["target_share"]), "%.0f") << "% at target ("
       << (r.value("fidelity_ok", false) ? "within 5 points: the verdict holds at target" : "<b>more than 5 points: the toy's verdict may not hold at target</b>")
       << "); planned at target " << bytes(r.value("target_planned_peak_bytes", json())) << " ("
       << esc(text(r.value("target_planned_verdict", json()))) << ").</li>";
@@ -134,25 +133,25 @@ void memory(std::ostringstream& o, const json& ab) {
     double capacity = 0, factor = 1;
     std::vector<std::string> none;
     for (const json& r : rows) {
-      const double f = num_or(r.value("parameter_factor", json()), 1);
+      const double f = number_or(r.value("parameter_factor", json()), 1);
       const bool scaled = f != 1;
       factor = std::max(factor, f);
-      const double cap = scaled ? num_or(r.value("target_capacity_bytes", json()), 0) : num_or(r.value("capacity_bytes", json()), 0);
+      const double cap = scaled ? number_or(r.value("target_capacity_bytes", json()), 0) : number_or(r.value("capacity_bytes", json()), 0);
       capacity = std::max(capacity, cap);
-      const double planned = num_or(scaled ? r.value("target_planned_peak_bytes", json()) : r.value("planned_peak_bytes", json()), -1);
+      const double planned = number_or(scaled ? r.value("target_planned_peak_bytes", json()) : r.value("planned_peak_bytes", json()), -1);
       if (ab.value("plan_only", false)) {  // the plan's highest rank, by category where it says
         BarRow b{label(r) + " (plan)", r["side"].get<std::string>() + "-" + std::to_string(ranks) + "-plan", {}, -1, failed(r)};
         if (r.value("by_category", json()).is_object())
           for (const auto& [cat, v] : r["by_category"].items()) b.segments.push_back({cat, v.get<double>()});
         else
-          b.segments.push_back({"peak", num_or(r.value("peak_bytes_max", json()), 0)});
+          b.segments.push_back({"peak", number_or(r.value("peak_bytes_max", json()), 0)});
         bars.push_back(b);
         continue;
       }
       // A run that ended before training (a pinned-memory failure at init) has no device figures.
       int drawn = 0;
       for (const auto& m : r.value("rank_memory", json::array())) {
-        if (num_or(m.value("peak_bytes", json()), 0) <= 0) continue;
+        if (number_or(m.value("peak_bytes", json()), 0) <= 0) continue;
         ++drawn;
         BarRow b{label(r) + " rank " + m["rank"].dump(), r["side"].get<std::string>() + "-" + std::to_string(ranks) + "-" + m["rank"].dump(), {}, planned, failed(r)};
         const json cats = m.value("by_category", json::object());
@@ -172,9 +171,9 @@ void pinned(std::ostringstream& o, const json& ab) {
   for (const auto& r : ab["rows"]) {
     if (!pinned_failure(r) || !r.value("failure", json()).is_object()) continue;
     const json& f = r["failure"];
-    const double limit = num_or(f.value("memlock_limit_bytes", json()), 0);
+    const double limit = number_or(f.value("memlock_limit_bytes", json()), 0);
     o << "<h2>" << esc(label(r)) << ": pinned host memory against the memlock limit</h2>"
-      << stacked_bars({{label(r) + " needs", label(r) + "-pinned", {{"pinned (offload)", num_or(f.value("needed_bytes", json()), 0)}}, -1, true}},
+      << stacked_bars({{label(r) + " needs", label(r) + "-pinned", {{"pinned (offload)", number_or(f.value("needed_bytes", json()), 0)}}, -1, true}},
                       {"pinned bytes against the memlock limit", limit, "", 760, "memlock limit"})
       << "<p>needed " << bytes(f.value("needed_bytes", json())) << ", memlock limit "
       << (limit > 0 ? bytes(f["memlock_limit_bytes"]) : "unlimited") << ", already locked " << bytes(f.value("locked_bytes", json()))
@@ -192,7 +191,7 @@ void waits(std::ostringstream& o, const json& ab) {
       for (const auto& h : f["hang_ranks"])
         o << "<tr><td>" << text(h["rank"]) << "</td><td class='l'>" << (h["waiting_seq"].is_null() ? "-" : "#" + h["waiting_seq"].dump() + " ")
           << esc(text(h["waiting_in"])) << "</td><td class='l'>" << esc(text(h["last_completed"])) << "</td><td>"
-          << fmt(num_or(h["idle_s"]), "%.1f s") << "</td></tr>";
+          << fmt(number_or(h["idle_s"]), "%.1f s") << "</td></tr>";
       o << "</table>";
       for (const auto& s : f.value("hang_suspects", json::array()))
         o << "<p>suspect: rank " << text(s.value("rank", json())) << ": " << esc(text(s.value("evidence", json()))) << "</p>";
@@ -203,16 +202,16 @@ void waits(std::ostringstream& o, const json& ab) {
 // Throughput of every run that trained: the figure a slowdown is judged by.
 void speed(std::ostringstream& o, const json& ab) {
   double top = 0;
-  for (const auto& r : ab["rows"]) top = std::max(top, num_or(r.value("tokens_per_s", json()), 0));
+  for (const auto& r : ab["rows"]) top = std::max(top, number_or(r.value("tokens_per_s", json()), 0));
   if (top <= 0) return;
   o << "<h2>Throughput</h2><table id='speed'><tr><th>run</th><th>tokens/s</th><th></th><th>median step</th>"
     << "<th>comm wait share</th><th>offload wait per step</th></tr>";
   for (const auto& r : ab["rows"]) {
-    const double t = num_or(r.value("tokens_per_s", json()));
+    const double t = number_or(r.value("tokens_per_s", json()));
     o << "<tr><td class='l'>" << esc(label(r)) << "</td><td>" << fmt(t, "%.0f") << "</td><td class='l'>"
-      << (std::isfinite(t) ? "<span class='bar' style='width:" + fmt(300 * t / top, "%.0f") + "px'></span>" : "no steps") << "</td><td>" << fmt(num_or(r.value("step_s_median", json())), "%.4f s")
-      << "</td><td>" << fmt(100 * num_or(r.value("comm_wait_share", json())), "%.0f%%") << "</td><td>"
-      << fmt(num_or(r.value("offload_wait_s_per_step", json())), "%.4f s") << "</td></tr>";
+      << (std::isfinite(t) ? "<span class='bar' style='width:" + fmt(300 * t / top, "%.0f") + "px'></span>" : "no steps") << "</td><td>" << fmt(number_or(r.value("step_s_median", json())), "%.4f s")
+      << "</td><td>" << fmt(100 * number_or(r.value("comm_wait_share", json())), "%.0f%%") << "</td><td>"
+      << fmt(number_or(r.value("offload_wait_s_per_step", json())), "%.4f s") << "</td></tr>";
   }
   o << "</table>";
 }
@@ -240,10 +239,10 @@ void runs(std::ostringstream& o, const json& ab) {
     const std::string dir = run_dir(r);
     o << "<tr><td class='l'>" << esc(label(r)) << "</td><td>" << esc(text(r["status"])) << "</td><td>" << r["exit_code"]
       << "</td><td>" << esc(text(r.value("phase", json()))) << "</td><td>" << bytes(r.value("peak_bytes_max", json()))
-      << "</td><td>" << fmt(100 * num_or(r.value("peak_share_of_capacity", json())), "%.0f%%") << "</td><td>"
+      << "</td><td>" << fmt(100 * number_or(r.value("peak_share_of_capacity", json())), "%.0f%%") << "</td><td>"
       << bytes(r.value("peak_bytes_spread", json())) << "</td><td>" << bytes(r.value("target_planned_peak_bytes", json()))
       << " (" << bytes(r.value("target_peak_bytes_max", json())) << ")</td><td>"
-      << fmt(num_or(r.value("final_loss", json())), "%.5f") << "</td><td class='l'>";
+      << fmt(number_or(r.value("final_loss", json())), "%.5f") << "</td><td class='l'>";
     if (plan_only)
       o << "<a href='" << esc(dir) << ".plan.json'>plan</a>";
     else

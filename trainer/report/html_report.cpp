@@ -26,6 +26,12 @@ std::string html_escape(const std::string& s) {
   return o;
 }
 
+std::string html_bytes(const json& v) {
+  return v.is_number() ? format_bytes(static_cast<int64_t>(v.get<double>())) : "–";
+}
+
+double number_or(const json& v, double fallback) { return v.is_number() ? v.get<double>() : fallback; }
+
 namespace {
 
 std::string esc(const std::string& s) { return html_escape(s); }
@@ -41,8 +47,7 @@ std::string str(const json& v) {
   return v.dump();
 }
 
-// Bytes as people read them ("1.50 GiB"); "–" for a missing figure.
-std::string bytes(const json& v) { return v.is_number() ? format_bytes(static_cast<int64_t>(v.get<double>())) : "–"; }
+std::string bytes(const json& v) { return html_bytes(v); }
 
 // A fraction as a percentage ("42.0%"); "–" for a missing figure.
 std::string pct(const json& v) {
