@@ -9,10 +9,12 @@ loss is driven as the Hugging Face Trainer drives it (transformers 5.25 trainer.
 _get_num_items_in_batch, compute_loss, training_step): the sum over its scored tokens divided
 by the scored tokens of the whole accumulated batch gathered over the ranks, times the world
 size, and engine.backward(loss, scale_wrt_gas=False). Records per step the global mean loss, the grad norm
-before clipping, the collectives by op, and the live-tensor memory walk at the
+before clipping, whether an overflow skipped the step, the collectives by op, and the live-tensor memory walk at the
 first step's boundary micro-step: inside backward once the last gradient exists
 (`backward`: DeepSpeed's stage 1/2 reduce buckets live only then), after backward
-(`boundary`, before the optimizer step), and after the last step (`after_step`). Rank 0 writes every rank's record to --out.
+(`boundary`, before the optimizer step), and after the last step (`after_step`). Rank 0 writes every rank's record to --out; a config the release refuses at
+deepspeed.initialize gives {"refused": "<exception>"} there instead. Also run per release
+by `zrepro bisect` (trainer/bisect/), so it uses only what DeepSpeed 0.15-0.19 all have.
 """
 import argparse
 import json
@@ -40,6 +42,13 @@ def grad_norm_now(model):
     return math.sqrt(total)
 
 
+def write_record(path, record):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(record, f, indent=1)
+    os.replace(tmp, path)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--inputs", required=True)
@@ -61,7 +70,13 @@ def main():
         # This rank's config says one more accumulation step (equal optimizer steps).
         config["gradient_accumulation_steps"] += 1
         config.pop("train_batch_size", None)
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.ordered, config=config)
+    try:
+        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.ordered, config=config)
+    except Exception as e:  # the release refuses the config: say so in the record (zrepro bisect reads it)
+        if rank == 0:
+            write_record(a.out, {"refused": f"{type(e).__name__}: {e}".strip()[:2000],
+                                 "versions": {"torch": torch.__version__, "deepspeed": deepspeed.__version__}})
+        raise
     stage = engine.zero_optimization_stage()
     gas = engine.gradient_accumulation_steps()
     memory = {"init": memory_by_category(engine, model)}
@@ -94,6 +109,7 @@ def main():
         micro_steps = gas
         losses, norm = [], None
         COUNTER.enabled = True
+        skipped_before = engine.skipped_steps
         if token:  # num_items_in_batch: this rank's scored targets of the step, summed over the ranks
             n = torch.tensor([float(sum(int((micro_batch(tokens, layout, step, t, rank)[1] != -100).sum())
                                         for t in range(micro_steps)))], dtype=torch.float64)
@@ -124,10 +140,13 @@ def main():
         if stage > 0:
             norm = engine.get_global_grad_norm()
             norm = float(norm) if norm is not None else None
-        steps.append({"step": step, "loss": float(local) / world, "grad_norm": norm,
+        skipped = engine.skipped_steps > skipped_before  # fp16: an overflow skipped the update
+        steps.append({"step": step, "loss": float(local) / world, "grad_norm": norm, "skipped": skipped,
                       "comm_bytes": zero_convention(calls, world),
                       "offload_bytes": copies.take() if copies else None,
                       "comm_calls": {op: sum(1 for c in calls if c["op"] == op) for op in {c["op"] for c in calls}}})
+        if rank == 0:  # progress for whoever waits (zrepro bisect shows it)
+            print(f"[zrepro] step={step + 1}/{a.steps} (DeepSpeed {deepspeed.__version__})", flush=True)
     memory["after_step"] = memory_by_category(engine, model)
     record = {"rank": rank, "world": world, "zero_stage": stage, "grad_accum": gas,
               "micro": engine.train_micro_batch_size_per_gpu(), "steps": steps, "memory": memory,
@@ -135,11 +154,8 @@ def main():
     gathered = [None] * world
     dist.all_gather_object(gathered, record)
     if rank == 0:
-        tmp = a.out + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump({"ranks": gathered, "versions": {"torch": torch.__version__, "deepspeed": deepspeed.__version__}},
-                      f, indent=1)
-        os.replace(tmp, a.out)
+        write_record(a.out, {"ranks": gathered,
+                             "versions": {"torch": torch.__version__, "deepspeed": deepspeed.__version__}})
     # Nobody leaves before the record is on disk (a rank that crashes in its own
     # teardown must not take rank 0 down with it before the write).
     dist.barrier()

@@ -142,10 +142,16 @@ std::string progress_line(const std::string& what, const ChildSteps& steps, doub
 
 // Runs this binary with args, its output into log; returns the exit code.
 int run_self(const std::vector<std::string>& args, const std::string& log, const std::string& what) {
-  std::vector<char*> argv;
-  std::string self = "/proc/self/exe";
-  argv.push_back(self.data());
+  std::vector<std::string> argv = {"/proc/self/exe"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_program(argv, {}, log, what);
+}
+
+int run_program(const std::vector<std::string>& args, const EnvVars& env, const std::string& log,
+                const std::string& what) {
+  if (args.empty()) throw std::logic_error("run_program: no program");
   std::vector<std::string> copy = args;
+  std::vector<char*> argv;
   for (auto& a : copy) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::cout << std::flush;
@@ -164,7 +170,9 @@ int run_self(const std::vector<std::string>& args, const std::string& log, const
       dup2(fileno(f), STDOUT_FILENO);
       dup2(fileno(f), STDERR_FILENO);
     }
-    execv(argv[0], argv.data());
+    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr, "zrepro: cannot start %s: %s\n", argv[0], std::strerror(errno));
     _exit(127);
   }
   g_child.store(pid);
@@ -180,10 +188,11 @@ int run_self(const std::vector<std::string>& args, const std::string& log, const
     }
   }
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  if (const int sig = g_signal.load())
-    throw Interrupted(sig, std::string(sig == SIGINT ? "SIGINT" : "SIGTERM") + ": the child `zrepro " +
-                               (args.empty() ? std::string() : args[0]) + "` was stopped (exit " +
-                               std::to_string(code) + "; its output: " + log + ")");
+  if (const int sig = g_signal.load()) {
+    const std::string who = args[0] == "/proc/self/exe" ? "zrepro " + (args.size() > 1 ? args[1] : "") : args[0];
+    throw Interrupted(sig, std::string(sig == SIGINT ? "SIGINT" : "SIGTERM") + ": the child `" + who +
+                               "` was stopped (exit " + std::to_string(code) + "; its output: " + log + ")");
+  }
   return code;
 }
 

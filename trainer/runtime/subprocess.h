@@ -1,5 +1,5 @@
-// Running zrepro itself as a child process, for the commands that compose runs
-// (ab, verify): the child's output goes to a log file, its exit code comes back, and
+// Running zrepro itself (ab, verify) or another program (bisect's DeepSpeed runs) as a
+// child process: the child's output goes to a log file, its exit code comes back, and
 // the JSON files it wrote are read back tolerantly (null when missing or cut).
 #pragma once
 #include <string>
@@ -22,6 +22,12 @@ namespace zrepro {
 // second; otherwise (a CI log) a heartbeat line is printed every 10 s, so a long
 // comparison is never a silent minute. ZREPRO_HEARTBEAT_S sets the interval (tests).
 int run_self(const std::vector<std::string>& args, const std::string& log, const std::string& what = "");
+// Another program (argv[0] looked up on PATH) the same way: its own process group, signals
+// forwarded, no orphan, progress from its "[zrepro] step=N/M" lines; `env` is added to this
+// process's environment for the child (zrepro bisect runs DeepSpeed's Python so).
+using EnvVars = std::vector<std::pair<std::string, std::string>>;
+int run_program(const std::vector<std::string>& argv, const EnvVars& env, const std::string& log,
+                const std::string& what = "");
 // run_self for a child whose bad input is the caller's: its exit 2 becomes a ConfigError
 // naming `what` with the child's last lines.
 int run_self_or_refuse(const std::string& what, const std::vector<std::string>& args, const std::string& log);

@@ -1,0 +1,74 @@
+// What zrepro bisect counts as a move ([Note: what counts as a move]), on figures recorded
+// from real DeepSpeed releases on this CPU (tests/data/bisect/: ds_run.py's records).
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "trainer/bisect/release_figures.h"
+
+namespace zrepro {
+namespace {
+
+using json = nlohmann::json;
+
+json ds_record(double loss0, double norm0, bool skipped = false, double params = 474112) {
+  json step = {{"step", 0}, {"loss", loss0}, {"grad_norm", norm0}, {"skipped", skipped},
+               {"comm_bytes", {{"all_reduce", 1896456}, {"all_gather", 474112}, {"reduce", 8}}}};
+  json rank = {{"rank", 0}, {"steps", {step}},
+               {"memory", {{"init", {{"bytes", {{"params", params}, {"optimizer_states", 237056}, {"other", 34820}}}}}}}};
+  return {{"ranks", {rank}}, {"versions", {{"torch", "2.15.0"}, {"deepspeed", "0.17.5"}}}};
+}
+
+TEST(ReleaseFigures, ReadsDeepSpeedsRecord) {
+  const ReleaseFigures f = figures_from_deepspeed(ds_record(4.866, 1.434), "");
+  EXPECT_EQ(f.outcome, "ran");
+  EXPECT_EQ(f.torch, "2.15.0");
+  ASSERT_EQ(f.steps.size(), 1u);
+  EXPECT_DOUBLE_EQ(*f.steps[0].grad_norm, 1.434);
+  EXPECT_EQ(f.bytes.at("rank 0 init params"), 474112);
+  EXPECT_EQ(f.bytes.count("rank 0 init other"), 0u);  // the walk's leftovers are not compared
+  EXPECT_EQ(f.comm_bytes.at("step 1 all_reduce"), 1896456);
+  EXPECT_EQ(f.comm_bytes.count("step 1 reduce"), 0u);  // a scalar: latency, not traffic
+  const ReleaseFigures refused = figures_from_deepspeed({{"refused", "ValueError: nebula was removed"}}, "");
+  EXPECT_EQ(refused.outcome, "refused");
+  EXPECT_EQ(figures_from_deepspeed(json(), "Killed").outcome, "failed");
+  EXPECT_EQ(figures_from_deepspeed(json(), "Killed").message, "Killed");
+}
+
+TEST(ReleaseFigures, SaysWhatMovedPastTheTolerance) {
+  const Tolerance fp32 = default_tolerance("fp32");
+  const ReleaseFigures a = figures_from_deepspeed(ds_record(4.866347, 1.434137), "");
+  EXPECT_TRUE(moved(a, figures_from_deepspeed(ds_record(4.866347 * (1 + 5e-6), 1.434137), ""), fp32).empty());
+  // 0.17.5 -> 0.17.6 at ZeRO-2 (DeepSpeed #7718): the grad norm of the same first step.
+  const auto d = moved(a, figures_from_deepspeed(ds_record(4.866347, 0.780241), ""), fp32);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0], "step 1 grad norm 1.434137 -> 0.780241 (-45.6%)");
+  // 16-bit figures get 1e-2.
+  EXPECT_TRUE(moved(a, figures_from_deepspeed(ds_record(4.866347 * 1.005, 1.434137), ""), default_tolerance("bf16"))
+                  .empty());
+  // fp16's first steps skipped by an overflow (0.17.0's 2^32 initial scale): a move, and
+  // the grad norm of a skipped step is not compared.
+  const auto s = moved(a, figures_from_deepspeed(ds_record(4.866347, 0.0, true), ""), fp32);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0], "step 1 applied -> skipped (overflow)");
+  // Bytes: exact to 1e-3.
+  const auto b = moved(a, figures_from_deepspeed(ds_record(4.866347, 1.434137, false, 2 * 474112), ""), fp32);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b[0], "rank 0 init params 474112 -> 948224 B (+100.0%)");
+  EXPECT_TRUE(moved(a, figures_from_deepspeed(ds_record(4.866347, 1.434137, false, 2 * 474112), ""), fp32, true)
+                  .empty());  // steps only (zrepro beside a release)
+  // A refusal is a move from a run, and two refusals agree.
+  const ReleaseFigures r = figures_from_deepspeed({{"refused", "ValueError: x"}}, "");
+  EXPECT_EQ(moved(a, r, fp32), std::vector<std::string>{"outcome ran -> refused: ValueError: x"});
+  EXPECT_TRUE(moved(r, r, fp32).empty());
+}
+
+TEST(ReleaseFigures, RoundTripsThroughTheCache) {
+  const ReleaseFigures a = figures_from_deepspeed(ds_record(4.866347, 1.434137), "");
+  const ReleaseFigures b = figures_from_json(to_json(a));
+  EXPECT_TRUE(moved(a, b, Tolerance{0, 0}).empty());
+  EXPECT_EQ(b.torch, "2.15.0");
+}
+
+}  // namespace
+}  // namespace zrepro

@@ -1,0 +1,325 @@
+// `zrepro bisect --config ds.json --good A --bad B`: the first DeepSpeed release between A
+// and B whose figures on zrepro's toy moved from A's, found by running the real releases on
+// this CPU (trainer/bisect/release_env.h), with zrepro's own figures under each release's
+// profile beside them and the version table's changes between the two releases it names.
+//
+// Steps: zrepro trains the config once as release A (`--deepspeed-version A
+// --export-inputs`), which fixes the weights and batches every release gets; the config
+// DeepSpeed gets is the user's with its "auto" values filled as the Hugging Face Trainer
+// fills them (the batch keys always), and every key the user left unset left unset, so each
+// release applies its own defaults. A and B run first; when they agree there is nothing to
+// bisect (exit 7). Otherwise [Note: bisecting releases] (trainer/bisect/bisection.h) under
+// [Note: what counts as a move] (trainer/bisect/release_figures.h). Exit 0 with the release.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+
+#include "trainer/app/cli.h"
+#include "trainer/bisect/bisection.h"
+#include "trainer/bisect/release_env.h"
+#include "trainer/config/ds_versions.h"
+#include "trainer/report/report.h"
+#include "trainer/runtime/subprocess.h"
+#include "zero/comm/mpi_communicator.h"
+
+namespace zrepro {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace bisect_cmd {
+
+struct Judged {
+  std::string release;
+  Verdict verdict = Verdict::kSkip;
+  ReleaseFigures ds;
+  bool from_cache = false;
+  std::string why;  // skip: the reason
+  std::optional<ReleaseFigures> zrepro;  // zrepro under this release's profile
+};
+
+struct Bisect {
+  std::string config, out;
+  std::vector<std::string> run_flags;  // --model, --micro-batch, ... for every zrepro run
+  int ranks = 2, steps = 3, stage = 0;
+  Tolerance tol;
+  RunInputs inputs;
+  std::unique_ptr<ReleaseRunner> runner;
+  std::map<std::string, Judged> judged;  // by release
+  std::string precision = "fp32";
+};
+
+json read_json(const std::string& path, const std::string& what) {
+  std::ifstream in(path);
+  const json j = in ? json::parse(in, nullptr, false) : json();
+  if (j.is_discarded() || j.is_null()) throw ConfigError(what + ": \"" + path + "\" is not readable JSON");
+  return j;
+}
+
+// The user's config as the Hugging Face Trainer hands it to DeepSpeed: each "auto" filled
+// with the value zrepro resolved, the batch keys always set; unset keys stay unset.
+json config_for_deepspeed(const json& user, const json& resolved) {
+  json out = user;
+  std::function<void(json&, const json&)> fill = [&](json& node, const json& res) {
+    for (auto& [k, v] : node.items()) {
+      const json r = res.is_object() && res.contains(k) ? res[k] : json();
+      if (v.is_string() && v.get<std::string>() == "auto" && !r.is_null()) v = r;
+      else if (v.is_object()) fill(v, r);
+    }
+  };
+  fill(out, resolved);
+  for (const char* k : {"train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size"})
+    if (resolved.contains(k)) out[k] = resolved[k];
+  return out;
+}
+
+// zrepro as release V on the same inputs: OUT/zrepro-V (its summary; nullopt if none).
+std::optional<json> run_zrepro(Bisect& b, const std::string& release, bool export_inputs) {
+  const std::string dir = b.out + "/zrepro-" + release;
+  fs::remove_all(dir);
+  std::vector<std::string> args = {"run",     "--config", b.config, "--out", dir, "--deepspeed-version", release,
+                                   "--ranks", std::to_string(b.ranks), "--steps", std::to_string(b.steps),
+                                   "--log-every", "1000"};
+  args.insert(args.end(), b.run_flags.begin(), b.run_flags.end());
+  if (export_inputs) args.push_back("--export-inputs");
+  run_self_or_refuse("zrepro as DeepSpeed " + release, args, dir + ".log");
+  if (!fs::exists(dir + "/summary.json")) return std::nullopt;
+  return read_json(dir + "/summary.json", "zrepro's summary");
+}
+
+// Judges one release: Skip when it cannot run here, else Good or Moved against `good`.
+Judged& judge(Bisect& b, const std::string& release, const ReleaseFigures* good) {
+  Judged& j = b.judged[release];
+  j.release = release;
+  if (const auto refusal = cpu_refusal(release, b.stage)) {
+    j.why = *refusal;
+    return j;
+  }
+  j.ds = b.runner->figures(release, b.inputs, j.from_cache);
+  if (j.ds.outcome == "unavailable") {
+    j.why = j.ds.message;
+    return j;
+  }
+  j.verdict = good && !moved(*good, j.ds, b.tol).empty() ? Verdict::kMoved : Verdict::kGood;
+  if (const auto s = run_zrepro(b, release, false)) j.zrepro = figures_from_zrepro(*s);
+  std::cout << "[zrepro bisect] DeepSpeed " << release << ": " << (good ? verdict_name(j.verdict) : "the good release")
+            << (j.ds.outcome == "ran" ? "" : " (" + j.ds.outcome + ")") << (j.from_cache ? " (cached)" : "") << std::endl;
+  return j;
+}
+
+std::string fig(const std::optional<double>& v) {
+  if (!v || !std::isfinite(*v)) return "-";
+  return fmt(*v, 4);
+}
+
+// One row of the table: a release's first and last step, and zrepro as that release.
+std::string row(const Bisect& b, const Judged& j, const ReleaseFigures& good) {
+  std::string s = "  " + j.release + std::string(8 - std::min<size_t>(8, j.release.size()), ' ');
+  if (j.verdict == Verdict::kSkip) return s + "skip   " + j.why;
+  s += std::string(verdict_name(j.verdict)) + (j.verdict == Verdict::kGood ? "   " : "  ");
+  if (j.ds.outcome != "ran") return s + j.ds.outcome + ": " + j.ds.message.substr(0, 160);
+  const StepFigures &f = j.ds.steps.front(), &l = j.ds.steps.back();
+  int skipped = 0;
+  for (const auto& st : j.ds.steps) skipped += st.skipped;
+  s += "loss " + fmt(f.loss, 5) + " .. " + fmt(l.loss, 5) + ", grad norm " + fig(f.grad_norm) + " .. " +
+       fig(l.grad_norm) + ", skipped " + std::to_string(skipped);
+  if (j.zrepro) {
+    Tolerance beside = b.tol;
+    if (b.precision != "fp32") beside.numerics = 5e-2;  // the conformance record's 16-bit tolerance
+    const auto diff = moved(j.ds, *j.zrepro, beside, true, 1);
+    s += diff.empty() ? "   | zrepro as " + j.release + ": agrees"
+                      : "   | zrepro as " + j.release + ": DIFFERS (" + diff.front() + ")";
+  }
+  (void)good;
+  return s;
+}
+
+// Is the dotted key set in the config?
+bool key_set(const json& config, const std::string& key) {
+  const json* node = &config;
+  size_t at = 0;
+  for (;;) {
+    const size_t dot = key.find('.', at);
+    const std::string part = key.substr(at, dot == std::string::npos ? std::string::npos : dot - at);
+    if (!node->is_object() || !node->contains(part)) return false;
+    node = &(*node)[part];
+    if (dot == std::string::npos) return true;
+    at = dot + 1;
+  }
+}
+
+// The version table's changes in (last_good, first_moved] that touch this config: a key it
+// sets, a default it leaves to the release, a behaviour of a block it has.
+std::vector<const VersionChange*> changes_between(const json& config, const std::string& after,
+                                                  const std::string& upto) {
+  std::vector<const VersionChange*> out;
+  for (const VersionChange& c : version_changes()) {
+    if (compare_versions(c.since, after) <= 0 || compare_versions(c.since, upto) > 0) continue;
+    const std::string block = c.key.substr(0, c.key.find('.'));
+    const bool touches = key_set(config, c.key) || (c.kind == "default" && !key_set(config, c.key)) ||
+                         (c.kind == "behaviour" && key_set(config, block));
+    if (touches) out.push_back(&c);
+  }
+  return out;
+}
+
+// Prints the verdict and writes OUT/bisect.json; returns the exit code.
+int report(Bisect& b, const std::vector<std::string>& releases, const Bisection& found, const json& user) {
+  const ReleaseFigures& good = b.judged[releases.front()].ds;
+  const std::string last_good = releases[found.last_good], first = releases[found.first_moved];
+  std::cout << "\n[zrepro bisect] releases judged (oldest first), each against " << releases.front() << ":\n";
+  json rows = json::array();
+  for (const std::string& r : releases) {
+    if (!b.judged.count(r)) continue;
+    const Judged& j = b.judged[r];
+    std::cout << row(b, j, good) << "\n";
+    rows.push_back({{"release", r}, {"verdict", verdict_name(j.verdict)}, {"why", j.why}, {"from_cache", j.from_cache},
+                    {"deepspeed", to_json(j.ds)}, {"zrepro", j.zrepro ? to_json(*j.zrepro) : json(nullptr)}});
+  }
+  const std::vector<std::string> diff = moved(b.judged[last_good].ds, b.judged[first].ds, b.tol);
+  std::cout << "\n[zrepro bisect] " << (found.exact() ? "first release whose figures moved: " + first
+                                                      : "the figures moved in one of " + last_good + " .. " + first)
+            << " (last good: " << last_good << ")\n";
+  if (!found.skipped.empty()) {
+    std::cout << "  not judged in that window (could not run here):";
+    for (size_t i : found.skipped) std::cout << " " << releases[i];
+    std::cout << "\n";
+  }
+  std::cout << "  what moved from " << last_good << " to " << first << ":\n";
+  for (const std::string& d : diff) std::cout << "    " << d << "\n";
+  json changes = json::array();
+  const auto between = changes_between(user, last_good, first);
+  std::cout << "  the version table's changes in (" << last_good << ", " << first << "] that touch this config:"
+            << (between.empty() ? " none (a change the table does not know: read the release notes)" : "") << "\n";
+  for (const VersionChange* c : between) {
+    std::cout << "    " << c->since << " " << c->kind << " " << c->key << ": " << c->effect
+              << (c->pr.empty() ? "" : " (" + c->pr + ")") << "\n";
+    changes.push_back({{"since", c->since}, {"kind", c->kind}, {"key", c->key}, {"effect", c->effect}, {"pr", c->pr}});
+  }
+  std::cout << "  release notes: https://github.com/deepspeedai/DeepSpeed/releases/tag/v" << first
+            << " (pip's install of DeepSpeed carries no changelog)\n";
+  std::cout << "  basis: real DeepSpeed on this CPU (DS_ACCELERATOR=cpu, gloo, " << b.ranks << " ranks, " << b.steps
+            << " steps, torch " << good.torch << ") on zrepro's toy with one set of weights and batches; tolerance "
+            << b.tol.numerics << " relative on loss and grad norm, " << b.tol.bytes
+            << " on bytes by category and collective bytes, skipped steps exact; a CPU run shows numerics, "
+               "bytes of model states and collectives, not GPU kernels or CUDA memory\n";
+  write_file_atomic(b.out + "/bisect.json",
+                    json_text({{"config", b.config}, {"good", releases.front()}, {"bad", releases.back()},
+                               {"last_good", last_good}, {"first_moved", first}, {"exact", found.exact()},
+                               {"moved", diff}, {"version_table_changes", changes}, {"judged", rows},
+                               {"tolerance", {{"numerics", b.tol.numerics}, {"bytes", b.tol.bytes}}},
+                               {"ranks", b.ranks}, {"steps", b.steps}, {"torch", good.torch},
+                               {"inputs_key", b.inputs.key}}) + "\n");
+  std::cout << "[zrepro bisect] " << b.out << "/bisect.json" << std::endl;
+  return kExitOk;
+}
+
+// The releases from good to bad (both known, good older); both ends must run here.
+std::vector<std::string> window(const std::string& good, const std::string& bad, int stage) {
+  for (const auto& [flag, v] : {std::pair<std::string, std::string>{"--good", good}, {"--bad", bad}})
+    if (const auto why = cpu_refusal(v, stage)) throw ConfigError(flag + " " + v + ": cannot run here: " + *why);
+  std::vector<std::string> out;
+  for (const std::string& r : deepspeed_releases())
+    if (compare_versions(r, good) >= 0 && compare_versions(r, bad) <= 0) out.push_back(r);
+  return out;
+}
+
+// zrepro as the good release: the inputs every release trains on, the config DeepSpeed gets.
+void prepare(Bisect& b, const std::string& good, const json& user) {
+  const auto summary = run_zrepro(b, good, true);
+  if (!summary || summary->value("status", "") != "ok")
+    throw ConfigError("--config " + b.config + ": zrepro could not train it as DeepSpeed " + good + " (see " + b.out +
+                      "/zrepro-" + good + ".log); bisect needs a config that trains");
+  b.precision = summary->value("precision", "fp32");
+  b.stage = summary->value("zero_stage", 0);
+  const json resolved = summary->value("effective_config", json::object()).value("resolved", json::object());
+  const std::string ds_config = b.out + "/ds_config.json";
+  write_file_atomic(ds_config, json_text(config_for_deepspeed(user, resolved)) + "\n");
+  b.inputs.config = ds_config;
+  b.inputs.inputs = b.out + "/zrepro-" + good + "/inputs";
+  b.inputs.ranks = b.ranks;
+  b.inputs.steps = b.steps;
+  b.inputs.key = inputs_key(ds_config, b.inputs.inputs, b.ranks, b.steps);
+}
+
+int bisect_releases(Bisect& b, const std::vector<std::string>& releases, const json& user) {
+  const Judged& g = judge(b, releases.front(), nullptr);
+  if (g.verdict == Verdict::kSkip || g.ds.outcome != "ran")
+    throw ConfigError("--good " + releases.front() + ": it did not train this config here: " +
+                      (g.why.empty() ? g.ds.outcome + ": " + g.ds.message : g.why));
+  const ReleaseFigures good = g.ds;
+  const Judged& bad = judge(b, releases.back(), &good);
+  if (bad.verdict == Verdict::kSkip) throw ConfigError("--bad " + releases.back() + ": " + bad.why);
+  if (bad.verdict == Verdict::kGood) {
+    std::cout << "[zrepro bisect] " << releases.front() << " and " << releases.back()
+              << " give the same figures within the tolerance: nothing to bisect (a change that came and went "
+                 "between them is not seen: bisect a narrower window)\n";
+    write_file_atomic(b.out + "/bisect.json", json_text({{"good", releases.front()}, {"bad", releases.back()},
+                                                         {"moved", nullptr}, {"torch", good.torch}}) + "\n");
+    return kExitAbNoFailure;
+  }
+  const Bisection found = bisect(releases.size(), [&](size_t i) { return judge(b, releases[i], &good).verdict; });
+  return report(b, releases, found, user);
+}
+
+}  // namespace bisect_cmd
+
+int bisect_command(int argc, char** argv) {
+  using namespace bisect_cmd;
+  cxxopts::Options o("zrepro bisect",
+                     "The first DeepSpeed release between --good and --bad whose loss, grad norm, skipped steps, "
+                     "bytes by category or collective bytes moved, found by running the real releases on this CPU "
+                     "on zrepro's toy. Every other flag goes to zrepro's runs (--model, --micro-batch, ...).");
+  o.allow_unrecognised_options();
+  o.add_options("bisect")
+      ("config", "DeepSpeed JSON config", cxxopts::value<std::string>())
+      ("good", "a release whose figures are right, e.g. 0.16.0", cxxopts::value<std::string>())
+      ("bad", "a later release whose figures moved", cxxopts::value<std::string>()->default_value(newest_deepspeed_version()))
+      ("ranks", "ranks of every run", cxxopts::value<int>()->default_value("2"))
+      ("steps", "optimizer steps of every run", cxxopts::value<int>()->default_value("3"))
+      ("tolerance", "relative tolerance on losses and grad norms (default: 1e-5 fp32, 1e-2 16-bit)",
+       cxxopts::value<double>())
+      ("bytes-tolerance", "relative tolerance on bytes", cxxopts::value<double>()->default_value("1e-3"))
+      ("cache", "environments and recorded runs", cxxopts::value<std::string>()->default_value(default_bisect_cache()))
+      ("python", "a Python with torch to run DeepSpeed with", cxxopts::value<std::string>()->default_value(default_bisect_python()))
+      ("out", "folder for the runs and bisect.json", cxxopts::value<std::string>()->default_value("bisect_out"))
+      ("h,help", "show this help");
+  return command_main(o, argc, argv, [&](const cxxopts::ParseResult& r) -> int {
+    if (launched_by_mpi()) throw ConfigError("zrepro bisect starts its runs itself: run it without mpirun");
+    Bisect b;
+    b.config = require_config(opt<std::string>(r, "config"));
+    const json user = read_json(b.config, "--config");
+    if (!r.count("good")) throw ConfigError("--good: required (a release whose figures are right, e.g. --good 0.16.0)");
+    b.ranks = r["ranks"].as<int>();
+    b.steps = r["steps"].as<int>();
+    if (b.ranks < 1 || b.ranks > 8) throw ConfigError("--ranks: got " + std::to_string(b.ranks) + ", expected 1..8");
+    if (b.steps < 1) throw ConfigError("--steps: got " + std::to_string(b.steps) + ", expected 1 or more");
+    b.out = r["out"].as<std::string>();
+    b.run_flags = r.unmatched();
+    return with_out_dir(b.out, "zrepro bisect", [&]() -> int {
+      b.out = fs::absolute(b.out).string();
+      const std::string good = check_deepspeed_version("--good", r["good"].as<std::string>()),
+                        bad = check_deepspeed_version("--bad", r["bad"].as<std::string>());
+      if (compare_versions(good, bad) >= 0)
+        throw ConfigError("--good " + good + " --bad " + bad + ": the good release must be older than the bad one");
+      prepare(b, good, user);
+      const std::vector<std::string> releases = window(good, bad, b.stage);
+      b.tol = default_tolerance(b.precision);
+      if (r.count("tolerance")) b.tol.numerics = r["tolerance"].as<double>();
+      b.tol.bytes = r["bytes-tolerance"].as<double>();
+      BisectPaths paths{r["cache"].as<std::string>(), r["python"].as<std::string>(), conformance_scripts_dir()};
+      const std::string torch = python_torch_version(paths.python, b.out + "/python.log");
+      std::cout << "[zrepro bisect] " << releases.size() << " releases " << releases.front() << " .. "
+                << releases.back() << "; DeepSpeed runs on "
+                << (torch.empty() ? "nothing (no Python with torch at " + paths.python + "): cached runs only"
+                                  : "torch " + torch + " (" + paths.python + ")")
+                << "; cache " << paths.cache << std::endl;
+      b.runner = std::make_unique<ReleaseRunner>(paths, torch, b.out);
+      return bisect_releases(b, releases, user);
+    });
+  });
+}
+
+}  // namespace zrepro

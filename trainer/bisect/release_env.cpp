@@ -1,0 +1,212 @@
+// See release_env.h.
+#include "trainer/bisect/release_env.h"
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "device/base/errors.h"
+#include "trainer/config/ds_versions.h"
+#include "trainer/report/report.h"
+#include "trainer/runtime/subprocess.h"
+
+#ifndef ZREPRO_CONFORMANCE_DIR
+#define ZREPRO_CONFORMANCE_DIR "conformance"
+#endif
+
+namespace zrepro {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+// A DeepSpeed run that has not finished in this long is stopped (the first run of a
+// release builds its extensions: about 3 minutes on 2 cores).
+constexpr int kRunTimeoutS = 900;
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+std::string home() { return env_or("HOME", "/root"); }
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// FNV-1a over everything that decides a run's figures.
+struct Fnv {
+  uint64_t h = 1469598103934665603ull;
+  void add(const std::string& s) {
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;  // a separator: ("ab","c") != ("a","bc")
+  }
+  std::string hex() const {
+    char b[20];
+    std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(h));
+    return b;
+  }
+};
+
+// The line after `marker` in a log ("ZREPRO_TORCH 2.15.0").
+std::string marked(const std::string& log, const std::string& marker) {
+  std::ifstream in(log);
+  for (std::string l; std::getline(in, l);)
+    if (l.rfind(marker + " ", 0) == 0) return l.substr(marker.size() + 1);
+  return "";
+}
+
+// DeepSpeed's last error line in a log (the exception a rank died of), else its tail.
+std::string error_of(const std::string& log) {
+  std::ifstream in(log);
+  std::string last, line;
+  while (std::getline(in, line))
+    if (line.find("Error: ") != std::string::npos || line.find("Error(") != std::string::npos) last = line;
+  return last.empty() ? tail_of(log, 8) : last;
+}
+
+}  // namespace
+
+std::string default_bisect_cache() {
+  const char* dir = std::getenv("ZREPRO_CACHE_DIR");
+  return dir && *dir ? std::string(dir) + "/bisect" : home() + "/.cache/zrepro/bisect";
+}
+
+std::string default_bisect_python() {
+  return env_or("ZREPRO_PYTHON", home() + "/.cache/zrepro/conformance-venv/bin/python");
+}
+
+std::string conformance_scripts_dir() { return env_or("ZREPRO_CONFORMANCE_DIR", ZREPRO_CONFORMANCE_DIR); }
+
+std::optional<std::string> cpu_refusal(const std::string& release, int stage) {
+  if (compare_versions(release, "0.15.0") < 0)
+    return "DeepSpeed " + release + "'s CPU accelerator needs Intel's intel_extension_for_pytorch and "
+           "oneccl_bindings_for_pytorch, native packages tied to an older torch (0.15.0 is the oldest release that "
+           "runs on a plain CPU torch)";
+  if (stage == 3 && compare_versions(release, "0.16.0") < 0 && std::system("command -v numactl >/dev/null 2>&1") != 0)
+    return "DeepSpeed " + release + " at ZeRO-3 calls numactl on the CPU accelerator (utils/numa.py), which this "
+           "machine does not have (apt-get install numactl)";
+  return std::nullopt;
+}
+
+std::string python_torch_version(const std::string& python, const std::string& log) {
+  if (python.empty() || ::access(python.c_str(), X_OK) != 0) return "";
+  const int rc = run_program({python, "-c", "import torch; print('ZREPRO_TORCH', torch.__version__)"}, {}, log);
+  return rc == 0 ? marked(log, "ZREPRO_TORCH") : "";
+}
+
+std::string inputs_key(const std::string& config, const std::string& inputs_dir, int ranks, int steps) {
+  Fnv f;
+  f.add(read_text(config));
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(inputs_dir))
+    if (e.is_regular_file()) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  for (const auto& p : files) {
+    f.add(p.filename().string());
+    f.add(read_text(p.string()));
+  }
+  f.add(std::to_string(ranks) + " ranks " + std::to_string(steps) + " steps");
+  return f.hex();
+}
+
+ReleaseRunner::ReleaseRunner(BisectPaths paths, std::string torch, std::string work)
+    : paths_(std::move(paths)), torch_(std::move(torch)), work_(std::move(work)) {}
+
+std::string ReleaseRunner::env_dir(const std::string& release) const {
+  return paths_.cache + "/envs/deepspeed-" + release + "+torch-" + torch_;
+}
+
+std::string ReleaseRunner::run_file(const std::string& release, const RunInputs& in, const std::string& torch) const {
+  return paths_.cache + "/runs/" + in.key + "/deepspeed-" + release + "+torch-" + torch + ".json";
+}
+
+std::string ReleaseRunner::cached_torch(const std::string& release, const RunInputs& in) const {
+  const std::string dir = paths_.cache + "/runs/" + in.key, prefix = "deepspeed-" + release + "+torch-";
+  if (!fs::is_directory(dir)) return "";
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && e.path().extension() == ".json")
+      return name.substr(prefix.size(), name.size() - prefix.size() - 5);
+  }
+  return "";
+}
+
+// [Note: the bisect cache] installed into a temporary folder, imported, then renamed.
+bool ReleaseRunner::install(const std::string& release, std::string& why) {
+  const std::string dir = env_dir(release);
+  if (fs::exists(dir + "/.ready")) return true;
+  fs::create_directories(paths_.cache + "/envs");
+  const std::string tmp = dir + ".tmp", log = work_ + "/install-" + release + ".log";
+  fs::remove_all(tmp);
+  int rc = run_program({paths_.python, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check",
+                        "--target", tmp, "deepspeed==" + release},
+                       {}, log, "installing DeepSpeed " + release);
+  if (rc == 0)
+    rc = run_program({paths_.python, "-c", "import deepspeed; print('ZREPRO_DS', deepspeed.__version__)"},
+                     {{"PYTHONPATH", tmp}, {"DS_ACCELERATOR", "cpu"}}, log + ".import");
+  if (rc != 0 || marked(log + ".import", "ZREPRO_DS") != release) {
+    fs::remove_all(tmp);
+    why = "could not install or import deepspeed==" + release + " (no network and not in the cache " +
+          paths_.cache + "?):\n" + tail_of(rc == 0 || !fs::exists(log + ".import") ? log : log + ".import", 4);
+    return false;
+  }
+  fs::remove_all(dir);
+  fs::rename(tmp, dir);
+  write_file_atomic(dir + "/.ready", "deepspeed " + release + " over torch " + torch_ + " (" + paths_.python + ")\n");
+  return true;
+}
+
+ReleaseFigures ReleaseRunner::figures(const std::string& release, const RunInputs& in, bool& from_cache) {
+  const std::string torch = torch_.empty() ? cached_torch(release, in) : torch_;
+  const std::string cached = run_file(release, in, torch);
+  from_cache = !torch.empty() && fs::exists(cached);
+  if (from_cache) {
+    std::ifstream f(cached);
+    const json j = json::parse(f, nullptr, false);
+    if (!j.is_discarded()) return figures_from_json(j);
+    from_cache = false;
+  }
+  ReleaseFigures failed;
+  failed.outcome = "unavailable";
+  if (torch_.empty()) {
+    failed.message = "not in the cache (" + paths_.cache + ") and no Python with torch to run it (--python " +
+                     paths_.python + ": run scripts/conformance.sh to make one)";
+    return failed;
+  }
+  if (!install(release, failed.message)) return failed;
+  const std::string env = env_dir(release), out = work_ + "/deepspeed-" + release + ".json",
+                    log = work_ + "/deepspeed-" + release + ".log";
+  fs::remove(out);
+  const int rc = run_program(
+      {"timeout", "--kill-after=10", std::to_string(kRunTimeoutS), paths_.python, "-m", "torch.distributed.run",
+       "--standalone", "--nproc_per_node", std::to_string(in.ranks), paths_.conformance + "/ds_run.py", "--inputs",
+       in.inputs, "--config", in.config, "--steps", std::to_string(in.steps), "--out", out},
+      {{"DS_ACCELERATOR", "cpu"}, {"OMP_NUM_THREADS", "1"}, {"PYTHONPATH", env},
+       {"TORCH_EXTENSIONS_DIR", env + "/.torch_extensions"}},
+      log, "DeepSpeed " + release + " on " + std::to_string(in.ranks) + " rank(s)");
+  std::ifstream f(out);
+  const json record = f ? json::parse(f, nullptr, false) : json();
+  ReleaseFigures got = figures_from_deepspeed(record.is_discarded() ? json() : record, error_of(log));
+  if (rc == 124) got.outcome = "failed", got.message = "timed out after " + std::to_string(kRunTimeoutS) + " s";
+  if (got.torch.empty()) got.torch = torch_;
+  // Ran or refused is what the release does with these inputs: kept. A failure may be
+  // this machine's (killed, out of disk): run again next time.
+  if (got.outcome == "ran" || got.outcome == "refused") {
+    fs::create_directories(fs::path(cached).parent_path());
+    write_file_atomic(cached, json_text(to_json(got)) + "\n");
+  }
+  return got;
+}
+
+}  // namespace zrepro

@@ -1,0 +1,63 @@
+// What one run of a DeepSpeed release (or of zrepro under a release's profile) gave, in the
+// terms `zrepro bisect` compares: per step the loss, the grad norm and whether the step was
+// skipped; per rank the model-state bytes by category; per step the collective bytes by
+// op; or the release's refusal of the config. Read from conformance/ds_run.py's record or
+// from zrepro's summary.json, compared under one Tolerance.
+//
+// [Note: what counts as a move] Two runs on the same inputs agree when every step's loss
+// and grad norm are within the relative tolerance (fp32: 1e-5, 16-bit: 1e-2: releases
+// built on the same torch round the same arithmetic, but a changed reduction order moves
+// 16-bit figures by ulps), the same steps are skipped, every rank's bytes per category are
+// within the bytes tolerance and the per-step collective bytes by op agree (scalars under
+// 1 KiB are latency, not traffic, and are not compared). A grad norm is compared only on
+// steps both runs applied. A run that refused the config agrees only with another refusal.
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace zrepro {
+
+struct StepFigures {
+  double loss = 0;
+  std::optional<double> grad_norm;
+  bool skipped = false;
+};
+
+struct ReleaseFigures {
+  std::string outcome = "ran";  // ran | refused (the release refused the config) | failed
+  std::string message;          // refused / failed: the release's error line
+  std::string torch;            // the torch it ran on ("" for zrepro)
+  std::vector<StepFigures> steps;
+  // "rank R PHASE CATEGORY" -> bytes (phases init and boundary; DeepSpeed's categories).
+  std::map<std::string, double> bytes;
+  // "step S OP" -> bytes rank 0 sent (ZeRO's convention), collectives of 1 KiB and more.
+  std::map<std::string, double> comm_bytes;
+};
+
+struct Tolerance {
+  double numerics = 1e-5;  // relative, on losses and grad norms
+  double bytes = 1e-3;     // relative, on bytes by category and collective bytes
+};
+// The default for a precision ("fp32", "bf16", "fp16"): [Note: what counts as a move].
+Tolerance default_tolerance(const std::string& precision);
+
+// ds_run.py's record (deepspeed.json). A missing or cut record is a failure with `log_tail`.
+ReleaseFigures figures_from_deepspeed(const nlohmann::json& record, const std::string& log_tail);
+// zrepro's summary.json: steps only (zrepro's categories are not DeepSpeed's; the
+// conformance record compares bytes).
+ReleaseFigures figures_from_zrepro(const nlohmann::json& summary);
+
+// What moved from a to b, one line each ("step 1 grad norm 1.434 -> 0.7802 (-45.6%)");
+// empty when they agree. With steps_only the bytes are not compared (zrepro beside a
+// release). At most `limit` lines, then "... and N more".
+std::vector<std::string> moved(const ReleaseFigures& a, const ReleaseFigures& b, const Tolerance& tol,
+                               bool steps_only = false, size_t limit = 6);
+
+nlohmann::json to_json(const ReleaseFigures& f);
+ReleaseFigures figures_from_json(const nlohmann::json& j);
+
+}  // namespace zrepro
