@@ -66,12 +66,20 @@ std::string marked(const std::string& log, const std::string& marker) {
   return "";
 }
 
-// DeepSpeed's last error line in a log (the exception a rank died of), else its tail.
+// The exception a rank died of ("[rank0]: ValueError: ..."), else the launcher's last
+// error line, else the log's tail.
 std::string error_of(const std::string& log) {
   std::ifstream in(log);
   std::string last, line;
-  while (std::getline(in, line))
-    if (line.find("Error: ") != std::string::npos || line.find("Error(") != std::string::npos) last = line;
+  while (std::getline(in, line)) {
+    const bool rank = line.rfind("[rank", 0) == 0 && line.find("]: ") != std::string::npos;
+    const std::string text = rank ? line.substr(line.find("]: ") + 3) : line;
+    const size_t colon = text.find(": ");
+    const bool error = colon != std::string::npos && colon > 5 && text.compare(colon - 5, 5, "Error") == 0 &&
+                       text.find(' ') >= colon;
+    if (error && rank) return text;
+    if (error) last = text;
+  }
   return last.empty() ? tail_of(log, 8) : last;
 }
 
@@ -204,7 +212,10 @@ ReleaseFigures ReleaseRunner::figures(const std::string& release, const RunInput
   // this machine's (killed, out of disk): run again next time.
   if (got.outcome == "ran" || got.outcome == "refused") {
     fs::create_directories(fs::path(cached).parent_path());
-    write_file_atomic(cached, json_text(to_json(got)) + "\n");
+    json rec = to_json(got);
+    rec["release"] = release;  // provenance: what ran, where, when
+    rec["recorded_by"] = "zrepro bisect on " + std::to_string(in.ranks) + " CPU ranks (gloo, DS_ACCELERATOR=cpu)";
+    write_file_atomic(cached, json_text(rec) + "\n");
   }
   return got;
 }

@@ -18,7 +18,7 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string config(int stage, const std::string& offload) {
+std::string vr_config(int stage, const std::string& offload) {
   std::string zero = R"("stage": )" + std::to_string(stage) +
                      R"(, "reduce_bucket_size": 20000, "allgather_bucket_size": 20000,
       "stage3_param_persistence_threshold": 1000, "stage3_prefetch_bucket_size": 30000)";
@@ -57,7 +57,7 @@ TEST(VirtualRanks, EqualRealProcessesForEveryStageAndOffload) {
   for (const Case c : {Case{0, "none"}, Case{1, "none"}, Case{2, "none"}, Case{3, "none"}, Case{2, "optimizer"},
                        Case{3, "param"}}) {
     const std::string what = "stage " + std::to_string(c.stage) + " offload " + c.offload;
-    const std::string cfg = config(c.stage, c.offload);
+    const std::string cfg = vr_config(c.stage, c.offload);
     const std::string flags = "--steps 3 --precision fp32 --model tiny";
     const RunResult real = zrepro_run("vr_real", cfg, flags + " --ranks 2");
     const RunResult virt = zrepro_run("vr_virt", cfg, flags + " --world-size 2");
@@ -79,7 +79,7 @@ TEST(VirtualRanks, EqualRealProcessesForEveryStageAndOffload) {
 
 TEST(VirtualRanks, FourRanksEveryRankAsRankR) {
   for (int stage : {2, 3}) {
-    const std::string cfg = config(stage, "none");
+    const std::string cfg = vr_config(stage, "none");
     const std::string flags = "--steps 2 --precision fp32 --model tiny";
     const RunResult real = zrepro_run("vr4_real", cfg, flags + " --ranks 4");
     const RunResult virt = zrepro_run("vr4_virt", cfg, flags + " --world-size 4 --as-rank 3");
@@ -102,7 +102,7 @@ TEST(VirtualRanks, FourRanksEveryRankAsRankR) {
 }
 
 TEST(VirtualRanks, SameDataRuleEqualsARealRunWhoseRanksShareBatches) {
-  const std::string cfg = config(2, "none");
+  const std::string cfg = vr_config(2, "none");
   const std::string flags = "--steps 3 --precision fp32 --model tiny --data-rule same";
   const RunResult real = zrepro_run("vrs_real", cfg, flags + " --ranks 2");
   const RunResult virt = zrepro_run("vrs_virt", cfg, flags + " --world-size 2");
@@ -117,7 +117,7 @@ TEST(VirtualRanks, SameDataRuleEqualsARealRunWhoseRanksShareBatches) {
 // Stage 2's gradient partition is rank-dependent (whole parameters), so ranks peak
 // differently; a capacity between them fails on the larger rank alone, named as such.
 TEST(VirtualRanks, TheRankThatRunsOutIsTheOneReported) {
-  const std::string cfg = config(2, "none");
+  const std::string cfg = vr_config(2, "none");
   const RunResult fits = zrepro_run("vro_fit", cfg, "--steps 1 --precision fp32 --model tiny --world-size 2");
   ASSERT_EQ(fits.code, 0) << fits.output;
   const json& ranks = fits.summary["memory"]["ranks"];
