@@ -305,8 +305,11 @@ int bisect_command(int argc, char** argv) {
       ("tolerance", "relative tolerance on losses and grad norms (default: 1e-5 fp32, 1e-2 16-bit)",
        cxxopts::value<double>())
       ("bytes-tolerance", "relative tolerance on bytes", cxxopts::value<double>()->default_value("1e-3"))
-      ("cache", "environments and recorded runs", cxxopts::value<std::string>()->default_value(default_bisect_cache()))
-      ("python", "a Python with torch to run DeepSpeed with", cxxopts::value<std::string>()->default_value(default_bisect_python()))
+      ("cache", "environments and recorded runs (default: $ZREPRO_CACHE_DIR/bisect, else ~/.cache/zrepro/bisect)",
+       cxxopts::value<std::string>())
+      ("python", "a Python with torch to run DeepSpeed with (default: $ZREPRO_PYTHON, else "
+                 "~/.cache/zrepro/conformance-venv/bin/python, which scripts/conformance.sh makes)",
+       cxxopts::value<std::string>())
       ("out", "folder for the runs and bisect.json", cxxopts::value<std::string>()->default_value("bisect_out"))
       ("h,help", "show this help");
   return command_main(o, argc, argv, [&](const cxxopts::ParseResult& r) -> int {
@@ -332,7 +335,8 @@ int bisect_command(int argc, char** argv) {
       b.tol = default_tolerance(b.precision);
       if (r.count("tolerance")) b.tol.numerics = r["tolerance"].as<double>();
       b.tol.bytes = r["bytes-tolerance"].as<double>();
-      BisectPaths paths{r["cache"].as<std::string>(), r["python"].as<std::string>(), conformance_scripts_dir()};
+      BisectPaths paths{opt<std::string>(r, "cache").value_or(default_bisect_cache()),
+                        opt<std::string>(r, "python").value_or(default_bisect_python()), conformance_scripts_dir()};
       const std::string torch = python_torch_version(paths.python, b.out + "/python.log");
       std::cout << "[zrepro bisect] " << releases.size() << " releases " << releases.front() << " .. "
                 << releases.back() << "; DeepSpeed runs on "

@@ -68,7 +68,8 @@ std::string marked(const std::string& log, const std::string& marker) {
 
 // The exception a rank died of ("[rank0]: ValueError: ..."), else the launcher's last
 // error line, else the log's tail.
-std::string error_of(const std::string& log) {
+std::string error_of(const std::string& log, bool* raised_by_rank = nullptr) {
+  if (raised_by_rank) *raised_by_rank = false;
   std::ifstream in(log);
   std::string last, line;
   while (std::getline(in, line)) {
@@ -77,7 +78,10 @@ std::string error_of(const std::string& log) {
     const size_t colon = text.find(": ");
     const bool error = colon != std::string::npos && colon > 5 && text.compare(colon - 5, 5, "Error") == 0 &&
                        text.find(' ') >= colon;
-    if (error && rank) return text;
+    if (error && rank) {
+      if (raised_by_rank) *raised_by_rank = true;
+      return text;
+    }
     if (error) last = text;
   }
   return last.empty() ? tail_of(log, 8) : last;
@@ -205,12 +209,14 @@ ReleaseFigures ReleaseRunner::figures(const std::string& release, const RunInput
       log, "DeepSpeed " + release + " on " + std::to_string(in.ranks) + " rank(s)");
   std::ifstream f(out);
   const json record = f ? json::parse(f, nullptr, false) : json();
-  ReleaseFigures got = figures_from_deepspeed(record.is_discarded() ? json() : record, error_of(log));
+  bool raised = false;
+  ReleaseFigures got = figures_from_deepspeed(record.is_discarded() ? json() : record, error_of(log, &raised));
   if (rc == 124) got.outcome = "failed", got.message = "timed out after " + std::to_string(kRunTimeoutS) + " s";
   if (got.torch.empty()) got.torch = torch_;
-  // Ran or refused is what the release does with these inputs: kept. A failure may be
-  // this machine's (killed, out of disk): run again next time.
-  if (got.outcome == "ran" || got.outcome == "refused") {
+  // Ran, refused, or died of an exception a rank raised is what the release does with these
+  // inputs: kept. Another failure may be this machine's (killed, timed out, out of disk):
+  // run again next time.
+  if (got.outcome == "ran" || got.outcome == "refused" || (got.outcome == "failed" && raised && rc != 124)) {
     fs::create_directories(fs::path(cached).parent_path());
     json rec = to_json(got);
     rec["release"] = release;  // provenance: what ran, where, when

@@ -10,7 +10,8 @@
 // `.ready` once it imported. CACHE/runs/INPUTS/deepspeed-V+torch-T.json holds what the
 // release gave on those inputs, INPUTS being a hash of the config, the exported weights
 // and batches, the rank and step counts: the same inputs find it again without Python,
-// network or DeepSpeed. Everything is written to a temporary name and renamed.
+// network or DeepSpeed (kept: trained, refused, or died of an exception a rank raised; a
+// run killed or timed out is run again). Everything is written to a temporary name and renamed.
 #pragma once
 #include <optional>
 #include <string>
