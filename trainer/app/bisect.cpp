@@ -77,7 +77,9 @@ json config_for_deepspeed(const json& user, const json& resolved) {
   return out;
 }
 
-// zrepro as release V on the same inputs: OUT/zrepro-V (its summary; nullopt if none).
+// zrepro as release V on the same inputs: OUT/zrepro-V. The good release's run also exports
+// the inputs, and its refusal is the user's (ConfigError); beside another release a refusal
+// is zrepro's answer for that release ({"status": "refused", ...}).
 std::optional<json> run_zrepro(Bisect& b, const std::string& release, bool export_inputs) {
   const std::string dir = b.out + "/zrepro-" + release;
   fs::remove_all(dir);
@@ -85,8 +87,17 @@ std::optional<json> run_zrepro(Bisect& b, const std::string& release, bool expor
                                    "--ranks", std::to_string(b.ranks), "--steps", std::to_string(b.steps),
                                    "--log-every", "1000"};
   args.insert(args.end(), b.run_flags.begin(), b.run_flags.end());
-  if (export_inputs) args.push_back("--export-inputs");
-  run_self_or_refuse("zrepro as DeepSpeed " + release, args, dir + ".log");
+  const std::string what = "zrepro as DeepSpeed " + release;
+  if (export_inputs) {
+    args.push_back("--export-inputs");
+    run_self_or_refuse(what, args, dir + ".log");
+  } else if (run_self(args, dir + ".log", what) == kExitBadInput) {
+    std::ifstream log(dir + ".log");
+    std::string line, error;
+    while (std::getline(log, line))
+      if (line.find("] error: ") != std::string::npos) error = line.substr(line.find("] error: ") + 9);
+    return json{{"status", "refused"}, {"failure", {{"message", error}}}};
+  }
   if (!fs::exists(dir + "/summary.json")) return std::nullopt;
   return read_json(dir + "/summary.json", "zrepro's summary");
 }
@@ -123,7 +134,7 @@ std::string fig(const std::optional<double>& v) {
 // One row of the table: a release's first and last step, and zrepro as that release.
 // What zrepro as this release differs in from the release (empty: it agrees or did not run).
 std::string zrepro_differs(const Bisect& b, const Judged& j) {
-  if (!j.zrepro || j.verdict == Verdict::kSkip || j.ds.outcome != "ran") return "";
+  if (!j.zrepro || j.verdict == Verdict::kSkip) return "";
   Tolerance beside = b.tol;
   if (b.precision != "fp32") beside.numerics = 5e-2;  // the conformance record's 16-bit tolerance
   const auto diff = moved(j.ds, *j.zrepro, beside, true, 1);
@@ -134,12 +145,15 @@ std::string row(const Bisect& b, const Judged& j) {
   std::string s = "  " + j.release + std::string(8 - std::min<size_t>(8, j.release.size()), ' ');
   if (j.verdict == Verdict::kSkip) return s + "skip   " + j.why;
   s += std::string(verdict_name(j.verdict)) + (j.verdict == Verdict::kGood ? "   " : "  ");
-  if (j.ds.outcome != "ran") return s + j.ds.outcome + ": " + j.ds.message.substr(0, 160);
-  const StepFigures &f = j.ds.steps.front(), &l = j.ds.steps.back();
-  int skipped = 0;
-  for (const auto& st : j.ds.steps) skipped += st.skipped;
-  s += "loss " + fmt(f.loss, 5) + " .. " + fmt(l.loss, 5) + ", grad norm " + fig(f.grad_norm) + " .. " +
-       fig(l.grad_norm) + ", skipped " + std::to_string(skipped);
+  if (j.ds.outcome != "ran" || j.ds.steps.empty()) {
+    s += j.ds.outcome + ": " + j.ds.message.substr(0, 160);
+  } else {
+    const StepFigures &f = j.ds.steps.front(), &l = j.ds.steps.back();
+    int skipped = 0;
+    for (const auto& st : j.ds.steps) skipped += st.skipped;
+    s += "loss " + fmt(f.loss, 5) + " .. " + fmt(l.loss, 5) + ", grad norm " + fig(f.grad_norm) + " .. " +
+         fig(l.grad_norm) + ", skipped " + std::to_string(skipped);
+  }
   if (j.zrepro) {
     const std::string diff = zrepro_differs(b, j);
     s += "   | zrepro as " + j.release + (diff.empty() ? ": agrees" : ": DIFFERS (" + diff + ")");

@@ -87,6 +87,18 @@ std::string error_of(const std::string& log, bool* raised_by_rank = nullptr) {
   return last.empty() ? tail_of(log, 8) : last;
 }
 
+// The installed release imports, and its own torch requirement (Requires-Dist, read with
+// pip's packaging) admits this Python's torch: "ZREPRO_TORCH_SPEC <spec or any> ok|no".
+const char* const kImportCheck =
+    "import deepspeed, torch, importlib.metadata as m\n"
+    "from pip._vendor.packaging.requirements import Requirement\n"
+    "reqs = [Requirement(r) for r in (m.requires('deepspeed') or [])]\n"
+    "torch_reqs = [r for r in reqs if r.name == 'torch' and not r.marker]\n"
+    "v = torch.__version__.split('+')[0]\n"
+    "ok = all(r.specifier.contains(v, prereleases=True) for r in torch_reqs)\n"
+    "print('ZREPRO_DS', deepspeed.__version__)\n"
+    "print('ZREPRO_TORCH_SPEC', ','.join(str(r.specifier) for r in torch_reqs) or 'any', 'ok' if ok else 'no')\n";
+
 }  // namespace
 
 std::string default_bisect_cache() {
@@ -165,8 +177,15 @@ bool ReleaseRunner::install(const std::string& release, std::string& why) {
                         "--target", tmp, "deepspeed==" + release},
                        {}, log, "installing DeepSpeed " + release);
   if (rc == 0)
-    rc = run_program({paths_.python, "-c", "import deepspeed; print('ZREPRO_DS', deepspeed.__version__)"},
-                     {{"PYTHONPATH", tmp}, {"DS_ACCELERATOR", "cpu"}}, log + ".import");
+    rc = run_program({paths_.python, "-c", kImportCheck}, {{"PYTHONPATH", tmp}, {"DS_ACCELERATOR", "cpu"}},
+                     log + ".import");
+  const std::string spec = marked(log + ".import", "ZREPRO_TORCH_SPEC");
+  if (rc == 0 && spec.size() > 3 && spec.compare(spec.size() - 3, 3, " no") == 0) {
+    fs::remove_all(tmp);
+    why = "deepspeed==" + release + " requires torch" + spec.substr(0, spec.size() - 3) + " and this Python has torch " +
+          torch_ + ": pass --python with a torch that fits";
+    return false;
+  }
   if (rc != 0 || marked(log + ".import", "ZREPRO_DS") != release) {
     fs::remove_all(tmp);
     why = "could not install or import deepspeed==" + release + " (no network and not in the cache " +

@@ -102,7 +102,7 @@ ReleaseFigures figures_from_zrepro(const json& summary) {
   ReleaseFigures f;
   const std::string status = summary.value("status", "");
   if (status != "ok") {
-    f.outcome = "failed";
+    f.outcome = status == "refused" ? "refused" : "failed";
     f.message = summary.contains("failure") ? summary["failure"].value("message", status) : status;
   }
   for (const json& s : summary.value("steps", json::array())) {
