@@ -21,6 +21,15 @@ std::optional<double> number(const json& j, const char* key) {
   return j[key].get<double>();
 }
 
+// One step of ds_run.py's record, zrepro's summary or the cache: the same three fields.
+StepFigures step_figures(const json& s) {
+  StepFigures st;
+  st.loss = number(s, "loss").value_or(NAN);
+  st.grad_norm = number(s, "grad_norm");
+  st.skipped = s.value("skipped", false);
+  return st;
+}
+
 std::string num(double v) {
   char b[48];
   std::snprintf(b, sizeof b, "%.7g", v);
@@ -74,11 +83,7 @@ ReleaseFigures figures_from_deepspeed(const json& record, const std::string& log
   }
   const json& ranks = record["ranks"];
   for (const json& s : ranks[0].value("steps", json::array())) {
-    StepFigures st;
-    st.loss = number(s, "loss").value_or(NAN);
-    st.grad_norm = number(s, "grad_norm");
-    st.skipped = s.value("skipped", false);
-    f.steps.push_back(st);
+    f.steps.push_back(step_figures(s));
     const int step = s.value("step", 0);
     const json comm = s.value("comm_bytes", json::object());  // bound: items() of a temporary dangles
     for (const auto& [op, bytes] : comm.items())
@@ -106,11 +111,7 @@ ReleaseFigures figures_from_zrepro(const json& summary) {
     f.message = summary.contains("failure") ? summary["failure"].value("message", status) : status;
   }
   for (const json& s : summary.value("steps", json::array())) {
-    StepFigures st;
-    st.loss = number(s, "loss").value_or(NAN);
-    st.grad_norm = number(s, "grad_norm");
-    st.skipped = s.value("skipped", false);
-    f.steps.push_back(st);
+    f.steps.push_back(step_figures(s));
   }
   return f;
 }
@@ -163,11 +164,7 @@ ReleaseFigures figures_from_json(const json& j) {
   f.message = j.value("message", "");
   f.torch = j.value("torch", "");
   for (const json& s : j.value("steps", json::array())) {
-    StepFigures st;
-    st.loss = number(s, "loss").value_or(NAN);
-    st.grad_norm = number(s, "grad_norm");
-    st.skipped = s.value("skipped", false);
-    f.steps.push_back(st);
+    f.steps.push_back(step_figures(s));
   }
   f.bytes = j.value("bytes", std::map<std::string, double>());
   f.comm_bytes = j.value("comm_bytes", std::map<std::string, double>());

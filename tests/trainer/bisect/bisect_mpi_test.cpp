@@ -14,7 +14,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kData = std::string(ZREPRO_SOURCE_DIR) + "/tests/data/bisect/zero2-regression";
+const std::string kRecorded = std::string(ZREPRO_SOURCE_DIR) + "/tests/data/bisect/";
+const std::string kData = kRecorded + "zero2-regression";
 
 nlohmann::json read(const std::string& path) {
   std::ifstream in(path);
@@ -23,11 +24,12 @@ nlohmann::json read(const std::string& path) {
 
 // bisect with the recorded cache (copied: a replay must not need to write to it) and no
 // Python, so nothing can be installed or run but zrepro itself.
-zrepro_test::Process offline_bisect(const std::string& name, const std::string& flags, bool with_cache = true) {
+zrepro_test::Process offline_bisect(const std::string& name, const std::string& flags, bool with_cache = true,
+                                   const std::string& data = kData) {
   const std::string dir = zrepro_test::fresh_dir(name);
   const std::string cache = dir + "/cache";
-  if (with_cache) fs::copy(kData + "/cache", cache, fs::copy_options::recursive);
-  return zrepro_test::zrepro_cmd("bisect --config " + kData + "/ds_config.json --cache " + cache +
+  if (with_cache) fs::copy(data + "/cache", cache, fs::copy_options::recursive);
+  return zrepro_test::zrepro_cmd("bisect --config " + data + "/ds_config.json --cache " + cache +
                                      " --python /nonexistent/python --out " + dir + "/out " + flags,
                                  300);
 }
@@ -52,6 +54,38 @@ TEST(Bisect, ReplaysARecordedBisectOfTheZero2RegressionOffline) {
   // Binary search: the ends and 4 releases of the 18 between them.
   EXPECT_EQ(j["judged"].size(), 6u);
   for (const auto& row : j["judged"]) EXPECT_TRUE(row["from_cache"].get<bool>()) << row["release"];
+}
+
+// gradient_clipping's default became 1.0 in 0.19.3 (DeepSpeed #8068), recorded with a
+// release on the way (0.18.9) that died on this torch: skipped with its error, as recorded.
+TEST(Bisect, ReplaysARecordedBisectOfTheClippingDefaultOffline) {
+  const auto r = offline_bisect("bisect_clip", "--good 0.16.0 --bad 0.19.8", true, kRecorded + "clip-default");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("first release whose figures moved: 0.19.3 (last good: 0.19.2)"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("0.19.3 default gradient_clipping"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("0.18.9  skip   failed: RuntimeError"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("zrepro as 0.19.3: agrees"), std::string::npos) << r.output;  // zrepro models this default
+  EXPECT_EQ(r.output.find("DIFFERS"), std::string::npos) << r.output;
+}
+
+// fp16 under ZeRO: from 0.17.1 the loss scale starts at 2^initial_scale_power (2^16) where
+// 0.17.0 started at 2^32 and skipped the first steps on overflow. 0.16.0 refuses fp16 on
+// this CPU (its CPU accelerator has none): a config the release refuses, recorded too.
+TEST(Bisect, ReplaysARecordedBisectOfTheFp16LossScaleOffline) {
+  const std::string data = kRecorded + "fp16-loss-scale";
+  const auto r = offline_bisect("bisect_fp16", "--good 0.17.0 --bad 0.19.8 --steps 4", true, data);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("first release whose figures moved: 0.17.1 (last good: 0.17.0)"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("step 1 skipped -> applied"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("0.17.1 behaviour fp16.initial_scale_power"), std::string::npos) << r.output;
+  const auto refused = offline_bisect("bisect_fp16_refused", "--good 0.16.0 --bad 0.19.8 --steps 4", true, data);
+  EXPECT_EQ(refused.code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("--good 0.16.0: it did not train this config here: refused: ValueError: Type fp16 is "
+                                "not supported on your device"),
+            std::string::npos)
+      << refused.output;
 }
 
 TEST(Bisect, RefusesWhatCannotRunHereWithTheReason) {
