@@ -2,6 +2,8 @@
 // from its log, and the line the waiting command prints.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "trainer/runtime/subprocess.h"
 
 using namespace zrepro;
@@ -23,4 +25,16 @@ TEST(ChildProgress, TheLineSaysTheStepTheTimeAndAnEta) {
   EXPECT_EQ(progress_line("side A on 2 rank(s)", {0, 50}, 4), "[zrepro] side A on 2 rank(s): step 0/50, 4 s");
   // 20 of 50 steps in 12 s: 30 more at the same pace take 18 s.
   EXPECT_EQ(progress_line("the run to check", {20, 50}, 12), "[zrepro] the run to check: step 20/50, 12 s, ETA 18 s");
+}
+
+// run_program (zrepro bisect's DeepSpeed runs): the program is looked up on PATH, gets the
+// extra environment, writes into the log, and its exit code comes back; a program that
+// does not exist is 127 with the reason in the log.
+TEST(RunProgram, RunsAProgramWithItsEnvironmentIntoTheLog) {
+  const std::string log = testing::TempDir() + "/zrepro_run_program.log";
+  EXPECT_EQ(run_program({"sh", "-c", "echo \"got $ZREPRO_TEST_VALUE\"; exit 3"}, {{"ZREPRO_TEST_VALUE", "bar"}}, log), 3);
+  EXPECT_NE(tail_of(log, 2).find("got bar"), std::string::npos) << tail_of(log, 4);
+  EXPECT_EQ(std::getenv("ZREPRO_TEST_VALUE"), nullptr);  // the child's environment only
+  EXPECT_EQ(run_program({"/nonexistent/python3", "-c", "pass"}, {}, log), 127);
+  EXPECT_NE(tail_of(log, 2).find("cannot start /nonexistent/python3"), std::string::npos) << tail_of(log, 4);
 }
