@@ -88,6 +88,20 @@ TEST(Bisect, ReplaysARecordedBisectOfTheFp16LossScaleOffline) {
       << refused.output;
 }
 
+// A config the release refuses: DeepSpeed 0.19.7 removed sparse attention and refuses a
+// config with its block. The refusal is the move, and zrepro as 0.19.7 refuses it too.
+TEST(Bisect, ReplaysARecordedBisectOfARemovedBlockOffline) {
+  const auto r = offline_bisect("bisect_removed", "--good 0.19.0 --bad 0.19.8", true, kRecorded + "removed-block");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("first release whose figures moved: 0.19.7 (last good: 0.19.6)"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("outcome ran -> refused: DeepSpeedConfigError: DeepSpeed Sparse Attention has been removed"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("0.19.7 removed sparse_attention"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("zrepro as 0.19.7: agrees"), std::string::npos) << r.output;  // it refuses as 0.19.7 does
+}
+
 TEST(Bisect, RefusesWhatCannotRunHereWithTheReason) {
   const auto old = offline_bisect("bisect_old", "--good 0.14.0 --bad 0.18.2");
   EXPECT_EQ(old.code, 2) << old.output;
