@@ -440,7 +440,10 @@ void old_zero_fp16_scaling(Loader& L, Section& fp16, Section& top, DsConfig& c) 
 // zrepro trains as the others do, so a run resolved as one of them says so.
 void zero2_gradient_regression(Loader& L, const ZeroConfig& z) {
   const VersionChange* now = change_in_effect("zero_optimization.stage", "behaviour", L.version());
-  if (z.stage != 2 || !now || now->since != "0.17.6") return;
+  // The entry's "when" says which stage it is about (the table is the one place that says so).
+  if (!now || now->since != "0.17.6" || !now->when.is_object() ||
+      now->when.value("zero_optimization.stage", -1) != z.stage)
+    return;
   L.warn("DeepSpeed " + L.version() + " computes ZeRO-2 gradients unlike 0.17.5 and 0.18.3 (lower grad norms from "
          "the first step: DeepSpeed issue #7718, fixed in 0.18.3; measured in docs/lab/DEEPSPEED_RELEASES.md): zrepro "
          "trains as 0.18.3 does, so its losses and grad norms will not match a run on " + L.version() +

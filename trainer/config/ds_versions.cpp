@@ -43,6 +43,7 @@ Table load_table() {
     v.before = c.value("before", json()), v.after = c.value("after", json());
     v.message = c.value("message", ""), v.pr = c.value("pr", ""), v.evidence = c.value("evidence", "");
     v.note = c.value("note", ""), v.effect = c.value("effect", "");
+    v.when = c.value("when", json());
     t.changes.push_back(std::move(v));
   }
   return t;

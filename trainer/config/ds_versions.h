@@ -23,6 +23,7 @@ struct VersionChange {
   nlohmann::json before, after;
   std::string message, pr, evidence, note;
   std::string effect;  // "numerics: ...", "refusal: ...", "host memory and speed: ..."
+  nlohmann::json when;  // a behaviour's condition: {"dotted.key": value, ...} the config must have; null: none
 };
 
 // The table, loaded once (ZREPRO_DATA_DIR, else the source tree's configs/). Throws

@@ -102,6 +102,19 @@ TEST(Bisect, ReplaysARecordedBisectOfARemovedBlockOffline) {
   EXPECT_NE(r.output.find("zrepro as 0.19.7: agrees"), std::string::npos) << r.output;  // it refuses as 0.19.7 does
 }
 
+// ZeRO-3 over 0.16.0 .. 0.19.8: losses, grad norms and model-state bytes never move; the
+// first step's broadcast grows by 32 bytes in 0.17.6. The version table's ZeRO-2 entry of
+// 0.17.6 is not offered for a stage-3 config (its "when").
+TEST(Bisect, ReplaysARecordedBisectOfAZero3CollectiveOffline) {
+  const auto r = offline_bisect("bisect_z3", "--good 0.16.0 --bad 0.19.8", true, kRecorded + "zero3-collectives");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("first release whose figures moved: 0.17.6 (last good: 0.17.5)"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("step 1 broadcast 1200 -> 1232 B sent (+2.7%)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("that touch this config: none"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("0.17.6 behaviour zero_optimization.stage"), std::string::npos) << r.output;
+}
+
 TEST(Bisect, RefusesWhatCannotRunHereWithTheReason) {
   const auto old = offline_bisect("bisect_old", "--good 0.14.0 --bad 0.18.2");
   EXPECT_EQ(old.code, 2) << old.output;
