@@ -181,11 +181,18 @@ int run_program(const std::vector<std::string>& args, const EnvVars& env, const 
   {
     ChildProgress progress(what, log);
     for (;;) {
-      const pid_t done = waitpid(pid, &status, WNOHANG);
-      if (done == pid || (done < 0 && errno != EINTR)) break;
+      // Exited, not yet reaped: while it is a zombie its process group id cannot be reused.
+      siginfo_t info{};
+      const int rc = waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT);
+      if ((rc == 0 && info.si_pid == pid) || (rc < 0 && errno != EINTR)) break;
       progress.tick();
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
+  }
+  // [Note: no orphan] The child led its own process group: whatever it left there (a
+  // worker that ignored the forwarded signal, a background job of a shell) is ended now.
+  ::kill(-pid, SIGKILL);
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (const int sig = g_signal.load()) {

@@ -16,6 +16,7 @@ namespace zrepro {
 // the child once (a terminal's Ctrl-C reaches only this process, not the child twice),
 // the child is waited for (it writes its summary at its step boundary) and then
 // Interrupted is thrown: the command ends with 128 + the signal and leaves no process.
+// Once the child has exited, what it left in its process group is killed.
 // [Note: progress of a child] With `what` (e.g. "side A on 2 rank(s)"), the wait shows
 // where the child is: its last step line in the log ("[zrepro] step=N/M"), the time it
 // has run and an ETA from its pace. On a terminal (stderr) one line is rewritten every

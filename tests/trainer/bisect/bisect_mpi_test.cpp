@@ -115,6 +115,26 @@ TEST(Bisect, ReplaysARecordedBisectOfAZero3CollectiveOffline) {
   EXPECT_EQ(r.output.find("0.17.6 behaviour zero_optimization.stage"), std::string::npos) << r.output;
 }
 
+// [Note: no orphan] Ctrl-C during a release's run: the run (here a stand-in Python whose
+// run sleeps in a background child that ignores SIGINT, as a non-interactive shell's
+// background jobs do) is stopped, the bisect ends with 130 and no process is left.
+TEST(Bisect, AnInterruptedBisectStopsItsDeepSpeedRunAndLeavesNoProcess) {
+  const std::string dir = zrepro_test::fresh_dir("bisect_interrupt");
+  const std::string pids = dir + "/pids", log = dir + "/bisect.log";
+  const auto r = zrepro_test::shell(
+      "ZREPRO_FAKE_PIDS=" + pids + " " + std::string(ZREPRO_BIN) + " bisect --config " + kData +
+      "/ds_config.json --good 0.16.0 --bad 0.18.2 --cache " + dir + "/cache --python " + kRecorded +
+      "fake-python/python --out " + dir + "/out > " + log + " 2>&1 & z=$!; "
+      "for i in $(seq 1 600); do [ -s " + pids + " ] && break; sleep 0.1; done; "
+      "kill -INT $z; wait $z; echo \"exit=$?\"; sleep 1; "
+      // A process killed but not yet reaped by init is a zombie: gone, not left.
+      "for p in $(cat " + pids + "); do s=$(ps -o stat= -p $p 2>/dev/null); "
+      "[ -n \"$s\" ] && [ \"${s#Z}\" = \"$s\" ] && echo \"left: $p $s\"; done; true");
+  EXPECT_NE(r.output.find("exit=130"), std::string::npos) << r.output << zrepro_test::read_text(log);
+  EXPECT_EQ(r.output.find("left:"), std::string::npos) << r.output;
+  EXPECT_NE(zrepro_test::read_text(log).find("SIGINT"), std::string::npos) << zrepro_test::read_text(log);
+}
+
 TEST(Bisect, RefusesWhatCannotRunHereWithTheReason) {
   const auto old = offline_bisect("bisect_old", "--good 0.14.0 --bad 0.18.2");
   EXPECT_EQ(old.code, 2) << old.output;
