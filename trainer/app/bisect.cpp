@@ -50,6 +50,7 @@ struct Bisect {
   std::map<std::string, Judged> judged;  // by release
   std::string precision = "fp32";
   std::string good;
+  std::string model;  // what every release trained: "tiny-llama (llama, 102720 parameters)"
   std::optional<json> good_summary;  // zrepro as the good release: its run also exported the inputs
 };
 
@@ -248,7 +249,8 @@ int report(Bisect& b, const std::vector<std::string>& releases, const Bisection&
   std::cout << "  release notes: https://github.com/deepspeedai/DeepSpeed/releases/tag/v" << first
             << " (pip's install of DeepSpeed carries no changelog)\n";
   std::cout << "  basis: real DeepSpeed on this CPU (DS_ACCELERATOR=cpu, gloo, " << b.ranks << " ranks, " << b.steps
-            << " steps, torch " << good.torch << ") on zrepro's toy with one set of weights and batches; tolerance "
+            << " steps, torch " << good.torch << ") on zrepro's " << b.model
+            << " with one set of weights and batches; tolerance "
             << b.tol.numerics << " relative on loss and grad norm, " << b.tol.bytes
             << " on bytes by category and collective bytes, skipped steps exact; a CPU run shows numerics, "
                "bytes of model states and collectives, not GPU kernels or CUDA memory\n";
@@ -257,7 +259,7 @@ int report(Bisect& b, const std::vector<std::string>& releases, const Bisection&
                                {"last_good", last_good}, {"first_moved", first}, {"exact", found.exact()},
                                {"moved", diff}, {"version_table_changes", changes}, {"judged", rows},
                                {"tolerance", {{"numerics", b.tol.numerics}, {"bytes", b.tol.bytes}}},
-                               {"ranks", b.ranks}, {"steps", b.steps}, {"torch", good.torch},
+                               {"ranks", b.ranks}, {"steps", b.steps}, {"torch", good.torch}, {"model", b.model},
                                {"inputs_key", b.inputs.key}, {"zrepro_differs_at", differs}}) + "\n");
   std::cout << "[zrepro bisect] " << b.out << "/bisect.json" << std::endl;
   return kExitOk;
@@ -281,6 +283,9 @@ void prepare(Bisect& b, const std::string& good, const json& user) {
     throw ConfigError("--config " + b.config + ": zrepro could not train it as DeepSpeed " + good + " (see " + b.out +
                       "/zrepro-" + good + ".log); bisect needs a config that trains");
   b.precision = summary->value("precision", "fp32");
+  const json model = summary->value("model", json::object());
+  b.model = model.value("name", "?") + " (" + model.value("family", "?") + ", " +
+            std::to_string(model.value("params", int64_t{0})) + " parameters)";
   b.stage = summary->value("zero_stage", 0);
   const json resolved = summary->value("effective_config", json::object()).value("resolved", json::object());
   const std::string ds_config = b.out + "/ds_config.json";
