@@ -107,18 +107,16 @@ std::optional<json> run_zrepro(Bisect& b, const std::string& release, bool expor
 Judged& judge(Bisect& b, const std::string& release, const ReleaseFigures* good) {
   Judged& j = b.judged[release];
   j.release = release;
-  if (const auto refusal = cpu_refusal(release, b.stage)) {
-    j.why = *refusal;
+  const auto skip = [&](const std::string& why) -> Judged& {
+    j.why = why;
+    std::cout << "[zrepro bisect] DeepSpeed " << release << ": skip (" << why << ")" << std::endl;
     return j;
-  }
+  };
+  if (const auto refusal = cpu_refusal(release, b.stage)) return skip(*refusal);
   j.ds = b.runner->figures(release, b.inputs, j.from_cache);
-  if (j.ds.outcome == "unavailable" || j.ds.outcome == "failed") {
-    // Not installable here, or it died (killed, timed out, crashed): not judged, as
-    // `git bisect skip` (its message is in the table; a refusal of the config is judged).
-    j.why = j.ds.outcome + ": " + j.ds.message;
-    std::cout << "[zrepro bisect] DeepSpeed " << release << ": skip (" << j.why << ")" << std::endl;
-    return j;
-  }
+  // Not installable here, or it died (killed, timed out, crashed): not judged, as `git
+  // bisect skip` (its message is in the table; a refusal of the config is judged).
+  if (j.ds.outcome == "unavailable" || j.ds.outcome == "failed") return skip(j.ds.outcome + ": " + j.ds.message);
   j.verdict = good && !moved(*good, j.ds, b.tol).empty() ? Verdict::kMoved : Verdict::kGood;
   const auto s = release == b.good ? b.good_summary : run_zrepro(b, release, false);
   if (s) j.zrepro = figures_from_zrepro(*s);
@@ -132,7 +130,6 @@ std::string fig(const std::optional<double>& v) {
   return fmt(*v, 4);
 }
 
-// One row of the table: a release's first and last step, and zrepro as that release.
 // What zrepro as this release differs in from the release (empty: it agrees or did not run).
 std::string zrepro_differs(const Bisect& b, const Judged& j) {
   if (!j.zrepro || j.verdict == Verdict::kSkip) return "";
@@ -142,6 +139,7 @@ std::string zrepro_differs(const Bisect& b, const Judged& j) {
   return diff.empty() ? "" : diff.front();
 }
 
+// One row of the table: a release's first and last step, and zrepro as that release.
 std::string row(const Bisect& b, const Judged& j) {
   std::string s = "  " + j.release + std::string(8 - std::min<size_t>(8, j.release.size()), ' ');
   if (j.verdict == Verdict::kSkip) return s + "skip   " + j.why;
@@ -158,6 +156,8 @@ std::string row(const Bisect& b, const Judged& j) {
   if (j.zrepro) {
     const std::string diff = zrepro_differs(b, j);
     s += "   | zrepro as " + j.release + (diff.empty() ? ": agrees" : ": DIFFERS (" + diff + ")");
+  } else {
+    s += "   | zrepro as " + j.release + ": did not finish (" + b.out + "/zrepro-" + j.release + ".log)";
   }
   return s;
 }
