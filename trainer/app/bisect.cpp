@@ -317,6 +317,32 @@ int bisect_releases(Bisect& b, const std::vector<std::string>& releases, const j
   return report(b, releases, found, user);
 }
 
+// `--list`: every release of the version table, the ZeRO stages it runs here (or why
+// none), and the environments the cache holds for it (by torch).
+int list_releases(const std::string& cache) {
+  std::cout << "[zrepro bisect] DeepSpeed releases on this machine's CPU (cache " << cache << "):\n";
+  for (const std::string& r : deepspeed_releases()) {
+    std::string stages, why;
+    for (int stage = 1; stage <= 3; ++stage) {
+      const auto refusal = cpu_refusal(r, stage);
+      if (!refusal) stages += (stages.empty() ? "" : ",") + std::to_string(stage);
+      else why = *refusal;
+    }
+    std::string envs;
+    const std::string prefix = "deepspeed-" + r + "+torch-";
+    if (fs::is_directory(cache + "/envs"))
+      for (const auto& e : fs::directory_iterator(cache + "/envs")) {
+        const std::string name = e.path().filename().string();
+        if (name.rfind(prefix, 0) == 0 && fs::exists(e.path() / ".ready"))
+          envs += (envs.empty() ? "" : ", ") + name.substr(prefix.size());
+      }
+    std::cout << "  " << r << std::string(8 - std::min<size_t>(8, r.size()), ' ')
+              << (stages.empty() ? "does not run here" : "ZeRO " + stages) << (why.empty() ? "" : " (" + why + ")")
+              << (envs.empty() ? "" : "; installed over torch " + envs) << "\n";
+  }
+  return kExitOk;
+}
+
 }  // namespace bisect_cmd
 
 int bisect_command(int argc, char** argv) {
@@ -341,9 +367,11 @@ int bisect_command(int argc, char** argv) {
                  "~/.cache/zrepro/conformance-venv/bin/python, which scripts/conformance.sh makes)",
        cxxopts::value<std::string>())
       ("out", "folder for the runs and bisect.json", cxxopts::value<std::string>()->default_value("bisect_out"))
+      ("list", "list the releases zrepro knows: which run here at which ZeRO stages, which are installed in the cache")
       ("h,help", "show this help");
   return command_main(o, argc, argv, [&](const cxxopts::ParseResult& r) -> int {
     if (launched_by_mpi()) throw ConfigError("zrepro bisect starts its runs itself: run it without mpirun");
+    if (r.count("list")) return list_releases(opt<std::string>(r, "cache").value_or(default_bisect_cache()));
     Bisect b;
     b.config = require_config(opt<std::string>(r, "config"));
     const json user = read_json(b.config, "--config");

@@ -135,6 +135,26 @@ TEST(Bisect, AnInterruptedBisectStopsItsDeepSpeedRunAndLeavesNoProcess) {
   EXPECT_NE(zrepro_test::read_text(log).find("SIGINT"), std::string::npos) << zrepro_test::read_text(log);
 }
 
+// `--list`: which releases run here at which stages, and what the cache holds.
+TEST(Bisect, ListsWhichReleasesRunHere) {
+  const std::string dir = zrepro_test::fresh_dir("bisect_list");
+  fs::create_directories(dir + "/cache/envs/deepspeed-0.17.6+torch-2.15.0");
+  std::ofstream(dir + "/cache/envs/deepspeed-0.17.6+torch-2.15.0/.ready") << "test\n";
+  fs::create_directories(dir + "/cache/envs/deepspeed-0.17.5+torch-2.15.0");  // no .ready: an install cut short
+  const auto r = zrepro_test::zrepro_cmd("bisect --list --cache " + dir + "/cache");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("0.14.5  does not run here (DeepSpeed 0.14.5's CPU accelerator needs Intel's"),
+            std::string::npos)
+      << r.output;
+  const bool numactl = zrepro_test::shell("command -v numactl").code == 0;
+  EXPECT_NE(r.output.find(numactl ? "0.15.0  ZeRO 1,2,3" : "0.15.0  ZeRO 1,2 (DeepSpeed 0.15.0 at ZeRO-3 calls numactl"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("0.17.6  ZeRO 1,2,3; installed over torch 2.15.0\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("0.17.5  ZeRO 1,2,3\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("0.19.8  ZeRO 1,2,3"), std::string::npos) << r.output;
+}
+
 TEST(Bisect, RefusesWhatCannotRunHereWithTheReason) {
   const auto old = offline_bisect("bisect_old", "--good 0.14.0 --bad 0.18.2");
   EXPECT_EQ(old.code, 2) << old.output;
