@@ -155,6 +155,20 @@ TEST(Bisect, ListsWhichReleasesRunHere) {
   EXPECT_NE(r.output.find("0.19.8  ZeRO 1,2,3"), std::string::npos) << r.output;
 }
 
+// A release whose own Requires-Dist excludes the Python's torch is not run on it: the good
+// release is then refused with the requirement (the stand-in Python reports one).
+TEST(Bisect, AReleaseWhoseTorchRequirementExcludesThisTorchIsRefused) {
+  const std::string dir = zrepro_test::fresh_dir("bisect_torch_spec");
+  const auto r = zrepro_test::shell("ZREPRO_FAKE_TORCH_SPEC='<2.0 no' " + std::string(ZREPRO_BIN) +
+                                    " bisect --config " + kData + "/ds_config.json --good 0.16.0 --bad 0.18.2 --cache " +
+                                    dir + "/cache --python " + kRecorded + "fake-python/python --out " + dir + "/out 2>&1");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("deepspeed==0.16.0 requires torch<2.0 and this Python has torch 2.15.0+fake"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir + "/cache/envs/deepspeed-0.16.0+torch-2.15.0+fake")) << "a refused install is not kept";
+}
+
 TEST(Bisect, RefusesWhatCannotRunHereWithTheReason) {
   const auto old = offline_bisect("bisect_old", "--good 0.14.0 --bad 0.18.2");
   EXPECT_EQ(old.code, 2) << old.output;
