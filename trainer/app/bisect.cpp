@@ -5,9 +5,7 @@
 //
 // Steps: zrepro trains the config once as release A (`--deepspeed-version A
 // --export-inputs`), which fixes the weights and batches every release gets; the config
-// DeepSpeed gets is the user's with its "auto" values filled as the Hugging Face Trainer
-// fills them (the batch keys always), and every key the user left unset left unset, so each
-// release applies its own defaults. A and B run first; when they agree there is nothing to
+// DeepSpeed gets is [Note: the config each release gets] (trainer/bisect/deepspeed_config.h). A and B run first; when they agree there is nothing to
 // bisect (exit 7). Otherwise [Note: bisecting releases] (trainer/bisect/bisection.h) under
 // [Note: what counts as a move] (trainer/bisect/release_figures.h). Exit 0 with the release.
 #include <cmath>
@@ -18,6 +16,7 @@
 
 #include "trainer/app/cli.h"
 #include "trainer/bisect/bisection.h"
+#include "trainer/bisect/deepspeed_config.h"
 #include "trainer/bisect/release_env.h"
 #include "trainer/config/ds_versions.h"
 #include "trainer/report/report.h"
@@ -59,23 +58,6 @@ json read_json(const std::string& path, const std::string& what) {
   const json j = in ? json::parse(in, nullptr, false) : json();
   if (j.is_discarded() || j.is_null()) throw ConfigError(what + ": \"" + path + "\" is not readable JSON");
   return j;
-}
-
-// The user's config as the Hugging Face Trainer hands it to DeepSpeed: each "auto" filled
-// with the value zrepro resolved, the batch keys always set; unset keys stay unset.
-json config_for_deepspeed(const json& user, const json& resolved) {
-  json out = user;
-  std::function<void(json&, const json&)> fill = [&](json& node, const json& res) {
-    for (auto& [k, v] : node.items()) {
-      const json r = res.is_object() && res.contains(k) ? res[k] : json();
-      if (v.is_string() && v.get<std::string>() == "auto" && !r.is_null()) v = r;
-      else if (v.is_object()) fill(v, r);
-    }
-  };
-  fill(out, resolved);
-  for (const char* k : {"train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size"})
-    if (resolved.contains(k)) out[k] = resolved[k];
-  return out;
 }
 
 // zrepro as release V on the same inputs: OUT/zrepro-V. The good release's run also exports
