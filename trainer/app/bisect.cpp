@@ -19,6 +19,7 @@
 #include "trainer/bisect/deepspeed_config.h"
 #include "trainer/bisect/release_env.h"
 #include "trainer/config/ds_versions.h"
+#include "trainer/config/user_file.h"
 #include "trainer/report/report.h"
 #include "trainer/runtime/subprocess.h"
 #include "zero/comm/mpi_communicator.h"
@@ -37,6 +38,7 @@ struct Judged {
   bool from_cache = false;
   std::string why;  // skip: the reason
   std::optional<ReleaseFigures> zrepro;  // zrepro under this release's profile
+  std::string zrepro_diff;               // what zrepro differs in from the release ("": agrees)
 };
 
 struct Bisect {
@@ -53,10 +55,10 @@ struct Bisect {
   std::optional<json> good_summary;  // zrepro as the good release: its run also exported the inputs
 };
 
-json read_json(const std::string& path, const std::string& what) {
-  std::ifstream in(path);
-  const json j = in ? json::parse(in, nullptr, false) : json();
-  if (j.is_discarded() || j.is_null()) throw ConfigError(what + ": \"" + path + "\" is not readable JSON");
+// The user's --config as JSON (read_user_file names the flag for a folder or an unreadable path).
+json read_config(const std::string& path) {
+  const json j = json::parse(read_user_file("--config", path, "a DeepSpeed JSON config file"), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw ConfigError("--config: \"" + path + "\" is not a JSON object");
   return j;
 }
 
@@ -81,8 +83,18 @@ std::optional<json> run_zrepro(Bisect& b, const std::string& release, bool expor
       if (line.find("] error: ") != std::string::npos) error = line.substr(line.find("] error: ") + 9);
     return json{{"status", "refused"}, {"failure", {{"message", error}}}};
   }
-  if (!fs::exists(dir + "/summary.json")) return std::nullopt;
-  return read_json(dir + "/summary.json", "zrepro's summary");
+  const json summary = read_json_file(dir + "/summary.json");
+  if (summary.is_null()) return std::nullopt;
+  return summary;
+}
+
+// What zrepro as this release differs in from the release (empty: it agrees or did not run).
+std::string zrepro_differs(const Bisect& b, const Judged& j) {
+  if (!j.zrepro || j.verdict == Verdict::kSkip) return "";
+  Tolerance beside = b.tol;
+  if (b.precision != "fp32") beside.numerics = 5e-2;  // the conformance record's 16-bit tolerance
+  const auto diff = moved(j.ds, *j.zrepro, beside, true, 1);
+  return diff.empty() ? "" : diff.front();
 }
 
 // Judges one release: Skip when it cannot run here, else Good or Moved against `good`.
@@ -102,28 +114,23 @@ Judged& judge(Bisect& b, const std::string& release, const ReleaseFigures* good)
   j.verdict = good && !moved(*good, j.ds, b.tol).empty() ? Verdict::kMoved : Verdict::kGood;
   const auto s = release == b.good ? b.good_summary : run_zrepro(b, release, false);
   if (s) j.zrepro = figures_from_zrepro(*s);
+  j.zrepro_diff = zrepro_differs(b, j);
   std::cout << "[zrepro bisect] DeepSpeed " << release << ": " << (good ? verdict_name(j.verdict) : "the good release")
             << (j.ds.outcome == "ran" ? "" : " (" + j.ds.outcome + ")") << (j.from_cache ? " (cached)" : "") << std::endl;
   return j;
 }
+
+// A release in a column of 8 ("0.17.6  ").
+std::string release_column(const std::string& r) { return r + std::string(8 - std::min<size_t>(8, r.size()), ' '); }
 
 std::string fig(const std::optional<double>& v) {
   if (!v || !std::isfinite(*v)) return "-";
   return fmt(*v, 4);
 }
 
-// What zrepro as this release differs in from the release (empty: it agrees or did not run).
-std::string zrepro_differs(const Bisect& b, const Judged& j) {
-  if (!j.zrepro || j.verdict == Verdict::kSkip) return "";
-  Tolerance beside = b.tol;
-  if (b.precision != "fp32") beside.numerics = 5e-2;  // the conformance record's 16-bit tolerance
-  const auto diff = moved(j.ds, *j.zrepro, beside, true, 1);
-  return diff.empty() ? "" : diff.front();
-}
-
 // One row of the table: a release's first and last step, and zrepro as that release.
 std::string row(const Bisect& b, const Judged& j) {
-  std::string s = "  " + j.release + std::string(8 - std::min<size_t>(8, j.release.size()), ' ');
+  std::string s = "  " + release_column(j.release);
   if (j.verdict == Verdict::kSkip) return s + "skip   " + j.why;
   s += std::string(verdict_name(j.verdict)) + (j.verdict == Verdict::kGood ? "   " : "  ");
   if (j.ds.outcome != "ran" || j.ds.steps.empty()) {
@@ -136,8 +143,7 @@ std::string row(const Bisect& b, const Judged& j) {
          fig(l.grad_norm) + ", skipped " + std::to_string(skipped);
   }
   if (j.zrepro) {
-    const std::string diff = zrepro_differs(b, j);
-    s += "   | zrepro as " + j.release + (diff.empty() ? ": agrees" : ": DIFFERS (" + diff + ")");
+    s += "   | zrepro as " + j.release + (j.zrepro_diff.empty() ? ": agrees" : ": DIFFERS (" + j.zrepro_diff + ")");
   } else {
     s += "   | zrepro as " + j.release + ": did not finish (" + b.out + "/zrepro-" + j.release + ".log)";
   }
@@ -195,7 +201,7 @@ int report(Bisect& b, const std::vector<std::string>& releases, const Bisection&
     if (!b.judged.count(r)) continue;
     const Judged& j = b.judged[r];
     std::cout << row(b, j) << "\n";
-    const std::string diff = zrepro_differs(b, j);
+    const std::string& diff = j.zrepro_diff;
     if (!diff.empty()) differs.push_back(r);
     rows.push_back({{"release", r}, {"verdict", verdict_name(j.verdict)}, {"why", j.why}, {"from_cache", j.from_cache},
                     {"deepspeed", to_json(j.ds)}, {"zrepro", j.zrepro ? to_json(*j.zrepro) : json(nullptr)},
@@ -318,7 +324,7 @@ int list_releases(const std::string& cache) {
         if (name.rfind(prefix, 0) == 0 && fs::exists(e.path() / ".ready"))
           envs += (envs.empty() ? "" : ", ") + name.substr(prefix.size());
       }
-    std::cout << "  " << r << std::string(8 - std::min<size_t>(8, r.size()), ' ')
+    std::cout << "  " << release_column(r)
               << (stages.empty() ? "does not run here" : "ZeRO " + stages) << (why.empty() ? "" : " (" + why + ")")
               << (envs.empty() ? "" : "; installed over torch " + envs) << "\n";
   }
@@ -356,7 +362,7 @@ int bisect_command(int argc, char** argv) {
     if (r.count("list")) return list_releases(opt<std::string>(r, "cache").value_or(default_bisect_cache()));
     Bisect b;
     b.config = require_config(opt<std::string>(r, "config"));
-    const json user = read_json(b.config, "--config");
+    const json user = read_config(b.config);
     if (!r.count("good")) throw ConfigError("--good: required (a release whose figures are right, e.g. --good 0.16.0)");
     b.ranks = r["ranks"].as<int>();
     b.steps = r["steps"].as<int>();

@@ -203,9 +203,8 @@ ReleaseFigures ReleaseRunner::figures(const std::string& release, const RunInput
   const std::string cached = run_file(release, in, torch);
   from_cache = !torch.empty() && fs::exists(cached);
   if (from_cache) {
-    std::ifstream f(cached);
-    const json j = json::parse(f, nullptr, false);
-    if (!j.is_discarded()) return figures_from_json(j);
+    const json j = read_json_file(cached);
+    if (!j.is_null()) return figures_from_json(j);
     from_cache = false;
   }
   ReleaseFigures failed;
@@ -226,10 +225,8 @@ ReleaseFigures ReleaseRunner::figures(const std::string& release, const RunInput
       {{"DS_ACCELERATOR", "cpu"}, {"OMP_NUM_THREADS", "1"}, {"PYTHONPATH", env},
        {"TORCH_EXTENSIONS_DIR", env + "/.torch_extensions"}},
       log, "DeepSpeed " + release + " on " + std::to_string(in.ranks) + " rank(s)");
-  std::ifstream f(out);
-  const json record = f ? json::parse(f, nullptr, false) : json();
   bool raised = false;
-  ReleaseFigures got = figures_from_deepspeed(record.is_discarded() ? json() : record, error_of(log, &raised));
+  ReleaseFigures got = figures_from_deepspeed(read_json_file(out), error_of(log, &raised));
   if (rc == 124) got.outcome = "failed", got.message = "timed out after " + std::to_string(kRunTimeoutS) + " s";
   if (got.torch.empty()) got.torch = torch_;
   // Ran, refused, or died of an exception a rank raised is what the release does with these

@@ -21,6 +21,7 @@
 #include <stdexcept>
 
 #include "device/base/errors.h"
+#include "trainer/runtime/liveness.h"
 
 namespace zrepro {
 
@@ -197,7 +198,7 @@ int run_program(const std::vector<std::string>& args, const EnvVars& env, const 
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (const int sig = g_signal.load()) {
     const std::string who = args[0] == "/proc/self/exe" ? "zrepro " + (args.size() > 1 ? args[1] : "") : args[0];
-    throw Interrupted(sig, std::string(sig == SIGINT ? "SIGINT" : "SIGTERM") + ": the child `" + who +
+    throw Interrupted(sig, std::string(signal_name(sig)) + ": the child `" + who +
                                "` was stopped (exit " + std::to_string(code) + "; its output: " + log + ")");
   }
   return code;

@@ -180,6 +180,11 @@ TEST(Bisect, RefusesWhatCannotRunHereWithTheReason) {
   const auto unknown = offline_bisect("bisect_unknown", "--good 0.16.0 --bad 0.99.0");
   EXPECT_EQ(unknown.code, 2) << unknown.output;
   EXPECT_NE(unknown.output.find("--bad"), std::string::npos) << unknown.output;
+  // A folder given as the config: the flag named, exit 2 (not an uncaught stream error, 134).
+  const auto folder = zrepro_test::zrepro_cmd("bisect --config " + kData + " --good 0.16.0 --out " +
+                                              zrepro_test::fresh_dir("bisect_folder") + "/out");
+  EXPECT_EQ(folder.code, 2) << folder.output;
+  EXPECT_NE(folder.output.find("--config"), std::string::npos) << folder.output;
   // No network, no Python and nothing cached: said, not guessed.
   const auto nothing = offline_bisect("bisect_nothing", "--good 0.16.0 --bad 0.18.2", false);
   EXPECT_EQ(nothing.code, 2) << nothing.output;
