@@ -10,6 +10,7 @@
 
 #include "device/device_memory.h"
 #include "offload/host_memory.h"
+#include "zero/comm/stand_in_communicator.h"
 #include "zero/schedule/offload_plan.h"
 
 namespace zrepro {
@@ -83,9 +84,14 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
     sc.host_shard = copier_.get();
     sc.host_pinned = op.pin_memory;
   }
+  auto* stand_in = dynamic_cast<StandInCommunicator*>(&comm);
+  if (stand_in) peers_ = std::make_unique<PeerShadow>(comm.world_size(), comm.rank());
   for (size_t l = 0; l < layers.size(); ++l) {
     groups_.push_back(std::make_unique<ParamGroup>(static_cast<int>(l), layers[l].name, layers[l].params, sc));
     groups_.back()->load(init[l].to(sc.device));
+    // Stage 0's peers hold what this rank holds: no rows to keep.
+    if (peers_ && !policy_.owns_whole_flat())
+      peers_->add_group(*groups_.back(), init[l], offloaded_[l] ? cfg.comm_dtype : sc.dtype);
     dummies_.push_back(torch::zeros({1}, torch::TensorOptions().device(sc.device)).requires_grad_(true));
     DeviceMemory::CategoryScope tag(MemCategory::grads);
     const LayerLayout& lay = groups_.back()->layout();
@@ -94,6 +100,7 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
     owned_grads_.push_back(policy_.shard_grads() && !offloaded_[l] ? torch::zeros({lay.owned_numel()}, opts)
                                                                    : torch::Tensor());
   }
+  if (stand_in) stand_in->set_peer_values(peers_.get());
   uses_.assign(layers.size(), 0);
   kept_grads_.resize(layers.size());
   allocate_grad_overhang(opts);
@@ -151,6 +158,8 @@ void ZeroEngine::build_reducer() {
     ro.sink = [this](int g, int64_t offset, const torch::Tensor& piece) { return host_opt_->add_grad(g, offset, piece); };
     ro.copier = copier_.get();
   }
+  if (peers_ && !policy_.owns_whole_flat())
+    ro.peer_pieces = [this](int g, int64_t offset, const torch::Tensor& rows) { peers_->add_reduced(g, offset, rows); };
   DeviceMemory::instance().set_phase(Phase::init);
   reducer_ = std::make_unique<GradReducer>(reverse, ro, comm_);
 }
@@ -392,9 +401,40 @@ ZeroEngine::GradStats ZeroEngine::grad_stats(double local_loss) {
       nonfinite += 1;
   }
   torch::Tensor stats = torch::tensor({local_loss, sq, nonfinite}, torch::kDouble).to(cfg_.device);
+  if (peers_)
+    static_cast<StandInCommunicator&>(comm_).set_rank_inputs(stats, peer_stats(local_loss, stats));
   comm_.all_reduce_wait(stats, "loss+grad_norm+overflow");
   stats = stats.cpu();
   return {stats[0].item<double>() / comm_.world_size(), stats[1].item<double>(), stats[2].item<double>() > 0};
+}
+
+torch::Tensor ZeroEngine::peer_stats(double local_loss, const torch::Tensor& own) {
+  // Each peer's share of each layer's norm, summed in the order grad_stats sums its own;
+  // this rank's row is its own statistics, checked against its row of the model.
+  DeviceMemory::HostScope host;
+  const int ws = comm_.world_size(), me = comm_.rank();
+  const size_t L = groups_.size();
+  torch::Tensor rows = torch::empty({ws, 3}, torch::kDouble);
+  auto* r = rows.data_ptr<double>();
+  for (int k = 0; k < ws; ++k) {
+    double sq = 0, nonfinite = 0;
+    for (size_t i = 0; i < L; ++i) {
+      const size_t l = host_opt_ ? L - 1 - i : i;
+      const FlatPartition& f = groups_[l]->flat_partition();
+      const double n = grad_share_norm(policy_.owns_whole_flat() ? full_grads_[l].narrow(0, f.begin(k), f.partition_numel)
+                                                                 : peers_->grad(static_cast<int>(l), k));
+      if (k == me && !policy_.owns_whole_flat())
+        peers_->check_norm(static_cast<int>(l), optimizers_[l]->grad_norm(norm_share(l)), n);
+      if (std::isfinite(n))
+        sq += n * n;
+      else
+        nonfinite += 1;
+    }
+    r[3 * k] = local_loss, r[3 * k + 1] = sq, r[3 * k + 2] = nonfinite;
+  }
+  const torch::Tensor mine = own.cpu();
+  rows[me].copy_(mine);
+  return rows;
 }
 
 void ZeroEngine::update(double coef, double lr) {
@@ -404,6 +444,7 @@ void ZeroEngine::update(double coef, double lr) {
   // Each updated partition is on the device when its update returns (an offloaded
   // one's upload included), so it can be gathered.
   for (size_t l = 0; l < groups_.size(); ++l) optimizers_[l]->update(owned_grad(l), h, adam_steps_, coef);
+  if (peers_) peers_->update(h, adam_steps_, coef);
 }
 
 void ZeroEngine::sync_params() {
@@ -417,6 +458,7 @@ void ZeroEngine::sync_params() {
 }
 
 void ZeroEngine::zero_grads() {
+  if (peers_) peers_->zero_grads();
   for (auto& g : full_grads_)
     if (g.defined()) g.zero_();
   for (auto& g : owned_grads_) {

@@ -26,6 +26,7 @@
 #include "zero/loss_scaler.h"
 #include "zero/lr_schedule.h"
 #include "zero/param_group.h"
+#include "zero/peer_shadow.h"
 #include "zero/schedule/buffer_policy.h"
 #include "zero/schedule/gather_schedule.h"
 #include "zero/schedule/stage_policy.h"
@@ -110,6 +111,8 @@ class ZeroEngine : private ShardOps {
   const CopyEngine* copier() const { return copier_.get(); }
   EngineMemory memory() const;
   Communicator& comm() { return comm_; }
+  // Under a StandInCommunicator: the peers' state and its self-checks (null otherwise).
+  const PeerShadow* peers() const { return peers_.get(); }
   std::vector<ParamGroup*> groups();
   // Stages 0-1: layer l's gradient accumulated this step, full layout; for tests.
   torch::Tensor accumulated_grad(int layer) const { return full_grads_[layer]; }
@@ -186,6 +189,10 @@ class ZeroEngine : private ShardOps {
   std::unique_ptr<CopyEngine> copier_;
   std::unique_ptr<OptimizerOffload> host_opt_;
   std::vector<bool> offloaded_;
+  // --peers stand-in: what the peers hold ([Note: what a stood-in peer contributes]).
+  std::unique_ptr<PeerShadow> peers_;
+  // grad_stats under stand-in peers: every rank's [loss, squared norm, non-finite count].
+  torch::Tensor peer_stats(double local_loss, const torch::Tensor& own);
 };
 
 }  // namespace zrepro

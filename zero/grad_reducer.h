@@ -34,6 +34,9 @@ class GradReducer : private ReduceOps {
     std::function<bool(int group)> offloaded;
     std::function<CopyEventPtr(int group, int64_t owned_offset, const torch::Tensor& piece)> sink;
     CopyEngine* copier = nullptr;
+    // Stood-in peers (zero/peer_shadow.h): every rank's reduced piece of group `group` at
+    // owned_offset, [world, numel], when the bucket completes.
+    std::function<void(int group, int64_t owned_offset, const torch::Tensor& rows)> peer_pieces;
   };
   // groups: in the order their gradients become ready (reverse layer order).
   GradReducer(std::vector<ParamGroup*> groups, const Options& options, Communicator& comm);
@@ -66,6 +69,7 @@ class GradReducer : private ReduceOps {
   std::vector<std::vector<CopyEventPtr>> buffer_reads_;  // offload copies still reading each buffer
   struct Launched {
     torch::Tensor out;
+    torch::Tensor in;  // with peer_pieces: the bucket, every rank's slice reduced
     WorkPtr work;
   };
   std::vector<Launched> launched_;  // per bucket, while in flight

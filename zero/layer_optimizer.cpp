@@ -5,6 +5,24 @@
 
 namespace zrepro {
 
+void adam_update(torch::Tensor& master, const torch::Tensor& grad, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
+                 torch::Tensor owned, bool aliased, const AdamHyper& h, int64_t step, double coef) {
+  // fp32 gradients are scaled in place (they are zeroed after the step); 16-bit
+  // ones get the fp32 copy the optimizer needs.
+  torch::Tensor g32 = grad.to(torch::kFloat);
+  g32.mul_(coef);
+  if (master.device().is_cpu()) {
+    const bool half = owned.scalar_type() != torch::kFloat;
+    cpu_adam_step(master, g32, exp_avg, exp_avg_sq, h, step, half ? owned : torch::Tensor());
+    if (!half && !aliased) owned.copy_(master);
+  } else {
+    torch_adam_step(master, g32, exp_avg, exp_avg_sq, h, step);
+    if (!aliased) owned.copy_(master);
+  }
+}
+
+double grad_share_norm(const torch::Tensor& share) { return share.to(torch::kFloat).norm().item<double>(); }
+
 namespace {
 
 class DeviceAdam : public LayerOptimizer {
@@ -16,21 +34,9 @@ class DeviceAdam : public LayerOptimizer {
     exp_avg_ = torch::zeros_like(master_);
     exp_avg_sq_ = torch::zeros_like(master_);
   }
-  double grad_norm(const torch::Tensor& share) override { return share.to(torch::kFloat).norm().item<double>(); }
+  double grad_norm(const torch::Tensor& share) override { return grad_share_norm(share); }
   void update(const torch::Tensor& grad, const AdamHyper& h, int64_t step, double coef) override {
-    // fp32 gradients are scaled in place (they are zeroed after the step); 16-bit
-    // ones get the fp32 copy the optimizer needs.
-    torch::Tensor g32 = grad.to(torch::kFloat);
-    g32.mul_(coef);
-    torch::Tensor owned = group_.owned_params();
-    if (master_.device().is_cpu()) {
-      const bool half = owned.scalar_type() != torch::kFloat;
-      cpu_adam_step(master_, g32, exp_avg_, exp_avg_sq_, h, step, half ? owned : torch::Tensor());
-      if (!half && !aliased()) owned.copy_(master_);
-    } else {
-      torch_adam_step(master_, g32, exp_avg_, exp_avg_sq_, h, step);
-      if (!aliased()) owned.copy_(master_);
-    }
+    adam_update(master_, grad, exp_avg_, exp_avg_sq_, group_.owned_params(), aliased(), h, step, coef);
   }
   int64_t device_bytes() const override { return (aliased() ? 2 : 3) * master_.numel() * 4; }
 
@@ -49,7 +55,7 @@ class HostAdam : public LayerOptimizer {
   }
   double grad_norm(const torch::Tensor&) override {
     DeviceMemory::HostScope host;  // the host optimizer's norm runs on the host
-    return host_.grad(layer_).to(torch::kFloat).norm().item<double>();
+    return grad_share_norm(host_.grad(layer_));
   }
   void update(const torch::Tensor&, const AdamHyper& h, int64_t step, double coef) override {
     // CPU Adam on the host partition, then the updated 16-bit partition goes up.

@@ -29,6 +29,15 @@ class LayerOptimizer {
   virtual int64_t device_bytes() const = 0;
 };
 
+// The step every rank's DeviceAdam takes on what it owns (also the stand-in peers' rows,
+// zero/peer_shadow.h): the gradient scaled by coef in fp32 (in place when it is
+// fp32), Adam on the fp32 master, the updated values written to `owned` unless the master
+// is `owned` itself (aliased).
+void adam_update(torch::Tensor& master, const torch::Tensor& grad, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
+                 torch::Tensor owned, bool aliased, const AdamHyper& h, int64_t step, double coef);
+// L2 norm of a rank's gradient share, accumulated in fp32 (inf or NaN anywhere: non-finite).
+double grad_share_norm(const torch::Tensor& share);
+
 // Master weights and moments on the device. With fp32 parameters and no partition
 // of its own (stage 0) the master is the parameter buffer itself (a plain torch
 // optimizer updates in place).

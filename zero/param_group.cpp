@@ -184,6 +184,12 @@ torch::Tensor ParamGroup::owned_params() {
   return flat_tensor_.narrow(0, layout_.flat.begin(cfg_.rank), layout_.flat.partition_numel);
 }
 
+torch::Tensor ParamGroup::gather_source() const {
+  if (cfg_.policy.shard_params()) return device_shard_.defined() ? device_shard_ : shard_;
+  if (cfg_.policy.owns_whole_flat()) return flat_tensor_;
+  return flat_tensor_.narrow(0, layout_.flat.begin(cfg_.rank), layout_.flat.partition_numel);
+}
+
 WorkPtr ParamGroup::gather_partitions(Communicator& comm) {
   torch::Tensor part = flat_tensor_.narrow(0, layout_.flat.begin(cfg_.rank), layout_.flat.partition_numel);
   return comm.all_gather(flat_tensor_, part, "gather_partitions " + name_);

@@ -79,6 +79,10 @@ class ParamGroup {
   // Replicated parameters: this rank's partition range of the flat.
   const FlatPartition& flat_partition() const { return layout_.flat; }
 
+  // What this group's all-gathers send slices of, laid out as owned_params(): the shard
+  // (or its device copy while an offloaded shard is up), or this rank's partition.
+  torch::Tensor gather_source() const;
+
   // Stages 1-2: all-gather the updated partitions back into the full buffer.
   WorkPtr gather_partitions(Communicator& comm);
 

@@ -80,14 +80,36 @@ void RunState::write_summary_or_throw(const std::string& status, json failure, s
   if (out_claimed) seal_out_dir(spec.out_dir);  // [Note: only zrepro's files move]
 }
 
+// --peers stand-in: the model's self-checks ([Note: the stand-in checks itself]).
+static json stand_in_json(const std::optional<StandInChecks>& c) {
+  if (!c) return nullptr;
+  return {{"exact", c->exact()},
+          {"gathers_checked", c->gathers},
+          {"gathers_equal", c->gathers_equal},
+          {"norms_checked", c->norms},
+          {"norms_equal", c->norms_equal},
+          {"first_difference", c->first_difference.empty() ? json(nullptr) : json(c->first_difference)}};
+}
+
 json RunState::virtual_json() const {
   if (!vranks) return nullptr;
-  return {{"world_size", world},
-          {"as_rank", vranks->subject()},
-          {"data_rule", spec.same_data ? "same" : "distinct"},
-          {"peer_host_bytes_peak", HostMemory::instance().peak_peer_bytes()},
-          {"note", "one process stood in for every rank: each rank's memory and numerics are exact; step times "
-                   "are not (the ranks shared this process's cores)"}};
+  json v = {{"world_size", world},
+            {"as_rank", vranks->subject()},
+            {"data_rule", spec.same_data ? "same" : "distinct"},
+            {"peers", vranks->stand_in() ? "stand-in" : "run"}};
+  if (!vranks->stand_in()) {
+    v["peer_host_bytes_peak"] = HostMemory::instance().peak_peer_bytes();
+    v["note"] = "one process stood in for every rank: each rank's memory and numerics are exact; step times are not "
+                "(the ranks shared this process's cores)";
+    return v;
+  }
+  v["stand_in"] = stand_in_json(result.stand_in);
+  v["note"] = "one rank ran; its peers were stood in for. Exact: this rank's memory by category and its collectives' "
+              "sizes (from the layout, whatever the values). Exact under the same-data rule when stand_in.exact: "
+              "losses and gradient norms (what the peers send comes from the model of their partitions, which "
+              "matched this rank's own at every check). Not reproduced: step times (one rank's compute, no "
+              "interconnect), anything that makes ranks differ (injections are refused)";
+  return v;
 }
 
 json RunState::trace_events() {
@@ -233,7 +255,7 @@ void merge_rank_traces(RunState& s) {
 // Every virtual rank's report, from its own result and ledger.
 std::vector<RankReport> virtual_rank_reports(RunState& s, const VirtualRanks::Outcome& o) {
   std::vector<RankReport> reports;
-  for (int k = 0; k < s.world; ++k)
+  for (int k : s.vranks->running())
     reports.push_back(rank_report(k, o.results[k],
                                   k == s.vranks->subject() ? device_memory_snapshot(s.dev.device)
                                                            : DeviceMemory::instance().snapshot(k)));
@@ -273,7 +295,7 @@ int train_virtual_and_report(RunState& s, const StepCallback& on_step) {
     s.rank = o.failed_rank;
     s.result = std::move(o.results[o.failed_rank]);
     s.owner.reset();
-    s.owner.emplace(o.failed_rank);
+    if (!s.vranks->stand_in()) s.owner.emplace(o.failed_rank);
     try {
       std::rethrow_exception(o.error);
     } catch (const CommError& e) {

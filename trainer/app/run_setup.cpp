@@ -149,7 +149,7 @@ static void install_device(RunState& s) {
       for_flag("--device-memory", [&] { cuda_set_capacity(s.dev.device.index(), cap); });
       s.dev.description += ", capacity " + format_bytes(cap) + " (memory fraction)";
     }
-    if (s.vranks) {  // the other virtual ranks compute on the CPU: their bytes measured, uncapped
+    if (s.vranks && !s.vranks->stand_in()) {  // the other virtual ranks compute on the CPU: their bytes measured, uncapped
       DeviceMemory::instance().install(0);
       s.dev.description += "; the other " + std::to_string(s.world - 1) + " virtual ranks on the CPU (measured, no capacity)";
     }
@@ -163,7 +163,7 @@ static void install_device(RunState& s) {
   if (spec.memory_log) {
     const std::string path = *spec.memory_log + (s.world > 1 ? ".rank" + std::to_string(s.rank) : "");
     try {
-      mem.log_to(path, s.vranks ? s.rank : 0);
+      mem.log_to(path, s.vranks && !s.vranks->stand_in() ? s.rank : 0);
     } catch (const std::exception& e) {
       throw ConfigError("--memory-log: " + std::string(e.what()));
     }
@@ -227,10 +227,10 @@ static void start_virtual_ranks(RunState& s) {
   if (spec.world_size && spec.target_world_size && *spec.target_world_size != n)
     throw ConfigError("--target-world-size " + std::to_string(*spec.target_world_size) + " and --world-size " +
                       std::to_string(n) + ": the toy runs as the target's ranks; give one");
-  s.vranks = std::make_unique<VirtualRanks>(n, spec.as_rank, spec.comm_timeout);
+  s.vranks = std::make_unique<VirtualRanks>(n, spec.as_rank, spec.comm_timeout, spec.peers);
   s.rank = spec.as_rank;
   s.world = n;
-  s.owner.emplace(s.rank);
+  if (!s.vranks->stand_in()) s.owner.emplace(s.rank);  // stood-in peers: this process's one ledger
 }
 
 // Every rank's effective config against the others': ranks that disagree (a per-rank
@@ -292,7 +292,12 @@ void set_up(RunState& s, int* argc, char*** argv) {
 
 void print_header(RunState& s) {
   if (!s.speaks()) return;
-  if (s.vranks)
+  if (s.vranks && s.vranks->stand_in())
+    std::cout << "[zrepro] stood-in peers: rank " << s.rank << " of " << s.world << " runs alone; what its "
+              << s.world - 1 << " peers would send comes from the same-data rule (their gradients are its own) and "
+              << "a model of their partitions, checked against its own at every gather and step "
+              << "(--peers stand-in); its memory is the N-rank job's, its step time is one rank's\n";
+  else if (s.vranks)
     std::cout << "[zrepro] virtual ranks: this process stands in for all " << s.world << " ranks (one thread, engine "
               << "and device-memory ledger each; collectives in-process); reporting as rank " << s.rank
               << ", data rule " << (s.spec.same_data ? "same" : "distinct")

@@ -26,6 +26,10 @@ cxxopts::Options run_options() {
                      "and stragglers)", cxxopts::value<int>())
       ("as-rank", "with --world-size: the rank this process reports as its own (and, on CUDA, runs on the GPU)",
        cxxopts::value<int>())
+      ("peers", "with --world-size: run (every rank on a thread of this process, up to " +
+                    std::to_string(kMaxVirtualRanks) + ") or stand-in (only --as-rank runs; what its peers would "
+                    "send comes from the same-data rule and a model of their partitions: time and memory flat in N)",
+       cxxopts::value<std::string>()->default_value("run"))
       ("data-rule", "distinct: each rank its own micro-batches (data parallel); same: every rank draws rank 0's "
                     "(what a virtual run is compared with)", cxxopts::value<std::string>()->default_value("distinct"))
       ("device-memory", "device capacity: a preset (a100-40gb, a100-80gb, h100-80gb, h200-141gb, l40s-48gb, rtx4090-24gb, ...: the capacity PyTorch reports on it) or a size, e.g. 80GB, 512MiB (GB = 1e9 bytes, GiB = 2^30; CPU-emulated device; default: unlimited)",
@@ -115,12 +119,29 @@ void parse_virtual(const cxxopts::ParseResult& r, RunSpec& s) {
     throw ConfigError("--data-rule: got \"" + rule + "\", expected distinct or same");
   s.same_data = rule == "same";
   s.world_size = opt<int>(r, "world-size");
+  const std::string peers = r["peers"].as<std::string>();
+  if (peers != "run" && peers != "stand-in")
+    throw ConfigError("--peers: got \"" + peers + "\", expected run or stand-in");
+  s.peers = peers == "stand-in" ? Peers::stand_in : Peers::run;
   if (r.count("as-rank") && !s.world_size)
     throw ConfigError("--as-rank: needs --world-size N (the virtual job whose rank this process stands in for)");
+  if (r.count("peers") && !s.world_size)
+    throw ConfigError("--peers: needs --world-size N (the virtual job whose ranks run or are stood in for)");
   if (!s.world_size) return;
   const int n = *s.world_size;
-  if (n < 1 || n > kMaxVirtualRanks)
-    throw ConfigError("--world-size: got " + std::to_string(n) + ", expected 1.." + std::to_string(kMaxVirtualRanks));
+  if (s.peers == Peers::stand_in) {
+    // [Note: what a stood-in peer contributes]: every rank's gradient is this rank's.
+    if (r.count("data-rule") && !s.same_data)
+      throw ConfigError("--data-rule distinct with --peers stand-in: stood-in peers draw the subject's batches "
+                        "(their gradients are its own); drop --data-rule or give --peers run");
+    s.same_data = true;
+  }
+  const int cap = s.peers == Peers::stand_in ? kMaxStandInRanks : kMaxVirtualRanks;
+  if (n < 1 || n > cap)
+    throw ConfigError("--world-size: got " + std::to_string(n) + ", expected 1.." + std::to_string(cap) +
+                      (s.peers == Peers::run ? " with --peers run (a thread per rank); --peers stand-in runs rank "
+                                               "--as-rank alone, up to " + std::to_string(kMaxStandInRanks)
+                                             : std::string()));
   if (s.ranks && *s.ranks > 1)
     throw ConfigError("--world-size " + std::to_string(n) + " and --ranks " + std::to_string(*s.ranks) +
                       ": give one (--ranks N starts N processes; --world-size N runs the N ranks in this one)");
@@ -133,6 +154,10 @@ void parse_virtual(const cxxopts::ParseResult& r, RunSpec& s) {
 // What virtual ranks cannot stand in for (see [Note: what virtual ranks reproduce]).
 void check_virtual_limits(const RunSpec& s) {
   if (!s.world_size || *s.world_size == 1) return;
+  if (s.peers == Peers::stand_in && !s.injections.empty())
+    throw ConfigError("--inject \"" + s.inject_specs[0] + "\" with --peers stand-in: the peers are not run, so a "
+                      "fault cannot act on them or on what they send; give --peers run (up to " +
+                      std::to_string(kMaxVirtualRanks) + " ranks) or --ranks");
   for (size_t i = 0; i < s.injections.size(); ++i)
     if (s.injections[i].changes_collectives())
       throw ConfigError("--inject \"" + s.inject_specs[i] + "\": " + inject_kind_name(s.injections[i].kind) +

@@ -14,6 +14,7 @@
 #include "trainer/config/ds_config.h"
 #include "trainer/config/model_spec.h"
 #include "trainer/loop/train.h"
+#include "trainer/loop/virtual_ranks.h"
 
 namespace zrepro {
 
@@ -27,6 +28,7 @@ struct RunSpec {
   std::optional<int> world_size;
   int as_rank = 0;
   bool same_data = false;
+  Peers peers = Peers::run;  // --peers: every virtual rank runs, or the subject alone
 
   // What to train: a config and a model, or a target to scale down from.
   std::optional<std::string> config_path;

@@ -445,6 +445,7 @@ void train(const JobSpec& job, const TrainOptions& opts, TrainResult& result, co
     result.skipped_steps += sr.skipped;
     result.steps.push_back(rec);
     result.memory = engine->memory();
+    if (engine->peers()) result.stand_in = engine->peers()->checks();
     if (on_step) on_step(rec, scale_log(sr.scale_event, rank));
     stop_if_asked(opts, step);
   }

@@ -109,6 +109,8 @@ struct TrainResult {
   int64_t skipped_steps = 0;
   int64_t input_pinned_peak = 0;  // the loader's page-locked batches at most (pin_memory)
   EngineMemory memory;  // this rank's engine-owned bytes by category
+  // --peers stand-in: whether the peers' model matched this rank's own state (peer_shadow.h).
+  std::optional<StandInChecks> stand_in;
   // Full fp32 parameters after the last step, one tensor per layer (for checks).
   std::vector<torch::Tensor> final_params;
 };

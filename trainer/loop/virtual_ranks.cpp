@@ -2,6 +2,7 @@
 #include "trainer/loop/virtual_ranks.h"
 
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "device/cuda_memory.h"
@@ -10,20 +11,32 @@
 
 namespace zrepro {
 
-VirtualRanks::VirtualRanks(int world, int subject, double timeout_s)
-    : world_(world), subject_(subject), group_(std::make_shared<VirtualGroup>(world, timeout_s)) {
+VirtualRanks::VirtualRanks(int world, int subject, double timeout_s, Peers peers)
+    : world_(world), subject_(subject), peers_(peers) {
+  if (stand_in()) {  // one rank, this process's own ledger and host memory
+    comms_.push_back(std::make_unique<StandInCommunicator>(subject, world));
+    return;
+  }
+  group_ = std::make_shared<VirtualGroup>(world, timeout_s);
   DeviceMemory::instance().set_ledgers(world);
   HostMemory::instance().set_virtual_ranks(world, subject);
   for (int k = 0; k < world; ++k) comms_.push_back(std::make_unique<VirtualCommunicator>(group_, k));
 }
 
 VirtualRanks::~VirtualRanks() {
-  group_->abort("the virtual ranks are shutting down");
+  if (group_) group_->abort("the virtual ranks are shutting down");
   comms_.clear();
 }
 
 void VirtualRanks::model_busbw(double gbps) {
   for (auto& c : comms_) c->model_busbw(gbps);
+}
+
+std::vector<int> VirtualRanks::running() const {
+  if (stand_in()) return {subject_};
+  std::vector<int> all(world_);
+  for (int k = 0; k < world_; ++k) all[k] = k;
+  return all;
 }
 
 VirtualRanks::Outcome VirtualRanks::train_all(const JobSpec& job, const TrainOptions& opts,
@@ -34,9 +47,10 @@ VirtualRanks::Outcome VirtualRanks::train_all(const JobSpec& job, const TrainOpt
   std::exception_ptr first_comm_error;
   int first_comm_rank = -1;
   auto run_rank = [&](int k) {
-    DeviceMemory::OwnerScope owner(k);
+    std::optional<DeviceMemory::OwnerScope> owner;
+    if (!stand_in()) owner.emplace(k);
     TrainOptions o = opts;
-    o.comm = comms_[k].get();
+    o.comm = &comm(k);
     if (k != subject_) {
       o.trace = nullptr;
       o.device = torch::kCPU;  // on CUDA only the subject holds the GPU
@@ -48,17 +62,17 @@ VirtualRanks::Outcome VirtualRanks::train_all(const JobSpec& job, const TrainOpt
     } catch (const CommError& e) {
       std::lock_guard<std::mutex> lock(mu);
       if (!first_comm_error) first_comm_error = std::current_exception(), first_comm_rank = k;
-      group_->abort(e.what());
+      if (group_) group_->abort(e.what());
     } catch (const std::exception& e) {
       {
         std::lock_guard<std::mutex> lock(mu);
         if (!out.error) out.error = std::current_exception(), out.failed_rank = k;
       }
-      group_->abort("virtual rank " + std::to_string(k) + " failed: " + e.what());
+      if (group_) group_->abort("virtual rank " + std::to_string(k) + " failed: " + e.what());
     }
   };
   std::vector<std::thread> threads;
-  for (int k = 0; k < world_; ++k)
+  for (int k : running())
     if (k != subject_) threads.emplace_back(run_rank, k);
   run_rank(subject_);  // on this thread: its progress line and logs come first
   for (auto& t : threads) t.join();

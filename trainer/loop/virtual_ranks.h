@@ -7,6 +7,11 @@
 // as its own, the one whose host buffers are really page-locked and, on CUDA, the one
 // on the GPU (the others compute on the CPU).
 //
+// With --peers stand-in only the subject runs: its StandInCommunicator
+// (zero/comm/stand_in_communicator.h) supplies what the N-1 peers would contribute, from
+// the same-data rule and the engine's model of their partitions (zero/peer_shadow.h), so
+// time and memory do not grow with N ([Note: what a stood-in peer contributes]).
+//
 // [Note: what virtual ranks reproduce] Memory and numerics, exactly: the same engine
 // code runs per rank and the collectives compute what N processes would. Not time: the
 // ranks share this process's cores (N forwards and backwards per step), so step times,
@@ -19,6 +24,7 @@
 #include <vector>
 
 #include "trainer/loop/train.h"
+#include "zero/comm/stand_in_communicator.h"
 #include "zero/comm/virtual_communicator.h"
 
 namespace zrepro {
@@ -27,16 +33,27 @@ namespace zrepro {
 // starting thousands.
 constexpr int kMaxVirtualRanks = 512;
 
+// With stood-in peers the rank and world are ints, as torch.distributed's are; what a
+// huge world costs is its layout's padding (stage 3 pads every parameter to a multiple
+// of N), which the emulated device counts.
+constexpr int kMaxStandInRanks = 1 << 30;
+
+// --peers: every rank runs (a thread each), or the subject alone with stood-in peers.
+enum class Peers { run, stand_in };
+
 
 class VirtualRanks {
  public:
   // timeout_s: how long a virtual rank waits for the others in a collective (a bug, or
   // a rank that failed without aborting the group, ends as a CommError).
-  VirtualRanks(int world, int subject, double timeout_s);
+  VirtualRanks(int world, int subject, double timeout_s, Peers peers = Peers::run);
   ~VirtualRanks();
   int world() const { return world_; }
   int subject() const { return subject_; }
-  Communicator& comm(int rank) { return *comms_[rank]; }
+  bool stand_in() const { return peers_ == Peers::stand_in; }
+  // The ranks that run: all of them, or the subject alone.
+  std::vector<int> running() const;
+  Communicator& comm(int rank) { return stand_in() ? *comms_.front() : *comms_[rank]; }
   // Applies to every virtual rank's communicator (--interconnect-gbps).
   void model_busbw(double gbps);
 
@@ -53,8 +70,9 @@ class VirtualRanks {
 
  private:
   int world_, subject_;
+  Peers peers_;
   std::shared_ptr<VirtualGroup> group_;
-  std::vector<std::unique_ptr<VirtualCommunicator>> comms_;
+  std::vector<std::unique_ptr<Communicator>> comms_;
 };
 
 }  // namespace zrepro

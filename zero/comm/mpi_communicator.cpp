@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "device/base/errors.h"
+
 namespace zrepro {
 
 namespace {
