@@ -91,7 +91,7 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
     groups_.back()->load(init[l].to(sc.device));
     // Stage 0's peers hold what this rank holds: no rows to keep.
     if (peers_ && !policy_.owns_whole_flat())
-      peers_->add_group(*groups_.back(), init[l], offloaded_[l] ? cfg.comm_dtype : sc.dtype);
+      peers_->add_group(*groups_.back(), init[l], offloaded_[l] ? torch::kFloat : sc.dtype);
     dummies_.push_back(torch::zeros({1}, torch::TensorOptions().device(sc.device)).requires_grad_(true));
     DeviceMemory::CategoryScope tag(MemCategory::grads);
     const LayerLayout& lay = groups_.back()->layout();
