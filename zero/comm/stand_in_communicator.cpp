@@ -82,7 +82,7 @@ void StandInCommunicator::set_rank_inputs(const torch::Tensor& t, torch::Tensor 
   rank_inputs_[t.data_ptr()] = std::move(rows);
 }
 
-void StandInCommunicator::all_gather(torch::Tensor& out, const torch::Tensor& in) {
+void StandInCommunicator::gather_from_peers(torch::Tensor& out, const torch::Tensor& in) {
   if (!peers_ || !peers_->fill_gather(in, out))
     throw CommError("stand-in peers: all_gather of " + std::to_string(in.numel()) +
                     " elements from a buffer the peers' model does not hold (only parameter partitions are "
@@ -118,7 +118,7 @@ void StandInCommunicator::execute(CollOp op, torch::Tensor& out, torch::Tensor& 
       out.copy_(in.view({-1}).narrow(0, rank() * out.numel(), out.numel()).view(out.sizes()));
       break;
     }
-    case CollOp::all_gather: all_gather(out, in); break;
+    case CollOp::all_gather: gather_from_peers(out, in); break;
     case CollOp::broadcast:
     case CollOp::barrier: break;
   }

@@ -57,7 +57,7 @@ class StandInCommunicator : public Communicator {
   void execute(CollOp op, torch::Tensor& out, torch::Tensor& in, int root) override;
 
  private:
-  void all_gather(torch::Tensor& out, const torch::Tensor& in);
+  void gather_from_peers(torch::Tensor& out, const torch::Tensor& in);
   PeerValues* peers_ = nullptr;
   std::mutex mu_;
   std::map<const void*, torch::Tensor> rank_inputs_;  // by the data pointer of the reduced tensor
