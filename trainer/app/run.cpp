@@ -285,6 +285,19 @@ void print_done(RunState& s, const std::string& what) {
               << s.spec.out_dir << "/trace.json (open in ui.perfetto.dev)\n";
 }
 
+// [Note: the stand-in checks itself] in words: whether the losses rest on exact peers.
+void print_stand_in_check(const StandInChecks& c) {
+  if (c.exact())
+    std::cout << "[zrepro] stand-in check: the peers' model matched this rank's own partition at all " << c.gathers
+              << " gathers and its gradient-norm share at all " << c.norms
+              << " checks: losses are the N-rank job's under the same-data rule\n";
+  else
+    std::cout << "[zrepro] stand-in check: the peers' model differs from this rank's own state (" << c.first_difference
+              << "; " << c.gathers_equal << "/" << c.gathers << " gathers, " << c.norms_equal << "/" << c.norms
+              << " norms equal): memory and collective sizes are exact, losses approximate; --peers run (up to "
+              << kMaxVirtualRanks << " ranks) gives exact ones\n";
+}
+
 // --world-size: the ranks train on this process's threads; the failure of any one ends
 // the run as that rank's (its ledger, its steps), with every rank's view in the summary.
 int train_virtual_and_report(RunState& s, const StepCallback& on_step) {
@@ -308,6 +321,7 @@ int train_virtual_and_report(RunState& s, const StepCallback& on_step) {
   s.result = std::move(o.results[s.rank]);
   if (s.metrics) s.metrics->close();
   print_done(s, " (virtual ranks: " + std::to_string(s.world) + ")");
+  if (s.result.stand_in) print_stand_in_check(*s.result.stand_in);
   if (out) write_file_atomic(s.spec.out_dir + "/trace.json", one_rank_trace(s.rank, s.trace_events()).dump());
   s.write_summary_or_throw("ok", nullptr, s.virtual_reports);  // an I/O failure ends the run as one
   return kExitOk;

@@ -1,0 +1,169 @@
+// Stood-in peers (--world-size N --peers stand-in: the subject rank alone) against every
+// rank running (--peers run) and against real processes: the subject's losses and
+// gradient norms bit for bit under the same-data rule, its device memory by category and
+// its collectives' bytes equal, for stages 0-3, fp32/bf16/fp16 and offload; rank 1 of an
+// 8192-rank ZeRO-3 job with the planner's model states to the byte; the refusals; and
+// the self-check naming what the peers' model does not reproduce.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "tests/support/process.h"
+
+using namespace zrepro_test;
+using json = nlohmann::json;
+
+namespace {
+
+std::string si_config(int stage, const std::string& precision, const std::string& offload, int gas = 2) {
+  std::string zero = R"("stage": )" + std::to_string(stage) +
+                     R"(, "reduce_bucket_size": 20000, "stage3_param_persistence_threshold": 1000,
+      "stage3_prefetch_bucket_size": 30000)";
+  if (offload == "optimizer") zero += R"(, "offload_optimizer": {"device": "cpu", "pin_memory": true})";
+  if (offload == "param")
+    zero += R"(, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"})";
+  std::string prec;
+  if (precision == "bf16") prec = R"("bf16": {"enabled": true}, )";
+  if (precision == "fp16") prec = R"("fp16": {"enabled": true, "initial_scale_power": 16}, )";
+  return R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": )" + std::to_string(gas) + ", " +
+         prec + R"("optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.01}},
+    "gradient_clipping": 1.0, "zero_optimization": {)" + zero + "}}";
+}
+
+const json& rank_view(const json& summary, int rank) {
+  for (const json& r : summary["memory"]["ranks"])
+    if (r["rank"] == rank) return r;
+  ADD_FAILURE() << "no memory view of rank " << rank;
+  return summary["memory"]["ranks"][0];
+}
+
+// The subject's steps (loss, gradient norm, skipped) equal to the bit.
+void expect_same_steps(const json& a, const json& b, const std::string& what) {
+  ASSERT_EQ(a["steps"].size(), b["steps"].size()) << what;
+  for (size_t i = 0; i < a["steps"].size(); ++i) {
+    EXPECT_EQ(double(a["steps"][i]["loss"]), double(b["steps"][i]["loss"])) << what << " step " << i;
+    EXPECT_EQ(a["steps"][i]["grad_norm"], b["steps"][i]["grad_norm"]) << what << " step " << i;
+    EXPECT_EQ(a["steps"][i]["skipped"], b["steps"][i]["skipped"]) << what << " step " << i;
+  }
+}
+
+// The subject's device memory by category at its peak and per phase, and its bytes per
+// collective per step, up to `slack` bytes where the reference's own peak is a race.
+void expect_same_subject(const json& ref, const json& si, int rank, const std::string& what, double slack = 0) {
+  const json& a = rank_view(ref, rank);
+  const json& b = rank_view(si, rank);
+  EXPECT_NEAR(double(a["peak_bytes"]), double(b["peak_bytes"]), slack) << what;
+  for (const auto& [cat, bytes] : a["by_category"].items())
+    EXPECT_NEAR(double(bytes), double(b["by_category"][cat]), slack) << what << " " << cat;
+  for (const auto& [cat, bytes] : a["model_states"].items())
+    EXPECT_EQ(bytes, b["model_states"][cat]) << what << " " << cat;
+  for (const auto& [op, s] : ref["comm"]["ops"].items()) {
+    EXPECT_EQ(s["bytes_per_step"], si["comm"]["ops"][op]["bytes_per_step"]) << what << " " << op;
+    EXPECT_EQ(s["calls_per_step"], si["comm"]["ops"][op]["calls_per_step"]) << what << " " << op;
+  }
+}
+
+void expect_exact_stand_in(const RunResult& r, const std::string& what) {
+  ASSERT_EQ(r.code, 0) << what << "\n" << r.output;
+  const json& v = r.summary["virtual_ranks"];
+  EXPECT_EQ(v["peers"], "stand-in") << what;
+  EXPECT_EQ(v["data_rule"], "same") << what;
+  EXPECT_TRUE(v["stand_in"]["exact"].get<bool>()) << what << ": " << v["stand_in"].dump();
+  EXPECT_EQ(r.summary["memory"]["ranks"].size(), 1u) << what;  // the subject's view alone
+}
+
+}  // namespace
+
+TEST(StandInPeers, EqualEveryRankRunningForEveryStagePrecisionAndOffload) {
+  struct Case {
+    int stage;
+    const char* precision;
+    const char* offload;
+  };
+  for (const Case c : {Case{0, "fp32", "none"}, Case{1, "fp32", "none"}, Case{1, "bf16", "optimizer"},
+                       Case{2, "bf16", "none"}, Case{2, "fp16", "none"}, Case{3, "bf16", "none"},
+                       Case{3, "fp32", "param"}}) {
+    const std::string what = "stage " + std::to_string(c.stage) + " " + c.precision + " offload " + c.offload;
+    const std::string cfg = si_config(c.stage, c.precision, c.offload);
+    const std::string flags = "--steps 3 --model tiny --world-size 4 --as-rank 3 --data-rule same";
+    const RunResult run = zrepro_run("si_run", cfg, flags + " --peers run");
+    const RunResult si = zrepro_run("si_si", cfg, flags + " --peers stand-in");
+    ASSERT_EQ(run.code, 0) << what << "\n" << run.output;
+    expect_exact_stand_in(si, what);
+    expect_same_steps(run.summary, si.summary, what);
+    expect_same_subject(run.summary, si.summary, 3, what, std::string(c.offload) == "none" ? 0 : 40000);
+    if (c.stage > 0) EXPECT_GT(int(si.summary["virtual_ranks"]["stand_in"]["gathers_checked"]), 0) << what;
+  }
+  // The stood-in run says what it rests on.
+}
+
+TEST(StandInPeers, SixtyFourRanksOfZero3EqualEveryRankRunning) {
+  const std::string cfg = si_config(3, "bf16", "none", 1);
+  const std::string flags = "--steps 2 --model tiny --world-size 64 --as-rank 17 --data-rule same";
+  const RunResult run = zrepro_run("si64_run", cfg, flags);
+  const RunResult si = zrepro_run("si64_si", cfg, flags + " --peers stand-in");
+  ASSERT_EQ(run.code, 0) << run.output;
+  expect_exact_stand_in(si, "64 ranks");
+  expect_same_steps(run.summary, si.summary, "64 ranks");
+  expect_same_subject(run.summary, si.summary, 17, "64 ranks");
+  EXPECT_NE(si.output.find("stood-in peers: rank 17 of 64 runs alone"), std::string::npos) << si.output;
+}
+
+TEST(StandInPeers, EqualFourRealProcessesSharingBatches) {
+  const std::string cfg = si_config(3, "fp32", "none");
+  const std::string flags = "--steps 2 --model tiny --data-rule same";
+  const RunResult real = zrepro_run("sir_real", cfg, flags + " --ranks 4");
+  const RunResult si = zrepro_run("sir_si", cfg, flags + " --world-size 4 --as-rank 1 --peers stand-in");
+  ASSERT_EQ(real.code, 0) << real.output;
+  expect_exact_stand_in(si, "4 real ranks");
+  expect_same_losses(real, si, 1e-5, "4 real ranks");  // MPI's own reduction order
+  expect_same_subject(real.summary, si.summary, 1, "4 real ranks");
+}
+
+TEST(StandInPeers, RankOneOfAnEightThousandRankZero3JobAgreesWithThePlanner) {
+  const std::string cfg = si_config(3, "bf16", "none", 1);
+  const RunResult si =
+      zrepro_run("si8k", cfg, "--steps 2 --model tiny --world-size 8192 --as-rank 1 --peers stand-in");
+  expect_exact_stand_in(si, "8192 ranks");
+  EXPECT_EQ(si.summary["world_size"], 8192);
+  const json& measured = rank_view(si.summary, 1);
+  const json& planned = si.summary["memory"]["planned"];
+  // At 8192 ranks every parameter is padded to a multiple of 8192: the padding is most
+  // of the gathered layers, and the planner has it to the byte.
+  for (const char* cat : {"params", "grads", "optimizer_states"})
+    EXPECT_EQ(measured["category_peaks"][cat], planned["category_peaks"][cat]) << cat;
+  const double p = planned["peak_bytes"], m = measured["peak_bytes"];
+  EXPECT_LE(std::abs(p - m) / m, 1e-3) << "planned " << p << " measured " << m;
+}
+
+TEST(StandInPeers, RefusesWhatItCannotStandInForNamingTheFlag) {
+  const std::string cfg = si_config(3, "fp32", "none");
+  struct Case {
+    std::string args, says;
+  };
+  for (const Case& c :
+       {Case{"--world-size 4 --peers stand-in --data-rule distinct", "--data-rule distinct with --peers stand-in"},
+        Case{"--world-size 4 --peers stand-in --inject inf-grad:0", "with --peers stand-in"},
+        Case{"--world-size 1024", "--peers stand-in runs rank"},
+        Case{"--peers stand-in", "--peers: needs --world-size"},
+        Case{"--world-size 4 --peers all", "--peers: got \"all\""}}) {
+    const RunResult r = zrepro_run("si_refuse", cfg, "--steps 1 --model tiny " + c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.says), std::string::npos) << c.args << "\n" << r.output;
+  }
+}
+
+// Offloaded stage 2 with accumulation keeps DeepSpeed's whole-parameter accumulator
+// (rank-specific), which the peers' model does not: the run completes, its memory is the
+// job's, and the check says the values are not and where they first differed.
+TEST(StandInPeers, TheSelfCheckNamesWhatThePeersModelDoesNotReproduce) {
+  const std::string cfg = si_config(2, "fp32", "optimizer");
+  const RunResult si = zrepro_run("si_check", cfg, "--steps 2 --model tiny --world-size 4 --as-rank 2 --peers stand-in");
+  ASSERT_EQ(si.code, 0) << si.output;
+  const json& s = si.summary["virtual_ranks"]["stand_in"];
+  EXPECT_FALSE(s["exact"].get<bool>()) << s.dump();
+  EXPECT_LT(int(s["norms_equal"]), int(s["norms_checked"])) << s.dump();
+  EXPECT_NE(s["first_difference"].get<std::string>().find("gradient norm share of group"), std::string::npos)
+      << s.dump();
+}
