@@ -85,7 +85,8 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
     sc.host_pinned = op.pin_memory;
   }
   auto* stand_in = dynamic_cast<StandInCommunicator*>(&comm);
-  if (stand_in) peers_ = std::make_unique<PeerShadow>(comm.world_size(), comm.rank());
+  if (stand_in)
+    peers_ = std::make_unique<PeerShadow>(comm.world_size(), comm.rank(), stand_in->mode() == PeerValuesMode::model);
   for (size_t l = 0; l < layers.size(); ++l) {
     groups_.push_back(std::make_unique<ParamGroup>(static_cast<int>(l), layers[l].name, layers[l].params, sc));
     groups_.back()->load(init[l].to(sc.device));
@@ -158,7 +159,7 @@ void ZeroEngine::build_reducer() {
     ro.sink = [this](int g, int64_t offset, const torch::Tensor& piece) { return host_opt_->add_grad(g, offset, piece); };
     ro.copier = copier_.get();
   }
-  if (peers_ && !policy_.owns_whole_flat())
+  if (peers_ && peers_->modelled() && !policy_.owns_whole_flat())
     ro.peer_pieces = [this](int g, int64_t offset, const torch::Tensor& rows) { peers_->add_reduced(g, offset, rows); };
   DeviceMemory::instance().set_phase(Phase::init);
   reducer_ = std::make_unique<GradReducer>(reverse, ro, comm_);
@@ -416,14 +417,19 @@ torch::Tensor ZeroEngine::peer_stats(double local_loss, const torch::Tensor& own
   const size_t L = groups_.size();
   torch::Tensor rows = torch::empty({ws, 3}, torch::kDouble);
   auto* r = rows.data_ptr<double>();
+  std::vector<double> own_norms(L);
+  if (!peers_->modelled())
+    for (size_t l = 0; l < L; ++l) own_norms[l] = optimizers_[l]->grad_norm(norm_share(l));
   for (int k = 0; k < ws; ++k) {
     double sq = 0, nonfinite = 0;
     for (size_t i = 0; i < L; ++i) {
       const size_t l = host_opt_ ? L - 1 - i : i;
       const FlatPartition& f = groups_[l]->flat_partition();
-      const double n = grad_share_norm(policy_.owns_whole_flat() ? full_grads_[l].narrow(0, f.begin(k), f.partition_numel)
-                                                                 : peers_->grad(static_cast<int>(l), k));
-      if (k == me && !policy_.owns_whole_flat())
+      const double n =
+          policy_.owns_whole_flat() ? grad_share_norm(full_grads_[l].narrow(0, f.begin(k), f.partition_numel))
+          : peers_->modelled()      ? grad_share_norm(peers_->grad(static_cast<int>(l), k))
+                                    : own_norms[l];  // --peer-values initial: this rank's share stands in
+      if (k == me && peers_->modelled() && !policy_.owns_whole_flat())
         peers_->check_norm(static_cast<int>(l), optimizers_[l]->grad_norm(norm_share(l)), n);
       if (std::isfinite(n))
         sq += n * n;

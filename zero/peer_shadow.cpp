@@ -27,6 +27,10 @@ void PeerShadow::add_group(ParamGroup& g, const torch::Tensor& init_fp32, torch:
   Rows r;
   r.group = &g;
   r.params = values.to(g.config().dtype);
+  if (!modelled()) {
+    rows_.push_back(std::move(r));
+    return;
+  }
   r.master = r.params.to(torch::kFloat);  // DeviceAdam's master: the 16-bit values in fp32
   r.exp_avg = torch::zeros_like(r.master);
   r.exp_avg_sq = torch::zeros_like(r.master);
@@ -37,17 +41,20 @@ void PeerShadow::add_group(ParamGroup& g, const torch::Tensor& init_fp32, torch:
 void PeerShadow::add_reduced(int group, int64_t owned_offset, const torch::Tensor& rows) {
   torch::NoGradGuard no_grad;
   DeviceMemory::HostScope host;
+  if (!modelled()) return;
   rows_[group].grads.narrow(1, owned_offset, rows.size(1)).add_(rows.to(torch::kCPU));
 }
 
 void PeerShadow::update(const AdamHyper& h, int64_t step, double coef) {
   torch::NoGradGuard no_grad;
   DeviceMemory::HostScope host;
+  if (!modelled()) return;
   for (Rows& r : rows_) adam_update(r.master, r.grads, r.exp_avg, r.exp_avg_sq, r.params, false, h, step, coef);
 }
 
 void PeerShadow::zero_grads() {
-  for (Rows& r : rows_) r.grads.zero_();
+  for (Rows& r : rows_)
+    if (r.grads.defined()) r.grads.zero_();
 }
 
 bool PeerShadow::fill_gather(const torch::Tensor& mine, torch::Tensor out) {

@@ -27,15 +27,22 @@
 namespace zrepro {
 
 struct StandInChecks {
+  bool values_modelled = true;             // false: --peer-values initial (the peers never step)
   int64_t gathers = 0, gathers_equal = 0;  // this rank's row against the partition it sent
   int64_t norms = 0, norms_equal = 0;      // its row's norm share against the one it computed
   std::string first_difference;            // empty: every comparison was equal
-  bool exact() const { return gathers == gathers_equal && norms == norms_equal; }
+  bool exact() const { return values_modelled && gathers == gathers_equal && norms == norms_equal; }
 };
 
 class PeerShadow : public PeerValues {
  public:
-  PeerShadow(int world, int rank) : world_(world), rank_(rank) {}
+  // modelled false (--peer-values initial): the rows hold the peers' initial partitions
+  // only and never step; their gradient-norm shares are taken as this rank's own.
+  PeerShadow(int world, int rank, bool modelled) : world_(world), rank_(rank) {
+    checks_.values_modelled = modelled;
+    if (!modelled) checks_.first_difference = "--peer-values initial: the peers' partitions stay at their initial values";
+  }
+  bool modelled() const { return checks_.values_modelled; }
 
   // Group g (added in index order): every rank's part of the layer's initial values (fp32,
   // parameters back to back), as ParamGroup::load takes this rank's; its gradient rows in

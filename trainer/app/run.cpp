@@ -84,6 +84,7 @@ void RunState::write_summary_or_throw(const std::string& status, json failure, s
 static json stand_in_json(const std::optional<StandInChecks>& c) {
   if (!c) return nullptr;
   return {{"exact", c->exact()},
+          {"values_modelled", c->values_modelled},
           {"gathers_checked", c->gathers},
           {"gathers_equal", c->gathers_equal},
           {"norms_checked", c->norms},
@@ -103,6 +104,7 @@ json RunState::virtual_json() const {
                 "(the ranks shared this process's cores)";
     return v;
   }
+  v["peer_values"] = spec.peer_values == PeerValuesMode::model ? "model" : "initial";
   v["stand_in"] = stand_in_json(result.stand_in);
   v["note"] = "one rank ran; its peers were stood in for. Exact: this rank's memory by category and its collectives' "
               "sizes (from the layout, whatever the values). Exact under the same-data rule when stand_in.exact: "

@@ -127,13 +127,19 @@ static void preflight_host_memory(const RunState& s, int64_t cap) {
   const MemoryPlan& p = *s.planned;
   const int64_t device = cap > 0 ? std::min(p.peak_bytes, cap) : p.peak_bytes;  // a capacity stops the run there
   const int64_t per_rank = device + p.host_bytes + p.host_pinned_bytes + p.host_pageable_bytes;
-  const int ranks_here = s.vranks ? s.world : mpi_local_size();
-  const double need = static_cast<double>(per_rank) * ranks_here;
+  const bool stand_in = s.vranks && s.vranks->stand_in();
+  const int ranks_here = stand_in ? 1 : s.vranks ? s.world : mpi_local_size();
+  // Stood-in peers: their model's rows, per parameter (zero/peer_shadow.h), beside the one rank.
+  const int64_t peer_model = !stand_in ? 0
+                             : s.job.model.param_count() * (s.spec.peer_values == PeerValuesMode::model ? 16 : 2);
+  const double need = static_cast<double>(per_rank) * ranks_here + static_cast<double>(peer_model);
   if (need <= static_cast<double>(available)) return;
   throw HostShortfall("the run would need " + format_bytes(static_cast<int64_t>(need)) + " of this host's memory (" +
                       std::to_string(ranks_here) + " rank(s) here x " + format_bytes(per_rank) +
                       ": the planned device peak" + (cap > 0 ? " up to the capacity" : "") +
-                      " plus offload buffers), and it has " + format_bytes(available) + " available (MemAvailable)");
+                      " plus offload buffers" +
+                      (peer_model ? ", and " + format_bytes(peer_model) + " for the stood-in peers' model" : "") +
+                      "), and it has " + format_bytes(available) + " available (MemAvailable)");
 }
 
 // The device: the emulated one (tracking / caching allocator, capacity, memory log,
@@ -227,7 +233,7 @@ static void start_virtual_ranks(RunState& s) {
   if (spec.world_size && spec.target_world_size && *spec.target_world_size != n)
     throw ConfigError("--target-world-size " + std::to_string(*spec.target_world_size) + " and --world-size " +
                       std::to_string(n) + ": the toy runs as the target's ranks; give one");
-  s.vranks = std::make_unique<VirtualRanks>(n, spec.as_rank, spec.comm_timeout, spec.peers);
+  s.vranks = std::make_unique<VirtualRanks>(n, spec.as_rank, spec.comm_timeout, spec.peers, spec.peer_values);
   s.rank = spec.as_rank;
   s.world = n;
   if (!s.vranks->stand_in()) s.owner.emplace(s.rank);  // stood-in peers: this process's one ledger

@@ -30,6 +30,10 @@ cxxopts::Options run_options() {
                     std::to_string(kMaxVirtualRanks) + ") or stand-in (only --as-rank runs; what its peers would "
                     "send comes from the same-data rule and a model of their partitions: time and memory flat in N)",
        cxxopts::value<std::string>()->default_value("run"))
+      ("peer-values", "with --peers stand-in: model (the peers' partitions step as theirs would: exact losses under "
+                      "the same-data rule, 16 bytes of host memory per parameter) or initial (their initial values "
+                      "only, 2 bytes per parameter: for models too large to model; memory exact, losses not)",
+       cxxopts::value<std::string>()->default_value("model"))
       ("data-rule", "distinct: each rank its own micro-batches (data parallel); same: every rank draws rank 0's "
                     "(what a virtual run is compared with)", cxxopts::value<std::string>()->default_value("distinct"))
       ("device-memory", "device capacity: a preset (a100-40gb, a100-80gb, h100-80gb, h200-141gb, l40s-48gb, rtx4090-24gb, ...: the capacity PyTorch reports on it) or a size, e.g. 80GB, 512MiB (GB = 1e9 bytes, GiB = 2^30; CPU-emulated device; default: unlimited)",
@@ -125,6 +129,12 @@ void parse_virtual(const cxxopts::ParseResult& r, RunSpec& s) {
   s.peers = peers == "stand-in" ? Peers::stand_in : Peers::run;
   if (r.count("as-rank") && !s.world_size)
     throw ConfigError("--as-rank: needs --world-size N (the virtual job whose rank this process stands in for)");
+  const std::string values = r["peer-values"].as<std::string>();
+  if (values != "model" && values != "initial")
+    throw ConfigError("--peer-values: got \"" + values + "\", expected model or initial");
+  s.peer_values = values == "initial" ? PeerValuesMode::initial : PeerValuesMode::model;
+  if (r.count("peer-values") && s.peers != Peers::stand_in)
+    throw ConfigError("--peer-values: only with --peers stand-in (running peers hold their own values)");
   if (r.count("peers") && !s.world_size)
     throw ConfigError("--peers: needs --world-size N (the virtual job whose ranks run or are stood in for)");
   if (!s.world_size) return;
@@ -164,7 +174,7 @@ void check_virtual_limits(const RunSpec& s) {
                         " acts on time or on the collective sequence, which virtual ranks sharing one process do "
                         "not reproduce: run real processes, --ranks " + std::to_string(*s.world_size) +
                         " instead of --world-size " + std::to_string(*s.world_size));
-  if (s.threads > 1)
+  if (s.threads > 1 && s.peers == Peers::run)
     throw ConfigError("--threads " + std::to_string(s.threads) + " with --world-size: virtual ranks run one "
                       "intra-op thread each (each rank's allocations are charged to the thread that makes them); "
                       "drop --threads");

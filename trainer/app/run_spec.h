@@ -29,6 +29,7 @@ struct RunSpec {
   int as_rank = 0;
   bool same_data = false;
   Peers peers = Peers::run;  // --peers: every virtual rank runs, or the subject alone
+  PeerValuesMode peer_values = PeerValuesMode::model;  // --peer-values, with --peers stand-in
 
   // What to train: a config and a model, or a target to scale down from.
   std::optional<std::string> config_path;

@@ -11,10 +11,10 @@
 
 namespace zrepro {
 
-VirtualRanks::VirtualRanks(int world, int subject, double timeout_s, Peers peers)
+VirtualRanks::VirtualRanks(int world, int subject, double timeout_s, Peers peers, PeerValuesMode values)
     : world_(world), subject_(subject), peers_(peers) {
   if (stand_in()) {  // one rank, this process's own ledger and host memory
-    comms_.push_back(std::make_unique<StandInCommunicator>(subject, world));
+    comms_.push_back(std::make_unique<StandInCommunicator>(subject, world, values));
     return;
   }
   group_ = std::make_shared<VirtualGroup>(world, timeout_s);

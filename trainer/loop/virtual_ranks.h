@@ -46,7 +46,9 @@ class VirtualRanks {
  public:
   // timeout_s: how long a virtual rank waits for the others in a collective (a bug, or
   // a rank that failed without aborting the group, ends as a CommError).
-  VirtualRanks(int world, int subject, double timeout_s, Peers peers = Peers::run);
+  // values: what stood-in peers' model keeps (ignored with Peers::run).
+  VirtualRanks(int world, int subject, double timeout_s, Peers peers = Peers::run,
+               PeerValuesMode values = PeerValuesMode::model);
   ~VirtualRanks();
   int world() const { return world_; }
   int subject() const { return subject_; }

@@ -4,6 +4,8 @@
 #include <cfloat>
 #include <cmath>
 
+#include <ATen/Parallel.h>
+
 #include "device/device_memory.h"
 
 namespace zrepro {
@@ -33,16 +35,18 @@ float sum_of_copies_f32(float g, int64_t n) {
     const bool sub = as < FLT_MIN;
     const double u = sub ? std::ldexp(1.0, -149) : std::ldexp(1.0, e - 24);
     const double top = sub ? static_cast<double>(FLT_MIN) : std::ldexp(1.0, e);
-    const double ad = std::fabs(d), off = std::fabs(static_cast<double>(g) - d);
-    if (std::fmod(ad, u) != 0) continue;  // d from the binade below: one more real addition
-    bool constant = off < u / 2;
-    if (!constant && off == u / 2) constant = std::fmod(as / u, 2.0) == 0 && std::fmod(ad / u, 2.0) == 0;
+    // In units of u (exact: powers of two apart, integers below 2^25).
+    const double ad = std::fabs(d) / u, off = std::fabs(static_cast<double>(g) - d) / u;
+    if (ad != std::floor(ad)) continue;  // d from the binade below: one more real addition
+    const auto step = static_cast<int64_t>(ad);
+    bool constant = off < 0.5;
+    if (!constant && off == 0.5) constant = (static_cast<int64_t>(as / u) % 2 == 0) && step % 2 == 0;
     if (!constant) continue;
-    if (ad == 0) return s;  // g is below half an ulp of s: every later addition gives s
-    const int64_t room = static_cast<int64_t>((top - as) / u), step = static_cast<int64_t>(ad / u);
+    if (step == 0) return s;  // g is below half an ulp of s: every later addition gives s
+    const auto room = static_cast<int64_t>((top - as) / u);
     const int64_t t = std::min((room - 1) / step, n - k);
     if (t <= 0) continue;
-    s = static_cast<float>(static_cast<double>(s) + std::copysign(static_cast<double>(t) * ad, d));
+    s = static_cast<float>(static_cast<double>(s) + std::copysign(static_cast<double>(t * step) * u, d));
     k += t;
   }
   return s;
@@ -61,8 +65,9 @@ torch::Tensor sum_of_copies(const torch::Tensor& x, int64_t n) {
   if (n <= 1) return acc;
   if (acc.scalar_type() == torch::kFloat) {
     float* p = acc.data_ptr<float>();
-    const int64_t m = acc.numel();
-    for (int64_t i = 0; i < m; ++i) p[i] = sum_of_copies_f32(p[i], n);
+    at::parallel_for(0, acc.numel(), 1 << 14, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) p[i] = sum_of_copies_f32(p[i], n);
+    });
     return acc;
   }
   // Other types (doubles, integers: small statistics) add n copies one by one.
@@ -71,7 +76,8 @@ torch::Tensor sum_of_copies(const torch::Tensor& x, int64_t n) {
   return acc;
 }
 
-StandInCommunicator::StandInCommunicator(int rank, int world) : Communicator(rank, world, /*threaded=*/true) {}
+StandInCommunicator::StandInCommunicator(int rank, int world, PeerValuesMode mode)
+    : Communicator(rank, world, /*threaded=*/true), mode_(mode) {}
 
 StandInCommunicator::~StandInCommunicator() { stop_worker(); }
 
@@ -114,8 +120,13 @@ void StandInCommunicator::execute(CollOp op, torch::Tensor& out, torch::Tensor& 
       break;
     }
     case CollOp::reduce_scatter: {
-      in.copy_(sum_of_copies(in, n));  // every rank's slice, for the caller's peer model
-      out.copy_(in.view({-1}).narrow(0, rank() * out.numel(), out.numel()).view(out.sizes()));
+      const int64_t m = out.numel();
+      if (mode_ == PeerValuesMode::model) {
+        in.copy_(sum_of_copies(in, n));  // every rank's slice, for the caller's peer model
+        out.copy_(in.view({-1}).narrow(0, rank() * m, m).view(out.sizes()));
+      } else {  // nobody models the peers' gradients: this rank's slice alone, O(model / N)
+        out.copy_(sum_of_copies(in.view({-1}).narrow(0, rank() * m, m), n).view(out.sizes()));
+      }
       break;
     }
     case CollOp::all_gather: gather_from_peers(out, in); break;

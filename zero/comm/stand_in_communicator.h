@@ -14,8 +14,9 @@
 //     partitions, updated by their optimizer steps: zero/peer_shadow.h);
 //   broadcast: the root's tensor is this rank's (every rank holds the same replica);
 //   barrier: nothing to wait for.
-// A reduce_scatter leaves the full sum in its input (scratch by the Communicator's
-// contract), so that the caller can hand every rank's slice to its peer model.
+// With PeerValuesMode::model a reduce_scatter leaves the full sum in its input (scratch by
+// the Communicator's contract), so that the caller can hand every rank's slice to its
+// peer model; otherwise it sums this rank's slice alone.
 #pragma once
 #include <map>
 #include <mutex>
@@ -42,9 +43,15 @@ class PeerValues {
   virtual bool fill_gather(const torch::Tensor& mine, torch::Tensor out) = 0;
 };
 
+// What the peers' model keeps (--peer-values): their partitions updated step by step
+// (exact under the same-data rule, 16 bytes per parameter of host memory), or their
+// initial values only (2 bytes per parameter; memory and sizes exact, values not).
+enum class PeerValuesMode { model, initial };
+
 class StandInCommunicator : public Communicator {
  public:
-  StandInCommunicator(int rank, int world);
+  StandInCommunicator(int rank, int world, PeerValuesMode mode = PeerValuesMode::model);
+  PeerValuesMode mode() const { return mode_; }
   ~StandInCommunicator() override;
   std::string backend() const override { return "stand-in"; }
 
@@ -58,6 +65,7 @@ class StandInCommunicator : public Communicator {
 
  private:
   void gather_from_peers(torch::Tensor& out, const torch::Tensor& in);
+  PeerValuesMode mode_;
   PeerValues* peers_ = nullptr;
   std::mutex mu_;
   std::map<const void*, torch::Tensor> rank_inputs_;  // by the data pointer of the reduced tensor
