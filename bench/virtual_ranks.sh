@@ -5,8 +5,11 @@
 # each; prints each run's wall seconds, the medians and their ratio, then every rank's
 # peak bytes from both (they must be equal: the memory is the point, the speed the bonus).
 # usage: bench/virtual_ranks.sh [reps] [ranks]   (after scripts/setup.sh; default 5, 8)
+#        bench/virtual_ranks.sh scale [max-run] [model]   (stood-in peers from 8 to 8192 ranks:
+#        bench/virtual_ranks_scale.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = scale ]; then shift; exec bench/virtual_ranks_scale.sh "$@"; fi
 reps=${1:-5}; n=${2:-8}
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
   OMPI_MCA_rmaps_base_oversubscribe=1
