@@ -39,7 +39,9 @@ void GradReducer::reuse_buffer(int i) {
 void GradReducer::add(int g, const torch::Tensor& full, std::vector<torch::Tensor>& owned) {
   torch::NoGradGuard no_grad;
   DeviceMemory::CategoryScope tag(MemCategory::comm_buffers);
-  fill_ = [&](int64_t begin, torch::Tensor dst) { dst.copy_(full.narrow(0, begin, dst.numel())); };
+  fill_ = [&](int64_t begin, int64_t stride, torch::Tensor dst) {
+    dst.copy_(full.as_strided({dst.size(0), dst.size(1)}, {stride, 1}, full.storage_offset() + begin));
+  };
   owned_ = &owned;
   schedule_.add(g, *this);
 }
@@ -48,7 +50,7 @@ void GradReducer::add(const ParamGroup& group, const std::vector<torch::Tensor>&
                       std::vector<torch::Tensor>& owned) {
   torch::NoGradGuard no_grad;
   DeviceMemory::CategoryScope tag(MemCategory::comm_buffers);
-  fill_ = [&](int64_t begin, torch::Tensor dst) { group.copy_grad_range(grads, begin, dst); };
+  fill_ = [&](int64_t begin, int64_t stride, torch::Tensor dst) { group.copy_grad_rows(grads, begin, stride, dst); };
   owned_ = &owned;
   schedule_.add(group.index(), *this);
 }
@@ -61,9 +63,10 @@ void GradReducer::fill(int b, int buffer, int g) {
   int64_t pos = 0;
   for (const auto& p : bk.pieces) {
     const ReduceSchedule::Unit& u = schedule_.unit(p.unit);
+    // Every rank's slice of the piece at once: row r at r * numel_per_rank + pos.
     if (u.group == g)
-      for (int r = 0; r < ws; ++r)
-        fill_(u.u.base + r * u.u.slice + p.offset, buf.narrow(0, r * bk.numel_per_rank + pos, p.numel));
+      fill_(u.u.base + p.offset, u.u.slice,
+            buf.as_strided({ws, p.numel}, {bk.numel_per_rank, 1}, buf.storage_offset() + pos));
     pos += p.numel;
   }
 }

@@ -73,8 +73,9 @@ class GradReducer : private ReduceOps {
     WorkPtr work;
   };
   std::vector<Launched> launched_;  // per bucket, while in flight
-  // The current add's source: fill(begin, dst) writes full-layout elements [begin, begin + dst.numel()).
-  std::function<void(int64_t, torch::Tensor)> fill_;
+  // The current add's source: fill(begin, stride, dst) writes into row k of dst ([ranks, m])
+  // the full-layout elements [begin + k * stride, + m).
+  std::function<void(int64_t, int64_t, torch::Tensor)> fill_;
   std::vector<torch::Tensor>* owned_ = nullptr;
 };
 

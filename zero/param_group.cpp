@@ -178,6 +178,39 @@ void ParamGroup::copy_grad_range(const std::vector<torch::Tensor>& grads, int64_
   if (pos < end) dst.narrow(0, pos - begin, end - pos).zero_();
 }
 
+void ParamGroup::copy_grad_rows(const std::vector<torch::Tensor>& grads, int64_t begin, int64_t stride,
+                                torch::Tensor dst) const {
+  const int64_t rows = dst.size(0), m = dst.size(1);
+  dst.zero_();  // padding, and the rows below rewritten whole
+  std::vector<bool> done(static_cast<size_t>(rows), false);
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const int64_t off = layout_.grad_offset(i), n = specs_[i].numel();
+    // Rows that lie inside parameter i: begin + k * stride >= off and + m <= off + n.
+    const int64_t lo = off > begin ? (off - begin + stride - 1) / stride : 0;
+    const int64_t last = off + n - m - begin;
+    if (last < 0) continue;
+    const int64_t hi = std::min(rows - 1, last / stride);
+    if (hi < lo) continue;
+    if (grads[i].defined()) {
+      const torch::Tensor g = grads[i].reshape({-1});
+      dst.narrow(0, lo, hi - lo + 1)
+          .copy_(g.as_strided({hi - lo + 1, m}, {stride, 1}, g.storage_offset() + begin + lo * stride - off));
+    }
+    for (int64_t k = lo; k <= hi; ++k) done[static_cast<size_t>(k)] = true;
+  }
+  // Rows across a parameter's edge (at most one per edge): element by element.
+  for (int64_t k = 0; k < rows; ++k) {
+    if (done[static_cast<size_t>(k)]) continue;
+    const int64_t b = begin + k * stride;
+    bool touches = false;
+    for (size_t i = 0; i < specs_.size() && !touches; ++i) {
+      const int64_t off = layout_.grad_offset(i);
+      touches = b < off + specs_[i].numel() && off < b + m;
+    }
+    if (touches) copy_grad_range(grads, b, dst[k]);
+  }
+}
+
 torch::Tensor ParamGroup::owned_params() {
   if (cfg_.policy.shard_params()) return shard_;
   if (cfg_.policy.owns_whole_flat()) return flat_tensor_;

@@ -72,6 +72,10 @@ class ParamGroup {
   // Writes elements [begin, begin + dst.numel()) of the full-layout gradient made of
   // `grads` into dst (zeros for padding), without materialising the full layout.
   void copy_grad_range(const std::vector<torch::Tensor>& grads, int64_t begin, torch::Tensor dst) const;
+  // The same for rows: row k of dst ([rows, m]) gets the m elements from begin + k * stride
+  // (every rank's slice of a bucket piece at once: one strided copy per parameter, not one
+  // call per rank, so a bucket of N ranks costs O(its elements), not O(N) calls).
+  void copy_grad_rows(const std::vector<torch::Tensor>& grads, int64_t begin, int64_t stride, torch::Tensor dst) const;
 
   // --- what this rank owns and updates
   torch::Tensor owned_params();  // 16-bit view: whole flat (stage 0), partition (1-2) or shard (3)
