@@ -233,8 +233,18 @@ static void start_virtual_ranks(RunState& s) {
   if (spec.world_size && spec.target_world_size && *spec.target_world_size != n)
     throw ConfigError("--target-world-size " + std::to_string(*spec.target_world_size) + " and --world-size " +
                       std::to_string(n) + ": the toy runs as the target's ranks; give one");
-  s.vranks = std::make_unique<VirtualRanks>(n, spec.as_rank, spec.comm_timeout, spec.peers, spec.peer_values);
-  s.rank = spec.as_rank;
+  int subject = spec.as_rank;
+  if (spec.as_rank_most) {  // the job as the planner sees it, before set-up resolves it for the run
+    JobSpec j;
+    j.model = resolve_model(spec.model, spec.model_overrides);
+    j.cfg = load_job_config(spec.config_path, flags_for(spec, j.model, n));
+    j.world_size = n;
+    subject = rank_holding_most(j);
+    std::cout << "[zrepro] --as-rank most: rank " << subject << " of " << n
+              << " (the planner's rank holding the most: DeepSpeed's whole-parameter gradient partition)\n";
+  }
+  s.vranks = std::make_unique<VirtualRanks>(n, subject, spec.comm_timeout, spec.peers, spec.peer_values);
+  s.rank = subject;
   s.world = n;
   if (!s.vranks->stand_in()) s.owner.emplace(s.rank);  // stood-in peers: this process's one ledger
 }

@@ -1,4 +1,5 @@
 // See run_spec.h.
+#include <algorithm>
 #include <cstdlib>
 #include "trainer/app/run_spec.h"
 
@@ -24,8 +25,9 @@ cxxopts::Options run_options() {
       ("world-size", "virtual ranks: this one process stands in for every rank of an N-rank job (each rank's "
                      "exact memory and numerics, in-process collectives; not its timing: use --ranks for hangs "
                      "and stragglers)", cxxopts::value<int>())
-      ("as-rank", "with --world-size: the rank this process reports as its own (and, on CUDA, runs on the GPU)",
-       cxxopts::value<int>())
+      ("as-rank", "with --world-size: the rank this process reports as its own (and, on CUDA, runs on the GPU); "
+                  "most: the rank the planner finds holding the most (stage 2's whole-parameter gradient partition)",
+       cxxopts::value<std::string>())
       ("peers", "with --world-size: run (every rank on a thread of this process, up to " +
                     std::to_string(kMaxVirtualRanks) + ") or stand-in (only --as-rank runs; what its peers would "
                     "send comes from the same-data rule and a model of their partitions: time and memory flat in N)",
@@ -155,7 +157,16 @@ void parse_virtual(const cxxopts::ParseResult& r, RunSpec& s) {
   if (s.ranks && *s.ranks > 1)
     throw ConfigError("--world-size " + std::to_string(n) + " and --ranks " + std::to_string(*s.ranks) +
                       ": give one (--ranks N starts N processes; --world-size N runs the N ranks in this one)");
-  s.as_rank = r.count("as-rank") ? r["as-rank"].as<int>() : 0;
+  const std::string as = r.count("as-rank") ? r["as-rank"].as<std::string>() : "0";
+  s.as_rank_most = as == "most";
+  if (s.as_rank_most && r.count("target-model"))
+    throw ConfigError("--as-rank most with --target-model: the toy's ranks are not the target's; give --as-rank R "
+                      "(zrepro plan --world-size N of the target says which rank holds the most)");
+  char* end = nullptr;
+  const long v = s.as_rank_most ? 0 : std::strtol(as.c_str(), &end, 10);
+  if (!s.as_rank_most && (as.empty() || *end != '\0'))
+    throw ConfigError("--as-rank: got \"" + as + "\", expected a rank 0.." + std::to_string(n - 1) + " or most");
+  s.as_rank = static_cast<int>(std::max(-1L, std::min(v, static_cast<long>(n))));
   if (s.as_rank < 0 || s.as_rank >= n)
     throw ConfigError("--as-rank: got " + std::to_string(s.as_rank) + ", expected 0.." + std::to_string(n - 1) +
                       " (a rank of --world-size " + std::to_string(n) + ")");

@@ -27,6 +27,7 @@ struct RunSpec {
   // --as-rank: the rank it reports as its own; --data-rule same: every rank draws rank 0's batches.
   std::optional<int> world_size;
   int as_rank = 0;
+  bool as_rank_most = false;  // --as-rank most: resolved at set-up (rank_holding_most)
   bool same_data = false;
   Peers peers = Peers::run;  // --peers: every virtual rank runs, or the subject alone
   PeerValuesMode peer_values = PeerValuesMode::model;  // --peer-values, with --peers stand-in

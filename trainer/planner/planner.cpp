@@ -248,16 +248,9 @@ class PlanSim {
     for (const auto& l : layers_) numels.push_back(l.param_numels);
     offloaded_ = offloaded_layers(numels, z_);
     param_offload_ = z_.offload_param.enabled();
-    grad_overhang_bytes_ = grad_overhang_bytes(req.rank);
-    // The rank's host bytes, or those of the rank that holds the most: ranks differ by
-    // the whole-parameter overhang only.
-    int most = req.rank.value_or(0);
-    int64_t most_overhang = -1;
-    for (int r = 0; r < ws_ && !req.rank; ++r) {
-      const int64_t n = offload_grad_overhang_numel(numels, z_, ws_, r);
-      if (n > most_overhang) most = r, most_overhang = n;
-    }
-    const OffloadHostBytes host = offload_host_bytes(numels, z_, ws_, most, pe_ == 4 ? torch::kFloat : torch::kBFloat16,
+    const int rank = req.rank.value_or(rank_holding_most(req));  // this rank's, or the one that holds most
+    grad_overhang_bytes_ = grad_overhang_bytes(rank);
+    const OffloadHostBytes host = offload_host_bytes(numels, z_, ws_, rank, pe_ == 4 ? torch::kFloat : torch::kBFloat16,
                                                      comm_dtype_of(req.cfg));
     plan_.host_pinned_bytes = host.pinned;
     plan_.host_pageable_bytes = host.pageable;
@@ -290,17 +283,13 @@ class PlanSim {
     if (policy_.full_grads()) return layers_[l].full_grad_numel() * pe_;
     return offloaded_[l] ? 0 : layers_[l].owned_numel() * pe_;
   }
-  // The engine's gradient overhang (DeepSpeed's whole-parameter partition, stage 2)
-  // of `rank`, or of the rank that holds the most.
-  int64_t grad_overhang_bytes(std::optional<int> rank) const {
+  // The engine's gradient overhang (DeepSpeed's whole-parameter partition, stage 2) of `rank`.
+  int64_t grad_overhang_bytes(int rank) const {
     for (bool off : offloaded_)
       if (off) return 0;
     std::vector<const LayerLayout*> layouts;
     for (const auto& l : layers_) layouts.push_back(&l);
-    int64_t most = 0;
-    for (int r = 0; r < ws_; ++r)
-      if (!rank || *rank == r) most = std::max(most, grad_overhang_numel(layouts, ws_, r));
-    return most * pe_;
+    return grad_overhang_numel(layouts, ws_, rank) * pe_;
   }
   // BufferPolicy::second_grad_partition: the owned gradients plus the overhang, once more.
   int64_t second_partition_bytes() const {
@@ -556,6 +545,23 @@ std::vector<DeepSpeedEstimate> deepspeed_estimates(int64_t psi, int64_t largest,
     add("zero3, offload_param=cpu, offload_optimizer=cpu", 4 * L, P * 18 * per_node * f, "gpu 4L; cpu 18psi/nodes*1.5");
   }
   return out;
+}
+
+int rank_holding_most(const JobSpec& job) {
+  const StagePolicy policy = stage_policy(job.cfg.zero.stage);
+  if (!policy.shard_optimizer() || policy.shard_params()) return 0;  // stages 0 and 3: every rank alike
+  std::vector<std::vector<int64_t>> numels;
+  for (const LayerSpec& layer : job.model.layer_shapes()) {
+    numels.emplace_back();
+    for (const auto& p : layer.params) numels.back().push_back(p.numel());
+  }
+  int most = 0;
+  int64_t most_overhang = -1;
+  for (int r = 0; r < job.world_size; ++r) {
+    const int64_t n = whole_param_overhang_numel(numels, job.world_size, r);
+    if (n > most_overhang) most = r, most_overhang = n;
+  }
+  return most;
 }
 
 MemoryPlan plan_memory(const JobSpec& req) {

@@ -73,6 +73,12 @@ struct MemoryPlan {
 
 MemoryPlan plan_memory(const JobSpec& req);
 
+// The rank a plan without a rank is the plan of, and `run --as-rank most`: the one that
+// holds the most. Ranks differ only by DeepSpeed's whole-parameter gradient partition
+// (stage 2's overhang, and the offloaded accumulator's at stages 1-2), so it is the rank
+// whose overhang is largest, the lowest of equals (rank 0 where every rank holds the same).
+int rank_holding_most(const JobSpec& job);
+
 // DeepSpeed 0.19.6 estimators (estimate_zero2/3_model_states_mem_needs), largest_layer = the largest
 // layer's parameter count, gpus = world size on one node.
 // DeepSpeed's estimate_zero2/zero3_model_states_mem_needs (zero_init true, buffer

@@ -183,3 +183,24 @@ TEST(StandInPeers, TheSelfCheckNamesWhatThePeersModelDoesNotReproduce) {
   EXPECT_NE(s["first_difference"].get<std::string>().find("gradient norm share of group"), std::string::npos)
       << s.dump();
 }
+
+// --as-rank most: the rank whose memory is the highest of all ranks' (stage 2's
+// whole-parameter gradient partition), run as every rank and stood in for at 8192 ranks.
+TEST(StandInPeers, AsRankMostRunsTheRankThatHoldsTheMost) {
+  const std::string cfg = si_config(2, "fp32", "none", 1);
+  const RunResult all = zrepro_run("simost_run", cfg, "--steps 1 --model tiny --world-size 8 --as-rank most");
+  ASSERT_EQ(all.code, 0) << all.output;
+  int best = -1;
+  double best_peak = -1;
+  for (const json& r : all.summary["memory"]["ranks"])
+    if (double(r["peak_bytes"]) > best_peak) best = r["rank"], best_peak = r["peak_bytes"];
+  EXPECT_EQ(all.summary["virtual_ranks"]["as_rank"], best);
+  EXPECT_NE(all.output.find("--as-rank most: rank " + std::to_string(best) + " of 8"), std::string::npos) << all.output;
+  const RunResult si =
+      zrepro_run("simost_si", cfg, "--steps 1 --model tiny --world-size 8192 --as-rank most --peers stand-in");
+  expect_exact_stand_in(si, "8192 ranks, most");
+  const RunResult bad = zrepro_run("simost_bad", cfg, "--steps 1 --model tiny --world-size 8 --as-rank seven");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.output.find("expected a rank 0..7 or most"), std::string::npos) << bad.output;
+}
+

@@ -545,3 +545,32 @@ TEST(Planner, ReservedPeakAndCacheFlushesMatchTheCachingAllocator) {
       EXPECT_EQ(p.alloc_retries_per_step, 0);
     }
 }
+
+// `run --as-rank most` and a plan without a rank: the rank whose planned peak (device and
+// host) is the highest of every rank's plan, the lowest of equals; rank 0 where every rank
+// plans alike.
+TEST(Planner, TheRankHoldingMostHasTheHighestPlanOfAllRanks) {
+  const std::string z2 = R"({"zero_optimization": {"stage": 2, "reduce_bucket_size": 20000}})";
+  const std::string z2_off =
+      R"({"zero_optimization": {"stage": 2, "reduce_bucket_size": 20000, "offload_optimizer": {"device": "cpu"}}})";
+  const std::string z3 = R"({"zero_optimization": {"stage": 3, "reduce_bucket_size": 20000}})";
+  for (const std::string& json : {z2, z2_off, z3}) {
+    JobSpec req;
+    req.model = resolve_model("tiny");
+    req.world_size = 8;
+    req.cfg = planner_test::make_config(json, 2, 1, "fp32", 8);
+    int best = -1;
+    int64_t best_bytes = -1;
+    for (int r = 0; r < 8; ++r) {
+      req.rank = r;
+      const MemoryPlan p = plan_memory(req);
+      const int64_t bytes = p.peak_bytes + p.host_pinned_bytes + p.host_pageable_bytes;
+      if (bytes > best_bytes) best = r, best_bytes = bytes;
+    }
+    req.rank.reset();
+    EXPECT_EQ(rank_holding_most(req), best) << json;
+    if (json == z3) EXPECT_EQ(best, 0);
+    const MemoryPlan unranked = plan_memory(req);
+    EXPECT_EQ(unranked.peak_bytes + unranked.host_pinned_bytes + unranked.host_pageable_bytes, best_bytes) << json;
+  }
+}
