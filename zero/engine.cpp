@@ -90,9 +90,13 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
   for (size_t l = 0; l < layers.size(); ++l) {
     groups_.push_back(std::make_unique<ParamGroup>(static_cast<int>(l), layers[l].name, layers[l].params, sc));
     groups_.back()->load(init[l].to(sc.device));
-    // Stage 0's peers hold what this rank holds: no rows to keep.
+    // Stage 0's peers hold what this rank holds: no rows to keep. Gradient rows accumulate
+    // as this rank's gradient does: in the model dtype on the device; offloaded, in the
+    // model dtype at stages 1-2 when the reduction is in it (DeepSpeed accumulates on the
+    // device before the fp32 copy goes down), else in the host's fp32 accumulator.
+    const bool host_fp32 = offloaded_[l] && (policy_.shard_params() || cfg.comm_dtype != sc.dtype);
     if (peers_ && !policy_.owns_whole_flat())
-      peers_->add_group(*groups_.back(), init[l], offloaded_[l] ? torch::kFloat : sc.dtype);
+      peers_->add_group(*groups_.back(), init[l], host_fp32 ? torch::kFloat : sc.dtype);
     dummies_.push_back(torch::zeros({1}, torch::TensorOptions().device(sc.device)).requires_grad_(true));
     DeviceMemory::CategoryScope tag(MemCategory::grads);
     const LayerLayout& lay = groups_.back()->layout();

@@ -107,9 +107,29 @@ void GradReducer::launch(int b, int buffer) {
           buffer_reads_[buffer].push_back(o_.sink(d.group, d.owned_offset, out.narrow(0, d.pos, d.numel)));
       };
   }
-  if (o_.peer_pieces) l.in = in;
-  l.work = o_.reduce_scatter ? comm_.reduce_scatter(l.out, in, label, std::move(down))
-                             : comm_.all_reduce(in, label, std::move(down));
+  // Stood-in peers take every rank's reduced piece first: an offloaded piece's way down
+  // may add the host accumulator into this rank's slice in place (all-reduced buckets,
+  // whose output is that slice of `in`).
+  std::function<void()> then = down;
+  if (o_.peer_pieces)
+    then = [this, in, b, down] {
+      give_peers(b, in);
+      if (down) down();
+    };
+  l.work = o_.reduce_scatter ? comm_.reduce_scatter(l.out, in, label, std::move(then))
+                             : comm_.all_reduce(in, label, std::move(then));
+}
+
+void GradReducer::give_peers(int b, const torch::Tensor& in) {
+  torch::NoGradGuard no_grad;
+  const Bucket& bk = schedule_.buckets()[b];
+  const torch::Tensor rows = in.view({schedule_.world_size(), bk.numel_per_rank});
+  int64_t pos = 0;
+  for (const auto& p : bk.pieces) {
+    const ReduceSchedule::Unit& u = schedule_.unit(p.unit);
+    o_.peer_pieces(u.group, u.u.owned_offset + p.offset, rows.narrow(1, pos, p.numel));
+    pos += p.numel;
+  }
 }
 
 void GradReducer::complete(int b, int /*buffer*/) {
@@ -117,12 +137,9 @@ void GradReducer::complete(int b, int /*buffer*/) {
   launched_[b] = Launched{};
   l.work->wait();
   std::vector<torch::Tensor>& owned = *owned_;
-  const Bucket& bk = schedule_.buckets()[b];
-  const torch::Tensor peer_rows = l.in.defined() ? l.in.view({schedule_.world_size(), bk.numel_per_rank}) : l.in;
   int64_t pos = 0;
-  for (const auto& p : bk.pieces) {
+  for (const auto& p : schedule_.buckets()[b].pieces) {
     const ReduceSchedule::Unit& u = schedule_.unit(p.unit);
-    if (peer_rows.defined()) o_.peer_pieces(u.group, u.u.owned_offset + p.offset, peer_rows.narrow(1, pos, p.numel));
     // Offloaded pieces went down when the reduce finished ([Note: offloaded pieces go
     // down at once]); each copy holds its piece until it lands, and the buffer is
     // refilled only after that, so at most one bucket per buffer waits on the link.

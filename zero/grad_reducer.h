@@ -35,7 +35,7 @@ class GradReducer : private ReduceOps {
     std::function<CopyEventPtr(int group, int64_t owned_offset, const torch::Tensor& piece)> sink;
     CopyEngine* copier = nullptr;
     // Stood-in peers (zero/peer_shadow.h): every rank's reduced piece of group `group` at
-    // owned_offset, [world, numel], when the bucket completes.
+    // owned_offset, [world, numel], on the comm stream as the bucket's reduce completes.
     std::function<void(int group, int64_t owned_offset, const torch::Tensor& rows)> peer_pieces;
   };
   // groups: in the order their gradients become ready (reverse layer order).
@@ -61,6 +61,9 @@ class GradReducer : private ReduceOps {
   void launch(int bucket, int buffer) override;
   void complete(int bucket, int buffer) override;
   void end(bool free_buffers) override;
+  // peer_pieces: every rank's reduced pieces of bucket b (in: the reduced bucket), on the
+  // comm stream as the reduce completes.
+  void give_peers(int b, const torch::Tensor& in);
 
   Communicator& comm_;
   Options o_;
@@ -69,7 +72,6 @@ class GradReducer : private ReduceOps {
   std::vector<std::vector<CopyEventPtr>> buffer_reads_;  // offload copies still reading each buffer
   struct Launched {
     torch::Tensor out;
-    torch::Tensor in;  // with peer_pieces: the bucket, every rank's slice reduced
     WorkPtr work;
   };
   std::vector<Launched> launched_;  // per bucket, while in flight
