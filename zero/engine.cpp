@@ -386,64 +386,72 @@ void ZeroEngine::reduce_at_boundary() {
   }
 }
 
-ZeroEngine::GradStats ZeroEngine::grad_stats(double local_loss) {
-  double sq = 0, nonfinite = 0;
-  const size_t L = groups_.size();
-  for (size_t i = 0; i < L; ++i) {
-    // [Note: norms while the last pieces land] With offload, layers are taken in the
-    // order backward finished them (last layer first) and each waits only for its own
-    // copies and host adds: the norms of the layers that landed are computed while the
-    // last bucket is still on the link, as DeepSpeed computes each parameter's norm as
-    // its gradient is reduced instead of after every copy. The wait is what remains.
-    const size_t l = host_opt_ ? L - 1 - i : i;
-    if (host_opt_ && offloaded_[l]) host_opt_->finish_grads(static_cast<int>(l));
-    // One norm per layer (fp32 accumulation; no full-size temporaries for fp32
-    // grads): an inf or NaN anywhere makes it non-finite, which is the overflow flag.
-    const double n = optimizers_[l]->grad_norm(norm_share(l));
-    if (std::isfinite(n))
-      sq += n * n;
-    else
-      nonfinite += 1;
-  }
-  torch::Tensor stats = torch::tensor({local_loss, sq, nonfinite}, torch::kDouble).to(cfg_.device);
-  if (peers_)
-    static_cast<StandInCommunicator&>(comm_).set_rank_inputs(stats, peer_stats(local_loss, stats));
-  comm_.all_reduce_wait(stats, "loss+grad_norm+overflow");
-  stats = stats.cpu();
-  return {stats[0].item<double>() / comm_.world_size(), stats[1].item<double>(), stats[2].item<double>() > 0};
+size_t ZeroEngine::stats_layer(size_t i) const {
+  // [Note: norms while the last pieces land] With offload, layers are taken in the
+  // order backward finished them (last layer first) and each waits only for its own
+  // copies and host adds: the norms of the layers that landed are computed while the
+  // last bucket is still on the link, as DeepSpeed computes each parameter's norm as
+  // its gradient is reduced instead of after every copy. The wait is what remains.
+  return host_opt_ ? groups_.size() - 1 - i : i;
 }
 
-torch::Tensor ZeroEngine::peer_stats(double local_loss, const torch::Tensor& own) {
-  // Each peer's share of each layer's norm, summed in the order grad_stats sums its own;
-  // this rank's row is its own statistics, checked against its row of the model.
+ZeroEngine::GradStats ZeroEngine::sum_of_squares(const std::vector<double>& norms) const {
+  // An inf or NaN anywhere makes a norm non-finite, which is the overflow flag.
+  GradStats s;
+  for (size_t i = 0; i < norms.size(); ++i) {
+    const double n = norms[stats_layer(i)];
+    if (std::isfinite(n))
+      s.sq_norm += n * n;
+    else
+      s.overflow = true, s.nonfinite += 1;
+  }
+  return s;
+}
+
+ZeroEngine::GradStats ZeroEngine::grad_stats(double local_loss) {
+  const size_t L = groups_.size();
+  std::vector<double> norms(L);  // by layer
+  for (size_t i = 0; i < L; ++i) {
+    const size_t l = stats_layer(i);
+    if (host_opt_ && offloaded_[l]) host_opt_->finish_grads(static_cast<int>(l));
+    // One norm per layer (fp32 accumulation; no full-size temporaries for fp32 grads).
+    norms[l] = optimizers_[l]->grad_norm(norm_share(l));
+  }
+  const GradStats own = sum_of_squares(norms);
+  torch::Tensor stats = torch::tensor({local_loss, own.sq_norm, own.nonfinite}, torch::kDouble).to(cfg_.device);
+  if (peers_)
+    static_cast<StandInCommunicator&>(comm_).set_rank_inputs(stats, peer_stats(local_loss, stats, norms));
+  comm_.all_reduce_wait(stats, "loss+grad_norm+overflow");
+  stats = stats.cpu();
+  GradStats s;
+  s.loss = stats[0].item<double>() / comm_.world_size();
+  s.sq_norm = stats[1].item<double>();
+  s.overflow = stats[2].item<double>() > 0;
+  return s;
+}
+
+torch::Tensor ZeroEngine::peer_stats(double local_loss, const torch::Tensor& own, const std::vector<double>& own_norms) {
+  // Each peer's share of each layer's norm, summed as grad_stats sums its own; this
+  // rank's row is its own statistics, its norms checked against its row of the model.
   DeviceMemory::HostScope host;
   const int ws = comm_.world_size(), me = comm_.rank();
   const size_t L = groups_.size();
   torch::Tensor rows = torch::empty({ws, 3}, torch::kDouble);
   auto* r = rows.data_ptr<double>();
-  std::vector<double> own_norms(L);
-  if (!peers_->modelled())
-    for (size_t l = 0; l < L; ++l) own_norms[l] = optimizers_[l]->grad_norm(norm_share(l));
+  std::vector<double> norms(L);
   for (int k = 0; k < ws; ++k) {
-    double sq = 0, nonfinite = 0;
-    for (size_t i = 0; i < L; ++i) {
-      const size_t l = host_opt_ ? L - 1 - i : i;
+    for (size_t l = 0; l < L; ++l) {
       const FlatPartition& f = groups_[l]->flat_partition();
-      const double n =
-          policy_.owns_whole_flat() ? grad_share_norm(full_grads_[l].narrow(0, f.begin(k), f.partition_numel))
-          : peers_->modelled()      ? grad_share_norm(peers_->grad(static_cast<int>(l), k))
-                                    : own_norms[l];  // --peer-values initial: this rank's share stands in
+      norms[l] = policy_.owns_whole_flat() ? grad_share_norm(full_grads_[l].narrow(0, f.begin(k), f.partition_numel))
+                 : peers_->modelled()      ? grad_share_norm(peers_->grad(static_cast<int>(l), k))
+                                           : own_norms[l];  // --peer-values initial: this rank's share stands in
       if (k == me && peers_->modelled() && !policy_.owns_whole_flat())
-        peers_->check_norm(static_cast<int>(l), optimizers_[l]->grad_norm(norm_share(l)), n);
-      if (std::isfinite(n))
-        sq += n * n;
-      else
-        nonfinite += 1;
+        peers_->check_norm(static_cast<int>(l), own_norms[l], norms[l]);
     }
-    r[3 * k] = local_loss, r[3 * k + 1] = sq, r[3 * k + 2] = nonfinite;
+    const GradStats s = sum_of_squares(norms);
+    r[3 * k] = local_loss, r[3 * k + 1] = s.sq_norm, r[3 * k + 2] = s.nonfinite;
   }
-  const torch::Tensor mine = own.cpu();
-  rows[me].copy_(mine);
+  rows[me].copy_(own.cpu());
   return rows;
 }
 

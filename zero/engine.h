@@ -135,8 +135,13 @@ class ZeroEngine : private ShardOps {
   struct GradStats {
     double loss = 0, sq_norm = 0;
     bool overflow = false;
+    double nonfinite = 0;  // layers whose norm is inf or NaN (this rank's, before the all-reduce)
   };
   GradStats grad_stats(double local_loss);
+  // The i-th layer grad_stats takes (the order its norms are summed in).
+  size_t stats_layer(size_t i) const;
+  // Squared norm and non-finite count of per-layer norms (indexed by layer), summed in stats_layer order.
+  GradStats sum_of_squares(const std::vector<double>& norms) const;
   void update(double coef, double lr);
   void sync_params();
   void zero_grads();
@@ -192,7 +197,8 @@ class ZeroEngine : private ShardOps {
   // --peers stand-in: what the peers hold ([Note: what a stood-in peer contributes]).
   std::unique_ptr<PeerShadow> peers_;
   // grad_stats under stand-in peers: every rank's [loss, squared norm, non-finite count].
-  torch::Tensor peer_stats(double local_loss, const torch::Tensor& own);
+  // own_norms: this rank's per-layer norms, as grad_stats computed them.
+  torch::Tensor peer_stats(double local_loss, const torch::Tensor& own, const std::vector<double>& own_norms);
 };
 
 }  // namespace zrepro

@@ -37,9 +37,9 @@ class PeerValues {
  public:
   virtual ~PeerValues() = default;
   // `mine`: this rank's input to an all_gather (a view of what it owns); `out`: the
-  // gather's output, world x mine.numel() elements. Writes every rank's slice into out
-  // (this rank's too, from the model: the caller then checks it against `mine`).
-  // false: `mine` is not a buffer the model holds.
+  // gather's output, world x mine.numel() elements. Writes every rank's slice into out:
+  // the peers' from the model, this rank's from `mine` (which it first compares with the
+  // model's row of this rank). false: `mine` is not a buffer the model holds.
   virtual bool fill_gather(const torch::Tensor& mine, torch::Tensor out) = 0;
 };
 
