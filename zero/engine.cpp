@@ -38,6 +38,22 @@ struct LayerParams : public torch::autograd::Function<LayerParams> {
   }
 };
 
+// Identity on the activation a skipped layer's output would have joined; in backward it
+// delivers the layer's (zero) gradients at that point ([Note: a skipped layer]).
+struct SkippedLayer : public torch::autograd::Function<SkippedLayer> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, int64_t layer, int64_t engine_addr) {
+    ctx->saved_data["layer"] = layer;
+    ctx->saved_data["engine"] = engine_addr;
+    return x.view_as(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto* engine = reinterpret_cast<ZeroEngine*>(static_cast<intptr_t>(ctx->saved_data["engine"].toInt()));
+    const int layer = static_cast<int>(ctx->saved_data["layer"].toInt());
+    engine->use_backward(layer, std::vector<torch::Tensor>(engine->groups()[layer]->specs().size()));
+    return {grads[0], torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<torch::Tensor>& init,
@@ -230,6 +246,24 @@ torch::Tensor ZeroEngine::after_forward(int layer, torch::Tensor output) {
 }
 
 void ZeroEngine::pre_backward(int layer) { gathers_->fetch(layer, *this); }
+
+// [Note: a skipped layer]
+// A MoE expert no token picked does not run: it is not acquired, so under ZeRO-3 it is
+// not gathered, in forward or backward (DeepSpeed's hooks on its modules never fire).
+// Its gradient is zero. The gradient buckets (ReduceSchedule) are laid out once, in
+// reverse layer order, and a bucket is launched when all of its pieces arrived, so
+// the zero gradient is handed in where the layer's own would have been: when the
+// gradient of the activation its output would have joined passes back. DeepSpeed's
+// buckets take gradients in arrival order and leave such a parameter out; the reduced
+// values are the same (zero), the bucket contents differ.
+torch::Tensor ZeroEngine::skipped(int layer, torch::Tensor x) {
+  if (state_ != TrainingState::forward && state_ != TrainingState::backward)
+    throw std::logic_error(std::string("ZeroEngine: layer ") + std::to_string(layer) + " skipped in state " +
+                           training_state_name(state_) + ", expected forward or backward");
+  if (!torch::GradMode::is_enabled() || !x.requires_grad()) return x;
+  ++uses_[layer];
+  return SkippedLayer::apply(x, static_cast<int64_t>(layer), static_cast<int64_t>(reinterpret_cast<intptr_t>(this)));
+}
 
 // [Note: a group used twice]
 // A tied LM head uses the embed group a second time in one forward (DeepSpeed's

@@ -91,6 +91,10 @@ class ZeroEngine : private ShardOps {
   // --- model side
   std::vector<torch::Tensor> acquire(int layer);
   torch::Tensor after_forward(int layer, torch::Tensor output);
+  // The model leaves `layer` out of this forward (a MoE expert no token picked): it is
+  // not gathered, and its zero gradient is reduced when x's gradient passes back
+  // ([Note: a skipped layer] in engine.cpp). Returns x (or an alias of it).
+  torch::Tensor skipped(int layer, torch::Tensor x);
 
   // --- loop side ([Note: the engine's training state])
   // idle; the micro-batch loads after it. micro_steps: how many the step has (0: not said).

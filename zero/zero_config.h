@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "zero/schedule/stage_policy.h"
 
@@ -44,6 +45,14 @@ struct ZeroConfig {
   bool ignore_unused_parameters = true;
   OffloadConfig offload_param;
   OffloadConfig offload_optimizer;
+  // zero_optimization.leaf_module (DeepSpeed >= 0.18.0; set_z3_leaf_modules, or zrepro's
+  // --z3-leaf-modules, at any release): modules ZeRO-3 fetches as one unit with every
+  // parameter under them. classes: a class name, short or module-qualified; names: a
+  // module's full name; name_suffixes: the end of one. DeepSpeed 0.18.0 and later default
+  // classes to Hugging Face's MoE blocks (trainer/config/leaf_modules.h).
+  struct LeafModules {
+    std::vector<std::string> classes, names, name_suffixes;
+  } leaf_module;
 };
 
 // [Note: the bucket collective] Which collective reduces a gradient bucket, as

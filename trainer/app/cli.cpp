@@ -34,6 +34,10 @@ void add_config_flags(cxxopts::Options& o) {
       ("precision", "fp32|fp16|bf16: fp16/bf16 \"enabled\" (default fp32)", cxxopts::value<std::string>())
       ("warmup-steps", "scheduler warmup_num_steps for \"auto\" (default 0)", cxxopts::value<int64_t>())
       ("zero-stage", "override zero_optimization.stage", cxxopts::value<int64_t>())
+      ("z3-leaf-modules", "ZeRO-3 leaf module classes, comma-separated, as the script's "
+                          "deepspeed.utils.set_z3_leaf_modules(model, [...]) gives them (e.g. MixtralSparseMoeBlock): "
+                          "fetched as one unit, added to zero_optimization.leaf_module.classes",
+       cxxopts::value<std::string>())
       ("training-args", "the job's Hugging Face TrainingArguments as JSON (trainer.args.to_json_string(), or the "
                         "keys the script sets): fills \"auto\" as the Trainer does (per_device_train_batch_size, "
                         "gradient_accumulation_steps, bf16/fp16, learning_rate, max_grad_norm, ...), turns on "
@@ -105,6 +109,7 @@ ConfigFlags flags_from(const cxxopts::ParseResult& r, const ModelSpec& m, int wo
   f.precision = opt<std::string>(r, "precision");
   f.warmup_steps = opt<int64_t>(r, "warmup-steps");
   f.zero_stage = opt<int64_t>(r, "zero-stage");
+  f.z3_leaf_modules = opt<std::string>(r, "z3-leaf-modules");
   f.strict = r.count("strict") > 0;
   if (r.count("deepspeed-version"))
     f.deepspeed_version = check_deepspeed_version("--deepspeed-version", r["deepspeed-version"].as<std::string>());

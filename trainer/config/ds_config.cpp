@@ -6,6 +6,7 @@
 
 #include "trainer/config/ds_versions.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include <sstream>
 
 #include "device/base/errors.h"
+#include "trainer/config/leaf_modules.h"
 #include "trainer/config/user_file.h"
 #include "zero/schedule/stage_policy.h"
 
@@ -120,6 +122,7 @@ class Loader {
     out_.entries.push_back({path, std::move(value), src, std::move(note)});
   }
   bool strict() const { return flags_.strict; }
+  const ConfigFlags& flags() const { return flags_; }
   const std::string& version() const { return out_.deepspeed_version; }
 
   std::map<std::string, FlagValue> overrides;  // path -> flag that overrides the file
@@ -357,6 +360,50 @@ OffloadConfig load_offload(Loader& L, Section s, bool is_param) {
   return o;
 }
 
+// zero_optimization.leaf_module: each list a string or a list of strings (DeepSpeed's
+// LeafModuleConfig coerces a string to a one-item list). A release before the key's
+// (0.18.0) ignores the block, and its classes default to none.
+ZeroConfig::LeafModules load_leaf_module(Loader& L, Section s) {
+  ZeroConfig::LeafModules m;
+  const std::string block = "zero_optimization.leaf_module";
+  const VersionChange* unknown = s.has("classes") || s.has("names") || s.has("name_suffixes")
+                                     ? not_yet_added(block, L.version()) : nullptr;
+  if (unknown)
+    L.warn(block + " is not a key of DeepSpeed " + L.version() + " (added in " + unknown->since + ", " + unknown->pr +
+           "); that release ignores it, and so does this run (set_z3_leaf_modules in the script, or "
+           "--z3-leaf-modules, is that release's spelling)");
+  auto list = [&](const char* key, std::vector<std::string>& out) {
+    s.consume(key);
+    const json* v = unknown ? nullptr : s.raw(key);
+    const std::string p = s.path(key);
+    if (!v) {
+      if (auto vd = versioned_default(p, L.version()); vd && vd->value.is_array()) {
+        out = vd->value.get<std::vector<std::string>>();
+        L.record(p, vd->value, Source::default_, vd->note);
+      }
+      return;
+    }
+    const bool ok = v->is_string() || (v->is_array() && std::all_of(v->begin(), v->end(), [](const json& e) {
+                                         return e.is_string();
+                                       }));
+    if (!ok) L.fail(p, "expected a string or a list of strings, got " + v->dump() + " (" + json_type(*v) + ")");
+    out = v->is_string() ? std::vector<std::string>{v->get<std::string>()} : v->get<std::vector<std::string>>();
+    L.record(p, json(out), Source::file);
+  };
+  list("classes", m.classes);
+  list("names", m.names);
+  list("name_suffixes", m.name_suffixes);
+  s.finish();
+  if (L.flags().z3_leaf_modules) {  // set_z3_leaf_modules' classes, added to the config's
+    ZeroConfig z;
+    z.leaf_module = m;
+    add_leaf_classes(z, *L.flags().z3_leaf_modules);
+    m = z.leaf_module;
+    L.record(block + ".classes", json(m.classes), Source::flag, "--z3-leaf-modules (set_z3_leaf_modules)");
+  }
+  return m;
+}
+
 ZeroConfig load_zero(Loader& L, Section s) {
   ZeroConfig d, z;
   z.stage = s.get<int>("stage", d.stage);
@@ -403,6 +450,7 @@ ZeroConfig load_zero(Loader& L, Section s) {
 
   z.offload_param = load_offload(L, s.sub("offload_param"), true);
   z.offload_optimizer = load_offload(L, s.sub("offload_optimizer"), false);
+  z.leaf_module = load_leaf_module(L, s.sub("leaf_module"));
   if (z.offload_param.enabled() && !policy.shard_params())
     L.fail(s.path("offload_param.device"),
            "\"" + z.offload_param.device + "\" needs ZeRO stage 3 (stage is " + std::to_string(z.stage) +

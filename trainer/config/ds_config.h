@@ -42,6 +42,7 @@ struct ConfigFlags {
   std::optional<std::string> precision;     // --precision fp32|fp16|bf16 (auto default fp32)
   std::optional<int64_t> warmup_steps;      // --warmup-steps (auto default 0)
   std::optional<int64_t> zero_stage;        // --zero-stage
+  std::optional<std::string> z3_leaf_modules;  // --z3-leaf-modules: classes set_z3_leaf_modules is given
   int64_t total_steps = 0;                  // --steps: scheduler total_num_steps "auto"
   int64_t hidden_size = 0;                  // model hidden size for bucket "auto"s
   int world_size = 1;

@@ -44,6 +44,14 @@ ModelSpec llama(const char* name, const char* type, int64_t vocab, int64_t seq, 
   return m;
 }
 
+// A mixture-of-experts preset ([Note: MoE blocks]): llama blocks with routed experts.
+ModelSpec moe(ModelSpec m, int64_t experts, int64_t per_tok, int64_t expert_width, int64_t shared_width,
+              bool norm_topk) {
+  m.experts = experts, m.experts_per_tok = per_tok, m.moe_intermediate = expert_width;
+  m.shared_intermediate = shared_width, m.norm_topk_prob = norm_topk;
+  return m;
+}
+
 const std::vector<ModelSpec>& presets() {
   // tiny/small/medium: toys for a laptop CPU (untied LM head). gpt2*: Hugging Face's
   // GPT-2 configs (tied). gpt3-*: the GPT-3 paper's shapes with an untied LM head.
@@ -71,6 +79,16 @@ const std::vector<ModelSpec>& presets() {
         llama("llama-3-8b", "llama", 128256, 4096, 4096, 32, 32, 8, 14336, 1e-5, 500000),
         llama("mistral-7b", "mistral", 32000, 4096, 4096, 32, 32, 8, 14336, 1e-5, 10000),
         llama("qwen2.5-7b", "qwen2", 152064, 4096, 3584, 28, 28, 4, 18944, 1e-6, 1000000, true),
+        // Mixture of experts: the toys (8 experts, 2 per token; tiny-qwen2-moe with a
+        // shared expert and no renormalisation, as Qwen2-MoE), Mixtral-8x7B and
+        // Qwen1.5-MoE-A2.7B as their config.json files on the Hub say.
+        moe(llama("tiny-mixtral", "mixtral", 128, 32, 64, 2, 4, 2, 96, 1e-5, 1000000), 8, 2, 96, 0, true),
+        moe(llama("tiny-qwen2-moe", "qwen2_moe", 128, 32, 64, 2, 4, 2, 160, 1e-6, 1000000, true), 8, 2, 32, 64,
+            false),
+        moe(llama("mixtral-8x7b", "mixtral", 32000, 32768, 4096, 32, 32, 8, 14336, 1e-5, 1000000), 8, 2, 14336, 0,
+            true),
+        moe(llama("qwen1.5-moe-a2.7b", "qwen2_moe", 151936, 8192, 2048, 24, 16, 16, 5632, 1e-6, 1000000, true), 60, 4,
+            1408, 5632, false),
     };
     return v;
   }();
@@ -81,7 +99,8 @@ const std::vector<ModelSpec>& presets() {
 const std::map<std::string, std::string>& preset_aliases() {
   static const std::map<std::string, std::string> a = {
       {"llama2-7b", "llama-2-7b"}, {"llama2-13b", "llama-2-13b"}, {"llama3-8b", "llama-3-8b"},
-      {"qwen2.5-7B", "qwen2.5-7b"}, {"TinyLlama-1.1B", "tinyllama-1.1b"}, {"mistral-7b-v0.1", "mistral-7b"}};
+      {"qwen2.5-7B", "qwen2.5-7b"}, {"TinyLlama-1.1B", "tinyllama-1.1b"}, {"mistral-7b-v0.1", "mistral-7b"},
+      {"Mixtral-8x7B", "mixtral-8x7b"}, {"mixtral-8x7b-v0.1", "mixtral-8x7b"}, {"Qwen1.5-MoE-A2.7B", "qwen1.5-moe-a2.7b"}};
   return a;
 }
 
@@ -123,6 +142,20 @@ void validate_model(const ModelSpec& m, const std::string& where) {
                       std::to_string(m.hidden) + " / heads " + std::to_string(m.heads) + " = " +
                       std::to_string(m.head_dim()));
   if (!(m.norm_eps > 0)) throw ConfigError(where + ": the norm epsilon must be > 0");
+  if (m.moe()) {
+    if (m.family != Family::llama)
+      throw ConfigError(where + ": experts need a llama-family block (mixtral, qwen2_moe)");
+    if (m.experts > 4096) throw ConfigError(where + ": " + std::to_string(m.experts) + " experts is above 4096 (the "
+                                            "most in published models is ~512); check num_local_experts / num_experts");
+    if (m.experts_per_tok < 1 || m.experts_per_tok > m.experts)
+      throw ConfigError(where + ": num_experts_per_tok " + std::to_string(m.experts_per_tok) + " must be in [1, " +
+                        std::to_string(m.experts) + "] (the number of experts)");
+    if (m.moe_intermediate <= 0 || m.moe_intermediate > kMaxIntermediate || m.shared_intermediate < 0 ||
+        m.shared_intermediate > kMaxIntermediate)
+      throw ConfigError(where + ": expert width " + std::to_string(m.moe_intermediate) + " / shared expert width " +
+                        std::to_string(m.shared_intermediate) + " must be in (0, " + std::to_string(kMaxIntermediate) +
+                        "] / [0, " + std::to_string(kMaxIntermediate) + "]");
+  }
 }
 
 std::vector<LayerSpec> ModelSpec::layer_shapes() const {
@@ -157,10 +190,36 @@ std::vector<LayerSpec> ModelSpec::layer_shapes() const {
     linear(ps, "attn.v", kv, h, qkv_bias);
     linear(ps, "attn.o", h, h, o_bias);
     ps.push_back({"post_norm.weight", {h}});
-    linear(ps, "mlp.gate", I, h, mlp_bias);
-    linear(ps, "mlp.up", I, h, mlp_bias);
-    linear(ps, "mlp.down", h, I, mlp_bias);
-    g.push_back({"block." + std::to_string(l), ps});
+    const std::string block = "block." + std::to_string(l);
+    if (!moe()) {
+      linear(ps, "mlp.gate", I, h, mlp_bias);
+      linear(ps, "mlp.up", I, h, mlp_bias);
+      linear(ps, "mlp.down", h, I, mlp_bias);
+      g.push_back({block, ps});
+      continue;
+    }
+    // [Note: MoE blocks]: the router, the shared expert, then the experts (last).
+    linear(ps, "mlp.gate", experts, h, false);
+    if (shared_intermediate > 0) {
+      linear(ps, "mlp.shared_expert.gate_proj", shared_intermediate, h, false);
+      linear(ps, "mlp.shared_expert.up_proj", shared_intermediate, h, false);
+      linear(ps, "mlp.shared_expert.down_proj", h, shared_intermediate, false);
+      linear(ps, "mlp.shared_expert_gate", 1, h, false);
+    }
+    std::vector<std::vector<ParamSpec>> expert_params(experts);
+    const bool mixtral = model_type == "mixtral";  // w1 / w3 / w2, else gate_proj / up_proj / down_proj
+    for (int64_t e = 0; e < experts; ++e) {
+      // One name either way: block.<l>.mlp.experts.<e>.w1.weight, in the block's group or
+      // as w1.weight in the expert's own (block.<l>.mlp.experts.<e>).
+      auto& ep = expert_groups ? expert_params[e] : ps;
+      const std::string name = expert_groups ? "" : "mlp.experts." + std::to_string(e) + ".";
+      linear(ep, name + (mixtral ? "w1" : "gate_proj"), moe_intermediate, h, false);
+      linear(ep, name + (mixtral ? "w3" : "up_proj"), moe_intermediate, h, false);
+      linear(ep, name + (mixtral ? "w2" : "down_proj"), h, moe_intermediate, false);
+    }
+    g.push_back({block, ps});
+    if (expert_groups)
+      for (int64_t e = 0; e < experts; ++e) g.push_back({block + ".mlp.experts." + std::to_string(e), expert_params[e]});
   }
   std::vector<ParamSpec> head = {{"norm.weight", {h}}};
   if (!tied) head.push_back({"lm_head.weight", {V, h}});
@@ -183,7 +242,14 @@ std::string module_of(const std::string& name) {
 int64_t ModelSpec::block_params() const {
   ModelSpec one = *this;
   one.layers = 1;
+  one.expert_groups = false;  // the experts inside their block
   return one.layer_shapes()[1].numel();
+}
+
+int64_t ModelSpec::active_param_count() const {
+  if (!moe()) return param_count();
+  const int64_t idle = (experts - experts_per_tok) * 3 * hidden * moe_intermediate;
+  return param_count() - layers * idle;
 }
 
 int64_t ModelSpec::largest_module_params() const {
@@ -202,6 +268,7 @@ int64_t ModelSpec::param_count() const {
   // Blocks are alike: count one and multiply (the 70B-scale presets stay cheap).
   ModelSpec none = *this;
   none.layers = 0;
+  none.expert_groups = false;
   int64_t n = layers * block_params();
   for (const auto& g : none.layer_shapes()) n += g.numel();
   return n;
@@ -218,6 +285,15 @@ json ModelSpec::to_json() const {
             {"vocab", vocab},   {"intermediate", intermediate}, {"family", family_name(family)},
             {"model_type", model_type}, {"tied", tied},    {"attention", attention_name(attention)}};
   if (family == Family::llama) j["kv_heads"] = kv_head_count();
+  if (moe()) {
+    j["experts"] = {{"count", experts},
+                    {"per_token", experts_per_tok},
+                    {"intermediate", moe_intermediate},
+                    {"shared_intermediate", shared_intermediate},
+                    {"norm_topk_prob", norm_topk_prob},
+                    {"active_params", active_param_count()},
+                    {"fetched", expert_groups ? "expert by expert" : "with their block"}};
+  }
   if (family == Family::gpt2) j["positions"] = position_rows();
   if (attention == Attention::sdpa) j["attention_tile"] = attention_tile;
   j["assumed"] = {{"attention", attention_from}, {"seq", seq_from}};
@@ -230,7 +306,7 @@ std::vector<std::string> model_preset_names() {
   return names;
 }
 
-std::vector<std::string> supported_model_types() { return {"gpt2", "llama", "mistral", "qwen2"}; }
+std::vector<std::string> supported_model_types() { return {"gpt2", "llama", "mistral", "qwen2", "mixtral", "qwen2_moe"}; }
 
 namespace {
 
@@ -271,8 +347,8 @@ void load_llama_fields(const json& j, const std::string& path, ModelSpec& m) {
   m.tied = field<bool>(j, path, {"tie_word_embeddings"}, false);
   m.norm_eps = field<double>(j, path, {"rms_norm_eps"}, 1e-6);
   m.rope_theta = field<double>(j, path, {"rope_theta"}, 10000.0);
-  if (m.model_type == "qwen2") {
-    m.qkv_bias = true;  // Qwen2Attention: q/k/v with bias, o_proj without
+  if (m.model_type == "qwen2" || m.model_type == "qwen2_moe") {
+    m.qkv_bias = true;  // Qwen2Attention / Qwen2MoeAttention: q/k/v with bias, o_proj without
     m.o_bias = m.mlp_bias = false;
   } else {
     m.qkv_bias = m.o_bias = field<bool>(j, path, {"attention_bias"}, false);
@@ -282,6 +358,31 @@ void load_llama_fields(const json& j, const std::string& path, ModelSpec& m) {
     throw ConfigError("--model " + path + ": head_dim " + j["head_dim"].dump() + " differs from hidden_size / "
                       "num_attention_heads = " + std::to_string(m.head_dim()) + "; zrepro models head_dim = "
                       "hidden_size / num_attention_heads only");
+}
+
+// [Note: MoE blocks] from a mixtral / qwen2_moe config.json (MixtralConfig /
+// Qwen2MoeConfig defaults where a key is absent).
+void load_moe_fields(const json& j, const std::string& path, ModelSpec& m) {
+  const bool mixtral = m.model_type == "mixtral";
+  m.experts = field<int64_t>(j, path, {mixtral ? "num_local_experts" : "num_experts"}, int64_t{mixtral ? 8 : 60});
+  m.experts_per_tok = field<int64_t>(j, path, {"num_experts_per_tok"}, int64_t{mixtral ? 2 : 4});
+  m.moe_intermediate = mixtral ? m.intermediate : field<int64_t>(j, path, {"moe_intermediate_size"}, int64_t{1408});
+  m.shared_intermediate = mixtral ? 0 : field<int64_t>(j, path, {"shared_expert_intermediate_size"}, int64_t{5632});
+  m.norm_topk_prob = mixtral || field<bool>(j, path, {"norm_topk_prob"}, false);
+  if (field<bool>(j, path, {"output_router_logits"}, false))
+    throw ConfigError("--model " + path + ": output_router_logits is true: the router's load-balancing loss is "
+                      "added to the loss, and zrepro does not model it yet; set it to false (both families' default) "
+                      "for the reproduction");
+  if (!mixtral) {
+    const int64_t step = field<int64_t>(j, path, {"decoder_sparse_step"}, int64_t{1});
+    const bool dense_layers = j.contains("mlp_only_layers") && j["mlp_only_layers"].is_array() &&
+                              !j["mlp_only_layers"].empty();
+    if (step != 1 || dense_layers)
+      throw ConfigError("--model " + path + ": decoder_sparse_step " + std::to_string(step) +
+                        (dense_layers ? " with mlp_only_layers " + j["mlp_only_layers"].dump() : std::string()) +
+                        ": zrepro models every block sparse (decoder_sparse_step 1, mlp_only_layers [], as the "
+                        "published Qwen MoE models); mixed dense and sparse blocks are not modelled");
+  }
 }
 
 }  // namespace
@@ -300,13 +401,13 @@ ModelSpec load_hf_config(const std::string& path) {
   const json type = j.value("model_type", json());
   if (!type.is_string()) {
     throw ConfigError("--model " + path + ": no \"model_type\"; a Hugging Face config.json names its family "
-                      "(supported: gpt2, llama, mistral, qwen2)");
+                      "(supported: gpt2, llama, mistral, qwen2, mixtral, qwen2_moe)");
   }
   m.model_type = type.get<std::string>();
   const auto types = supported_model_types();
   if (std::find(types.begin(), types.end(), m.model_type) == types.end())
     throw ConfigError("--model " + path + ": model_type \"" + m.model_type +
-                      "\" is not supported (supported: gpt2, llama, mistral, qwen2); zrepro would not build a "
+                      "\" is not supported (supported: gpt2, llama, mistral, qwen2, mixtral, qwen2_moe); zrepro would not build a "
                       "different architecture in its place");
   m.hidden = field<int64_t>(j, path, {"hidden_size", "n_embd"}, std::nullopt);
   m.layers = field<int64_t>(j, path, {"num_hidden_layers", "n_layer"}, std::nullopt);
@@ -323,6 +424,7 @@ ModelSpec load_hf_config(const std::string& path) {
   } else {
     m.intermediate = field<int64_t>(j, path, {"intermediate_size"}, std::nullopt);
     load_llama_fields(j, path, m);
+    if (m.model_type == "mixtral" || m.model_type == "qwen2_moe") load_moe_fields(j, path, m);
   }
   // [Note: the attention transformers picks] A config.json that names no
   // _attn_implementation is loaded by transformers with sdpa wherever the model class
@@ -373,7 +475,10 @@ ModelSpec resolve_model(const std::string& arg, const ModelOverrides& o) {
     if (!o.intermediate && m.intermediate == 4 * m.hidden) m.intermediate = 4 * *o.hidden;
     m.hidden = *o.hidden;
   }
-  if (o.intermediate) m.intermediate = *o.intermediate;
+  if (o.intermediate) {
+    m.intermediate = *o.intermediate;
+    if (m.moe()) m.moe_intermediate = *o.intermediate;  // the width of every MLP a token runs through
+  }
   if (o.attention) {
     if (*o.attention == "eager") m.attention = Attention::eager;
     else if (*o.attention == "sdpa") m.attention = Attention::sdpa;

@@ -19,7 +19,8 @@ namespace zrepro {
 // gpt2: LayerNorm, fused qkv, GELU MLP, learned positions, biases everywhere.
 // llama (llama, mistral, qwen2 configs): RMSNorm, separate q/k/v/o projections with
 // grouped-query attention, rotary positions, SwiGLU MLP (gate, up, down), biases as
-// the config says (qwen2: q/k/v only).
+// the config says (qwen2: q/k/v only). The mixture-of-experts types (mixtral,
+// qwen2_moe) are llama blocks whose MLP is a routed set of experts ([Note: MoE blocks]).
 enum class Family { gpt2, llama };
 const char* family_name(Family f);
 
@@ -53,15 +54,47 @@ struct ModelSpec {
   // assumption is never silent.
   std::string attention_from = "the preset", seq_from = "the preset";
 
+  // [Note: MoE blocks] Hugging Face's MixtralSparseMoeBlock / Qwen2MoeSparseMoeBlock in
+  // transformers 4.x's layout (one module per expert, each with its own ZeRO-3 hooks):
+  // a router (mlp.gate, [experts, hidden], no bias) scores each token; softmax in fp32,
+  // the top experts_per_tok, renormalised when norm_topk_prob (Mixtral always); each
+  // expert is a SwiGLU MLP of moe_intermediate (w1, w3, w2 / gate_proj, up_proj,
+  // down_proj, no bias) run on the tokens that picked it, and an expert no token picked
+  // does not run. qwen2_moe adds a shared expert every token runs (shared_intermediate),
+  // scaled by sigmoid(shared_expert_gate). The router's load-balancing loss is not
+  // added (output_router_logits false, both families' default; a config that sets it is
+  // refused). experts == 0: a dense MLP of `intermediate`.
+  int64_t experts = 0, experts_per_tok = 0, moe_intermediate = 0, shared_intermediate = 0;
+  bool norm_topk_prob = true;
+  // How a run's ZeRO-3 fetches the experts (not a property of the model: set by
+  // with_expert_fetch from the DeepSpeed config, [Note: which experts a rank fetches]):
+  // each expert its own group, gathered only when a token picks it (DeepSpeed's
+  // per-module hooks), or inside its block's group (a z3 leaf module: the block fetched
+  // as one unit). The planner keeps them in the block.
+  bool expert_groups = false;
+  bool moe() const { return experts > 0; }
+
+  // Group indices (layer_shapes' order): embed 0, then each block b's group followed,
+  // with expert_groups, by its experts' groups; the head last.
+  int64_t groups_per_block() const { return 1 + (moe() && expert_groups ? experts : 0); }
+  int block_group(int64_t b) const { return static_cast<int>(1 + b * groups_per_block()); }
+  int expert_group(int64_t b, int64_t e) const { return block_group(b) + 1 + static_cast<int>(e); }
+  int head_group() const { return block_group(layers); }
+
   int64_t head_dim() const { return hidden / heads; }
   int64_t kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
 
-  // Groups: embed (token embedding, + positions for gpt2), block.0..L-1, head (final
-  // norm, + the LM head unless tied). Parameter order inside a group is the order the
+  // Groups: embed (token embedding, + positions for gpt2), block.0..L-1 (each followed
+  // by block.<l>.mlp.experts.<e> with expert_groups), head (final norm, + the LM head unless
+  // tied). An expert's parameters come last in its block either way, so the parameters
+  // are in one order (and gpt_init draws the same values) however the experts are grouped. Parameter order inside a group is the order the
   // model indexes them by.
   std::vector<LayerSpec> layer_shapes() const;
   int64_t param_count() const;
-  int64_t block_params() const;
+  int64_t block_params() const;  // one block with its experts
+  // Parameters one token runs through (the router, experts_per_tok experts, the shared
+  // expert): Hugging Face's "active" count. param_count() for a dense model.
+  int64_t active_param_count() const;
   // DeepSpeed's model_to_params "largest layer": the most parameters one module owns
   // itself (an nn.Embedding or nn.Linear: the word embedding or the LM head for GPT
   // shapes), not a whole block.

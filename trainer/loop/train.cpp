@@ -1,6 +1,8 @@
 // See train.h.
 #include "trainer/loop/train.h"
 
+#include "trainer/config/leaf_modules.h"
+
 #include <chrono>
 #include <memory>
 #include <csignal>
@@ -206,7 +208,8 @@ namespace {
 
 // The engine's configuration: the job's, on this run's device (the one place a JobSpec
 // becomes an EngineConfig).
-std::unique_ptr<ZeroEngine> make_engine(const JobSpec& job, const TrainOptions& opts, Communicator& comm) {
+std::unique_ptr<ZeroEngine> make_engine(const JobSpec& job, const ModelSpec& model, const TrainOptions& opts,
+                                        Communicator& comm) {
   const DsConfig& cfg = job.cfg;
   EngineConfig ecfg;
   ecfg.precision = cfg.precision;
@@ -227,9 +230,9 @@ std::unique_ptr<ZeroEngine> make_engine(const JobSpec& job, const TrainOptions& 
   std::vector<torch::Tensor> init;
   {
     DeviceMemory::HostScope host;
-    init = gpt_init(job.model, opts.seed);
+    init = gpt_init(model, opts.seed);
   }
-  return std::make_unique<ZeroEngine>(job.model.layer_shapes(), init, ecfg, comm);
+  return std::make_unique<ZeroEngine>(model.layer_shapes(), init, ecfg, comm);
 }
 
 // Every micro-batch this rank will load, in order (the loader prefetches them), from
@@ -416,10 +419,11 @@ void train(const JobSpec& job, const TrainOptions& opts, TrainResult& result, co
     throw ConfigError("the job is for " + std::to_string(job.world_size) + " rank(s) and the communicator has " +
                       std::to_string(world) + ": resolve the config for the ranks that train it");
   const DsConfig& cfg = job.cfg;
-  const ModelSpec& spec = job.model;
+  // The model's groups as this run's ZeRO-3 fetches them ([Note: which experts a rank fetches]).
+  const ModelSpec spec = with_expert_fetch(job.model, cfg.zero);
   torch::manual_seed(opts.seed);
   DeviceMemory::instance().take_windows();  // [Note: phase windows]: this run's timeline starts here
-  const std::unique_ptr<ZeroEngine> engine = make_engine(job, opts, comm);
+  const std::unique_ptr<ZeroEngine> engine = make_engine(job, spec, opts, comm);
   Gpt model(spec, compute_dtype(cfg.precision, opts.device), opts.device,
             Checkpointing{job.activation_checkpointing, cfg.activation_checkpointing.cpu_checkpointing});
   MarkovData data(spec.vocab, spec.seq, opts.seed, opts.seq_len_dist);

@@ -60,10 +60,13 @@ using torch::autograd::variable_list;
 // recomputation asks the engine for the parameters again, so under ZeRO-3 the
 // layer is gathered for it and its gradients are reduced from it.
 struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
-  static variable_list forward(AutogradContext* ctx, torch::Tensor x, int64_t layer, int64_t gpt, int64_t engine) {
+  // layer: the block's index; group: its engine group (the tapes' marks name groups).
+  static variable_list forward(AutogradContext* ctx, torch::Tensor x, int64_t layer, int64_t group, int64_t gpt,
+                               int64_t engine) {
     auto* model = reinterpret_cast<Gpt*>(static_cast<intptr_t>(gpt));
     auto* eng = reinterpret_cast<ZeroEngine*>(static_cast<intptr_t>(engine));
     ctx->saved_data["layer"] = layer;
+    ctx->saved_data["group"] = group;
     ctx->saved_data["gpt"] = gpt;
     ctx->saved_data["engine"] = engine;
     if (model->cpu_checkpointing()) {
@@ -72,7 +75,7 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
     } else {
       ctx->save_for_backward({x});
     }
-    return {model->run_block(static_cast<int>(layer), x, *eng)};
+    return {model->run_block(layer, x, *eng)};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto* model = reinterpret_cast<Gpt*>(static_cast<intptr_t>(ctx->saved_data["gpt"].toInt()));
@@ -80,10 +83,11 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
     torch::Tensor x = model->cpu_checkpointing() ? ctx->saved_data["x"].toTensor() : ctx->get_saved_variables()[0];
     torch::AutoGradMode enable(true);
     torch::Tensor xd = x.detach().requires_grad_(true);
-    torch::Tensor y = model->run_block(static_cast<int>(ctx->saved_data["layer"].toInt()), xd, *eng);
-    DeviceMemory::instance().mark("recomputed", ctx->saved_data["layer"].toInt());
+    const int64_t b = ctx->saved_data["layer"].toInt();
+    torch::Tensor y = model->run_block(b, xd, *eng);
+    DeviceMemory::instance().mark("recomputed", ctx->saved_data["group"].toInt());
     torch::autograd::backward({y}, {grads[0]});
-    return {xd.grad(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {xd.grad(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -145,8 +149,9 @@ struct MemEfficientAttention : public torch::autograd::Function<MemEfficientAtte
 
 }  // namespace
 
-torch::Tensor Gpt::run_block(int layer, const torch::Tensor& x, ZeroEngine& engine) {
-  return block(engine.acquire(layer), x);
+torch::Tensor Gpt::run_block(int64_t b, const torch::Tensor& x, ZeroEngine& engine) {
+  const Params p = engine.acquire(spec_.block_group(b));
+  return spec_.family == Family::llama ? llama_block(b, p, x, engine) : gpt2_block(p, x);
 }
 
 Gpt::Gpt(const ModelSpec& spec, torch::ScalarType compute, torch::Device device, Checkpointing ckpt)
@@ -177,10 +182,6 @@ torch::Tensor Gpt::embed(const Params& g, const torch::Tensor& inputs) {
   if (spec_.family == Family::llama) return torch::embedding(w(g, 0), inputs);
   const int64_t S = inputs.size(1);
   return torch::embedding(w(g, 0), inputs) + w(g, 1).narrow(0, 0, S).unsqueeze(0);
-}
-
-torch::Tensor Gpt::block(const Params& g, const torch::Tensor& x) {
-  return spec_.family == Family::llama ? llama_block(g, x) : gpt2_block(g, x);
 }
 
 torch::Tensor Gpt::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
@@ -227,7 +228,7 @@ torch::Tensor Gpt::rotate(const torch::Tensor& x, int64_t S) const {
   return x * cos_.narrow(0, 0, S) + rotated * sin_.narrow(0, 0, S);
 }
 
-torch::Tensor Gpt::llama_block(const Params& g, const torch::Tensor& x) {
+torch::Tensor Gpt::llama_block(int64_t b, const Params& g, const torch::Tensor& x, ZeroEngine& engine) {
   const int64_t B = x.size(0), S = x.size(1), a = spec_.heads, kvh = spec_.kv_head_count(), d = spec_.head_dim();
   // Parameter indices follow ModelSpec::layer_shapes: a bias follows its weight when present.
   size_t i = 0;
@@ -250,9 +251,58 @@ torch::Tensor Gpt::llama_block(const Params& g, const torch::Tensor& x) {
   }
   torch::Tensor r = x + linear(attend(q, k, v), spec_.o_bias);
   y = rms_norm(r, next());
+  if (spec_.moe()) return r + moe_mlp(b, g, i, y, engine);
   torch::Tensor gate = linear(y, spec_.mlp_bias);
   torch::Tensor up = linear(y, spec_.mlp_bias);
   return r + linear(torch::silu(gate) * up, spec_.mlp_bias);
+}
+
+torch::Tensor Gpt::swiglu(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& up,
+                          const torch::Tensor& down) const {
+  return torch::linear(torch::silu(torch::linear(x, gate)) * torch::linear(x, up), down);
+}
+
+torch::Tensor Gpt::moe_mlp(int64_t b, const Params& g, size_t i, const torch::Tensor& y, ZeroEngine& engine) {
+  const int64_t B = y.size(0), S = y.size(1), h = spec_.hidden, E = spec_.experts;
+  const torch::Tensor x = y.reshape({B * S, h});
+  // The router: softmax in fp32, the top experts_per_tok, renormalised (Mixtral; Qwen2-MoE
+  // when norm_topk_prob), back to the hidden dtype (MixtralSparseMoeBlock.forward).
+  torch::Tensor probs = torch::softmax(torch::linear(x, w(g, i++)), -1, torch::kFloat);
+  auto [top_w, top_i] = probs.topk(spec_.experts_per_tok, -1);
+  if (spec_.norm_topk_prob) top_w = top_w / top_w.sum(-1, true);
+  top_w = top_w.to(x.scalar_type());
+  torch::Tensor out = torch::zeros_like(x);
+  if (spec_.shared_intermediate > 0) {
+    const size_t s = i;
+    i += 4;
+    out = swiglu(x, w(g, s), w(g, s + 1), w(g, s + 2)) * torch::sigmoid(torch::linear(x, w(g, s + 3)));
+  }
+  // Which tokens picked which expert is decided on the host, as transformers' loop over
+  // the experts a token hit is: an expert no token picked does not run, and (fetched
+  // expert by expert) is not gathered ([Note: which experts a rank fetches]).
+  const torch::Tensor picks = top_i.to(torch::kCPU);
+  std::vector<int> skipped;
+  for (int64_t e = 0; e < E; ++e) {
+    const torch::Tensor hit = (picks == e).nonzero();  // [n, 2]: (token, slot)
+    if (hit.size(0) == 0) {
+      skipped.push_back(spec_.expert_group(b, e));
+      continue;
+    }
+    const torch::Tensor token = hit.select(1, 0).to(x.device()), slot = hit.select(1, 1).to(x.device());
+    const int group = spec_.expert_group(b, e);
+    const Params ep = spec_.expert_groups ? engine.acquire(group) : Params();
+    const Params& src = spec_.expert_groups ? ep : g;
+    const size_t k = spec_.expert_groups ? 0 : i + 3 * static_cast<size_t>(e);
+    torch::Tensor ye = swiglu(x.index_select(0, token), w(src, k), w(src, k + 1), w(src, k + 2)) *
+                       top_w.index({token, slot}).unsqueeze(-1);
+    if (spec_.expert_groups) ye = engine.after_forward(group, ye);
+    out = out.index_add(0, token, ye);
+  }
+  // Each token picked an expert, so out carries a gradient: the skipped experts' zero
+  // gradients are handed in when it passes back ([Note: a skipped layer], engine.cpp).
+  if (spec_.expert_groups)
+    for (int group : skipped) out = engine.skipped(group, out);
+  return out.view({B, S, h});
 }
 
 torch::Tensor Gpt::head_loss(const Params& g, const torch::Tensor& lm_head, const torch::Tensor& x,
@@ -266,14 +316,15 @@ torch::Tensor Gpt::head_loss(const Params& g, const torch::Tensor& lm_head, cons
 }
 
 torch::Tensor Gpt::loss(const torch::Tensor& inputs, const torch::Tensor& targets, ZeroEngine& engine, bool sum) {
-  const int last = static_cast<int>(spec_.layers) + 1;
+  const int last = spec_.head_group();
   torch::Tensor x = engine.after_forward(0, embed(engine.acquire(0), inputs));
-  for (int l = 1; l < last; ++l) {
-    torch::Tensor y = ckpt_.enabled ? CheckpointedBlock::apply(x, static_cast<int64_t>(l),
+  for (int64_t b = 0; b < spec_.layers; ++b) {
+    const int group = spec_.block_group(b);
+    torch::Tensor y = ckpt_.enabled ? CheckpointedBlock::apply(x, b, static_cast<int64_t>(group),
                                                                static_cast<int64_t>(reinterpret_cast<intptr_t>(this)),
                                                                static_cast<int64_t>(reinterpret_cast<intptr_t>(&engine)))[0]
-                                    : run_block(l, x, engine);
-    x = engine.after_forward(l, y);
+                                    : run_block(b, x, engine);
+    x = engine.after_forward(group, y);
   }
   if (!spec_.tied) {
     const Params head = engine.acquire(last);

@@ -42,18 +42,22 @@ class Gpt {
   // over the scored targets, or their sum; targets equal to kPadLabel (data.h) are not scored.
   torch::Tensor loss(const torch::Tensor& inputs, const torch::Tensor& targets, ZeroEngine& engine, bool sum = false);
 
-  // One transformer block on the engine's parameters of `layer` (used by the
+  // Transformer block b (0-based) on the engine's parameters of its group (used by the
   // checkpointed path to recompute).
-  torch::Tensor run_block(int layer, const torch::Tensor& x, ZeroEngine& engine);
+  torch::Tensor run_block(int64_t b, const torch::Tensor& x, ZeroEngine& engine);
   bool cpu_checkpointing() const { return ckpt_.cpu; }
 
  private:
   using Params = std::vector<torch::Tensor>;
   torch::Tensor w(const Params& p, size_t i) const { return p[i].to(compute_); }
   torch::Tensor embed(const Params& p, const torch::Tensor& inputs);
-  torch::Tensor block(const Params& p, const torch::Tensor& x);
   torch::Tensor gpt2_block(const Params& p, const torch::Tensor& x);
-  torch::Tensor llama_block(const Params& p, const torch::Tensor& x);
+  torch::Tensor llama_block(int64_t b, const Params& p, const torch::Tensor& x, ZeroEngine& engine);
+  // [Note: MoE blocks] (model_spec.h): block b's routed experts on y [B, S, h]; p[i] is
+  // the router, then the shared expert's parameters, then (in the block's group) the experts'.
+  torch::Tensor moe_mlp(int64_t b, const Params& p, size_t i, const torch::Tensor& y, ZeroEngine& engine);
+  torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& gate, const torch::Tensor& up,
+                       const torch::Tensor& down) const;
   // Attention of q [B,a,S,d] over k, v [B,a,S,d] (causal), as [B,S,a*d].
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
   torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight) const;
