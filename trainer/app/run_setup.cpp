@@ -12,6 +12,7 @@
 #include "trainer/app/cli.h"
 #include "trainer/app/env.h"
 #include "trainer/app/run_state.h"
+#include "trainer/config/leaf_modules.h"
 #include "trainer/config/rank_configs.h"
 #include "trainer/model/data.h"
 #include "trainer/model/gpt.h"
@@ -347,7 +348,17 @@ void print_header(RunState& s) {
             << "[zrepro] model " << model.name << ": " << model.param_count() << " params, " << model.layers
             << " layers, hidden " << model.hidden << ", heads " << model.heads << ", seq " << model.seq << ", vocab "
             << model.vocab << "\n"
-            << "[zrepro] assumed: " << model.assumptions() << "\n"
+            << "[zrepro] assumed: " << model.assumptions() << "\n";
+  if (model.moe()) {
+    const ExpertFetch f = expert_fetch(model, cfg.zero);
+    std::cout << "[zrepro] experts: " << model.experts << " per block, " << model.experts_per_tok << " per token ("
+              << model.active_param_count() << " of the params active per token); fetched " << f.why << "\n";
+    for (const auto& u : f.unmatched)
+      std::cout << "[zrepro] warning: zero_optimization.leaf_module " << u << " matches no module that holds the "
+                << "experts (" << moe_block_class(model) << " at " << moe_block_module(model, 0) << ", its decoder "
+                << "layer or the model); DeepSpeed warns likewise and ignores it\n";
+  }
+  std::cout
             << "[zrepro] batch: micro " << cfg.micro_batch << " x gas " << cfg.grad_accum << " x world " << s.world
             << " = " << cfg.train_batch_size << " samples/step; data: Markov chain, a perfect model reaches "
             << fmt(MarkovData::entropy_floor(), 3) << " nats\n";

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "device/base/errors.h"
+#include "trainer/config/ds_versions.h"
 #include "zero/schedule/layer_layout.h"
 
 namespace zrepro {
@@ -59,8 +60,13 @@ std::vector<std::string> unmatched_entries(const ModelSpec& m, const ZeroConfig:
         if (pred(h)) return true;
     return false;
   };
+  // DeepSpeed warns only about the entries a user added, not its default classes.
+  std::vector<std::string> defaults;
+  if (auto vd = versioned_default("zero_optimization.leaf_module.classes", newest_deepspeed_version());
+      vd && vd->value.is_array())
+    defaults = vd->value.get<std::vector<std::string>>();
   for (const auto& c : leaf.classes)
-    if (!matches_any([&](const Holder& h) { return c == h.cls || c == h.qualified; })) out.push_back("class " + c);
+    if (std::find(defaults.begin(), defaults.end(), c) == defaults.end() && !matches_any([&](const Holder& h) { return c == h.cls || c == h.qualified; })) out.push_back("class " + c);
   for (const auto& n : leaf.names)
     if (!matches_any([&](const Holder& h) { return n == h.name; })) out.push_back("name " + n);
   for (const auto& s : leaf.name_suffixes)

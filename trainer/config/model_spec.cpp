@@ -291,8 +291,7 @@ json ModelSpec::to_json() const {
                     {"intermediate", moe_intermediate},
                     {"shared_intermediate", shared_intermediate},
                     {"norm_topk_prob", norm_topk_prob},
-                    {"active_params", active_param_count()},
-                    {"fetched", expert_groups ? "expert by expert" : "with their block"}};
+                    {"active_params", active_param_count()}};
   }
   if (family == Family::gpt2) j["positions"] = position_rows();
   if (attention == Attention::sdpa) j["attention_tile"] = attention_tile;

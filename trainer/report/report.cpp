@@ -1,6 +1,8 @@
 // See report.h.
 #include "trainer/report/report.h"
 
+#include "trainer/config/leaf_modules.h"
+
 #include <iterator>
 
 #include <unistd.h>
@@ -407,6 +409,11 @@ json summary_setting(const SummaryInput& in) {
   s["deepspeed_version"] = c ? json(c->deepspeed_version) : json(nullptr);  // the release whose semantics resolved the config
   s["device"] = in.device.empty() ? json(nullptr) : json(in.device);
   s["model"] = in.model ? in.model->to_json() : json(nullptr);
+  if (in.model && in.model->moe() && c) {  // how this run's ZeRO fetched them (leaf_modules.h)
+    const ExpertFetch f = expert_fetch(*in.model, c->zero);
+    s["model"]["experts"]["fetched"] = f.one_by_one ? "expert by expert" : "with their block";
+    s["model"]["experts"]["fetched_why"] = f.why;
+  }
   s["env"] = in.env;
   if (!in.virtual_ranks.is_null()) s["virtual_ranks"] = in.virtual_ranks;
   if (!in.config_mismatch.empty()) s["config_mismatch"] = in.config_mismatch;
