@@ -93,3 +93,27 @@ TEST(Scenario, Zero3LiveParams) {
   EXPECT_LT(comm_peak["max_live_1"], comm_peak["fixed"]);
   EXPECT_GE(comm_peak["max_live_1"], block_bytes);  // the current layer is gathered whatever max_live says
 }
+
+TEST(Scenario, MoeDivergentGathers) {
+  // Two ranks, each its own batch: their tokens pick different experts. Without a leaf
+  // module the ranks all-gather different experts at one collective: caught on every rank
+  // (exit 4) naming the expert; DeepSpeed 0.18.0+'s default leaf classes fix it, and so do
+  // --z3-leaf-modules (set_z3_leaf_modules) on 0.17.6, whose config has no such key.
+  const std::string args = "--model tiny-mixtral --seq 8 --micro-batch 1 --grad-accum 1 --steps 3 --comm-timeout 5";
+  for (const std::string ranks : {"--ranks 2", "--world-size 2"}) {
+    RunResult fail = run("moe_fail", scenario("moe-divergent-gathers"), ranks + " " + args);
+    ASSERT_EQ(fail.code, 4) << fail.output;
+    EXPECT_EQ(fail.summary["status"], "hang") << ranks;
+    EXPECT_EQ(fail.summary["model"]["experts"]["fetched"], "expert by expert");
+    EXPECT_NE(fail.output.find("mlp.experts."), std::string::npos) << fail.output;
+    RunResult fixed = run("moe_fixed", scenario("moe-divergent-gathers", "fixed.json"), ranks + " " + args);
+    ASSERT_EQ(fixed.code, 0) << fixed.output;
+    EXPECT_EQ(fixed.summary["model"]["experts"]["fetched"], "with their block");
+  }
+  RunResult old = run("moe_0176", scenario("moe-divergent-gathers", "fixed.json"),
+                      "--ranks 2 --deepspeed-version 0.17.6 " + args);
+  EXPECT_EQ(old.code, 4) << old.output;
+  RunResult api = run("moe_0176_api", scenario("moe-divergent-gathers"),
+                      "--ranks 2 --deepspeed-version 0.17.6 --z3-leaf-modules MixtralSparseMoeBlock " + args);
+  EXPECT_EQ(api.code, 0) << api.output;
+}

@@ -39,11 +39,12 @@ std::string VirtualGroup::aborted() const {
 
 void VirtualGroup::check_signatures() const {
   const std::string first = describe(posts_[0].op, posts_[0].out, posts_[0].in, posts_[0].root);
+  auto issued_by = [&](int k) { return posts_[k].label.empty() ? std::string() : " [" + posts_[k].label + "]"; };
   for (int k = 1; k < world_; ++k) {
     const std::string mine = describe(posts_[k].op, posts_[k].out, posts_[k].in, posts_[k].root);
     if (mine != first)
       throw CommError("virtual ranks disagree on collective #" + std::to_string(round_) + ": rank 0 " + first +
-                      ", rank " + std::to_string(k) + " " + mine);
+                      issued_by(0) + ", rank " + std::to_string(k) + " " + mine + issued_by(k));
   }
 }
 
@@ -93,10 +94,10 @@ void VirtualGroup::combine() {
   }
 }
 
-void VirtualGroup::run(int rank, CollOp op, torch::Tensor& out, torch::Tensor& in, int root) {
+void VirtualGroup::run(int rank, CollOp op, torch::Tensor& out, torch::Tensor& in, int root, const std::string& label) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!aborted_.empty()) throw CommError(aborted_);
-  posts_[rank] = Post{op, out, in, root, true};
+  posts_[rank] = Post{op, out, in, root, true, label};
   const int64_t my_round = round_;
   if (++arrived_ == world_) {
     try {
@@ -142,7 +143,9 @@ VirtualCommunicator::VirtualCommunicator(std::shared_ptr<VirtualGroup> group, in
 VirtualCommunicator::~VirtualCommunicator() { stop_worker(); }
 
 void VirtualCommunicator::execute(CollOp op, torch::Tensor& out, torch::Tensor& in, int root) {
-  group_->run(rank(), op, out, in, root);
+  // Collectives run in issue order: the one executing is the oldest not completed.
+  const std::optional<FlightEntry> current = recorder().oldest_incomplete();
+  group_->run(rank(), op, out, in, root, current ? current->label : std::string());
 }
 
 }  // namespace zrepro

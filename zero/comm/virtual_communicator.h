@@ -30,7 +30,8 @@ class VirtualGroup {
   void abort(const std::string& why);
   std::string aborted() const;
   // Blocks rank `rank`'s comm stream until the round completes (see the Note).
-  void run(int rank, CollOp op, torch::Tensor& out, torch::Tensor& in, int root);
+  // label: what issued it (the flight recorder's), named in a mismatch.
+  void run(int rank, CollOp op, torch::Tensor& out, torch::Tensor& in, int root, const std::string& label = "");
 
  private:
   struct Post {
@@ -38,6 +39,7 @@ class VirtualGroup {
     torch::Tensor out, in;
     int root = 0;
     bool posted = false;
+    std::string label;
   };
   void check_signatures() const;  // under mu_; throws CommError
   void combine();                 // under mu_: every rank's output

@@ -163,14 +163,15 @@ TEST(Model, ConfigJsonDispatchesOnModelType) {
   // The largest module DeepSpeed's estimator uses: the embedding (vocab x hidden).
   EXPECT_EQ(llama.largest_module_params(), 128256LL * 4096);
   // A family zrepro does not build is refused with the list, never built as GPT-2.
-  const std::string path = testing::TempDir() + "/mixtral.json";
-  std::ofstream(path) << R"({"model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 2,
+  const std::string path = testing::TempDir() + "/deepseek.json";
+  std::ofstream(path) << R"({"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 2,
     "num_attention_heads": 4, "vocab_size": 100, "intermediate_size": 128})";
   try {
     resolve_model(path);
-    ADD_FAILURE() << "mixtral accepted";
+    ADD_FAILURE() << "deepseek_v3 accepted";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("\"mixtral\" is not supported (supported: gpt2, llama, mistral, qwen2)"),
+    EXPECT_NE(std::string(e.what()).find("\"deepseek_v3\" is not supported (supported: gpt2, llama, mistral, qwen2, "
+                                         "mixtral, qwen2_moe)"),
               std::string::npos) << e.what();
   }
   std::ofstream(path) << R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
@@ -324,6 +325,129 @@ TEST(Model, TiedHeadSumsBothGradientsOfTheEmbedding) {
   torch::Tensor head_part = ug.back().narrow(0, tied.hidden, wte);
   EXPECT_TRUE(torch::allclose(tg.front(), ug.front() + head_part, 1e-5, 1e-7));
   EXPECT_EQ(tied.param_count() + wte, untied.param_count());
+}
+
+TEST(Model, MoeConfigJsonReadsTheExpertsAndRefusesWhatIsNotModelled) {
+  const ModelSpec mixtral = resolve_model(models_dir() + "/mixtral-8x7b.json");
+  EXPECT_EQ(mixtral.experts, 8);
+  EXPECT_EQ(mixtral.experts_per_tok, 2);
+  EXPECT_EQ(mixtral.moe_intermediate, 14336);
+  EXPECT_TRUE(mixtral.norm_topk_prob);
+  EXPECT_EQ(mixtral.active_param_count(), 12879925248);  // router + 2 of 8 experts per block
+  const ModelSpec qwen = resolve_model(models_dir() + "/qwen1.5-moe-a2.7b.json");
+  EXPECT_EQ(qwen.experts, 60);
+  EXPECT_EQ(qwen.experts_per_tok, 4);
+  EXPECT_EQ(qwen.moe_intermediate, 1408);
+  EXPECT_EQ(qwen.shared_intermediate, 5632);
+  EXPECT_FALSE(qwen.norm_topk_prob);
+  EXPECT_TRUE(qwen.qkv_bias);
+  EXPECT_EQ(qwen.active_param_count(), 2689173504);  // the "A2.7B"
+  const std::string dir = testing::TempDir() + "/moe_configs";
+  std::filesystem::create_directories(dir);
+  const std::string base = R"({"model_type": "qwen2_moe", "hidden_size": 64, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "vocab_size": 128, "intermediate_size": 96)";
+  for (const auto& [file, extra, fragment] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"aux.json", R"(, "output_router_logits": true)", "output_router_logits"},
+           {"step.json", R"(, "decoder_sparse_step": 2)", "decoder_sparse_step 2"},
+           {"dense.json", R"(, "mlp_only_layers": [1])", "mlp_only_layers [1]"},
+           {"topk.json", R"(, "num_experts": 4, "num_experts_per_tok": 5)", "num_experts_per_tok 5"}}) {
+    std::ofstream(dir + "/" + file) << base << extra << "}";
+    try {
+      resolve_model(dir + "/" + file);
+      ADD_FAILURE() << file << " accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Model, ExpertsInTheirOwnGroupsAreTheSameParametersWithTheSameValues) {
+  for (const char* name : {"tiny-mixtral", "tiny-qwen2-moe"}) {
+    ModelSpec block = resolve_model(name), apart = block;
+    apart.expert_groups = true;
+    auto flat = [](const ModelSpec& m) {
+      std::vector<std::string> names;
+      for (const auto& g : m.layer_shapes())
+        for (const auto& p : g.params) names.push_back(g.name + "." + p.name);
+      return names;
+    };
+    EXPECT_EQ(flat(block), flat(apart)) << name;
+    EXPECT_EQ(apart.layer_shapes().size(), 2 + apart.layers * (1 + apart.experts));
+    EXPECT_EQ(apart.layer_shapes()[apart.expert_group(1, 3)].name, "block.1.mlp.experts.3");
+    EXPECT_EQ(apart.layer_shapes()[apart.head_group()].name, "head");
+    EXPECT_TRUE(torch::equal(torch::cat(gpt_init(block, 3)), torch::cat(gpt_init(apart, 3)))) << name;
+    EXPECT_EQ(block.param_count(), apart.param_count());
+  }
+}
+
+namespace {
+// One forward/backward of m on one rank from `init`: the loss and each group's gradient.
+std::pair<double, std::vector<torch::Tensor>> one_step(const ModelSpec& m, const std::vector<torch::Tensor>& init,
+                                                       int64_t batch = 2) {
+  SelfCommunicator comm;
+  ZeroEngine engine(m.layer_shapes(), init, EngineConfig{}, comm);
+  Gpt g(m, torch::kFloat, torch::kCPU);
+  MarkovData d(m.vocab, m.seq, 7);
+  torch::Tensor b = d.samples(0, batch);
+  engine.begin_micro_step(0, 0);
+  engine.begin_forward();
+  torch::Tensor loss = g.loss(b.narrow(1, 0, m.seq), b.narrow(1, 1, m.seq), engine);
+  engine.begin_backward();
+  loss.backward();
+  engine.end_backward();
+  std::vector<torch::Tensor> grads;
+  for (size_t l = 0; l < engine.groups().size(); ++l) grads.push_back(engine.accumulated_grad(static_cast<int>(l)).clone());
+  return {loss.item<double>(), grads};
+}
+}  // namespace
+
+TEST(Model, OneExpertPickedByEveryTokenIsTheDenseLlamaBlock) {
+  // experts 1, top 1, renormalised: every token's weight is 1, so the block is Llama's
+  // SwiGLU MLP with w1 / w3 / w2 as gate / up / down, and the router gets no gradient.
+  ModelSpec moe = resolve_model("tiny-mixtral");
+  moe.experts = 1, moe.experts_per_tok = 1;
+  ModelSpec dense = resolve_model("tiny-llama");
+  dense.intermediate = moe.moe_intermediate, dense.rope_theta = moe.rope_theta;
+  const std::vector<torch::Tensor> init = gpt_init(moe, 5);
+  std::vector<torch::Tensor> dense_init = init;
+  const int64_t h = moe.hidden, router_at = moe.layer_shapes()[1].numel() - h - 3 * h * moe.moe_intermediate;
+  for (int64_t b = 0; b < moe.layers; ++b) {
+    torch::Tensor& t = dense_init[moe.block_group(b)];
+    t = torch::cat({t.narrow(0, 0, router_at), t.narrow(0, router_at + h, t.numel() - router_at - h)});
+  }
+  const auto [moe_loss, moe_grads] = one_step(moe, init);
+  const auto [dense_loss, dense_grads] = one_step(dense, dense_init);
+  EXPECT_NEAR(moe_loss, dense_loss, 1e-6);
+  const torch::Tensor router_grad = moe_grads[1].narrow(0, router_at, h);
+  EXPECT_EQ(router_grad.abs().max().item<double>(), 0.0);
+  torch::Tensor g = moe_grads[1];
+  EXPECT_TRUE(torch::allclose(torch::cat({g.narrow(0, 0, router_at), g.narrow(0, router_at + h, g.numel() - router_at - h)}),
+                              dense_grads[1], 1e-4, 1e-6));
+}
+
+TEST(Model, UnpickedExpertsInTheirOwnGroupsTrainAsInTheBlock) {
+  // Four tokens, two experts each of eight: some experts go unpicked. Fetched one by one
+  // they are skipped (their zero gradient handed in, [Note: a skipped layer]); the loss
+  // and every gradient equal the block-grouped model's.
+  ModelSpec block = resolve_model("tiny-mixtral"), apart = block;
+  block.seq = apart.seq = 4;
+  apart.expert_groups = true;
+  const auto [lb, gb] = one_step(block, gpt_init(block, 9), 1);
+  const auto [la, ga] = one_step(apart, gpt_init(apart, 9), 1);
+  EXPECT_EQ(lb, la);
+  int zero_experts = 0;
+  for (int64_t b = 0; b < block.layers; ++b) {
+    std::vector<torch::Tensor> experts;
+    for (int64_t e = 0; e < block.experts; ++e) {
+      experts.push_back(ga[apart.expert_group(b, e)]);
+      zero_experts += experts.back().abs().max().item<double>() == 0.0;
+    }
+    const torch::Tensor whole = gb[block.block_group(b)];
+    const int64_t n = torch::cat(experts).numel();
+    EXPECT_TRUE(torch::equal(whole.narrow(0, whole.numel() - n, n), torch::cat(experts))) << "block " << b;
+    EXPECT_TRUE(torch::equal(whole.narrow(0, 0, whole.numel() - n), ga[apart.block_group(b)])) << "block " << b;
+  }
+  EXPECT_GT(zero_experts, 0) << "the batch picked every expert: the test needs unpicked ones";
 }
 
 TEST(Data, SamplesAreAddressedByGlobalIndex) {
