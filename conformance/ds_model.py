@@ -6,10 +6,16 @@ registration order, as zrepro lays out its layers), the same arithmetic: token +
 position embedding, pre-LN blocks (causal attention with the softmax in fp32, exact
 GELU MLP), final LayerNorm, untied LM head without bias, cross-entropy over the scored
 targets (-100, padding, not scored): their mean, or their sum for a token-normalised loss.
-Initial values come from zrepro's export (`zrepro run --export-inputs`).
+Initial values come from zrepro's export (`zrepro run --export-inputs`), or, for the
+mixture-of-experts toy that --export-inputs does not take, from zrepro_inputs() below, which
+draws them as zrepro does (bit-identical to the export for every network it does take).
+
+MixtralForCausalLM4x: zrepro's tiny-mixtral in transformers 4.x's layout (one nn.Module per
+expert), the layout in which DeepSpeed's ZeRO-3 fetches experts one by one (conformance/moe_zero3.py).
 """
 import json
 import math
+import os
 
 import numpy as np
 import torch
@@ -108,6 +114,250 @@ class HfLlama(nn.Module):
                                reduction=reduction)
 
 
+class RMSNorm(nn.Module):
+    """LlamaRMSNorm / zrepro's Gpt::rms_norm: in fp32, back to the input dtype before the gain."""
+
+    def __init__(self, h, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(h))
+        self.eps = eps
+
+    def forward(self, x):
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+class MixtralAttention(nn.Module):
+    """Llama attention as zrepro's llama_block computes it (and LlamaAttention, eager): rotary on q
+    and k with Hugging Face's default tables, grouped-query heads repeated, softmax in fp32."""
+
+    def __init__(self, h, heads, kv_heads):
+        super().__init__()
+        self.heads, self.kv_heads, self.d = heads, kv_heads, h // heads
+        self.q_proj = nn.Linear(h, h, bias=False)
+        self.k_proj = nn.Linear(h, kv_heads * self.d, bias=False)
+        self.v_proj = nn.Linear(h, kv_heads * self.d, bias=False)
+        self.o_proj = nn.Linear(h, h, bias=False)
+
+    def forward(self, x, cos, sin, mask):
+        B, S, _ = x.shape
+        a, kvh, d = self.heads, self.kv_heads, self.d
+
+        def rotate(t):
+            rotated = torch.cat([-t[..., d // 2:], t[..., :d // 2]], dim=-1)
+            return t * cos[:S].to(t.dtype) + rotated * sin[:S].to(t.dtype)
+        q = rotate(self.q_proj(x).view(B, S, a, d).transpose(1, 2))
+        k = rotate(self.k_proj(x).view(B, S, kvh, d).transpose(1, 2))
+        v = self.v_proj(x).view(B, S, kvh, d).transpose(1, 2)
+        if kvh != a:
+            k = k.unsqueeze(2).expand(B, kvh, a // kvh, S, d).reshape(B, a, S, d)
+            v = v.unsqueeze(2).expand(B, kvh, a // kvh, S, d).reshape(B, a, S, d)
+        att = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(d))
+        att = att.masked_fill(mask[:S, :S], float("-inf"))
+        att = torch.softmax(att, dim=-1, dtype=torch.float32).to(q.dtype)
+        return self.o_proj(torch.matmul(att, v).transpose(1, 2).reshape(B, S, a * d))
+
+
+class MixtralBlockSparseTop2MLP(nn.Module):
+    """One expert of transformers 4.x's Mixtral: w2(silu(w1 x) * w3 x), no bias. Registered
+    w1, w3, w2 (zrepro's order; 4.x registers w1, w2, w3: the order only names ds_ids)."""
+
+    def __init__(self, h, inter):
+        super().__init__()
+        self.w1 = nn.Linear(h, inter, bias=False)
+        self.w3 = nn.Linear(h, inter, bias=False)
+        self.w2 = nn.Linear(inter, h, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class MixtralSparseMoeBlock(nn.Module):
+    """transformers 4.x's MixtralSparseMoeBlock (the class name DeepSpeed's leaf_module.classes
+    matches by __class__.__name__): router `gate`, softmax in fp32, top-k renormalised, back to
+    the hidden dtype, then the experts in ascending order, each on the tokens that picked it
+    (an expert no token picked does not run, so under ZeRO-3 without a leaf it is not fetched).
+    Tokens are taken token-major as zrepro's Gpt::moe_mlp takes them (4.x takes them slot-major:
+    the same sums per token)."""
+
+    def __init__(self, h, experts, top_k, inter):
+        super().__init__()
+        self.top_k = top_k
+        self.gate = nn.Linear(h, experts, bias=False)
+        self.experts = nn.ModuleList(MixtralBlockSparseTop2MLP(h, inter) for _ in range(experts))
+
+    def forward(self, y):
+        B, S, h = y.shape
+        x = y.reshape(B * S, h)
+        probs = torch.softmax(self.gate(x), dim=-1, dtype=torch.float32)
+        top_w, top_i = probs.topk(self.top_k, dim=-1)
+        top_w = (top_w / top_w.sum(-1, keepdim=True)).to(x.dtype)
+        out = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            token, slot = torch.where(top_i == e)
+            if token.numel() == 0:
+                continue
+            out = out.index_add(0, token, expert(x.index_select(0, token)) * top_w[token, slot].unsqueeze(-1))
+        return out.view(B, S, h)
+
+
+class MixtralDecoderLayer(nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.input_layernorm = RMSNorm(m["hidden"], m["norm_eps"])
+        self.self_attn = MixtralAttention(m["hidden"], m["heads"], m["kv_heads"])
+        self.post_attention_layernorm = RMSNorm(m["hidden"], m["norm_eps"])
+        self.block_sparse_moe = MixtralSparseMoeBlock(m["hidden"], m["experts"], m["experts_per_tok"],
+                                                      m["moe_intermediate"])
+
+    def forward(self, x, cos, sin, mask):
+        r = x + self.self_attn(self.input_layernorm(x), cos, sin, mask)
+        return r + self.block_sparse_moe(self.post_attention_layernorm(r))
+
+
+class MixtralModel4x(nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(m["vocab"], m["hidden"])
+        self.layers = nn.ModuleList(MixtralDecoderLayer(m) for _ in range(m["layers"]))
+        self.norm = RMSNorm(m["hidden"], m["norm_eps"])
+
+
+class MixtralForCausalLM4x(nn.Module):
+    """zrepro's tiny-mixtral (trainer/model/gpt.cpp llama_block + moe_mlp) in transformers
+    4.x's MixtralForCausalLM module tree (model.layers.N.block_sparse_moe.experts.E.w1, ...),
+    untied head, on zrepro's pre-shifted inputs and targets."""
+
+    # zrepro's parameter names (layout.json) -> this module tree's.
+    NAMES = {"input_norm.weight": "input_layernorm.weight", "post_norm.weight": "post_attention_layernorm.weight",
+             "attn.q.": "self_attn.q_proj.", "attn.k.": "self_attn.k_proj.", "attn.v.": "self_attn.v_proj.",
+             "attn.o.": "self_attn.o_proj.", "mlp.gate.": "block_sparse_moe.gate.",
+             "mlp.experts.": "block_sparse_moe.experts."}
+
+    def __init__(self, m):
+        super().__init__()
+        self.model = MixtralModel4x(m)
+        self.lm_head = nn.Linear(m["hidden"], m["vocab"], bias=False)
+        S, d = m["seq"], m["hidden"] // m["heads"]
+        # Hugging Face's default rotary tables in fp32, cast to the compute dtype where they are
+        # used (DeepSpeed's ZeRO-3 casts parameters, not buffers), as zrepro copies them once into it.
+        inv = 1.0 / torch.pow(torch.tensor(float(m["rope_theta"])), torch.arange(0, d, 2, dtype=torch.float32) / d)
+        emb = torch.cat([torch.outer(torch.arange(S, dtype=torch.float32), inv)] * 2, dim=-1)
+        self.register_buffer("cos", emb.cos(), persistent=False)
+        self.register_buffer("sin", emb.sin(), persistent=False)
+        self.register_buffer("mask", torch.ones(S, S, dtype=torch.bool).triu(1), persistent=False)
+
+    @property
+    def wte(self):  # the embedding (a property: a second attribute would register the module twice)
+        return self.model.embed_tokens
+
+    hf_name = HfLlama.hf_name
+
+    def forward(self, inputs, targets, reduction="mean"):
+        x = self.model.embed_tokens(inputs)
+        for layer in self.model.layers:
+            x = layer(x, self.cos, self.sin, self.mask)
+        logits = self.lm_head(self.model.norm(x))
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=-100,
+                               reduction=reduction)
+
+
+def moe_layout(m):
+    """zrepro's ModelSpec::layer_shapes for a Mixtral-type MoE (no shared expert), experts in
+    their block's group (the names are the same either way): layout.json's "layers"."""
+    h, V, E, I = m["hidden"], m["vocab"], m["experts"], m["moe_intermediate"]
+    kv = m["kv_heads"] * (h // m["heads"])
+    layers, offset = [], 0
+
+    def group(name, shapes):
+        nonlocal offset
+        params = []
+        for pname, shape in shapes:
+            n = math.prod(shape)
+            params.append({"name": pname, "shape": shape, "offset": offset, "numel": n})
+            offset += n
+        layers.append({"name": name, "params": params})
+    group("embed", [("wte", [V, h])])
+    for b in range(m["layers"]):
+        ps = [("input_norm.weight", [h]), ("attn.q.weight", [h, h]), ("attn.k.weight", [kv, h]),
+              ("attn.v.weight", [kv, h]), ("attn.o.weight", [h, h]), ("post_norm.weight", [h]),
+              ("mlp.gate.weight", [E, h])]
+        for e in range(E):
+            ps += [(f"mlp.experts.{e}.w1.weight", [I, h]), (f"mlp.experts.{e}.w3.weight", [I, h]),
+                   (f"mlp.experts.{e}.w2.weight", [h, I])]
+        group(f"block.{b}", ps)
+    group("head", [("norm.weight", [h]), ("lm_head.weight", [V, h])])
+    return layers, offset
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def _splitmix64(state):
+    state[0] = (state[0] + 0x9E3779B97F4A7C15) & _MASK64
+    z = state[0]
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def zrepro_tokens(vocab, seq, seed, first, n):
+    """zrepro's MarkovData(vocab, seq, seed).samples(first, n) (trainer/model/data.cpp),
+    fixed lengths: [n, seq + 1] int64."""
+    s = [(seed ^ 0x5EEDDA7A) & _MASK64]
+    succ = [_splitmix64(s) % vocab for _ in range(vocab * 4)]
+    cumulative = (0.5, 0.75, 0.9, 1.0)
+    out = np.empty((n, seq + 1), dtype=np.int64)
+    for i in range(n):
+        st = [(seed * 0x100000001B3 + (first + i) * 0x9E3779B97F4A7C15) & _MASK64]
+        tok = _splitmix64(st) % vocab
+        out[i, 0] = tok
+        for j in range(1, seq + 1):
+            u = (_splitmix64(st) >> 11) * (1.0 / 9007199254740992.0)
+            k = 0
+            while k + 1 < 4 and u >= cumulative[k]:
+                k += 1
+            tok = succ[tok * 4 + k]
+            out[i, j] = tok
+    return out
+
+
+def zrepro_init(layers, seed):
+    """zrepro's gpt_init for the Llama family (trainer/model/gpt.cpp): one CPU generator seeded
+    with `seed`, in layout order: norm gains 1, biases 0, every other tensor N(0, 0.02)."""
+    g = torch.Generator().manual_seed(seed)
+    parts = []
+    for layer in layers:
+        for p in layer["params"]:
+            n = p["name"]
+            if "norm" in n:
+                v = torch.ones(p["shape"]) if "weight" in n else torch.zeros(p["shape"])
+            elif "bias" in n:
+                v = torch.zeros(p["shape"])
+            else:
+                v = torch.empty(p["shape"]).normal_(0.0, 0.02, generator=g)
+            parts.append(v.reshape(-1))
+    return torch.cat(parts)
+
+
+def zrepro_inputs(out_dir, model, seed, steps, micro, grad_accum, world):
+    """What `zrepro run --export-inputs` writes (layout.json, init.npy, tokens.npy), drawn here
+    for a Mixtral-type MoE, which zrepro's export refuses."""
+    layers, total = moe_layout(model)
+    glob = micro * grad_accum * world
+    layout = {"model": model, "layers": layers, "params": total, "seed": seed,
+              "batch": {"steps": steps, "micro": micro, "grad_accum": grad_accum, "world": world, "global": glob},
+              "seq_len_dist": "fixed", "loss_normalization": "mean",
+              "drawn_by": "conformance/ds_model.py zrepro_inputs (zrepro's gpt_init and MarkovData)"}
+    os.makedirs(out_dir, exist_ok=True)
+    np.save(f"{out_dir}/init.npy", zrepro_init(layers, seed).numpy())
+    np.save(f"{out_dir}/tokens.npy", zrepro_tokens(model["vocab"], model["seq"], seed, 0, steps * glob))
+    with open(f"{out_dir}/layout.json", "w") as f:
+        json.dump(layout, f, indent=2)
+    return layout
+
+
 def load(inputs_dir):
     """The model with zrepro's initial weights, the layout and the token array; the model's
     parameters in zrepro's layout order are model.ordered."""
@@ -115,12 +365,13 @@ def load(inputs_dir):
     init = torch.from_numpy(np.load(f"{inputs_dir}/init.npy"))
     tokens = torch.from_numpy(np.load(f"{inputs_dir}/tokens.npy"))
     if layout["model"]["family"] == "llama":
-        model = HfLlama(layout["model"])
-        by_name = dict(model.hf.named_parameters())
+        moe = layout["model"].get("model_type") == "mixtral"
+        model = MixtralForCausalLM4x(layout["model"]) if moe else HfLlama(layout["model"])
+        by_name = dict((model if moe else model.hf).named_parameters())
         flat = [(layer["name"], p) for layer in layout["layers"] for p in layer["params"]]
         model.ordered = [by_name[model.hf_name(layer, p["name"])] for layer, p in flat]
         if len(model.ordered) != len(by_name):
-            raise SystemExit(f"layout has {len(model.ordered)} parameters, LlamaForCausalLM {len(by_name)}")
+            raise SystemExit(f"layout has {len(model.ordered)} parameters, {type(model).__name__} {len(by_name)}")
         with torch.no_grad():
             for p, (_, spec) in zip(model.ordered, flat):
                 if list(p.shape) != spec["shape"]:

@@ -121,6 +121,10 @@ def main():
         path = os.path.join(a.results, case["name"] + ".json")
         record.write(path, rec)
         print(f"[conformance] {case['name']}: {rec.get('verdict', 'error')} ({time.time() - t0:.0f} s)", flush=True)
+    if not a.only or "moe-stage3-ranks2" in a.only:  # MoE under ZeRO-3, leaf module off and on (moe_zero3.py)
+        subprocess.run([sys.executable, os.path.join(HERE, "moe_zero3.py"), "--zrepro", os.path.abspath(a.zrepro),
+                        "--out", os.path.join(a.results, "moe-stage3-ranks2.json"),
+                        "--work", os.path.join(work, "moe-stage3-ranks2")], env=ENV, check=True)
     if not a.only or "configs" in a.only:
         subprocess.run([sys.executable, os.path.join(HERE, "configs.py"), "--zrepro", os.path.abspath(a.zrepro),
                         "--out", os.path.join(a.results, "configs.json")], check=True)

@@ -189,6 +189,55 @@ def mismatch_table(recs):
     return out + ["", C.MISMATCH_NOTE, ""]
 
 
+def moe_section(folder):
+    """MoE under ZeRO-3 (conformance/moe_zero3.py): the leaf module off and on, both sides."""
+    path = os.path.join(folder, "moe-stage3-ranks2.json")
+    if not os.path.exists(path):
+        return []
+    r = json.load(open(path))
+    m, v = r["model"], r["versions"]
+    d_off = r["runs"]["deepspeed"]["leaf_off"]
+    out = ["## MoE under ZeRO-3 (rank-divergent routing)", "",
+           f"zrepro's `{m['name']}` ({m['params']:,} parameters: {m['experts']} experts per block, top "
+           f"{m['experts_per_tok']}, expert weights {m['moe_intermediate']}x{m['hidden']} = "
+           f"{m['moe_intermediate'] * m['hidden']:,} elements) on {r['ranks']} ranks, each its own sample, seq "
+           f"{m['seq']}, micro-batch 1, {r['steps']} steps, bf16, ZeRO-3 with the configs of "
+           "`configs/scenarios/moe-divergent-gathers/` (\"auto\" filled as zrepro fills it: persistence threshold "
+           "640, under the expert size, so experts are gathered). Real DeepSpeed "
+           f"{v['deepspeed']} (CPU, gloo) trains the same network in transformers 4.x's Mixtral layout, one module "
+           "per expert (conformance/ds_model.py `MixtralForCausalLM4x`), from zrepro's weights and batches (drawn "
+           "as zrepro draws them: `--export-inputs` refuses MoE models). Leaf off: `\"leaf_module\": "
+           "{\"classes\": []}`; on: `[\"MixtralSparseMoeBlock\"]` (DeepSpeed's default classes are Hugging "
+           "Face's qualified names, which the harness's class does not match; zrepro's default names the same "
+           "block). DeepSpeed's collectives are logged per rank with the module being fetched "
+           "(conformance/moe_zero3.py); a run still going after "
+           f"{r['hang_timeout_s']} s would be killed as a hang.", "",
+           "| side | leaf modules | outcome | where | losses per step |", "|---|---|---|---|---|"]
+    for t in r["table"]:
+        cells = [t["side"], t["leaf"], t["outcome"], t["where"] or "-", t["losses"]]
+        out.append("| " + " | ".join(c.replace("|", "/").replace("\n", " ") for c in cells) + " |")
+    out.append("")
+    rows = {x["what"]: x for x in r["rows"]}
+    f32 = {x["what"]: x for x in r["fp32_rows"]}
+    out.append(f"Leaf on, bf16: losses agree within {pct(rows['loss']['max_rel_diff'])} (tolerance "
+               f"{pct(rows['loss']['tolerance'])}), grad norms within {pct(rows['grad_norm']['max_rel_diff'])} "
+               f"({pct(rows['grad_norm']['tolerance'])}), the first grad norm within "
+               f"{pct(rows['first_grad_norm']['rel_diff'])} ({pct(rows['first_grad_norm']['tolerance'])}); "
+               f"fp32: losses {pct(f32['loss']['max_rel_diff'])}, grad norms {pct(f32['grad_norm']['max_rel_diff'])} "
+               f"({pct(f32['loss']['tolerance'])}). "
+               + ("Every row agrees." if all(x["ok"] for x in r["rows"] + r["fp32_rows"]) else
+                  "**Some rows disagree** (see the record)."))
+    for note in r.get("notes", []):
+        out += ["", note]
+    hits = d_off.get("experts_run") or {}
+    if hits:
+        out.append("")
+        out.append("Experts that ran in the leaf-off forward before it stopped: " + "; ".join(
+            f"rank {k}: " + ", ".join(f"step {st} layer {ly}: {sorted(set(e))}" for st, ls in sorted(h.items())
+                                      for ly, e in sorted(ls.items())) for k, h in sorted(hits.items())) + ".")
+    return out + [""]
+
+
 def remaining(recs):
     """Every row that disagrees, with its cause: the list a release note carries."""
     out = ["## Remaining disagreements", ""]
@@ -217,7 +266,7 @@ def main():
     if not recs:
         raise SystemExit(f"no results in {folder}")
     lines = (header(recs) + remaining(recs) + training_table(recs) + bytes_table(recs) + comm_table(recs) + mismatch_table(recs) +
-             configs_table(folder) + estimator_table(folder))
+             moe_section(folder) + configs_table(folder) + estimator_table(folder))
     for extra in sorted(glob.glob(os.path.join(folder, "extra", "*.md"))):
         lines += open(extra).read().splitlines() + [""]
     with open(target + ".tmp", "w") as f:
