@@ -344,6 +344,16 @@ void ZeroEngine::begin_forward() { move(TrainingState::idle, TrainingState::forw
 
 void ZeroEngine::begin_backward() { move(TrainingState::forward, TrainingState::backward, Phase::backward); }
 
+void ZeroEngine::begin_eval_forward() {
+  move(TrainingState::idle, TrainingState::forward, Phase::forward);
+  if (gathers_) gathers_->begin_micro_step();
+}
+
+void ZeroEngine::end_eval_forward() {
+  move(TrainingState::forward, TrainingState::idle, Phase::forward);
+  if (gathers_) gathers_->end_forward_only(*this);
+}
+
 void ZeroEngine::begin_micro_step(int64_t step, int64_t micro_step, int64_t micro_steps) {
   if (state_ != TrainingState::idle)
     throw std::logic_error(std::string("ZeroEngine: a micro-step begins in state ") + training_state_name(state_) +

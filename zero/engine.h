@@ -102,6 +102,11 @@ class ZeroEngine : private ShardOps {
   void begin_forward();   // idle -> forward
   void begin_backward();  // forward -> backward
   void end_backward();    // backward -> idle: flushes gradient buckets of this micro-step
+  // A forward without gradients between steps (evaluation, generation): idle -> forward
+  // -> idle. Under ZeRO-3 its layers are gathered as a training forward's are, and all
+  // resharded at its end. Run it on every rank, or the others miss its all-gathers.
+  void begin_eval_forward();
+  void end_eval_forward();
   // At the accumulation boundary (idle -> step -> idle). local_loss: this rank's mean
   // loss over its micro-steps.
   StepResult step(double local_loss);

@@ -274,6 +274,7 @@ void set_up(RunState& s, int* argc, char*** argv) {
   start_virtual_ranks(s);
   s.topt.comm = &s.comm();
   s.topt.same_data = spec.same_data;
+  s.topt.rank_work = spec.rank_work;
   s.topt.steps = spec.steps;
   s.topt.seed = spec.seed;
   s.topt.verify_replicas = spec.verify_replicas;

@@ -36,6 +36,17 @@ cxxopts::Options run_options() {
                       "the same-data rule, 16 bytes of host memory per parameter) or initial (their initial values "
                       "only, 2 bytes per parameter: for models too large to model; memory exact, losses not)",
        cxxopts::value<std::string>()->default_value("model"))
+      ("eval-on-rank0", "evaluate (a forward without gradients on a held-out batch) after every N-th step on rank 0 "
+                        "only, as a script's `if rank == 0: evaluate()` does: under ZeRO-3 its all-gathers have no "
+                        "partner on the other ranks", cxxopts::value<int64_t>())
+      ("eval-on-all-ranks", "evaluate after every N-th step on every rank, its loss all-reduced (the Trainer's "
+                            "evaluate; the fix of --eval-on-rank0)", cxxopts::value<int64_t>())
+      ("generate", "after every step each rank generates up to N tokens greedily from its own prompt (generate() "
+                   "in a training loop); a rank stops at its end of sequence (--eos-prob)", cxxopts::value<int64_t>())
+      ("eos-prob", "with --generate: the chance that each new token ends the rank's sequence (drawn per rank, step "
+                   "and token from --seed)", cxxopts::value<double>())
+      ("synced-gpus", "with --generate: generate(synced_gpus=True): each step all-reduces whether a rank is still "
+                      "generating and a finished rank keeps running forwards until every rank is done")
       ("data-rule", "distinct: each rank its own micro-batches (data parallel); same: every rank draws rank 0's "
                     "(what a virtual run is compared with)", cxxopts::value<std::string>()->default_value("distinct"))
       ("device-memory", "device capacity: a preset (a100-40gb, a100-80gb, h100-80gb, h200-141gb, l40s-48gb, rtx4090-24gb, ...: the capacity PyTorch reports on it) or a size, e.g. 80GB, 512MiB (GB = 1e9 bytes, GiB = 2^30; CPU-emulated device; default: unlimited)",
@@ -116,6 +127,36 @@ double deepspeed_default_timeout_s() {
   if (*end != '\0' || !(minutes > 0))
     throw ConfigError(std::string("DEEPSPEED_TIMEOUT: got \"") + v + "\", expected minutes > 0 (or unset it: 30)");
   return minutes * 60;
+}
+
+// --eval-on-rank0 / --eval-on-all-ranks, --generate, --eos-prob, --synced-gpus.
+void parse_rank_work(const cxxopts::ParseResult& r, RankWork& w) {
+  if (r.count("eval-on-rank0") && r.count("eval-on-all-ranks"))
+    throw ConfigError("--eval-on-rank0 with --eval-on-all-ranks: evaluation runs on rank 0 alone or on every rank; "
+                      "give one of them");
+  const char* eval = r.count("eval-on-rank0") ? "eval-on-rank0" : "eval-on-all-ranks";
+  if (r.count(eval)) {
+    w.eval_every = r[eval].as<int64_t>();
+    w.eval_rank0_only = r.count("eval-on-rank0") > 0;
+    if (w.eval_every < 1)
+      throw ConfigError(std::string("--") + eval + ": got " + std::to_string(w.eval_every) +
+                        ", expected the number of steps between evaluations (>= 1)");
+  }
+  if (r.count("generate")) {
+    w.generate_tokens = r["generate"].as<int64_t>();
+    if (w.generate_tokens < 1 || w.generate_tokens > 100000)
+      throw ConfigError("--generate: got " + std::to_string(w.generate_tokens) +
+                        ", expected the new tokens per rank (1..100000)");
+  }
+  for (const char* needs : {"eos-prob", "synced-gpus"})
+    if (r.count(needs) && !r.count("generate"))
+      throw ConfigError(std::string("--") + needs + " without --generate: it shapes generation; add --generate N");
+  if (r.count("eos-prob")) {
+    w.eos_prob = r["eos-prob"].as<double>();
+    if (!(w.eos_prob >= 0 && w.eos_prob <= 1))
+      throw ConfigError("--eos-prob: got " + std::to_string(w.eos_prob) + ", expected a probability in [0, 1]");
+  }
+  w.synced_gpus = r.count("synced-gpus") > 0;
 }
 
 // --world-size, --as-rank, --data-rule (after --ranks and --inject, which they constrain).
@@ -285,6 +326,12 @@ void parse_run_spec(int argc, char** argv, RunSpec& s) {
                       " (processes on this node)");
   s.oversubscribe = r.count("oversubscribe") > 0;
   parse_virtual(r, s);
+  parse_rank_work(r, s.rank_work);
+  if (s.peers == Peers::stand_in && (s.rank_work.eval_rank0_only || (s.rank_work.generate_tokens > 0 &&
+                                                                     !s.rank_work.synced_gpus)))
+    throw ConfigError(std::string(s.rank_work.eval_rank0_only ? "--eval-on-rank0" : "--generate without --synced-gpus") +
+                      " with --peers stand-in: stood-in peers do what the subject does, so a forward on some ranks "
+                      "cannot diverge there; give --peers run (or --ranks N)");
   s.device = r["device"].as<std::string>();
   s.steps = r["steps"].as<int64_t>();
   if (s.steps <= 0) throw ConfigError("--steps: must be > 0, got " + std::to_string(s.steps));

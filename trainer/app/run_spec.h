@@ -55,6 +55,7 @@ struct RunSpec {
   LossNormalization loss_normalization = LossNormalization::mean;
   std::string loss_normalization_from;  // why, when not given: the Trainer's arguments
   LoaderOptions loader;  // --loader-workers, --prefetch-factor, --sample-ms, --loader-pin-memory
+  RankWork rank_work;  // --eval-on-rank0 / --eval-on-all-ranks, --generate, --eos-prob, --synced-gpus
   std::vector<std::string> inject_specs;
   std::vector<Injection> injections;  // parsed; ranks checked at set-up
 

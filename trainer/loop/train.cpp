@@ -452,6 +452,9 @@ void train(const JobSpec& job, const TrainOptions& opts, TrainResult& result, co
     if (engine->peers()) result.stand_in = engine->peers()->checks();
     if (on_step) on_step(rec, scale_log(sr.scale_event, rank));
     stop_if_asked(opts, step);
+    // After the step and the stop check: a rank that does not take part goes on to its next
+    // step's collectives ([Note: a forward on some ranks]).
+    if (opts.rank_work.any()) run_rank_work(opts.rank_work, step, opts.seed, model, *engine, data, comm, opts.device);
   }
   if (engine->copier()) {
     result.copies = engine->copier()->stats();

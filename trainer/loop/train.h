@@ -17,6 +17,7 @@
 #include "zero/comm/communicator.h"
 #include "trainer/loop/loader.h"
 #include "trainer/loop/loss_normalization.h"
+#include "trainer/loop/rank_work.h"
 #include "zero/engine.h"
 
 namespace zrepro {
@@ -78,6 +79,9 @@ struct TrainOptions {
   // --data-rule same: every rank draws rank 0's micro-batches (the data rule a virtual
   // run is compared under; distinct, the default, is an ordinary data-parallel split).
   bool same_data = false;
+  // Evaluation and generation forwards between steps, on every rank or some
+  // ([Note: a forward on some ranks], trainer/loop/rank_work.h).
+  RankWork rank_work;
   // Asked at every step boundary, on every rank, after the step: a signal number (SIGINT,
   // SIGTERM) ends the run there with Interrupted; 0 goes on. The answer must be the same
   // on every rank (run.cpp agrees it across processes).

@@ -44,6 +44,7 @@ class MarkovData {
   // (dynamic padding's step length): the sum of min(l_i, len).
   int64_t target_tokens(int64_t first, int64_t n, int64_t len) const;
   bool padded() const { return !lengths_.fixed(); }
+  int64_t seq() const { return seq_; }
 
   // Entropy rate of the chain in nats: the loss a perfect model approaches. The same
   // for every vocabulary (four successors with fixed probabilities), so no chain is

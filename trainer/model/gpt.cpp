@@ -305,27 +305,49 @@ torch::Tensor Gpt::moe_mlp(int64_t b, const Params& g, size_t i, const torch::Te
   return out.view({B, S, h});
 }
 
-torch::Tensor Gpt::head_loss(const Params& g, const torch::Tensor& lm_head, const torch::Tensor& x,
-                             const torch::Tensor& targets, bool sum) {
+torch::Tensor Gpt::head_logits(const Params& g, const torch::Tensor& lm_head, const torch::Tensor& x) {
   torch::Tensor y = spec_.family == Family::llama
                         ? rms_norm(x, w(g, 0))
                         : torch::layer_norm(x, {spec_.hidden}, w(g, 0), w(g, 1), spec_.norm_eps);
-  torch::Tensor logits = torch::linear(y, lm_head.to(compute_));
+  return torch::linear(y, lm_head.to(compute_));
+}
+
+torch::Tensor Gpt::head_loss(const Params& g, const torch::Tensor& lm_head, const torch::Tensor& x,
+                             const torch::Tensor& targets, bool sum) {
+  torch::Tensor logits = head_logits(g, lm_head, x);
   return torch::cross_entropy_loss(logits.reshape({-1, spec_.vocab}).to(torch::kFloat), targets.reshape({-1}), {},
                                    sum ? at::Reduction::Sum : at::Reduction::Mean, kPadLabel);
 }
 
-torch::Tensor Gpt::loss(const torch::Tensor& inputs, const torch::Tensor& targets, ZeroEngine& engine, bool sum) {
-  const int last = spec_.head_group();
+torch::Tensor Gpt::trunk(const torch::Tensor& inputs, ZeroEngine& engine) {
   torch::Tensor x = engine.after_forward(0, embed(engine.acquire(0), inputs));
   for (int64_t b = 0; b < spec_.layers; ++b) {
     const int group = spec_.block_group(b);
-    torch::Tensor y = ckpt_.enabled ? CheckpointedBlock::apply(x, b, static_cast<int64_t>(group),
-                                                               static_cast<int64_t>(reinterpret_cast<intptr_t>(this)),
-                                                               static_cast<int64_t>(reinterpret_cast<intptr_t>(&engine)))[0]
-                                    : run_block(b, x, engine);
+    torch::Tensor y = ckpt_.enabled && torch::GradMode::is_enabled()
+                          ? CheckpointedBlock::apply(x, b, static_cast<int64_t>(group),
+                                                     static_cast<int64_t>(reinterpret_cast<intptr_t>(this)),
+                                                     static_cast<int64_t>(reinterpret_cast<intptr_t>(&engine)))[0]
+                          : run_block(b, x, engine);
     x = engine.after_forward(group, y);
   }
+  return x;
+}
+
+torch::Tensor Gpt::next_token(const torch::Tensor& inputs, ZeroEngine& engine) {
+  torch::NoGradGuard no_grad;
+  const int last = spec_.head_group();
+  const torch::Tensor x = trunk(inputs, engine).select(1, inputs.size(1) - 1).unsqueeze(1);
+  const Params head = engine.acquire(last);
+  const torch::Tensor lm_head = spec_.tied ? engine.acquire(0)[0] : head.back();
+  const torch::Tensor logits = head_logits(head, lm_head, x);
+  if (spec_.tied) engine.after_forward(0, logits);
+  engine.after_forward(last, logits);
+  return logits.squeeze(1).argmax(-1);
+}
+
+torch::Tensor Gpt::loss(const torch::Tensor& inputs, const torch::Tensor& targets, ZeroEngine& engine, bool sum) {
+  const int last = spec_.head_group();
+  const torch::Tensor x = trunk(inputs, engine);
   if (!spec_.tied) {
     const Params head = engine.acquire(last);
     return engine.after_forward(last, head_loss(head, head.back(), x, targets, sum));

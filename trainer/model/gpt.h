@@ -42,6 +42,10 @@ class Gpt {
   // over the scored targets, or their sum; targets equal to kPadLabel (data.h) are not scored.
   torch::Tensor loss(const torch::Tensor& inputs, const torch::Tensor& targets, ZeroEngine& engine, bool sum = false);
 
+  // Greedy next token (argmax of the last position's logits, [B]) for inputs [B, S<=seq],
+  // without gradients: a generation step (the engine in begin_eval_forward).
+  torch::Tensor next_token(const torch::Tensor& inputs, ZeroEngine& engine);
+
   // Transformer block b (0-based) on the engine's parameters of its group (used by the
   // checkpointed path to recompute).
   torch::Tensor run_block(int64_t b, const torch::Tensor& x, ZeroEngine& engine);
@@ -62,6 +66,10 @@ class Gpt {
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
   torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight) const;
   torch::Tensor rotate(const torch::Tensor& x, int64_t S) const;  // rotary embedding of [B,a,S,d]
+  // The embedding and every block (checkpointed when enabled and gradients are on).
+  torch::Tensor trunk(const torch::Tensor& inputs, ZeroEngine& engine);
+  // The final norm and the LM head: logits of x.
+  torch::Tensor head_logits(const Params& p, const torch::Tensor& lm_head, const torch::Tensor& x);
   // lm_head: the head group's own matrix, or the embedding when tied.
   torch::Tensor head_loss(const Params& p, const torch::Tensor& lm_head, const torch::Tensor& x,
                           const torch::Tensor& targets, bool sum);

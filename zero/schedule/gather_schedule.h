@@ -47,6 +47,10 @@ class GatherSchedule {
   void begin_micro_step() { pos_ = 0; }
   // End of backward: every layer is resharded and the trace is complete.
   void end_backward(ShardOps& groups);
+  // End of a forward without backward (an evaluation or generation forward): every layer
+  // is resharded; the trace is kept as it stands (a forward follows the recorded order's
+  // first half; one that did not has already begun recording again).
+  void end_forward_only(ShardOps& groups);
 
   // --- the bookkeeping underneath, for tests
   // Marks `layer` gathered and returns the layers the trace would prefetch after it
