@@ -117,3 +117,40 @@ TEST(Scenario, MoeDivergentGathers) {
                       "--ranks 2 --deepspeed-version 0.17.6 --z3-leaf-modules MixtralSparseMoeBlock " + args);
   EXPECT_EQ(api.code, 0) << api.output;
 }
+
+namespace {
+// Side A of a rank-divergent scenario hangs on processes and on virtual ranks; side B
+// completes with the training losses of the same run without the extra work.
+void expect_divergence_and_fix(const std::string& name, const std::string& a, const std::string& b,
+                               const std::string& args) {
+  for (const std::string ranks : {"--ranks 2", "--world-size 2"}) {
+    RunResult fail = run(name + "_a", scenario(name), ranks + " " + args + " " + a);
+    ASSERT_EQ(fail.code, 4) << ranks << "\n" << fail.output;
+    EXPECT_EQ(fail.summary["status"], "hang");
+    RunResult fixed = run(name + "_b", scenario(name), ranks + " " + args + " " + b);
+    RunResult plain = run(name + "_plain", scenario(name), ranks + " " + args);
+    expect_same_losses(plain, fixed, 0.0, name + " " + ranks + ": the fix leaves training as it was");
+  }
+}
+}  // namespace
+
+TEST(Scenario, Rank0EvalHang) {
+  const std::string args = "--micro-batch 4 --grad-accum 2 --steps 4 --comm-timeout 5";
+  expect_divergence_and_fix("rank0-eval-hang", "--eval-on-rank0 2", "--eval-on-all-ranks 2", args);
+  // ZeRO-2 gathers nothing for a forward: evaluating on rank 0 alone is harmless there.
+  RunResult stage2 = run("eval_stage2", scenario("rank0-eval-hang"), "--ranks 2 --zero-stage 2 --eval-on-rank0 2 " + args);
+  ASSERT_EQ(stage2.code, 0) << stage2.output;
+  EXPECT_NE(stage2.output.find("eval after step 2: loss"), std::string::npos) << stage2.output;
+}
+
+TEST(Scenario, GenerateEarlyEos) {
+  const std::string args = "--micro-batch 4 --grad-accum 2 --steps 3 --comm-timeout 5";
+  expect_divergence_and_fix("generate-early-eos", "--generate 8 --eos-prob 0.3", "--generate 8 --eos-prob 0.3 --synced-gpus",
+                            args);
+  // Under synced_gpus every rank runs the longest rank's number of forwards.
+  RunResult synced = run("gen_synced", scenario("generate-early-eos"),
+                         "--ranks 2 --generate 8 --eos-prob 0.3 --synced-gpus " + args);
+  ASSERT_EQ(synced.code, 0) << synced.output;
+  EXPECT_NE(synced.output.find("(the limit) in 8 forward(s)"), std::string::npos) << synced.output;
+  EXPECT_NE(synced.output.find("(end of sequence) in 8 forward(s)"), std::string::npos) << synced.output;
+}

@@ -181,3 +181,30 @@ TEST(RunSpec, LossNormalisationFollowsTheTrainersArguments) {
   const std::string e = error_of({"--config", "c.json", "--seq-len-dist", "uniform:4", "--loss-normalization", "sum"});
   EXPECT_NE(e.find("--loss-normalization: got \"sum\""), std::string::npos) << e;
 }
+
+TEST(RunSpec, EvaluationAndGenerationFlags) {
+  const RunSpec e = parse_spec({"--config", "c.json", "--eval-on-rank0", "3"});
+  EXPECT_EQ(e.rank_work.eval_every, 3);
+  EXPECT_TRUE(e.rank_work.eval_rank0_only);
+  const RunSpec all = parse_spec({"--config", "c.json", "--eval-on-all-ranks", "2"});
+  EXPECT_EQ(all.rank_work.eval_every, 2);
+  EXPECT_FALSE(all.rank_work.eval_rank0_only);
+  const RunSpec g = parse_spec({"--config", "c.json", "--generate", "8", "--eos-prob", "0.25", "--synced-gpus"});
+  EXPECT_EQ(g.rank_work.generate_tokens, 8);
+  EXPECT_DOUBLE_EQ(g.rank_work.eos_prob, 0.25);
+  EXPECT_TRUE(g.rank_work.synced_gpus);
+  EXPECT_FALSE(parse_spec({"--config", "c.json"}).rank_work.any());
+  for (const auto& [args, fragment] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--eval-on-rank0", "1", "--eval-on-all-ranks", "1"}, "--eval-on-rank0 with --eval-on-all-ranks"},
+           {{"--eval-on-rank0", "0"}, "--eval-on-rank0: got 0"},
+           {{"--generate", "0"}, "--generate: got 0"},
+           {{"--eos-prob", "0.5"}, "--eos-prob without --generate"},
+           {{"--synced-gpus"}, "--synced-gpus without --generate"},
+           {{"--generate", "4", "--eos-prob", "1.5"}, "--eos-prob: got 1.5"},
+           {{"--world-size", "4", "--peers", "stand-in", "--eval-on-rank0", "1"}, "--eval-on-rank0 with --peers stand-in"},
+           {{"--world-size", "4", "--peers", "stand-in", "--generate", "2"}, "--generate without --synced-gpus with --peers stand-in"}}) {
+    std::vector<std::string> full = {"--config", "c.json"};
+    full.insert(full.end(), args.begin(), args.end());
+    EXPECT_NE(error_of(full).find(fragment), std::string::npos) << error_of(full);
+  }
+}
