@@ -53,6 +53,7 @@ const std::vector<Fingerprint>& fingerprints() {
         // Context for a hang: preprocessing progress, or evaluation / generation / saving.
         {"preprocessing", "", re(R"(^\s*(Map|Filter|Running tokenizer|Tokenizing|Grouping texts|Converting format|Generating train split)\b.*\d+%?)")},
         {"eval_work", "", re(R"(\*\*\*\*\* Running Evaluation|Evaluating|\bevaluate\(|\.generate\(|Saving model checkpoint)")},
+        {"generate_work", "", re(R"(\.generate\(|generation/utils\.py|greedy_search|_sample\(|synced_gpus)")},
         {"batch_assertion", "train_batch_size is not equal",
          re(R"(train_batch_size is not equal to micro_batch_per_gpu \* gradient_acc_step \* world_size\s*(\d+)\s*!=\s*(\d+)\s*\*\s*(\d+)\s*\*\s*(\d+))")},
         {"overflow", "OVERFLOW!", re(R"(OVERFLOW! Rank (\d+) Skipping step\.?(?: Attempted loss scale: ([0-9.e+]+))?)")},
@@ -432,9 +433,13 @@ const std::vector<std::string>& fixes_for(const std::string& cause) {
       {"mismatched-collectives", {"the same gradient_accumulation_steps and number of batches on every rank (drop_last)",
                                   "zrepro run --ranks N --inject gas-mismatch:R reproduces it with a flight-recorder dump"}},
       {"divergent-zero3-gathers", {"deepspeed.utils.set_z3_leaf_modules(model, [MoEBlock]) so ZeRO-3 gathers the whole "
-                                   "block on every rank, whichever experts it routes to"}},
+                                   "block on every rank, whichever experts it routes to",
+                                   "zero_optimization.leaf_module.classes [\"MixtralSparseMoeBlock\"] (DeepSpeed >= 0.18.0, "
+                                   "whose default already names Hugging Face's Mixtral / Qwen2-MoE / Qwen3-MoE blocks: "
+                                   "upgrading from 0.17.x fixes a stock model)"}},
       {"rank-alone-in-collective", {"run evaluation / generation / saving on every rank (all ranks must enter ZeRO-3's "
-                                    "gathers), or gather the weights once with GatheredParameters"}},
+                                    "gathers), or gather the weights once with GatheredParameters",
+                                    "generate(..., synced_gpus=True) where ranks generate different lengths"}},
       {"slow-preprocessing", {"preprocess the dataset before launching (or on the main process first: "
                               "main_process_first), or a longer timeout (ddp_timeout / init_distributed(timeout=...))"}}};
   static const std::vector<std::string> none;
@@ -701,6 +706,7 @@ void decide_hang(const Scan& s, Diagnosis& d) {
                    : "the ranks timed out at different sequence numbers: one issued more collectives than another (an "
                      "extra micro-step, an uneven last batch)";
   } else if (same_seq_other_size || (has("trace_cache") && (gather || w.empty()))) {
+    d.scenario = "moe-divergent-gathers";
     d.cause = "divergent-zero3-gathers", d.confidence = same_seq_other_size ? "strong" : "likely";
     d.reason = same_seq_other_size
                    ? "the ranks wait in the same collective (one SeqNum) with different sizes: under ZeRO-3 they gathered "
@@ -708,6 +714,7 @@ void decide_hang(const Scan& s, Diagnosis& d) {
                    : "ZeRO-3 re-traced its prefetch order (\"Invalidate trace cache\") and a gather never completed: the "
                      "ranks run data-dependent modules (MoE routing, conditional branches)";
   } else if (w.size() == 1 && gather && (has("eval_work") || s.numbers.value("zero_stage", 0) == 3 || s.ranks.size() <= 1)) {
+    d.scenario = has("generate_work") ? "generate-early-eos" : "rank0-eval-hang";
     d.cause = "rank-alone-in-collective", d.confidence = "likely";
     d.reason = "one rank alone timed out in an all-gather: under ZeRO-3 it ran forward work the others never joined "
                "(evaluation, generation or saving on one rank only)";

@@ -9,7 +9,7 @@ TEST(DiagnoseCommand, AFolderOfFlightRecorderDumpsGivesTheHangsKind) {
   const auto divergent = zrepro_test::zrepro_cmd("diagnose " + dir + "divergent");
   EXPECT_EQ(divergent.code, 0) << divergent.output;
   EXPECT_NE(divergent.output.find("2 Flight Recorder dump(s)"), std::string::npos) << divergent.output;
-  EXPECT_NE(divergent.output.find("divergent-zero3-gathers"), std::string::npos) << divergent.output;
+  EXPECT_NE(divergent.output.find("moe-divergent-gathers"), std::string::npos) << divergent.output;
   const auto mismatched = zrepro_test::zrepro_cmd("diagnose " + dir + "mismatched --json", 60, false);
   EXPECT_EQ(mismatched.code, 0) << mismatched.output;
   const auto j = nlohmann::json::parse(mismatched.output);

@@ -51,7 +51,7 @@ TEST(FlightRecorder, TheRanksLastCollectivesTellTheHangsApart) {
   EXPECT_NE(m.evidence[1].text.find("rank 1: last collective #4 ALLREDUCE"), std::string::npos) << m.evidence[1].text;
   const Diagnosis d = diagnose_flight_recorder(rows("divergent"));
   EXPECT_EQ(d.cause, "divergent-zero3-gathers");
-  EXPECT_TRUE(d.scenario.empty()) << "no catalogue scenario yet";
+  EXPECT_EQ(d.scenario, "moe-divergent-gathers");
   EXPECT_NE(d.to_text().find("set_z3_leaf_modules"), std::string::npos);
 }
 
