@@ -274,10 +274,10 @@ torch::Tensor ZeroEngine::skipped(int layer, torch::Tensor x) {
 // and reduces once. A checkpointed block's first forward runs without grad and
 // does not count as a use; its recomputation does.
 void ZeroEngine::use_backward(int layer, std::vector<torch::Tensor> grads) {
-  DeviceMemory::instance().mark("use", layer);
   std::vector<torch::Tensor>& kept = kept_grads_[layer];
   if (uses_[layer] > 0) --uses_[layer];
   if (uses_[layer] > 0) {
+    DeviceMemory::instance().mark("use", layer);
     torch::NoGradGuard no_grad;
     if (kept.empty()) kept.resize(grads.size());
     for (size_t i = 0; i < grads.size(); ++i) {
@@ -298,6 +298,9 @@ void ZeroEngine::use_backward(int layer, std::vector<torch::Tensor> grads) {
       grads[i] = torch::zeros(groups_[layer]->specs()[i].shape, torch::TensorOptions().dtype(c.dtype).device(c.device));
     }
   }
+  // The gradients are delivered, zero ones included (a MoE expert no token picked): the
+  // planner's tapes cut here (trainer/planner/tape_recorder.h).
+  DeviceMemory::instance().mark("use", layer);
   kept.clear();
   reduce_grad(layer, grads);
 }

@@ -53,7 +53,16 @@ int64_t gpt_compute_elem(Precision p, bool cpu_device) {
 TapeSymbols gpt_tape_symbols(const ModelSpec& m, int64_t B, Precision p, bool cpu_device) {
   // fp16 on the CPU-emulated device computes in fp32 (gpt.cpp compute_dtype).
   const int64_t e = gpt_compute_elem(p, cpu_device);
-  const int64_t S = m.seq, h = m.hidden, a = m.heads, I = m.intermediate, V = m.vocab;
+  // [Note: MoE in the planner] A MoE block replays the llama block's tapes with its MLP
+  // standing for the experts: the B*S*k token-expert pairs and the shared expert run an
+  // MLP of k x moe_intermediate + shared_intermediate per token (m), and the three MLP
+  // weight gradients are every expert's (a leaf block's unpicked experts get zero ones)
+  // and the shared expert's (Wfc). What the dense tape has no place for, the routing,
+  // the planner adds per block from forward to backward (moe_dispatch_bytes).
+  // planner_test.cpp measures the result against runs.
+  const int64_t I = m.moe() ? m.experts_per_tok * m.moe_intermediate + m.shared_intermediate : m.intermediate;
+  const int64_t I_grad = m.moe() ? m.experts * m.moe_intermediate + m.shared_intermediate : m.intermediate;
+  const int64_t S = m.seq, h = m.hidden, a = m.heads, V = m.vocab;
   const int64_t n = B * S * h * e, kv = m.kv_head_count() * m.head_dim();
   const int64_t c = std::min(S, m.attention_tile);
   return {
@@ -87,12 +96,21 @@ TapeSymbols gpt_tape_symbols(const ModelSpec& m, int64_t B, Precision p, bool cp
       {"bqkv", 3 * h * e},
       {"Wproj", h * h * e},
       {"hb", h * e},
-      {"Wfc", I * h * e},
+      {"Wfc", I_grad * h * e},
       {"bfc", I * e},
       {"Wlm", V * h * e},
       {"Wte", V * h * e},
       {"Wpe", m.position_rows() * h * e},
   };
+}
+
+int64_t moe_dispatch_bytes(const ModelSpec& m, int64_t B, int64_t e) {
+  if (!m.moe()) return 0;
+  const int64_t T = B * m.seq, E = m.experts, k = m.experts_per_tok;
+  return T * E * (e + 4)           // router logits, their fp32 softmax
+         + T * k * (4 + 8 + e)     // top-k weights (fp32), indices (int64), weights in the compute dtype
+         + 2 * k * T * m.hidden * e   // each token-expert pair's gathered input and weighted output
+         + (m.shared_intermediate > 0 ? T * (m.hidden + 2) * e : 0);  // the shared expert's output, its gate
 }
 
 const char* gpt_tape_name(GptTape which) {

@@ -30,6 +30,12 @@ bool is_param_token(const std::string& symbol);
 using TapeSymbols = std::map<std::string, int64_t>;
 TapeSymbols gpt_tape_symbols(const ModelSpec& m, int64_t micro_batch, Precision p, bool cpu_device);
 
+// A MoE block's routing state, saved from its forward to its backward: the router's
+// logits and fp32 probabilities, the top-k weights and indices, each token-expert pair's
+// gathered input and weighted output ([Note: MoE in the planner], gpt_memory.cpp). 0 for
+// a dense model. e: bytes per compute element.
+int64_t moe_dispatch_bytes(const ModelSpec& m, int64_t micro_batch, int64_t e);
+
 enum class GptTape {
   embed_forward, block_forward, head_forward,                 // with autograd (saves for backward)
   block_forward_no_grad,                                      // checkpointed forward (saves only the input)

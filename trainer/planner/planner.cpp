@@ -363,6 +363,10 @@ class PlanSim {
                   param_grads_ += b;
                 });
   }
+  // A MoE block's routing, saved from its forward to its backward ([Note: MoE in the planner]).
+  void moe_dispatch(int sign) {
+    if (req_.model.moe()) tl_.add(MemCategory::activations, sign * moe_dispatch_bytes(req_.model, B_, compute_elem()));
+  }
   // fp16 on the CPU: every layer's weights are cast to fp32 for compute and saved.
   void weight_copies(int l, int sign) {
     if (fp16_cpu_) tl_.add(MemCategory::activations, sign * 4 * layers_[l].numel);
@@ -388,6 +392,7 @@ class PlanSim {
       fetch(l);
       if (!ckpt_) weight_copies(l, +1);  // a checkpointed block saves them in its recomputation
       tape(ckpt_ ? GptTape::block_forward_no_grad : GptTape::block_forward);
+      if (!ckpt_) moe_dispatch(+1);
       // cpu checkpointing keeps the block's input on the host: the previous output dies.
       if (cpu_ckpt_) tl_.add(MemCategory::activations, -sym_.at("n"));
       release(l);
@@ -430,13 +435,16 @@ class PlanSim {
         fetch(l);  // the recomputation acquires the layer again
         weight_copies(l, +1);
         tape(GptTape::block_forward);
+        moe_dispatch(+1);
         tape(GptTape::block_backward_recomputed);
+        moe_dispatch(-1);
         reduce(l);
         tape(GptTape::block_recompute_release);
         // With cpu checkpointing one of those frees is the host copy of the input.
         if (cpu_ckpt_) tl_.add(MemCategory::activations, sym_.at("n"));
       } else {
         tape(GptTape::block_backward);
+        moe_dispatch(-1);
         reduce(l);
       }
     }

@@ -23,6 +23,10 @@ ModelSpec shrink(const ModelSpec& t, int64_t hidden) {
   if (t.positions > 0) m.positions = std::max(m.seq, scaled(t.positions, 2));  // the learned table shrinks as seq
   m.vocab = scaled(t.vocab, 8);
   m.intermediate = scaled(t.intermediate, 1);
+  if (t.moe()) {  // the experts' widths shrink as the dense MLP's; their count and top-k stay
+    m.moe_intermediate = scaled(t.moe_intermediate, 1);
+    if (t.shared_intermediate > 0) m.shared_intermediate = scaled(t.shared_intermediate, 1);
+  }
   // sdpa's transient is heads x tile x seq scores per tile against seq x hidden per
   // token: with seq and hidden divided by s, the tile must be too, or the toy's
   // attention holds s times more of its capacity than the target's (a toy tile of 128

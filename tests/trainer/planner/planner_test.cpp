@@ -162,6 +162,33 @@ TEST(Planner, PeakMatchesTheTrackingAllocatorForEveryFamilyAndAttention) {
   std::printf("worst |error| over %zu models: %.3f%%\n", models.size(), 100 * worst);
 }
 
+// [Note: MoE in the planner] (gpt_memory.cpp): a MoE block is planned as the llama
+// block's tapes with its MLP standing for the routed experts, plus the routing it saves;
+// an approximation, measured here against the run on the MoE toys (stages 0 and 3, with
+// and without checkpointing, micro-batches 1-8). The model states are exact; the
+// activations are not: the worst gap is stated in docs/guide/plan.md.
+TEST(Planner, MoePeakIsWithinItsStatedGapOfTheRun) {
+  double worst = 0;
+  for (const char* name : {"tiny-mixtral", "tiny-qwen2-moe"})
+    for (const char* precision : {"fp32", "bf16"})
+      for (int stage : {0, 3})
+        for (bool ckpt : {false, true})
+          for (int64_t micro : {1, 4, 8}) {
+            const ModelSpec model = resolve_model(name);
+            const DsConfig cfg = make_config(sized_config(stage, false), micro, 1, precision);
+            const Measured m = measure(cfg, ckpt, std::nullopt, model);
+            const MemoryPlan p = predict(cfg, ckpt, 1, 0, std::nullopt, model);
+            const double err = static_cast<double>(p.peak_bytes - m.peak) / static_cast<double>(m.peak);
+            worst = std::max(worst, std::abs(err));
+            const std::string label = std::string(name) + " " + precision + " stage " + std::to_string(stage) +
+                                      (ckpt ? " ckpt" : "") + " micro " + std::to_string(micro);
+            std::printf("%-40s measured %10lld planned %10lld %+6.2f%%\n", label.c_str(),
+                        static_cast<long long>(m.peak), static_cast<long long>(p.peak_bytes), 100 * err);
+            EXPECT_LE(std::abs(err), 0.045) << label;  // 4.2% measured at worst (plan.md)
+          }
+  std::printf("worst |error| on the MoE toys: %.2f%%\n", 100 * worst);
+}
+
 // [Note: one buffer policy for run and plan]: one field of BufferPolicy changed in one
 // place (the struct handed to the run and to the plan) moves the measured and the
 // planned bytes together, and they still agree: comm buffers exactly (fp32).
