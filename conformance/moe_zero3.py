@@ -26,8 +26,12 @@ bucket it is reducing) and when it returns; a run still going after --hang-timeo
 gets SIGUSR1 (faulthandler: every rank's Python stack) and its process group is killed.
 
 The record keeps the leaf-on comparison in the shape of a training record (config,
-zrepro_flags, rows: loss, grad_norm, first_grad_norm), which the CI record test
-(tests/conformance/deepspeed_record_mpi_test.cpp) reruns with zrepro; the rest is under "runs".
+zrepro_flags, rows: loss, grad_norm, first_grad_norm, and as the dense cases compare them
+(compare.py memory_rows, comm_rows) per-rank bytes by category and collective bytes per step by
+op, from the same live-tensor walk and collective counter as ds_run.py), which the CI record test
+(tests/conformance/deepspeed_record_mpi_test.cpp) reruns with zrepro; beside them the parameter
+count (params_row: not a row the CI test reads), where the bucket-buffer difference goes
+(gathered_breakdown), and the rest under "runs".
 """
 import argparse
 import json
@@ -64,7 +68,7 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_TH
 
 def worker(a):
     import faulthandler
-    from ds_probe import CommCounter
+    from ds_probe import CommCounter, memory_by_category, zero_convention
 
     state = {"step": -1, "phase": "init", "what": None, "hits": {}}
     rank_env = int(os.environ.get("RANK", "0"))
@@ -77,10 +81,13 @@ def worker(a):
     class CallLog(CommCounter):
         """Every collective, logged before it is issued and when the call returns (for an
         async_op call, as DeepSpeed's parameter all-gathers are, that is when it is queued:
-        DeepSpeed waits on the handle later)."""
+        DeepSpeed waits on the handle later), and counted by op and bytes while enabled
+        (CommCounter: ds_run.py's per-step collective bytes)."""
         n = 0
 
         def _wrap(self, op, fn):
+            fn = CommCounter._wrap(self, op, fn)
+
             def logged(*args, **kwargs):
                 i = CallLog.n
                 CallLog.n += 1
@@ -103,7 +110,7 @@ def worker(a):
             return [t for t in x if isinstance(t, torch.Tensor)]
         return []
 
-    CallLog()  # before deepspeed binds torch.distributed's functions
+    counter = CallLog()  # before deepspeed binds torch.distributed's functions
 
     import deepspeed
     import torch
@@ -158,7 +165,24 @@ def worker(a):
         with open(out_path + ".tmp", "w") as f:
             json.dump(result, f, indent=1)
         os.replace(out_path + ".tmp", out_path)
+    # The parameter count of the network DeepSpeed trains (before ZeRO-3 partitions it, and
+    # as its partitioned parameters remember it).
+    result["params"] = {"numel": sum(p.numel() for p in model.parameters())}
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.ordered, config=config)
+    result["params"]["ds_numel"] = sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
+    # The live-tensor walk at ds_run.py's points: after initialize, inside step 0's backward once
+    # the last gradient (the embedding's) exists, after that backward, and after the last step;
+    # and at the end of step 1's forward (the gathered parameters, for byte_rows' breakdown).
+    memory = result["memory"] = {"init": memory_by_category(engine, model)}
+    probe = {"armed": False}
+
+    def in_backward(param):
+        if probe["armed"]:
+            probe["armed"] = False
+            was, counter.enabled = counter.enabled, False
+            memory["backward"] = memory_by_category(engine, model)
+            counter.enabled = was
+    model.wte.weight.register_post_accumulate_grad_hook(in_backward)
     result["leaf_modules"] = [n for n, m in model.named_modules() if getattr(m, "_z3_leaf", False)]
     result["persistent_params"] = sorted(n for n, p in model.named_parameters() if getattr(p, "ds_persist", False))
     result["zero_stage"] = engine.zero_optimization_stage()
@@ -166,18 +190,34 @@ def worker(a):
     for step in range(a.steps):
         state["step"] = step
         inputs, targets = micro_batch(tokens, layout, step, 0, rank)
+        probe["armed"] = step == 0
+        counter.enabled = True
         state["phase"] = "forward"
         loss = engine(inputs, targets)
+        if step == 1:  # the trace complete: the gathered parameters DeepSpeed keeps for the backward
+            counter.enabled = False
+            memory["forward_end_step1"] = memory_by_category(engine, model)
+            counter.enabled = True
         state["phase"] = "backward"
         engine.backward(loss)
+        if step == 0:  # one micro-step per step: every backward ends at the boundary
+            counter.enabled = False
+            memory["boundary"] = memory_by_category(engine, model)
+            counter.enabled = True
         state["phase"] = "step"
         engine.step()
+        counter.enabled = False
+        issued = counter.take()
         norm = engine.get_global_grad_norm()
         result["steps"].append({"step": step, "local_loss": float(loss.detach()),
-                                "grad_norm": float(norm) if norm is not None else None})
+                                "grad_norm": float(norm) if norm is not None else None,
+                                "comm_bytes": zero_convention(issued, world),
+                                "comm_calls": {op: sum(1 for c in issued if c["op"] == op)
+                                               for op in {c["op"] for c in issued}}})
         save()
         if rank == 0:
             print(f"[moe] step={step + 1}/{a.steps} loss={float(loss):.5f}", flush=True)
+    memory["after_step"] = memory_by_category(engine, model)
     state["phase"] = "done"
     result["finished"] = True
     save()
@@ -418,6 +458,8 @@ def deepspeed_run(name, inputs, cfg, work, timeout, port):
             text = open(p, errors="replace").read() if os.path.exists(p) else ""
             # faulthandler's dump, the current (main) thread first, innermost frame first.
             rec["stacks"][str(r)] = [ln.strip() for ln in text.splitlines() if ln.strip()][:16]
+    rec["ranks"] = [{"rank": r, "memory": results[r].get("memory", {}), "steps": results[r]["steps"],
+                     "params": results[r].get("params")} for r in sorted(results)]
     return rec, calls
 
 
@@ -477,6 +519,58 @@ def rows(z, d, tol):
     out.append({"what": "first_grad_norm", "zrepro": zf, "deepspeed": df, "rel_diff": r,
                 "tolerance": tol["first_grad_norm"], "ok": r is not None and r <= tol["first_grad_norm"]})
     return out
+
+
+def byte_rows(case, summary, metrics, d):
+    """What the dense cases compare beyond losses (compare.py memory_rows and comm_rows, their
+    conventions and tolerances): per-rank bytes by category, and collective bytes per step by op
+    on rank 0 after the first step. DeepSpeed's side needs every rank's memory walk."""
+    import compare
+    ranks = [x for x in d.get("ranks", []) if x["memory"].get("after_step")]
+    if len(ranks) != RANKS:
+        return []
+    ds = {"ranks": ranks, "world": RANKS}
+    return compare.memory_rows(summary, ds) + compare.comm_rows(metrics, ds)
+
+
+def gathered_breakdown(summary, d):
+    """Where the bytes.bucket_buffers row's difference goes (cases.py KNOWN_GAPS): at ZeRO-3
+    zrepro files the gathered (non-persistent) parameters under comm_buffers, DeepSpeed's walk
+    under params (param.data; the params row reads it after the step, when only the persistent
+    ones are whole). Rank 0 at the end of step 1's forward, the trace complete: zrepro's
+    comm_buffers there (memory.timeline, rank 0) less its reduce bucket (comm_buffers in the
+    step phase) against DeepSpeed's param.data less the persistent parameters (param.data
+    after the step), and the two buckets."""
+    rank0 = next((x for x in d.get("ranks", []) if x["rank"] == 0), None)
+    fwd = next((e for e in summary["memory"]["timeline"] if e["step"] == 1 and e["phase"] == "forward"), None)
+    step = next((e for e in summary["memory"]["timeline"] if e["phase"] == "step"), None)
+    if rank0 is None or "forward_end_step1" not in rank0["memory"] or fwd is None or step is None:
+        return None
+    m = rank0["memory"]
+    whole = m["forward_end_step1"]["sources"].get("params", {}).get("param", 0)
+    persistent = m["after_step"]["sources"].get("params", {}).get("param", 0)
+    z_bucket, z_all = step["by_category"]["comm_buffers"], fwd["by_category"]["comm_buffers"]
+    out = {"rank": 0, "point": "end of step 1's forward",
+           "zrepro_comm_buffers": z_all, "zrepro_reduce_bucket": z_bucket, "zrepro_gathered": z_all - z_bucket,
+           "deepspeed_param_data": whole, "deepspeed_persistent": persistent,
+           "deepspeed_gathered": whole - persistent,
+           "deepspeed_bucket_buffers": m["forward_end_step1"]["bytes"]["bucket_buffers"]}
+    out["gathered_agree"] = out["zrepro_gathered"] == out["deepspeed_gathered"]
+    out["bucket_agree"] = out["zrepro_reduce_bucket"] == out["deepspeed_bucket_buffers"]
+    return out
+
+
+def params_row(summary, d):
+    """The parameter count: sum of numel over the network DeepSpeed trains (before ZeRO-3
+    partitions it; every rank's ds_numel sum must say the same) against zrepro's model.params."""
+    counts = sorted({x["params"]["numel"] for x in d.get("ranks", []) if x.get("params")} |
+                    {x["params"]["ds_numel"] for x in d.get("ranks", []) if x.get("params")})
+    theirs = counts[0] if len(counts) == 1 else None
+    ours = summary["model"]["params"]
+    return {"what": "model.params", "zrepro": ours, "deepspeed": theirs, "deepspeed_counts": counts,
+            "rel_diff": rel(ours, theirs) if theirs is not None else None, "tolerance": 0.0,
+            "ok": theirs is not None and ours == theirs,
+            "deepspeed_module": "conformance/ds_model.py MixtralForCausalLM4x"}
 
 
 def summarise(side, leaf, r):
@@ -601,10 +695,18 @@ def main():
     print(f"[moe]   {d_32['outcome']} ({d_32['seconds']:.0f} s)", flush=True)
 
     on_rows = rows(z_on, d_on, C.BF16_TOL)
+    z_metrics = [json.loads(line) for line in open(os.path.join(work, "zrepro-leaf-on", "metrics.jsonl"))]
+    on_rows += byte_rows(CASE, s_on, z_metrics, d_on)
+    count = params_row(s_on, d_on)
+    breakdown = gathered_breakdown(s_on, d_on)
+    if not count["ok"]:
+        count["cause"] = C.known_gap(CASE, count["what"])
     fp32_rows = rows(z_32, d_32, {"loss": C.FP32_TOL, "grad_norm": C.FP32_TOL, "first_grad_norm": C.FP32_TOL})
     for row in on_rows + fp32_rows:
         if not row["ok"]:
             row["cause"] = C.known_gap(CASE, row["what"])
+    for d in (d_off, d_on, d_32):
+        d.pop("ranks", None)  # the walks and per-step counts: the rows carry what is compared
     table = [summarise("zrepro", "off", z_off), summarise("DeepSpeed", "off", d_off),
              summarise("zrepro", "on", z_on), summarise("DeepSpeed", "on", d_on),
              summarise("zrepro", "on, fp32", z_32), summarise("DeepSpeed", "on, fp32", d_32)]
@@ -616,6 +718,9 @@ def main():
         "zrepro": {"exit_code": z_on["exit_code"], "seconds": z_on["seconds"]},
         "deepspeed": {"exit_code": d_on["exit_code"], "seconds": d_on["seconds"], "command": d_on["command"]},
         "fp32_rows": fp32_rows,
+        # Not in "rows": the CI record test reads a row it does not know as a collective (comm.<op>).
+        "params_row": count,
+        "gathered_breakdown": breakdown,
         "model": dict(MODEL, params=layout["params"],
                       deepspeed_module="conformance/ds_model.py MixtralForCausalLM4x (transformers 4.x layout)"),
         "inputs": "drawn by conformance/ds_model.py zrepro_inputs (zrepro's gpt_init and MarkovData; "

@@ -22,9 +22,10 @@ def num(x):
 
 
 def load(folder):
-    """Training and mismatch records (the config and estimator records are rendered apart)."""
+    """Training, mismatch and MoE records (the config and estimator records are rendered apart;
+    the MoE record's byte and collective rows join the tables, its losses its own section)."""
     recs = [json.load(open(f)) for f in sorted(glob.glob(os.path.join(folder, "*.json")))]
-    return [r for r in recs if r.get("kind") in ("training", "gas_mismatch")]
+    return [r for r in recs if r.get("kind") in ("training", "gas_mismatch", "moe_divergence")]
 
 
 def configs_table(folder):
@@ -225,8 +226,26 @@ def moe_section(folder):
                f"{pct(rows['first_grad_norm']['rel_diff'])} ({pct(rows['first_grad_norm']['tolerance'])}); "
                f"fp32: losses {pct(f32['loss']['max_rel_diff'])}, grad norms {pct(f32['grad_norm']['max_rel_diff'])} "
                f"({pct(f32['loss']['tolerance'])}). "
-               + ("Every row agrees." if all(x["ok"] for x in r["rows"] + r["fp32_rows"]) else
-                  "**Some rows disagree** (see the record)."))
+               + ("Every loss and grad norm row agrees." if all(
+                   x["ok"] for x in r["rows"] + r["fp32_rows"] if not x["what"].startswith(("bytes.", "comm.")))
+                  else "**Some loss or grad norm rows disagree** (see the record)."))
+    count, gb = r.get("params_row"), r.get("gathered_breakdown")
+    if count:
+        out += ["", f"Leaf on, bytes: the per-rank bytes by category and the collective bytes per step by op are "
+                    "rows of the tables above (case `moe-stage3-ranks2`: dense conventions and tolerances, the "
+                    f"compared steps are steps 1-{r['steps'] - 1}). Parameter count: DeepSpeed's network (sum of "
+                    f"numel, and of ZeRO-3's ds_numel, on every rank) {num(count['deepspeed'])}, zrepro's "
+                    f"model.params {num(count['zrepro'])}: " + ("equal." if count["ok"] else
+                                                                 f"**differ** ({count.get('cause') or 'unexplained'}).")]
+    if gb:
+        out.append("")
+        out.append(f"Where the bucket_buffers difference goes (rank 0, {gb['point']}): zrepro's comm_buffers "
+                   f"{num(gb['zrepro_comm_buffers'])} = its reduce bucket {num(gb['zrepro_reduce_bucket'])} + "
+                   f"gathered parameters {num(gb['zrepro_gathered'])}; DeepSpeed's param.data "
+                   f"{num(gb['deepspeed_param_data'])} = persistent {num(gb['deepspeed_persistent'])} + gathered "
+                   f"{num(gb['deepspeed_gathered'])}, its bucket buffers {num(gb['deepspeed_bucket_buffers'])}: "
+                   f"gathered parameters {'equal' if gb['gathered_agree'] else '**differ**'}, buckets "
+                   f"{'equal' if gb['bucket_agree'] else '**differ**'}.")
     for note in r.get("notes", []):
         out += ["", note]
     hits = d_off.get("experts_run") or {}
