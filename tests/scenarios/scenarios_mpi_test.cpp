@@ -106,9 +106,15 @@ TEST(Scenario, MoeDivergentGathers) {
     EXPECT_EQ(fail.summary["status"], "hang") << ranks;
     EXPECT_EQ(fail.summary["model"]["experts"]["fetched"], "expert by expert");
     EXPECT_NE(fail.output.find("mlp.experts."), std::string::npos) << fail.output;
+    // Before the hang, same-sized gathers of different experts paired up (as in real
+    // DeepSpeed: conformance/results/moe-stage3-ranks2.json): counted, not stopped.
+    const auto& paired = fail.summary["comm"]["paired_different_parameters"];
+    EXPECT_GE(paired["count"].get<int64_t>(), 1) << ranks << " " << paired.dump();
+    EXPECT_NE(paired["first"].get<std::string>().find("mlp.experts."), std::string::npos) << paired.dump();
     RunResult fixed = run("moe_fixed", scenario("moe-divergent-gathers", "fixed.json"), ranks + " " + args);
     ASSERT_EQ(fixed.code, 0) << fixed.output;
     EXPECT_EQ(fixed.summary["model"]["experts"]["fetched"], "with their block");
+    EXPECT_EQ(fixed.summary["comm"]["paired_different_parameters"]["count"], 0);
   }
   RunResult old = run("moe_0176", scenario("moe-divergent-gathers", "fixed.json"),
                       "--ranks 2 --deepspeed-version 0.17.6 " + args);

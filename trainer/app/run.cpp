@@ -74,7 +74,13 @@ void RunState::write_summary_or_throw(const std::string& status, json failure, s
   in.calibration = calibration.to_json(step_s);
   in.inputs = inputs;
   if (status != "ok") in.unfinished = DeviceMemory::instance().take_windows();
-  const json summary = build_summary(in);
+  json summary = build_summary(in);
+  if (summary["comm"].is_object() && (vranks || (ranks && ranks->comm))) {
+    // [Note: collectives that paired different parameters] (zero/comm/communicator.h)
+    const Communicator::LabelMismatches lm = comm().label_mismatches();
+    summary["comm"]["paired_different_parameters"] = {
+        {"count", lm.count}, {"first", lm.first.empty() ? json(nullptr) : json(lm.first)}};
+  }
   if (own_view_of_many) return publish_rank_view(spec.out_dir, rank, world, summary);
   write_summary_and_report(spec.out_dir, summary);
   if (out_claimed) seal_out_dir(spec.out_dir);  // [Note: only zrepro's files move]
@@ -279,6 +285,11 @@ void print_done(RunState& s, const std::string& what) {
       peak_step = r.step + 1;
       break;
     }
+  if (const Communicator::LabelMismatches lm = s.comm().label_mismatches(); lm.count > 0)
+    std::cout << "[zrepro] warning: " << lm.count << " collective(s) paired different parameters across ranks (first: "
+              << lm.first << "): their sizes matched, so neither zrepro's check nor NCCL / gloo stopped them, and each "
+              << "rank assembled a mix of other ranks' shards (MoE experts fetched one by one: see the "
+              << "moe-divergent-gathers scenario)\n";
   std::cout << "[zrepro] rank " << s.rank << " device " << peak_summary(m, peak_step);
   if (s.scaled) std::cout << "; at target scale the plan's peak is " << format_bytes(s.scaled->target_plan.peak_bytes);
   std::cout << "\n";

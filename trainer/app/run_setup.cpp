@@ -88,15 +88,18 @@ static void resolve_config(RunState& s) {
   s.job.device_capacity = s.capacity();
   s.job.activation_checkpointing = spec.activation_checkpointing;
   // The conformance networks (conformance/ds_model.py): zrepro's GPT-2 toy with an untied
-  // head, and Hugging Face's LlamaForCausalLM (tied or not), both with eager attention.
+  // head, Hugging Face's LlamaForCausalLM (tied or not) and a Mixtral in transformers 4.x's
+  // per-expert layout (MixtralForCausalLM4x), all with eager attention.
   const ModelSpec& em = s.job.model;
-  const bool exportable = em.attention == Attention::eager &&
-                          ((em.family == Family::gpt2 && !em.tied) || (em.family == Family::llama && em.model_type == "llama"));
+  const bool exportable =
+      em.attention == Attention::eager &&
+      ((em.family == Family::gpt2 && !em.tied) ||
+       (em.family == Family::llama && (em.model_type == "llama" || em.model_type == "mixtral")));
   if (spec.export_inputs && !exportable)
     throw ConfigError("--export-inputs: the conformance networks (conformance/ds_model.py) are the GPT-2 family with an "
-                      "untied LM head and Hugging Face's LlamaForCausalLM, with eager attention; got " +
+                      "untied LM head, Hugging Face's LlamaForCausalLM and a 4.x-layout Mixtral, with eager attention; got " +
                       std::string(family_name(em.family)) + " (" + em.model_type + ")" + (em.tied ? ", tied" : "") + ", " +
-                      attention_name(em.attention) + " (use --model tiny, small or tiny-llama)");
+                      attention_name(em.attention) + " (use --model tiny, small, tiny-llama or tiny-mixtral)");
   // LibTorch indexes some kernels with 32 bits: a micro-batch past that is refused here,
   // not left to fail inside a kernel.
   if (s.job.cfg.micro_batch > std::numeric_limits<int32_t>::max() / std::max<int64_t>(s.job.model.seq + 1, 1))

@@ -63,6 +63,7 @@ std::vector<SummaryFieldDoc> field_docs() {
       {"Memory", {"memory.timeline[].unfinished"}, "true on the phase a failed run ended in (its last point), absent otherwise", ""},
       {"Memory", {"memory.planned.*"}, "`zrepro plan`'s prediction for the same run (`peak_bytes`, `peak_phase`, `by_category`, `category_peaks`, `phases`, `model_states`, `verdict`, `oom_phase`, `deepspeed_estimates`, host bytes, `pinned_fits`, ...: docs/guide/plan.md); absent when not planned", "planner/planner.h (MemoryPlan::to_json)"},
       {"Collectives", {"comm.bytes_per_step.*"}, "bytes one rank sends or receives per optimizer step, by collective (`all_reduce`, `reduce_scatter`, `all_gather`, `broadcast`); null without a step", ""},
+      {"Collectives", {"comm.paired_different_parameters.*"}, "`count`: collectives whose op, dtype and size agreed across ranks but which the ranks issued for different parameters (a MoE rank gathering one expert while another gathers another of the same size: no backend notices, each rank assembles a mix); `first`: the first, with what this rank issued", "zero/comm/communicator.h ([Note: collectives that paired different parameters])"},
       {"Collectives", {"comm.ops.*"}, "per collective: `calls_per_step`, `bytes_per_step`, `seconds_per_step`, `algbw_GBps` and `busbw_GBps` (nccl-tests' convention)", kReport},
       {"Collectives", {"comm.modelled_busbw_GBps"}, "the emulated link bandwidth, when one was set (`--interconnect-gbps`)", ""},
       {"Offload", {"offload"}, "null without offload; otherwise the fields below", kReport},

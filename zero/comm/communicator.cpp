@@ -148,7 +148,7 @@ Communicator::Task Communicator::make_task(CollOp op, torch::Tensor out, torch::
     work = std::make_shared<Work>();
     work->comm_ = this;
   }
-  return Task{op, std::move(out), std::move(in), root, seq, array, work, std::move(then)};
+  return Task{op, std::move(out), std::move(in), root, seq, array, label, work, std::move(then)};
 }
 
 WorkPtr Communicator::submit(CollOp op, torch::Tensor out, torch::Tensor in, int root, const std::string& label,
@@ -194,7 +194,7 @@ void Communicator::submit_and_wait(CollOp op, torch::Tensor out, torch::Tensor i
     std::lock_guard<std::mutex> lock(q_mu_);
     if (queue_.empty() && !running_) claimed = running_ = true;
   }
-  if (claimed) begin_on_caller(op, in);  // its latency overlaps the bookkeeping below
+  if (claimed) begin_on_caller(op, in, label);  // its latency overlaps the bookkeeping below
   const bool here = !threaded_ || claimed;  // no Work to signal: the caller is the waiter
   Task task = make_task(op, std::move(out), std::move(in), root, label, {}, /*with_work=*/!here);
   if (here) {
@@ -226,8 +226,19 @@ void Communicator::broadcast_wait(torch::Tensor t, int root, const std::string& 
   submit_and_wait(CollOp::broadcast, t, t, root, label);
 }
 
+Communicator::LabelMismatches Communicator::label_mismatches() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return label_mismatches_;
+}
+
+void Communicator::note_label_mismatch(const std::string& text) {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  if (label_mismatches_.count++ == 0) label_mismatches_.first = text;
+}
+
 std::exception_ptr Communicator::run_task(Task& t) {
   recorder_.set_state(t.seq, FlightEntry::started);
+  executing_label_ = t.label;
   const auto t0 = std::chrono::steady_clock::now();
   std::exception_ptr err;
   try {

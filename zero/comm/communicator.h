@@ -105,6 +105,18 @@ class Communicator {
 
   CommStats stats() const;
   FlightRecorder& recorder() { return recorder_; }
+
+  // [Note: collectives that paired different parameters] Ranks agree on a collective by
+  // its op, dtype and size, as NCCL and gloo do (they check nothing else). When two
+  // ranks issue same-sized collectives for different parameters (a MoE rank gathering
+  // expert 5's w1 while another gathers expert 4's), the collective completes and each
+  // rank assembles a mix: no backend notices. zrepro's backends also compare what issued
+  // it (the label) and count such pairings without failing the collective.
+  struct LabelMismatches {
+    int64_t count = 0;
+    std::string first;  // the first one, with what this rank issued
+  };
+  virtual LabelMismatches label_mismatches() const;
   // Called once, from the thread that notices, when a collective fails.
   void on_failure(std::function<void(const std::string&)> f) { failure_handler_ = std::move(f); }
 
@@ -128,7 +140,11 @@ class Communicator {
   // A blocking form that will run on its caller calls this first, before its bookkeeping:
   // a backend may start agreeing on the op with the other ranks here, so that the
   // message latency overlaps that work; its execute() then completes the agreement.
-  virtual void begin_on_caller(CollOp /*op*/, const torch::Tensor& /*in*/) {}
+  virtual void begin_on_caller(CollOp /*op*/, const torch::Tensor& /*in*/, const std::string& /*label*/) {}
+  // What issued the collective execute() is running (its label), and recording a pairing
+  // with another rank's different one ([Note: collectives that paired different parameters]).
+  const std::string& executing_label() const { return executing_label_; }
+  void note_label_mismatch(const std::string& text);
   bool on_caller() const { return threaded_ && std::this_thread::get_id() != worker_.get_id(); }
   // Worker threads must be joined before a derived backend is destroyed.
   void stop_worker();
@@ -141,6 +157,7 @@ class Communicator {
     int root;
     int64_t seq;
     int64_t array_bytes;  // nccl-tests S
+    std::string label;
     WorkPtr work;  // null for a blocking form run by its caller
     std::function<void()> then;
   };
@@ -165,6 +182,8 @@ class Communicator {
   std::atomic<int> interrupt_sig_{0};
   mutable std::mutex interrupt_mu_;
   std::string interrupt_why_;
+  std::string executing_label_;  // set by run_task before execute
+  LabelMismatches label_mismatches_;  // under stats_mu_
 
   std::mutex q_mu_;
   std::condition_variable q_cv_;

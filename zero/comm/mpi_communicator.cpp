@@ -191,13 +191,18 @@ void mpi_collective(MPI_Comm c, int rank, CollOp op, torch::Tensor& out, torch::
 // mod n's signature. A caller posts round one before its bookkeeping (begin_on_caller).
 class SignatureExchange {
  public:
-  SignatureExchange(MPI_Comm c, int rank, int n, CollOp op, const torch::Tensor& in)
+  // label: what issued the collective; its hash travels with the signature and is compared
+  // without failing ([Note: collectives that paired different parameters]).
+  SignatureExchange(MPI_Comm c, int rank, int n, CollOp op, const torch::Tensor& in, const std::string& label)
       : c_(c), rank_(rank), n_(n),
-        heap_(n > kInline ? new int64_t[3 * static_cast<size_t>(n)] : nullptr),
+        heap_(n > kInline ? new int64_t[kW * static_cast<size_t>(n)] : nullptr),
         held_(heap_ ? heap_.get() : inline_) {
     held_[0] = static_cast<int64_t>(op), held_[1] = static_cast<int64_t>(in.scalar_type()), held_[2] = in.numel();
+    held_[3] = label_hash(label);
     post();
   }
+  // After finish(): the ranks whose label differs from this rank's (the op, dtype and size agreed).
+  const std::vector<int>& other_labels() const { return other_labels_; }
   SignatureExchange(const SignatureExchange&) = delete;
   SignatureExchange& operator=(const SignatureExchange&) = delete;
 
@@ -212,16 +217,25 @@ class SignatureExchange {
       post();
     }
     check_agreement();
+    for (int j = 1; j < n_; ++j)
+      if (held_[kW * j + 3] != held_[3]) other_labels_.push_back((rank_ + j) % n_);
   }
 
  private:
   static constexpr int kTag = 0x5a5a;
+  static constexpr int kW = 4;  // op, dtype, numel, label hash
+
+  static int64_t label_hash(const std::string& label) {
+    uint64_t h = 1469598103934665603ULL;  // FNV-1a
+    for (unsigned char ch : label) h = (h ^ ch) * 1099511628211ULL;
+    return static_cast<int64_t>(h);
+  }
 
   void post() {
     const int cnt = std::min(d_, n_ - d_);
-    check(MPI_Irecv(held_ + 3 * d_, 3 * cnt, MPI_INT64_T, (rank_ + d_) % n_, kTag, c_, &req_[0]),
+    check(MPI_Irecv(held_ + kW * d_, kW * cnt, MPI_INT64_T, (rank_ + d_) % n_, kTag, c_, &req_[0]),
           "MPI_Irecv (collective signature)");
-    check(MPI_Isend(held_, 3 * cnt, MPI_INT64_T, (rank_ - d_ + n_) % n_, kTag, c_, &req_[1]),
+    check(MPI_Isend(held_, kW * cnt, MPI_INT64_T, (rank_ - d_ + n_) % n_, kTag, c_, &req_[1]),
           "MPI_Isend (collective signature)");
   }
 
@@ -237,11 +251,12 @@ class SignatureExchange {
 
   void check_agreement() const {
     bool same = true;
-    for (int k = 3; k < 3 * n_; ++k) same = same && held_[k] == held_[k % 3];
+    for (int j = 1; j < n_; ++j)
+      for (int k = 0; k < 3; ++k) same = same && held_[kW * j + k] == held_[k];
     if (same) return;
     std::vector<int64_t> all(3 * static_cast<size_t>(n_));  // by rank
     for (int j = 0; j < n_; ++j)
-      for (int k = 0; k < 3; ++k) all[3 * ((rank_ + j) % n_) + k] = held_[3 * j + k];
+      for (int k = 0; k < 3; ++k) all[3 * ((rank_ + j) % n_) + k] = held_[kW * j + k];
     std::string text = "ranks disagree on the next collective:";
     for (int r = 0; r < n_; ++r)
       text += " rank " + std::to_string(r) + " " + coll_op_name(static_cast<CollOp>(all[3 * r])) + "(" +
@@ -254,21 +269,25 @@ class SignatureExchange {
   MPI_Comm c_;
   int rank_, n_, d_ = 1;
   std::unique_ptr<int64_t[]> heap_;
-  int64_t inline_[3 * kInline];
+  int64_t inline_[kW * kInline];
   int64_t* held_;
   MPI_Request req_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  std::vector<int> other_labels_;
 };
 
-std::unique_ptr<SignatureExchange> MpiCommunicator::start_exchange(CollOp op, const torch::Tensor& in) {
+std::unique_ptr<SignatureExchange> MpiCommunicator::start_exchange(CollOp op, const torch::Tensor& in,
+                                                                   const std::string& label) {
   if (op == CollOp::barrier || world_size() == 1) return nullptr;  // nothing to agree on
-  return std::make_unique<SignatureExchange>(as_comm(comm_), rank(), world_size(), op, in);
+  return std::make_unique<SignatureExchange>(as_comm(comm_), rank(), world_size(), op, in, label);
 }
 
-void MpiCommunicator::begin_on_caller(CollOp op, const torch::Tensor& in) { begun_ = start_exchange(op, in); }
+void MpiCommunicator::begin_on_caller(CollOp op, const torch::Tensor& in, const std::string& label) {
+  begun_ = start_exchange(op, in, label);
+}
 
 void MpiCommunicator::execute(CollOp op, torch::Tensor& out, torch::Tensor& in, int root) {
   // The stream runs only while no caller holds it, so begun_ is the caller's own here.
-  std::unique_ptr<SignatureExchange> agree = begun_ ? std::move(begun_) : start_exchange(op, in);
+  std::unique_ptr<SignatureExchange> agree = begun_ ? std::move(begun_) : start_exchange(op, in, executing_label());
   if (agree) {
     std::function<void()> poll;
     if (on_caller()) poll = [this] { throw_if_interrupted(); };
@@ -277,6 +296,15 @@ void MpiCommunicator::execute(CollOp op, torch::Tensor& out, torch::Tensor& in, 
     } catch (const Interrupted&) {
       (void)agree.release();  // its requests are abandoned with the process
       throw;
+    }
+    if (!agree->other_labels().empty()) {  // [Note: collectives that paired different parameters]
+      std::string ranks;
+      for (int r : agree->other_labels()) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      const std::optional<FlightEntry> now = recorder().oldest_incomplete();
+      note_label_mismatch("collective #" + (now ? std::to_string(now->seq) : std::string("?")) + " " +
+                          coll_op_name(op) + " of " + std::to_string(in.numel()) + " elements: rank " +
+                          std::to_string(rank()) + " issued it for " + executing_label() + ", rank(s) " + ranks +
+                          " for something else of the same size");
     }
   }
   const bool large = in.defined() && in.numel() * static_cast<int64_t>(in.element_size()) >= kReduceScatterViaAllReduceBytes;

@@ -29,11 +29,11 @@ class MpiCommunicator : public Communicator {
  protected:
   void execute(CollOp op, torch::Tensor& out, torch::Tensor& in, int root) override;
   bool caller_may_execute() const override { return true; }
-  void begin_on_caller(CollOp op, const torch::Tensor& in) override;
+  void begin_on_caller(CollOp op, const torch::Tensor& in, const std::string& label) override;
 
  private:
   // The signature exchange of op (null when there is nothing to agree on), its first round posted.
-  std::unique_ptr<SignatureExchange> start_exchange(CollOp op, const torch::Tensor& in);
+  std::unique_ptr<SignatureExchange> start_exchange(CollOp op, const torch::Tensor& in, const std::string& label);
 
   void* comm_;  // MPI_Comm, kept opaque so that mpi.h stays out of the header
   std::unique_ptr<SignatureExchange> begun_;  // posted by a caller, completed by execute

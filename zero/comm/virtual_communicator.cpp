@@ -37,7 +37,7 @@ std::string VirtualGroup::aborted() const {
   return aborted_;
 }
 
-void VirtualGroup::check_signatures() const {
+void VirtualGroup::check_signatures() {
   const std::string first = describe(posts_[0].op, posts_[0].out, posts_[0].in, posts_[0].root);
   auto issued_by = [&](int k) { return posts_[k].label.empty() ? std::string() : " [" + posts_[k].label + "]"; };
   for (int k = 1; k < world_; ++k) {
@@ -46,6 +46,18 @@ void VirtualGroup::check_signatures() const {
       throw CommError("virtual ranks disagree on collective #" + std::to_string(round_) + ": rank 0 " + first +
                       issued_by(0) + ", rank " + std::to_string(k) + " " + mine + issued_by(k));
   }
+  for (int k = 1; k < world_; ++k)  // [Note: collectives that paired different parameters]
+    if (posts_[k].label != posts_[0].label) {
+      if (label_mismatches_.count++ == 0)
+        label_mismatches_.first = "collective #" + std::to_string(round_) + " " + first + ": rank 0 issued it for " +
+                                  posts_[0].label + ", rank " + std::to_string(k) + " for " + posts_[k].label;
+      return;
+    }
+}
+
+Communicator::LabelMismatches VirtualGroup::label_mismatches() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return label_mismatches_;
 }
 
 void VirtualGroup::combine() {
@@ -143,9 +155,7 @@ VirtualCommunicator::VirtualCommunicator(std::shared_ptr<VirtualGroup> group, in
 VirtualCommunicator::~VirtualCommunicator() { stop_worker(); }
 
 void VirtualCommunicator::execute(CollOp op, torch::Tensor& out, torch::Tensor& in, int root) {
-  // Collectives run in issue order: the one executing is the oldest not completed.
-  const std::optional<FlightEntry> current = recorder().oldest_incomplete();
-  group_->run(rank(), op, out, in, root, current ? current->label : std::string());
+  group_->run(rank(), op, out, in, root, executing_label());
 }
 
 }  // namespace zrepro

@@ -41,7 +41,9 @@ class VirtualGroup {
     bool posted = false;
     std::string label;
   };
-  void check_signatures() const;  // under mu_; throws CommError
+  // Under mu_; throws CommError on a mismatch; counts same-sized ones issued for
+  // different labels ([Note: collectives that paired different parameters]).
+  void check_signatures();
   void combine();                 // under mu_: every rank's output
 
   const int world_;
@@ -52,6 +54,11 @@ class VirtualGroup {
   int arrived_ = 0;
   int64_t round_ = 0;
   std::string aborted_;
+  Communicator::LabelMismatches label_mismatches_;
+
+ public:
+  // Every pairing of different labels in this group (each rank's view is the group's).
+  Communicator::LabelMismatches label_mismatches() const;
 };
 
 class VirtualCommunicator : public Communicator {
@@ -60,6 +67,7 @@ class VirtualCommunicator : public Communicator {
   ~VirtualCommunicator() override;
   std::string backend() const override { return "virtual"; }
   VirtualGroup& group() { return *group_; }
+  LabelMismatches label_mismatches() const override { return group_->label_mismatches(); }
 
  protected:
   void execute(CollOp op, torch::Tensor& out, torch::Tensor& in, int root) override;
