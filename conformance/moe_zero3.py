@@ -290,17 +290,22 @@ def filled(file_cfg, summary, leaf_classes=None, bf16=True):
     return cfg
 
 
+def call_log(d, r):
+    """Rank r's logged records (calls.rank<r>.jsonl), skipping a line cut by the kill."""
+    path = os.path.join(d, f"calls.rank{r}.jsonl")
+    for line in open(path) if os.path.exists(path) else ():
+        try:
+            yield json.loads(line)
+        except json.JSONDecodeError:
+            continue
+
+
 def read_calls(d):
     """Per rank: the collectives in order, each with done = whether it returned."""
     out = {}
     for r in range(RANKS):
-        path = os.path.join(d, f"calls.rank{r}.jsonl")
         seq = {}
-        for line in open(path) if os.path.exists(path) else ():
-            try:
-                c = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut by the kill
+        for c in call_log(d, r):
             if "expert" in c:
                 continue  # an expert that ran (read_experts)
             if c.get("done"):
@@ -316,13 +321,8 @@ def read_experts(d):
     start, so a run that dies in its first forward still says which ran)."""
     out = {}
     for r in range(RANKS):
-        path = os.path.join(d, f"calls.rank{r}.jsonl")
         hits = {}
-        for line in open(path) if os.path.exists(path) else ():
-            try:
-                c = json.loads(line)
-            except json.JSONDecodeError:
-                continue
+        for c in call_log(d, r):
             if "expert" in c:
                 hits.setdefault(str(c["step"]), {}).setdefault(str(c["expert"][0]), []).append(c["expert"][1])
         out[str(r)] = hits

@@ -151,7 +151,7 @@ struct MemEfficientAttention : public torch::autograd::Function<MemEfficientAtte
 
 torch::Tensor Gpt::run_block(int64_t b, const torch::Tensor& x, ZeroEngine& engine) {
   const Params p = engine.acquire(spec_.block_group(b));
-  return spec_.family == Family::llama ? llama_block(b, p, x, engine) : gpt2_block(p, x);
+  return spec_.family == Family::llama ? llama_block(b, p, x, engine) : gpt2_block(b, p, x);
 }
 
 Gpt::Gpt(const ModelSpec& spec, torch::ScalarType compute, torch::Device device, Checkpointing ckpt)
@@ -202,14 +202,29 @@ torch::Tensor Gpt::attend(const torch::Tensor& q, const torch::Tensor& k, const 
   return y.transpose(1, 2).reshape({B, S, a * d});
 }
 
-torch::Tensor Gpt::gpt2_block(const Params& g, const torch::Tensor& x) {
+// [Note: a block's backward in two parts] The residual stream between a block's
+// attention and its MLP (r) gets its gradient once the MLP's backward is done, before
+// the attention's begins: a mark there splits the block's backward for the planner's
+// tapes (tape_recorder.h), so what the MLP part saves until then (a MoE block's routing)
+// can be freed at that point of the replay.
+torch::Tensor Gpt::mark_mlp_backward(torch::Tensor r, int64_t b) const {
+  const int64_t group = spec_.block_group(b);
+  if (r.requires_grad())
+    r.register_hook([group](torch::Tensor g) {
+      DeviceMemory::instance().mark("mlp_backward", group);
+      return g;
+    });
+  return r;
+}
+
+torch::Tensor Gpt::gpt2_block(int64_t b, const Params& g, const torch::Tensor& x) {
   const int64_t B = x.size(0), S = x.size(1), h = spec_.hidden, a = spec_.heads, hd = h / a;
   torch::Tensor y = torch::layer_norm(x, {h}, w(g, ln1_w), w(g, ln1_b), spec_.norm_eps);
   torch::Tensor qkv = torch::linear(y, w(g, qkv_w), w(g, qkv_b));
   auto parts = qkv.chunk(3, -1);
   auto heads = [&](const torch::Tensor& t) { return t.view({B, S, a, hd}).transpose(1, 2); };
   y = attend(heads(parts[0]), heads(parts[1]), heads(parts[2]));
-  torch::Tensor r = x + torch::linear(y, w(g, proj_w), w(g, proj_b));
+  torch::Tensor r = mark_mlp_backward(x + torch::linear(y, w(g, proj_w), w(g, proj_b)), b);
   y = torch::layer_norm(r, {h}, w(g, ln2_w), w(g, ln2_b), spec_.norm_eps);
   y = torch::linear(torch::gelu(torch::linear(y, w(g, fc_w), w(g, fc_b))), w(g, fc2_w), w(g, fc2_b));
   return r + y;
@@ -249,7 +264,7 @@ torch::Tensor Gpt::llama_block(int64_t b, const Params& g, const torch::Tensor& 
     k = repeat(k);
     v = repeat(v);
   }
-  torch::Tensor r = x + linear(attend(q, k, v), spec_.o_bias);
+  torch::Tensor r = mark_mlp_backward(x + linear(attend(q, k, v), spec_.o_bias), b);
   y = rms_norm(r, next());
   if (spec_.moe()) return r + moe_mlp(b, g, i, y, engine);
   torch::Tensor gate = linear(y, spec_.mlp_bias);

@@ -55,7 +55,9 @@ class Gpt {
   using Params = std::vector<torch::Tensor>;
   torch::Tensor w(const Params& p, size_t i) const { return p[i].to(compute_); }
   torch::Tensor embed(const Params& p, const torch::Tensor& inputs);
-  torch::Tensor gpt2_block(const Params& p, const torch::Tensor& x);
+  torch::Tensor gpt2_block(int64_t b, const Params& p, const torch::Tensor& x);
+  // r, marked "mlp_backward" when its gradient arrives ([Note: a block's backward in two parts]).
+  torch::Tensor mark_mlp_backward(torch::Tensor r, int64_t b) const;
   torch::Tensor llama_block(int64_t b, const Params& p, const torch::Tensor& x, ZeroEngine& engine);
   // [Note: MoE blocks] (model_spec.h): block b's routed experts on y [B, S, h]; p[i] is
   // the router, then the shared expert's parameters, then (in the block's group) the experts'.

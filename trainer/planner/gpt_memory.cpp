@@ -120,8 +120,10 @@ const char* gpt_tape_name(GptTape which) {
     case GptTape::head_forward: return "head_forward";
     case GptTape::block_forward_no_grad: return "block_forward_no_grad";
     case GptTape::head_backward: return "head_backward";
-    case GptTape::block_backward: return "block_backward";
-    case GptTape::block_backward_recomputed: return "block_backward_recomputed";
+    case GptTape::block_backward_mlp: return "block_backward_mlp";
+    case GptTape::block_backward_attn: return "block_backward_attn";
+    case GptTape::block_backward_recomputed_mlp: return "block_backward_recomputed_mlp";
+    case GptTape::block_backward_recomputed_attn: return "block_backward_recomputed_attn";
     case GptTape::embed_backward: return "embed_backward";
     case GptTape::block_recompute_release: return "block_recompute_release";
     case GptTape::backward_tail: return "backward_tail";

@@ -39,7 +39,10 @@ int64_t moe_dispatch_bytes(const ModelSpec& m, int64_t micro_batch, int64_t e);
 enum class GptTape {
   embed_forward, block_forward, head_forward,                 // with autograd (saves for backward)
   block_forward_no_grad,                                      // checkpointed forward (saves only the input)
-  head_backward, block_backward, block_backward_recomputed,   // param gradients included
+  // Param gradients included. A block's backward in two parts, the MLP's and then the
+  // attention's ([Note: a block's backward in two parts], gpt.cpp).
+  head_backward, block_backward_mlp, block_backward_attn, block_backward_recomputed_mlp,
+  block_backward_recomputed_attn,
   embed_backward,
   block_recompute_release,                                    // after a recomputed block's reduce
   backward_tail,                                              // after the embedding's reduce

@@ -436,15 +436,17 @@ class PlanSim {
         weight_copies(l, +1);
         tape(GptTape::block_forward);
         moe_dispatch(+1);
-        tape(GptTape::block_backward_recomputed);
-        moe_dispatch(-1);
+        tape(GptTape::block_backward_recomputed_mlp);
+        moe_dispatch(-1);  // the MLP's backward is done with the routing
+        tape(GptTape::block_backward_recomputed_attn);
         reduce(l);
         tape(GptTape::block_recompute_release);
         // With cpu checkpointing one of those frees is the host copy of the input.
         if (cpu_ckpt_) tl_.add(MemCategory::activations, sym_.at("n"));
       } else {
-        tape(GptTape::block_backward);
-        moe_dispatch(-1);
+        tape(GptTape::block_backward_mlp);
+        moe_dispatch(-1);  // the MLP's backward is done with the routing
+        tape(GptTape::block_backward_attn);
         reduce(l);
       }
     }

@@ -182,8 +182,11 @@ class Recorder {
     // head's own use (ZeroEngine::use_backward keeps them); nothing is freed between.
     if (m_.tied && !cut(plain, "use", last, 0, "use", 0, true, pr).empty())
       pr.push_back("frees between the head's two uses");
-    r.tapes[GptTape::block_backward] = cut(plain, "use", m_.tied ? 0 : last, 0, "use", 2, true, pr);
-    if (cut(plain, "use", 2, 0, "use", 1, true, pr) != r.tapes[GptTape::block_backward])
+    // [Note: a block's backward in two parts] (gpt.cpp): the MLP's, then the attention's.
+    r.tapes[GptTape::block_backward_mlp] = cut(plain, "use", m_.tied ? 0 : last, 0, "mlp_backward", 2, true, pr);
+    r.tapes[GptTape::block_backward_attn] = cut(plain, "mlp_backward", 2, 0, "use", 2, true, pr);
+    if (cut(plain, "use", 2, 0, "mlp_backward", 1, true, pr) != r.tapes[GptTape::block_backward_mlp] ||
+        cut(plain, "mlp_backward", 1, 0, "use", 1, true, pr) != r.tapes[GptTape::block_backward_attn])
       pr.push_back("blocks 1 and 2 differ in backward");
     r.tapes[GptTape::embed_backward] = cut(plain, "use", 1, 0, "use", 0, true, pr);
     r.tapes[GptTape::backward_tail] = cut(plain, "use", 0, m_.tied ? 1 : 0, "end", 0, true, pr);
@@ -192,7 +195,8 @@ class Recorder {
     r.tapes[GptTape::between_checkpointed_blocks] = cut(ckpt, "after_forward", 1, 0, "acquire", 2, false, pr);
     if (cut(ckpt, "acquire", 2, 1, "recomputed", 2, false, pr) != r.tapes[GptTape::block_forward])
       pr.push_back("the recomputation's forward differs from block_forward");
-    r.tapes[GptTape::block_backward_recomputed] = cut(ckpt, "recomputed", 2, 0, "use", 2, true, pr);
+    r.tapes[GptTape::block_backward_recomputed_mlp] = cut(ckpt, "recomputed", 2, 0, "mlp_backward", 2, true, pr);
+    r.tapes[GptTape::block_backward_recomputed_attn] = cut(ckpt, "mlp_backward", 2, 0, "use", 2, true, pr);
     r.tapes[GptTape::block_recompute_release] = cut(ckpt, "use", 2, 0, "acquire", 1, true, pr);
     return r;
   }

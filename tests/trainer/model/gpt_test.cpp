@@ -252,27 +252,33 @@ TEST(Model, LossStartsNearUniform) {
 }
 
 namespace {
-// Loss and every layer's gradient of one forward/backward on one rank (stage 0).
-struct LossAndGrads {
-  double loss;
-  std::vector<torch::Tensor> grads;
-};
-LossAndGrads loss_and_grads(const ModelSpec& m) {
+// One forward/backward of m on one rank from `init`: the loss and each group's gradient.
+std::pair<double, std::vector<torch::Tensor>> one_step(const ModelSpec& m, const std::vector<torch::Tensor>& init,
+                                                       int64_t batch = 2) {
   SelfCommunicator comm;
-  ZeroEngine engine(m.layer_shapes(), gpt_init(m, 7), EngineConfig{}, comm);
+  ZeroEngine engine(m.layer_shapes(), init, EngineConfig{}, comm);
   Gpt g(m, torch::kFloat, torch::kCPU);
   MarkovData d(m.vocab, m.seq, 7);
-  torch::Tensor b = d.samples(0, 2);
+  torch::Tensor b = d.samples(0, batch);
   engine.begin_micro_step(0, 0);
   engine.begin_forward();
   torch::Tensor loss = g.loss(b.narrow(1, 0, m.seq), b.narrow(1, 1, m.seq), engine);
   engine.begin_backward();
   loss.backward();
   engine.end_backward();
-  LossAndGrads out{loss.item<double>(), {}};
-  for (size_t l = 0; l < engine.groups().size(); ++l)
-    out.grads.push_back(engine.accumulated_grad(static_cast<int>(l)).clone());
-  return out;
+  std::vector<torch::Tensor> grads;
+  for (size_t l = 0; l < engine.groups().size(); ++l) grads.push_back(engine.accumulated_grad(static_cast<int>(l)).clone());
+  return {loss.item<double>(), grads};
+}
+
+// Loss and every layer's gradient of one forward/backward on one rank (stage 0).
+struct LossAndGrads {
+  double loss;
+  std::vector<torch::Tensor> grads;
+};
+LossAndGrads loss_and_grads(const ModelSpec& m) {
+  auto [loss, grads] = one_step(m, gpt_init(m, 7));
+  return {loss, grads};
 }
 }  // namespace
 
@@ -298,28 +304,11 @@ TEST(Model, TiedHeadSumsBothGradientsOfTheEmbedding) {
   tied.tied = true;
   ModelSpec untied = tied;
   untied.tied = false;
-  SelfCommunicator comm;
   std::vector<torch::Tensor> init = gpt_init(tied, 7);
   std::vector<torch::Tensor> init_untied = init;
   init_untied.back() = torch::cat({init.back(), init.front()});  // norm, then lm_head = wte
-  MarkovData d(tied.vocab, tied.seq, 7);
-  torch::Tensor b = d.samples(0, 2);
-  auto run = [&](const ModelSpec& m, const std::vector<torch::Tensor>& values) {
-    ZeroEngine engine(m.layer_shapes(), values, EngineConfig{}, comm);
-    Gpt g(m, torch::kFloat, torch::kCPU);
-    engine.begin_micro_step(0, 0);
-    engine.begin_forward();
-    torch::Tensor loss = g.loss(b.narrow(1, 0, m.seq), b.narrow(1, 1, m.seq), engine);
-    engine.begin_backward();
-    loss.backward();
-    engine.end_backward();
-    std::vector<torch::Tensor> grads;
-    for (size_t l = 0; l < engine.groups().size(); ++l)
-      grads.push_back(engine.accumulated_grad(static_cast<int>(l)).clone());
-    return std::make_pair(loss.item<double>(), grads);
-  };
-  auto [tl, tg] = run(tied, init);
-  auto [ul, ug] = run(untied, init_untied);
+  auto [tl, tg] = one_step(tied, init);
+  auto [ul, ug] = one_step(untied, init_untied);
   EXPECT_NEAR(tl, ul, 1e-6);
   const int64_t wte = tied.vocab * tied.hidden;
   torch::Tensor head_part = ug.back().narrow(0, tied.hidden, wte);
@@ -380,26 +369,6 @@ TEST(Model, ExpertsInTheirOwnGroupsAreTheSameParametersWithTheSameValues) {
   }
 }
 
-namespace {
-// One forward/backward of m on one rank from `init`: the loss and each group's gradient.
-std::pair<double, std::vector<torch::Tensor>> one_step(const ModelSpec& m, const std::vector<torch::Tensor>& init,
-                                                       int64_t batch = 2) {
-  SelfCommunicator comm;
-  ZeroEngine engine(m.layer_shapes(), init, EngineConfig{}, comm);
-  Gpt g(m, torch::kFloat, torch::kCPU);
-  MarkovData d(m.vocab, m.seq, 7);
-  torch::Tensor b = d.samples(0, batch);
-  engine.begin_micro_step(0, 0);
-  engine.begin_forward();
-  torch::Tensor loss = g.loss(b.narrow(1, 0, m.seq), b.narrow(1, 1, m.seq), engine);
-  engine.begin_backward();
-  loss.backward();
-  engine.end_backward();
-  std::vector<torch::Tensor> grads;
-  for (size_t l = 0; l < engine.groups().size(); ++l) grads.push_back(engine.accumulated_grad(static_cast<int>(l)).clone());
-  return {loss.item<double>(), grads};
-}
-}  // namespace
 
 TEST(Model, OneExpertPickedByEveryTokenIsTheDenseLlamaBlock) {
   // experts 1, top 1, renormalised: every token's weight is 1, so the block is Llama's
