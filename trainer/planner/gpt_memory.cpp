@@ -109,7 +109,8 @@ int64_t moe_dispatch_bytes(const ModelSpec& m, int64_t B, int64_t e) {
   const int64_t T = B * m.seq, E = m.experts, k = m.experts_per_tok;
   return T * E * (e + 4)           // router logits, their fp32 softmax
          + T * k * (4 + 8 + e)     // top-k weights (fp32), indices (int64), weights in the compute dtype
-         + 2 * k * T * m.hidden * e   // each token-expert pair's gathered input and weighted output
+         + 3 * k * T * m.hidden * e   // each token-expert pair's gathered input, output and weighted output
+         + k * T * (16 + e)           // ... its (token, slot) indices and its gathered weight
          + (m.shared_intermediate > 0 ? T * (m.hidden + 2) * e : 0);  // the shared expert's output, its gate
 }
 
