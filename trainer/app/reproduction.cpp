@@ -197,6 +197,12 @@ std::vector<CandidateFix> config_fixes(const Diagnosis& d, const json& user_conf
       c.why = "train_batch_size dropped: DeepSpeed derives it from micro x gas x world size";
       c.config.erase("train_batch_size");
     }
+  } else if (d.scenario == "moe-divergent-gathers") {
+    // [Note: which experts a rank fetches] (trainer/config/leaf_modules.h)
+    c.name = "ZeRO-3 leaf modules: the MoE block fetched as one unit";
+    c.why = "zero_optimization.leaf_module.classes names Hugging Face's MoE blocks (DeepSpeed >= 0.18.0's default; "
+            "set_z3_leaf_modules before): every rank gathers every expert, whatever its tokens pick";
+    c.config["zero_optimization"]["leaf_module"] = {{"classes", {"MixtralSparseMoeBlock", "Qwen2MoeSparseMoeBlock"}}};
   } else if (d.scenario == "fp16-overflow") {
     c.name = "bf16 instead of fp16";
     c.why = "bf16 has fp32's exponent range: no loss scale, no overflow at 65504";

@@ -138,13 +138,16 @@ SummaryComm comm_of(const json& j) {
     c.bytes_per_step[op] = v.is_null() ? std::nullopt : std::optional<double>(v.get<double>());
   c.ops = j.value("ops", json());
   c.modelled_busbw_GBps = optional_of<double>(j, "modelled_busbw_GBps");
+  c.paired_different_parameters = j.value("paired_different_parameters", json());
   return c;
 }
 
 json comm_json(const SummaryComm& c) {
   json per_step = json::object();
   for (const auto& [op, v] : c.bytes_per_step) per_step[op] = json_of(v);
-  return {{"bytes_per_step", per_step}, {"ops", c.ops}, {"modelled_busbw_GBps", json_of(c.modelled_busbw_GBps)}};
+  json out = {{"bytes_per_step", per_step}, {"ops", c.ops}, {"modelled_busbw_GBps", json_of(c.modelled_busbw_GBps)}};
+  if (!c.paired_different_parameters.is_null()) out["paired_different_parameters"] = c.paired_different_parameters;
+  return out;
 }
 
 constexpr const char* kFailureCore[] = {"kind", "rank", "phase", "message", "checkpoint", "hint"};

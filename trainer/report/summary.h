@@ -136,6 +136,9 @@ struct SummaryComm {
   std::map<std::string, std::optional<double>> bytes_per_step;  // by collective; null without a step
   nlohmann::json ops;  // per collective: calls, bytes and seconds per step, algbw_GBps, busbw_GBps
   std::optional<double> modelled_busbw_GBps;  // --interconnect-gbps
+  // {count, first}: same-sized collectives the ranks issued for different parameters
+  // (zero/comm/communicator.h); null where the run had no communicator to ask.
+  nlohmann::json paired_different_parameters;
 };
 
 struct SummaryBatch {

@@ -75,7 +75,16 @@ void exercise_default(const VersionChange& c) {
 }
 
 void exercise_added(const VersionChange& c) {
-  // Both added keys are booleans; no offload (managed_gradient_accumulation false with
+  if (c.after.is_null()) {  // a block (zero_optimization.leaf_module): one list of it set
+    const json cfg = with(c.key + ".classes", json::array({"MixtralSparseMoeBlock"}));
+    const DsConfig now = parse_at(cfg, c.since), before = parse_at(cfg, previous(c.since));
+    EXPECT_EQ(value_of(now, c.key + ".classes"), json::array({"MixtralSparseMoeBlock"})) << c.key;
+    EXPECT_FALSE(warned(now, "is not a key of DeepSpeed")) << c.key;
+    EXPECT_TRUE(warned(before, c.key + " is not a key of DeepSpeed " + previous(c.since))) << c.key;
+    EXPECT_EQ(value_of(before, c.key + ".classes"), json::array()) << c.key << ": ignored before " << c.since;
+    return;
+  }
+  // The other added keys are booleans; no offload (managed_gradient_accumulation false with
   // offload is a rule of its own, the behaviour entry).
   const json cfg = with(c.key, !c.after.get<bool>(), {{"train_micro_batch_size_per_gpu", 2}, {"bf16", {{"enabled", true}}}});
   const DsConfig now = parse_at(cfg, c.since), before = parse_at(cfg, previous(c.since));
