@@ -75,7 +75,7 @@ void RunState::write_summary_or_throw(const std::string& status, json failure, s
   in.inputs = inputs;
   if (status != "ok") in.unfinished = DeviceMemory::instance().take_windows();
   json summary = build_summary(in);
-  if (summary["comm"].is_object() && (vranks || (ranks && ranks->comm))) {
+  if (summary["comm"].is_object() && (vranks || (ranks && ranks->comm)) && comm().compares_labels()) {
     // [Note: collectives that paired different parameters] (zero/comm/communicator.h)
     const Communicator::LabelMismatches lm = comm().label_mismatches();
     summary["comm"]["paired_different_parameters"] = {

@@ -352,8 +352,11 @@ torch::Tensor Gpt::next_token(const torch::Tensor& inputs, ZeroEngine& engine) {
   torch::NoGradGuard no_grad;
   const int last = spec_.head_group();
   const torch::Tensor x = trunk(inputs, engine).select(1, inputs.size(1) - 1).unsqueeze(1);
+  // The tied embedding first, then the head: Gpt::loss's order, so a generation forward
+  // follows the training trace under ZeRO-3.
+  const torch::Tensor wte = spec_.tied ? engine.acquire(0)[0] : torch::Tensor();
   const Params head = engine.acquire(last);
-  const torch::Tensor lm_head = spec_.tied ? engine.acquire(0)[0] : head.back();
+  const torch::Tensor lm_head = spec_.tied ? wte : head.back();
   const torch::Tensor logits = head_logits(head, lm_head, x);
   if (spec_.tied) engine.after_forward(0, logits);
   engine.after_forward(last, logits);

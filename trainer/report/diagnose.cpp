@@ -58,8 +58,8 @@ const std::vector<Fingerprint>& fingerprints() {
         // at its own end of sequence ([Note: a forward on some ranks], trainer/loop/rank_work.h).
         {"forward_alone", "", re(R"(eval after step \d+: loss \S+ \(rank 0 alone\)|generated \d+ token\(s\) after step \d+ \(end of sequence\) in \d+ forward)")},
         // ZeRO-3 gathers that differ across ranks: two all-gathers of different sizes met (zrepro's
-        // signature check), or a mismatch raised inside ZeRO-3's parameter fetch (gloo's abort).
-        {"divergent_gathers", "", re(R"(ranks disagree on the next collective: rank \d+ all_gather\([^)]*\); rank \d+ all_gather|disagree on collective #\d+: rank 0 all_gather in \d+ \S+ out \d+ \[[^\]]*\], rank \d+ all_gather|_fetch_sub_module|mlp\.experts\.\d+\.)")},
+        // signature check), or experts named in the mismatch (gloo's abort inside an expert's fetch).
+        {"divergent_gathers", "", re(R"(ranks disagree on the next collective: rank \d+ all_gather\([^)]*\); rank \d+ all_gather|disagree on collective #\d+: rank 0 all_gather in \d+ \S+ out \d+ \[[^\]]*\], rank \d+ all_gather|experts\.\d+\.)")},
         {"batch_assertion", "train_batch_size is not equal",
          re(R"(train_batch_size is not equal to micro_batch_per_gpu \* gradient_acc_step \* world_size\s*(\d+)\s*!=\s*(\d+)\s*\*\s*(\d+)\s*\*\s*(\d+))")},
         {"overflow", "OVERFLOW!", re(R"(OVERFLOW! Rank (\d+) Skipping step\.?(?: Attempted loss scale: ([0-9.e+]+))?)")},
@@ -704,15 +704,16 @@ void decide_hang(const Scan& s, Diagnosis& d) {
   const int64_t seq = s.numbers.value("collective_seq", int64_t(-1));
   const bool gather = op.find("ALLGATHER") != std::string::npos || op.find("_ALLGATHER") != std::string::npos;
   d.checkpoint = "communication";
-  if (has("collective_mismatch") && has("divergent_gathers")) {
-    d.scenario = "moe-divergent-gathers", d.cause = "divergent-zero3-gathers", d.confidence = "strong";
-    d.reason = "the ranks met in all-gathers of different sizes: under ZeRO-3 they fetched different parameters, as "
-               "data-dependent modules (MoE routing, conditional branches) do";
-  } else if (has("collective_mismatch") && has("forward_alone")) {
+  // A forward some ranks ran alone comes first: its gathers can meet the others' gathers too.
+  if (has("collective_mismatch") && has("forward_alone")) {
     d.scenario = has("generate_work") ? "generate-early-eos" : "rank0-eval-hang";
     d.cause = "rank-alone-in-collective", d.confidence = "strong";
     d.reason = "a forward ran on some ranks only (evaluation on rank 0, or generation a rank left at its own end of "
                "sequence): under ZeRO-3 its all-gathers met the other ranks' next collectives";
+  } else if (has("collective_mismatch") && has("divergent_gathers")) {
+    d.scenario = "moe-divergent-gathers", d.cause = "divergent-zero3-gathers", d.confidence = "strong";
+    d.reason = "the ranks met in all-gathers of different sizes: under ZeRO-3 they fetched different parameters, as "
+               "data-dependent modules (MoE routing, conditional branches) do";
   } else if (has("collective_mismatch") || seqs.size() > 1 || v.same_seq_other_op) {
     d.scenario = "mismatched-collectives", d.cause = "mismatched-collectives", d.confidence = "strong";
     d.reason = has("collective_mismatch") || v.same_seq_other_op

@@ -410,9 +410,13 @@ json summary_setting(const SummaryInput& in) {
   s["device"] = in.device.empty() ? json(nullptr) : json(in.device);
   s["model"] = in.model ? in.model->to_json() : json(nullptr);
   if (in.model && in.model->moe() && c) {  // how this run's ZeRO fetched them (leaf_modules.h)
-    const ExpertFetch f = expert_fetch(*in.model, c->zero);
-    s["model"]["experts"]["fetched"] = f.one_by_one ? "expert by expert" : "with their block";
-    s["model"]["experts"]["fetched_why"] = f.why;
+    try {
+      const ExpertFetch f = expert_fetch(*in.model, c->zero);
+      s["model"]["experts"]["fetched"] = f.one_by_one ? "expert by expert" : "with their block";
+      s["model"]["experts"]["fetched_why"] = f.why;
+    } catch (const ConfigError&) {
+      // The leaf names were refused: the summary's failure says why.
+    }
   }
   s["env"] = in.env;
   if (!in.virtual_ranks.is_null()) s["virtual_ranks"] = in.virtual_ranks;

@@ -239,6 +239,7 @@ void Communicator::note_label_mismatch(const std::string& text) {
 std::exception_ptr Communicator::run_task(Task& t) {
   recorder_.set_state(t.seq, FlightEntry::started);
   executing_label_ = t.label;
+  executing_seq_ = t.seq;
   const auto t0 = std::chrono::steady_clock::now();
   std::exception_ptr err;
   try {

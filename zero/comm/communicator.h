@@ -110,13 +110,16 @@ class Communicator {
   // its op, dtype and size, as NCCL and gloo do (they check nothing else). When two
   // ranks issue same-sized collectives for different parameters (a MoE rank gathering
   // expert 5's w1 while another gathers expert 4's), the collective completes and each
-  // rank assembles a mix: no backend notices. zrepro's backends also compare what issued
-  // it (the label) and count such pairings without failing the collective.
+  // rank assembles a mix: no backend notices. zrepro's MPI and virtual backends also
+  // compare what issued it (the label) and count such pairings without failing the
+  // collective; NCCL's does not (compares_labels false: the summary leaves the count out).
   struct LabelMismatches {
     int64_t count = 0;
     std::string first;  // the first one, with what this rank issued
   };
   virtual LabelMismatches label_mismatches() const;
+  // Whether this backend compares labels at all (MPI, virtual ranks; NCCL does not).
+  virtual bool compares_labels() const { return false; }
   // Called once, from the thread that notices, when a collective fails.
   void on_failure(std::function<void(const std::string&)> f) { failure_handler_ = std::move(f); }
 
@@ -144,6 +147,7 @@ class Communicator {
   // What issued the collective execute() is running (its label), and recording a pairing
   // with another rank's different one ([Note: collectives that paired different parameters]).
   const std::string& executing_label() const { return executing_label_; }
+  int64_t executing_seq() const { return executing_seq_; }
   void note_label_mismatch(const std::string& text);
   bool on_caller() const { return threaded_ && std::this_thread::get_id() != worker_.get_id(); }
   // Worker threads must be joined before a derived backend is destroyed.
@@ -183,6 +187,7 @@ class Communicator {
   mutable std::mutex interrupt_mu_;
   std::string interrupt_why_;
   std::string executing_label_;  // set by run_task before execute
+  int64_t executing_seq_ = -1;
   LabelMismatches label_mismatches_;  // under stats_mu_
 
   std::mutex q_mu_;

@@ -300,8 +300,7 @@ void MpiCommunicator::execute(CollOp op, torch::Tensor& out, torch::Tensor& in, 
     if (!agree->other_labels().empty()) {  // [Note: collectives that paired different parameters]
       std::string ranks;
       for (int r : agree->other_labels()) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-      const std::optional<FlightEntry> now = recorder().oldest_incomplete();
-      note_label_mismatch("collective #" + (now ? std::to_string(now->seq) : std::string("?")) + " " +
+      note_label_mismatch("collective #" + std::to_string(executing_seq()) + " " +
                           coll_op_name(op) + " of " + std::to_string(in.numel()) + " elements: rank " +
                           std::to_string(rank()) + " issued it for " + executing_label() + ", rank(s) " + ranks +
                           " for something else of the same size");

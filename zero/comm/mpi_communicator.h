@@ -29,6 +29,7 @@ class MpiCommunicator : public Communicator {
  protected:
   void execute(CollOp op, torch::Tensor& out, torch::Tensor& in, int root) override;
   bool caller_may_execute() const override { return true; }
+  bool compares_labels() const override { return true; }
   void begin_on_caller(CollOp op, const torch::Tensor& in, const std::string& label) override;
 
  private:

@@ -68,6 +68,7 @@ class VirtualCommunicator : public Communicator {
   std::string backend() const override { return "virtual"; }
   VirtualGroup& group() { return *group_; }
   LabelMismatches label_mismatches() const override { return group_->label_mismatches(); }
+  bool compares_labels() const override { return true; }
 
  protected:
   void execute(CollOp op, torch::Tensor& out, torch::Tensor& in, int root) override;

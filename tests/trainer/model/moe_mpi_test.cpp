@@ -36,3 +36,15 @@ TEST(MoeZero3, ExpertsFetchedOneByOneTrainAsTheLeafAndStage0WhenRoutingAgrees) {
   // holds; one by one, only the picked experts, each micro-step's routing its own trace).
   EXPECT_NE(all_gathers(one), all_gathers(leaf));
 }
+
+TEST(MoeZero3, LeafNamesThatCoverSomeBlocksAreRefusedWithASummary) {
+  // zrepro groups every block alike: names covering layer 0's block and not layer 1's are
+  // refused (exit 2) naming the key, and the run still leaves its config_error summary.
+  const RunResult r = zrepro_run("moe_names", R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3,
+    "stage3_param_persistence_threshold": 0, "leaf_module": {"classes": [], "names": ["model.layers.0.block_sparse_moe"]}}})",
+                                 "--model tiny-mixtral --seq 4 --steps 1");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("zero_optimization.leaf_module"), std::string::npos) << r.output;
+  ASSERT_TRUE(r.summary.is_object()) << r.output;
+  EXPECT_EQ(r.summary["status"], "config_error");
+}
