@@ -93,7 +93,7 @@ ExpertFetch expert_fetch(const ModelSpec& m, const ZeroConfig& z) {
     return f;
   }
   const int64_t expert_param = m.moe_intermediate * m.hidden;  // w1, w3 and w2 alike
-  if (expert_param < z.stage3_param_persistence_threshold) {  // layer_layout's rule
+  if (persistent_param(expert_param, z.stage3_param_persistence_threshold)) {
     f.why = "with their block: each expert parameter (" + std::to_string(expert_param) +
             " elements) is under stage3_param_persistence_threshold " +
             std::to_string(z.stage3_param_persistence_threshold) +

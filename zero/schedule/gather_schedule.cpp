@@ -69,17 +69,17 @@ void GatherSchedule::release(int layer, ShardOps& groups) {
   groups.reshard(layer);
 }
 
-void GatherSchedule::end_forward_only(ShardOps& groups) {
-  for (size_t l = 0; l < numel_.size(); ++l) groups.reshard(static_cast<int>(l));
+void GatherSchedule::reshard_all(ShardOps& groups) {
+  for (size_t l = 0; l < numel_.size(); ++l) groups.reshard(static_cast<int>(l));  // DeepSpeed's release_and_reset_all
   gathered_.assign(numel_.size(), false);
   pos_ = 0;
 }
 
+void GatherSchedule::end_forward_only(ShardOps& groups) { reshard_all(groups); }
+
 void GatherSchedule::end_backward(ShardOps& groups) {
-  for (size_t l = 0; l < numel_.size(); ++l) groups.reshard(static_cast<int>(l));  // DeepSpeed's release_and_reset_all
-  gathered_.assign(numel_.size(), false);
+  reshard_all(groups);
   complete_ = true;
-  pos_ = 0;
 }
 
 }  // namespace zrepro

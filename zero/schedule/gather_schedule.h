@@ -62,6 +62,7 @@ class GatherSchedule {
 
  private:
   bool keep_after_use(int layer) const;
+  void reshard_all(ShardOps& groups);  // every layer resharded, the next micro-step from the trace's start
 
   std::vector<int64_t> numel_;
   Options o_;

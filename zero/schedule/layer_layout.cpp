@@ -22,7 +22,7 @@ LayerLayout layer_layout(const std::vector<int64_t>& numels, const StagePolicy& 
   l.shard = partition_params(numels, world_size);
   l.shard_is_gathered = world_size == 1 && !host_shard;
   for (const ParamShard& p : l.shard.params) {
-    const bool persistent = p.numel < persistence_threshold;
+    const bool persistent = persistent_param(p.numel, persistence_threshold);
     l.persistent.push_back(persistent);
     l.units.push_back({p.full_offset, p.slice_numel, p.shard_offset});
     if (l.shard_is_gathered) {

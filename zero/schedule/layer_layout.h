@@ -64,6 +64,10 @@ struct LayerLayout {
   int64_t param_device_numel(bool host_shard) const { return resident_param_numel(host_shard) + persist_numel; }
 };
 
+// Stage 3: a parameter under stage3_param_persistence_threshold stays whole on every rank
+// and is never gathered per use (the one place the rule is written).
+inline bool persistent_param(int64_t numel, int64_t persistence_threshold) { return numel < persistence_threshold; }
+
 // host_shard: offload_param keeps the shard in host memory (so even one rank gathers
 // into device buffers).
 LayerLayout layer_layout(const std::vector<int64_t>& param_numels, const StagePolicy& policy, int world_size,
