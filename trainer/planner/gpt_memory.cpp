@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <vector>
 
 namespace zrepro {
 
@@ -58,8 +59,12 @@ TapeSymbols gpt_tape_symbols(const ModelSpec& m, int64_t B, Precision p, bool cp
   // MLP of k x moe_intermediate + shared_intermediate per token (m), and the three MLP
   // weight gradients are every expert's (a leaf block's unpicked experts get zero ones)
   // and the shared expert's (Wfc). What the dense tape has no place for, the routing,
-  // the planner adds per block from forward to backward (moe_dispatch_bytes).
-  // planner_test.cpp measures the result against runs.
+  // the planner adds per block from forward to backward (moe_dispatch_bytes). In the
+  // MLP's backward the experts run one after the other, each on the tokens that picked
+  // it (B*S*k/E on average), each allocating its weight gradients and freeing its saved
+  // activations: replay_tape replays the MLP's part of the tape once per expert, with one
+  // expert's temporaries (m~, or the shared expert's when wider), not the k experts'
+  // together. planner_test.cpp measures the result against runs.
   const int64_t I = m.moe() ? m.experts_per_tok * m.moe_intermediate + m.shared_intermediate : m.intermediate;
   const int64_t I_grad = m.moe() ? m.experts * m.moe_intermediate + m.shared_intermediate : m.intermediate;
   const int64_t S = m.seq, h = m.hidden, a = m.heads, V = m.vocab;
@@ -86,6 +91,8 @@ TapeSymbols gpt_tape_symbols(const ModelSpec& m, int64_t B, Precision p, bool cp
       {"bkv", kv * e},
       {"3n", 3 * n},
       {"m", B * S * I * e},
+      {"m~", m.moe() ? std::max(B * S * m.experts_per_tok * m.moe_intermediate / m.experts, B * S * m.shared_intermediate) * e
+                     : B * S * I * e},
       {"t", B * a * S * S * e},
       {"t4", B * a * S * S * 4},
       {"s", B * S * e},                // LayerNorm mean / rstd rows
@@ -152,17 +159,64 @@ const char* gpt_tape(const ModelSpec& m, GptTape which, int64_t B, Precision p, 
   return it->second.c_str();
 }
 
-void replay_tape(const char* tape, const TapeSymbols& sym, const std::function<void(int64_t)>& on_activation,
-                 const std::function<void(int64_t)>& on_param) {
+namespace {
+
+std::vector<std::string> tape_tokens(const char* tape) {
   std::istringstream in(tape);
+  std::vector<std::string> toks;
   for (std::string tok; in >> tok;) {
-    const std::string name = tok.substr(1);
-    auto it = sym.find(name);
-    if (it == sym.end() || (tok[0] != '+' && tok[0] != '-'))
+    if (tok.size() < 2 || (tok[0] != '+' && tok[0] != '-'))
       throw std::logic_error("gpt_memory: bad tape token \"" + tok + "\"");
-    const int64_t bytes = tok[0] == '+' ? it->second : -it->second;
-    (is_param_token(name) ? on_param : on_activation)(bytes);
+    toks.push_back(tok);
   }
+  return toks;
+}
+
+int64_t symbol_bytes(const TapeSymbols& sym, const std::string& tok, const std::string& name) {
+  auto it = sym.find(name);
+  if (it == sym.end()) throw std::logic_error("gpt_memory: bad tape token \"" + tok + "\"");
+  return tok[0] == '+' ? it->second : -it->second;
+}
+
+// One of `parts` equal slices of bytes (the last takes the remainder, so they add up).
+int64_t slice(int64_t bytes, int j, int parts) { return bytes / parts + (j == parts - 1 ? bytes % parts : 0); }
+
+}  // namespace
+
+void replay_tape(const char* tape, const TapeSymbols& sym, const std::function<void(int64_t)>& on_activation,
+                 const std::function<void(int64_t)>& on_param, int experts) {
+  const std::vector<std::string> toks = tape_tokens(tape);
+  auto emit = [&](const std::string& tok, const std::string& name, int64_t bytes) {
+    (is_param_token(name) ? on_param : on_activation)(bytes);
+  };
+  if (experts <= 0) {
+    for (const std::string& tok : toks) emit(tok, tok.substr(1), symbol_bytes(sym, tok, tok.substr(1)));
+    return;
+  }
+  // [Note: MoE in the planner]: the MLP's part of the tape (to its last m) is replayed once
+  // per expert. Each pass allocates its share of the weight gradients (W...) and frees its
+  // share of the saved activations (a free of m when no temporary is live), with one
+  // expert's temporaries (+m, as m~) in between; the hidden-state tokens (n, ...) are the
+  // block's, charged once, on the last pass. The rest of the tape (the norm's) follows.
+  size_t mlp_end = 0;
+  for (size_t i = 0; i < toks.size(); ++i)
+    if (toks[i].substr(1) == "m") mlp_end = i + 1;
+  for (int j = 0; j < experts; ++j) {
+    int live_temporaries = 0;  // m~ allocated in this pass and not yet freed
+    for (size_t i = 0; i < mlp_end; ++i) {
+      const std::string& tok = toks[i];
+      const std::string name = tok.substr(1);
+      if (name == "m" && (tok[0] == '+' || live_temporaries > 0)) {
+        live_temporaries += tok[0] == '+' ? 1 : -1;
+        emit(tok, "m~", symbol_bytes(sym, tok, "m~"));
+      } else if (name == "m" || is_param_token(name)) {
+        emit(tok, name, slice(symbol_bytes(sym, tok, name), j, experts));
+      } else if (j == experts - 1) {
+        emit(tok, name, symbol_bytes(sym, tok, name));
+      }
+    }
+  }
+  for (size_t i = mlp_end; i < toks.size(); ++i) emit(toks[i], toks[i].substr(1), symbol_bytes(sym, toks[i], toks[i].substr(1)));
 }
 
 }  // namespace zrepro

@@ -61,7 +61,11 @@ std::string gpt_tape_key(const ModelSpec& m, GptTape which, int64_t micro_batch,
 // Replays a tape: on(+bytes) for each allocation, on(-bytes) for each free. Tokens
 // naming parameter gradients (W..., b..., hb) are reported through on_param instead,
 // so the caller can charge them and free them at the layer's reduce.
+// experts > 0: a MoE block's MLP backward, whose experts run one after another: the
+// tape's MLP part is replayed once per expert, each pass with its share of the weight
+// gradients and saved activations and one expert's temporaries (m~) ([Note: MoE in the
+// planner], gpt_memory.cpp).
 void replay_tape(const char* tape, const TapeSymbols& sym, const std::function<void(int64_t)>& on_activation,
-                 const std::function<void(int64_t)>& on_param);
+                 const std::function<void(int64_t)>& on_param, int experts = 0);
 
 }  // namespace zrepro

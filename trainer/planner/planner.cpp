@@ -361,7 +361,10 @@ class PlanSim {
                 [&](int64_t b) {
                   tl_.add(MemCategory::activations, b);
                   param_grads_ += b;
-                });
+                },
+                which == GptTape::block_backward_mlp || which == GptTape::block_backward_recomputed_mlp
+                    ? static_cast<int>(req_.model.experts)
+                    : 0);
   }
   // A MoE block's routing, saved from its forward to its backward ([Note: MoE in the planner]).
   void moe_dispatch(int sign) {

@@ -184,10 +184,10 @@ TEST(Planner, MoePeakIsWithinItsStatedGapOfTheRun) {
                                       (ckpt ? " ckpt" : "") + " micro " + std::to_string(micro);
             std::printf("%-40s measured %10lld planned %10lld %+6.2f%%\n", label.c_str(),
                         static_cast<long long>(m.peak), static_cast<long long>(p.peak_bytes), 100 * err);
-            // Measured (plan.md): within 2.2% without checkpointing; with it over by up to 6.0%
-            // (the recomputed MLP's backward temporaries charged as one dense MLP of the k
-            // experts' width, where the experts run one at a time).
-            EXPECT_LE(std::abs(err), ckpt ? 0.065 : 0.025) << label;
+            // Measured (plan.md): within 2.5% (the bar is 3%); the largest gaps are with
+            // checkpointing at micro-batch 4, where the planner's even share of tokens per
+            // expert meets the toy's uneven routing.
+            EXPECT_LE(std::abs(err), 0.03) << label;
           }
   std::printf("worst |error| on the MoE toys: %.2f%%\n", 100 * worst);
 }
