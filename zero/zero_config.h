@@ -52,6 +52,9 @@ struct ZeroConfig {
   // classes to Hugging Face's MoE blocks (trainer/config/leaf_modules.h).
   struct LeafModules {
     std::vector<std::string> classes, names, name_suffixes;
+    // The classes the script hands set_z3_leaf_modules (--z3-leaf-modules), also in
+    // classes: DeepSpeed raises when none of them is a module of the model.
+    std::vector<std::string> api_classes;
   } leaf_module;
 };
 

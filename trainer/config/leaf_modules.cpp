@@ -83,9 +83,28 @@ std::string moe_block_module(const ModelSpec& m, int64_t b) {
   return "model.layers." + std::to_string(b) + (mixtral(m) ? ".block_sparse_moe" : ".mlp");
 }
 
+// set_z3_leaf_modules(model, classes) raises ValueError when no module of the model is
+// of any of the classes (deepspeed/utils/z3_leaf_module.py, raise_if_not_found): the
+// script dies before training, so the run refuses.
+static void check_api_classes(const ModelSpec& m, const ZeroConfig::LeafModules& leaf) {
+  const auto& api = leaf.api_classes;
+  if (api.empty()) return;
+  for (int64_t b = 0; b < m.layers; ++b)
+    for (const Holder& h : holders(m, b))
+      for (const auto& c : api)
+        if (c == h.cls || c == h.qualified) return;
+  std::string list;
+  for (const auto& c : api) list += (list.empty() ? "'" : ", '") + c + "'";
+  throw ConfigError("--z3-leaf-modules: none of the classes [" + list + "] is a module of " + m.name +
+                    " (DeepSpeed's set_z3_leaf_modules raises \"ValueError: No modules of type [" + list +
+                    "] found in model\" here); expected the MoE block's class, " + moe_block_class(m) + " (or " +
+                    moe_block_qualified_class(m) + "), or its decoder layer's");
+}
+
 ExpertFetch expert_fetch(const ModelSpec& m, const ZeroConfig& z) {
   ExpertFetch f;
   if (!m.moe()) return f;
+  check_api_classes(m, z.leaf_module);
   f.unmatched = unmatched_entries(m, z.leaf_module);
   if (!StagePolicy{z.stage}.shard_params()) {
     f.why = "with their block: ZeRO stage " + std::to_string(z.stage) + " keeps whole parameters on every rank and "
@@ -136,6 +155,7 @@ void add_leaf_classes(ZeroConfig& z, const std::string& flag_value) {
                         "(e.g. MixtralSparseMoeBlock)");
     if (std::find(z.leaf_module.classes.begin(), z.leaf_module.classes.end(), c) == z.leaf_module.classes.end())
       z.leaf_module.classes.push_back(c);
+    z.leaf_module.api_classes.push_back(c);
   }
 }
 

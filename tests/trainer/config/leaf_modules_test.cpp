@@ -124,3 +124,32 @@ TEST(LeafModules, ExpertsAreFetchedOneByOneOnlyWhereZero3GathersThem) {
   EXPECT_FALSE(expert_fetch(resolve_model("tiny-llama"), stage3()).one_by_one);  // dense: nothing to say
   EXPECT_TRUE(expert_fetch(resolve_model("tiny-llama"), stage3()).why.empty());
 }
+
+// set_z3_leaf_modules raises ValueError when none of its classes is in the model
+// (deepspeed/utils/z3_leaf_module.py): --z3-leaf-modules refuses likewise, at any stage;
+// one matching class is enough, and the config's classes are only warned about.
+TEST(LeafModules, ApiClassesThatMatchNoModuleAreRefusedAsDeepSpeedRaises) {
+  const ModelSpec m = resolve_model("tiny-mixtral");
+  ConfigFlags f;
+  f.z3_leaf_modules = "MixtralSparseMoEBlock";  // a typo of the class
+  for (int stage : {2, 3}) {
+    const DsConfig c = parse_zero("\"stage\": " + std::to_string(stage), f);
+    try {
+      expert_fetch(m, c.zero);
+      FAIL() << stage;
+    } catch (const ConfigError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("--z3-leaf-modules: none of the classes ['MixtralSparseMoEBlock'] is a module of"),
+                std::string::npos) << what;
+      EXPECT_NE(what.find("No modules of type"), std::string::npos) << what;
+      EXPECT_NE(what.find("MixtralSparseMoeBlock"), std::string::npos) << what;
+    }
+  }
+  f.z3_leaf_modules = "MixtralSparseMoEBlock,MixtralDecoderLayer";
+  EXPECT_FALSE(expert_fetch(m, parse_zero(R"("stage": 3)", f).zero).one_by_one);
+  // The same class in the config: DeepSpeed (apply_zero_leaf_module_config) does not raise.
+  EXPECT_NO_THROW(expert_fetch(m, stage3({"MixtralSparseMoEBlock"})));
+  // A dense model has no MoE block to check against: nothing is refused.
+  f.z3_leaf_modules = "MixtralSparseMoeBlock";
+  EXPECT_NO_THROW(expert_fetch(resolve_model("tiny-llama"), parse_zero(R"("stage": 3)", f).zero));
+}
