@@ -59,6 +59,12 @@ void add_config_flags(cxxopts::Options& o) {
       ("seq", "override the model's sequence length", cxxopts::value<int64_t>())
       ("vocab", "override the model's vocabulary size", cxxopts::value<int64_t>())
       ("intermediate", "override the model's MLP width", cxxopts::value<int64_t>())
+      ("output-router-logits", "MoE: add the router's load-balancing loss (router_aux_loss_coef x Switch "
+                               "Transformer's aux loss of every layer), as model.config.output_router_logits = True "
+                               "does (LLaMA-Factory and axolotl set it for MoE training)")
+      ("router-aux-loss-coef", "MoE: the aux loss's weight (config.router_aux_loss_coef; LLaMA-Factory's "
+                               "moe_aux_loss_coef); default the model's (Mixtral-8x7B 0.02, transformers 0.001)",
+       cxxopts::value<double>())
       ("attn", "attention implementation: eager (keeps the s x s probabilities for backward) or sdpa (keeps q, k, "
                "v, the output and the log-sum-exp; recomputes); default the config.json's _attn_implementation, "
                "else eager", cxxopts::value<std::string>())
@@ -88,6 +94,8 @@ ModelOverrides overrides_from(const cxxopts::ParseResult& r) {
   ModelOverrides o{opt<int64_t>(r, "vocab"),  opt<int64_t>(r, "seq"),   opt<int64_t>(r, "hidden"),
                    opt<int64_t>(r, "layers"), opt<int64_t>(r, "heads"), opt<int64_t>(r, "intermediate"),
                    opt<std::string>(r, "attn")};
+  if (r.count("output-router-logits")) o.output_router_logits = true;
+  o.router_aux_loss_coef = opt<double>(r, "router-aux-loss-coef");
   if (!o.seq)
     if (const std::optional<TrainingArgs> t = training_args_from(r); t && t->max_seq_length)
       o.seq = t->max_seq_length, o.seq_from = "the Trainer's max_seq_length (--training-args " + t->file + ")";

@@ -356,7 +356,13 @@ void print_header(RunState& s) {
   if (model.moe()) {
     const ExpertFetch f = expert_fetch(model, cfg.zero);
     std::cout << "[zrepro] experts: " << model.experts << " per block, " << model.experts_per_tok << " per token ("
-              << model.active_param_count() << " of the params active per token); fetched " << f.why << "\n";
+              << model.active_param_count() << " of the params active per token); fetched " << f.why << "\n"
+              << "[zrepro] router aux loss: "
+              << (model.router_aux_loss ? "on, router_aux_loss_coef " + fmt(model.router_aux_loss_coef, 4) +
+                                              " x the load-balancing loss of every layer's router (output_router_logits)"
+                                        : std::string("off (output_router_logits false; --output-router-logits turns it "
+                                                      "on, as LLaMA-Factory and axolotl do for MoE training)"))
+              << "\n";
     for (const auto& u : f.unmatched)
       std::cout << "[zrepro] warning: zero_optimization.leaf_module " << u << " matches no module that holds the "
                 << "experts (" << moe_block_class(model) << " at " << moe_block_module(model, 0) << ", its decoder "

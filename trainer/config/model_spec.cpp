@@ -1,6 +1,8 @@
 // See model_spec.h.
 #include "trainer/config/model_spec.h"
 
+#include <cmath>
+
 #include <algorithm>
 #include <fstream>
 #include <map>
@@ -46,9 +48,9 @@ ModelSpec llama(const char* name, const char* type, int64_t vocab, int64_t seq, 
 
 // A mixture-of-experts preset ([Note: MoE blocks]): llama blocks with routed experts.
 ModelSpec moe(ModelSpec m, int64_t experts, int64_t per_tok, int64_t expert_width, int64_t shared_width,
-              bool norm_topk) {
+              bool norm_topk, double aux_coef = 0.001) {
   m.experts = experts, m.experts_per_tok = per_tok, m.moe_intermediate = expert_width;
-  m.shared_intermediate = shared_width, m.norm_topk_prob = norm_topk;
+  m.shared_intermediate = shared_width, m.norm_topk_prob = norm_topk, m.router_aux_loss_coef = aux_coef;
   return m;
 }
 
@@ -86,7 +88,7 @@ const std::vector<ModelSpec>& presets() {
         moe(llama("tiny-qwen2-moe", "qwen2_moe", 128, 32, 64, 2, 4, 2, 160, 1e-6, 1000000, true), 8, 2, 32, 64,
             false),
         moe(llama("mixtral-8x7b", "mixtral", 32000, 32768, 4096, 32, 32, 8, 14336, 1e-5, 1000000), 8, 2, 14336, 0,
-            true),
+            true, 0.02),
         moe(llama("qwen1.5-moe-a2.7b", "qwen2_moe", 151936, 8192, 2048, 24, 16, 16, 5632, 1e-6, 1000000, true), 60, 4,
             1408, 5632, false),
     };
@@ -155,6 +157,9 @@ void validate_model(const ModelSpec& m, const std::string& where) {
       throw ConfigError(where + ": expert width " + std::to_string(m.moe_intermediate) + " / shared expert width " +
                         std::to_string(m.shared_intermediate) + " must be in (0, " + std::to_string(kMaxIntermediate) +
                         "] / [0, " + std::to_string(kMaxIntermediate) + "]");
+    if (!(m.router_aux_loss_coef >= 0) || !std::isfinite(m.router_aux_loss_coef))
+      throw ConfigError(where + ": router_aux_loss_coef " + std::to_string(m.router_aux_loss_coef) +
+                        " must be a finite number >= 0 (Mixtral-8x7B uses 0.02, transformers' default is 0.001)");
   }
 }
 
@@ -291,7 +296,8 @@ json ModelSpec::to_json() const {
                     {"intermediate", moe_intermediate},
                     {"shared_intermediate", shared_intermediate},
                     {"norm_topk_prob", norm_topk_prob},
-                    {"active_params", active_param_count()}};
+                    {"active_params", active_param_count()},
+                    {"router_aux_loss_coef", router_aux_loss ? json(router_aux_loss_coef) : json()}};
   }
   if (family == Family::gpt2) j["positions"] = position_rows();
   if (attention == Attention::sdpa) j["attention_tile"] = attention_tile;
@@ -368,10 +374,8 @@ void load_moe_fields(const json& j, const std::string& path, ModelSpec& m) {
   m.moe_intermediate = mixtral ? m.intermediate : field<int64_t>(j, path, {"moe_intermediate_size"}, int64_t{1408});
   m.shared_intermediate = mixtral ? 0 : field<int64_t>(j, path, {"shared_expert_intermediate_size"}, int64_t{5632});
   m.norm_topk_prob = mixtral || field<bool>(j, path, {"norm_topk_prob"}, false);
-  if (field<bool>(j, path, {"output_router_logits"}, false))
-    throw ConfigError("--model " + path + ": output_router_logits is true: the router's load-balancing loss is "
-                      "added to the loss, and zrepro does not model it yet; set it to false (both families' default) "
-                      "for the reproduction");
+  m.router_aux_loss = field<bool>(j, path, {"output_router_logits"}, false);
+  m.router_aux_loss_coef = field<double>(j, path, {"router_aux_loss_coef"}, 0.001);
   if (!mixtral) {
     const int64_t step = field<int64_t>(j, path, {"decoder_sparse_step"}, int64_t{1});
     const bool dense_layers = j.contains("mlp_only_layers") && j["mlp_only_layers"].is_array() &&
@@ -477,6 +481,14 @@ ModelSpec resolve_model(const std::string& arg, const ModelOverrides& o) {
   if (o.intermediate) {
     m.intermediate = *o.intermediate;
     if (m.moe()) m.moe_intermediate = *o.intermediate;  // the width of every MLP a token runs through
+  }
+  if (o.output_router_logits || o.router_aux_loss_coef) {
+    const std::string flag = o.output_router_logits ? "--output-router-logits" : "--router-aux-loss-coef";
+    if (!m.moe())
+      throw ConfigError(flag + ": " + m.name + " has no experts (no router): the flag is for mixtral / qwen2_moe "
+                        "models; drop it, or give a MoE --model");
+    if (o.output_router_logits) m.router_aux_loss = *o.output_router_logits;
+    if (o.router_aux_loss_coef) m.router_aux_loss_coef = *o.router_aux_loss_coef;
   }
   if (o.attention) {
     if (*o.attention == "eager") m.attention = Attention::eager;

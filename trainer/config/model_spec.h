@@ -61,11 +61,15 @@ struct ModelSpec {
   // expert is a SwiGLU MLP of moe_intermediate (w1, w3, w2 / gate_proj, up_proj,
   // down_proj, no bias) run on the tokens that picked it, and an expert no token picked
   // does not run. qwen2_moe adds a shared expert every token runs (shared_intermediate),
-  // scaled by sigmoid(shared_expert_gate). The router's load-balancing loss is not
-  // added (output_router_logits false, both families' default; a config that sets it is
-  // refused). experts == 0: a dense MLP of `intermediate`.
+  // scaled by sigmoid(shared_expert_gate). With output_router_logits (router_aux_loss:
+  // the config.json key, or --output-router-logits as LLaMA-Factory and axolotl set it for
+  // MoE training) the loss adds router_aux_loss_coef x the Switch Transformer
+  // load-balancing loss of every layer's router logits ([Note: the router's aux loss],
+  // gpt.cpp). experts == 0: a dense MLP of `intermediate`.
   int64_t experts = 0, experts_per_tok = 0, moe_intermediate = 0, shared_intermediate = 0;
   bool norm_topk_prob = true;
+  bool router_aux_loss = false;          // output_router_logits
+  double router_aux_loss_coef = 0.001;   // MixtralConfig / Qwen2MoeConfig default
   // How a run's ZeRO-3 fetches the experts (not a property of the model: set by
   // with_expert_fetch from the DeepSpeed config, [Note: which experts a rank fetches]):
   // each expert its own group, gathered only when a token picks it (DeepSpeed's
@@ -107,6 +111,8 @@ struct ModelSpec {
 struct ModelOverrides {
   std::optional<int64_t> vocab, seq, hidden, layers, heads, intermediate;
   std::optional<std::string> attention;  // --attn eager|sdpa
+  std::optional<bool> output_router_logits;     // --output-router-logits
+  std::optional<double> router_aux_loss_coef;   // --router-aux-loss-coef
   std::string seq_from = "--seq";        // what set seq (the Trainer's max_seq_length, ...)
 };
 

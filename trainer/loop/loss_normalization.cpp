@@ -48,14 +48,15 @@ MicroWeights micro_weights(LossNormalization n, int64_t gas, int64_t run, int wo
   const double g = static_cast<double>(std::max<int64_t>(gas, 1));
   const double nr = static_cast<double>(std::max<int64_t>(rank_tokens, 1));
   switch (n) {
-    case LossNormalization::mean: return {false, g, static_cast<double>(std::max<int64_t>(run, 1))};
+    case LossNormalization::mean: return {false, g, static_cast<double>(std::max<int64_t>(run, 1)), 1};
     case LossNormalization::token: {
       // sum / N x world: the engine's average over ranks makes it the global token mean.
-      const double d = static_cast<double>(std::max<int64_t>(global_tokens, 1)) / static_cast<double>(world);
-      return {true, d, d};
+      const double N = static_cast<double>(std::max<int64_t>(global_tokens, 1));
+      const double d = N / static_cast<double>(world);
+      return {true, d, d, N};
     }
-    case LossNormalization::token_per_rank: return {true, nr, nr};
-    case LossNormalization::token_scaled_twice: return {true, nr * g, nr};
+    case LossNormalization::token_per_rank: return {true, nr, nr, nr};
+    case LossNormalization::token_scaled_twice: return {true, nr * g, nr, nr};
   }
   return {};
 }

@@ -43,6 +43,10 @@ LossNormalization parse_loss_normalization(const std::string& value);
 struct MicroWeights {
   bool sum = false;
   double grad_div = 1, report_div = 1;
+  // What the model's own forward divides the summed loss by (num_items_in_batch: the
+  // global or the rank's token count; 1 for mean): a term the forward adds after that
+  // division (a MoE router's aux loss) is weighted by it so it survives grad_div as in HF.
+  double forward_div = 1;
 };
 // gas: the micro-steps the step has; run: those this rank runs (fewer under skip-forward);
 // rank_tokens: the scored tokens of this rank's micro-batches of the step; global_tokens:

@@ -359,7 +359,7 @@ double micro_step(Loop& l, StepRecord& rec, const StepFaults& f, int64_t t, doub
 
   t0 = Clock::now();
   l.engine.begin_forward();
-  torch::Tensor loss = l.model.loss(inputs, targets, l.engine, w.sum);
+  torch::Tensor loss = l.model.loss(inputs, targets, l.engine, w.sum, w.forward_div);
   const double lv = loss.item<double>();
   rec.forward_s += since(t0);
 

@@ -75,7 +75,12 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
     } else {
       ctx->save_for_backward({x});
     }
-    return {model->run_block(layer, x, *eng)};
+    // [Note: the router's aux loss]: a MoE block's router logits are a second output,
+    // so the aux loss's gradient reaches the router through the recomputation.
+    if (!model->keeps_router_logits()) return {model->run_block(layer, x, *eng)};
+    torch::Tensor logits;
+    torch::Tensor y = model->run_block(layer, x, *eng, &logits);
+    return {y, logits};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto* model = reinterpret_cast<Gpt*>(static_cast<intptr_t>(ctx->saved_data["gpt"].toInt()));
@@ -84,9 +89,13 @@ struct CheckpointedBlock : public torch::autograd::Function<CheckpointedBlock> {
     torch::AutoGradMode enable(true);
     torch::Tensor xd = x.detach().requires_grad_(true);
     const int64_t b = ctx->saved_data["layer"].toInt();
-    torch::Tensor y = model->run_block(b, xd, *eng);
+    torch::Tensor logits;
+    torch::Tensor y = model->run_block(b, xd, *eng, model->keeps_router_logits() ? &logits : nullptr);
     DeviceMemory::instance().mark("recomputed", ctx->saved_data["group"].toInt());
-    torch::autograd::backward({y}, {grads[0]});
+    if (logits.defined() && grads.size() > 1 && grads[1].defined())
+      torch::autograd::backward({y, logits}, {grads[0], grads[1]});
+    else
+      torch::autograd::backward({y}, {grads[0]});
     return {xd.grad(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
@@ -149,9 +158,9 @@ struct MemEfficientAttention : public torch::autograd::Function<MemEfficientAtte
 
 }  // namespace
 
-torch::Tensor Gpt::run_block(int64_t b, const torch::Tensor& x, ZeroEngine& engine) {
+torch::Tensor Gpt::run_block(int64_t b, const torch::Tensor& x, ZeroEngine& engine, torch::Tensor* router_logits) {
   const Params p = engine.acquire(spec_.block_group(b));
-  return spec_.family == Family::llama ? llama_block(b, p, x, engine) : gpt2_block(b, p, x);
+  return spec_.family == Family::llama ? llama_block(b, p, x, engine, router_logits) : gpt2_block(b, p, x);
 }
 
 Gpt::Gpt(const ModelSpec& spec, torch::ScalarType compute, torch::Device device, Checkpointing ckpt)
@@ -243,7 +252,8 @@ torch::Tensor Gpt::rotate(const torch::Tensor& x, int64_t S) const {
   return x * cos_.narrow(0, 0, S) + rotated * sin_.narrow(0, 0, S);
 }
 
-torch::Tensor Gpt::llama_block(int64_t b, const Params& g, const torch::Tensor& x, ZeroEngine& engine) {
+torch::Tensor Gpt::llama_block(int64_t b, const Params& g, const torch::Tensor& x, ZeroEngine& engine,
+                               torch::Tensor* router_logits) {
   const int64_t B = x.size(0), S = x.size(1), a = spec_.heads, kvh = spec_.kv_head_count(), d = spec_.head_dim();
   // Parameter indices follow ModelSpec::layer_shapes: a bias follows its weight when present.
   size_t i = 0;
@@ -266,7 +276,7 @@ torch::Tensor Gpt::llama_block(int64_t b, const Params& g, const torch::Tensor& 
   }
   torch::Tensor r = mark_mlp_backward(x + linear(attend(q, k, v), spec_.o_bias), b);
   y = rms_norm(r, next());
-  if (spec_.moe()) return r + moe_mlp(b, g, i, y, engine);
+  if (spec_.moe()) return r + moe_mlp(b, g, i, y, engine, router_logits);
   torch::Tensor gate = linear(y, spec_.mlp_bias);
   torch::Tensor up = linear(y, spec_.mlp_bias);
   return r + linear(torch::silu(gate) * up, spec_.mlp_bias);
@@ -277,12 +287,15 @@ torch::Tensor Gpt::swiglu(const torch::Tensor& x, const torch::Tensor& gate, con
   return torch::linear(torch::silu(torch::linear(x, gate)) * torch::linear(x, up), down);
 }
 
-torch::Tensor Gpt::moe_mlp(int64_t b, const Params& g, size_t i, const torch::Tensor& y, ZeroEngine& engine) {
+torch::Tensor Gpt::moe_mlp(int64_t b, const Params& g, size_t i, const torch::Tensor& y, ZeroEngine& engine,
+                           torch::Tensor* router_logits) {
   const int64_t B = y.size(0), S = y.size(1), h = spec_.hidden, E = spec_.experts;
   const torch::Tensor x = y.reshape({B * S, h});
   // The router: softmax in fp32, the top experts_per_tok, renormalised (Mixtral; Qwen2-MoE
   // when norm_topk_prob), back to the hidden dtype (MixtralSparseMoeBlock.forward).
-  torch::Tensor probs = torch::softmax(torch::linear(x, w(g, i++)), -1, torch::kFloat);
+  const torch::Tensor logits = torch::linear(x, w(g, i++));
+  if (router_logits) *router_logits = logits;
+  torch::Tensor probs = torch::softmax(logits, -1, torch::kFloat);
   auto [top_w, top_i] = probs.topk(spec_.experts_per_tok, -1);
   if (spec_.norm_topk_prob) top_w = top_w / top_w.sum(-1, true);
   top_w = top_w.to(x.scalar_type());
@@ -334,18 +347,63 @@ torch::Tensor Gpt::head_loss(const Params& g, const torch::Tensor& lm_head, cons
                                    sum ? at::Reduction::Sum : at::Reduction::Mean, kPadLabel);
 }
 
-torch::Tensor Gpt::trunk(const torch::Tensor& inputs, ZeroEngine& engine) {
+torch::Tensor Gpt::trunk(const torch::Tensor& inputs, ZeroEngine& engine, std::vector<torch::Tensor>* router_logits) {
   torch::Tensor x = engine.after_forward(0, embed(engine.acquire(0), inputs));
   for (int64_t b = 0; b < spec_.layers; ++b) {
     const int group = spec_.block_group(b);
-    torch::Tensor y = ckpt_.enabled && torch::GradMode::is_enabled()
-                          ? CheckpointedBlock::apply(x, b, static_cast<int64_t>(group),
-                                                     static_cast<int64_t>(reinterpret_cast<intptr_t>(this)),
-                                                     static_cast<int64_t>(reinterpret_cast<intptr_t>(&engine)))[0]
-                          : run_block(b, x, engine);
+    torch::Tensor y, logits;
+    if (ckpt_.enabled && torch::GradMode::is_enabled()) {
+      variable_list out = CheckpointedBlock::apply(x, b, static_cast<int64_t>(group),
+                                                   static_cast<int64_t>(reinterpret_cast<intptr_t>(this)),
+                                                   static_cast<int64_t>(reinterpret_cast<intptr_t>(&engine)));
+      y = out[0];
+      if (out.size() > 1) logits = out[1];
+    } else {
+      y = run_block(b, x, engine, keeps_router_logits() ? &logits : nullptr);
+    }
+    if (router_logits && logits.defined()) router_logits->push_back(logits);
     x = engine.after_forward(group, y);
   }
   return x;
+}
+
+// [Note: the router's aux loss] Hugging Face's load_balancing_loss_func (transformers
+// 5.x's layer-by-layer form; 4.x concatenates the layers first, the same sums): per
+// layer, softmax of the router logits in their own dtype and its top-k; over all layers,
+// the fraction f_e of rows that picked expert e (the f_e sum to k) and the mean
+// probability P_e of e; aux = E * sum_e f_e * P_e: k when the routing is uniform, up to E
+// when every row picks the same experts with all the probability.
+// Padding rows (an input after a sample's last real token, the attention mask's zeros)
+// are left out, as HF does when the collator gives an attention mask. MixtralForCausalLM
+// adds router_aux_loss_coef * aux to the loss of each forward; a run checkpointing its
+// blocks gets the logits as the checkpointed block's second output.
+torch::Tensor real_input_rows(const torch::Tensor& targets) {
+  if (!(targets == kPadLabel).any().item<bool>()) return {};
+  const int64_t B = targets.size(0), S = targets.size(1);
+  return torch::cat({torch::ones({B, 1}, targets.options().dtype(torch::kBool)),
+                     (targets != kPadLabel).narrow(1, 0, S - 1)}, 1)
+      .reshape({-1})
+      .to(torch::kFloat);
+}
+
+torch::Tensor router_aux_loss(const std::vector<torch::Tensor>& router_logits, int64_t k, const torch::Tensor& mask) {
+  const int64_t E = router_logits.front().size(-1);
+  const auto f32 = router_logits.front().options().dtype(torch::kFloat);
+  torch::Tensor count = torch::zeros({E}, f32), prob = torch::zeros({E}, f32), rows = torch::zeros({}, f32);
+  for (const torch::Tensor& l : router_logits) {
+    const torch::Tensor rw = torch::softmax(l, -1);
+    const torch::Tensor picked = std::get<1>(rw.topk(k, -1)).reshape({-1});
+    if (!mask.defined()) {
+      count = count + torch::histc(picked.to(torch::kFloat), E, 0, E);
+      prob = prob + rw.to(torch::kFloat).sum(0);
+      rows = rows + rw.size(0);
+    } else {
+      count = count + torch::zeros({E}, f32).scatter_add_(0, picked, mask.repeat_interleave(k));
+      prob = prob + (rw.to(torch::kFloat) * mask.unsqueeze(-1)).sum(0);
+      rows = rows + mask.sum();
+    }
+  }
+  return ((count / rows) * (prob / rows)).sum() * static_cast<double>(E);
 }
 
 torch::Tensor Gpt::next_token(const torch::Tensor& inputs, ZeroEngine& engine) {
@@ -363,17 +421,24 @@ torch::Tensor Gpt::next_token(const torch::Tensor& inputs, ZeroEngine& engine) {
   return logits.squeeze(1).argmax(-1);
 }
 
-torch::Tensor Gpt::loss(const torch::Tensor& inputs, const torch::Tensor& targets, ZeroEngine& engine, bool sum) {
+torch::Tensor Gpt::loss(const torch::Tensor& inputs, const torch::Tensor& targets, ZeroEngine& engine, bool sum,
+                        double aux_weight) {
   const int last = spec_.head_group();
-  const torch::Tensor x = trunk(inputs, engine);
+  std::vector<torch::Tensor> router_logits;
+  const torch::Tensor x = trunk(inputs, engine, keeps_router_logits() ? &router_logits : nullptr);
+  torch::Tensor loss;
   if (!spec_.tied) {
     const Params head = engine.acquire(last);
-    return engine.after_forward(last, head_loss(head, head.back(), x, targets, sum));
+    loss = engine.after_forward(last, head_loss(head, head.back(), x, targets, sum));
+  } else {
+    // Tied: the embed group again for the LM head (gathered again under ZeRO-3), then the head's own.
+    const torch::Tensor wte = engine.acquire(0)[0];
+    loss = head_loss(engine.acquire(last), wte, x, targets, sum);
+    loss = engine.after_forward(last, engine.after_forward(0, loss));
   }
-  // Tied: the embed group again for the LM head (gathered again under ZeRO-3), then the head's own.
-  const torch::Tensor wte = engine.acquire(0)[0];
-  torch::Tensor loss = head_loss(engine.acquire(last), wte, x, targets, sum);
-  return engine.after_forward(last, engine.after_forward(0, loss));
+  if (router_logits.empty()) return loss;
+  return loss + router_aux_loss(router_logits, spec_.experts_per_tok, real_input_rows(targets)) *
+                    (spec_.router_aux_loss_coef * aux_weight);
 }
 
 }  // namespace zrepro

@@ -118,7 +118,10 @@ int64_t moe_dispatch_bytes(const ModelSpec& m, int64_t B, int64_t e) {
          + T * k * (4 + 8 + e)     // top-k weights (fp32), indices (int64), weights in the compute dtype
          + 3 * k * T * m.hidden * e   // each token-expert pair's gathered input, output and weighted output
          + k * T * (16 + e)           // ... its (token, slot) indices and its gathered weight
-         + (m.shared_intermediate > 0 ? T * (m.hidden + 2) * e : 0);  // the shared expert's output, its gate
+         + (m.shared_intermediate > 0 ? T * (m.hidden + 2) * e : 0)  // the shared expert's output, its gate
+         // With the router's aux loss: the router logits, kept for it until the loss, then
+         // their gradient from it, waiting for the block's MLP backward.
+         + (m.router_aux_loss ? T * E * e : 0);
 }
 
 const char* gpt_tape_name(GptTape which) {

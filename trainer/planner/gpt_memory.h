@@ -32,8 +32,9 @@ TapeSymbols gpt_tape_symbols(const ModelSpec& m, int64_t micro_batch, Precision 
 
 // A MoE block's routing state, saved from its forward to its backward: the router's
 // logits and fp32 probabilities, the top-k weights and indices, each token-expert pair's
-// gathered input and weighted output ([Note: MoE in the planner], gpt_memory.cpp). 0 for
-// a dense model. e: bytes per compute element.
+// gathered input and weighted output, and with the router's aux loss the logits kept for
+// it ([Note: MoE in the planner], gpt_memory.cpp). 0 for a dense model. e: bytes per
+// compute element.
 int64_t moe_dispatch_bytes(const ModelSpec& m, int64_t micro_batch, int64_t e);
 
 enum class GptTape {

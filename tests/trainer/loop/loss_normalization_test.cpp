@@ -30,16 +30,20 @@ TEST(LossNormalization, DivisorsFollowEachTrainerBehaviour) {
   EXPECT_FALSE(w.sum);
   EXPECT_EQ(w.grad_div, 4);    // DeepSpeed's backward: / gas
   EXPECT_EQ(w.report_div, 3);  // the mean of the micro-batches that ran
+  EXPECT_EQ(w.forward_div, 1);  // the model's forward returns the mean itself
   w = micro_weights(LossNormalization::token, 4, 3, 2, 300, 700);
   EXPECT_TRUE(w.sum);
   EXPECT_DOUBLE_EQ(w.grad_div, 350);  // sum / 700 x world 2; the ranks' average halves it back
   EXPECT_DOUBLE_EQ(w.report_div, 350);
+  EXPECT_DOUBLE_EQ(w.forward_div, 700);  // the forward divides by num_items_in_batch (every rank's)
   w = micro_weights(LossNormalization::token_per_rank, 4, 3, 2, 300, 700);
   EXPECT_TRUE(w.sum);
   EXPECT_DOUBLE_EQ(w.grad_div, 300);
   EXPECT_DOUBLE_EQ(w.report_div, 300);
+  EXPECT_DOUBLE_EQ(w.forward_div, 300);
   w = micro_weights(LossNormalization::token_scaled_twice, 4, 3, 2, 300, 700);
   EXPECT_TRUE(w.sum);
   EXPECT_DOUBLE_EQ(w.grad_div, 1200);  // and DeepSpeed's / gas again
   EXPECT_DOUBLE_EQ(w.report_div, 300);  // the logged loss was right
+  EXPECT_DOUBLE_EQ(w.forward_div, 300);
 }

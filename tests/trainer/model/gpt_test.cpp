@@ -254,10 +254,10 @@ TEST(Model, LossStartsNearUniform) {
 namespace {
 // One forward/backward of m on one rank from `init`: the loss and each group's gradient.
 std::pair<double, std::vector<torch::Tensor>> one_step(const ModelSpec& m, const std::vector<torch::Tensor>& init,
-                                                       int64_t batch = 2) {
+                                                       int64_t batch = 2, Checkpointing ckpt = {}) {
   SelfCommunicator comm;
   ZeroEngine engine(m.layer_shapes(), init, EngineConfig{}, comm);
-  Gpt g(m, torch::kFloat, torch::kCPU);
+  Gpt g(m, torch::kFloat, torch::kCPU, ckpt);
   MarkovData d(m.vocab, m.seq, 7);
   torch::Tensor b = d.samples(0, batch);
   engine.begin_micro_step(0, 0);
@@ -336,7 +336,7 @@ TEST(Model, MoeConfigJsonReadsTheExpertsAndRefusesWhatIsNotModelled) {
   const std::string base = R"({"model_type": "qwen2_moe", "hidden_size": 64, "num_hidden_layers": 2,
     "num_attention_heads": 4, "vocab_size": 128, "intermediate_size": 96)";
   for (const auto& [file, extra, fragment] : std::vector<std::tuple<std::string, std::string, std::string>>{
-           {"aux.json", R"(, "output_router_logits": true)", "output_router_logits"},
+           {"coef.json", R"(, "router_aux_loss_coef": -1)", "router_aux_loss_coef"},
            {"step.json", R"(, "decoder_sparse_step": 2)", "decoder_sparse_step 2"},
            {"dense.json", R"(, "mlp_only_layers": [1])", "mlp_only_layers [1]"},
            {"topk.json", R"(, "num_experts": 4, "num_experts_per_tok": 5)", "num_experts_per_tok 5"}}) {
@@ -433,5 +433,86 @@ TEST(Data, SamplesAreAddressedByGlobalIndex) {
           firsts.push_back(MarkovData::first_sample(3, t, r, static_cast<int>(world), micro, gas) + i);
     std::sort(firsts.begin(), firsts.end());
     for (size_t i = 0; i < firsts.size(); ++i) EXPECT_EQ(firsts[i], 12 + static_cast<int64_t>(i));
+  }
+}
+
+// [Note: the router's aux loss]: Hugging Face's load_balancing_loss_func, by hand.
+TEST(Model, RouterAuxLossIsHuggingFacesLoadBalancingLoss) {
+  // Uniform routers: every expert's probability is 1/E, the f_e sum to k: aux = k.
+  EXPECT_NEAR(router_aux_loss({torch::zeros({6, 8}), torch::zeros({6, 8})}, 2).item<double>(), 2.0, 1e-6);
+  // Collapsed: every row puts all its probability on expert 3: aux = E.
+  torch::Tensor collapsed = torch::full({5, 4}, -1e4);
+  collapsed.select(1, 3).fill_(10);
+  EXPECT_NEAR(router_aux_loss({collapsed}, 1).item<double>(), 4.0, 1e-4);
+  // Two layers of two rows, E = 2, k = 1, by hand: probabilities p, picks argmax.
+  const torch::Tensor a = torch::tensor({{0.0, 1.0}, {2.0, 0.0}}), b = torch::tensor({{0.0, 3.0}, {0.0, 0.5}});
+  const torch::Tensor pa = torch::softmax(a, -1), pb = torch::softmax(b, -1);
+  const torch::Tensor P = (pa.sum(0) + pb.sum(0)) / 4;
+  const torch::Tensor f = torch::tensor({1.0 / 4, 3.0 / 4});  // expert 0 picked once, expert 1 three times
+  EXPECT_NEAR(router_aux_loss({a, b}, 1).item<double>(), (2 * (f * P).sum()).item<double>(), 1e-6);
+  // A masked row counts nowhere: the same as leaving it out.
+  const torch::Tensor mask = torch::tensor({1.0f, 0.0f});
+  EXPECT_NEAR(router_aux_loss({a, b}, 1, mask).item<double>(),
+              router_aux_loss({a.narrow(0, 0, 1), b.narrow(0, 0, 1)}, 1).item<double>(), 1e-6);
+}
+
+// With output_router_logits the loss adds coef x aux; the aux term's gradient reaches the
+// routers alike with checkpointed blocks (the logits a second output of the recomputed
+// block). moe_mpi_test.cpp runs it under ZeRO-3 on two ranks.
+TEST(Model, RouterAuxLossTrainsTheRoutersAlikeWithCheckpointing) {
+  for (const char* name : {"tiny-mixtral", "tiny-qwen2-moe"}) {
+    ModelSpec plain = resolve_model(name), aux = plain;
+    aux.router_aux_loss = true;
+    aux.router_aux_loss_coef = 0.5;
+    const std::vector<torch::Tensor> init = gpt_init(plain, 11);
+    const auto [l0, g0] = one_step(plain, init);
+    const auto [l1, g1] = one_step(aux, init);
+    // The aux loss is between k (uniform) and E (collapsed).
+    EXPECT_GE((l1 - l0) / 0.5, plain.experts_per_tok - 1e-3) << name;
+    EXPECT_LE((l1 - l0) / 0.5, plain.experts) << name;
+    EXPECT_FALSE(torch::equal(g0[1], g1[1])) << name << ": the aux loss gives the routers a gradient";
+    const auto [lc, gc] = one_step(aux, init, 2, Checkpointing{true, false});
+    EXPECT_NEAR(lc, l1, 1e-6) << name;
+    for (size_t l = 0; l < g1.size(); ++l)
+      EXPECT_TRUE(torch::allclose(gc[l], g1[l], 1e-5, 1e-7)) << name << " checkpointed, group " << l;
+  }
+}
+
+// Padding: input j of a sample is a real token when j is 0 or target j - 1 is scored (the
+// sample's last real input has a padding target); the rest are the attention mask's zeros.
+TEST(Model, TheAuxLossLeavesOutTheRowsThatAreInputPadding) {
+  EXPECT_FALSE(real_input_rows(torch::ones({2, 4}, torch::kLong)).defined());
+  const torch::Tensor targets = torch::tensor({{5, 6, -100, -100}, {7, 8, 9, 10}}, torch::kLong);
+  EXPECT_TRUE(torch::equal(real_input_rows(targets), torch::tensor({1.0f, 1.0f, 1.0f, 0.0f, 1.0f, 1.0f, 1.0f, 1.0f})));
+}
+
+TEST(Model, OutputRouterLogitsIsReadFromTheConfigAndTheFlags) {
+  const ModelSpec mixtral = resolve_model(models_dir() + "/mixtral-8x7b.json");
+  EXPECT_FALSE(mixtral.router_aux_loss);
+  EXPECT_DOUBLE_EQ(mixtral.router_aux_loss_coef, 0.02);
+  EXPECT_DOUBLE_EQ(resolve_model("mixtral-8x7b").router_aux_loss_coef, 0.02);  // the preset is the config
+  ModelOverrides o;
+  o.output_router_logits = true;
+  const ModelSpec on = resolve_model("tiny-qwen2-moe", o);
+  EXPECT_TRUE(on.router_aux_loss);
+  EXPECT_DOUBLE_EQ(on.router_aux_loss_coef, 0.001);  // Qwen2MoeConfig's default
+  EXPECT_TRUE(on.to_json()["experts"]["router_aux_loss_coef"].is_number());
+  EXPECT_TRUE(resolve_model("tiny-qwen2-moe").to_json()["experts"]["router_aux_loss_coef"].is_null());
+  o.router_aux_loss_coef = 0.01;
+  EXPECT_DOUBLE_EQ(resolve_model("tiny-mixtral", o).router_aux_loss_coef, 0.01);
+  const std::string dir = testing::TempDir() + "/aux_configs";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/aux.json") << R"({"model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "vocab_size": 128, "intermediate_size": 96, "output_router_logits": true,
+    "router_aux_loss_coef": 0.03})";
+  const ModelSpec from_file = resolve_model(dir + "/aux.json");
+  EXPECT_TRUE(from_file.router_aux_loss);
+  EXPECT_DOUBLE_EQ(from_file.router_aux_loss_coef, 0.03);
+  try {
+    resolve_model("tiny-llama", o);
+    ADD_FAILURE() << "a dense model took --output-router-logits";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--output-router-logits: tiny-llama has no experts"), std::string::npos)
+        << e.what();
   }
 }

@@ -48,3 +48,23 @@ TEST(MoeZero3, LeafNamesThatCoverSomeBlocksAreRefusedWithASummary) {
   ASSERT_TRUE(r.summary.is_object()) << r.output;
   EXPECT_EQ(r.summary["status"], "config_error");
 }
+
+// --output-router-logits: the router's aux loss under ZeRO-3, experts fetched one by one,
+// trains as stage 0 and as with checkpointed blocks, and moves the losses (coef 0.1).
+TEST(MoeZero3, TheRoutersAuxLossTrainsAlikeAtEveryStageAndWithCheckpointing) {
+  const std::string args = "--ranks 2 --model tiny-mixtral --seq 4 --steps 3 --data-rule same --router-aux-loss-coef 0.1";
+  const RunResult plain = zrepro_run("aux_off", moe_config(3, "[]"), args);
+  const RunResult one = zrepro_run("aux_one", moe_config(3, "[]"), args + " --output-router-logits");
+  const RunResult stage0 = zrepro_run("aux_s0", moe_config(0, "[]"), args + " --output-router-logits");
+  const RunResult ckpt = zrepro_run("aux_ckpt", moe_config(3, "[]"), args + " --output-router-logits --activation-checkpointing");
+  ASSERT_EQ(one.code, 0) << one.output;
+  EXPECT_NE(one.output.find("[zrepro] router aux loss: on, router_aux_loss_coef 0.1"), std::string::npos) << one.output;
+  EXPECT_NE(plain.output.find("[zrepro] router aux loss: off"), std::string::npos) << plain.output;
+  EXPECT_DOUBLE_EQ(one.summary["model"]["experts"]["router_aux_loss_coef"].get<double>(), 0.1);
+  expect_same_losses(stage0, one, 1e-5, "aux: one by one vs stage 0");
+  expect_same_losses(ckpt, one, 1e-5, "aux: checkpointed vs not");
+  // coef x aux, aux in [k, E] = [2, 8]: the first loss is 0.2 .. 0.8 above the plain run's.
+  const double gap = one.summary["steps"][0]["loss"].get<double>() - plain.summary["steps"][0]["loss"].get<double>();
+  EXPECT_GE(gap, 0.2 - 1e-4);
+  EXPECT_LE(gap, 0.8);
+}

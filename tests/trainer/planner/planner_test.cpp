@@ -170,17 +170,19 @@ TEST(Planner, PeakMatchesTheTrackingAllocatorForEveryFamilyAndAttention) {
 TEST(Planner, MoePeakIsWithinItsStatedGapOfTheRun) {
   double worst = 0;
   for (const char* name : {"tiny-mixtral", "tiny-qwen2-moe"})
+    for (bool aux : {false, true})
     for (const char* precision : {"fp32", "bf16"})
       for (int stage : {0, 3})
         for (bool ckpt : {false, true})
           for (int64_t micro : {1, 4, 8}) {
-            const ModelSpec model = resolve_model(name);
+            ModelSpec model = resolve_model(name);
+            model.router_aux_loss = aux;
             const DsConfig cfg = make_config(sized_config(stage, false), micro, 1, precision);
             const Measured m = measure(cfg, ckpt, std::nullopt, model);
             const MemoryPlan p = predict(cfg, ckpt, 1, 0, std::nullopt, model);
             const double err = static_cast<double>(p.peak_bytes - m.peak) / static_cast<double>(m.peak);
             worst = std::max(worst, std::abs(err));
-            const std::string label = std::string(name) + " " + precision + " stage " + std::to_string(stage) +
+            const std::string label = std::string(name) + (aux ? " aux" : "") + " " + precision + " stage " + std::to_string(stage) +
                                       (ckpt ? " ckpt" : "") + " micro " + std::to_string(micro);
             std::printf("%-40s measured %10lld planned %10lld %+6.2f%%\n", label.c_str(),
                         static_cast<long long>(m.peak), static_cast<long long>(p.peak_bytes), 100 * err);
