@@ -190,7 +190,8 @@ class MixtralSparseMoeBlock(nn.Module):
     def forward(self, y):
         B, S, h = y.shape
         x = y.reshape(B * S, h)
-        probs = torch.softmax(self.gate(x), dim=-1, dtype=torch.float32)
+        self.router_logits = self.gate(x)  # what output_router_logits returns (read by the aux loss)
+        probs = torch.softmax(self.router_logits, dim=-1, dtype=torch.float32)
         top_w, top_i = probs.topk(self.top_k, dim=-1)
         top_w = (top_w / top_w.sum(-1, keepdim=True)).to(x.dtype)
         out = torch.zeros_like(x)
@@ -254,13 +255,23 @@ class MixtralForCausalLM4x(nn.Module):
 
     hf_name = HfLlama.hf_name
 
+    # output_router_logits: MixtralForCausalLM adds router_aux_loss_coef x transformers' own
+    # load_balancing_loss_func of the layers' router logits (None: off).
+    router_aux_loss_coef = None
+
     def forward(self, inputs, targets, reduction="mean"):
         x = self.model.embed_tokens(inputs)
         for layer in self.model.layers:
             x = layer(x, self.cos, self.sin, self.mask)
         logits = self.lm_head(self.model.norm(x))
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=-100,
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), ignore_index=-100,
                                reduction=reduction)
+        if self.router_aux_loss_coef is None:
+            return loss
+        from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
+        moe = [layer.block_sparse_moe for layer in self.model.layers]
+        aux = load_balancing_loss_func(tuple(b.router_logits for b in moe), len(moe[0].experts), moe[0].top_k, None)
+        return loss + self.router_aux_loss_coef * aux.to(loss.device)
 
 
 def moe_layout(m):

@@ -19,6 +19,8 @@ Runs, each side:
              default classes are the fully qualified Hugging Face names, which a class defined
              here does not match; zrepro's default names the same class): losses per step
   fp32 check leaf on, bf16 off: the two networks' numerics (fp32 tolerance)
+  aux        fp32 leaf on with output_router_logits (router_aux_loss_coef 0.1): zrepro's aux loss
+             against transformers' own load_balancing_loss_func under DeepSpeed
 
 On the DeepSpeed side every rank logs each torch.distributed collective before it is issued
 (op, element counts, the module whose parameters DeepSpeed is fetching, or the gradient
@@ -59,6 +61,7 @@ MODEL = {"name": "tiny-mixtral", "family": "llama", "model_type": "mixtral", "vo
          "heads": 4, "kv_heads": 2, "seq": 8, "experts": 8, "experts_per_tok": 2, "moe_intermediate": 96,
          "norm_eps": 1e-5, "rope_theta": 1e6, "tied": False}
 LEAF_CLASS = "MixtralSparseMoeBlock"
+AUX_COEF = 0.1  # large enough that the aux term is well above the fp32 tolerance
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
            OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1", DS_ACCELERATOR="cpu",
            PYTHONUNBUFFERED="1")
@@ -123,6 +126,8 @@ def worker(a):
     deepspeed.init_distributed(dist_backend="gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     model, layout, tokens = load(a.inputs)
+    if a.aux_coef is not None:
+        model.router_aux_loss_coef = a.aux_coef
     names = {id(m): n or "(root)" for n, m in model.named_modules()}
     pnames = {id(p): n for n, p in model.named_parameters()}
 
@@ -247,8 +252,8 @@ def run(cmd, timeout, log, pid_dir=None):
     return rc, time.time() - t0, open(log, errors="replace").read()
 
 
-def zrepro_run(zrepro, config, out):
-    cmd = [zrepro, "run", "--config", config, "--out", out] + ZREPRO_FLAGS
+def zrepro_run(zrepro, config, out, extra=()):
+    cmd = [zrepro, "run", "--config", config, "--out", out] + ZREPRO_FLAGS + list(extra)
     rc, s, log = run(cmd, 600, out + ".log")
     work = os.path.dirname(out)
     summary = json.load(open(os.path.join(out, "summary.json"))) if os.path.exists(
@@ -401,14 +406,14 @@ def raising_frames(log):
     return {r: " > ".join(f[-3:]) for r, f in frames.items()}
 
 
-def deepspeed_run(name, inputs, cfg, work, timeout, port):
+def deepspeed_run(name, inputs, cfg, work, timeout, port, aux_coef=None):
     d = os.path.join(work, name)
     os.makedirs(d, exist_ok=True)
     cfg_path = os.path.join(d, "ds_config.json")
     json.dump(cfg, open(cfg_path, "w"), indent=1)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(RANKS), "--master_port", str(port),
            os.path.abspath(__file__), "worker", "--inputs", inputs, "--config", cfg_path, "--steps", str(STEPS),
-           "--dir", d]
+           "--dir", d] + (["--aux-coef", str(aux_coef)] if aux_coef is not None else [])
     rc, s, log = run(cmd, timeout, os.path.join(d, "deepspeed.log"), pid_dir=d)
     results = {}
     for r in range(RANKS):
@@ -642,6 +647,7 @@ def main():
         ap.add_argument("--config", required=True)
         ap.add_argument("--steps", type=int, required=True)
         ap.add_argument("--dir", required=True)
+        ap.add_argument("--aux-coef", type=float, default=None)
         worker(ap.parse_args())
         return
     ap = argparse.ArgumentParser()
@@ -670,8 +676,10 @@ def main():
     z_off, s_off = zrepro_run(zrepro, os.path.join(scen, "ds_config.json"), os.path.join(work, "zrepro-leaf-off"))
     z_on, s_on = zrepro_run(zrepro, os.path.join(scen, "fixed.json"), os.path.join(work, "zrepro-leaf-on"))
     z_32, s_32 = zrepro_run(zrepro, os.path.join(work, "fixed-fp32.json"), os.path.join(work, "zrepro-fp32"))
+    z_aux, s_aux = zrepro_run(zrepro, os.path.join(work, "fixed-fp32.json"), os.path.join(work, "zrepro-aux"),
+                              ["--output-router-logits", "--router-aux-loss-coef", str(AUX_COEF)])
     for r, cfg in ((z_off, SCENARIO + "/ds_config.json"), (z_on, SCENARIO + "/fixed.json"),
-                   (z_32, "fixed.json with bf16.enabled false")):
+                   (z_32, "fixed.json with bf16.enabled false"), (z_aux, "fixed.json with bf16.enabled false")):
         r["config"] = cfg
     if not s_on or s_on.get("status") != "ok":
         raise SystemExit(f"zrepro's leaf-on run failed: {z_on}")
@@ -693,6 +701,10 @@ def main():
     d_32, _ = deepspeed_run("deepspeed-fp32", inputs, filled(on_cfg, s_32, [LEAF_CLASS], bf16=False), work, 600,
                             a.port + 2)
     print(f"[moe]   {d_32['outcome']} ({d_32['seconds']:.0f} s)", flush=True)
+    print("[moe] DeepSpeed: fp32 leaf on, router aux loss", flush=True)
+    d_aux, _ = deepspeed_run("deepspeed-aux", inputs, filled(on_cfg, s_aux, [LEAF_CLASS], bf16=False), work, 600,
+                             a.port + 3, aux_coef=AUX_COEF)
+    print(f"[moe]   {d_aux['outcome']} ({d_aux['seconds']:.0f} s)", flush=True)
 
     on_rows = rows(z_on, d_on, C.BF16_TOL)
     z_metrics = [json.loads(line) for line in open(os.path.join(work, "zrepro-leaf-on", "metrics.jsonl"))]
@@ -702,14 +714,19 @@ def main():
     if not count["ok"]:
         count["cause"] = C.known_gap(CASE, count["what"])
     fp32_rows = rows(z_32, d_32, {"loss": C.FP32_TOL, "grad_norm": C.FP32_TOL, "first_grad_norm": C.FP32_TOL})
-    for row in on_rows + fp32_rows:
+    aux_rows = rows(z_aux, d_aux, {"loss": C.FP32_TOL, "grad_norm": C.FP32_TOL, "first_grad_norm": C.FP32_TOL})
+    # The aux term itself: each side's loss less its own run without it (same weights and batches).
+    aux_terms = {"zrepro": [a - b for a, b in zip(z_aux.get("losses", []), z_32.get("losses", []))],
+                 "deepspeed": [a - b for a, b in zip(d_aux.get("losses", []), d_32.get("losses", []))]}
+    for row in on_rows + fp32_rows + aux_rows:
         if not row["ok"]:
             row["cause"] = C.known_gap(CASE, row["what"])
-    for d in (d_off, d_on, d_32):
+    for d in (d_off, d_on, d_32, d_aux):
         d.pop("ranks", None)  # the walks and per-step counts: the rows carry what is compared
     table = [summarise("zrepro", "off", z_off), summarise("DeepSpeed", "off", d_off),
              summarise("zrepro", "on", z_on), summarise("DeepSpeed", "on", d_on),
-             summarise("zrepro", "on, fp32", z_32), summarise("DeepSpeed", "on, fp32", d_32)]
+             summarise("zrepro", "on, fp32", z_32), summarise("DeepSpeed", "on, fp32", d_32),
+             summarise("zrepro", "on, fp32, aux", z_aux), summarise("DeepSpeed", "on, fp32, aux", d_aux)]
     rec_notes = notes(z_off, d_off)
     rec = {
         "case": CASE, "kind": "moe_divergence", "ranks": RANKS, "steps": STEPS,
@@ -718,6 +735,12 @@ def main():
         "zrepro": {"exit_code": z_on["exit_code"], "seconds": z_on["seconds"]},
         "deepspeed": {"exit_code": d_on["exit_code"], "seconds": d_on["seconds"], "command": d_on["command"]},
         "fp32_rows": fp32_rows,
+        # output_router_logits with router_aux_loss_coef AUX_COEF: zrepro's aux loss against
+        # transformers' load_balancing_loss_func under DeepSpeed (fp32, leaf on).
+        "aux": {"router_aux_loss_coef": AUX_COEF, "rows": aux_rows, "aux_terms": aux_terms,
+                "zrepro_flags": ["--output-router-logits", "--router-aux-loss-coef", str(AUX_COEF)],
+                "deepspeed_side": "ds_model.MixtralForCausalLM4x + transformers.models.mixtral.modeling_mixtral."
+                                  "load_balancing_loss_func (the transformers release in versions)"},
         # Not in "rows": the CI record test reads a row it does not know as a collective (comm.<op>).
         "params_row": count,
         "gathered_breakdown": breakdown,
@@ -725,8 +748,8 @@ def main():
                       deepspeed_module="conformance/ds_model.py MixtralForCausalLM4x (transformers 4.x layout)"),
         "inputs": "drawn by conformance/ds_model.py zrepro_inputs (zrepro's gpt_init and MarkovData; "
                   "zrepro run --export-inputs refuses MoE models)",
-        "runs": {"zrepro": {"leaf_off": z_off, "leaf_on": z_on, "fp32_leaf_on": z_32},
-                 "deepspeed": {"leaf_off": d_off, "leaf_on": d_on, "fp32_leaf_on": d_32}},
+        "runs": {"zrepro": {"leaf_off": z_off, "leaf_on": z_on, "fp32_leaf_on": z_32, "fp32_aux": z_aux},
+                 "deepspeed": {"leaf_off": d_off, "leaf_on": d_on, "fp32_leaf_on": d_32, "fp32_aux": d_aux}},
         "table": table, "notes": rec_notes,
         "hang_timeout_s": a.hang_timeout,
         "versions": record.versions(), "recorded": time.strftime("%Y-%m-%d"),

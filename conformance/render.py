@@ -229,6 +229,17 @@ def moe_section(folder):
                + ("Every loss and grad norm row agrees." if all(
                    x["ok"] for x in r["rows"] + r["fp32_rows"] if not x["what"].startswith(("bytes.", "comm.")))
                   else "**Some loss or grad norm rows disagree** (see the record)."))
+    aux = r.get("aux")
+    if aux:
+        ar = {x["what"]: x for x in aux["rows"]}
+        terms = aux["aux_terms"]
+        out += ["", f"Leaf on, fp32, with the router's aux loss (zrepro `{' '.join(aux['zrepro_flags'])}`; "
+                    f"DeepSpeed's side adds router_aux_loss_coef {aux['router_aux_loss_coef']} x transformers' own "
+                    "`load_balancing_loss_func` of the layers' router logits): losses agree within "
+                    f"{pct(ar['loss']['max_rel_diff'])}, grad norms within {pct(ar['grad_norm']['max_rel_diff'])} "
+                    f"(tolerance {pct(ar['loss']['tolerance'])}). The aux term per step (the loss less the same "
+                    "side's run without it): zrepro " + ", ".join(f"{x:.6f}" for x in terms["zrepro"]) +
+                    "; DeepSpeed " + ", ".join(f"{x:.6f}" for x in terms["deepspeed"]) + "."]
     count, gb = r.get("params_row"), r.get("gathered_breakdown")
     if count:
         out += ["", f"Leaf on, bytes: the per-rank bytes by category and the collective bytes per step by op are "

@@ -114,6 +114,31 @@ TEST_P(DeepSpeedRecord, ZreproStillAgreesWithRealDeepSpeed) {
 
 INSTANTIATE_TEST_SUITE_P(Recorded, DeepSpeedRecord, testing::ValuesIn(recorded_cases()), zrepro_test::param_name);
 
+// The MoE record's aux-loss pair (conformance/moe_zero3.py): zrepro's router aux loss
+// against transformers' load_balancing_loss_func under DeepSpeed, fp32, leaf on.
+TEST(DeepSpeedRecord, TheRoutersAuxLossStillAgreesWithTransformers) {
+  const json rec = load_record("moe-stage3-ranks2");
+  ASSERT_TRUE(rec.contains("aux")) << "rerun scripts/conformance.sh --only moe-stage3-ranks2";
+  json cfg = rec["config"];
+  cfg["bf16"]["enabled"] = false;
+  std::string flags;
+  for (const auto& f : rec["zrepro_flags"]) flags += " " + f.get<std::string>();
+  for (const auto& f : rec["aux"]["zrepro_flags"]) flags += " " + f.get<std::string>();
+  const auto r = zrepro_test::zrepro_run("conformance_moe_aux", cfg.dump(), flags);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto& steps = r.summary["steps"];
+  for (const auto& row : rec["aux"]["rows"]) {
+    const std::string what = row["what"];
+    ASSERT_TRUE(row["ok"].get<bool>()) << what << " disagreed when recorded";
+    if (what == "first_grad_norm") continue;  // the first entry of grad_norm
+    const auto& theirs = row["deepspeed"];
+    ASSERT_EQ(steps.size(), theirs.size());
+    for (size_t i = 0; i < steps.size(); ++i)
+      EXPECT_LE(rel(steps[i][what].get<double>(), theirs[i].get<double>()), row["tolerance"].get<double>())
+          << what << " at step " << i << ": zrepro " << steps[i][what] << ", DeepSpeed " << theirs[i];
+  }
+}
+
 // DeepSpeed's estimate_zero2/3_model_states_mem_needs, recorded for several models
 // and clusters, against `zrepro plan`'s deepspeed_estimates: exactly.
 TEST(DeepSpeedRecord, PlanQuotesDeepSpeedsEstimatorsExactly) {
