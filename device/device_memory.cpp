@@ -24,7 +24,7 @@ const char* mem_category_name(MemCategory c) {
 }
 
 const char* phase_name(Phase p) {
-  static const char* names[] = {"init", "partition", "forward", "backward", "step", "offload"};
+  static const char* names[] = {"init", "partition", "forward", "backward", "step", "offload", "save", "load"};
   return names[static_cast<int>(p)];
 }
 

@@ -41,7 +41,8 @@ enum class MemCategory { params, grads, optimizer_states, activations, comm_buff
 constexpr int kNumMemCategories = static_cast<int>(MemCategory::count_);
 const char* mem_category_name(MemCategory c);
 
-enum class Phase { init, partition, forward, backward, step, offload, count_ };
+// save / load: a checkpoint being written or read (trainer/checkpoint/ds_checkpoint.h).
+enum class Phase { init, partition, forward, backward, step, offload, save, load, count_ };
 constexpr int kNumPhases = static_cast<int>(Phase::count_);
 const char* phase_name(Phase p);
 

@@ -77,6 +77,10 @@ class OptimizerOffload {
   bool uploads() const { return !o_.param_offload; }  // under offload_param the host shard is the parameter
 
   int64_t host_bytes() const;
+  // The layer's host fp32 master and Adam moments (a checkpoint reads and writes them).
+  torch::Tensor& master(int layer) { return master_[layer]; }
+  torch::Tensor& exp_avg(int layer) { return exp_avg_[layer]; }
+  torch::Tensor& exp_avg_sq(int layer) { return exp_avg_sq_[layer]; }
 
  private:
   CopyEventPtr track(int layer, CopyEventPtr e);  // a gradient copy finish_grads waits for

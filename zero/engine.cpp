@@ -586,6 +586,22 @@ int64_t ZeroEngine::replica_fingerprint() {
   return static_cast<int64_t>(h);
 }
 
+void ZeroEngine::restore(const Counters& c) {
+  if (state_ != TrainingState::idle)
+    throw std::logic_error(std::string("ZeroEngine: restore in state ") + training_state_name(state_) + ", expected idle");
+  adam_steps_ = c.adam_steps;
+  schedule_.set_iteration(c.lr_iteration);
+  scaler_.restore(c.scaler);
+}
+
+void ZeroEngine::load_layer(int layer, const torch::Tensor& values) {
+  torch::NoGradGuard no_grad;
+  ParamGroup& g = *groups_[layer];
+  g.load(values);
+  // Stage 3's whole persistent copies are refreshed from the shard at their next gather.
+  g.mark_persistent_stale();
+}
+
 torch::Tensor ZeroEngine::gather_layer(int layer) {
   torch::NoGradGuard no_grad;
   ParamGroup& g = *groups_[layer];

@@ -127,6 +127,19 @@ class ZeroEngine : private ShardOps {
   torch::Tensor accumulated_grad(int layer) const { return full_grads_[layer]; }
   // Full fp32 values of a layer (gathered across ranks); for checks and tests.
   torch::Tensor gather_layer(int layer);
+  // [Note: what a checkpoint holds] The training state a resume needs beyond the model
+  // (trainer/checkpoint/): each layer's owned fp32 master and Adam moments, the Adam step
+  // count (it skips overflowed steps), the LR schedule's iteration and the loss scaler.
+  // The 16-bit parameters are the master's cast, so load_layer rebuilds them from it.
+  OptimizerTensors optimizer_tensors(int layer) { return optimizers_[layer]->tensors(); }
+  struct Counters {
+    int64_t adam_steps = 0, lr_iteration = -1;
+    LossScaler::State scaler;
+  };
+  Counters counters() const { return {adam_steps_, schedule_.iteration(), scaler_.state()}; }
+  void restore(const Counters& c);
+  // Layer l's parameters from its full fp32 values (params back to back), as at init.
+  void load_layer(int layer, const torch::Tensor& values_fp32);
   // FNV-1a hash of this rank's full 16-bit parameters (replicated stages, where every
   // rank holds them): equal on all ranks exactly when the replicas are bit-identical.
   int64_t replica_fingerprint();

@@ -34,6 +34,7 @@ class DeviceAdam : public LayerOptimizer {
     exp_avg_ = torch::zeros_like(master_);
     exp_avg_sq_ = torch::zeros_like(master_);
   }
+  OptimizerTensors tensors() override { return {master_, exp_avg_, exp_avg_sq_}; }
   double grad_norm(const torch::Tensor& share) override { return grad_share_norm(share); }
   void update(const torch::Tensor& grad, const AdamHyper& h, int64_t step, double coef) override {
     adam_update(master_, grad, exp_avg_, exp_avg_sq_, group_.owned_params(), aliased(), h, step, coef);
@@ -52,6 +53,9 @@ class HostAdam : public LayerOptimizer {
     // DeepSpeed's ZeRO-Offload: fp32 master and moments only on the host.
     host_.load_master(layer_, g.owned_params());
     if (g.host_shard()) host_.use_as_half(layer_, g.owned_params());
+  }
+  OptimizerTensors tensors() override {
+    return {host_.master(layer_), host_.exp_avg(layer_), host_.exp_avg_sq(layer_)};
   }
   double grad_norm(const torch::Tensor&) override {
     DeviceMemory::HostScope host;  // the host optimizer's norm runs on the host

@@ -15,9 +15,16 @@
 
 namespace zrepro {
 
+// The fp32 states of what a rank owns of one layer, laid out as its owned parameters
+// (ParamGroup::owned_params): views of the optimizer's own tensors, on the device or the host.
+struct OptimizerTensors {
+  torch::Tensor master, exp_avg, exp_avg_sq;
+};
+
 class LayerOptimizer {
  public:
   virtual ~LayerOptimizer() = default;
+  virtual OptimizerTensors tensors() = 0;
   // L2 norm of this rank's share of the layer's gradient (fp32 accumulation; inf or
   // NaN anywhere make it non-finite). device_share: that share where it is on the device.
   virtual double grad_norm(const torch::Tensor& device_share) = 0;

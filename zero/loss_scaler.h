@@ -26,6 +26,19 @@ class LossScaler {
   // Throws NumericalError ("Current loss scale already at minimum") on an overflow at the minimum scale.
   Event update(bool overflow);
 
+  // What a checkpoint keeps of it (DeepSpeed pickles its DynamicLossScaler's attributes:
+  // cur_scale, cur_iter, last_overflow_iter, cur_hysteresis).
+  struct State {
+    double scale = 1;
+    int64_t cur_iter = 0, last_overflow_iter = -1;
+    int cur_hysteresis = 0;
+  };
+  State state() const { return {scale_, cur_iter_, last_overflow_iter_, cur_hysteresis_}; }
+  void restore(const State& s) {
+    scale_ = s.scale, cur_iter_ = s.cur_iter, last_overflow_iter_ = s.last_overflow_iter;
+    cur_hysteresis_ = s.cur_hysteresis;
+  }
+
  private:
   bool dynamic_;
   double scale_;

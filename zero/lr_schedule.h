@@ -17,6 +17,9 @@ class LrSchedule {
   double lr_at(int64_t last_batch_iteration) const;
   double cosine_ratio(int64_t last_batch_iteration) const;  // WarmupCosineLR's factor of the base lr
   void step() { ++iteration_; }
+  // DeepSpeed's last_batch_iteration (a checkpoint's lr_scheduler state).
+  int64_t iteration() const { return iteration_; }
+  void set_iteration(int64_t it) { iteration_ = it; }
 
  private:
   SchedulerConfig cfg_;

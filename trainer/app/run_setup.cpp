@@ -9,6 +9,7 @@
 #include "device/base/errors.h"
 #include "device/cuda_memory.h"
 #include "offload/host_memory.h"
+#include "trainer/checkpoint/ds_checkpoint.h"
 #include "trainer/app/cli.h"
 #include "trainer/app/env.h"
 #include "trainer/app/run_state.h"
@@ -284,6 +285,9 @@ void set_up(RunState& s, int* argc, char*** argv) {
   s.topt.dynamic_seq_min = spec.dynamic_seq_min.value_or(0);
   s.topt.loader = spec.loader;
   s.topt.loss_normalization = spec.loss_normalization;
+  s.topt.save_every = spec.save_every;
+  s.topt.save_dir = spec.save_dir;
+  s.topt.resume_dir = spec.resume_dir;
   s.job.host_link_gbps = spec.host_link_gbps;
   s.job.pageable_ratio = spec.pageable_ratio;
   if (spec.memlock_limit) {
@@ -296,6 +300,8 @@ void set_up(RunState& s, int* argc, char*** argv) {
   check_injections(spec, s.world);
   s.topt.inject = spec.injections;
   resolve_config(s);
+  if (spec.save_every > 0) check_checkpointable(s.job.cfg, "--save-every", spec.peers == Peers::stand_in);
+  if (!spec.resume_dir.empty()) check_checkpointable(s.job.cfg, "--resume", spec.peers == Peers::stand_in);
   compare_rank_configs(s);
   if (s.world > 1 && !s.vranks && s.ranks->mpi) s.peers = gather_peers();
   install_device(s);

@@ -109,6 +109,13 @@ cxxopts::Options run_options() {
                                    "config's activation_checkpointing.cpu_checkpointing keeps checkpoints on the host")
       ("verify-replicas", "stages 0-2: check after every step that all ranks hold bit-identical parameters")
       ("print-config", "print the effective config at init")
+      ("save-every", "write DeepSpeed's ZeRO checkpoint (engine.save_checkpoint's files: DIR/latest, "
+                     "DIR/global_step<N>/...) after every N-th step, into --save-dir (ZeRO stages 1-3)",
+       cxxopts::value<int64_t>())
+      ("save-dir", "the checkpoint folder of --save-every (DeepSpeed's save_dir)", cxxopts::value<std::string>())
+      ("resume", "resume from DIR's latest checkpoint (DeepSpeed's load_checkpoint): continues at the step after "
+                 "it, up to --steps in all; written by --save-every or by DeepSpeed on the same model",
+       cxxopts::value<std::string>())
       ("export-inputs", "write OUT/inputs: the model layout, initial weights and token batches as .npy, for "
                         "training the same run elsewhere (the DeepSpeed conformance harness)");
   return o;
@@ -301,6 +308,25 @@ void parse_allocator(const cxxopts::ParseResult& r, RunSpec& s) {
     throw ConfigError("--memory-log needs a tracking allocator; drop --allocator plain");
 }
 
+// --save-every / --save-dir / --resume: both halves of a save given, positive, and where
+// a resume saves again the same folder is allowed (DeepSpeed's own save_dir).
+void parse_checkpoint_flags(const cxxopts::ParseResult& r, RunSpec& s) {
+  if (r.count("save-every") != r.count("save-dir"))
+    throw ConfigError(r.count("save-every") ? "--save-every: needs --save-dir DIR (where the checkpoints go)"
+                                            : "--save-dir: needs --save-every N (after every N-th step)");
+  if (r.count("save-every")) {
+    s.save_every = r["save-every"].as<int64_t>();
+    if (s.save_every <= 0)
+      throw ConfigError("--save-every: got " + std::to_string(s.save_every) + ", expected a step count >= 1");
+    s.save_dir = r["save-dir"].as<std::string>();
+    if (s.save_dir.empty()) throw ConfigError("--save-dir: got \"\", expected a folder");
+  }
+  if (r.count("resume")) {
+    s.resume_dir = r["resume"].as<std::string>();
+    if (s.resume_dir.empty()) throw ConfigError("--resume: got \"\", expected the folder a checkpoint was saved in");
+  }
+}
+
 }  // namespace
 
 void parse_run_spec(int argc, char** argv, RunSpec& s) {
@@ -352,6 +378,7 @@ void parse_run_spec(int argc, char** argv, RunSpec& s) {
                                   (*t->average_tokens_across_devices ? "true" : "false") + " (--training-args " + t->file + ")";
     }
   parse_loader(r, s);
+  parse_checkpoint_flags(r, s);
   s.threads = r["threads"].as<int>();
   if (s.threads <= 0 || s.threads > 256)
     throw ConfigError("--threads: got " + std::to_string(s.threads) + ", expected 1..256 intra-op threads per rank");

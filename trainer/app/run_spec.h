@@ -73,6 +73,9 @@ struct RunSpec {
   double comm_timeout = 1800;
   int64_t log_every = 10;
   std::string out_dir;  // empty: no files
+  // --save-every N --save-dir DIR, --resume DIR (trainer/checkpoint/ds_checkpoint.h).
+  int64_t save_every = 0;
+  std::string save_dir, resume_dir;
 };
 
 // Fills spec from argv; throws ConfigError naming the flag. The fields read before

@@ -6,6 +6,8 @@
 #include <ios>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "device/base/errors.h"
 
 namespace zrepro {
@@ -23,6 +25,26 @@ std::string read_user_file(const std::string& flag, const std::string& path, con
     throw ConfigError(flag + ": cannot read \"" + path + "\" (" + e.what() + "); pass " + expected);
   }
   return text.str();
+}
+
+void write_file_atomic(const std::string& path, const std::string& content) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << content;
+    out.close();  // flush and close, both checked: a full disk shows here
+    if (!out) {
+      std::remove(tmp.c_str());
+      throw IoError("cannot write " + path + " (" + std::to_string(content.size()) +
+                    " bytes): the disk is full, a size limit was hit or the folder is not writable");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::remove(tmp.c_str());
+    throw IoError("cannot rename " + tmp + " to " + path + ": " + ec.message());
+  }
 }
 
 }  // namespace zrepro

@@ -1,3 +1,5 @@
+// Files: reading one the user named on the command line, and writing an output whole.
+//
 // Reading a file the user named on the command line (a DeepSpeed config, a Hugging Face
 // config.json, TrainingArguments): one place that turns a folder or an unreadable path
 // into a ConfigError naming the flag, before any stream touches it. (libstdc++ opens a
@@ -12,5 +14,11 @@ namespace zrepro {
 // The whole text of path. `flag` names the flag that gave it and `expected` what it
 // should be ("a DeepSpeed JSON config file, e.g. configs/examples/stage0_fp32.json").
 std::string read_user_file(const std::string& flag, const std::string& path, const std::string& expected);
+
+// Writes content to path through a temporary file in the same folder, renamed once the
+// write and close succeeded: a reader sees the old file or the whole new one, never a
+// part. A failed write (full disk, quota, file size limit) removes the temporary and
+// throws IoError naming the path (exit 12).
+void write_file_atomic(const std::string& path, const std::string& content);
 
 }  // namespace zrepro

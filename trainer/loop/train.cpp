@@ -13,6 +13,7 @@
 #include "device/cuda_memory.h"
 #include "offload/host_memory.h"
 #include "device/base/errors.h"
+#include "trainer/checkpoint/ds_checkpoint.h"
 #include "trainer/model/data.h"
 #include "trainer/model/gpt.h"
 #include "zero/engine.h"
@@ -245,9 +246,9 @@ BatchKey batch_key(const DsConfig& cfg, const TrainOptions& opts, int64_t step, 
 }
 
 std::vector<BatchKey> batch_keys(const DsConfig& cfg, const TrainOptions& opts, const std::vector<StepFaults>& faults,
-                                 int rank, int world) {
+                                 int rank, int world, int64_t first_step) {
   std::vector<BatchKey> keys;
-  for (int64_t step = 0; step < static_cast<int64_t>(faults.size()); ++step) {
+  for (int64_t step = first_step; step < static_cast<int64_t>(faults.size()); ++step) {
     const StepFaults& f = faults[step];
     for (int64_t t = 0; t < f.gas; ++t)
       if (f.runs(t)) keys.push_back(batch_key(cfg, opts, step, t, f.gas, rank, world));
@@ -399,6 +400,33 @@ StepResult optimizer_step(Loop& l, StepRecord& rec, double mean_loss) {
   return sr;
 }
 
+// --resume: the checkpoint's state into the engine (memory phase load). Returns the step
+// the run starts at (0 without a resume).
+int64_t resume(const JobSpec& job, const ModelSpec& spec, const TrainOptions& opts, ZeroEngine& engine,
+               TrainResult& result) {
+  if (opts.resume_dir.empty()) return 0;
+  DeviceMemory::instance().set_phase(Phase::load);
+  const Resumed r = load_checkpoint(engine, spec, job.cfg, opts.resume_dir);
+  result.resumed = TrainResult::Resume{r.folder, r.tag, r.meta.global_steps};
+  result.skipped_steps = r.meta.skipped_steps;
+  if (r.meta.global_steps >= opts.steps)
+    throw ConfigError("--resume " + opts.resume_dir + ": " + r.tag + " has " + std::to_string(r.meta.global_steps) +
+                      " steps done and --steps is " + std::to_string(opts.steps) +
+                      " (the total, as the Trainer's max_steps): give more steps to train after it");
+  return r.meta.global_steps;
+}
+
+// --save-every N: a checkpoint after every N-th step (memory phase save).
+void save_if_due(const JobSpec& job, const ModelSpec& spec, const TrainOptions& opts, ZeroEngine& engine, int64_t step,
+                 TrainResult& result) {
+  if (opts.save_every <= 0 || (step + 1) % opts.save_every != 0) return;
+  const auto t0 = Clock::now();
+  DeviceMemory::instance().set_phase(Phase::save);
+  const CheckpointMeta meta{step + 1, result.skipped_steps, (step + 1) * job.cfg.train_batch_size};
+  const std::string folder = save_checkpoint(engine, spec, job.cfg, opts.save_dir, meta);
+  result.saved.push_back({step + 1, folder, since(t0)});
+}
+
 // The stop check at a step boundary (TrainOptions::stop_signal): throws Interrupted.
 void stop_if_asked(const TrainOptions& opts, int64_t step) {
   if (!opts.stop_signal || step + 1 >= opts.steps) return;
@@ -427,12 +455,13 @@ void train(const JobSpec& job, const TrainOptions& opts, TrainResult& result, co
   Gpt model(spec, compute_dtype(cfg.precision, opts.device), opts.device,
             Checkpointing{job.activation_checkpointing, cfg.activation_checkpointing.cpu_checkpointing});
   MarkovData data(spec.vocab, spec.seq, opts.seed, opts.seq_len_dist);
+  const int64_t first_step = resume(job, spec, opts, *engine, result);
   std::vector<StepFaults> faults;  // every step's, resolved once: the loader's keys and the loop read them
   for (int64_t step = 0; step < opts.steps; ++step) faults.push_back(faults_at(opts.inject, rank, step, cfg.grad_accum));
-  BatchLoader loader(data, batch_keys(cfg, opts, faults, rank, world), opts.loader);
+  BatchLoader loader(data, batch_keys(cfg, opts, faults, rank, world, first_step), opts.loader);
   Loop l{cfg, spec, opts, comm, *engine, model, data, loader, result};
   StepObserver obs(opts, comm, *engine);
-  for (int64_t step = 0; step < opts.steps; ++step) {
+  for (int64_t step = first_step; step < opts.steps; ++step) {
     const StepFaults& f = faults[step];
     StepRecord rec;
     rec.step = step;
@@ -451,6 +480,7 @@ void train(const JobSpec& job, const TrainOptions& opts, TrainResult& result, co
     result.memory = engine->memory();
     if (engine->peers()) result.stand_in = engine->peers()->checks();
     if (on_step) on_step(rec, scale_log(sr.scale_event, rank));
+    save_if_due(job, spec, opts, *engine, step, result);
     stop_if_asked(opts, step);
     // After the step and the stop check: a rank that does not take part goes on to its next
     // step's collectives ([Note: a forward on some ranks]).

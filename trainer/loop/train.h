@@ -86,6 +86,12 @@ struct TrainOptions {
   // SIGTERM) ends the run there with Interrupted; 0 goes on. The answer must be the same
   // on every rank (run.cpp agrees it across processes).
   std::function<int()> stop_signal;
+  // Checkpoints (trainer/checkpoint/ds_checkpoint.h): DeepSpeed's ZeRO checkpoint into
+  // save_dir after every save_every-th step (0: none), and a resume from resume_dir's
+  // latest tag, which continues at the step after it (steps counts from the start).
+  std::string save_dir;
+  int64_t save_every = 0;
+  std::string resume_dir;
 };
 // The sequence length of step `step` under dynamic padding (deterministic).
 int64_t dynamic_seq_len(int64_t step, int64_t min_len, int64_t max_len);
@@ -117,6 +123,18 @@ struct TrainResult {
   std::optional<StandInChecks> stand_in;
   // Full fp32 parameters after the last step, one tensor per layer (for checks).
   std::vector<torch::Tensor> final_params;
+  // Checkpoints written (each after its step) and the one resumed from.
+  struct Saved {
+    int64_t step = 0;  // global_steps: the steps done when it was written
+    std::string folder;
+    double seconds = 0;
+  };
+  std::vector<Saved> saved;
+  struct Resume {
+    std::string folder, tag;
+    int64_t step = 0;  // the steps done in the checkpoint: this run starts at the next
+  };
+  std::optional<Resume> resumed;
 };
 
 // Runs until opts.steps optimizer steps are done. Throws NumericalError (loss scale

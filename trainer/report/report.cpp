@@ -33,26 +33,6 @@ double median(std::vector<double> v) {
 }
 }  // namespace
 
-void write_file_atomic(const std::string& path, const std::string& content) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << content;
-    out.close();  // flush and close, both checked: a full disk shows here
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw IoError("cannot write " + path + " (" + std::to_string(content.size()) +
-                    " bytes): the disk is full, a size limit was hit or the folder is not writable");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    throw IoError("cannot rename " + tmp + " to " + path + ": " + ec.message());
-  }
-}
-
 std::string summary_text(const json& summary) { return json_text(summary) + "\n"; }
 
 std::string json_text(const json& j, int indent) { return j.dump(indent, ' ', false, json::error_handler_t::replace); }

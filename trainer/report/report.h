@@ -16,11 +16,10 @@
 #include "trainer/planner/planner.h"
 #include "trainer/planner/scale_down.h"
 #include "trainer/report/summary.h"
+#include "trainer/config/user_file.h"  // write_file_atomic
 
 namespace zrepro {
 
-// Writes content to path through a temporary file in the same folder + rename.
-void write_file_atomic(const std::string& path, const std::string& content);
 // A JSON file, or null when it is missing or not valid JSON.
 nlohmann::json read_json_file(const std::string& path);
 // A summary's file text: indented; bytes that are not UTF-8 (quoted user input, a

@@ -1,0 +1,391 @@
+// See ds_checkpoint.h.
+#include "trainer/checkpoint/ds_checkpoint.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "device/base/errors.h"
+#include "device/device_memory.h"
+#include "trainer/checkpoint/ds_layout.h"
+#include "trainer/checkpoint/pt_file.h"
+#include "trainer/config/user_file.h"
+
+namespace zrepro {
+
+namespace {
+
+using c10::IValue;
+using json = nlohmann::json;
+
+// The release whose layout the files follow (docs/lab/DEEPSPEED_CHECKPOINTS.md).
+constexpr const char* kLayoutVersion = "0.19.8";
+
+std::string tag_of(int64_t step) { return "global_step" + std::to_string(step); }
+
+std::string model_states_name(int stage, int rank) {
+  return stage == 3 ? "zero_pp_rank_" + std::to_string(rank) + "_mp_rank_00_model_states.pt"
+                    : "mp_rank_00_model_states.pt";
+}
+std::string optim_states_name(const DsConfig& cfg, int rank) {
+  return std::string(cfg.precision == Precision::bf16 ? "bf16_" : "") + "zero_pp_rank_" + std::to_string(rank) +
+         "_mp_rank_00_optim_states.pt";
+}
+
+IValue json_to_ivalue(const json& j) {
+  if (j.is_object()) {
+    c10::impl::GenericDict d = str_dict();
+    for (auto it = j.begin(); it != j.end(); ++it) d.insert(it.key(), json_to_ivalue(it.value()));
+    return d;
+  }
+  if (j.is_array()) {
+    c10::impl::GenericList l(c10::AnyType::get());
+    for (const auto& v : j) l.push_back(json_to_ivalue(v));
+    return l;
+  }
+  if (j.is_boolean()) return j.get<bool>();
+  if (j.is_number_integer()) return j.get<int64_t>();
+  if (j.is_number()) return j.get<double>();
+  if (j.is_string()) return j.get<std::string>();
+  return IValue();
+}
+
+// DeepSpeed's loss scaler object: LossScaler (static: fp32, bf16, a fixed fp16 scale) or
+// DynamicLossScaler with the state its update_scale keeps.
+IValue loss_scaler_object(const DsConfig& cfg, const LossScaler::State& s) {
+  const bool dynamic = cfg.precision == Precision::fp16 && cfg.fp16.loss_scale == 0;
+  if (!dynamic)
+    return python_object("deepspeed.runtime.fp16.loss_scaler.LossScaler", {{"cur_scale", s.scale}, {"dynamic", false}});
+  return python_object("deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler",
+                       {{"cur_scale", s.scale},
+                        {"cur_iter", s.cur_iter},
+                        {"last_overflow_iter", s.last_overflow_iter},
+                        {"scale_factor", 2.0},
+                        {"scale_window", cfg.fp16.loss_scale_window},
+                        {"min_scale", cfg.fp16.min_loss_scale},
+                        {"delayed_shift", static_cast<int64_t>(cfg.fp16.hysteresis)},
+                        {"cur_hysteresis", static_cast<int64_t>(s.cur_hysteresis)},
+                        {"consecutive_hysteresis", cfg.fp16.consecutive_hysteresis},
+                        {"raise_error_at_min_scale", true},
+                        {"dynamic", true},
+                        {"dtype", IValue()}});
+}
+
+// torch.optim.AdamW's state_dict for one flat "parameter" (DeepSpeed's partition).
+IValue torch_adam_state(const DsConfig& cfg, int64_t steps, const torch::Tensor& m, const torch::Tensor& v) {
+  c10::impl::GenericDict entry = str_dict();
+  entry.insert("step", torch::tensor(static_cast<float>(steps)));
+  entry.insert("exp_avg", m);
+  entry.insert("exp_avg_sq", v);
+  c10::impl::GenericDict state(c10::IntType::get(), c10::AnyType::get());
+  state.insert(int64_t{0}, entry);
+  const OptimizerConfig& o = cfg.optimizer;
+  c10::impl::GenericDict group = str_dict();
+  group.insert("lr", o.lr);
+  group.insert("betas", c10::ivalue::Tuple::create({o.beta1, o.beta2}));
+  group.insert("eps", o.eps);
+  group.insert("weight_decay", o.weight_decay);
+  group.insert("amsgrad", false);
+  group.insert("maximize", false);
+  group.insert("foreach", IValue());
+  group.insert("capturable", false);
+  group.insert("differentiable", false);
+  group.insert("fused", IValue());
+  group.insert("decoupled_weight_decay", o.adam_w_mode);
+  group.insert("params", c10::List<int64_t>({0}));
+  c10::impl::GenericList groups(c10::AnyType::get());
+  groups.push_back(group);
+  c10::impl::GenericDict sd = str_dict();
+  sd.insert("state", state);
+  sd.insert("param_groups", groups);
+  return sd;
+}
+
+// The whole model's flat fp32 values of one optimizer tensor (which: 0 master, 1 exp_avg,
+// 2 exp_avg_sq), in host memory: every layer's owned pieces all-gathered (stages 1-2) or
+// this rank's own shards back to back (stage 3, which is DeepSpeed's partition already).
+torch::Tensor model_flat(ZeroEngine& engine, int which, bool gather) {
+  Communicator& comm = engine.comm();
+  const int world = comm.world_size();
+  std::vector<torch::Tensor> parts;
+  for (ParamGroup* g : engine.groups()) {
+    const OptimizerTensors t = engine.optimizer_tensors(g->index());
+    const torch::Tensor& owned = which == 0 ? t.master : which == 1 ? t.exp_avg : t.exp_avg_sq;
+    DeviceMemory::HostScope host;  // the checkpoint's copies live in host memory, as torch.save's
+    torch::Tensor mine = owned.to(torch::kCPU, torch::kFloat).contiguous();
+    if (!gather) {
+      parts.push_back(mine);
+      continue;
+    }
+    torch::Tensor all = torch::empty({world, mine.numel()}, mine.options());
+    comm.all_gather_wait(all.view({-1}), mine, "checkpoint " + g->name());
+    parts.push_back(natural_from_owned(g->layout(), all));
+  }
+  DeviceMemory::HostScope host;
+  return torch::cat(parts);
+}
+
+c10::impl::GenericDict optim_states(ZeroEngine& engine, const ModelSpec& spec, const DsConfig& cfg) {
+  const int stage = static_cast<int>(cfg.zero.stage), world = engine.comm().world_size(), rank = engine.comm().rank();
+  const ZeroEngine::Counters c = engine.counters();
+  std::vector<int64_t> numels;
+  for (const auto& p : checkpoint_params(spec)) numels.push_back(p.numel);
+  c10::impl::GenericDict sd = str_dict();
+  sd.insert("loss_scaler", loss_scaler_object(cfg, c.scaler));
+  sd.insert("dynamic_loss_scale", cfg.precision == Precision::fp16 && cfg.fp16.loss_scale == 0);
+  sd.insert("overflow", false);
+  if (stage == 3) {
+    // DeepSpeed's partition is this rank's shards back to back: nothing moves between ranks.
+    const torch::Tensor master = model_flat(engine, 0, false), m = model_flat(engine, 1, false),
+                        v = model_flat(engine, 2, false);
+    sd.insert("zero_stage", int64_t{3});
+    sd.insert("partition_count", int64_t{world});
+    sd.insert("optimizer_state_dict", torch_adam_state(cfg, c.adam_steps, m, v));
+    sd.insert("fp32_flat_groups", c10::List<torch::Tensor>({master}));
+    return sd;
+  }
+  const torch::Tensor master = model_flat(engine, 0, true), m = model_flat(engine, 1, true),
+                      v = model_flat(engine, 2, true);
+  DeviceMemory::HostScope host;
+  const torch::Tensor mine = ds_partition(master, numels, stage, world, rank, false);
+  const FlatPartition whole = partition_flat(master.numel(), world);
+  sd.insert("clip_grad", cfg.gradient_clipping);
+  sd.insert("base_optimizer_state", torch_adam_state(cfg, c.adam_steps, ds_partition(m, numels, stage, world, rank, true),
+                                                     ds_partition(v, numels, stage, world, rank, true)));
+  sd.insert("single_partition_of_fp32_groups", c10::List<torch::Tensor>({mine}));
+  sd.insert("zero_stage", int64_t{stage});
+  sd.insert("group_paddings", c10::List<int64_t>({whole.partition_numel - mine.numel()}));
+  sd.insert("partition_count", c10::List<int64_t>({world}));
+  sd.insert("ds_version", std::string(kLayoutVersion));
+  return sd;
+}
+
+c10::impl::GenericDict model_states(ZeroEngine& engine, const ModelSpec& spec, const DsConfig& cfg,
+                                    const CheckpointMeta& meta) {
+  const int stage = static_cast<int>(cfg.zero.stage);
+  const std::vector<CheckpointParam> params = checkpoint_params(spec);
+  // module: the 16-bit parameters (stage 3: DeepSpeed's partitioned parameters are [0]).
+  c10::impl::GenericDict module(c10::StringType::get(), c10::TensorType::get());
+  c10::impl::GenericDict shapes(c10::StringType::get(), c10::ListType::ofInts());
+  {
+    DeviceMemory::HostScope host;
+    std::vector<std::vector<torch::Tensor>> values;
+    for (ParamGroup* g : engine.groups()) values.push_back(stage == 3 ? std::vector<torch::Tensor>() : g->params());
+    std::vector<size_t> next(values.size(), 0);
+    for (const CheckpointParam& p : params) {
+      const torch::Tensor v = stage == 3 ? torch::empty({0}, torch::TensorOptions().dtype(engine.groups()[p.group]->owned_params().scalar_type()))
+                                         : values[p.group][next[p.group]++].detach().to(torch::kCPU).clone();
+      module.insert(p.name, v);
+      shapes.insert(p.name, c10::List<int64_t>(p.shape));
+      if (p.name == "model.embed_tokens.weight" && spec.tied) module.insert(tied_head_name(spec), v);
+    }
+  }
+  c10::impl::GenericDict sd = str_dict();
+  sd.insert("module", module);
+  sd.insert("buffer_names", c10::List<std::string>());
+  sd.insert("optimizer", IValue());
+  c10::impl::GenericList shape_groups(c10::AnyType::get());
+  shape_groups.push_back(shapes);
+  sd.insert("param_shapes", shape_groups);
+  // Stage 1 saves no frozen-parameter entries (DeepSpeed: only when gradients are partitioned).
+  auto empty = [] { return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get()); };
+  sd.insert("frozen_param_shapes", stage == 1 ? IValue() : IValue(empty()));
+  c10::impl::GenericDict shared(c10::StringType::get(), c10::StringType::get());
+  if (spec.tied) shared.insert(tied_head_name(spec), std::string("model.embed_tokens.weight"));
+  sd.insert("shared_params", shared);
+  sd.insert("frozen_param_fragments", stage == 1 ? IValue() : IValue(empty()));
+  if (cfg.scheduler.type.empty()) {
+    sd.insert("lr_scheduler", IValue());
+  } else {
+    c10::impl::GenericDict lr = str_dict();
+    lr.insert("last_batch_iteration", engine.counters().lr_iteration);
+    sd.insert("lr_scheduler", lr);
+  }
+  sd.insert("data_sampler", IValue());
+  sd.insert("random_ltd", IValue());
+  sd.insert("skipped_steps", meta.skipped_steps);
+  sd.insert("global_steps", meta.global_steps);
+  sd.insert("global_samples", meta.global_samples);
+  sd.insert("dp_world_size", int64_t{engine.comm().world_size()});
+  sd.insert("mp_world_size", int64_t{1});
+  c10::impl::GenericDict dims = str_dict();
+  dims.insert("pp_degree", int64_t{1});
+  dims.insert("tp_degree", int64_t{1});
+  sd.insert("checkpoint_parallel_dimensions", dims);
+  sd.insert("ds_config", json_to_ivalue(cfg.resolved_json()));
+  sd.insert("ds_version", std::string(kLayoutVersion));
+  return sd;
+}
+
+void barrier(Communicator& comm, const std::string& label) {
+  DeviceMemory::HostScope host;
+  torch::Tensor t = torch::zeros({1});
+  comm.all_reduce_wait(t, label);
+}
+
+}  // namespace
+
+void check_checkpointable(const DsConfig& cfg, const std::string& flag, bool stand_in_peers) {
+  if (cfg.zero.stage == 0)
+    throw ConfigError(flag + ": zero_optimization.stage is 0: zrepro writes and reads DeepSpeed's ZeRO checkpoints "
+                      "(stages 1-3); at stage 0 DeepSpeed saves the torch optimizer's own state_dict instead, which "
+                      "zrepro does not write yet. Use stage 1 or above for the checkpoint runs");
+  if (stand_in_peers)
+    throw ConfigError(flag + ": with --peers stand-in the other ranks' optimizer states are not held here; run the "
+                      "ranks (--ranks N) or virtual ranks (--world-size N) to save or resume");
+}
+
+std::string save_checkpoint(ZeroEngine& engine, const ModelSpec& spec, const DsConfig& cfg, const std::string& dir,
+                            const CheckpointMeta& meta) {
+  Communicator& comm = engine.comm();
+  const int stage = static_cast<int>(cfg.zero.stage), rank = comm.rank();
+  const std::string folder = dir + "/" + tag_of(meta.global_steps);
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  if (ec) throw IoError("cannot create " + folder + ": " + ec.message());
+  const c10::impl::GenericDict optim = optim_states(engine, spec, cfg);
+  c10::impl::GenericDict file = str_dict();
+  file.insert("optimizer_state_dict", optim);
+  file.insert("ds_config", json_to_ivalue(cfg.resolved_json()));
+  file.insert("ds_version", std::string(kLayoutVersion));
+  {
+    DeviceMemory::HostScope host;
+    write_pt(folder + "/" + optim_states_name(cfg, rank), file);
+    if (stage == 3 || rank == 0)
+      write_pt(folder + "/" + model_states_name(stage, rank), model_states(engine, spec, cfg, meta), true);
+  }
+  // `latest` names the tag only once every rank's files are complete.
+  barrier(comm, "checkpoint written");
+  if (rank == 0) write_file_atomic(dir + "/latest", tag_of(meta.global_steps));
+  barrier(comm, "checkpoint latest");
+  return folder;
+}
+
+Resumed load_checkpoint(ZeroEngine& engine, const ModelSpec& spec, const DsConfig& cfg, const std::string& dir) {
+  Communicator& comm = engine.comm();
+  const int stage = static_cast<int>(cfg.zero.stage), world = comm.world_size(), rank = comm.rank();
+  Resumed r;
+  std::ifstream latest(dir + "/latest");
+  if (!latest)
+    throw ConfigError("--resume " + dir + ": no " + dir + "/latest (the file DeepSpeed's save_checkpoint writes "
+                      "naming the newest tag); pass the folder given to --save-dir or to save_checkpoint");
+  std::getline(latest, r.tag);
+  while (!r.tag.empty() && std::isspace(static_cast<unsigned char>(r.tag.back()))) r.tag.pop_back();
+  r.folder = dir + "/" + r.tag;
+  DeviceMemory::HostScope host;  // what is read sits in host memory until it is loaded
+  const std::string mfile = r.folder + "/" + model_states_name(stage, stage == 3 ? rank : 0);
+  if (stage == 3 && !std::filesystem::exists(mfile) && std::filesystem::exists(r.folder + "/" + model_states_name(1, 0)))
+    throw ConfigError("--resume " + dir + ": " + r.tag + " was saved at ZeRO stage 1 or 2 (one " +
+                      model_states_name(1, 0) + "), this run is stage 3: resume at the stage it was saved with");
+  const IValue ms_v = read_pt(mfile);
+  const c10::impl::GenericDict ms = ms_v.toGenericDict();
+  const int64_t saved_world = dict_at(ms, "dp_world_size", mfile).toInt();
+  if (saved_world != world)
+    throw ConfigError("--resume " + dir + ": DeepSpeed refuses this: \"The checkpoint being loaded used a DP world "
+                      "size of " + std::to_string(saved_world) + " but the current world size is " +
+                      std::to_string(world) + ". Automatic adjustment of ZeRO's optimizer state partitioning with a "
+                      "new world size is not currently supported.\" Resume on " + std::to_string(saved_world) +
+                      " ranks, or convert the checkpoint to a universal one (ds_to_universal.py)");
+  r.meta.global_steps = dict_at(ms, "global_steps", mfile).toInt();
+  r.meta.skipped_steps = dict_at(ms, "skipped_steps", mfile).toInt();
+  auto gs = ms.find("global_samples");
+  r.meta.global_samples = gs != ms.end() && gs->value().isInt() ? gs->value().toInt() : 0;
+
+  // The model's parameters, in flat order, must be the checkpoint's.
+  const std::vector<CheckpointParam> params = checkpoint_params(spec);
+  const auto shape_groups = dict_at(ms, "param_shapes", mfile).toList();
+  std::vector<int64_t> numels;
+  {
+    std::vector<std::pair<std::string, std::vector<int64_t>>> saved;
+    for (const IValue& g : shape_groups)
+      for (const auto& kv : g.toGenericDict()) saved.emplace_back(kv.key().toStringRef(), kv.value().toIntVector());
+    for (size_t i = 0; i < std::max(saved.size(), params.size()); ++i) {
+      const bool same = i < saved.size() && i < params.size() && saved[i].first == params[i].name &&
+                        saved[i].second == params[i].shape;
+      if (!same)
+        throw ConfigError("--resume " + dir + ": the checkpoint's parameter " + std::to_string(i) + " is " +
+                          (i < saved.size() ? saved[i].first : std::string("(none)")) + ", this run's model has " +
+                          (i < params.size() ? params[i].name : std::string("(none)")) + " (" + spec.name +
+                          "): resume with the model it was saved with");
+      numels.push_back(params[i].numel);
+    }
+  }
+
+  // The optimizer states: this rank's file (stage 3), every rank's (stages 1-2: the ranges
+  // zrepro's per-layer partitions need lie in several).
+  std::vector<torch::Tensor> master, m, v;
+  int64_t adam_steps = 0;
+  IValue scaler;
+  for (int q = 0; q < world; ++q) {
+    if (stage == 3 && q != rank) {
+      master.emplace_back(), m.emplace_back(), v.emplace_back();
+      continue;
+    }
+    const std::string ofile = r.folder + "/" + optim_states_name(cfg, q);
+    if (!std::filesystem::exists(ofile))
+      throw ConfigError("--resume " + dir + ": no " + ofile + " (DeepSpeed names the optimizer files with a bf16_ "
+                        "prefix exactly when bf16 is enabled: resume with the precision the checkpoint was saved with)");
+    const c10::impl::GenericDict osd = dict_at(read_pt(ofile).toGenericDict(), "optimizer_state_dict", ofile).toGenericDict();
+    const IValue zs = dict_at(osd, "zero_stage", ofile);
+    const int64_t saved_stage = zs.isInt() ? zs.toInt() : object_attr(zs, "value").toInt();
+    if (saved_stage != stage)
+      throw ConfigError("--resume " + dir + ": the checkpoint was saved at ZeRO stage " + std::to_string(saved_stage) +
+                        ", this run is stage " + std::to_string(stage) + ": resume at the stage it was saved with");
+    const c10::impl::GenericDict torch_sd =
+        dict_at(osd, stage == 3 ? "optimizer_state_dict" : "base_optimizer_state", ofile).toGenericDict();
+    const c10::impl::GenericDict st = dict_at(torch_sd, "state", ofile).toGenericDict().begin()->value().toGenericDict();
+    adam_steps = static_cast<int64_t>(dict_at(st, "step", ofile).toTensor().item<double>());
+    m.push_back(dict_at(st, "exp_avg", ofile).toTensor());
+    v.push_back(dict_at(st, "exp_avg_sq", ofile).toTensor());
+    master.push_back(dict_at(osd, stage == 3 ? "fp32_flat_groups" : "single_partition_of_fp32_groups", ofile)
+                         .toList().get(0).toTensor());
+    if (q == rank) scaler = dict_at(osd, "loss_scaler", ofile);
+  }
+  auto whole = [&](const std::vector<torch::Tensor>& parts) -> torch::Tensor {
+    if (stage < 3) return natural_from_ds_partitions(parts, numels, stage, world);
+    return torch::Tensor();
+  };
+  const torch::Tensor all_master = whole(master), all_m = whole(m), all_v = whole(v);
+
+  // Into the engine, layer by layer: the owned states, then the parameters from the master.
+  int64_t offset = 0, shard_offset = 0;
+  for (ParamGroup* g : engine.groups()) {
+    const LayerLayout& l = g->layout();
+    const OptimizerTensors t = engine.optimizer_tensors(g->index());
+    torch::Tensor nat_master;
+    if (stage == 3) {
+      const int64_t n = l.owned_numel();
+      t.master.copy_(master[rank].narrow(0, shard_offset, n));
+      t.exp_avg.copy_(m[rank].narrow(0, shard_offset, n));
+      t.exp_avg_sq.copy_(v[rank].narrow(0, shard_offset, n));
+      shard_offset += n;
+      // The layer's own shard, expanded to its full values for load_layer (this rank's slices).
+      torch::Tensor gathered = torch::zeros({world, n});
+      gathered[rank].copy_(t.master.to(torch::kCPU, torch::kFloat));
+      nat_master = natural_from_owned(l, gathered);
+    } else {
+      nat_master = all_master.narrow(0, offset, l.numel);
+      t.master.copy_(owned_from_natural(l, rank, nat_master));
+      t.exp_avg.copy_(owned_from_natural(l, rank, all_m.narrow(0, offset, l.numel)));
+      t.exp_avg_sq.copy_(owned_from_natural(l, rank, all_v.narrow(0, offset, l.numel)));
+    }
+    engine.load_layer(g->index(), nat_master);
+    offset += l.numel;
+  }
+  ZeroEngine::Counters c = engine.counters();
+  c.adam_steps = adam_steps;
+  c.scaler.scale = object_attr(scaler, "cur_scale").isDouble() ? object_attr(scaler, "cur_scale").toDouble() : 1.0;
+  if (object_attr(scaler, "cur_iter").isInt()) {
+    c.scaler.cur_iter = object_attr(scaler, "cur_iter").toInt();
+    c.scaler.last_overflow_iter = object_attr(scaler, "last_overflow_iter").toInt();
+    c.scaler.cur_hysteresis = static_cast<int>(object_attr(scaler, "cur_hysteresis").toInt());
+  }
+  const IValue lr = ms.find("lr_scheduler") != ms.end() ? ms.at("lr_scheduler") : IValue();
+  c.lr_iteration = lr.isGenericDict() ? dict_at(lr.toGenericDict(), "last_batch_iteration", mfile).toInt()
+                                      : r.meta.global_steps - 1;
+  engine.restore(c);
+  barrier(comm, "checkpoint loaded");
+  return r;
+}
+
+}  // namespace zrepro
