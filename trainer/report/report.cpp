@@ -417,6 +417,22 @@ json summary_setting(const SummaryInput& in) {
   }
   s["batch"] = c ? json{{"micro", c->micro_batch}, {"grad_accum", c->grad_accum}, {"global", c->train_batch_size}}
                  : json(nullptr);
+  if (in.train && (in.train->save_every > 0 || !in.train->resume_dir.empty())) {
+    json saved = json::array();
+    json resumed = nullptr;
+    if (in.result) {
+      for (const auto& c2 : in.result->saved)
+        saved.push_back({{"step", c2.step}, {"folder", c2.folder}, {"seconds", c2.seconds}});
+      if (in.result->resumed)
+        resumed = {{"folder", in.result->resumed->folder}, {"tag", in.result->resumed->tag},
+                   {"step", in.result->resumed->step}};
+    }
+    s["checkpoint"] = {{"format", "DeepSpeed 0.19.8 ZeRO checkpoint (engine.save_checkpoint's files)"},
+                       {"save_every", in.train->save_every > 0 ? json(in.train->save_every) : json(nullptr)},
+                       {"save_dir", in.train->save_dir.empty() ? json(nullptr) : json(in.train->save_dir)},
+                       {"saved", saved},
+                       {"resumed", resumed}};
+  }
   return s;
 }
 

@@ -258,6 +258,7 @@ Summary Summary::from_json(const json& j) {
   if (j.contains("failure") && j["failure"].is_object()) s.failure = failure_of(j["failure"]);
   s.virtual_ranks = j.value("virtual_ranks", json());
   s.config_mismatch = j.value("config_mismatch", json());
+  s.checkpoint = j.value("checkpoint", json());
   s.scale_down = j.value("scale_down", json());
   return s;
 }
@@ -301,6 +302,7 @@ json Summary::to_json() const {
   j["failure"] = failure ? failure_json(*failure) : json(nullptr);
   if (!virtual_ranks.is_null()) j["virtual_ranks"] = virtual_ranks;
   if (!config_mismatch.is_null()) j["config_mismatch"] = config_mismatch;
+  if (!checkpoint.is_null()) j["checkpoint"] = checkpoint;
   if (!scale_down.is_null()) j["scale_down"] = scale_down;
   return j;
 }

@@ -166,6 +166,7 @@ struct Summary {
   std::optional<SummaryFailure> failure;
   // Present only when they apply.
   nlohmann::json virtual_ranks, config_mismatch, scale_down;
+  nlohmann::json checkpoint;  // --save-every / --resume (report.cpp summary_json)
 
   static Summary from_json(const nlohmann::json& j);  // throws nlohmann::json::exception on a wrong shape
   nlohmann::json to_json() const;

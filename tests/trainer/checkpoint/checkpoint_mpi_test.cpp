@@ -1,0 +1,112 @@
+// Checkpoints through the binary on two ranks (trainer/checkpoint/ds_checkpoint.h):
+// a run that saves and a run that resumes from the save continue the same loss curve,
+// bit for bit, at every ZeRO stage that checkpoints (fp32, bf16, fp16's dynamic scaler);
+// the files are DeepSpeed's (names, the latest tag); what DeepSpeed refuses is refused
+// with its message; a write that fails leaves nothing half-written.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/support/process.h"
+
+using namespace zrepro_test;
+
+namespace {
+
+std::string ckpt_config(int stage, const std::string& precision) {
+  std::string p = precision == "fp32" ? "" : ", \"" + precision + "\": {\"enabled\": true}";
+  return R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2, "zero_optimization": {"stage": )" +
+         std::to_string(stage) + R"(, "stage3_param_persistence_threshold": 100})" + p + "}";
+}
+
+// A checkpoint folder holding only `tag` (copied from a run's save_dir).
+std::string only_tag(const std::string& from, const std::string& tag, const std::string& to) {
+  namespace fs = std::filesystem;
+  fs::create_directories(to);
+  fs::copy(from + "/" + tag, to + "/" + tag, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  std::ofstream(to + "/latest") << tag;
+  return to;
+}
+
+}  // namespace
+
+TEST(Checkpoint, AResumedRunContinuesTheLossCurveBitForBit) {
+  for (const auto& [stage, precision] : std::vector<std::pair<int, std::string>>{{1, "fp16"}, {2, "fp32"}, {3, "bf16"}}) {
+    const std::string name = "ck_s" + std::to_string(stage) + precision;
+    const std::string cfg = ckpt_config(stage, precision);
+    const std::string base = "--ranks 2 --model tiny-llama --seq 16 --steps 4";
+    const std::string save = testing::TempDir() + "/" + name + "_save";
+    std::filesystem::remove_all(save);
+    const RunResult full = zrepro_run(name + "_full", cfg, base + " --save-every 2 --save-dir " + save);
+    ASSERT_EQ(full.code, 0) << full.output;
+    const std::string step2 = save + "/global_step2";
+    EXPECT_TRUE(std::filesystem::exists(step2 + "/" + (stage == 3 ? "zero_pp_rank_1_mp_rank_00_model_states.pt"
+                                                                   : "mp_rank_00_model_states.pt")));
+    EXPECT_TRUE(std::filesystem::exists(step2 + "/" + (precision == "bf16" ? "bf16_" : "") +
+                                        "zero_pp_rank_1_mp_rank_00_optim_states.pt"));
+    ASSERT_EQ(full.summary["checkpoint"]["saved"].size(), 2u) << full.summary.dump();
+    EXPECT_EQ(full.summary["checkpoint"]["saved"][1]["step"], 4);
+    const std::string from2 = only_tag(save, "global_step2", testing::TempDir() + "/" + name + "_from2");
+    const RunResult res = zrepro_run(name + "_res", cfg, base + " --resume " + from2);
+    ASSERT_EQ(res.code, 0) << res.output;
+    EXPECT_EQ(res.summary["checkpoint"]["resumed"]["step"], 2);
+    const auto& a = full.summary["steps"];
+    const auto& b = res.summary["steps"];
+    ASSERT_EQ(b.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(a[i + 2]["step"], b[i]["step"]);
+      EXPECT_EQ(a[i + 2]["loss"].get<double>(), b[i]["loss"].get<double>()) << name << " step " << i + 3;
+      EXPECT_EQ(a[i + 2]["grad_norm"].get<double>(), b[i]["grad_norm"].get<double>()) << name;
+      EXPECT_EQ(a[i + 2]["loss_scale"].get<double>(), b[i]["loss_scale"].get<double>()) << name;
+    }
+  }
+}
+
+TEST(Checkpoint, WhatDeepSpeedRefusesIsRefusedWithItsMessage) {
+  const std::string save = testing::TempDir() + "/ck_refuse";
+  std::filesystem::remove_all(save);
+  const RunResult two = zrepro_run("ck_two", ckpt_config(2, "fp32"), "--ranks 2 --model tiny --seq 8 --steps 1 --save-every 1 --save-dir " + save);
+  ASSERT_EQ(two.code, 0) << two.output;
+  // Another world size: DeepSpeed's ZeRORuntimeException, and the universal checkpoint named.
+  const RunResult one = zrepro_run("ck_one", ckpt_config(2, "fp32"), "--model tiny --seq 8 --steps 3 --resume " + save);
+  EXPECT_EQ(one.code, 2) << one.output;
+  EXPECT_NE(one.output.find("used a DP world size of 2 but the current world size is 1"), std::string::npos) << one.output;
+  EXPECT_EQ(one.summary["status"], "config_error");
+  // Another stage, another precision, no checkpoint at all, stage 0.
+  const RunResult stage3 = zrepro_run("ck_s3", ckpt_config(3, "fp32"), "--ranks 2 --model tiny --seq 8 --steps 3 --resume " + save);
+  EXPECT_EQ(stage3.code, 2) << stage3.output;
+  EXPECT_NE(stage3.output.find("stage"), std::string::npos) << stage3.output;
+  const RunResult bf16 = zrepro_run("ck_bf16", ckpt_config(2, "bf16"), "--ranks 2 --model tiny --seq 8 --steps 3 --resume " + save);
+  EXPECT_EQ(bf16.code, 2) << bf16.output;
+  EXPECT_NE(bf16.output.find("bf16_"), std::string::npos) << bf16.output;
+  const RunResult none = zrepro_run("ck_none", ckpt_config(2, "fp32"), "--model tiny --steps 3 --resume " + testing::TempDir());
+  EXPECT_EQ(none.code, 2) << none.output;
+  EXPECT_NE(none.output.find("/latest"), std::string::npos) << none.output;
+  const RunResult s0 = zrepro_run("ck_s0", ckpt_config(0, "fp32"), "--model tiny --steps 1 --save-every 1 --save-dir " + save);
+  EXPECT_EQ(s0.code, 2) << s0.output;
+  EXPECT_NE(s0.output.find("--save-every: zero_optimization.stage is 0"), std::string::npos) << s0.output;
+  const RunResult half = zrepro_run("ck_half", ckpt_config(2, "fp32"), "--model tiny --steps 1 --save-every 1");
+  EXPECT_EQ(half.code, 2) << half.output;
+}
+
+// A checkpoint that cannot be written (a 300 KiB file size limit, as a full disk; tiny's
+// optimizer file is 700 KiB): exit 12,
+// no checkpoint file under its final name holds part of one, and no `latest` names it.
+TEST(Checkpoint, AFailedWriteLeavesNothingHalfWritten) {
+  const std::string dir = testing::TempDir() + "/ck_fsize";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/ds.json") << ckpt_config(2, "fp32");
+  const Process p = shell("ulimit -f 300; " + std::string(ZREPRO_BIN) + " run --config " + dir +
+                          "/ds.json --model tiny --steps 2 --save-every 1 --save-dir " + dir + "/ck --out " + dir +
+                          "/out 2>&1; echo \"exit=$?\"");
+  EXPECT_NE(p.output.find("exit=12"), std::string::npos) << p.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/ck/latest"));
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir + "/ck")) {
+    const std::string name = e.path().filename().string();
+    EXPECT_EQ(name.find(".tmp."), std::string::npos) << name;
+    // tiny's files are all over the limit: none may be there, whole or in part.
+    EXPECT_FALSE(e.is_regular_file()) << name << " was written past the limit";
+  }
+}
