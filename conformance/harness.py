@@ -125,6 +125,10 @@ def main():
         subprocess.run([sys.executable, os.path.join(HERE, "moe_zero3.py"), "--zrepro", os.path.abspath(a.zrepro),
                         "--out", os.path.join(a.results, "moe-stage3-ranks2.json"),
                         "--work", os.path.join(work, "moe-stage3-ranks2")], env=ENV, check=True)
+    if not a.only or "checkpoints" in a.only:  # zrepro's checkpoints read by DeepSpeed (checkpoints.py)
+        subprocess.run([sys.executable, os.path.join(HERE, "checkpoints.py"), "--zrepro", os.path.abspath(a.zrepro),
+                        "--out", os.path.join(a.results, "checkpoints.json"),
+                        "--work", os.path.join(work, "checkpoints")], env=ENV, check=True)
     if not a.only or "configs" in a.only:
         subprocess.run([sys.executable, os.path.join(HERE, "configs.py"), "--zrepro", os.path.abspath(a.zrepro),
                         "--out", os.path.join(a.results, "configs.json")], check=True)

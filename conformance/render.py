@@ -268,6 +268,39 @@ def moe_section(folder):
     return out + [""]
 
 
+def checkpoint_section(folder):
+    """zrepro's checkpoints read by DeepSpeed (conformance/checkpoints.py)."""
+    path = os.path.join(folder, "checkpoints.json")
+    if not os.path.exists(path):
+        return []
+    r = json.load(open(path))
+    v = r["versions"]
+    out = ["## Checkpoints: zrepro's files read by DeepSpeed", "",
+           f"zrepro trains {r['steps']} steps on {r['ranks']} ranks saving DeepSpeed's ZeRO checkpoint "
+           f"(`--save-every {r['save_at']}`). DeepSpeed {v['deepspeed']}'s own zero_to_fp32 "
+           "(`get_fp32_state_dict_from_zero_checkpoint`, the code of the zero_to_fp32.py script) consolidates "
+           f"global_step{r['steps']}, compared with zrepro's parameters after step {r['steps']} "
+           "(`--export-inputs` final.npy: bit for bit in fp32; in bf16 the consolidated fp32 master rounded to bf16 "
+           "against zrepro's bf16 parameters). Then `deepspeed.initialize` + `load_checkpoint(tag="
+           f"global_step{r['save_at']})` on conformance/ds_model.py's network trains steps {r['save_at'] + 1}-"
+           f"{r['steps']} on the same batches, compared with zrepro's uninterrupted run (`{r['command']}`).", "",
+           "| case | zero_to_fp32 | elements | DeepSpeed's resumed losses | zrepro's | max rel. diff (loss / grad norm) |",
+           "|---|---|---|---|---|---|"]
+    for x in r["rows"]:
+        c, res = x.get("consolidate", {}), x.get("resume")
+        cons = ("equal" if c.get("ok") else "**differs**") + (" (bf16-rounded)" if x["precision"] == "bf16" else "")
+        if res:
+            d = ", ".join(f"{v:.6f}" for v in res.get("deepspeed_losses", [])) or res.get("log_tail", "failed")[-200:]
+            z = ", ".join(f"{v:.6f}" for v in res.get("zrepro_losses", []))
+            diff = f"{res.get('max_rel_diff_loss', float('nan')):.2e} / {res.get('max_rel_diff_grad_norm', float('nan')):.2e}"
+            if not res.get("ok"):
+                diff = "**" + diff + "**"
+        else:
+            d, z, diff = "not run (the harness's Llama wraps the model under `hf.`)", "-", "-"
+        out.append(f"| {x['case']} | {cons} | {c.get('elements', '-')} | {d} | {z} | {diff} |")
+    return out + [""]
+
+
 def remaining(recs):
     """Every row that disagrees, with its cause: the list a release note carries."""
     out = ["## Remaining disagreements", ""]
@@ -296,7 +329,7 @@ def main():
     if not recs:
         raise SystemExit(f"no results in {folder}")
     lines = (header(recs) + remaining(recs) + training_table(recs) + bytes_table(recs) + comm_table(recs) + mismatch_table(recs) +
-             moe_section(folder) + configs_table(folder) + estimator_table(folder))
+             moe_section(folder) + checkpoint_section(folder) + configs_table(folder) + estimator_table(folder))
     for extra in sorted(glob.glob(os.path.join(folder, "extra", "*.md"))):
         lines += open(extra).read().splitlines() + [""]
     with open(target + ".tmp", "w") as f:

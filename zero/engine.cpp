@@ -610,8 +610,11 @@ torch::Tensor ZeroEngine::gather_layer(int layer) {
   g.unshard_wait();
   std::vector<torch::Tensor> flat;
   for (auto& p : g.params()) flat.push_back(p.reshape({-1}).to(torch::kFloat).cpu());
+  // Concatenated (a copy) before the reshard frees the gathered buffer: an fp32 CPU view
+  // converts to itself, so `flat` may still point into it.
+  torch::Tensor whole = torch::cat(flat);
   if (!was) g.reshard();
-  return torch::cat(flat);
+  return whole;
 }
 
 }  // namespace zrepro

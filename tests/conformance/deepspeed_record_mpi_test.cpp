@@ -25,8 +25,9 @@ std::vector<std::string> recorded_cases() {
   std::vector<std::string> names;
   if (fs::is_directory(results_dir()))
     for (const auto& e : fs::directory_iterator(results_dir()))
-      if (e.path().extension() == ".json" && e.path().stem() != "estimators" &&
-          e.path().stem() != "configs") names.push_back(e.path().stem().string());
+      if (e.path().extension() == ".json" && e.path().stem() != "estimators" && e.path().stem() != "configs" &&
+          e.path().stem() != "checkpoints")  // its own test below
+        names.push_back(e.path().stem().string());
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -113,6 +114,38 @@ TEST_P(DeepSpeedRecord, ZreproStillAgreesWithRealDeepSpeed) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Recorded, DeepSpeedRecord, testing::ValuesIn(recorded_cases()), zrepro_test::param_name);
+
+// The checkpoint record (conformance/checkpoints.py): DeepSpeed resumed from zrepro's
+// checkpoint of step 2 and trained steps 3-4; today's zrepro, uninterrupted, must still
+// give those losses (its checkpoint is its state, so a drift here is a drift from it).
+TEST(DeepSpeedRecord, DeepSpeedResumedFromZreprosCheckpointAsZreproGoesOn) {
+  const json rec = load_record("checkpoints");
+  int checked = 0;
+  for (const auto& row : rec["rows"]) {
+    ASSERT_TRUE(row["consolidate"]["ok"].get<bool>()) << row["case"] << ": zero_to_fp32 disagreed when recorded";
+    if (!row.contains("resume")) continue;
+    ASSERT_TRUE(row["resume"]["ok"].get<bool>()) << row["case"] << ": DeepSpeed's resume disagreed when recorded";
+    std::string flags;  // the recorded run's, without its --save-every N (no checkpoint is needed)
+    const auto& f = row["zrepro_flags"];
+    for (size_t i = 0; i < f.size(); ++i) {
+      if (f[i] == "--save-every") {
+        ++i;
+        continue;
+      }
+      flags += " " + f[i].get<std::string>();
+    }
+    const auto r = zrepro_test::zrepro_run("conformance_ckpt_" + row["case"].get<std::string>(), row["config"].dump(), flags);
+    ASSERT_EQ(r.code, 0) << r.output;
+    const auto& theirs = row["resume"]["deepspeed_losses"];
+    const int64_t first = rec["save_at"].get<int64_t>();
+    for (size_t i = 0; i < theirs.size(); ++i)
+      EXPECT_LE(rel(r.summary["steps"][first + i]["loss"].get<double>(), theirs[i].get<double>()),
+                row["resume"]["tolerance"]["loss"].get<double>())
+          << row["case"] << " step " << first + i + 1;
+    ++checked;
+  }
+  EXPECT_GE(checked, 5);
+}
 
 // The MoE record's aux-loss pair (conformance/moe_zero3.py): zrepro's router aux loss
 // against transformers' load_balancing_loss_func under DeepSpeed, fp32, leaf on.

@@ -71,10 +71,13 @@ IValue loss_scaler_object(const DsConfig& cfg, const LossScaler::State& s) {
                         {"dtype", IValue()}});
 }
 
-// torch.optim.AdamW's state_dict for one flat "parameter" (DeepSpeed's partition).
-IValue torch_adam_state(const DsConfig& cfg, int64_t steps, const torch::Tensor& m, const torch::Tensor& v) {
+// The state_dict of the optimizer DeepSpeed builds for the config's Adam / AdamW, for one
+// flat "parameter" (the rank's partition): FusedAdam's (DeepSpeedCPUAdam's under
+// offload_optimizer, which adds amsgrad). load_checkpoint replaces the live param group
+// with this one, so its keys are that class's (read from files DeepSpeed 0.19.8 wrote).
+IValue ds_adam_state(const DsConfig& cfg, int64_t steps, const torch::Tensor& m, const torch::Tensor& v) {
   c10::impl::GenericDict entry = str_dict();
-  entry.insert("step", torch::tensor(static_cast<float>(steps)));
+  entry.insert("step", steps);
   entry.insert("exp_avg", m);
   entry.insert("exp_avg_sq", v);
   c10::impl::GenericDict state(c10::IntType::get(), c10::AnyType::get());
@@ -82,16 +85,12 @@ IValue torch_adam_state(const DsConfig& cfg, int64_t steps, const torch::Tensor&
   const OptimizerConfig& o = cfg.optimizer;
   c10::impl::GenericDict group = str_dict();
   group.insert("lr", o.lr);
+  group.insert("bias_correction", o.bias_correction);
   group.insert("betas", c10::ivalue::Tuple::create({o.beta1, o.beta2}));
   group.insert("eps", o.eps);
   group.insert("weight_decay", o.weight_decay);
-  group.insert("amsgrad", false);
-  group.insert("maximize", false);
-  group.insert("foreach", IValue());
-  group.insert("capturable", false);
-  group.insert("differentiable", false);
-  group.insert("fused", IValue());
-  group.insert("decoupled_weight_decay", o.adam_w_mode);
+  if (cfg.zero.offload_optimizer.device != "none") group.insert("amsgrad", false);
+  group.insert("step", int64_t{0});
   group.insert("params", c10::List<int64_t>({0}));
   c10::impl::GenericList groups(c10::AnyType::get());
   groups.push_back(group);
@@ -140,7 +139,7 @@ c10::impl::GenericDict optim_states(ZeroEngine& engine, const ModelSpec& spec, c
                         v = model_flat(engine, 2, false);
     sd.insert("zero_stage", int64_t{3});
     sd.insert("partition_count", int64_t{world});
-    sd.insert("optimizer_state_dict", torch_adam_state(cfg, c.adam_steps, m, v));
+    sd.insert("optimizer_state_dict", ds_adam_state(cfg, c.adam_steps, m, v));
     sd.insert("fp32_flat_groups", c10::List<torch::Tensor>({master}));
     return sd;
   }
@@ -150,7 +149,7 @@ c10::impl::GenericDict optim_states(ZeroEngine& engine, const ModelSpec& spec, c
   const torch::Tensor mine = ds_partition(master, numels, stage, world, rank, false);
   const FlatPartition whole = partition_flat(master.numel(), world);
   sd.insert("clip_grad", cfg.gradient_clipping);
-  sd.insert("base_optimizer_state", torch_adam_state(cfg, c.adam_steps, ds_partition(m, numels, stage, world, rank, true),
+  sd.insert("base_optimizer_state", ds_adam_state(cfg, c.adam_steps, ds_partition(m, numels, stage, world, rank, true),
                                                      ds_partition(v, numels, stage, world, rank, true)));
   sd.insert("single_partition_of_fp32_groups", c10::List<torch::Tensor>({mine}));
   sd.insert("zero_stage", int64_t{stage});
@@ -334,7 +333,8 @@ Resumed load_checkpoint(ZeroEngine& engine, const ModelSpec& spec, const DsConfi
     const c10::impl::GenericDict torch_sd =
         dict_at(osd, stage == 3 ? "optimizer_state_dict" : "base_optimizer_state", ofile).toGenericDict();
     const c10::impl::GenericDict st = dict_at(torch_sd, "state", ofile).toGenericDict().begin()->value().toGenericDict();
-    adam_steps = static_cast<int64_t>(dict_at(st, "step", ofile).toTensor().item<double>());
+    const IValue step = dict_at(st, "step", ofile);  // an int (DeepSpeed's Adam), a tensor (torch's)
+    adam_steps = step.isInt() ? step.toInt() : static_cast<int64_t>(step.toTensor().item<double>());
     m.push_back(dict_at(st, "exp_avg", ofile).toTensor());
     v.push_back(dict_at(st, "exp_avg_sq", ofile).toTensor());
     master.push_back(dict_at(osd, stage == 3 ? "fp32_flat_groups" : "single_partition_of_fp32_groups", ofile)

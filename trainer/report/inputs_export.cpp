@@ -75,4 +75,8 @@ void export_inputs(const std::string& dir, const ModelSpec& spec, const InputsGe
   write_file_atomic(dir + "/layout.json", layout.dump(2) + "\n");
 }
 
+void export_final_params(const std::string& dir, const std::vector<torch::Tensor>& layers) {
+  write_file_atomic(dir + "/final.npy", npy_bytes(torch::cat(layers).to(torch::kCPU, torch::kFloat).contiguous()));
+}
+
 }  // namespace zrepro

@@ -1,0 +1,223 @@
+"""zrepro's checkpoints read by real DeepSpeed (issue 36): zero_to_fp32 and load_checkpoint.
+
+    python conformance/checkpoints.py --zrepro build/zrepro --out conformance/results/checkpoints.json
+    (scripts/conformance.sh --only checkpoints runs it)
+
+(needs the venv of scripts/conformance.sh.) For each case zrepro trains N steps on 2 ranks,
+saving DeepSpeed's ZeRO checkpoint (--save-every) at step K and at step N, with
+--export-inputs (the weights, batches and, at the end, the parameters after step N in
+OUT/inputs/final.npy). Then:
+
+  consolidate  DeepSpeed's own zero_to_fp32 (deepspeed.utils.zero_to_fp32
+               get_fp32_state_dict_from_zero_checkpoint, the code of the zero_to_fp32.py script
+               DeepSpeed copies into every checkpoint folder) on global_step<N>, against
+               final.npy: bit for bit in fp32 (the parameters are the fp32 master); in bf16
+               final.npy holds the bf16 parameters, so the consolidated fp32 master is
+               compared after rounding to bf16 (the master itself is what a zrepro resume
+               reloads, and that resume is bit-exact: tests/trainer/checkpoint/).
+  resume       deepspeed.initialize on conformance/ds_model.py's network with the same
+               config, engine.load_checkpoint(zrepro's folder, tag global_step<K>), then steps
+               K+1..N on the same batches: losses and grad norms against zrepro's own steps
+               K+1..N of the uninterrupted run (the training cases' tolerances). Only for the
+               gpt2 toy: ds_model.HfLlama wraps LlamaForCausalLM under "hf.", so its module
+               names are not the ones a user's model (and zrepro's checkpoint) has.
+"""
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+RANKS, STEPS, SAVE_AT = 2, 4, 2
+ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
+           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1", DS_ACCELERATOR="cpu",
+           PYTHONUNBUFFERED="1")
+
+
+def cases():
+    import cases as C
+    out = []
+    for model, stage, precision, resume in (("tiny", 1, "fp32", True), ("tiny", 2, "fp32", True),
+                                            ("tiny", 3, "fp32", True), ("tiny", 2, "bf16", True),
+                                            ("tiny", 3, "bf16", True), ("tiny-llama", 3, "fp32", False),
+                                            ("tiny-llama", 2, "bf16", False)):
+        cfg = C.ds_config(stage, 2, precision)
+        cfg["train_micro_batch_size_per_gpu"] = 2
+        if stage == 3:  # some parameters gathered, some persistent
+            cfg["zero_optimization"]["stage3_param_persistence_threshold"] = 100
+        out.append({"name": f"{model}-{precision}-stage{stage}", "model": model, "stage": stage,
+                    "precision": precision, "resume": resume, "config": cfg,
+                    "tolerance": C.FP32_TOL if precision == "fp32" else C.BF16_TOL})
+    return out
+
+
+# ---------------------------------------------------------------- DeepSpeed resumes (one rank)
+
+def worker(a):
+    import deepspeed
+    import torch
+    import torch.distributed as dist
+    from ds_model import load, micro_batch
+
+    torch.set_num_threads(1)
+    deepspeed.init_distributed(dist_backend="gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model, layout, tokens = load(a.inputs)
+    config = json.load(open(a.config))
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.ordered, config=config)
+    path, client = engine.load_checkpoint(a.ckpt, tag=a.tag)
+    steps = []
+    gas = engine.gradient_accumulation_steps()
+    for step in range(a.first, a.steps):
+        losses = []
+        for t in range(gas):
+            inputs, targets = micro_batch(tokens, layout, step, t, rank)
+            loss = engine(inputs, targets)
+            engine.backward(loss)
+            losses.append(float(loss.detach()))
+            engine.step()
+        local = torch.tensor([sum(losses) / len(losses)], dtype=torch.float64)
+        dist.all_reduce(local)
+        norm = engine.get_global_grad_norm()
+        steps.append({"step": step, "loss": float(local) / world, "grad_norm": float(norm) if norm is not None else None})
+    if rank == 0:
+        with open(a.out + ".tmp", "w") as f:
+            json.dump({"loaded": path, "global_steps": engine.global_steps, "steps": steps}, f, indent=1)
+        os.replace(a.out + ".tmp", a.out)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------- the driver
+
+def run(cmd, timeout, log):
+    t0 = time.time()
+    with open(log, "w") as f:
+        try:
+            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=ENV, timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            rc = None
+    return rc, round(time.time() - t0, 1), open(log, errors="replace").read()
+
+
+def zrepro_names_in_order(inputs):
+    """DeepSpeed's module names of zrepro's parameters, in zrepro's flat order (final.npy's)."""
+    from ds_model import load
+    model, layout, _ = load(inputs)
+    names = {id(p): n for n, p in model.named_parameters()}
+    # ds_model.HfLlama holds LlamaForCausalLM as .hf: a user's model (and the checkpoint) has no prefix.
+    return [names[id(p)].removeprefix("hf.") for p in model.ordered], [p.numel() for p in model.ordered]
+
+
+def consolidate(case, ckpt, inputs):
+    import numpy as np
+    import torch
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+    sd = get_fp32_state_dict_from_zero_checkpoint(ckpt, tag=f"global_step{STEPS}")
+    names, numels = zrepro_names_in_order(inputs)
+    final = torch.from_numpy(np.load(os.path.join(inputs, "final.npy")))
+    missing = [n for n in names if n not in sd]
+    if missing:
+        return {"ok": False, "what": "zero_to_fp32 names", "missing": missing[:5], "extra": sorted(set(sd) - set(names))[:5]}
+    ours = torch.cat([sd[n].reshape(-1) for n in names])
+    if case["precision"] == "bf16":
+        ours = ours.to(torch.bfloat16).float()
+    diff = (ours - final).abs()
+    return {"ok": bool(torch.equal(ours, final)), "params": len(names), "elements": int(final.numel()),
+            "max_abs_diff": float(diff.max()), "compared": "bit for bit" if case["precision"] == "fp32" else
+            "the consolidated fp32 master rounded to bf16, against zrepro's bf16 parameters",
+            "extra_keys": sorted(set(sd) - set(names))}
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-30)
+
+
+def resume(case, ckpt, inputs, work, summary, port):
+    cfg_path = os.path.join(work, "ds_config.json")
+    json.dump(case["config"], open(cfg_path, "w"), indent=1)
+    out = os.path.join(work, "deepspeed-resume.json")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(RANKS), "--master_port", str(port),
+           os.path.abspath(__file__), "worker", "--inputs", inputs, "--config", cfg_path, "--ckpt", ckpt,
+           "--tag", f"global_step{SAVE_AT}", "--first", str(SAVE_AT), "--steps", str(STEPS), "--out", out]
+    rc, s, log = run(cmd, 900, os.path.join(work, "deepspeed.log"))
+    if rc != 0 or not os.path.exists(out):
+        return {"ok": False, "exit_code": rc, "seconds": s, "log_tail": log[-3000:]}
+    d = json.load(open(out))
+    z = summary["steps"][SAVE_AT:]
+    tol = case["tolerance"]
+    tl = tol if isinstance(tol, float) else tol["loss"]
+    tg = tol if isinstance(tol, float) else tol["grad_norm"]
+    loss_diff = max(rel(x["loss"], y["loss"]) for x, y in zip(z, d["steps"]))
+    norm_diff = max(rel(x["grad_norm"], y["grad_norm"]) for x, y in zip(z, d["steps"]))
+    return {"ok": loss_diff <= tl and norm_diff <= tg and d["global_steps"] == STEPS, "seconds": s,
+            "deepspeed_global_steps_after": d["global_steps"],
+            "zrepro_losses": [x["loss"] for x in z], "deepspeed_losses": [x["loss"] for x in d["steps"]],
+            "zrepro_grad_norms": [x["grad_norm"] for x in z], "deepspeed_grad_norms": [x["grad_norm"] for x in d["steps"]],
+            "max_rel_diff_loss": loss_diff, "max_rel_diff_grad_norm": norm_diff, "tolerance": {"loss": tl, "grad_norm": tg}}
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "worker":
+        ap = argparse.ArgumentParser()
+        ap.add_argument("worker")
+        for k in ("--inputs", "--config", "--ckpt", "--tag", "--out"):
+            ap.add_argument(k, required=True)
+        ap.add_argument("--first", type=int, required=True)
+        ap.add_argument("--steps", type=int, required=True)
+        worker(ap.parse_args())
+        return
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--zrepro", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--work", default=None)
+    ap.add_argument("--port", type=int, default=29970)
+    a = ap.parse_args()
+    import record
+    work_root = os.path.abspath(a.work or tempfile.mkdtemp(prefix="zrepro-ckpt-"))
+    t0 = time.time()
+    rows = []
+    for i, case in enumerate(cases()):
+        work = os.path.join(work_root, case["name"])
+        os.makedirs(work, exist_ok=True)
+        cfg = os.path.join(work, "zrepro_config.json")
+        json.dump(case["config"], open(cfg, "w"), indent=1)
+        ckpt, zout = os.path.join(work, "checkpoint"), os.path.join(work, "zrepro")
+        flags = ["--model", case["model"], "--ranks", str(RANKS), "--steps", str(STEPS), "--save-every", str(SAVE_AT),
+                 "--log-every", "1000"]
+        cmd = [os.path.abspath(a.zrepro), "run", "--config", cfg, "--out", zout, "--save-dir", ckpt,
+               "--export-inputs"] + flags
+        rc, s, log = run(cmd, 600, os.path.join(work, "zrepro.log"))
+        row = {"case": case["name"], "model": case["model"], "stage": case["stage"], "precision": case["precision"],
+               "config": case["config"], "zrepro_flags": flags, "zrepro_exit_code": rc, "zrepro_seconds": s,
+               "zrepro_command": shlex.join(["zrepro"] + cmd[1:]).replace(work + "/", "WORK/")}
+        if rc != 0:
+            row["error"] = log[-2000:]
+            rows.append(row)
+            continue
+        summary = json.load(open(os.path.join(zout, "summary.json")))
+        inputs = os.path.join(zout, "inputs")
+        print(f"[ckpt] {case['name']}: zero_to_fp32", flush=True)
+        row["consolidate"] = consolidate(case, ckpt, inputs)
+        if case["resume"]:
+            print(f"[ckpt] {case['name']}: DeepSpeed load_checkpoint + steps {SAVE_AT + 1}..{STEPS}", flush=True)
+            row["resume"] = resume(case, ckpt, inputs, work, summary, a.port + i)
+        print(f"[ckpt] {case['name']}: consolidate {row['consolidate'].get('ok')}, resume "
+              f"{row.get('resume', {}).get('ok', '-')}", flush=True)
+        rows.append(row)
+    rec = {"case": "checkpoints", "kind": "checkpoints", "ranks": RANKS, "steps": STEPS, "save_at": SAVE_AT,
+           "rows": rows, "versions": record.versions(), "recorded": time.strftime("%Y-%m-%d"),
+           "command": "python conformance/checkpoints.py --zrepro build/zrepro --out conformance/results/checkpoints.json",
+           "seconds": round(time.time() - t0, 1)}
+    record.write(a.out, rec)
+
+
+if __name__ == "__main__":
+    main()
