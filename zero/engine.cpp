@@ -602,6 +602,21 @@ void ZeroEngine::load_layer(int layer, const torch::Tensor& values) {
   g.mark_persistent_stale();
 }
 
+std::vector<torch::Tensor> ZeroEngine::gather_layer_to_host(int layer, bool keep) {
+  torch::NoGradGuard no_grad;
+  ParamGroup& g = *groups_[layer];
+  const bool was = g.state() != ShardState::sharded;
+  g.unshard_start(comm_);
+  g.unshard_wait();
+  std::vector<torch::Tensor> out;
+  if (keep) {
+    DeviceMemory::HostScope host;
+    for (auto& p : g.params()) out.push_back(p.detach().to(torch::kCPU).clone());
+  }
+  if (!was) g.reshard();
+  return out;
+}
+
 torch::Tensor ZeroEngine::gather_layer(int layer) {
   torch::NoGradGuard no_grad;
   ParamGroup& g = *groups_[layer];

@@ -127,6 +127,10 @@ class ZeroEngine : private ShardOps {
   torch::Tensor accumulated_grad(int layer) const { return full_grads_[layer]; }
   // Full fp32 values of a layer (gathered across ranks); for checks and tests.
   torch::Tensor gather_layer(int layer);
+  // Every rank: layer l's parameters gathered (a stage-3 all-gather into the device's
+  // comm buffers, as DeepSpeed's GatheredParameters), copied to host memory in their
+  // 16-bit dtype when keep (DeepSpeed's rank 0), then released. One tensor per parameter.
+  std::vector<torch::Tensor> gather_layer_to_host(int layer, bool keep);
   // [Note: what a checkpoint holds] The training state a resume needs beyond the model
   // (trainer/checkpoint/): each layer's owned fp32 master and Adam moments, the Adam step
   // count (it skips overflowed steps), the LR schedule's iteration and the loss scaler.

@@ -260,6 +260,29 @@ std::string save_checkpoint(ZeroEngine& engine, const ModelSpec& spec, const DsC
   return folder;
 }
 
+int64_t save_16bit_model(ZeroEngine& engine, const ModelSpec& spec, const DsConfig& cfg, const std::string& dir) {
+  if (cfg.zero.stage != 3 || !cfg.zero.stage3_gather_16bit_weights_on_model_save) return 0;
+  const bool keep = engine.comm().rank() == 0;
+  const std::vector<CheckpointParam> params = checkpoint_params(spec);
+  c10::impl::GenericDict state(c10::StringType::get(), c10::TensorType::get());
+  int64_t bytes = 0;
+  size_t next = 0;
+  for (ParamGroup* g : engine.groups()) {
+    const std::vector<torch::Tensor> values = engine.gather_layer_to_host(g->index(), keep);
+    for (const torch::Tensor& v : values) {
+      state.insert(params[next++].name, v);
+      bytes += v.numel() * v.element_size();
+    }
+  }
+  if (keep) {
+    DeviceMemory::HostScope host;
+    if (spec.tied) state.insert(tied_head_name(spec), state.at("model.embed_tokens.weight"));
+    write_pt(dir + "/pytorch_model.bin", state);
+  }
+  barrier(engine.comm(), "16-bit model written");
+  return bytes;
+}
+
 Resumed load_checkpoint(ZeroEngine& engine, const ModelSpec& spec, const DsConfig& cfg, const std::string& dir) {
   Communicator& comm = engine.comm();
   const int stage = static_cast<int>(cfg.zero.stage), world = comm.world_size(), rank = comm.rank();

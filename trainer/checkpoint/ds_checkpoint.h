@@ -32,6 +32,17 @@ void check_checkpointable(const DsConfig& cfg, const std::string& flag, bool sta
 std::string save_checkpoint(ZeroEngine& engine, const ModelSpec& spec, const DsConfig& cfg, const std::string& dir,
                             const CheckpointMeta& meta);
 
+// [Note: the 16-bit consolidation at save] With ZeRO-3 and
+// stage3_gather_16bit_weights_on_model_save the Hugging Face Trainer's save_model asks
+// DeepSpeed for the whole 16-bit model (_zero3_consolidated_16bit_state_dict): every
+// rank gathers one module at a time (GatheredParameters) and rank 0 copies it to host
+// memory, so the device holds one more gathered module and rank 0's host the whole
+// 16-bit model, written as pytorch_model.bin (save_16bit_model's default name). zrepro
+// gathers one parameter group at a time (a block: DeepSpeed's modules are its linears,
+// so zrepro's transient is larger). Every rank calls it; returns the bytes rank 0 held
+// on the host (0 on the others, and when the config does not ask for it).
+int64_t save_16bit_model(ZeroEngine& engine, const ModelSpec& spec, const DsConfig& cfg, const std::string& dir);
+
 // Every rank, before the first step: loads the tag DIR/latest names into the engine.
 // Throws ConfigError (naming --resume, the file and the fix) for a folder that is no
 // DeepSpeed checkpoint, or one of another world size (DeepSpeed's message), stage,

@@ -62,7 +62,10 @@ c10::intrusive_ptr<c10::ivalue::Object> load_object(const c10::StrongTypePtr& t,
 
 void write_pt(const std::string& path, const c10::IValue& value, bool int_lists_as_size) {
   std::string pickle;
-  torch::jit::Pickler p([&](const char* b, size_t n) { pickle.append(b, n); });
+  // No type tags on dicts and lists (restore_type_tag): torch.load's weights_only default
+  // (torch >= 2.6, transformers' from_pretrained) refuses that global; plain dicts pass.
+  torch::jit::Pickler p([&](const char* b, size_t n) { pickle.append(b, n); }, nullptr, nullptr, nullptr, nullptr,
+                        /*tag_aggregates=*/false);
   p.protocol();
   p.pushIValue(value);
   p.stop();

@@ -424,7 +424,8 @@ void save_if_due(const JobSpec& job, const ModelSpec& spec, const TrainOptions& 
   DeviceMemory::instance().set_phase(Phase::save);
   const CheckpointMeta meta{step + 1, result.skipped_steps, (step + 1) * job.cfg.train_batch_size};
   const std::string folder = save_checkpoint(engine, spec, job.cfg, opts.save_dir, meta);
-  result.saved.push_back({step + 1, folder, since(t0)});
+  const int64_t consolidated = save_16bit_model(engine, spec, job.cfg, opts.save_dir);
+  result.saved.push_back({step + 1, folder, since(t0), consolidated});
 }
 
 // The stop check at a step boundary (TrainOptions::stop_signal): throws Interrupted.

@@ -128,6 +128,9 @@ struct TrainResult {
     int64_t step = 0;  // global_steps: the steps done when it was written
     std::string folder;
     double seconds = 0;
+    // [Note: the 16-bit consolidation at save]: the whole 16-bit model rank 0 held on the
+    // host for pytorch_model.bin (0 when the config does not ask for it, or another rank).
+    int64_t consolidated_host_bytes = 0;
   };
   std::vector<Saved> saved;
   struct Resume {

@@ -422,7 +422,8 @@ json summary_setting(const SummaryInput& in) {
     json resumed = nullptr;
     if (in.result) {
       for (const auto& c2 : in.result->saved)
-        saved.push_back({{"step", c2.step}, {"folder", c2.folder}, {"seconds", c2.seconds}});
+        saved.push_back({{"step", c2.step}, {"folder", c2.folder}, {"seconds", c2.seconds},
+                         {"consolidated_16bit_host_bytes", c2.consolidated_host_bytes}});
       if (in.result->resumed)
         resumed = {{"folder", in.result->resumed->folder}, {"tag", in.result->resumed->tag},
                    {"step", in.result->resumed->step}};

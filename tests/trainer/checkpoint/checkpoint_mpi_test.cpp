@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "tests/support/process.h"
+#include "trainer/checkpoint/pt_file.h"
 
 using namespace zrepro_test;
 
@@ -109,4 +110,33 @@ TEST(Checkpoint, AFailedWriteLeavesNothingHalfWritten) {
     // tiny's files are all over the limit: none may be there, whole or in part.
     EXPECT_FALSE(e.is_regular_file()) << name << " was written past the limit";
   }
+}
+
+// [Note: the 16-bit consolidation at save]: ZeRO-3 with stage3_gather_16bit_weights_on_model_save
+// also writes the whole 16-bit model (pytorch_model.bin, as save_16bit_model), which rank 0
+// held on the host: 2 bytes per parameter in bf16, under the module names.
+TEST(Checkpoint, Zero3GathersThe16BitModelOnRank0AtASaveWhenAsked) {
+  const std::string save = testing::TempDir() + "/ck_16bit";
+  std::filesystem::remove_all(save);
+  std::string cfg = ckpt_config(3, "bf16");
+  cfg.replace(cfg.find("\"stage3_param_persistence_threshold\""), 0, "\"stage3_gather_16bit_weights_on_model_save\": true, ");
+  const RunResult r = zrepro_run("ck_16bit", cfg, "--ranks 2 --model tiny-llama --seq 16 --steps 1 --save-every 1 --save-dir " + save);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const int64_t params = r.summary["model"]["params"].get<int64_t>();
+  EXPECT_EQ(r.summary["checkpoint"]["saved"][0]["consolidated_16bit_host_bytes"].get<int64_t>(), 2 * params);
+  const c10::impl::GenericDict sd = zrepro::read_pt(save + "/pytorch_model.bin").toGenericDict();
+  int64_t n = 0;
+  for (const auto& kv : sd) {
+    EXPECT_EQ(kv.value().toTensor().scalar_type(), torch::kBFloat16) << kv.key().toStringRef();
+    n += kv.value().toTensor().numel();
+  }
+  EXPECT_EQ(n, params);
+  EXPECT_TRUE(sd.contains("model.layers.1.mlp.down_proj.weight"));
+  // Without the key: no 16-bit model (the Trainer then saves only the ZeRO checkpoint).
+  std::filesystem::remove_all(save);
+  const RunResult off = zrepro_run("ck_16bit_off", ckpt_config(3, "bf16"),
+                                   "--ranks 2 --model tiny-llama --seq 16 --steps 1 --save-every 1 --save-dir " + save);
+  ASSERT_EQ(off.code, 0) << off.output;
+  EXPECT_FALSE(std::filesystem::exists(save + "/pytorch_model.bin"));
+  EXPECT_EQ(off.summary["checkpoint"]["saved"][0]["consolidated_16bit_host_bytes"], 0);
 }
