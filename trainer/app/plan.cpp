@@ -29,6 +29,10 @@ void add_plan_flags(cxxopts::Options& o) {
        cxxopts::value<int>())
       ("device-memory", "device capacity: a preset (a100-40gb, a100-80gb, h100-80gb, h200-141gb, l40s-48gb, rtx4090-24gb, ...: the capacity PyTorch reports on it) or a size, e.g. 80GB, 40GiB (GB = 1e9 bytes, GiB = 2^30; no verdict without it)", cxxopts::value<std::string>())
       ("activation-checkpointing", "recompute each block in backward (as zrepro run's flag)")
+      ("save-every", "the job saves DeepSpeed's checkpoint (as zrepro run's flag): a save phase after the step",
+       cxxopts::value<int64_t>())
+      ("resume", "the job resumes from a checkpoint (as zrepro run's flag; the folder is not read): a load phase "
+                 "before the first step", cxxopts::value<std::string>())
       ("device", "cpu|cuda: the device the run would use (fp16 computes in fp32 on the CPU)",
        cxxopts::value<std::string>()->default_value("cpu"))
       ("steps", "total steps (resolves scheduler \"auto\")", cxxopts::value<int64_t>()->default_value("50"));
@@ -53,6 +57,8 @@ JobSpec plan_request_from(const cxxopts::ParseResult& r) {
   req.cfg = load_job_config(opt<std::string>(r, "config"), flags_from(r, req.model, req.world_size, r["steps"].as<int64_t>()));
   if (r.count("device-memory")) req.device_capacity = parse_device_memory("--device-memory", r["device-memory"].as<std::string>());
   req.activation_checkpointing = checkpointing_from(r);
+  req.saves_checkpoints = r.count("save-every") > 0;
+  req.resumes = r.count("resume") > 0;
   const std::string device = r["device"].as<std::string>();
   if (device != "cpu" && device != "cuda") throw ConfigError("--device: got \"" + device + "\", expected cpu or cuda");
   req.cpu_device = device == "cpu";

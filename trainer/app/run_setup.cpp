@@ -88,6 +88,8 @@ static void resolve_config(RunState& s) {
   s.job.rank = s.rank;  // ranks differ at stage 2 (DeepSpeed's whole-parameter gradient partition)
   s.job.device_capacity = s.capacity();
   s.job.activation_checkpointing = spec.activation_checkpointing;
+  s.job.saves_checkpoints = spec.save_every > 0;
+  s.job.resumes = !spec.resume_dir.empty();
   // The conformance networks (conformance/ds_model.py): zrepro's GPT-2 toy with an untied
   // head, Hugging Face's LlamaForCausalLM (tied or not) and a Mixtral in transformers 4.x's
   // per-expert layout (MixtralForCausalLM4x), all with eager attention.

@@ -33,6 +33,10 @@ struct JobSpec {
   bool cpu_device = true;          // the CPU-emulated device (fp16 computes in fp32 there)
   int64_t device_capacity = 0;     // 0: unlimited
   bool activation_checkpointing = false;  // recompute each block in backward
+  // Checkpoints (trainer/checkpoint/ds_checkpoint.h): the job saves DeepSpeed's
+  // checkpoint (a save phase after a step) or resumes from one (a load phase before the
+  // first step).
+  bool saves_checkpoints = false, resumes = false;
   // The engine's buffer policy, when a run overrides it (experiments and tests; see
   // [Note: one buffer policy for run and plan] in zero/schedule/buffer_policy.h).
   std::optional<BufferPolicy> buffers;

@@ -259,12 +259,16 @@ class PlanSim {
 
   void run() {
     init();
+    // The resume copies the checkpoint's host tensors into the engine's own: the device
+    // holds what init allocated (trainer/checkpoint/ds_checkpoint.h load_checkpoint).
+    if (req_.resumes) tl_.phase(Phase::load);
     int64_t retries_before = 0;
     for (int step = 0; step < 2; ++step) {
       retries_before = tl_.caching().retries();
       for (int64_t t = 0; t < req_.cfg.grad_accum; ++t) micro_step(t);
       optimizer_step();
     }
+    if (req_.saves_checkpoints) save();
     plan_.reserved_peak_bytes = tl_.caching().reserved_peak();
     plan_.alloc_retries_per_step = tl_.caching().retries() - retries_before;
     plan_.reserved_fits = tl_.caching().fits();
@@ -503,6 +507,19 @@ class PlanSim {
       for (size_t l = 0; l < layers_.size(); ++l)
         if (!offloaded_[l]) tl_.add(MemCategory::comm_buffers, -layers_[l].owned_numel() * pe_);
     if (shards_) shards_->mark_stale();  // persistent parameters are re-gathered
+  }
+
+  // A checkpoint after the step: its copies are host memory; with ZeRO-3 and
+  // stage3_gather_16bit_weights_on_model_save every group is gathered once more, one at a
+  // time ([Note: the 16-bit consolidation at save], ds_checkpoint.h).
+  void save() {
+    tl_.phase(Phase::save);
+    if (!shards_ || !z_.stage3_gather_16bit_weights_on_model_save) return;
+    for (int l = 0; l <= last(); ++l) {
+      shards_->unshard_start(l);
+      shards_->unshard_wait(l);
+      shards_->reshard(l);
+    }
   }
 
   const JobSpec& req_;

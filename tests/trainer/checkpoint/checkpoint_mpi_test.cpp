@@ -140,3 +140,26 @@ TEST(Checkpoint, Zero3GathersThe16BitModelOnRank0AtASaveWhenAsked) {
   EXPECT_FALSE(std::filesystem::exists(save + "/pytorch_model.bin"));
   EXPECT_EQ(off.summary["checkpoint"]["saved"][0]["consolidated_16bit_host_bytes"], 0);
 }
+
+// The plan's save phase (planner.cpp save) against two ranks that save with the 16-bit
+// consolidation: the same peak, the groups gathered one at a time.
+TEST(Checkpoint, ThePlansSavePhaseIsTheRunsOnTwoRanks) {
+  const std::string save = testing::TempDir() + "/ck_plan";
+  std::filesystem::remove_all(save);
+  const std::string cfg = R"({"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true}, "zero_optimization":
+    {"stage": 3, "reduce_bucket_size": 20000, "stage3_param_persistence_threshold": 100,
+     "stage3_gather_16bit_weights_on_model_save": true}})";
+  const RunResult r = zrepro_run("ck_plan", cfg, "--ranks 2 --model tiny --steps 1 --save-every 1 --save-dir " + save);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const Process p = zrepro_cmd("plan --config " + r.dir + "/ds.json --model tiny --world-size 2 --save-every 1 --json");
+  ASSERT_EQ(p.code, 0) << p.output;
+  const nlohmann::json plan = nlohmann::json::parse(p.output.substr(p.output.find('{')));
+  auto save_peak = [](const nlohmann::json& phases) -> int64_t {
+    for (const auto& x : phases)
+      if (x["phase"] == "save") return x["peak_bytes"].get<int64_t>();
+    return -1;
+  };
+  const int64_t measured = save_peak(r.summary["memory"]["ranks"][0]["phases"]), planned = save_peak(plan["phases"]);
+  ASSERT_GT(measured, 0);
+  EXPECT_NEAR(planned, measured, 0.005 * measured);
+}

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <optional>
 
@@ -605,4 +606,51 @@ TEST(Planner, TheRankHoldingMostHasTheHighestPlanOfAllRanks) {
     const MemoryPlan unranked = plan_memory(req);
     EXPECT_EQ(unranked.peak_bytes + unranked.host_pinned_bytes + unranked.host_pageable_bytes, best_bytes) << json;
   }
+}
+
+// The save and load phases (trainer/checkpoint/ds_checkpoint.h) against the run: a run that
+// saves after every step and one that resumes from its checkpoint, on one rank, each
+// phase's peak planned as measured; with ZeRO-3 and stage3_gather_16bit_weights_on_model_save
+// the save gathers every group once more ([Note: the 16-bit consolidation at save]).
+TEST(Planner, SaveAndLoadPhasesMatchTheRun) {
+  const std::string dir = testing::TempDir() + "/planner_ckpt";
+  for (const char* precision : {"fp32", "bf16"})
+    for (int stage : {1, 2, 3})
+      for (bool gather16 : {false, true}) {
+        if (gather16 && stage != 3) continue;
+        std::string json = sized_config(stage, false);
+        if (gather16) json.replace(json.find("\"stage\": 3"), 10, "\"stage\": 3, \"stage3_gather_16bit_weights_on_model_save\": true");
+        const DsConfig cfg = make_config(json, 2, 1, precision);
+        ASSERT_EQ(cfg.zero.stage3_gather_16bit_weights_on_model_save, gather16);
+        const std::string label = std::string(precision) + " stage " + std::to_string(stage) + (gather16 ? " gather16" : "");
+        std::filesystem::remove_all(dir);
+        OneDnnOff off;
+        DeviceMemory& mem = DeviceMemory::instance();
+        for (bool resume : {false, true}) {
+          mem.install(0);
+          mem.set_phase(Phase::init);
+          const MemorySnapshot before = mem.snapshot();
+          mem.reset_peaks();
+          TrainOptions o;
+          o.steps = resume ? 2 : 1;
+          if (resume) o.resume_dir = dir;
+          else o.save_every = 1, o.save_dir = dir;
+          JobSpec job = zrepro_test::one_rank_job(cfg, resolve_model("tiny"));
+          job.saves_checkpoints = !resume;
+          job.resumes = resume;
+          TrainResult r;
+          train(job, o, r);
+          const MemorySnapshot s = mem.snapshot();
+          const MemoryPlan p = plan_memory(job);
+          const Phase ph = resume ? Phase::load : Phase::save;
+          const int64_t measured = s.phases.allocated[static_cast<int>(ph)] - before.allocated;
+          int64_t planned = -1;
+          for (const auto& x : p.phases)
+            if (x.phase == ph) planned = x.peak;
+          const double err = static_cast<double>(planned - measured) / static_cast<double>(measured);
+          std::printf("%-26s %-4s measured %9lld planned %9lld %+6.2f%%\n", label.c_str(), phase_name(ph),
+                      static_cast<long long>(measured), static_cast<long long>(planned), 100 * err);
+          EXPECT_LE(std::abs(err), std::string(precision) == "fp32" ? 1e-4 : 0.005) << label << " " << phase_name(ph);
+        }
+      }
 }
