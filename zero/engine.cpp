@@ -1,6 +1,8 @@
 // See engine.h.
 #include "zero/engine.h"
 
+#include <functional>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -602,33 +604,42 @@ void ZeroEngine::load_layer(int layer, const torch::Tensor& values) {
   g.mark_persistent_stale();
 }
 
-std::vector<torch::Tensor> ZeroEngine::gather_layer_to_host(int layer, bool keep) {
+namespace {
+
+// Runs `use` while layer g is gathered (every rank: a stage-3 all-gather), then reshards it
+// unless it was gathered before.
+void while_gathered(ParamGroup& g, Communicator& comm, const std::function<void()>& use) {
   torch::NoGradGuard no_grad;
-  ParamGroup& g = *groups_[layer];
   const bool was = g.state() != ShardState::sharded;
-  g.unshard_start(comm_);
+  g.unshard_start(comm);
   g.unshard_wait();
+  use();
+  if (!was) g.reshard();
+}
+
+}  // namespace
+
+std::vector<torch::Tensor> ZeroEngine::gather_layer_to_host(int layer, bool keep) {
+  ParamGroup& g = *groups_[layer];
   std::vector<torch::Tensor> out;
-  if (keep) {
+  while_gathered(g, comm_, [&] {
+    if (!keep) return;
     DeviceMemory::HostScope host;
     for (auto& p : g.params()) out.push_back(p.detach().to(torch::kCPU).clone());
-  }
-  if (!was) g.reshard();
+  });
   return out;
 }
 
 torch::Tensor ZeroEngine::gather_layer(int layer) {
-  torch::NoGradGuard no_grad;
   ParamGroup& g = *groups_[layer];
-  const bool was = g.state() != ShardState::sharded;
-  g.unshard_start(comm_);
-  g.unshard_wait();
-  std::vector<torch::Tensor> flat;
-  for (auto& p : g.params()) flat.push_back(p.reshape({-1}).to(torch::kFloat).cpu());
-  // Concatenated (a copy) before the reshard frees the gathered buffer: an fp32 CPU view
-  // converts to itself, so `flat` may still point into it.
-  torch::Tensor whole = torch::cat(flat);
-  if (!was) g.reshard();
+  torch::Tensor whole;
+  while_gathered(g, comm_, [&] {
+    std::vector<torch::Tensor> flat;
+    for (auto& p : g.params()) flat.push_back(p.reshape({-1}).to(torch::kFloat).cpu());
+    // Concatenated (a copy) before the reshard frees the gathered buffer: an fp32 CPU view
+    // converts to itself, so `flat` may still point into it.
+    whole = torch::cat(flat);
+  });
   return whole;
 }
 
