@@ -283,10 +283,23 @@ int64_t save_16bit_model(ZeroEngine& engine, const ModelSpec& spec, const DsConf
   return bytes;
 }
 
-Resumed load_checkpoint(ZeroEngine& engine, const ModelSpec& spec, const DsConfig& cfg, const std::string& dir) {
-  Communicator& comm = engine.comm();
-  const int stage = static_cast<int>(cfg.zero.stage), world = comm.world_size(), rank = comm.rank();
+namespace {
+
+// What a resume reads: the tag's model-states file (checked against this run) and each
+// optimizer file it needs.
+struct ReadCheckpoint {
   Resumed r;
+  std::vector<int64_t> numels;             // the parameters' sizes, flat order
+  std::vector<torch::Tensor> master, m, v;  // per rank (stage 3: only this rank's is read)
+  int64_t adam_steps = 0;
+  IValue scaler, lr_scheduler;
+};
+
+// DIR/latest, the model-states file: the world size (DeepSpeed's refusal), the counters and
+// the parameters, which must be this run's model's.
+void read_model_states(const ModelSpec& spec, int stage, int world, int rank, const std::string& dir,
+                       ReadCheckpoint& out) {
+  Resumed& r = out.r;
   std::ifstream latest(dir + "/latest");
   if (!latest)
     throw ConfigError("--resume " + dir + ": no " + dir + "/latest (the file DeepSpeed's save_checkpoint writes "
@@ -294,13 +307,11 @@ Resumed load_checkpoint(ZeroEngine& engine, const ModelSpec& spec, const DsConfi
   std::getline(latest, r.tag);
   while (!r.tag.empty() && std::isspace(static_cast<unsigned char>(r.tag.back()))) r.tag.pop_back();
   r.folder = dir + "/" + r.tag;
-  DeviceMemory::HostScope host;  // what is read sits in host memory until it is loaded
   const std::string mfile = r.folder + "/" + model_states_name(stage, stage == 3 ? rank : 0);
   if (stage == 3 && !std::filesystem::exists(mfile) && std::filesystem::exists(r.folder + "/" + model_states_name(1, 0)))
     throw ConfigError("--resume " + dir + ": " + r.tag + " was saved at ZeRO stage 1 or 2 (one " +
                       model_states_name(1, 0) + "), this run is stage 3: resume at the stage it was saved with");
-  const IValue ms_v = read_pt(mfile);
-  const c10::impl::GenericDict ms = ms_v.toGenericDict();
+  const c10::impl::GenericDict ms = read_pt(mfile).toGenericDict();
   const int64_t saved_world = dict_at(ms, "dp_world_size", mfile).toInt();
   if (saved_world != world)
     throw ConfigError("--resume " + dir + ": DeepSpeed refuses this: \"The checkpoint being loaded used a DP world "
@@ -312,38 +323,35 @@ Resumed load_checkpoint(ZeroEngine& engine, const ModelSpec& spec, const DsConfi
   r.meta.skipped_steps = dict_at(ms, "skipped_steps", mfile).toInt();
   auto gs = ms.find("global_samples");
   r.meta.global_samples = gs != ms.end() && gs->value().isInt() ? gs->value().toInt() : 0;
-
-  // The model's parameters, in flat order, must be the checkpoint's.
+  auto lr = ms.find("lr_scheduler");
+  if (lr != ms.end() && lr->value().isGenericDict())
+    out.lr_scheduler = dict_at(lr->value().toGenericDict(), "last_batch_iteration", mfile);
   const std::vector<CheckpointParam> params = checkpoint_params(spec);
-  const auto shape_groups = dict_at(ms, "param_shapes", mfile).toList();
-  std::vector<int64_t> numels;
-  {
-    std::vector<std::pair<std::string, std::vector<int64_t>>> saved;
-    for (const IValue& g : shape_groups)
-      for (const auto& kv : g.toGenericDict()) saved.emplace_back(kv.key().toStringRef(), kv.value().toIntVector());
-    for (size_t i = 0; i < std::max(saved.size(), params.size()); ++i) {
-      const bool same = i < saved.size() && i < params.size() && saved[i].first == params[i].name &&
-                        saved[i].second == params[i].shape;
-      if (!same)
-        throw ConfigError("--resume " + dir + ": the checkpoint's parameter " + std::to_string(i) + " is " +
-                          (i < saved.size() ? saved[i].first : std::string("(none)")) + ", this run's model has " +
-                          (i < params.size() ? params[i].name : std::string("(none)")) + " (" + spec.name +
-                          "): resume with the model it was saved with");
-      numels.push_back(params[i].numel);
-    }
+  std::vector<std::pair<std::string, std::vector<int64_t>>> saved;
+  for (const IValue& g : dict_at(ms, "param_shapes", mfile).toList())
+    for (const auto& kv : g.toGenericDict()) saved.emplace_back(kv.key().toStringRef(), kv.value().toIntVector());
+  for (size_t i = 0; i < std::max(saved.size(), params.size()); ++i) {
+    const bool same = i < saved.size() && i < params.size() && saved[i].first == params[i].name &&
+                      saved[i].second == params[i].shape;
+    if (!same)
+      throw ConfigError("--resume " + dir + ": the checkpoint's parameter " + std::to_string(i) + " is " +
+                        (i < saved.size() ? saved[i].first : std::string("(none)")) + ", this run's model has " +
+                        (i < params.size() ? params[i].name : std::string("(none)")) + " (" + spec.name +
+                        "): resume with the model it was saved with");
+    out.numels.push_back(params[i].numel);
   }
+}
 
-  // The optimizer states: this rank's file (stage 3), every rank's (stages 1-2: the ranges
-  // zrepro's per-layer partitions need lie in several).
-  std::vector<torch::Tensor> master, m, v;
-  int64_t adam_steps = 0;
-  IValue scaler;
+// The optimizer states: this rank's file (stage 3), every rank's (stages 1-2: the ranges
+// zrepro's per-layer partitions need lie in several).
+void read_optimizer_states(const DsConfig& cfg, int stage, int world, int rank, const std::string& dir,
+                           ReadCheckpoint& out) {
   for (int q = 0; q < world; ++q) {
     if (stage == 3 && q != rank) {
-      master.emplace_back(), m.emplace_back(), v.emplace_back();
+      out.master.emplace_back(), out.m.emplace_back(), out.v.emplace_back();
       continue;
     }
-    const std::string ofile = r.folder + "/" + optim_states_name(cfg, q);
+    const std::string ofile = out.r.folder + "/" + optim_states_name(cfg, q);
     if (!std::filesystem::exists(ofile))
       throw ConfigError("--resume " + dir + ": no " + ofile + " (DeepSpeed names the optimizer files with a bf16_ "
                         "prefix exactly when bf16 is enabled: resume with the precision the checkpoint was saved with)");
@@ -357,20 +365,23 @@ Resumed load_checkpoint(ZeroEngine& engine, const ModelSpec& spec, const DsConfi
         dict_at(osd, stage == 3 ? "optimizer_state_dict" : "base_optimizer_state", ofile).toGenericDict();
     const c10::impl::GenericDict st = dict_at(torch_sd, "state", ofile).toGenericDict().begin()->value().toGenericDict();
     const IValue step = dict_at(st, "step", ofile);  // an int (DeepSpeed's Adam), a tensor (torch's)
-    adam_steps = step.isInt() ? step.toInt() : static_cast<int64_t>(step.toTensor().item<double>());
-    m.push_back(dict_at(st, "exp_avg", ofile).toTensor());
-    v.push_back(dict_at(st, "exp_avg_sq", ofile).toTensor());
-    master.push_back(dict_at(osd, stage == 3 ? "fp32_flat_groups" : "single_partition_of_fp32_groups", ofile)
-                         .toList().get(0).toTensor());
-    if (q == rank) scaler = dict_at(osd, "loss_scaler", ofile);
+    out.adam_steps = step.isInt() ? step.toInt() : static_cast<int64_t>(step.toTensor().item<double>());
+    out.m.push_back(dict_at(st, "exp_avg", ofile).toTensor());
+    out.v.push_back(dict_at(st, "exp_avg_sq", ofile).toTensor());
+    out.master.push_back(dict_at(osd, stage == 3 ? "fp32_flat_groups" : "single_partition_of_fp32_groups", ofile)
+                             .toList().get(0).toTensor());
+    if (q == rank) out.scaler = dict_at(osd, "loss_scaler", ofile);
   }
-  auto whole = [&](const std::vector<torch::Tensor>& parts) -> torch::Tensor {
-    if (stage < 3) return natural_from_ds_partitions(parts, numels, stage, world);
-    return torch::Tensor();
-  };
-  const torch::Tensor all_master = whole(master), all_m = whole(m), all_v = whole(v);
+}
 
-  // Into the engine, layer by layer: the owned states, then the parameters from the master.
+// Into the engine, layer by layer: the owned states, then the parameters from the master;
+// then the counters.
+void load_into_engine(ZeroEngine& engine, int stage, const ReadCheckpoint& in) {
+  const int world = engine.comm().world_size(), rank = engine.comm().rank();
+  auto whole = [&](const std::vector<torch::Tensor>& parts) {
+    return stage < 3 ? natural_from_ds_partitions(parts, in.numels, stage, world) : torch::Tensor();
+  };
+  const torch::Tensor all_master = whole(in.master), all_m = whole(in.m), all_v = whole(in.v);
   int64_t offset = 0, shard_offset = 0;
   for (ParamGroup* g : engine.groups()) {
     const LayerLayout& l = g->layout();
@@ -378,9 +389,9 @@ Resumed load_checkpoint(ZeroEngine& engine, const ModelSpec& spec, const DsConfi
     torch::Tensor nat_master;
     if (stage == 3) {
       const int64_t n = l.owned_numel();
-      t.master.copy_(master[rank].narrow(0, shard_offset, n));
-      t.exp_avg.copy_(m[rank].narrow(0, shard_offset, n));
-      t.exp_avg_sq.copy_(v[rank].narrow(0, shard_offset, n));
+      t.master.copy_(in.master[rank].narrow(0, shard_offset, n));
+      t.exp_avg.copy_(in.m[rank].narrow(0, shard_offset, n));
+      t.exp_avg_sq.copy_(in.v[rank].narrow(0, shard_offset, n));
       shard_offset += n;
       // The layer's own shard, expanded to its full values for load_layer (this rank's slices).
       torch::Tensor gathered = torch::zeros({world, n});
@@ -396,19 +407,30 @@ Resumed load_checkpoint(ZeroEngine& engine, const ModelSpec& spec, const DsConfi
     offset += l.numel;
   }
   ZeroEngine::Counters c = engine.counters();
-  c.adam_steps = adam_steps;
-  c.scaler.scale = object_attr(scaler, "cur_scale").isDouble() ? object_attr(scaler, "cur_scale").toDouble() : 1.0;
-  if (object_attr(scaler, "cur_iter").isInt()) {
-    c.scaler.cur_iter = object_attr(scaler, "cur_iter").toInt();
-    c.scaler.last_overflow_iter = object_attr(scaler, "last_overflow_iter").toInt();
-    c.scaler.cur_hysteresis = static_cast<int>(object_attr(scaler, "cur_hysteresis").toInt());
+  c.adam_steps = in.adam_steps;
+  const IValue scale = object_attr(in.scaler, "cur_scale");
+  c.scaler.scale = scale.isDouble() ? scale.toDouble() : 1.0;
+  if (object_attr(in.scaler, "cur_iter").isInt()) {
+    c.scaler.cur_iter = object_attr(in.scaler, "cur_iter").toInt();
+    c.scaler.last_overflow_iter = object_attr(in.scaler, "last_overflow_iter").toInt();
+    c.scaler.cur_hysteresis = static_cast<int>(object_attr(in.scaler, "cur_hysteresis").toInt());
   }
-  const IValue lr = ms.find("lr_scheduler") != ms.end() ? ms.at("lr_scheduler") : IValue();
-  c.lr_iteration = lr.isGenericDict() ? dict_at(lr.toGenericDict(), "last_batch_iteration", mfile).toInt()
-                                      : r.meta.global_steps - 1;
+  c.lr_iteration = in.lr_scheduler.isInt() ? in.lr_scheduler.toInt() : in.r.meta.global_steps - 1;
   engine.restore(c);
+}
+
+}  // namespace
+
+Resumed load_checkpoint(ZeroEngine& engine, const ModelSpec& spec, const DsConfig& cfg, const std::string& dir) {
+  Communicator& comm = engine.comm();
+  const int stage = static_cast<int>(cfg.zero.stage), world = comm.world_size(), rank = comm.rank();
+  DeviceMemory::HostScope host;  // what is read sits in host memory until it is loaded
+  ReadCheckpoint in;
+  read_model_states(spec, stage, world, rank, dir, in);
+  read_optimizer_states(cfg, stage, world, rank, dir, in);
+  load_into_engine(engine, stage, in);
   barrier(comm, "checkpoint loaded");
-  return r;
+  return in.r;
 }
 
 }  // namespace zrepro
