@@ -600,6 +600,12 @@ MemoryPlan plan_memory(const JobSpec& req) {
   plan.zero_stage = req.cfg.zero.stage;
   plan.capacity = req.device_capacity;
   PlanSim(req, plan).run();
+  if (req.saves_checkpoints) {
+    const int64_t params = req.model.param_count();
+    const bool gather16 = req.cfg.zero.stage == 3 && req.cfg.zero.stage3_gather_16bit_weights_on_model_save;
+    plan.save_16bit_host_bytes = gather16 ? params * (req.cfg.precision == Precision::fp32 ? 4 : 2) : 0;
+    plan.zero_to_fp32_host_bytes = 2 * 4 * params;
+  }
   const int gpn = req.gpus_per_node > 0 ? req.gpus_per_node : req.world_size;
   plan.deepspeed = deepspeed_estimates(req.model.param_count(), req.model.largest_module_params(), gpn,
                                        std::max(1, req.world_size / gpn), req.cfg.zero.stage);
@@ -635,6 +641,8 @@ json MemoryPlan::to_json() const {
             {"model_states", categories_json(model_states)},
             {"phases", phases_j},
             {"host_bytes", host_bytes},
+            {"checkpoint_host", {{"save_16bit_rank0_bytes", save_16bit_host_bytes},
+                                 {"zero_to_fp32_bytes", zero_to_fp32_host_bytes}}},
             {"host_pinned_bytes", host_pinned_bytes},
             {"host_pageable_bytes", host_pageable_bytes},
             {"verdict", !pinned_fits ? "pinned-memory" : capacity == 0 || fits ? "fits" : "oom"},
@@ -753,6 +761,16 @@ std::string format_plan(const MemoryPlan& p, const JobSpec& req) {
         os << " (fits this machine's memlock limit)";
     }
     os << "\n";
+  }
+  if (req.saves_checkpoints) {
+    os << "  checkpoints: the save and load phases are device phases above; host memory: ";
+    if (p.save_16bit_host_bytes > 0)
+      os << "rank 0 holds the whole 16-bit model, " << format_bytes(p.save_16bit_host_bytes)
+         << ", at every save (stage3_gather_16bit_weights_on_model_save)";
+    else
+      os << "no 16-bit model is consolidated at a save";
+    os << "; DeepSpeed's zero_to_fp32 needs about " << format_bytes(p.zero_to_fp32_host_bytes)
+       << " (two fp32 copies of the model) plus ~550 MB for Python to consolidate it offline\n";
   }
   if (!p.not_planned.empty()) os << "  not planned: " << p.not_planned << "\n";
   if (!p.pinned_fits) {

@@ -46,6 +46,13 @@ struct MemoryPlan {
   std::vector<PhasePeak> phases;    // each phase's peak, in run order
   CategoryBytes model_states{};     // persistent params / grads / optimizer_states
   int64_t host_bytes = 0;           // host memory the run keeps (cpu checkpoints)
+  // Checkpoints' host memory (JobSpec::saves_checkpoints), beside the device plan:
+  // rank 0's whole 16-bit model at a save (ZeRO-3 with stage3_gather_16bit_weights_on_model_save,
+  // else 0: [Note: the 16-bit consolidation at save]), and what DeepSpeed's zero_to_fp32 holds
+  // consolidating the checkpoint offline (zero_to_fp32_host_bytes: two fp32 copies of the
+  // model, measured 2.0-2.1x on GPT-2 with DeepSpeed 0.19.8, docs/guide/plan.md; plus the
+  // interpreter's ~550 MB).
+  int64_t save_16bit_host_bytes = 0, zero_to_fp32_host_bytes = 0;
   int64_t host_pinned_bytes = 0, host_pageable_bytes = 0;  // offload buffers
   // The memlock preflight `zrepro run` does on the CPU-emulated device (mlock pinning),
   // against this machine's limit: pinned_fits false = the run fails at init.

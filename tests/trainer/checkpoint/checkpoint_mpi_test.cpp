@@ -162,4 +162,7 @@ TEST(Checkpoint, ThePlansSavePhaseIsTheRunsOnTwoRanks) {
   const int64_t measured = save_peak(r.summary["memory"]["ranks"][0]["phases"]), planned = save_peak(plan["phases"]);
   ASSERT_GT(measured, 0);
   EXPECT_NEAR(planned, measured, 0.005 * measured);
+  // Rank 0's host copy of the 16-bit model, planned as the run held it.
+  EXPECT_EQ(plan["checkpoint_host"]["save_16bit_rank0_bytes"], r.summary["checkpoint"]["saved"][0]["consolidated_16bit_host_bytes"]);
+  EXPECT_EQ(plan["checkpoint_host"]["zero_to_fp32_bytes"].get<int64_t>(), 8 * r.summary["model"]["params"].get<int64_t>());
 }
