@@ -6,7 +6,7 @@
 (needs the venv of scripts/conformance.sh.) For each case zrepro trains N steps on 2 ranks,
 saving DeepSpeed's ZeRO checkpoint (--save-every) at step K and at step N, with
 --export-inputs (the weights, batches and, at the end, the parameters after step N in
-OUT/inputs/final.npy). Then:
+OUT/final.npy). Then:
 
   consolidate  DeepSpeed's own zero_to_fp32 (deepspeed.utils.zero_to_fp32
                get_fp32_state_dict_from_zero_checkpoint, the code of the zero_to_fp32.py script
@@ -116,13 +116,13 @@ def zrepro_names_in_order(inputs):
     return [names[id(p)].removeprefix("hf.") for p in model.ordered], [p.numel() for p in model.ordered]
 
 
-def consolidate(case, ckpt, inputs):
+def consolidate(case, ckpt, inputs, zout):
     import numpy as np
     import torch
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
     sd = get_fp32_state_dict_from_zero_checkpoint(ckpt, tag=f"global_step{STEPS}")
     names, numels = zrepro_names_in_order(inputs)
-    final = torch.from_numpy(np.load(os.path.join(inputs, "final.npy")))
+    final = torch.from_numpy(np.load(os.path.join(zout, "final.npy")))
     missing = [n for n in names if n not in sd]
     if missing:
         return {"ok": False, "what": "zero_to_fp32 names", "missing": missing[:5], "extra": sorted(set(sd) - set(names))[:5]}
@@ -205,7 +205,7 @@ def main():
         summary = json.load(open(os.path.join(zout, "summary.json")))
         inputs = os.path.join(zout, "inputs")
         print(f"[ckpt] {case['name']}: zero_to_fp32", flush=True)
-        row["consolidate"] = consolidate(case, ckpt, inputs)
+        row["consolidate"] = consolidate(case, ckpt, inputs, zout)
         if case["resume"]:
             print(f"[ckpt] {case['name']}: DeepSpeed load_checkpoint + steps {SAVE_AT + 1}..{STEPS}", flush=True)
             row["resume"] = resume(case, ckpt, inputs, work, summary, a.port + i)

@@ -280,7 +280,7 @@ def checkpoint_section(folder):
            f"(`--save-every {r['save_at']}`). DeepSpeed {v['deepspeed']}'s own zero_to_fp32 "
            "(`get_fp32_state_dict_from_zero_checkpoint`, the code of the zero_to_fp32.py script) consolidates "
            f"global_step{r['steps']}, compared with zrepro's parameters after step {r['steps']} "
-           "(`--export-inputs` final.npy: bit for bit in fp32; in bf16 the consolidated fp32 master rounded to bf16 "
+           "(`--export-inputs` OUT/final.npy: bit for bit in fp32; in bf16 the consolidated fp32 master rounded to bf16 "
            "against zrepro's bf16 parameters). Then `deepspeed.initialize` + `load_checkpoint(tag="
            f"global_step{r['save_at']})` on conformance/ds_model.py's network trains steps {r['save_at'] + 1}-"
            f"{r['steps']} on the same batches, compared with zrepro's uninterrupted run (`{r['command']}`).", "",

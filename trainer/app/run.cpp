@@ -357,7 +357,7 @@ int train_and_report(RunState& s) {
   if (s.several_processes()) stop_watcher.emplace(s.comm(), s.peers, s.rank);
   try {
     train(s.job, s.topt, s.result, calibrated(s, step_logger(s, every)), s.spec.export_inputs);
-    if (s.spec.export_inputs && s.speaks()) export_final_params(s.spec.out_dir + "/inputs", s.result.final_params);
+    if (s.spec.export_inputs && s.speaks()) export_final_params(s.spec.out_dir, s.result.final_params);
     if (out) write_rank_trace(s, s.trace_events());
     const std::vector<RankReport> reports = gather_reports(s);
     if (s.metrics) s.metrics->close();

@@ -8,9 +8,10 @@
 //   DIR/init.npy     float32 [params]: every layer's initial values back to back
 //   DIR/tokens.npy   int64 [steps * global_batch, seq + 1]: global samples in order, padded
 //                    with -100 after each sample's length under --seq-len-dist
-//   DIR/final.npy    float32 [params]: the parameters after the last step, as init.npy
-//                    (fp32 runs: the fp32 master; 16-bit runs: the 16-bit values), written
-//                    when the run completes
+//   OUT/final.npy    (beside DIR, not in it: an output, and DIR's files key the bisect
+//                    cache) float32 [params]: the parameters after the last step, laid out
+//                    as init.npy (fp32 runs: the fp32 master; 16-bit runs: the 16-bit
+//                    values), written when the run completes
 //
 // Each file is written through a temporary file and renamed (write_file_atomic).
 #pragma once
@@ -37,7 +38,7 @@ struct InputsGeometry {
 std::string npy_bytes(const torch::Tensor& t);
 
 void export_inputs(const std::string& dir, const ModelSpec& spec, const InputsGeometry& g);
-// DIR/final.npy from each layer's full fp32 values after the last step.
+// OUT/final.npy (out_dir: the run's --out) from each layer's full fp32 values after the last step.
 void export_final_params(const std::string& dir, const std::vector<torch::Tensor>& layers);
 
 }  // namespace zrepro
