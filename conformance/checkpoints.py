@@ -21,6 +21,12 @@ OUT/final.npy). Then:
                K+1..N of the uninterrupted run (the training cases' tolerances). Only for the
                gpt2 toy: ds_model.HfLlama wraps LlamaForCausalLM under "hf.", so its module
                names are not the ones a user's model (and zrepro's checkpoint) has.
+  universal    DeepSpeed's ds_to_universal.py (--inject_missing_state) on global_step<K>
+               against `zrepro checkpoint to-universal`: every file under zero/ equal, tensor
+               for tensor; then DeepSpeed (load_universal) and zrepro (--resume under
+               checkpoint.load_universal) resume from it on 1 rank, the same train_batch_size
+               (the accumulation makes up for the ranks): losses and grad norms against each
+               other (the training cases' tolerances). The gpt2 toy, as resume.
 """
 import argparse
 import json
@@ -48,12 +54,14 @@ def cases():
                                             ("tiny", 3, "fp32", True), ("tiny", 2, "bf16", True),
                                             ("tiny", 3, "bf16", True), ("tiny-llama", 3, "fp32", False),
                                             ("tiny-llama", 2, "bf16", False)):
+        # universal: ds_to_universal on zrepro's checkpoint against zrepro's converter, and the
+        # resume at another world size (the gpt2 toy's module names, as for resume).
         cfg = C.ds_config(stage, 2, precision)
         cfg["train_micro_batch_size_per_gpu"] = 2
         if stage == 3:  # some parameters gathered, some persistent
             cfg["zero_optimization"]["stage3_param_persistence_threshold"] = 100
         out.append({"name": f"{model}-{precision}-stage{stage}", "model": model, "stage": stage,
-                    "precision": precision, "resume": resume, "config": cfg,
+                    "precision": precision, "resume": resume, "config": cfg, "universal": resume,
                     "tolerance": C.FP32_TOL if precision == "fp32" else C.BF16_TOL})
     return out
 
@@ -70,9 +78,10 @@ def worker(a):
     deepspeed.init_distributed(dist_backend="gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     model, layout, tokens = load(a.inputs)
+    layout["batch"]["world"] = world  # another world size (universal): the same samples per step
     config = json.load(open(a.config))
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.ordered, config=config)
-    path, client = engine.load_checkpoint(a.ckpt, tag=a.tag)
+    path, client = engine.load_checkpoint(a.ckpt, tag=None if a.tag == "latest_universal" else a.tag)
     steps = []
     gas = engine.gradient_accumulation_steps()
     for step in range(a.first, a.steps):
@@ -164,6 +173,119 @@ def resume(case, ckpt, inputs, work, summary, port):
             "max_rel_diff_loss": loss_diff, "max_rel_diff_grad_norm": norm_diff, "tolerance": {"loss": tl, "grad_norm": tg}}
 
 
+UNIVERSAL_RANKS = 1  # the world size the universal checkpoint (saved on RANKS) resumes at
+
+
+def load_any(path):
+    import torch
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def same_tree(a, b):
+    """Whether two loaded .pt values are equal: tensors exactly (dtype, shape, values)."""
+    import torch
+    if torch.is_tensor(a) or torch.is_tensor(b):
+        return torch.is_tensor(a) and torch.is_tensor(b) and a.dtype == b.dtype and a.shape == b.shape and \
+            torch.equal(a, b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return set(a) == set(b) and all(same_tree(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same_tree(x, y) for x, y in zip(a, b))
+    if hasattr(a, "__dict__") and hasattr(b, "__dict__"):
+        return type(a).__name__ == type(b).__name__ and same_tree(vars(a), vars(b))
+    return a == b
+
+
+def compare_universal(ds_dir, z_dir):
+    """Every file ds_to_universal wrote under zero/, against zrepro's converter's."""
+    files, differ, missing = 0, [], []
+    for root, _, names in os.walk(os.path.join(ds_dir, "zero")):
+        for n in names:
+            rel_path = os.path.relpath(os.path.join(root, n), ds_dir)
+            files += 1
+            other = os.path.join(z_dir, rel_path)
+            if not os.path.exists(other):
+                missing.append(rel_path)
+                continue
+            a, b = load_any(os.path.join(ds_dir, rel_path)), load_any(other)
+            if rel_path.endswith("optimizer_state.pt"):
+                # The global state: the same keys, loss scaler and param groups.
+                ok = set(a) == set(b) and same_tree(a["param_groups"], b["param_groups"]) and \
+                    same_tree(a["loss_scaler"], b["loss_scaler"])
+            else:
+                ok = same_tree(a, b)
+            if not ok:
+                differ.append(rel_path)
+    extra = []
+    for root, _, names in os.walk(os.path.join(z_dir, "zero")):
+        for n in names:
+            rel_path = os.path.relpath(os.path.join(root, n), z_dir)
+            if not os.path.exists(os.path.join(ds_dir, rel_path)):
+                extra.append(rel_path)
+    return {"ok": files > 0 and not differ and not missing and not extra, "files": files, "differ": differ[:10],
+            "missing_in_zrepro": missing[:10], "extra_in_zrepro": extra[:10]}
+
+
+def universal(case, ckpt, inputs, work, summary, port, zrepro):
+    """ds_to_universal.py on zrepro's checkpoint against `zrepro checkpoint to-universal`, then
+    DeepSpeed and zrepro resume from it on UNIVERSAL_RANKS ranks under load_universal."""
+    import deepspeed
+    tag = f"global_step{SAVE_AT}"
+    ds_root, z_root = os.path.join(work, "universal-deepspeed"), os.path.join(work, "universal-zrepro")
+    script = os.path.join(os.path.dirname(deepspeed.__file__), "checkpoint", "ds_to_universal.py")
+    rc, s, log = run([sys.executable, script, "--input_folder", os.path.join(ckpt, tag), "--output_folder",
+                      os.path.join(ds_root, tag + "_universal"), "--inject_missing_state", "--num_extract_workers",
+                      "1", "--num_merge_workers", "1"], 600, os.path.join(work, "ds_to_universal.log"))
+    if rc != 0:
+        return {"ok": False, "what": "ds_to_universal.py", "exit_code": rc, "log_tail": log[-3000:]}
+    zcmd = [zrepro, "checkpoint", "to-universal", "--input-folder", os.path.join(ckpt, tag), "--output-folder",
+            os.path.join(z_root, tag + "_universal"), "--inject-missing-state"]
+    rc, _, log = run(zcmd, 600, os.path.join(work, "zrepro-to-universal.log"))
+    if rc != 0:
+        return {"ok": False, "what": "zrepro checkpoint to-universal", "exit_code": rc, "log_tail": log[-3000:]}
+    files = compare_universal(os.path.join(ds_root, tag + "_universal"), os.path.join(z_root, tag + "_universal"))
+    # The resume at another world size: the same global batch (train_batch_size), so the
+    # accumulation makes up for the ranks.
+    cfg = json.loads(json.dumps(case["config"]))
+    gas = cfg.pop("gradient_accumulation_steps")
+    cfg["train_batch_size"] = cfg["train_micro_batch_size_per_gpu"] * gas * RANKS
+    cfg["checkpoint"] = {"load_universal": True}
+    cfg_path = os.path.join(work, "universal_config.json")
+    json.dump(cfg, open(cfg_path, "w"), indent=1)
+    out = os.path.join(work, "deepspeed-universal-resume.json")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(UNIVERSAL_RANKS), "--master_port",
+           str(port), os.path.abspath(__file__), "worker", "--inputs", inputs, "--config", cfg_path, "--ckpt", ds_root,
+           "--tag", "latest_universal", "--first", str(SAVE_AT), "--steps", str(STEPS), "--out", out]
+    rc, s, log = run(cmd, 900, os.path.join(work, "deepspeed-universal.log"))
+    if rc != 0 or not os.path.exists(out):
+        return {"ok": False, "files": files, "what": "DeepSpeed load_universal", "exit_code": rc,
+                "log_tail": log[-3000:]}
+    d = json.load(open(out))
+    zout = os.path.join(work, "zrepro-universal")
+    zrun = [zrepro, "run", "--config", cfg_path, "--out", zout, "--model", case["model"], "--steps", str(STEPS),
+            "--resume", z_root, "--log-every", "1000"]
+    rc, _, log = run(zrun, 600, os.path.join(work, "zrepro-universal.log"))
+    if rc != 0:
+        return {"ok": False, "files": files, "what": "zrepro --resume (load_universal)", "exit_code": rc,
+                "log_tail": log[-3000:]}
+    z = json.load(open(os.path.join(zout, "summary.json")))["steps"]
+    tol = case["tolerance"]
+    tl = tol if isinstance(tol, float) else tol["loss"]
+    tg = tol if isinstance(tol, float) else tol["grad_norm"]
+    loss_diff = max(rel(x["loss"], y["loss"]) for x, y in zip(z, d["steps"]))
+    norm_diff = max(rel(x["grad_norm"], y["grad_norm"]) for x, y in zip(z, d["steps"]))
+    uninterrupted = summary["steps"][SAVE_AT:]
+    return {"ok": files["ok"] and loss_diff <= tl and norm_diff <= tg and d["global_steps"] == STEPS,
+            "files": files, "saved_on": RANKS, "resumed_on": UNIVERSAL_RANKS, "config": cfg,
+            "zrepro_losses": [x["loss"] for x in z], "deepspeed_losses": [x["loss"] for x in d["steps"]],
+            "zrepro_grad_norms": [x["grad_norm"] for x in z],
+            "deepspeed_grad_norms": [x["grad_norm"] for x in d["steps"]],
+            "max_rel_diff_loss": loss_diff, "max_rel_diff_grad_norm": norm_diff,
+            "tolerance": {"loss": tl, "grad_norm": tg},
+            "uninterrupted_losses": [x["loss"] for x in uninterrupted],
+            "max_rel_diff_loss_vs_uninterrupted": max(rel(x["loss"], y["loss"]) for x, y in zip(z, uninterrupted))}
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
         ap = argparse.ArgumentParser()
@@ -209,8 +331,12 @@ def main():
         if case["resume"]:
             print(f"[ckpt] {case['name']}: DeepSpeed load_checkpoint + steps {SAVE_AT + 1}..{STEPS}", flush=True)
             row["resume"] = resume(case, ckpt, inputs, work, summary, a.port + i)
+        if case["universal"]:
+            print(f"[ckpt] {case['name']}: ds_to_universal + load_universal on {UNIVERSAL_RANKS} rank(s)", flush=True)
+            row["universal"] = universal(case, ckpt, inputs, work, summary, a.port + 50 + i, os.path.abspath(a.zrepro))
         print(f"[ckpt] {case['name']}: consolidate {row['consolidate'].get('ok')}, resume "
-              f"{row.get('resume', {}).get('ok', '-')}", flush=True)
+              f"{row.get('resume', {}).get('ok', '-')}, universal {row.get('universal', {}).get('ok', '-')}",
+              flush=True)
         rows.append(row)
     rec = {"case": "checkpoints", "kind": "checkpoints", "ranks": RANKS, "steps": STEPS, "save_at": SAVE_AT,
            "rows": rows, "versions": record.versions(), "recorded": time.strftime("%Y-%m-%d"),

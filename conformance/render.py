@@ -298,7 +298,37 @@ def checkpoint_section(folder):
         else:
             d, z, diff = "not run (the harness's Llama wraps the model under `hf.`)", "-", "-"
         out.append(f"| {x['case']} | {cons} | {c.get('elements', '-')} | {d} | {z} | {diff} |")
+    out += [""] + universal_table(r)
     return out + [""]
+
+
+def universal_table(r):
+    """The universal-checkpoint rows of checkpoints.json (another world size)."""
+    rows = [x for x in r["rows"] if x.get("universal")]
+    if not rows:
+        return []
+    u0 = rows[0]["universal"]
+    out = [f"Universal checkpoints (another world size): DeepSpeed's `ds_to_universal.py --inject_missing_state` "
+           f"on zrepro's global_step{r['save_at']} against `zrepro checkpoint to-universal` (every file under "
+           f"`zero/`, tensor for tensor), then DeepSpeed (`\"checkpoint\": {{\"load_universal\": true}}`) and "
+           f"zrepro (`--resume` under the same config) resume from it on {u0.get('resumed_on', '?')} rank(s) "
+           f"(saved on {u0.get('saved_on', r['ranks'])}; `train_batch_size` fixed, so the accumulation makes up "
+           f"for the ranks) and train steps {r['save_at'] + 1}-{r['steps']}.", "",
+           "| case | files equal | DeepSpeed's losses (universal, 1 rank) | zrepro's | max rel. diff (loss / grad norm) "
+           "| zrepro vs the uninterrupted 2-rank run |", "|---|---|---|---|---|---|"]
+    for x in rows:
+        u = x["universal"]
+        f = u.get("files", {})
+        files = f"{f.get('files', 0)} equal" if f.get("ok") else f"**{u.get('what') or 'differ'}**: " + \
+            ", ".join(f.get("differ", []) + f.get("missing_in_zrepro", []) + f.get("extra_in_zrepro", []))[:200]
+        d = ", ".join(f"{v:.6f}" for v in u.get("deepspeed_losses", [])) or u.get("log_tail", "failed")[-200:]
+        z = ", ".join(f"{v:.6f}" for v in u.get("zrepro_losses", []))
+        diff = f"{u.get('max_rel_diff_loss', float('nan')):.2e} / {u.get('max_rel_diff_grad_norm', float('nan')):.2e}"
+        if not u.get("ok"):
+            diff = "**" + diff + "**"
+        vs = u.get("max_rel_diff_loss_vs_uninterrupted")
+        out.append(f"| {x['case']} | {files} | {d} | {z} | {diff} | {'-' if vs is None else f'{vs:.2e}'} |")
+    return out
 
 
 def remaining(recs):

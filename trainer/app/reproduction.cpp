@@ -122,6 +122,19 @@ json ranks_for(const Diagnosis& d, const json& templ, const JobSetup& job, std::
   return templ["ranks"];
 }
 
+// The catalogue's setup steps (a checkpoint saved before the sides resume), at the job's
+// saving world size when the log names it ("--ranks" of each step).
+json setup_for(const Diagnosis& d, const json& templ, std::vector<std::string>& notes) {
+  json steps = templ["setup"];
+  if (!d.numbers.contains("saved_world_size")) return steps;
+  for (auto& step : steps)
+    for (size_t i = 0; i + 1 < step["args"].size(); ++i)
+      if (step["args"][i] == "--ranks") step["args"][i + 1] = d.numbers["saved_world_size"].dump();
+  notes.push_back("the checkpoint is saved on the log's saving world size (" + d.numbers["saved_world_size"].dump() +
+                  " ranks) by the setup steps");
+  return steps;
+}
+
 // An OOM's fixes: the planner's for the job, those predicted to fit first (at most three).
 std::vector<CandidateFix> planned_fixes(const json& user_config, const json& plan, std::vector<std::string>& notes) {
   std::vector<CandidateFix> out;
@@ -197,6 +210,11 @@ std::vector<CandidateFix> config_fixes(const Diagnosis& d, const json& user_conf
       c.why = "train_batch_size dropped: DeepSpeed derives it from micro x gas x world size";
       c.config.erase("train_batch_size");
     }
+  } else if (d.scenario == "resume-world-size-change") {
+    c.name = "a universal checkpoint (checkpoint.load_universal)";
+    c.why = "the checkpoint converted by ds_to_universal.py (the scenario's setup: zrepro checkpoint to-universal) "
+            "loads at any world size under \"checkpoint\": {\"load_universal\": true}";
+    c.config["checkpoint"]["load_universal"] = true;
   } else if (d.scenario == "moe-divergent-gathers") {
     // [Note: which experts a rank fetches] (trainer/config/leaf_modules.h)
     c.name = "ZeRO-3 leaf modules: the MoE block fetched as one unit";
@@ -308,6 +326,7 @@ Reproduction build_reproduction(const Diagnosis& d, const std::string& name, con
                               {"confidence", d.confidence}, {"reason", d.reason}, {"evidence", evidence}}},
                 {"notes", r.notes}};
   if (templ.contains("expect")) r.scenario["expect"] = templ["expect"];
+  if (templ.contains("setup")) r.scenario["setup"] = setup_for(d, templ, r.notes);
   r.readme = readme(r, d, log_path);
   return r;
 }

@@ -5,8 +5,9 @@
 // "expect" is ab's --expect (default failure); "serial": true marks a throughput ratio
 // that needs the machine's cores to itself (ctest runs it alone). "grep" is the line users find in their
 // logs: side A's log must contain it wherever A shows the symptom, or the reproduction
-// does not count. Exit codes are ab's: 0 reproduced and fixed, 6 reproduced and not
-// fixed, 7 not reproduced (or without the grep line), 2 bad input.
+// does not count. "setup" steps (zrepro command lines, "{out}" the scenario's folder) run
+// first ("{scenario}": its folder). Exit codes are ab's: 0 reproduced and fixed, 6 reproduced and not fixed, 7 not
+// reproduced (or without the grep line), 2 bad input; a failed setup step's own.
 #include <algorithm>
 #include <csignal>
 #include <filesystem>
@@ -83,6 +84,44 @@ int run_ab(const std::string& folder, const json& s, const json& fix, const std:
   return code;
 }
 
+// In any argument (setup's, the sides', the shared): "{out}" is the scenario's --out folder
+// (what a setup step writes there, a checkpoint, the sides read) and "{scenario}" the
+// scenario's own folder (its configs).
+json with_paths(json j, const std::string& out, const std::string& folder) {
+  if (j.is_string()) {
+    std::string v = j.get<std::string>();
+    for (const auto& [key, value] : {std::pair<std::string, std::string>{"{out}", out}, {"{scenario}", folder}})
+      for (size_t i = v.find(key); i != std::string::npos; i = v.find(key, i + value.size())) v.replace(i, key.size(), value);
+    return v;
+  }
+  if (j.is_array() || j.is_object())
+    for (auto& e : j) e = with_paths(e, out, folder);
+  return j;
+}
+
+// "setup": zrepro command lines run before side A and B, in order (a save on 2 ranks and
+// its conversion, for a resume at another world size). Each must succeed: a step that
+// fails ends the scenario with its exit code, its log named.
+int run_setup(const json& s, const std::string& out) {
+  const json steps = s.value("setup", json::array());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    std::vector<std::string> args;
+    for (const auto& a : steps[i]["args"]) args.push_back(a.get<std::string>());
+    const std::string log = out + "/setup_" + std::to_string(i + 1) + ".log";
+    const std::string why = steps[i].value("why", args.front());
+    std::cout << "[zrepro scenario] setup " << i + 1 << "/" << steps.size() << " (" << why << "): zrepro";
+    for (const auto& a : args) std::cout << " " << a;
+    std::cout << std::endl;
+    const int code = run_self(args, log, "setup " + std::to_string(i + 1));
+    if (code != kExitOk) {
+      std::cout << "[zrepro scenario] setup " << i + 1 << " failed (exit " << code << "), " << log << ":\n"
+                << tail_of(log, 6);
+      return code;
+    }
+  }
+  return kExitOk;
+}
+
 // [Note: a mechanism is not a fix] A side B that differs from A only by leaving out
 // zrepro's own --inject (the stand-in for what happened in the job: a rank that ran one
 // micro-step more, a slow rank) shows that the mechanism reproduces the symptom, not a
@@ -140,6 +179,9 @@ json load_scenario(const std::string& path) {
   } else {
     throw ConfigError(path + ": key \"b\" (the fix) or a non-empty \"fixes\" list missing");
   }
+  for (const auto& step : s.value("setup", json::array()))
+    if (!step.is_object() || !step.value("args", json()).is_array() || step["args"].empty())
+      throw ConfigError(path + ": each \"setup\" step must be {\"why\": ..., \"args\": [zrepro command line]}");
   return s;
 }
 
@@ -148,10 +190,17 @@ int run_scenario(const std::string& dir, const std::string& name, const std::opt
   const std::string folder = dir + "/" + name;
   if (!std::filesystem::exists(folder + "/scenario.json"))
     throw ConfigError("scenario \"" + name + "\": no " + folder + "/scenario.json (zrepro scenario list names them)");
-  const json s = load_scenario(folder + "/scenario.json");
+  const json s = with_paths(load_scenario(folder + "/scenario.json"), out, folder);
   std::string rank_list;
   for (const auto& n : s["ranks"]) rank_list += (rank_list.empty() ? "" : ",") + std::to_string(n.get<int>());
   std::cout << "[zrepro scenario] " << name << ": " << s["symptom"].get<std::string>() << std::endl;
+  if (s.contains("setup")) {
+    make_out_dir(out);
+    if (const int code = run_setup(s, out); code != kExitOk) {
+      std::cout << "[zrepro scenario] " << name << ": could not run (exit " << code << ")" << std::endl;
+      return code;
+    }
+  }
   if (s.contains("b")) {
     const int code = run_ab(folder, s, s["b"], ranks.value_or(rank_list), out, ab_flags);
     std::cout << "[zrepro scenario] " << name << ": " << outcome(code, mechanism_only(s, s["b"])) << " (exit " << code

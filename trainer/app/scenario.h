@@ -3,7 +3,9 @@
 //   {"name", "symptom", "grep", "expect", "a": {"config", "args"},
 //    "b": {"config", "args"}                     one fix, or
 //    "fixes": [{"name", "why", "config", "args"}] several, each verified against A,
-//    "args": [...], "ranks": [...]}
+//    "args": [...], "ranks": [...],
+//    "setup": [{"why", "args": [zrepro command line]}]   optional, run first
+//    ("{out}" in any argument: --out; "{scenario}": the scenario's folder)}
 #pragma once
 #include <optional>
 #include <string>

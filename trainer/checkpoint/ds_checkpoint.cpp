@@ -9,7 +9,9 @@
 #include "device/device_memory.h"
 #include "trainer/checkpoint/ds_layout.h"
 #include "trainer/checkpoint/pt_file.h"
+#include "trainer/checkpoint/universal.h"
 #include "trainer/config/user_file.h"
+#include "zero/schedule/partition.h"
 
 namespace zrepro {
 
@@ -124,6 +126,19 @@ torch::Tensor model_flat(ZeroEngine& engine, int which, bool gather) {
   return torch::cat(parts);
 }
 
+// The parameters' fragments in this rank's stage 1-2 partition, as DeepSpeed records them
+// (param_slice_mappings: name -> fragment_address(numel, start within the partition)), which
+// ds_to_universal.py cuts the partition by.
+c10::impl::GenericDict slice_mappings(const ModelSpec& spec, const std::vector<int64_t>& numels,
+                                      const FlatPartition& whole, int rank) {
+  const std::vector<CheckpointParam> params = checkpoint_params(spec);
+  c10::impl::GenericDict out(c10::StringType::get(), c10::AnyType::get());
+  for (const ParamSegment& seg : partition_segments(numels, whole, rank))
+    out.insert(params[seg.param].name, python_object("deepspeed.utils.tensor_fragment.fragment_address",
+                                                     {{"numel", seg.numel}, {"start", seg.partition_offset}}));
+  return out;
+}
+
 c10::impl::GenericDict optim_states(ZeroEngine& engine, const ModelSpec& spec, const DsConfig& cfg) {
   const int stage = static_cast<int>(cfg.zero.stage), world = engine.comm().world_size(), rank = engine.comm().rank();
   const ZeroEngine::Counters c = engine.counters();
@@ -152,6 +167,9 @@ c10::impl::GenericDict optim_states(ZeroEngine& engine, const ModelSpec& spec, c
   sd.insert("base_optimizer_state", ds_adam_state(cfg, c.adam_steps, ds_partition(m, numels, stage, world, rank, true),
                                                      ds_partition(v, numels, stage, world, rank, true)));
   sd.insert("single_partition_of_fp32_groups", c10::List<torch::Tensor>({mine}));
+  c10::impl::GenericList mappings(c10::AnyType::get());
+  mappings.push_back(slice_mappings(spec, numels, whole, rank));
+  sd.insert("param_slice_mappings", mappings);
   sd.insert("zero_stage", int64_t{stage});
   sd.insert("group_paddings", c10::List<int64_t>({whole.partition_numel - mine.numel()}));
   sd.insert("partition_count", c10::List<int64_t>({world}));
@@ -291,34 +309,50 @@ struct ReadCheckpoint {
   Resumed r;
   std::vector<int64_t> numels;             // the parameters' sizes, flat order
   std::vector<torch::Tensor> master, m, v;  // per rank (stage 3: only this rank's is read)
+  torch::Tensor all_master, all_m, all_v;   // the whole model's (stages 1-2, universal); else undefined
   int64_t adam_steps = 0;
   IValue scaler, lr_scheduler;
 };
 
-// DIR/latest, the model-states file: the world size (DeepSpeed's refusal), the counters and
-// the parameters, which must be this run's model's.
-void read_model_states(const ModelSpec& spec, int stage, int world, int rank, const std::string& dir,
-                       ReadCheckpoint& out) {
-  Resumed& r = out.r;
-  std::ifstream latest(dir + "/latest");
+// The tag DIR/latest names (DIR/latest_universal under checkpoint.load_universal).
+void read_tag(const std::string& dir, bool universal, Resumed& r) {
+  const std::string latest_name = universal ? "latest_universal" : "latest";
+  std::ifstream latest(dir + "/" + latest_name);
+  if (!latest && universal)
+    throw ConfigError("--resume " + dir + ": checkpoint.load_universal is true and DeepSpeed stops: \"Invalid for "
+                      "universal checkpoint: " + dir + "/latest_universal does not exist\". Convert the checkpoint "
+                      "first: `zrepro checkpoint to-universal --input-folder " + dir + "/global_stepN --output-folder " +
+                      dir + "/global_stepN_universal --inject-missing-state` (or DeepSpeed's ds_to_universal.py)");
   if (!latest)
     throw ConfigError("--resume " + dir + ": no " + dir + "/latest (the file DeepSpeed's save_checkpoint writes "
                       "naming the newest tag); pass the folder given to --save-dir or to save_checkpoint");
   std::getline(latest, r.tag);
   while (!r.tag.empty() && std::isspace(static_cast<unsigned char>(r.tag.back()))) r.tag.pop_back();
   r.folder = dir + "/" + r.tag;
-  const std::string mfile = r.folder + "/" + model_states_name(stage, stage == 3 ? rank : 0);
+}
+
+// DIR/latest, the model-states file: the world size (DeepSpeed's refusal, unless the
+// checkpoint is universal: then every rank reads rank 0's file), the counters and the
+// parameters, which must be this run's model's.
+void read_model_states(const ModelSpec& spec, int stage, int world, int rank, const std::string& dir,
+                       bool universal, ReadCheckpoint& out) {
+  Resumed& r = out.r;
+  read_tag(dir, universal, r);
+  const std::string mfile = r.folder + "/" + model_states_name(stage, stage == 3 && !universal ? rank : 0);
   if (stage == 3 && !std::filesystem::exists(mfile) && std::filesystem::exists(r.folder + "/" + model_states_name(1, 0)))
     throw ConfigError("--resume " + dir + ": " + r.tag + " was saved at ZeRO stage 1 or 2 (one " +
                       model_states_name(1, 0) + "), this run is stage 3: resume at the stage it was saved with");
   const c10::impl::GenericDict ms = read_pt(mfile).toGenericDict();
   const int64_t saved_world = dict_at(ms, "dp_world_size", mfile).toInt();
-  if (saved_world != world)
+  if (saved_world != world && !universal)
     throw ConfigError("--resume " + dir + ": DeepSpeed refuses this: \"The checkpoint being loaded used a DP world "
                       "size of " + std::to_string(saved_world) + " but the current world size is " +
                       std::to_string(world) + ". Automatic adjustment of ZeRO's optimizer state partitioning with a "
                       "new world size is not currently supported.\" Resume on " + std::to_string(saved_world) +
-                      " ranks, or convert the checkpoint to a universal one (ds_to_universal.py)");
+                      " ranks, or convert the checkpoint to a universal one (`zrepro checkpoint to-universal "
+                      "--input-folder " + r.folder + " --output-folder " + r.folder + "_universal "
+                      "--inject-missing-state`, or DeepSpeed's ds_to_universal.py) and resume with \"checkpoint\": "
+                      "{\"load_universal\": true} in the config");
   r.meta.global_steps = dict_at(ms, "global_steps", mfile).toInt();
   r.meta.skipped_steps = dict_at(ms, "skipped_steps", mfile).toInt();
   auto gs = ms.find("global_samples");
@@ -378,16 +412,13 @@ void read_optimizer_states(const DsConfig& cfg, int stage, int world, int rank, 
 // then the counters.
 void load_into_engine(ZeroEngine& engine, int stage, const ReadCheckpoint& in) {
   const int world = engine.comm().world_size(), rank = engine.comm().rank();
-  auto whole = [&](const std::vector<torch::Tensor>& parts) {
-    return stage < 3 ? natural_from_ds_partitions(parts, in.numels, stage, world) : torch::Tensor();
-  };
-  const torch::Tensor all_master = whole(in.master), all_m = whole(in.m), all_v = whole(in.v);
+  const bool whole = in.all_master.defined();
   int64_t offset = 0, shard_offset = 0;
   for (ParamGroup* g : engine.groups()) {
     const LayerLayout& l = g->layout();
     const OptimizerTensors t = engine.optimizer_tensors(g->index());
     torch::Tensor nat_master;
-    if (stage == 3) {
+    if (!whole) {  // stage 3 from its own files: this rank's DeepSpeed partition is its shards
       const int64_t n = l.owned_numel();
       t.master.copy_(in.master[rank].narrow(0, shard_offset, n));
       t.exp_avg.copy_(in.m[rank].narrow(0, shard_offset, n));
@@ -398,10 +429,10 @@ void load_into_engine(ZeroEngine& engine, int stage, const ReadCheckpoint& in) {
       gathered[rank].copy_(t.master.to(torch::kCPU, torch::kFloat));
       nat_master = natural_from_owned(l, gathered);
     } else {
-      nat_master = all_master.narrow(0, offset, l.numel);
+      nat_master = in.all_master.narrow(0, offset, l.numel);
       t.master.copy_(owned_from_natural(l, rank, nat_master));
-      t.exp_avg.copy_(owned_from_natural(l, rank, all_m.narrow(0, offset, l.numel)));
-      t.exp_avg_sq.copy_(owned_from_natural(l, rank, all_v.narrow(0, offset, l.numel)));
+      t.exp_avg.copy_(owned_from_natural(l, rank, in.all_m.narrow(0, offset, l.numel)));
+      t.exp_avg_sq.copy_(owned_from_natural(l, rank, in.all_v.narrow(0, offset, l.numel)));
     }
     engine.load_layer(g->index(), nat_master);
     offset += l.numel;
@@ -426,8 +457,21 @@ Resumed load_checkpoint(ZeroEngine& engine, const ModelSpec& spec, const DsConfi
   const int stage = static_cast<int>(cfg.zero.stage), world = comm.world_size(), rank = comm.rank();
   DeviceMemory::HostScope host;  // what is read sits in host memory until it is loaded
   ReadCheckpoint in;
-  read_model_states(spec, stage, world, rank, dir, in);
-  read_optimizer_states(cfg, stage, world, rank, dir, in);
+  read_model_states(spec, stage, world, rank, dir, cfg.load_universal, in);
+  if (cfg.load_universal) {
+    UniversalStates u = read_universal(in.r.folder, checkpoint_params(spec), "--resume " + dir);
+    in.all_master = u.master, in.all_m = u.exp_avg, in.all_v = u.exp_avg_sq;
+    in.adam_steps = u.adam_steps;
+    in.scaler = u.loss_scaler;
+    in.r.universal = true;
+  } else {
+    read_optimizer_states(cfg, stage, world, rank, dir, in);
+    if (stage < 3) {
+      in.all_master = natural_from_ds_partitions(in.master, in.numels, stage, world);
+      in.all_m = natural_from_ds_partitions(in.m, in.numels, stage, world);
+      in.all_v = natural_from_ds_partitions(in.v, in.numels, stage, world);
+    }
+  }
   load_into_engine(engine, stage, in);
   barrier(comm, "checkpoint loaded");
   return in.r;

@@ -45,11 +45,14 @@ int64_t save_16bit_model(ZeroEngine& engine, const ModelSpec& spec, const DsConf
 
 // Every rank, before the first step: loads the tag DIR/latest names into the engine.
 // Throws ConfigError (naming --resume, the file and the fix) for a folder that is no
-// DeepSpeed checkpoint, or one of another world size (DeepSpeed's message), stage,
-// precision or model.
+// DeepSpeed checkpoint, or one of another world size (DeepSpeed's message; a universal
+// checkpoint loads at any), stage, precision or model.
+// Under checkpoint.load_universal: the tag DIR/latest_universal names, in the universal
+// layout (universal.h), at any world size.
 struct Resumed {
   std::string tag, folder;
   CheckpointMeta meta;
+  bool universal = false;
 };
 Resumed load_checkpoint(ZeroEngine& engine, const ModelSpec& spec, const DsConfig& cfg, const std::string& dir);
 

@@ -957,6 +957,14 @@ void load_sections(Loader& L, Section& top, DsConfig& c) {
       ac.consume("number_checkpoints");
     ac.finish({"synchronize_checkpoint_boundary", "profile"});
   }
+  {
+    // checkpoint.load_universal: resume from ds_to_universal's layout (latest_universal),
+    // at any world size (trainer/checkpoint/universal.h). The other keys pick how files are
+    // written (node-local storage, the writer engine), which zrepro does not model.
+    Section ck = top.sub("checkpoint");
+    c.load_universal = ck.get<bool>("load_universal", false);
+    ck.finish({"tag_validation", "use_node_local_storage", "parallel_write", "writer"});
+  }
   c.wall_clock_breakdown = top.get<bool>("wall_clock_breakdown", false);
   c.memory_breakdown = top.get<bool>("memory_breakdown", false);
   c.zero = load_zero(L, top.sub("zero_optimization"));
@@ -968,7 +976,7 @@ void load_sections(Loader& L, Section& top, DsConfig& c) {
            "deepspeedai/DeepSpeed#8225). Set it true, or resolve as --deepspeed-version 0.19.5 or later");
   top.finish({"zero_allow_untested_optimizer", "prescale_gradients", "gradient_predivide_factor",
               "sparse_gradients", "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comet",
-              "comms_logger", "aio", "checkpoint", "data_types", "compile", "dump_state", "amp",
+              "comms_logger", "aio", "data_types", "compile", "dump_state", "amp",
               "elasticity", "zero_force_ds_cpu_optimizer", "seq_parallel_communication_data_type",
               "dataloader_drop_last", "timers", "monitor_config", "autotuning", "nebula",
               "data_efficiency", "curriculum_learning", "compression_training", "pipeline",

@@ -79,6 +79,7 @@ struct DsConfig {
     std::optional<int64_t> number_checkpoints;
   } activation_checkpointing;
   bool wall_clock_breakdown = false, memory_breakdown = false;
+  bool load_universal = false;  // checkpoint.load_universal
   ZeroConfig zero;
 
   std::vector<ConfigEntry> entries;   // every resolved value, in load order

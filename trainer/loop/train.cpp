@@ -407,7 +407,7 @@ int64_t resume(const JobSpec& job, const ModelSpec& spec, const TrainOptions& op
   if (opts.resume_dir.empty()) return 0;
   DeviceMemory::instance().set_phase(Phase::load);
   const Resumed r = load_checkpoint(engine, spec, job.cfg, opts.resume_dir);
-  result.resumed = TrainResult::Resume{r.folder, r.tag, r.meta.global_steps};
+  result.resumed = TrainResult::Resume{r.folder, r.tag, r.meta.global_steps, r.universal};
   result.skipped_steps = r.meta.skipped_steps;
   if (r.meta.global_steps >= opts.steps)
     throw ConfigError("--resume " + opts.resume_dir + ": " + r.tag + " has " + std::to_string(r.meta.global_steps) +

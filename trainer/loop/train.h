@@ -136,6 +136,7 @@ struct TrainResult {
   struct Resume {
     std::string folder, tag;
     int64_t step = 0;  // the steps done in the checkpoint: this run starts at the next
+    bool universal = false;  // from ds_to_universal's layout (checkpoint.load_universal)
   };
   std::optional<Resume> resumed;
 };

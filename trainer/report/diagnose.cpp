@@ -62,6 +62,9 @@ const std::vector<Fingerprint>& fingerprints() {
         {"divergent_gathers", "", re(R"(ranks disagree on the next collective: rank \d+ all_gather\([^)]*\); rank \d+ all_gather|disagree on collective #\d+: rank 0 all_gather in \d+ \S+ out \d+ \[[^\]]*\], rank \d+ all_gather|experts\.\d+\.)")},
         {"batch_assertion", "train_batch_size is not equal",
          re(R"(train_batch_size is not equal to micro_batch_per_gpu \* gradient_acc_step \* world_size\s*(\d+)\s*!=\s*(\d+)\s*\*\s*(\d+)\s*\*\s*(\d+))")},
+        // load_checkpoint at another data-parallel world size (ZeRORuntimeException, engine.py).
+        {"checkpoint_world_size", "used a DP world size of",
+         re(R"(used a DP world size of (\d+) but the current world size is (\d+))")},
         {"overflow", "OVERFLOW!", re(R"(OVERFLOW! Rank (\d+) Skipping step\.?(?: Attempted loss scale: ([0-9.e+]+))?)")},
         {"loss_scale_minimum", "loss scale already at minimum", re(R"(Current loss scale already at minimum)")},
         {"watchdog_timeout", "Watchdog caught collective operation timeout",
@@ -239,6 +242,9 @@ void read_fingerprint_numbers(const std::string& id, const std::smatch& m, const
     set_whole(n, "micro_batch", m[2].str());
     set_whole(n, "grad_accum", m[3].str());
     set_whole(n, "world_size", m[4].str());
+  } else if (id == "checkpoint_world_size") {
+    set_whole(n, "saved_world_size", m[1].str());
+    set_whole(n, "world_size", m[2].str());
   } else if (id == "overflow") {
     n["overflow_steps"] = n.value("overflow_steps", 0) + 1;
     if (m[2].matched) {
@@ -806,6 +812,17 @@ void decide(const Scan& s, Diagnosis& d) {
     d.checkpoint = "config", d.scenario = "mismatched-batch-triple", d.cause = "batch-triple", d.confidence = "strong";
     d.reason = "DeepSpeed refused the batch triple at init: train_batch_size != micro x gas x world size";
     d.try_next = {"set gradient_accumulation_steps = train_batch_size / (micro x world size), or drop one of the three"};
+  } else if (has("checkpoint_world_size")) {
+    d.checkpoint = "config", d.scenario = "resume-world-size-change", d.cause = "checkpoint-world-size";
+    d.confidence = "strong";
+    d.reason = "load_checkpoint refused a ZeRO checkpoint saved at another data-parallel world size (" +
+               s.numbers.value("saved_world_size", json("?")).dump() + " ranks, resumed on " +
+               s.numbers.value("world_size", json("?")).dump() + "): each rank's optimizer file holds a partition "
+               "cut for the saving world size";
+    d.try_next = {"convert it: python deepspeed/checkpoint/ds_to_universal.py --input_folder DIR/global_stepN "
+                  "--output_folder DIR/global_stepN_universal --inject_missing_state (or zrepro checkpoint "
+                  "to-universal), then \"checkpoint\": {\"load_universal\": true} in the config",
+                  "resume on the saving world size", "weights only: zero_to_fp32.py, then a fresh optimizer"};
   } else if (has("pinned_memory") && !has("oom")) {
     // --config without a pin_memory key: the pinning came from 0.19.5's new default.
     const bool unset = s.numbers.value("config", json::object()).value("pin_memory_unset", false);

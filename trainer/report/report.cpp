@@ -426,7 +426,7 @@ json summary_setting(const SummaryInput& in) {
                          {"consolidated_16bit_host_bytes", c2.consolidated_host_bytes}});
       if (in.result->resumed)
         resumed = {{"folder", in.result->resumed->folder}, {"tag", in.result->resumed->tag},
-                   {"step", in.result->resumed->step}};
+                   {"step", in.result->resumed->step}, {"universal", in.result->resumed->universal}};
     }
     s["checkpoint"] = {{"format", "DeepSpeed 0.19.8 ZeRO checkpoint (engine.save_checkpoint's files)"},
                        {"save_every", in.train->save_every > 0 ? json(in.train->save_every) : json(nullptr)},

@@ -166,3 +166,67 @@ TEST(Checkpoint, ThePlansSavePhaseIsTheRunsOnTwoRanks) {
   EXPECT_EQ(plan["checkpoint_host"]["save_16bit_rank0_bytes"], r.summary["checkpoint"]["saved"][0]["consolidated_16bit_host_bytes"]);
   EXPECT_EQ(plan["checkpoint_host"]["zero_to_fp32_bytes"].get<int64_t>(), 8 * r.summary["model"]["params"].get<int64_t>());
 }
+
+// [Note: the universal layout] (trainer/checkpoint/universal.h): a checkpoint saved on 2
+// ranks, converted by `zrepro checkpoint to-universal`, resumes under
+// checkpoint.load_universal on 2 ranks bit for bit and on 1 and 3 ranks (the same global
+// batch: the accumulation makes up the ranks) with the uninterrupted run's losses, within
+// the reduction-order tolerance of the rank-count equivalence (1e-5 relative).
+TEST(Checkpoint, AUniversalCheckpointResumesAtAnotherWorldSizeWithTheSameLosses) {
+  for (int stage : {1, 2, 3}) {
+    const std::string name = "ck_univ_s" + std::to_string(stage);
+    const std::string zero = R"("zero_optimization": {"stage": )" + std::to_string(stage) +
+                             R"(, "stage3_param_persistence_threshold": 100})";
+    const std::string cfg = R"({"train_batch_size": 12, "train_micro_batch_size_per_gpu": 2, )" + zero + "}";
+    const std::string universal_cfg = R"({"train_batch_size": 12, "train_micro_batch_size_per_gpu": 2, )" + zero +
+                                      R"(, "checkpoint": {"load_universal": true}})";
+    const std::string args = " --model tiny-llama --seq 16 --steps 4";
+    const std::string save = testing::TempDir() + "/" + name;
+    std::filesystem::remove_all(save);
+    const RunResult full = zrepro_run(name + "_full", cfg, "--ranks 2" + args + " --save-every 2 --save-dir " + save);
+    ASSERT_EQ(full.code, 0) << full.output;
+    // Without the universal conversion another world size is refused (DeepSpeed's message).
+    const RunResult refused = zrepro_run(name + "_refused", universal_cfg, args + " --resume " + save);
+    EXPECT_EQ(refused.code, 2) << refused.output;
+    EXPECT_NE(refused.output.find("latest_universal does not exist"), std::string::npos) << refused.output;
+    // Stages 1-2 without --inject-missing-state: the script's assertion.
+    const std::string in = save + "/global_step2", out = save + "/global_step2_universal";
+    if (stage < 3) {
+      const Process bare = zrepro_cmd("checkpoint to-universal --input-folder " + in + " --output-folder " + out);
+      EXPECT_EQ(bare.code, 2) << bare.output;
+      EXPECT_NE(bare.output.find("Required universal_checkpoint_info state is missing"), std::string::npos) << bare.output;
+    }
+    const Process conv = zrepro_cmd("checkpoint to-universal --input-folder " + in + " --output-folder " + out +
+                                    " --inject-missing-state");
+    ASSERT_EQ(conv.code, 0) << conv.output;
+    EXPECT_TRUE(std::filesystem::exists(out + "/zero/model.embed_tokens.weight/fp32.pt"));
+    EXPECT_TRUE(std::filesystem::exists(out + "/zero/optimizer_state.pt"));
+    EXPECT_EQ(std::filesystem::exists(out + "/zero/model.embed_tokens.weight/step.pt"), stage < 3);
+    std::ifstream latest(save + "/latest_universal");
+    std::string tag;
+    latest >> tag;
+    EXPECT_EQ(tag, "global_step2_universal");
+    const auto& a = full.summary["steps"];
+    for (int ranks : {2, 1, 3}) {
+      const RunResult res = zrepro_run(name + "_r" + std::to_string(ranks), universal_cfg,
+                                       (ranks > 1 ? "--ranks " + std::to_string(ranks) : std::string()) + args +
+                                           " --resume " + save);
+      ASSERT_EQ(res.code, 0) << res.output;
+      EXPECT_EQ(res.summary["checkpoint"]["resumed"]["step"], 2);
+      EXPECT_EQ(res.summary["checkpoint"]["resumed"]["universal"], true);
+      const auto& b = res.summary["steps"];
+      ASSERT_EQ(b.size(), 2u);
+      for (size_t i = 0; i < 2; ++i) {
+        const double la = a[i + 2]["loss"].get<double>(), lb = b[i]["loss"].get<double>();
+        const double ga = a[i + 2]["grad_norm"].get<double>(), gb = b[i]["grad_norm"].get<double>();
+        if (ranks == 2) {
+          EXPECT_EQ(la, lb) << name << " on 2 ranks, step " << i + 3;
+          EXPECT_EQ(ga, gb) << name << " on 2 ranks, step " << i + 3;
+        } else {
+          EXPECT_NEAR(la, lb, 1e-5 * la) << name << " on " << ranks << " ranks, step " << i + 3;
+          EXPECT_NEAR(ga, gb, 1e-4 * ga) << name << " on " << ranks << " ranks, step " << i + 3;
+        }
+      }
+    }
+  }
+}

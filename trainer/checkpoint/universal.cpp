@@ -1,0 +1,262 @@
+// See universal.h.
+#include "trainer/checkpoint/universal.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "device/base/errors.h"
+#include "trainer/checkpoint/pt_file.h"
+#include "trainer/config/user_file.h"
+
+namespace zrepro {
+
+namespace fs = std::filesystem;
+using c10::IValue;
+
+namespace {
+
+// The files of `folder` whose names match `pattern`, in rank order (the first number
+// after "rank_", as the script's natural sort puts them).
+std::vector<std::string> rank_files(const std::string& folder, const std::regex& pattern) {
+  std::vector<std::pair<int, std::string>> found;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(folder, ec)) {
+    const std::string name = e.path().filename().string();
+    std::smatch m;
+    if (std::regex_match(name, m, pattern)) found.emplace_back(std::stoi(m[1].str()), e.path().string());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(f.second);
+  return out;
+}
+
+// An int, or an Enum read back as an object (DeepSpeed's ZeroStageEnum), as an int.
+int64_t int_or_enum(const IValue& v) { return v.isInt() ? v.toInt() : object_attr(v, "value").toInt(); }
+// What read_pt gives for an Enum, written back as Python would read it: its value.
+IValue plain(const IValue& v) {
+  if (v.isObject() && object_attr(v, "value").isInt() && v.toObjectRef().type()->numAttributes() == 1)
+    return object_attr(v, "value");
+  return v;
+}
+
+struct SavedCheckpoint {
+  int stage = 0;
+  std::vector<std::string> optim_files, model_files;
+  std::vector<CheckpointParam> params;  // names and shapes, flat order (group -1: not zrepro's)
+  std::vector<int64_t> numels;
+};
+
+SavedCheckpoint find_saved(const std::string& in) {
+  SavedCheckpoint s;
+  std::error_code ec;
+  if (!fs::is_directory(in, ec))
+    throw ConfigError("--input-folder " + in + ": no such folder; pass the tag folder of a ZeRO checkpoint "
+                      "(DIR/global_stepN, the folder DIR/latest names)");
+  s.optim_files = rank_files(in, std::regex(R"((?:bf16_)?zero_pp_rank_(\d+)_mp_rank_00_optim_states\.pt)"));
+  if (s.optim_files.empty())
+    throw ConfigError("--input-folder " + in + ": can't find *_optim_states.pt files in directory '" + in +
+                      "' (ds_to_universal.py's words): pass the tag folder of a ZeRO checkpoint (DIR/global_stepN)");
+  const c10::impl::GenericDict osd =
+      dict_at(read_pt(s.optim_files[0]).toGenericDict(), "optimizer_state_dict", s.optim_files[0]).toGenericDict();
+  auto zs = osd.find("zero_stage");
+  s.stage = zs == osd.end() ? 1 : static_cast<int>(int_or_enum(zs->value()));
+  s.model_files = s.stage == 3 ? rank_files(in, std::regex(R"(zero_pp_rank_(\d+)_mp_rank_00_model_states\.pt)"))
+                               : rank_files(in, std::regex(R"(mp_rank_(\d+)_model_states\.pt)"));
+  if (s.model_files.empty())
+    throw ConfigError("--input-folder " + in + ": no model-states file (" +
+                      (s.stage == 3 ? "zero_pp_rank_0_mp_rank_00_model_states.pt" : "mp_rank_00_model_states.pt") +
+                      ") beside the optimizer files");
+  const c10::impl::GenericDict ms = read_pt(s.model_files[0]).toGenericDict();
+  for (const IValue& g : dict_at(ms, "param_shapes", s.model_files[0]).toList())
+    for (const auto& kv : g.toGenericDict()) {
+      CheckpointParam p;
+      p.name = kv.key().toStringRef();
+      p.shape = kv.value().toIntVector();
+      p.numel = 1;
+      for (int64_t d : p.shape) p.numel *= d;
+      p.group = -1;
+      s.params.push_back(p);
+      s.numels.push_back(p.numel);
+    }
+  return s;
+}
+
+// One optimizer file's flat partitions (master, exp_avg, exp_avg_sq) and its Adam step.
+struct RankStates {
+  torch::Tensor master, m, v;
+  IValue step;
+  c10::impl::GenericDict optimizer = str_dict();  // the file's optimizer_state_dict
+};
+RankStates read_rank(const std::string& file, int stage) {
+  RankStates r;
+  r.optimizer = dict_at(read_pt(file).toGenericDict(), "optimizer_state_dict", file).toGenericDict();
+  const c10::impl::GenericDict torch_sd =
+      dict_at(r.optimizer, stage == 3 ? "optimizer_state_dict" : "base_optimizer_state", file).toGenericDict();
+  const c10::impl::GenericDict states = dict_at(torch_sd, "state", file).toGenericDict();
+  if (states.size() != 1)
+    throw ConfigError(file + ": " + std::to_string(states.size()) + " optimizer parameter groups; zrepro converts "
+                      "checkpoints of one group (DeepSpeed's default; the Hugging Face Trainer's weight-decay split "
+                      "into two is not converted yet)");
+  const c10::impl::GenericDict st = states.begin()->value().toGenericDict();
+  r.step = dict_at(st, "step", file);
+  r.m = dict_at(st, "exp_avg", file).toTensor();
+  r.v = dict_at(st, "exp_avg_sq", file).toTensor();
+  r.master = dict_at(r.optimizer, stage == 3 ? "fp32_flat_groups" : "single_partition_of_fp32_groups", file)
+                 .toList().get(0).toTensor();
+  return r;
+}
+
+// zero/optimizer_state.pt: the optimizer's global state. Stages 1-2: the file's
+// optimizer_state_dict without its partitions, plus the param groups; stage 3: all of it,
+// plus the torch optimizer's param groups (the script's _save_optimizer_state[_stage3]).
+c10::impl::GenericDict global_state(const c10::impl::GenericDict& optimizer, int stage, const std::string& file) {
+  c10::impl::GenericDict out = str_dict();
+  for (const auto& kv : optimizer) {
+    const std::string& k = kv.key().toStringRef();
+    if (stage < 3 && (k == "base_optimizer_state" || k == "param_slice_mappings" ||
+                      k == "single_partition_of_fp32_groups"))
+      continue;
+    out.insert(k, plain(kv.value()));
+  }
+  const IValue torch_sd = dict_at(optimizer, stage == 3 ? "optimizer_state_dict" : "base_optimizer_state", file);
+  out.insert("param_groups", dict_at(torch_sd.toGenericDict(), "param_groups", file));
+  return out;
+}
+
+void copy_file(const std::string& from, const std::string& to) {
+  std::ifstream in(from, std::ios::binary);
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  if (!in) throw IoError("cannot read " + from);
+  write_file_atomic(to, bytes.str());
+}
+
+}  // namespace
+
+UniversalConversion convert_to_universal(const std::string& input_folder, const std::string& output_folder,
+                                         bool inject_missing_state) {
+  const SavedCheckpoint s = find_saved(input_folder);
+  if (s.stage < 3 && !inject_missing_state) {
+    const c10::impl::GenericDict ms = read_pt(s.model_files[0]).toGenericDict();
+    auto info = ms.find("universal_checkpoint_info");
+    if (info == ms.end() || info->value().isNone())
+      throw ConfigError("--input-folder " + input_folder + ": ds_to_universal.py stops here: \"Required "
+                        "universal_checkpoint_info state is missing in checkpoint. Verify that client creates this "
+                        "state.\" Only Megatron-DeepSpeed's models record it; for any other model pass "
+                        "--inject-missing-state (the script's --inject_missing_state)");
+  }
+  const int world = static_cast<int>(s.optim_files.size());
+  std::vector<torch::Tensor> master, m, v;
+  IValue step;
+  c10::impl::GenericDict first_optimizer = str_dict();
+  for (int r = 0; r < world; ++r) {
+    RankStates rs = read_rank(s.optim_files[r], s.stage);
+    master.push_back(rs.master), m.push_back(rs.m), v.push_back(rs.v);
+    if (r == 0) step = rs.step, first_optimizer = rs.optimizer;
+  }
+  const torch::Tensor all[3] = {natural_from_ds_partitions(master, s.numels, s.stage, world),
+                                natural_from_ds_partitions(m, s.numels, s.stage, world),
+                                natural_from_ds_partitions(v, s.numels, s.stage, world)};
+  const char* state_names[3] = {"fp32", "exp_avg", "exp_avg_sq"};
+  const std::string zero = output_folder + "/zero";
+  int64_t offset = 0;
+  for (const CheckpointParam& p : s.params) {
+    const std::string dir = zero + "/" + p.name;
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw IoError("cannot create " + dir + ": " + ec.message());
+    for (int k = 0; k < 3; ++k) {
+      torch::Tensor t = all[k].narrow(0, offset, p.numel).clone();
+      if (s.stage == 3) {
+        write_pt(dir + "/" + state_names[k] + ".pt", t);
+        continue;
+      }
+      c10::impl::GenericDict d = str_dict();
+      d.insert("param", t.view(p.shape));
+      d.insert("cat_dim", int64_t{0});
+      write_pt(dir + "/" + state_names[k] + ".pt", d);
+    }
+    if (s.stage < 3) write_pt(dir + "/step.pt", step);
+    offset += p.numel;
+  }
+  if (s.stage < 3) {
+    // Module entries no optimizer state covers (a tied head): their 16-bit values as fp32.
+    const c10::impl::GenericDict ms = read_pt(s.model_files[0]).toGenericDict();
+    for (const auto& kv : dict_at(ms, "module", s.model_files[0]).toGenericDict()) {
+      const std::string dir = zero + "/" + kv.key().toStringRef();
+      if (fs::exists(dir + "/fp32.pt")) continue;
+      fs::create_directories(dir);
+      c10::impl::GenericDict d = str_dict();
+      d.insert("param", kv.value().toTensor().to(torch::kFloat));
+      write_pt(dir + "/fp32.pt", d);
+    }
+  }
+  write_pt(zero + "/optimizer_state.pt", global_state(first_optimizer, s.stage, s.optim_files[0]));
+  for (const std::string& f : s.model_files) copy_file(f, output_folder + "/" + fs::path(f).filename().string());
+  const fs::path out = fs::path(output_folder).lexically_normal();
+  const fs::path leaf = out.has_filename() ? out.filename() : out.parent_path().filename();
+  const fs::path root = out.has_filename() ? out.parent_path() : out.parent_path().parent_path();
+  write_file_atomic((root.empty() ? fs::path(".") : root).string() + "/latest_universal", leaf.string());
+  UniversalConversion c;
+  c.output_folder = output_folder;
+  c.stage = s.stage;
+  c.world = world;
+  c.parameters = static_cast<int64_t>(s.params.size());
+  c.numel = offset;
+  return c;
+}
+
+namespace {
+
+torch::Tensor read_state(const std::string& file, const CheckpointParam& p, const std::string& flag) {
+  if (!fs::exists(file))
+    throw ConfigError(flag + ": no " + file + " (a universal checkpoint holds zero/NAME/fp32.pt, exp_avg.pt and "
+                      "exp_avg_sq.pt for every parameter of the model): convert the checkpoint of this model with "
+                      "ds_to_universal.py or `zrepro checkpoint to-universal`");
+  const IValue v = read_pt(file);
+  const torch::Tensor t = v.isTensor() ? v.toTensor() : dict_at(v.toGenericDict(), "param", file).toTensor();
+  if (t.numel() != p.numel)
+    throw ConfigError(flag + ": " + file + " holds " + std::to_string(t.numel()) + " values, this run's " + p.name +
+                      " has " + std::to_string(p.numel) + ": resume with the model the checkpoint was saved with");
+  return t.reshape({-1}).to(torch::kFloat);
+}
+
+int64_t step_of(const IValue& step) {
+  return step.isInt() ? step.toInt() : static_cast<int64_t>(step.toTensor().item<double>());
+}
+
+}  // namespace
+
+UniversalStates read_universal(const std::string& folder, const std::vector<CheckpointParam>& params,
+                               const std::string& flag) {
+  const std::string zero = folder + "/zero", opt_file = zero + "/optimizer_state.pt";
+  if (!fs::exists(opt_file))
+    throw ConfigError(flag + ": " + opt_file + " containing optimizer global state is missing! Cannot proceed. "
+                      "(DeepSpeed's words): the folder latest_universal names is not a converted checkpoint");
+  const c10::impl::GenericDict opt = read_pt(opt_file).toGenericDict();
+  UniversalStates u;
+  u.loss_scaler = dict_at(opt, "loss_scaler", opt_file);
+  auto torch_sd = opt.find("optimizer_state_dict");
+  if (torch_sd != opt.end()) {  // stage 3's form: the step in the torch optimizer's state
+    const c10::impl::GenericDict st = dict_at(torch_sd->value().toGenericDict(), "state", opt_file).toGenericDict();
+    u.adam_steps = step_of(dict_at(st.begin()->value().toGenericDict(), "step", opt_file));
+  } else {
+    const std::string step_file = zero + "/" + params.front().name + "/step.pt";
+    if (!fs::exists(step_file)) throw ConfigError(flag + ": no " + step_file + " (the Adam step at stages 1-2)");
+    u.adam_steps = step_of(read_pt(step_file));
+  }
+  std::vector<torch::Tensor> parts[3];
+  const char* names[3] = {"fp32", "exp_avg", "exp_avg_sq"};
+  for (const CheckpointParam& p : params)
+    for (int k = 0; k < 3; ++k) parts[k].push_back(read_state(zero + "/" + p.name + "/" + names[k] + ".pt", p, flag));
+  u.master = torch::cat(parts[0]);
+  u.exp_avg = torch::cat(parts[1]);
+  u.exp_avg_sq = torch::cat(parts[2]);
+  return u;
+}
+
+}  // namespace zrepro

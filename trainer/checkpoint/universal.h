@@ -1,0 +1,57 @@
+// DeepSpeed's universal checkpoint (0.19.8's ds_to_universal.py layout), which a job loads
+// at any world size under "checkpoint": {"load_universal": true}: zrepro's converter of a
+// ZeRO checkpoint into it, and the reader a resume uses.
+//
+// [Note: the universal layout] ds_to_universal.py --input_folder DIR/global_stepN
+// --output_folder DIR/global_stepN_universal writes, per trainable parameter NAME (the
+// model's module names), DIR/global_stepN_universal/zero/NAME/{fp32,exp_avg,exp_avg_sq}.pt:
+// the whole parameter's fp32 master and Adam moments, unpartitioned. At stages 1-2 each file
+// is {"param": tensor of the parameter's shape, "cat_dim": 0} and step.pt holds the Adam
+// step; a module entry with no optimizer state (a tied head) gets fp32.pt = {"param": its
+// 16-bit values as fp32}. At stage 3 each file is the flat fp32 tensor itself and the step
+// lives in zero/optimizer_state.pt. zero/optimizer_state.pt holds the optimizer's global
+// state (loss scaler, param_groups); the model-states files are copied beside zero/; the
+// parent folder's latest_universal names the output folder. Nothing in it depends on the
+// world size it was saved at, so any world size cuts its own partitions from it.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/core/ivalue.h>
+#include <torch/torch.h>
+
+#include "trainer/checkpoint/ds_layout.h"
+
+namespace zrepro {
+
+// What the converter did.
+struct UniversalConversion {
+  std::string output_folder;
+  int stage = 0, world = 0;     // the saved checkpoint's ZeRO stage and data-parallel world size
+  int64_t parameters = 0, numel = 0;
+};
+
+// ds_to_universal.py's conversion, done here (no Python needed): reads every rank's files of
+// the ZeRO checkpoint `input_folder` (DIR/global_stepN) and writes the universal layout to
+// `output_folder`, then DIR/latest_universal. inject_missing_state: as the script's
+// --inject_missing_state, without which a stage 1-2 checkpoint whose model states carry no
+// universal_checkpoint_info (any model but Megatron-DeepSpeed's) is refused with the
+// script's own assertion. Throws ConfigError naming the flag for a folder that is no ZeRO
+// checkpoint; IoError when a file cannot be written (each file atomic).
+UniversalConversion convert_to_universal(const std::string& input_folder, const std::string& output_folder,
+                                         bool inject_missing_state);
+
+// The whole model's optimizer states from a universal folder's zero/, for `params` (flat
+// order): master, exp_avg, exp_avg_sq back to back as checkpoint_params lays them, the Adam
+// step and the loss scaler. Reads either stage's file form. Throws ConfigError naming
+// `flag` and the missing file.
+struct UniversalStates {
+  torch::Tensor master, exp_avg, exp_avg_sq;
+  int64_t adam_steps = 0;
+  c10::IValue loss_scaler;
+};
+UniversalStates read_universal(const std::string& folder, const std::vector<CheckpointParam>& params,
+                               const std::string& flag);
+
+}  // namespace zrepro
