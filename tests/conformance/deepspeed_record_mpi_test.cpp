@@ -147,6 +147,43 @@ TEST(DeepSpeedRecord, DeepSpeedResumedFromZreprosCheckpointAsZreproGoesOn) {
   EXPECT_GE(checked, 5);
 }
 
+// The universal rows of the checkpoint record: DeepSpeed's ds_to_universal.py wrote what
+// `zrepro checkpoint to-universal` writes (file for file, when recorded), and DeepSpeed
+// resumed from it on 1 rank (saved on 2) with these losses; today's zrepro, saving on 2
+// ranks, converting and resuming on 1 under checkpoint.load_universal, must still give them.
+TEST(DeepSpeedRecord, DeepSpeedResumedFromTheUniversalCheckpointOnOneRankAsZreproDoes) {
+  const json rec = load_record("checkpoints");
+  int checked = 0;
+  for (const auto& row : rec["rows"]) {
+    if (!row.contains("universal")) continue;
+    const json& u = row["universal"];
+    ASSERT_TRUE(u["ok"].get<bool>()) << row["case"] << ": the universal conversion or resume disagreed when recorded";
+    ASSERT_TRUE(u["files"]["ok"].get<bool>()) << row["case"];
+    const std::string name = "conformance_univ_" + row["case"].get<std::string>();
+    const std::string save = zrepro_test::fresh_dir(name) + "/checkpoint";
+    std::string flags;
+    for (const auto& f : row["zrepro_flags"]) flags += " " + f.get<std::string>();
+    const auto saved = zrepro_test::zrepro_run(name + "_save", row["config"].dump(), flags + " --save-dir " + save);
+    ASSERT_EQ(saved.code, 0) << saved.output;
+    const std::string tag = "global_step" + std::to_string(rec["save_at"].get<int64_t>());
+    const auto conv = zrepro_test::zrepro_cmd("checkpoint to-universal --input-folder " + save + "/" + tag +
+                                              " --output-folder " + save + "/" + tag + "_universal --inject-missing-state");
+    ASSERT_EQ(conv.code, 0) << conv.output;
+    const auto r = zrepro_test::zrepro_run(name + "_resume", u["config"].dump(),
+                                           " --model " + row["model"].get<std::string>() + " --steps " +
+                                               std::to_string(rec["steps"].get<int64_t>()) + " --resume " + save);
+    ASSERT_EQ(r.code, 0) << r.output;
+    const auto& theirs = u["deepspeed_losses"];
+    ASSERT_EQ(r.summary["steps"].size(), theirs.size()) << row["case"];
+    for (size_t i = 0; i < theirs.size(); ++i)
+      EXPECT_LE(rel(r.summary["steps"][i]["loss"].get<double>(), theirs[i].get<double>()),
+                u["tolerance"]["loss"].get<double>())
+          << row["case"] << " step " << rec["save_at"].get<int64_t>() + i + 1;
+    ++checked;
+  }
+  EXPECT_GE(checked, 4) << "rerun scripts/conformance.sh --only checkpoints";
+}
+
 // The MoE record's aux-loss pair (conformance/moe_zero3.py): zrepro's router aux loss
 // against transformers' load_balancing_loss_func under DeepSpeed, fp32, leaf on.
 TEST(DeepSpeedRecord, TheRoutersAuxLossStillAgreesWithTransformers) {

@@ -309,7 +309,8 @@ struct ReadCheckpoint {
   Resumed r;
   std::vector<int64_t> numels;             // the parameters' sizes, flat order
   std::vector<torch::Tensor> master, m, v;  // per rank (stage 3: only this rank's is read)
-  torch::Tensor all_master, all_m, all_v;   // the whole model's (stages 1-2, universal); else undefined
+  torch::Tensor all_master, all_m, all_v;   // the whole model's (stages 1-2); else undefined
+  std::vector<CheckpointParam> params;       // universal: read layer by layer from r.folder's zero/
   int64_t adam_steps = 0;
   IValue scaler, lr_scheduler;
 };
@@ -412,13 +413,22 @@ void read_optimizer_states(const DsConfig& cfg, int stage, int world, int rank, 
 // then the counters.
 void load_into_engine(ZeroEngine& engine, int stage, const ReadCheckpoint& in) {
   const int world = engine.comm().world_size(), rank = engine.comm().rank();
-  const bool whole = in.all_master.defined();
+  const bool whole = in.all_master.defined(), universal = in.r.universal;
   int64_t offset = 0, shard_offset = 0;
   for (ParamGroup* g : engine.groups()) {
     const LayerLayout& l = g->layout();
     const OptimizerTensors t = engine.optimizer_tensors(g->index());
     torch::Tensor nat_master;
-    if (!whole) {  // stage 3 from its own files: this rank's DeepSpeed partition is its shards
+    if (universal) {  // this layer's parameters, whole, from zero/NAME/
+      std::vector<CheckpointParam> mine;
+      for (const CheckpointParam& p : in.params)
+        if (p.group == g->index()) mine.push_back(p);
+      const std::array<torch::Tensor, 3> s = read_universal_params(in.r.folder, mine, "--resume");
+      nat_master = s[0];
+      t.master.copy_(owned_from_natural(l, rank, s[0]));
+      t.exp_avg.copy_(owned_from_natural(l, rank, s[1]));
+      t.exp_avg_sq.copy_(owned_from_natural(l, rank, s[2]));
+    } else if (!whole) {  // stage 3 from its own files: this rank's DeepSpeed partition is its shards
       const int64_t n = l.owned_numel();
       t.master.copy_(in.master[rank].narrow(0, shard_offset, n));
       t.exp_avg.copy_(in.m[rank].narrow(0, shard_offset, n));
@@ -459,8 +469,8 @@ Resumed load_checkpoint(ZeroEngine& engine, const ModelSpec& spec, const DsConfi
   ReadCheckpoint in;
   read_model_states(spec, stage, world, rank, dir, cfg.load_universal, in);
   if (cfg.load_universal) {
-    UniversalStates u = read_universal(in.r.folder, checkpoint_params(spec), "--resume " + dir);
-    in.all_master = u.master, in.all_m = u.exp_avg, in.all_v = u.exp_avg_sq;
+    in.params = checkpoint_params(spec);
+    const UniversalStates u = read_universal_global(in.r.folder, in.params.front().name, "--resume " + dir);
     in.adam_steps = u.adam_steps;
     in.scaler = u.loss_scaler;
     in.r.universal = true;

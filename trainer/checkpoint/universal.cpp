@@ -231,8 +231,7 @@ int64_t step_of(const IValue& step) {
 
 }  // namespace
 
-UniversalStates read_universal(const std::string& folder, const std::vector<CheckpointParam>& params,
-                               const std::string& flag) {
+UniversalStates read_universal_global(const std::string& folder, const std::string& first, const std::string& flag) {
   const std::string zero = folder + "/zero", opt_file = zero + "/optimizer_state.pt";
   if (!fs::exists(opt_file))
     throw ConfigError(flag + ": " + opt_file + " containing optimizer global state is missing! Cannot proceed. "
@@ -245,18 +244,22 @@ UniversalStates read_universal(const std::string& folder, const std::vector<Chec
     const c10::impl::GenericDict st = dict_at(torch_sd->value().toGenericDict(), "state", opt_file).toGenericDict();
     u.adam_steps = step_of(dict_at(st.begin()->value().toGenericDict(), "step", opt_file));
   } else {
-    const std::string step_file = zero + "/" + params.front().name + "/step.pt";
+    const std::string step_file = zero + "/" + first + "/step.pt";
     if (!fs::exists(step_file)) throw ConfigError(flag + ": no " + step_file + " (the Adam step at stages 1-2)");
     u.adam_steps = step_of(read_pt(step_file));
   }
+  return u;
+}
+
+std::array<torch::Tensor, 3> read_universal_params(const std::string& folder,
+                                                   const std::vector<CheckpointParam>& params,
+                                                   const std::string& flag) {
   std::vector<torch::Tensor> parts[3];
   const char* names[3] = {"fp32", "exp_avg", "exp_avg_sq"};
   for (const CheckpointParam& p : params)
-    for (int k = 0; k < 3; ++k) parts[k].push_back(read_state(zero + "/" + p.name + "/" + names[k] + ".pt", p, flag));
-  u.master = torch::cat(parts[0]);
-  u.exp_avg = torch::cat(parts[1]);
-  u.exp_avg_sq = torch::cat(parts[2]);
-  return u;
+    for (int k = 0; k < 3; ++k)
+      parts[k].push_back(read_state(folder + "/zero/" + p.name + "/" + names[k] + ".pt", p, flag));
+  return {torch::cat(parts[0]), torch::cat(parts[1]), torch::cat(parts[2])};
 }
 
 }  // namespace zrepro

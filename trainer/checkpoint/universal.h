@@ -14,6 +14,7 @@
 // parent folder's latest_universal names the output folder. Nothing in it depends on the
 // world size it was saved at, so any world size cuts its own partitions from it.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -42,16 +43,20 @@ struct UniversalConversion {
 UniversalConversion convert_to_universal(const std::string& input_folder, const std::string& output_folder,
                                          bool inject_missing_state);
 
-// The whole model's optimizer states from a universal folder's zero/, for `params` (flat
-// order): master, exp_avg, exp_avg_sq back to back as checkpoint_params lays them, the Adam
-// step and the loss scaler. Reads either stage's file form. Throws ConfigError naming
-// `flag` and the missing file.
+// A universal folder's global optimizer state (zero/optimizer_state.pt, and step.pt at
+// stages 1-2: `first` is any parameter's name): the Adam step and the loss scaler. Reads
+// either stage's form. Throws ConfigError naming `flag` and the missing file.
 struct UniversalStates {
-  torch::Tensor master, exp_avg, exp_avg_sq;
   int64_t adam_steps = 0;
   c10::IValue loss_scaler;
 };
-UniversalStates read_universal(const std::string& folder, const std::vector<CheckpointParam>& params,
-                               const std::string& flag);
+UniversalStates read_universal_global(const std::string& folder, const std::string& first, const std::string& flag);
+// The optimizer states of `params` (one layer's, say) from zero/NAME/: master, exp_avg and
+// exp_avg_sq, each the parameters' values back to back. A resume reads one layer at a
+// time, as DeepSpeed's loader reads one parameter at a time: a rank never holds the whole
+// model's states on its host.
+std::array<torch::Tensor, 3> read_universal_params(const std::string& folder,
+                                                   const std::vector<CheckpointParam>& params,
+                                                   const std::string& flag);
 
 }  // namespace zrepro
