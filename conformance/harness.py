@@ -129,6 +129,10 @@ def main():
         subprocess.run([sys.executable, os.path.join(HERE, "checkpoints.py"), "--zrepro", os.path.abspath(a.zrepro),
                         "--out", os.path.join(a.results, "checkpoints.json"),
                         "--work", os.path.join(work, "checkpoints")], env=ENV, check=True)
+    if not a.only or "zero_to_fp32_memory" in a.only:  # zero_to_fp32's host memory (zero_to_fp32_memory.py)
+        subprocess.run([sys.executable, os.path.join(HERE, "zero_to_fp32_memory.py"), "--zrepro",
+                        os.path.abspath(a.zrepro), "--out", os.path.join(a.results, "zero_to_fp32_memory.json"),
+                        "--work", os.path.join(work, "zero_to_fp32_memory")], env=ENV, check=True)
     if not a.only or "configs" in a.only:
         subprocess.run([sys.executable, os.path.join(HERE, "configs.py"), "--zrepro", os.path.abspath(a.zrepro),
                         "--out", os.path.join(a.results, "configs.json")], check=True)

@@ -4,6 +4,7 @@
 #pragma once
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace zrepro {
 
@@ -47,6 +48,13 @@ struct IoError : std::runtime_error {
 struct Interrupted : std::runtime_error {
   Interrupted(int sig, const std::string& what) : std::runtime_error(what), signal(sig) {}
   int signal;
+};
+
+// An emulated host-memory capacity exceeded (--host-memory): what the kernel's OOM killer
+// ends. Exit 3, as a device OOM; `phase` names where (consolidate: zero_to_fp32).
+struct HostMemoryExhausted : std::runtime_error {
+  HostMemoryExhausted(std::string phase_, const std::string& what) : std::runtime_error(what), phase(std::move(phase_)) {}
+  std::string phase;
 };
 
 // Numerical failure (loss scale at its minimum, NaN loss): exit 5.

@@ -26,7 +26,7 @@ std::vector<std::string> recorded_cases() {
   if (fs::is_directory(results_dir()))
     for (const auto& e : fs::directory_iterator(results_dir()))
       if (e.path().extension() == ".json" && e.path().stem() != "estimators" && e.path().stem() != "configs" &&
-          e.path().stem() != "checkpoints")  // its own test below
+          e.path().stem() != "checkpoints" && e.path().stem() != "zero_to_fp32_memory")  // their own tests below
         names.push_back(e.path().stem().string());
   std::sort(names.begin(), names.end());
   return names;
@@ -182,6 +182,34 @@ TEST(DeepSpeedRecord, DeepSpeedResumedFromTheUniversalCheckpointOnOneRankAsZrepr
     ++checked;
   }
   EXPECT_GE(checked, 4) << "rerun scripts/conformance.sh --only checkpoints";
+}
+
+// The zero_to_fp32 record (conformance/zero_to_fp32_memory.py): DeepSpeed's RssAnon peak
+// consolidating GPT-2, against zrepro's modelled peak when recorded; and today's plan
+// (checkpoint_host) must still quote that model for the API and the default 5GB shards.
+TEST(DeepSpeedRecord, ZeroToFp32sHostMemoryIsWhatThePlanSays) {
+  const json rec = load_record("zero_to_fp32_memory");
+  const double tol = rec["tolerance"].get<double>();
+  int checked = 0;
+  for (const auto& row : rec["rows"]) {
+    ASSERT_TRUE(row["ok"].get<bool>()) << row["case"] << " " << row["way"] << ": disagreed when recorded";
+    if (row["way"] == "script" && row["max_shard_size"] != "5GB") continue;
+    const std::string dir = zrepro_test::fresh_dir("conformance_z2f_" + row["case"].get<std::string>());
+    std::ofstream(dir + "/ds.json") << json{{"train_micro_batch_size_per_gpu", 1},
+                                            {"gradient_accumulation_steps", 1},
+                                            {"zero_optimization", {{"stage", row["stage"]}}}}.dump();
+    const auto p = zrepro_test::zrepro_cmd("plan --config " + dir + "/ds.json --model gpt2 --seq 16 --world-size 2 "
+                                           "--save-every 1 --json", 120, false);
+    ASSERT_EQ(p.code, 0) << p.output;
+    const json host = json::parse(p.output)["checkpoint_host"];
+    const int64_t planned = host[row["way"] == "api" ? "zero_to_fp32_api_anon_bytes" : "zero_to_fp32_script_anon_bytes"];
+    const double fp32 = row["fp32_model_bytes"].get<double>();
+    EXPECT_NEAR(static_cast<double>(planned), row["modelled_peak_anon"].get<double>(), 0.001 * fp32) << row["case"];
+    EXPECT_NEAR(static_cast<double>(planned), row["measured_peak_anon"].get<double>(), tol * fp32)
+        << row["case"] << " " << row["way"] << ": DeepSpeed measured " << row["measured_peak_anon"];
+    ++checked;
+  }
+  EXPECT_EQ(checked, 4) << "rerun scripts/conformance.sh --only zero_to_fp32_memory";
 }
 
 // The MoE record's aux-loss pair (conformance/moe_zero3.py): zrepro's router aux loss

@@ -313,6 +313,8 @@ void print_stand_in_check(const StandInChecks& c) {
 
 // --world-size: the ranks train on this process's threads; the failure of any one ends
 // the run as that rank's (its ledger, its steps), with every rank's view in the summary.
+void consolidate_fp32(RunState& s);
+
 int train_virtual_and_report(RunState& s, const StepCallback& on_step) {
   const bool out = !s.spec.out_dir.empty();
   VirtualRanks::Outcome o = s.vranks->train_all(s.job, s.topt, on_step);
@@ -332,12 +334,31 @@ int train_virtual_and_report(RunState& s, const StepCallback& on_step) {
     }
   }
   s.result = std::move(o.results[s.rank]);
+  consolidate_fp32(s);
   if (s.metrics) s.metrics->close();
   print_done(s, " (virtual ranks: " + std::to_string(s.world) + ")");
   if (s.result.stand_in) print_stand_in_check(*s.result.stand_in);
   if (out) write_file_atomic(s.spec.out_dir + "/trace.json", one_rank_trace(s.rank, s.trace_events()).dump());
   s.write_summary_or_throw("ok", nullptr, s.virtual_reports);  // an I/O failure ends the run as one
   return kExitOk;
+}
+
+// --zero-to-fp32: rank 0 consolidates the newest checkpoint after every collective of the
+// run (a host OOM there ends only rank 0, as the offline script would).
+void consolidate_fp32(RunState& s) {
+  const RunSpec& sp = s.spec;
+  if (sp.zero_to_fp32_dir.empty() || s.rank != 0) return;
+  std::cout << "[zrepro] zero_to_fp32 (" << (sp.zero_to_fp32_api ? "get_fp32_state_dict_from_zero_checkpoint" :
+                                              "zero_to_fp32.py --max_shard_size " + format_bytes(sp.zero_to_fp32_shard))
+            << ") of " << sp.save_dir << " into " << sp.zero_to_fp32_dir
+            << (sp.host_memory > 0 ? ", host memory " + format_bytes(sp.host_memory) + " (emulated)" : std::string())
+            << std::endl;
+  s.result.fp32_export = zero_to_fp32(sp.save_dir, sp.zero_to_fp32_dir, sp.zero_to_fp32_api, sp.zero_to_fp32_shard,
+                                      sp.host_memory);
+  const Fp32Export& e = *s.result.fp32_export;
+  std::cout << "[zrepro] zero_to_fp32: " << e.parameters << " params " << e.numel << " elements in "
+            << e.files.size() << " file(s); anonymous host memory at its peak " << format_bytes(e.peak_anon_bytes)
+            << ", fp32 partitions mapped " << format_bytes(e.mapped_bytes) << std::endl;
 }
 
 int train_and_report(RunState& s) {
@@ -360,6 +381,7 @@ int train_and_report(RunState& s) {
     if (s.spec.export_inputs && s.speaks()) export_final_params(s.spec.out_dir, s.result.final_params);
     if (out) write_rank_trace(s, s.trace_events());
     const std::vector<RankReport> reports = gather_reports(s);
+    consolidate_fp32(s);
     if (s.metrics) s.metrics->close();
     if (s.rank == 0) print_done(s, "");
     s.progress.clear();
@@ -422,6 +444,12 @@ int run_command(int argc, char** argv) {
     return s.fail_with(FailureKind::io, "output", "[zrepro] rank " + std::to_string(s.rank) + ": " + e.what(), e.what(),
                        "free space in --out (or raise its quota / file size limit) and run again; no output holds a "
                        "partial file under its final name");
+  } catch (const HostMemoryExhausted& e) {
+    return s.fail_with(FailureKind::oom, e.phase, "[zrepro] rank " + std::to_string(s.rank) + ": " + e.what(), e.what(),
+                       "zero_to_fp32.py with a smaller --max_shard_size (one shard merged at a time, DeepSpeed >= "
+                       "0.16.0) instead of get_fp32_state_dict_from_zero_checkpoint, or a host with more RAM than "
+                       "the fp32 model (4 bytes per parameter); the checkpoint itself is intact",
+                       {{"checkpoint", "host-memory"}});
   } catch (const HostShortfall& e) {
     return s.fail_with(FailureKind::oom, "host", "[zrepro] rank " + std::to_string(s.rank) + ": " + e.what(), e.what(),
                        "the CPU-emulated device holds its bytes in host memory: emulate the target's capacity "

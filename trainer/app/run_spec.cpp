@@ -116,6 +116,17 @@ cxxopts::Options run_options() {
       ("resume", "resume from DIR's latest checkpoint (DeepSpeed's load_checkpoint): continues at the step after "
                  "it, up to --steps in all; written by --save-every or by DeepSpeed on the same model",
        cxxopts::value<std::string>())
+      ("zero-to-fp32", "after the run, consolidate the newest checkpoint of --save-dir into DIR as DeepSpeed's "
+                       "zero_to_fp32 does (rank 0, host memory modelled: trainer/checkpoint/zero_to_fp32.h)",
+       cxxopts::value<std::string>())
+      ("zero-to-fp32-mode", "script (zero_to_fp32.py: lazy, one shard at a time) or api "
+                            "(get_fp32_state_dict_from_zero_checkpoint: the whole fp32 model at once)",
+       cxxopts::value<std::string>()->default_value("script"))
+      ("zero-to-fp32-shard", "the script's --max_shard_size (SIZE, e.g. 5GB, 100MB)",
+       cxxopts::value<std::string>()->default_value("5GB"))
+      ("host-memory", "emulated host RAM for --zero-to-fp32 (SIZE): DeepSpeed's anonymous bytes past it end the "
+                      "run as the kernel's OOM killer would (exit 3, phase consolidate)",
+       cxxopts::value<std::string>())
       ("export-inputs", "write OUT/inputs: the model layout, initial weights and token batches as .npy, for "
                         "training the same run elsewhere (the DeepSpeed conformance harness)");
   return o;
@@ -324,6 +335,26 @@ void parse_checkpoint_flags(const cxxopts::ParseResult& r, RunSpec& s) {
   if (r.count("resume")) {
     s.resume_dir = r["resume"].as<std::string>();
     if (s.resume_dir.empty()) throw ConfigError("--resume: got \"\", expected the folder a checkpoint was saved in");
+  }
+  if (r.count("zero-to-fp32")) {
+    if (!r.count("save-every"))
+      throw ConfigError("--zero-to-fp32: needs --save-every N --save-dir DIR (it consolidates the run's newest "
+                        "checkpoint)");
+    s.zero_to_fp32_dir = r["zero-to-fp32"].as<std::string>();
+    const std::string mode = r["zero-to-fp32-mode"].as<std::string>();
+    if (mode != "script" && mode != "api")
+      throw ConfigError("--zero-to-fp32-mode: got \"" + mode + "\", expected script (zero_to_fp32.py) or api "
+                        "(get_fp32_state_dict_from_zero_checkpoint)");
+    s.zero_to_fp32_api = mode == "api";
+    s.zero_to_fp32_shard = parse_size("--zero-to-fp32-shard", r["zero-to-fp32-shard"].as<std::string>());
+  } else {
+    for (const char* f : {"zero-to-fp32-mode", "zero-to-fp32-shard"})
+      if (r.count(f)) throw ConfigError(std::string("--") + f + ": needs --zero-to-fp32 DIR");
+  }
+  if (r.count("host-memory")) {
+    if (s.zero_to_fp32_dir.empty())
+      throw ConfigError("--host-memory: emulates the host for --zero-to-fp32 only; add --zero-to-fp32 DIR");
+    s.host_memory = parse_size("--host-memory", r["host-memory"].as<std::string>());
   }
 }
 

@@ -76,6 +76,12 @@ struct RunSpec {
   // --save-every N --save-dir DIR, --resume DIR (trainer/checkpoint/ds_checkpoint.h).
   int64_t save_every = 0;
   std::string save_dir, resume_dir;
+  // --zero-to-fp32 DIR after the run (trainer/checkpoint/zero_to_fp32.h): the script's shards
+  // of --zero-to-fp32-shard, or the API's one state dict; --host-memory caps the host.
+  std::string zero_to_fp32_dir;
+  bool zero_to_fp32_api = false;
+  int64_t zero_to_fp32_shard = 5000000000;  // the script's default --max_shard_size 5GB
+  int64_t host_memory = 0;                  // 0: not emulated
 };
 
 // Fills spec from argv; throws ConfigError naming the flag. The fields read before

@@ -43,23 +43,16 @@ IValue plain(const IValue& v) {
   return v;
 }
 
-struct SavedCheckpoint {
-  int stage = 0;
-  std::vector<std::string> optim_files, model_files;
-  std::vector<CheckpointParam> params;  // names and shapes, flat order (group -1: not zrepro's)
-  std::vector<int64_t> numels;
-};
-
-SavedCheckpoint find_saved(const std::string& in) {
-  SavedCheckpoint s;
+SavedZero find_saved(const std::string& in, const std::string& flag) {
+  SavedZero s;
   std::error_code ec;
   if (!fs::is_directory(in, ec))
-    throw ConfigError("--input-folder " + in + ": no such folder; pass the tag folder of a ZeRO checkpoint "
+    throw ConfigError(flag + " " + in + ": no such folder; pass the tag folder of a ZeRO checkpoint "
                       "(DIR/global_stepN, the folder DIR/latest names)");
   s.optim_files = rank_files(in, std::regex(R"((?:bf16_)?zero_pp_rank_(\d+)_mp_rank_00_optim_states\.pt)"));
   if (s.optim_files.empty())
-    throw ConfigError("--input-folder " + in + ": can't find *_optim_states.pt files in directory '" + in +
-                      "' (ds_to_universal.py's words): pass the tag folder of a ZeRO checkpoint (DIR/global_stepN)");
+    throw ConfigError(flag + " " + in + ": can't find *_optim_states.pt files in directory '" + in +
+                      "' (DeepSpeed's words): pass the tag folder of a ZeRO checkpoint (DIR/global_stepN)");
   const c10::impl::GenericDict osd =
       dict_at(read_pt(s.optim_files[0]).toGenericDict(), "optimizer_state_dict", s.optim_files[0]).toGenericDict();
   auto zs = osd.find("zero_stage");
@@ -67,11 +60,11 @@ SavedCheckpoint find_saved(const std::string& in) {
   s.model_files = s.stage == 3 ? rank_files(in, std::regex(R"(zero_pp_rank_(\d+)_mp_rank_00_model_states\.pt)"))
                                : rank_files(in, std::regex(R"(mp_rank_(\d+)_model_states\.pt)"));
   if (s.model_files.empty())
-    throw ConfigError("--input-folder " + in + ": no model-states file (" +
+    throw ConfigError(flag + " " + in + ": no model-states file (" +
                       (s.stage == 3 ? "zero_pp_rank_0_mp_rank_00_model_states.pt" : "mp_rank_00_model_states.pt") +
                       ") beside the optimizer files");
-  const c10::impl::GenericDict ms = read_pt(s.model_files[0]).toGenericDict();
-  for (const IValue& g : dict_at(ms, "param_shapes", s.model_files[0]).toList())
+  s.model_states = read_pt(s.model_files[0]).toGenericDict();
+  for (const IValue& g : dict_at(s.model_states, "param_shapes", s.model_files[0]).toList())
     for (const auto& kv : g.toGenericDict()) {
       CheckpointParam p;
       p.name = kv.key().toStringRef();
@@ -137,11 +130,27 @@ void copy_file(const std::string& from, const std::string& to) {
 
 }  // namespace
 
+SavedZero read_saved_zero(const std::string& folder, const std::string& flag) {
+  SavedZero s = find_saved(folder, flag);
+  s.world = static_cast<int>(s.optim_files.size());
+  std::vector<torch::Tensor> master, m, v;
+  for (int r = 0; r < s.world; ++r) {
+    RankStates rs = read_rank(s.optim_files[r], s.stage);
+    s.master_partition_bytes += rs.master.numel() * rs.master.element_size();
+    master.push_back(rs.master), m.push_back(rs.m), v.push_back(rs.v);
+    if (r == 0) s.step = rs.step, s.first_optimizer = rs.optimizer;
+  }
+  s.master = natural_from_ds_partitions(master, s.numels, s.stage, s.world);
+  s.exp_avg = natural_from_ds_partitions(m, s.numels, s.stage, s.world);
+  s.exp_avg_sq = natural_from_ds_partitions(v, s.numels, s.stage, s.world);
+  return s;
+}
+
 UniversalConversion convert_to_universal(const std::string& input_folder, const std::string& output_folder,
                                          bool inject_missing_state) {
-  const SavedCheckpoint s = find_saved(input_folder);
+  const SavedZero s = read_saved_zero(input_folder, "--input-folder");
   if (s.stage < 3 && !inject_missing_state) {
-    const c10::impl::GenericDict ms = read_pt(s.model_files[0]).toGenericDict();
+    const c10::impl::GenericDict& ms = s.model_states;
     auto info = ms.find("universal_checkpoint_info");
     if (info == ms.end() || info->value().isNone())
       throw ConfigError("--input-folder " + input_folder + ": ds_to_universal.py stops here: \"Required "
@@ -149,18 +158,7 @@ UniversalConversion convert_to_universal(const std::string& input_folder, const 
                         "state.\" Only Megatron-DeepSpeed's models record it; for any other model pass "
                         "--inject-missing-state (the script's --inject_missing_state)");
   }
-  const int world = static_cast<int>(s.optim_files.size());
-  std::vector<torch::Tensor> master, m, v;
-  IValue step;
-  c10::impl::GenericDict first_optimizer = str_dict();
-  for (int r = 0; r < world; ++r) {
-    RankStates rs = read_rank(s.optim_files[r], s.stage);
-    master.push_back(rs.master), m.push_back(rs.m), v.push_back(rs.v);
-    if (r == 0) step = rs.step, first_optimizer = rs.optimizer;
-  }
-  const torch::Tensor all[3] = {natural_from_ds_partitions(master, s.numels, s.stage, world),
-                                natural_from_ds_partitions(m, s.numels, s.stage, world),
-                                natural_from_ds_partitions(v, s.numels, s.stage, world)};
+  const torch::Tensor all[3] = {s.master, s.exp_avg, s.exp_avg_sq};
   const char* state_names[3] = {"fp32", "exp_avg", "exp_avg_sq"};
   const std::string zero = output_folder + "/zero";
   int64_t offset = 0;
@@ -180,13 +178,12 @@ UniversalConversion convert_to_universal(const std::string& input_folder, const 
       d.insert("cat_dim", int64_t{0});
       write_pt(dir + "/" + state_names[k] + ".pt", d);
     }
-    if (s.stage < 3) write_pt(dir + "/step.pt", step);
+    if (s.stage < 3) write_pt(dir + "/step.pt", s.step);
     offset += p.numel;
   }
   if (s.stage < 3) {
     // Module entries no optimizer state covers (a tied head): their 16-bit values as fp32.
-    const c10::impl::GenericDict ms = read_pt(s.model_files[0]).toGenericDict();
-    for (const auto& kv : dict_at(ms, "module", s.model_files[0]).toGenericDict()) {
+    for (const auto& kv : dict_at(s.model_states, "module", s.model_files[0]).toGenericDict()) {
       const std::string dir = zero + "/" + kv.key().toStringRef();
       if (fs::exists(dir + "/fp32.pt")) continue;
       fs::create_directories(dir);
@@ -195,7 +192,7 @@ UniversalConversion convert_to_universal(const std::string& input_folder, const 
       write_pt(dir + "/fp32.pt", d);
     }
   }
-  write_pt(zero + "/optimizer_state.pt", global_state(first_optimizer, s.stage, s.optim_files[0]));
+  write_pt(zero + "/optimizer_state.pt", global_state(s.first_optimizer, s.stage, s.optim_files[0]));
   for (const std::string& f : s.model_files) copy_file(f, output_folder + "/" + fs::path(f).filename().string());
   const fs::path out = fs::path(output_folder).lexically_normal();
   const fs::path leaf = out.has_filename() ? out.filename() : out.parent_path().filename();
@@ -204,7 +201,7 @@ UniversalConversion convert_to_universal(const std::string& input_folder, const 
   UniversalConversion c;
   c.output_folder = output_folder;
   c.stage = s.stage;
-  c.world = world;
+  c.world = s.world;
   c.parameters = static_cast<int64_t>(s.params.size());
   c.numel = offset;
   return c;

@@ -26,6 +26,23 @@
 
 namespace zrepro {
 
+// A ZeRO checkpoint's tag folder (DIR/global_stepN), read whole: what it was saved at, its
+// parameters (the model-states file's param_shapes: names and shapes, flat order; group -1)
+// and the whole model's flat optimizer states, from every rank's file. `flag` names the
+// option that gave the folder in errors (ConfigError for a folder that is no checkpoint).
+struct SavedZero {
+  int stage = 0, world = 0;
+  std::vector<std::string> optim_files, model_files;  // rank order
+  c10::impl::GenericDict model_states = c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get());
+  std::vector<CheckpointParam> params;
+  std::vector<int64_t> numels;
+  torch::Tensor master, exp_avg, exp_avg_sq;
+  int64_t master_partition_bytes = 0;  // the fp32 partitions as the files hold them (padding included)
+  c10::IValue step;                     // rank 0's Adam step
+  c10::impl::GenericDict first_optimizer = c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get());
+};
+SavedZero read_saved_zero(const std::string& folder, const std::string& flag);
+
 // What the converter did.
 struct UniversalConversion {
   std::string output_folder;

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "trainer/checkpoint/zero_to_fp32.h"
 #include "device/device_memory.h"
 #include "trainer/config/job_spec.h"
 #include "trainer/loop/trace.h"
@@ -139,6 +140,8 @@ struct TrainResult {
     bool universal = false;  // from ds_to_universal's layout (checkpoint.load_universal)
   };
   std::optional<Resume> resumed;
+  // --zero-to-fp32: the consolidation after the run (rank 0).
+  std::optional<Fp32Export> fp32_export;
 };
 
 // Runs until opts.steps optimizer steps are done. Throws NumericalError (loss scale

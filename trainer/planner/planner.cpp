@@ -604,7 +604,12 @@ MemoryPlan plan_memory(const JobSpec& req) {
     const int64_t params = req.model.param_count();
     const bool gather16 = req.cfg.zero.stage == 3 && req.cfg.zero.stage3_gather_16bit_weights_on_model_save;
     plan.save_16bit_host_bytes = gather16 ? params * (req.cfg.precision == Precision::fp32 ? 4 : 2) : 0;
-    plan.zero_to_fp32_host_bytes = 2 * 4 * params;
+    // The script's default --max_shard_size 5GB; a tensor larger than a shard is one alone.
+    const int64_t fp32 = 4 * params, shard = std::max<int64_t>(std::min<int64_t>(5000000000, fp32),
+                                                                4 * req.model.largest_module_params());
+    plan.zero_to_fp32_api_bytes = fp32;
+    plan.zero_to_fp32_script_bytes = req.cfg.zero.stage == 3 ? std::min(fp32, shard) : fp32;
+    plan.zero_to_fp32_mapped_bytes = fp32;
   }
   const int gpn = req.gpus_per_node > 0 ? req.gpus_per_node : req.world_size;
   plan.deepspeed = deepspeed_estimates(req.model.param_count(), req.model.largest_module_params(), gpn,
@@ -642,7 +647,9 @@ json MemoryPlan::to_json() const {
             {"phases", phases_j},
             {"host_bytes", host_bytes},
             {"checkpoint_host", {{"save_16bit_rank0_bytes", save_16bit_host_bytes},
-                                 {"zero_to_fp32_bytes", zero_to_fp32_host_bytes}}},
+                                 {"zero_to_fp32_api_anon_bytes", zero_to_fp32_api_bytes},
+                                 {"zero_to_fp32_script_anon_bytes", zero_to_fp32_script_bytes},
+                                 {"zero_to_fp32_mapped_bytes", zero_to_fp32_mapped_bytes}}},
             {"host_pinned_bytes", host_pinned_bytes},
             {"host_pageable_bytes", host_pageable_bytes},
             {"verdict", !pinned_fits ? "pinned-memory" : capacity == 0 || fits ? "fits" : "oom"},
@@ -769,8 +776,12 @@ std::string format_plan(const MemoryPlan& p, const JobSpec& req) {
          << ", at every save (stage3_gather_16bit_weights_on_model_save)";
     else
       os << "no 16-bit model is consolidated at a save";
-    os << "; DeepSpeed's zero_to_fp32 needs about " << format_bytes(p.zero_to_fp32_host_bytes)
-       << " (two fp32 copies of the model) plus ~550 MB for Python to consolidate it offline\n";
+    os << "; to consolidate it offline DeepSpeed's get_fp32_state_dict_from_zero_checkpoint needs "
+       << format_bytes(p.zero_to_fp32_api_bytes) << " of anonymous host memory (the fp32 model), zero_to_fp32.py "
+       << format_bytes(p.zero_to_fp32_script_bytes)
+       << (req.cfg.zero.stage == 3 ? " (its largest 5GB shard)" : " (stages 1-2 concatenate the whole model first)")
+       << ", each beside " << format_bytes(p.zero_to_fp32_mapped_bytes)
+       << " of mapped checkpoint pages and ~550 MB for Python (zrepro run --zero-to-fp32 measures it)\n";
   }
   if (!p.not_planned.empty()) os << "  not planned: " << p.not_planned << "\n";
   if (!p.pinned_fits) {

@@ -49,10 +49,13 @@ struct MemoryPlan {
   // Checkpoints' host memory (JobSpec::saves_checkpoints), beside the device plan:
   // rank 0's whole 16-bit model at a save (ZeRO-3 with stage3_gather_16bit_weights_on_model_save,
   // else 0: [Note: the 16-bit consolidation at save]), and what DeepSpeed's zero_to_fp32 holds
-  // consolidating the checkpoint offline (zero_to_fp32_host_bytes: two fp32 copies of the
-  // model, measured 2.0-2.1x on GPT-2 with DeepSpeed 0.19.8, docs/guide/plan.md; plus the
-  // interpreter's ~550 MB).
-  int64_t save_16bit_host_bytes = 0, zero_to_fp32_host_bytes = 0;
+  // consolidating the checkpoint offline ([Note: zero_to_fp32's host memory],
+  // trainer/checkpoint/zero_to_fp32.h): the anonymous bytes of the API (the whole fp32 model)
+  // and of the script at its default 5GB shards (the whole model at stages 1-2; the largest
+  // shard at stage 3), beside the fp32 partitions it maps (file-backed); plus the
+  // interpreter's ~550 MB.
+  int64_t save_16bit_host_bytes = 0;
+  int64_t zero_to_fp32_api_bytes = 0, zero_to_fp32_script_bytes = 0, zero_to_fp32_mapped_bytes = 0;
   int64_t host_pinned_bytes = 0, host_pageable_bytes = 0;  // offload buffers
   // The memlock preflight `zrepro run` does on the CPU-emulated device (mlock pinning),
   // against this machine's limit: pinned_fits false = the run fails at init.

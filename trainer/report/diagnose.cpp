@@ -62,6 +62,9 @@ const std::vector<Fingerprint>& fingerprints() {
         {"divergent_gathers", "", re(R"(ranks disagree on the next collective: rank \d+ all_gather\([^)]*\); rank \d+ all_gather|disagree on collective #\d+: rank 0 all_gather in \d+ \S+ out \d+ \[[^\]]*\], rank \d+ all_gather|experts\.\d+\.)")},
         {"batch_assertion", "train_batch_size is not equal",
          re(R"(train_batch_size is not equal to micro_batch_per_gpu \* gradient_acc_step \* world_size\s*(\d+)\s*!=\s*(\d+)\s*\*\s*(\d+)\s*\*\s*(\d+))")},
+        // DeepSpeed's zero_to_fp32 at work (its own lines), and a process the kernel killed for memory.
+        {"zero_to_fp32", "", re(R"(Processing zero checkpoint '|Detected checkpoint of type zero stage (\d+), world_size: (\d+))")},
+        {"host_killed", "Killed", re(R"(^\s*Killed\s*$|Out of memory: Killed process)")},
         // load_checkpoint at another data-parallel world size (ZeRORuntimeException, engine.py).
         {"checkpoint_world_size", "used a DP world size of",
          re(R"(used a DP world size of (\d+) but the current world size is (\d+))")},
@@ -242,6 +245,9 @@ void read_fingerprint_numbers(const std::string& id, const std::smatch& m, const
     set_whole(n, "micro_batch", m[2].str());
     set_whole(n, "grad_accum", m[3].str());
     set_whole(n, "world_size", m[4].str());
+  } else if (id == "zero_to_fp32" && m[1].matched) {
+    set_whole(n, "zero_stage", m[1].str());
+    set_whole(n, "world_size", m[2].str());
   } else if (id == "checkpoint_world_size") {
     set_whole(n, "saved_world_size", m[1].str());
     set_whole(n, "world_size", m[2].str());
@@ -812,6 +818,27 @@ void decide(const Scan& s, Diagnosis& d) {
     d.checkpoint = "config", d.scenario = "mismatched-batch-triple", d.cause = "batch-triple", d.confidence = "strong";
     d.reason = "DeepSpeed refused the batch triple at init: train_batch_size != micro x gas x world size";
     d.try_next = {"set gradient_accumulation_steps = train_batch_size / (micro x world size), or drop one of the three"};
+  } else if (has("host_killed") && has("zero_to_fp32")) {
+    // [Note: zero_to_fp32's host memory] (trainer/checkpoint/zero_to_fp32.h).
+    const bool zero12 = s.numbers.value("zero_stage", 3) < 3;
+    d.checkpoint = "host-memory", d.scenario = "consolidate-host-oom", d.cause = "zero-to-fp32-host-oom";
+    d.confidence = "strong";
+    d.reason = std::string("the kernel killed DeepSpeed's zero_to_fp32 for host memory while it consolidated a ZeRO "
+                           "checkpoint: ") +
+               (zero12 ? "at ZeRO stages 1-2 it concatenates every rank's fp32 partition into one flat first (4 bytes "
+                         "per parameter at once, whatever --max_shard_size), more than the host's free RAM"
+                       : "the whole-model state dict (get_fp32_state_dict_from_zero_checkpoint: 4 bytes per parameter "
+                         "at once; twice that and more before DeepSpeed 0.16.0) or a shard larger than the host's free "
+                         "RAM");
+    d.try_next = zero12 ? std::vector<std::string>{"consolidate on a host with more free RAM than the fp32 model (4 "
+                                                   "bytes per parameter): the shard size does not help at stages 1-2",
+                                                   "engine.save_16bit_model at the end of training (rank 0 holds the "
+                                                   "16-bit parameters at stages 1-2 already)"}
+                        : std::vector<std::string>{"python zero_to_fp32.py CHECKPOINT OUT --max_shard_size 1GB "
+                                                   "(DeepSpeed >= 0.16.0: one shard in memory at a time)",
+                                                   "consolidate on a host with more RAM than the fp32 model",
+                                                   "stage3_gather_16bit_weights_on_model_save: the 16-bit model "
+                                                   "written at save time instead"};
   } else if (has("checkpoint_world_size")) {
     d.checkpoint = "config", d.scenario = "resume-world-size-change", d.cause = "checkpoint-world-size";
     d.confidence = "strong";

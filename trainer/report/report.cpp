@@ -378,6 +378,20 @@ json offload_json(const DsConfig& c, const SummaryInput& in, const std::vector<R
 namespace {
 
 // The run's setting: schema, status, world, precision, device, model, env, data, batch.
+// --zero-to-fp32's consolidation (trainer/checkpoint/zero_to_fp32.h), or null.
+json fp32_export_json(const TrainResult* r) {
+  if (!r || !r->fp32_export) return nullptr;
+  const Fp32Export& e = *r->fp32_export;
+  return {{"mode", e.api ? "api" : "script"},
+          {"max_shard_bytes", e.api ? json(nullptr) : json(e.max_shard_bytes)},
+          {"tag", e.tag},
+          {"files", e.files},
+          {"parameters", e.parameters},
+          {"numel", e.numel},
+          {"peak_anon_host_bytes", e.peak_anon_bytes},
+          {"mapped_bytes", e.mapped_bytes}};
+}
+
 json summary_setting(const SummaryInput& in) {
   json s;
   s["schema"] = kSummarySchema;
@@ -432,7 +446,8 @@ json summary_setting(const SummaryInput& in) {
                        {"save_every", in.train->save_every > 0 ? json(in.train->save_every) : json(nullptr)},
                        {"save_dir", in.train->save_dir.empty() ? json(nullptr) : json(in.train->save_dir)},
                        {"saved", saved},
-                       {"resumed", resumed}};
+                       {"resumed", resumed},
+                       {"zero_to_fp32", fp32_export_json(in.result)}};
   }
   return s;
 }

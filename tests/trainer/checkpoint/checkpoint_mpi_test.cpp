@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "tests/support/process.h"
 #include "trainer/checkpoint/pt_file.h"
@@ -164,7 +165,10 @@ TEST(Checkpoint, ThePlansSavePhaseIsTheRunsOnTwoRanks) {
   EXPECT_NEAR(planned, measured, 0.005 * measured);
   // Rank 0's host copy of the 16-bit model, planned as the run held it.
   EXPECT_EQ(plan["checkpoint_host"]["save_16bit_rank0_bytes"], r.summary["checkpoint"]["saved"][0]["consolidated_16bit_host_bytes"]);
-  EXPECT_EQ(plan["checkpoint_host"]["zero_to_fp32_bytes"].get<int64_t>(), 8 * r.summary["model"]["params"].get<int64_t>());
+  EXPECT_EQ(plan["checkpoint_host"]["zero_to_fp32_api_anon_bytes"].get<int64_t>(),
+            4 * r.summary["model"]["params"].get<int64_t>());
+  EXPECT_EQ(plan["checkpoint_host"]["zero_to_fp32_mapped_bytes"].get<int64_t>(),
+            4 * r.summary["model"]["params"].get<int64_t>());
 }
 
 // [Note: the universal layout] (trainer/checkpoint/universal.h): a checkpoint saved on 2
@@ -229,4 +233,62 @@ TEST(Checkpoint, AUniversalCheckpointResumesAtAnotherWorldSizeWithTheSameLosses)
       }
     }
   }
+}
+
+// [Note: zero_to_fp32's host memory] (trainer/checkpoint/zero_to_fp32.h): --zero-to-fp32
+// consolidates the run's checkpoint into the fp32 model the run holds (at ZeRO-3 in fp32 the
+// 16-bit gather at save is that model too: two independent paths, equal tensor for tensor);
+// the script's anonymous peak is its largest shard at ZeRO-3 and the whole flat at ZeRO-2;
+// the API's past an emulated host ends the run as the OOM killer would, writing nothing.
+TEST(Checkpoint, ZeroToFp32ConsolidatesTheModelAndModelsItsHostMemory) {
+  const std::string dir = testing::TempDir() + "/ck_z2f";
+  std::filesystem::remove_all(dir);
+  std::string cfg = ckpt_config(3, "fp32");
+  cfg.replace(cfg.find("\"stage3_param_persistence_threshold\""), 0, "\"stage3_gather_16bit_weights_on_model_save\": true, ");
+  const std::string base = "--ranks 2 --model tiny-llama --seq 16 --steps 1 --save-every 1 --save-dir " + dir + "/ck";
+  const RunResult r = zrepro_run("ck_z2f", cfg, base + " --zero-to-fp32 " + dir + "/fp32 --zero-to-fp32-shard 40KB");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto& z = r.summary["checkpoint"]["zero_to_fp32"];
+  ASSERT_TRUE(z.is_object()) << r.summary["checkpoint"].dump();
+  const c10::impl::GenericDict gathered = zrepro::read_pt(dir + "/ck/pytorch_model.bin").toGenericDict();
+  const auto index = nlohmann::json::parse(zrepro_test::read_text(dir + "/fp32/pytorch_model.bin.index.json"));
+  int64_t largest = 0, names = 0;
+  for (const auto& f : z["files"]) {
+    if (f == "pytorch_model.bin.index.json") continue;
+    int64_t bytes = 0;
+    std::set<const void*> storages;  // a tied head is an alias of the embedding, not more bytes
+    for (const auto& kv : zrepro::read_pt(dir + "/fp32/" + f.get<std::string>()).toGenericDict()) {
+      const std::string name = kv.key().toStringRef();
+      ASSERT_TRUE(gathered.contains(name)) << name;
+      EXPECT_TRUE(torch::equal(kv.value().toTensor(), gathered.at(name).toTensor())) << name;
+      EXPECT_EQ(index["weight_map"][name], f) << name;
+      if (storages.insert(kv.value().toTensor().data_ptr()).second) bytes += kv.value().toTensor().numel() * 4;
+      ++names;
+    }
+    largest = std::max(largest, bytes);
+  }
+  EXPECT_EQ(names, static_cast<int64_t>(gathered.size()));
+  EXPECT_GT(z["files"].size(), 2u);
+  EXPECT_EQ(z["peak_anon_host_bytes"].get<int64_t>(), largest);
+  EXPECT_LT(largest, 4 * r.summary["model"]["params"].get<int64_t>());
+  EXPECT_NE(r.output.find("Detected checkpoint of type zero stage 3, world_size: 2"), std::string::npos) << r.output;
+  // ZeRO-2: the whole flat is concatenated first, whatever the shard size.
+  const RunResult s2 = zrepro_run("ck_z2f_s2", ckpt_config(2, "fp32"),
+                                  "--ranks 2 --model tiny-llama --seq 16 --steps 1 --save-every 1 --save-dir " + dir +
+                                      "/ck2 --zero-to-fp32 " + dir + "/fp32_2 --zero-to-fp32-shard 40KB");
+  ASSERT_EQ(s2.code, 0) << s2.output;
+  EXPECT_GE(s2.summary["checkpoint"]["zero_to_fp32"]["peak_anon_host_bytes"].get<int64_t>(),
+            4 * s2.summary["model"]["params"].get<int64_t>());
+  // The API on a host smaller than the fp32 model: killed, nothing written.
+  const int64_t host = 2 * r.summary["model"]["params"].get<int64_t>();
+  const RunResult api = zrepro_run("ck_z2f_api", cfg, base + " --zero-to-fp32 " + dir + "/fp32_api --zero-to-fp32-mode "
+                                                          "api --host-memory " + std::to_string(host));
+  EXPECT_EQ(api.code, 3) << api.output;
+  EXPECT_EQ(api.summary["status"], "oom");
+  EXPECT_EQ(api.summary["failure"]["phase"], "consolidate");
+  EXPECT_NE(api.output.find("Out of memory: Killed process"), std::string::npos) << api.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/fp32_api/pytorch_model.bin"));
+  // Refused: nothing to consolidate, a host capacity with nothing to apply it to.
+  EXPECT_EQ(zrepro_run("ck_z2f_no_save", cfg, "--model tiny --steps 1 --zero-to-fp32 " + dir + "/x").code, 2);
+  EXPECT_EQ(zrepro_run("ck_z2f_no_z2f", cfg, "--model tiny --steps 1 --host-memory 1GB").code, 2);
 }

@@ -1,0 +1,139 @@
+// See zero_to_fp32.h.
+#include "trainer/checkpoint/zero_to_fp32.h"
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "device/base/errors.h"
+#include "trainer/checkpoint/pt_file.h"
+#include "trainer/checkpoint/universal.h"
+#include "trainer/config/user_file.h"
+
+namespace zrepro {
+
+namespace {
+
+std::string mib(int64_t b) {
+  std::ostringstream o;
+  o.setf(std::ios::fixed);
+  o.precision(2);
+  o << b / 1048576.0 << " MiB";
+  return o.str();
+}
+
+// One output file: the names it holds, in order, and their fp32 bytes.
+struct Shard {
+  std::vector<size_t> tensors;
+  int64_t bytes = 0;
+};
+
+// Hugging Face's split_torch_state_dict_into_shards, as zero_to_fp32.py calls it: tensors in
+// order, a new shard when the next would pass the limit, one larger than the limit alone.
+std::vector<Shard> split_shards(const std::vector<int64_t>& bytes, int64_t max_shard_bytes) {
+  std::vector<Shard> out;
+  Shard cur;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (max_shard_bytes > 0 && bytes[i] > max_shard_bytes) {
+      out.push_back({{i}, bytes[i]});
+      continue;
+    }
+    if (max_shard_bytes > 0 && !cur.tensors.empty() && cur.bytes + bytes[i] > max_shard_bytes) {
+      out.push_back(cur);
+      cur = Shard();
+    }
+    cur.tensors.push_back(i);
+    cur.bytes += bytes[i];
+  }
+  if (!cur.tensors.empty()) out.push_back(cur);
+  return out;
+}
+
+std::string shard_name(size_t i, size_t n) {
+  if (n == 1) return "pytorch_model.bin";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "pytorch_model-%05zu-of-%05zu.bin", i + 1, n);
+  return buf;
+}
+
+// The kernel's OOM killer, emulated: the anonymous bytes past the host's capacity.
+void charge(int64_t anon, int64_t capacity, const Fp32Export& e, const std::string& what) {
+  if (capacity <= 0 || anon <= capacity) return;
+  throw HostMemoryExhausted(
+      "consolidate",
+      "Out of memory: Killed process (zero_to_fp32) anon-rss:" + std::to_string(anon / 1024) + "kB: " +
+          (e.api ? "get_fp32_state_dict_from_zero_checkpoint" : "zero_to_fp32.py") + " held " + mib(anon) +
+          " of anonymous host memory " + what + ", past the host's " + mib(capacity) +
+          " (emulated: --host-memory); the shell prints \"Killed\" and nothing is written");
+}
+
+}  // namespace
+
+Fp32Export zero_to_fp32(const std::string& save_dir, const std::string& out_dir, bool api, int64_t max_shard_bytes,
+                        int64_t host_capacity) {
+  Fp32Export e;
+  e.api = api;
+  e.max_shard_bytes = api ? 0 : max_shard_bytes;
+  std::ifstream latest(save_dir + "/latest");
+  if (!latest || !(latest >> e.tag))
+    throw ConfigError("--zero-to-fp32: no " + save_dir + "/latest naming a checkpoint; it consolidates the newest "
+                      "checkpoint of --save-dir");
+  std::cout << "Processing zero checkpoint '" << save_dir << "/" << e.tag << "'" << std::endl;
+  const SavedZero s = read_saved_zero(save_dir + "/" + e.tag, "--zero-to-fp32");
+  std::cout << "Detected checkpoint of type zero stage " << s.stage << ", world_size: " << s.world << std::endl;
+  e.mapped_bytes = s.master_partition_bytes;
+  e.parameters = static_cast<int64_t>(s.params.size());
+  // The state dict's entries: every parameter, then the shared ones (a tied head) as aliases.
+  std::vector<std::string> names;
+  std::vector<torch::Tensor> tensors;
+  std::vector<int64_t> bytes;
+  int64_t offset = 0;
+  for (const CheckpointParam& p : s.params) {
+    names.push_back(p.name);
+    tensors.push_back(s.master.narrow(0, offset, p.numel).view(p.shape));
+    bytes.push_back(p.numel * 4);
+    offset += p.numel;
+  }
+  e.numel = offset;
+  c10::impl::GenericDict shared(c10::StringType::get(), c10::StringType::get());
+  auto sp = s.model_states.find("shared_params");
+  if (sp != s.model_states.end() && sp->value().isGenericDict()) shared = sp->value().toGenericDict();
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) throw IoError("cannot create " + out_dir + ": " + ec.message());
+  // [Note: zero_to_fp32's host memory]: the API merges everything at once; the script one
+  // shard at a time.
+  const std::vector<Shard> shards = split_shards(bytes, api ? 0 : max_shard_bytes);
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    // Stages 1-2: the whole flat, concatenated first, whatever the mode ([Note: zero_to_fp32's
+    // host memory]); stage 3: the API's whole state dict, or the script's shard.
+    const int64_t anon = s.stage < 3 ? s.master_partition_bytes : api ? e.numel * 4 : shards[i].bytes;
+    e.peak_anon_bytes = std::max(e.peak_anon_bytes, anon);
+    charge(anon, host_capacity, e,
+           api || s.stage < 3 ? "merging the whole model" : "merging shard " + std::to_string(i + 1) + " of " + std::to_string(shards.size()));
+    c10::impl::GenericDict sd(c10::StringType::get(), c10::TensorType::get());
+    for (size_t t : shards[i].tensors) {
+      sd.insert(names[t], tensors[t].clone());
+      weight_map[names[t]] = shard_name(i, shards.size());
+    }
+    for (const auto& kv : shared)
+      if (sd.contains(kv.value().toStringRef())) {
+        sd.insert(kv.key().toStringRef(), sd.at(kv.value().toStringRef()));
+        weight_map[kv.key().toStringRef()] = shard_name(i, shards.size());
+      }
+    write_pt(out_dir + "/" + shard_name(i, shards.size()), sd);
+    e.files.push_back(shard_name(i, shards.size()));
+  }
+  if (shards.size() > 1) {
+    const nlohmann::json index = {{"metadata", {{"total_size", e.numel * 4}}}, {"weight_map", weight_map}};
+    write_file_atomic(out_dir + "/pytorch_model.bin.index.json", index.dump(2) + "\n");
+    e.files.push_back("pytorch_model.bin.index.json");
+  }
+  return e;
+}
+
+}  // namespace zrepro
