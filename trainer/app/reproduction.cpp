@@ -215,6 +215,11 @@ std::vector<CandidateFix> config_fixes(const Diagnosis& d, const json& user_conf
     c.why = "the checkpoint converted by ds_to_universal.py (the scenario's setup: zrepro checkpoint to-universal) "
             "loads at any world size under \"checkpoint\": {\"load_universal\": true}";
     c.config["checkpoint"]["load_universal"] = true;
+  } else if (d.scenario == "save-gather-oom") {
+    c.name = "stage3_gather_16bit_weights_on_model_save false";
+    c.why = "no 16-bit model gathered on rank 0's host at a save: each rank writes its own ZeRO partition; "
+            "consolidate offline with zero_to_fp32.py";
+    c.config["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] = false;
   } else if (d.scenario == "moe-divergent-gathers") {
     // [Note: which experts a rank fetches] (trainer/config/leaf_modules.h)
     c.name = "ZeRO-3 leaf modules: the MoE block fetched as one unit";

@@ -290,6 +290,7 @@ void set_up(RunState& s, int* argc, char*** argv) {
   s.topt.save_every = spec.save_every;
   s.topt.save_dir = spec.save_dir;
   s.topt.resume_dir = spec.resume_dir;
+  s.topt.host_memory = spec.host_memory;
   s.job.host_link_gbps = spec.host_link_gbps;
   s.job.pageable_ratio = spec.pageable_ratio;
   if (spec.memlock_limit) {

@@ -124,8 +124,9 @@ cxxopts::Options run_options() {
        cxxopts::value<std::string>()->default_value("script"))
       ("zero-to-fp32-shard", "the script's --max_shard_size (SIZE, e.g. 5GB, 100MB)",
        cxxopts::value<std::string>()->default_value("5GB"))
-      ("host-memory", "emulated host RAM for --zero-to-fp32 (SIZE): DeepSpeed's anonymous bytes past it end the "
-                      "run as the kernel's OOM killer would (exit 3, phase consolidate)",
+      ("host-memory", "emulated host RAM of rank 0 (SIZE) for the 16-bit model gathered at a save "
+                      "(stage3_gather_16bit_weights_on_model_save) and for --zero-to-fp32: bytes past it end the "
+                      "run as the kernel's OOM killer would (exit 3, phase save or consolidate)",
        cxxopts::value<std::string>())
       ("export-inputs", "write OUT/inputs: the model layout, initial weights and token batches as .npy, for "
                         "training the same run elsewhere (the DeepSpeed conformance harness)");
@@ -352,8 +353,9 @@ void parse_checkpoint_flags(const cxxopts::ParseResult& r, RunSpec& s) {
       if (r.count(f)) throw ConfigError(std::string("--") + f + ": needs --zero-to-fp32 DIR");
   }
   if (r.count("host-memory")) {
-    if (s.zero_to_fp32_dir.empty())
-      throw ConfigError("--host-memory: emulates the host for --zero-to-fp32 only; add --zero-to-fp32 DIR");
+    if (s.zero_to_fp32_dir.empty() && s.save_every == 0)
+      throw ConfigError("--host-memory: emulates rank 0's host for what the checkpoints put there (the 16-bit model "
+                        "gathered at a save, --zero-to-fp32); add --save-every N --save-dir DIR");
     s.host_memory = parse_size("--host-memory", r["host-memory"].as<std::string>());
   }
 }

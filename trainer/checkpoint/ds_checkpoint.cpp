@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include "device/base/errors.h"
@@ -278,7 +279,8 @@ std::string save_checkpoint(ZeroEngine& engine, const ModelSpec& spec, const DsC
   return folder;
 }
 
-int64_t save_16bit_model(ZeroEngine& engine, const ModelSpec& spec, const DsConfig& cfg, const std::string& dir) {
+int64_t save_16bit_model(ZeroEngine& engine, const ModelSpec& spec, const DsConfig& cfg, const std::string& dir,
+                         int64_t host_capacity) {
   if (cfg.zero.stage != 3 || !cfg.zero.stage3_gather_16bit_weights_on_model_save) return 0;
   const bool keep = engine.comm().rank() == 0;
   const std::vector<CheckpointParam> params = checkpoint_params(spec);
@@ -291,10 +293,21 @@ int64_t save_16bit_model(ZeroEngine& engine, const ModelSpec& spec, const DsConf
       state.insert(params[next++].name, v);
       bytes += v.numel() * v.element_size();
     }
+    if (keep && host_capacity > 0 && bytes > host_capacity)
+      throw HostMemoryExhausted(
+          "save", "Out of memory: Killed process (rank 0) anon-rss:" + std::to_string(bytes / 1024) + "kB: the 16-bit "
+          "model gathered for pytorch_model.bin (_zero3_consolidated_16bit_state_dict, "
+          "stage3_gather_16bit_weights_on_model_save) reached " + format_bytes(bytes) + " of rank 0's host memory at " +
+          g->name() + ", past its " + format_bytes(host_capacity) + " (emulated: --host-memory); torchrun reports "
+          "\"exitcode: -9\" and the other ranks wait in the gather");
   }
   if (keep) {
     DeviceMemory::HostScope host;
     if (spec.tied) state.insert(tied_head_name(spec), state.at("model.embed_tokens.weight"));
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw IoError("cannot create " + dir + ": " + ec.message());
+    std::cout << "[deepspeed] Saving model weights to " << dir << "/pytorch_model.bin" << std::endl;
     write_pt(dir + "/pytorch_model.bin", state);
   }
   barrier(engine.comm(), "16-bit model written");

@@ -40,8 +40,11 @@ std::string save_checkpoint(ZeroEngine& engine, const ModelSpec& spec, const DsC
 // 16-bit model, written as pytorch_model.bin (save_16bit_model's default name). zrepro
 // gathers one parameter group at a time (a block: DeepSpeed's modules are its linears,
 // so zrepro's transient is larger). Every rank calls it; returns the bytes rank 0 held
-// on the host (0 on the others, and when the config does not ask for it).
-int64_t save_16bit_model(ZeroEngine& engine, const ModelSpec& spec, const DsConfig& cfg, const std::string& dir);
+// on the host (0 on the others, and when the config does not ask for it). host_capacity > 0
+// (--host-memory): rank 0's host, emulated; the 16-bit model past it throws
+// HostMemoryExhausted (phase "save") as the kernel's OOM killer ends rank 0 mid-gather.
+int64_t save_16bit_model(ZeroEngine& engine, const ModelSpec& spec, const DsConfig& cfg, const std::string& dir,
+                         int64_t host_capacity = 0);
 
 // Every rank, before the first step: loads the tag DIR/latest names into the engine.
 // Throws ConfigError (naming --resume, the file and the fix) for a folder that is no

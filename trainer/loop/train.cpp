@@ -423,8 +423,10 @@ void save_if_due(const JobSpec& job, const ModelSpec& spec, const TrainOptions& 
   const auto t0 = Clock::now();
   DeviceMemory::instance().set_phase(Phase::save);
   const CheckpointMeta meta{step + 1, result.skipped_steps, (step + 1) * job.cfg.train_batch_size};
+  // The Hugging Face Trainer's order (_save_checkpoint): save_model's 16-bit consolidation
+  // first, then the ZeRO checkpoint; a rank 0 killed in the first leaves no checkpoint.
+  const int64_t consolidated = save_16bit_model(engine, spec, job.cfg, opts.save_dir, opts.host_memory);
   const std::string folder = save_checkpoint(engine, spec, job.cfg, opts.save_dir, meta);
-  const int64_t consolidated = save_16bit_model(engine, spec, job.cfg, opts.save_dir);
   result.saved.push_back({step + 1, folder, since(t0), consolidated});
 }
 

@@ -93,6 +93,7 @@ struct TrainOptions {
   std::string save_dir;
   int64_t save_every = 0;
   std::string resume_dir;
+  int64_t host_memory = 0;  // --host-memory: rank 0's emulated host for the 16-bit consolidation (0: none)
 };
 // The sequence length of step `step` under dynamic padding (deterministic).
 int64_t dynamic_seq_len(int64_t step, int64_t min_len, int64_t max_len);

@@ -65,6 +65,10 @@ const std::vector<Fingerprint>& fingerprints() {
         // DeepSpeed's zero_to_fp32 at work (its own lines), and a process the kernel killed for memory.
         {"zero_to_fp32", "", re(R"(Processing zero checkpoint '|Detected checkpoint of type zero stage (\d+), world_size: (\d+))")},
         {"host_killed", "Killed", re(R"(^\s*Killed\s*$|Out of memory: Killed process)")},
+        // A launcher reporting a worker SIGKILLed (torchrun's elastic agent, the deepspeed launcher).
+        {"sigkill", "", re(R"(exitcode: -9\b|Signals\.SIGKILL|sigkill_handler\] Killing subprocess)")},
+        // ZeRO-3's 16-bit consolidation at a save (save_model with stage3_gather_16bit_weights_on_model_save).
+        {"save_gather", "", re(R"(16-bit model gathered for pytorch_model\.bin|_zero3_consolidated_16bit_state_dict)")},
         // load_checkpoint at another data-parallel world size (ZeRORuntimeException, engine.py).
         {"checkpoint_world_size", "used a DP world size of",
          re(R"(used a DP world size of (\d+) but the current world size is (\d+))")},
@@ -839,6 +843,21 @@ void decide(const Scan& s, Diagnosis& d) {
                                                    "consolidate on a host with more RAM than the fp32 model",
                                                    "stage3_gather_16bit_weights_on_model_save: the 16-bit model "
                                                    "written at save time instead"};
+  } else if ((has("host_killed") || has("sigkill")) &&
+             (has("save_gather") || s.numbers.value("config", json::object()).value("gather_16bit_on_save", false))) {
+    // [Note: the 16-bit consolidation at save] (trainer/checkpoint/ds_checkpoint.h).
+    d.checkpoint = "host-memory", d.scenario = "save-gather-oom", d.cause = "save-16bit-host-oom";
+    d.confidence = has("save_gather") ? "strong" : "likely";
+    d.reason = "a rank was killed for host memory with ZeRO-3's stage3_gather_16bit_weights_on_model_save on: at "
+               "every save rank 0 gathers the whole 16-bit model into its host memory (2 bytes per parameter in "
+               "bf16) for pytorch_model.bin, before the ZeRO checkpoint is written";
+    d.try_next = {"stage3_gather_16bit_weights_on_model_save: false (the Trainer then saves only the ZeRO "
+                  "checkpoint); consolidate offline with zero_to_fp32.py --max_shard_size on a host with room",
+                  "more free host RAM on rank 0's node (fewer ranks per node, no offload there)",
+                  "zrepro plan --save-every N shows rank 0's host bytes at a save (checkpoint_host)"};
+    if (!has("save_gather"))
+      d.alternatives = {"any other host-memory kill (a dataloader, offload buffers): the log does not say the kill "
+                        "came at a save"};
   } else if (has("checkpoint_world_size")) {
     d.checkpoint = "config", d.scenario = "resume-world-size-change", d.cause = "checkpoint-world-size";
     d.confidence = "strong";
@@ -1038,6 +1057,9 @@ Diagnosis diagnose_log(const std::string& text, const json& job_config) {
     const json z = job_config.value("zero_optimization", json::object());
     if (!s.numbers.contains("zero_stage") && z.value("stage", json()).is_number_integer())
       s.numbers["zero_stage"] = z["stage"];
+    if (z.value("stage3_gather_16bit_weights_on_model_save", z.value("stage3_gather_fp16_weights_on_model_save", false)) ==
+        true)
+      s.numbers["config"]["gather_16bit_on_save"] = true;
     for (const char* section : {"offload_optimizer", "offload_param"}) {
       const json o = z.value(section, json::object());
       if (!o.is_object() || o.value("device", "none") == "none") continue;

@@ -281,7 +281,7 @@ TEST(Checkpoint, ZeroToFp32ConsolidatesTheModelAndModelsItsHostMemory) {
             4 * s2.summary["model"]["params"].get<int64_t>());
   // The API on a host smaller than the fp32 model: killed, nothing written.
   const int64_t host = 2 * r.summary["model"]["params"].get<int64_t>();
-  const RunResult api = zrepro_run("ck_z2f_api", cfg, base + " --zero-to-fp32 " + dir + "/fp32_api --zero-to-fp32-mode "
+  const RunResult api = zrepro_run("ck_z2f_api", ckpt_config(3, "fp32"), base + " --zero-to-fp32 " + dir + "/fp32_api --zero-to-fp32-mode "
                                                           "api --host-memory " + std::to_string(host));
   EXPECT_EQ(api.code, 3) << api.output;
   EXPECT_EQ(api.summary["status"], "oom");
@@ -291,4 +291,11 @@ TEST(Checkpoint, ZeroToFp32ConsolidatesTheModelAndModelsItsHostMemory) {
   // Refused: nothing to consolidate, a host capacity with nothing to apply it to.
   EXPECT_EQ(zrepro_run("ck_z2f_no_save", cfg, "--model tiny --steps 1 --zero-to-fp32 " + dir + "/x").code, 2);
   EXPECT_EQ(zrepro_run("ck_z2f_no_z2f", cfg, "--model tiny --steps 1 --host-memory 1GB").code, 2);
+  // The same host at a save that gathers the 16-bit model (fp32 here: 4 bytes per parameter):
+  // rank 0 is killed in the gather, before the ZeRO checkpoint, so no `latest`.
+  const RunResult at_save = zrepro_run("ck_z2f_save", cfg, "--ranks 2 --model tiny-llama --seq 16 --steps 1 "
+                                       "--save-every 1 --save-dir " + dir + "/ck_save --host-memory " + std::to_string(host));
+  EXPECT_EQ(at_save.code, 3) << at_save.output;
+  EXPECT_EQ(at_save.summary["failure"]["phase"], "save");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/ck_save/latest"));
 }

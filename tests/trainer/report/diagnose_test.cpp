@@ -162,3 +162,22 @@ TEST(Diagnose, SeeMemoryUsageLinesBecomeATimeline) {
   EXPECT_EQ(t[2]["label"], "Before creating fp16 partitions");
   EXPECT_NE(d.to_text().find("memory (DeepSpeed's see_memory_usage, "), std::string::npos) << d.to_text();
 }
+
+// A worker SIGKILLed with no traceback (torchrun's "exitcode: -9"), under a ZeRO-3 config
+// that gathers the 16-bit model at every save: save-gather-oom, "likely" (the log itself does
+// not say the kill came at a save); without the config's key, no scenario.
+TEST(Diagnose, AKillWithTheSaveGatherOnIsLikelyTheSave) {
+  const std::string log =
+      " 17%|███▏      | 1000/6060 [6:44:48<34:21:44, 24.45s/it]\n"
+      "W1016 05:05:57.961000 44150 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 44151 closing "
+      "signal SIGTERM\n"
+      "E1016 05:06:02.579000 44150 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -9) "
+      "local_rank: 0 (pid: 44150) of binary: /usr/bin/python3\n";
+  const json gather = {{"zero_optimization", {{"stage", 3}, {"stage3_gather_16bit_weights_on_model_save", true}}}};
+  const json g = diagnose_log(log, gather).to_json();
+  EXPECT_EQ(g["scenario"], "save-gather-oom") << g.dump(2);
+  EXPECT_EQ(g["confidence"], "likely");
+  EXPECT_EQ(g["checkpoint"], "host-memory");
+  const json none = diagnose_log(log, {{"zero_optimization", {{"stage", 3}}}}).to_json();
+  EXPECT_NE(none["scenario"], "save-gather-oom") << none.dump(2);
+}
