@@ -98,10 +98,17 @@ TEST_P(DeepSpeedRecord, ZreproStillAgreesWithRealDeepSpeed) {
     if (row.contains("note") && !row["note"].get<std::string>().empty()) continue;  // listed, not compared
     const double tol = row["tolerance"];
     if (what == "loss" || what == "grad_norm") {
+      // [Note: a record from another CPU] The record's DeepSpeed ran on the recording machine,
+      // today's zrepro runs on this one: where the CPU differs (AVX-512 against AVX2 kernels),
+      // fp32 reductions sum in another order. Measured: grad norms by up to 1.75e-5 relative
+      // (AMD EPYC with AVX-512 against the recording machine, padded-mean and offload cases; the
+      // same cases were within 2.7e-7 of DeepSpeed on the recording machine). The allowance is
+      // that, rounded up: far below any real drift (a wrong scaling moves the norm by percents).
+      const double cross_cpu_tol = std::max(tol, 5e-5);
       const auto& theirs = row["deepspeed"];
       ASSERT_EQ(steps.size(), theirs.size());
       for (size_t i = 0; i < steps.size(); ++i)
-        EXPECT_LE(rel(steps[i][what].get<double>(), theirs[i].get<double>()), tol)
+        EXPECT_LE(rel(steps[i][what].get<double>(), theirs[i].get<double>()), cross_cpu_tol)
             << what << " at step " << i << ": zrepro " << steps[i][what] << ", DeepSpeed " << theirs[i];
     } else {
       const double ours = zrepro_figure(row, r), theirs = row["deepspeed"];

@@ -211,6 +211,26 @@ void offload_section(std::ostringstream& o, json& off) {
   o << "</table>";
 }
 
+// --save-every / --resume / --zero-to-fp32 (summary.json "checkpoint"): what was saved,
+// what the run resumed from, the offline consolidation and the host memory each put on rank 0.
+void checkpoint_section(std::ostringstream& o, json& ck) {
+  o << "<h2>Checkpoints (" << esc(str(ck["format"])) << ")</h2><table><tr><th>saved after step</th><th>folder</th>"
+    << "<th>seconds</th><th>16-bit model on rank 0's host</th></tr>";
+  for (auto& c : ck["saved"])
+    o << "<tr><td>" << str(c["step"]) << "</td><td>" << esc(str(c["folder"])) << "</td><td>" << str(c["seconds"])
+      << "</td><td>" << bytes(c["consolidated_16bit_host_bytes"]) << "</td></tr>";
+  o << "</table>";
+  if (ck["resumed"].is_object())
+    o << "<p>Resumed from " << esc(str(ck["resumed"]["folder"])) << " (tag " << esc(str(ck["resumed"]["tag"]))
+      << ", " << str(ck["resumed"]["step"]) << " steps done"
+      << (ck["resumed"].value("universal", false) ? ", universal checkpoint: any world size" : "") << ").</p>";
+  const json z = ck.value("zero_to_fp32", json());
+  if (z.is_object())
+    o << "<p>zero_to_fp32 (" << esc(str(z["mode"])) << ") of " << esc(str(z["tag"])) << ": " << z["files"].size()
+      << " file(s); DeepSpeed's anonymous host memory at its peak " << bytes(z["peak_anon_host_bytes"])
+      << ", beside " << bytes(z["mapped_bytes"]) << " of mapped fp32 partitions (file-backed).</p>";
+}
+
 // Rank 0's collectives per step; ops never called are left out, and so is the table
 // when none was (one rank).
 void comm_section(std::ostringstream& o, json ops) {
@@ -374,6 +394,8 @@ std::string html_report(const Summary& s, const std::vector<Lane>& lanes) {
   json extra = {{"scale_down", s.scale_down}, {"offload", s.offload}, {"effective_config", s.effective_config}};
   if (extra["scale_down"].is_object()) scale_down_section(o, extra["scale_down"]);
   if (extra["offload"].is_object()) offload_section(o, extra["offload"]);
+  json ck = s.checkpoint;
+  if (ck.is_object()) checkpoint_section(o, ck);
   if (s.comm && s.comm->ops.is_object()) comm_section(o, s.comm->ops);
   if (s.time && s.time->step_s_median) time_section(o, *s.time);  // no table of dashes for a run that never stepped
   if (extra["effective_config"].is_object()) config_section(o, extra["effective_config"]);

@@ -150,7 +150,16 @@ TEST(StandInPeers, RankOneOfAnEightThousandRankZero3JobAgreesWithThePlanner) {
   for (const char* cat : {"params", "grads", "optimizer_states"})
     EXPECT_EQ(measured["category_peaks"][cat], planned["category_peaks"][cat]) << cat;
   const double p = planned["peak_bytes"], m = measured["peak_bytes"];
-  EXPECT_LE(std::abs(p - m) / m, 1e-3) << "planned " << p << " measured " << m;
+  // [Note: tapes of this LibTorch]: where this CPU's bf16 matmuls go through oneDNN, the plan
+  // leaves out its transient reorder buffers and says so (not_planned); the run holds them.
+  // There the gap is bounded as Planner.OneDnnScratchIsTheBf16GapOnThisCpu bounds it (5%).
+  const bool onednn_scratch = planned.value("not_planned", std::string()).find("oneDNN") != std::string::npos;
+  if (onednn_scratch) {
+    EXPECT_GE(m, p);
+    EXPECT_LE((m - p) / m, 0.05) << "planned " << p << " measured " << m;
+  } else {
+    EXPECT_LE(std::abs(p - m) / m, 1e-3) << "planned " << p << " measured " << m;
+  }
 }
 
 TEST(StandInPeers, RefusesWhatItCannotStandInForNamingTheFlag) {
