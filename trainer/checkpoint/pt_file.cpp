@@ -82,7 +82,8 @@ void write_pt(const std::string& path, const c10::IValue& value, bool int_lists_
 
 c10::IValue read_pt(const std::string& path) {
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) throw IoError("cannot read " + path + ": no such file");
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw ConfigError(path + ": no such file (a checkpoint folder holds it: pass the folder it was saved in)");
   try {
     caffe2::serialize::PyTorchStreamReader reader(path);
     auto rec = reader.getRecord("data.pkl");
@@ -101,7 +102,10 @@ c10::IValue read_pt(const std::string& path) {
     return u.parse_ivalue();
   } catch (const c10::Error& e) {
     const std::string what = e.what_without_backtrace();
-    throw IoError("cannot read " + path + " as a PyTorch .pt file: " + what.substr(0, what.find('\n')));
+    throw ConfigError(path + ": not a PyTorch .pt file LibTorch can read (" + what.substr(0, what.find('\n')) +
+                      "). A model-states file DeepSpeed itself wrote is one: its module OrderedDict's Python "
+                      "metadata is beyond LibTorch's unpickler, so zrepro resumes from checkpoints zrepro wrote "
+                      "(and their universal conversion), not yet from DeepSpeed's");
   }
 }
 

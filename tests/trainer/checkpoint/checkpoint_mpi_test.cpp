@@ -90,6 +90,15 @@ TEST(Checkpoint, WhatDeepSpeedRefusesIsRefusedWithItsMessage) {
   EXPECT_NE(s0.output.find("--save-every: zero_optimization.stage is 0"), std::string::npos) << s0.output;
   const RunResult half = zrepro_run("ck_half", ckpt_config(2, "fp32"), "--model tiny --steps 1 --save-every 1");
   EXPECT_EQ(half.code, 2) << half.output;
+  // A model-states file LibTorch cannot read (as DeepSpeed's own): bad input naming it, exit 2.
+  const std::string bad = testing::TempDir() + "/ck_bad";
+  std::filesystem::create_directories(bad + "/global_step1");
+  std::ofstream(bad + "/latest") << "global_step1";
+  std::ofstream(bad + "/global_step1/mp_rank_00_model_states.pt") << "not a zip";
+  const RunResult unreadable = zrepro_run("ck_bad", ckpt_config(2, "fp32"), "--model tiny --steps 2 --resume " + bad);
+  EXPECT_EQ(unreadable.code, 2) << unreadable.output;
+  EXPECT_NE(unreadable.output.find("mp_rank_00_model_states.pt: not a PyTorch .pt file LibTorch can read"),
+            std::string::npos) << unreadable.output;
 }
 
 // A checkpoint that cannot be written (a 300 KiB file size limit, as a full disk; tiny's

@@ -107,8 +107,8 @@ TEST(CheckpointFile, WhatIsWrittenReadsBackWithShapesAndObjects) {
   const std::string bytes((std::istreambuf_iterator<char>(raw)), {});
   EXPECT_NE(bytes.find("ctorch\nSize\n"), std::string::npos);
   EXPECT_EQ(bytes.find("build_intlist"), std::string::npos);
-  // Not a .pt file, or none: an I/O error naming it.
+  // Not a .pt file, or none: bad input naming it (exit 2), not an output that failed.
   std::ofstream(dir + "/b.pt") << "not a zip";
-  EXPECT_THROW(read_pt(dir + "/b.pt"), IoError);
-  EXPECT_THROW(read_pt(dir + "/none.pt"), IoError);
+  EXPECT_THROW(read_pt(dir + "/b.pt"), ConfigError);
+  EXPECT_THROW(read_pt(dir + "/none.pt"), ConfigError);
 }
