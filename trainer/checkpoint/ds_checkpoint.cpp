@@ -330,18 +330,16 @@ struct ReadCheckpoint {
 
 // The tag DIR/latest names (DIR/latest_universal under checkpoint.load_universal).
 void read_tag(const std::string& dir, bool universal, Resumed& r) {
-  const std::string latest_name = universal ? "latest_universal" : "latest";
-  std::ifstream latest(dir + "/" + latest_name);
-  if (!latest && universal)
+  const std::optional<std::string> tag = latest_tag(dir, universal);
+  if (!tag && universal)
     throw ConfigError("--resume " + dir + ": checkpoint.load_universal is true and DeepSpeed stops: \"Invalid for "
                       "universal checkpoint: " + dir + "/latest_universal does not exist\". Convert the checkpoint "
                       "first: `zrepro checkpoint to-universal --input-folder " + dir + "/global_stepN --output-folder " +
                       dir + "/global_stepN_universal --inject-missing-state` (or DeepSpeed's ds_to_universal.py)");
-  if (!latest)
+  if (!tag)
     throw ConfigError("--resume " + dir + ": no " + dir + "/latest (the file DeepSpeed's save_checkpoint writes "
                       "naming the newest tag); pass the folder given to --save-dir or to save_checkpoint");
-  std::getline(latest, r.tag);
-  while (!r.tag.empty() && std::isspace(static_cast<unsigned char>(r.tag.back()))) r.tag.pop_back();
+  r.tag = *tag;
   r.folder = dir + "/" + r.tag;
 }
 
@@ -374,16 +372,13 @@ void read_model_states(const ModelSpec& spec, int stage, int world, int rank, co
   auto lr = ms.find("lr_scheduler");
   if (lr != ms.end() && lr->value().isGenericDict())
     out.lr_scheduler = dict_at(lr->value().toGenericDict(), "last_batch_iteration", mfile);
-  const std::vector<CheckpointParam> params = checkpoint_params(spec);
-  std::vector<std::pair<std::string, std::vector<int64_t>>> saved;
-  for (const IValue& g : dict_at(ms, "param_shapes", mfile).toList())
-    for (const auto& kv : g.toGenericDict()) saved.emplace_back(kv.key().toStringRef(), kv.value().toIntVector());
+  const std::vector<CheckpointParam> params = checkpoint_params(spec), saved = saved_params(ms, mfile);
   for (size_t i = 0; i < std::max(saved.size(), params.size()); ++i) {
-    const bool same = i < saved.size() && i < params.size() && saved[i].first == params[i].name &&
-                      saved[i].second == params[i].shape;
+    const bool same = i < saved.size() && i < params.size() && saved[i].name == params[i].name &&
+                      saved[i].shape == params[i].shape;
     if (!same)
       throw ConfigError("--resume " + dir + ": the checkpoint's parameter " + std::to_string(i) + " is " +
-                        (i < saved.size() ? saved[i].first : std::string("(none)")) + ", this run's model has " +
+                        (i < saved.size() ? saved[i].name : std::string("(none)")) + ", this run's model has " +
                         (i < params.size() ? params[i].name : std::string("(none)")) + " (" + spec.name +
                         "): resume with the model it was saved with");
     out.numels.push_back(params[i].numel);
@@ -404,20 +399,13 @@ void read_optimizer_states(const DsConfig& cfg, int stage, int world, int rank, 
       throw ConfigError("--resume " + dir + ": no " + ofile + " (DeepSpeed names the optimizer files with a bf16_ "
                         "prefix exactly when bf16 is enabled: resume with the precision the checkpoint was saved with)");
     const c10::impl::GenericDict osd = dict_at(read_pt(ofile).toGenericDict(), "optimizer_state_dict", ofile).toGenericDict();
-    const IValue zs = dict_at(osd, "zero_stage", ofile);
-    const int64_t saved_stage = zs.isInt() ? zs.toInt() : object_attr(zs, "value").toInt();
+    const int saved_stage = zero_stage_of(dict_at(osd, "zero_stage", ofile));
     if (saved_stage != stage)
       throw ConfigError("--resume " + dir + ": the checkpoint was saved at ZeRO stage " + std::to_string(saved_stage) +
                         ", this run is stage " + std::to_string(stage) + ": resume at the stage it was saved with");
-    const c10::impl::GenericDict torch_sd =
-        dict_at(osd, stage == 3 ? "optimizer_state_dict" : "base_optimizer_state", ofile).toGenericDict();
-    const c10::impl::GenericDict st = dict_at(torch_sd, "state", ofile).toGenericDict().begin()->value().toGenericDict();
-    const IValue step = dict_at(st, "step", ofile);  // an int (DeepSpeed's Adam), a tensor (torch's)
-    out.adam_steps = step.isInt() ? step.toInt() : static_cast<int64_t>(step.toTensor().item<double>());
-    out.m.push_back(dict_at(st, "exp_avg", ofile).toTensor());
-    out.v.push_back(dict_at(st, "exp_avg_sq", ofile).toTensor());
-    out.master.push_back(dict_at(osd, stage == 3 ? "fp32_flat_groups" : "single_partition_of_fp32_groups", ofile)
-                             .toList().get(0).toTensor());
+    const RankStates rs = rank_states(osd, stage, ofile);
+    out.adam_steps = adam_step_of(rs.step);
+    out.master.push_back(rs.master), out.m.push_back(rs.m), out.v.push_back(rs.v);
     if (q == rank) out.scaler = dict_at(osd, "loss_scaler", ofile);
   }
 }
@@ -474,6 +462,15 @@ void load_into_engine(ZeroEngine& engine, int stage, const ReadCheckpoint& in) {
 }
 
 }  // namespace
+
+std::optional<std::string> latest_tag(const std::string& dir, bool universal) {
+  std::ifstream latest(dir + "/" + (universal ? "latest_universal" : "latest"));
+  if (!latest) return std::nullopt;
+  std::string tag;
+  std::getline(latest, tag);
+  while (!tag.empty() && std::isspace(static_cast<unsigned char>(tag.back()))) tag.pop_back();
+  return tag;
+}
 
 Resumed load_checkpoint(ZeroEngine& engine, const ModelSpec& spec, const DsConfig& cfg, const std::string& dir) {
   Communicator& comm = engine.comm();

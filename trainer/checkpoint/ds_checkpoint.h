@@ -9,6 +9,7 @@
 // and types are docs/lab/DEEPSPEED_CHECKPOINTS.md's, measured against real files.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "trainer/config/ds_config.h"
@@ -45,6 +46,10 @@ std::string save_checkpoint(ZeroEngine& engine, const ModelSpec& spec, const DsC
 // HostMemoryExhausted (phase "save") as the kernel's OOM killer ends rank 0 mid-gather.
 int64_t save_16bit_model(ZeroEngine& engine, const ModelSpec& spec, const DsConfig& cfg, const std::string& dir,
                          int64_t host_capacity = 0);
+
+// The tag DIR/latest names (DIR/latest_universal: ds_to_universal.py's), its whole first
+// line without trailing space; nullopt when the file is absent.
+std::optional<std::string> latest_tag(const std::string& dir, bool universal = false);
 
 // Every rank, before the first step: loads the tag DIR/latest names into the engine.
 // Throws ConfigError (naming --resume, the file and the fix) for a folder that is no

@@ -3,9 +3,7 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <regex>
-#include <sstream>
 
 #include "device/base/errors.h"
 #include "trainer/checkpoint/pt_file.h"
@@ -34,8 +32,6 @@ std::vector<std::string> rank_files(const std::string& folder, const std::regex&
   return out;
 }
 
-// An int, or an Enum read back as an object (DeepSpeed's ZeroStageEnum), as an int.
-int64_t int_or_enum(const IValue& v) { return v.isInt() ? v.toInt() : object_attr(v, "value").toInt(); }
 // What read_pt gives for an Enum, written back as Python would read it: its value.
 IValue plain(const IValue& v) {
   if (v.isObject() && object_attr(v, "value").isInt() && v.toObjectRef().type()->numAttributes() == 1)
@@ -56,7 +52,7 @@ SavedZero find_saved(const std::string& in, const std::string& flag) {
   const c10::impl::GenericDict osd =
       dict_at(read_pt(s.optim_files[0]).toGenericDict(), "optimizer_state_dict", s.optim_files[0]).toGenericDict();
   auto zs = osd.find("zero_stage");
-  s.stage = zs == osd.end() ? 1 : static_cast<int>(int_or_enum(zs->value()));
+  s.stage = zs == osd.end() ? 1 : zero_stage_of(zs->value());
   s.model_files = s.stage == 3 ? rank_files(in, std::regex(R"(zero_pp_rank_(\d+)_mp_rank_00_model_states\.pt)"))
                                : rank_files(in, std::regex(R"(mp_rank_(\d+)_model_states\.pt)"));
   if (s.model_files.empty())
@@ -64,43 +60,9 @@ SavedZero find_saved(const std::string& in, const std::string& flag) {
                       (s.stage == 3 ? "zero_pp_rank_0_mp_rank_00_model_states.pt" : "mp_rank_00_model_states.pt") +
                       ") beside the optimizer files");
   s.model_states = read_pt(s.model_files[0]).toGenericDict();
-  for (const IValue& g : dict_at(s.model_states, "param_shapes", s.model_files[0]).toList())
-    for (const auto& kv : g.toGenericDict()) {
-      CheckpointParam p;
-      p.name = kv.key().toStringRef();
-      p.shape = kv.value().toIntVector();
-      p.numel = 1;
-      for (int64_t d : p.shape) p.numel *= d;
-      p.group = -1;
-      s.params.push_back(p);
-      s.numels.push_back(p.numel);
-    }
+  s.params = saved_params(s.model_states, s.model_files[0]);
+  for (const CheckpointParam& p : s.params) s.numels.push_back(p.numel);
   return s;
-}
-
-// One optimizer file's flat partitions (master, exp_avg, exp_avg_sq) and its Adam step.
-struct RankStates {
-  torch::Tensor master, m, v;
-  IValue step;
-  c10::impl::GenericDict optimizer = str_dict();  // the file's optimizer_state_dict
-};
-RankStates read_rank(const std::string& file, int stage) {
-  RankStates r;
-  r.optimizer = dict_at(read_pt(file).toGenericDict(), "optimizer_state_dict", file).toGenericDict();
-  const c10::impl::GenericDict torch_sd =
-      dict_at(r.optimizer, stage == 3 ? "optimizer_state_dict" : "base_optimizer_state", file).toGenericDict();
-  const c10::impl::GenericDict states = dict_at(torch_sd, "state", file).toGenericDict();
-  if (states.size() != 1)
-    throw ConfigError(file + ": " + std::to_string(states.size()) + " optimizer parameter groups; zrepro converts "
-                      "checkpoints of one group (DeepSpeed's default; the Hugging Face Trainer's weight-decay split "
-                      "into two is not converted yet)");
-  const c10::impl::GenericDict st = states.begin()->value().toGenericDict();
-  r.step = dict_at(st, "step", file);
-  r.m = dict_at(st, "exp_avg", file).toTensor();
-  r.v = dict_at(st, "exp_avg_sq", file).toTensor();
-  r.master = dict_at(r.optimizer, stage == 3 ? "fp32_flat_groups" : "single_partition_of_fp32_groups", file)
-                 .toList().get(0).toTensor();
-  return r;
 }
 
 // zero/optimizer_state.pt: the optimizer's global state. Stages 1-2: the file's
@@ -120,29 +82,67 @@ c10::impl::GenericDict global_state(const c10::impl::GenericDict& optimizer, int
   return out;
 }
 
-void copy_file(const std::string& from, const std::string& to) {
-  std::ifstream in(from, std::ios::binary);
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  if (!in) throw IoError("cannot read " + from);
-  write_file_atomic(to, bytes.str());
-}
-
 }  // namespace
 
-SavedZero read_saved_zero(const std::string& folder, const std::string& flag) {
+int zero_stage_of(const IValue& zero_stage) {
+  return static_cast<int>(zero_stage.isInt() ? zero_stage.toInt() : object_attr(zero_stage, "value").toInt());
+}
+
+int64_t adam_step_of(const IValue& step) {
+  return step.isInt() ? step.toInt() : static_cast<int64_t>(step.toTensor().item<double>());
+}
+
+std::vector<CheckpointParam> saved_params(const c10::impl::GenericDict& model_states, const std::string& file) {
+  std::vector<CheckpointParam> out;
+  for (const IValue& g : dict_at(model_states, "param_shapes", file).toList())
+    for (const auto& kv : g.toGenericDict()) {
+      CheckpointParam p;
+      p.name = kv.key().toStringRef();
+      p.shape = kv.value().toIntVector();
+      p.numel = 1;
+      for (int64_t d : p.shape) p.numel *= d;
+      p.group = -1;
+      out.push_back(p);
+    }
+  return out;
+}
+
+RankStates rank_states(const c10::impl::GenericDict& optimizer, int stage, const std::string& file) {
+  const c10::impl::GenericDict torch_sd =
+      dict_at(optimizer, stage == 3 ? "optimizer_state_dict" : "base_optimizer_state", file).toGenericDict();
+  const c10::impl::GenericDict states = dict_at(torch_sd, "state", file).toGenericDict();
+  if (states.size() != 1)
+    throw ConfigError(file + ": " + std::to_string(states.size()) + " optimizer parameter groups; zrepro reads "
+                      "checkpoints of one group (DeepSpeed's default; the Hugging Face Trainer's weight-decay split "
+                      "into two is not read yet)");
+  const c10::impl::GenericDict st = states.begin()->value().toGenericDict();
+  RankStates r;
+  r.step = dict_at(st, "step", file);
+  r.m = dict_at(st, "exp_avg", file).toTensor();
+  r.v = dict_at(st, "exp_avg_sq", file).toTensor();
+  r.master = dict_at(optimizer, stage == 3 ? "fp32_flat_groups" : "single_partition_of_fp32_groups", file)
+                 .toList().get(0).toTensor();
+  return r;
+}
+
+SavedZero read_saved_zero(const std::string& folder, const std::string& flag, bool moments) {
   SavedZero s = find_saved(folder, flag);
   s.world = static_cast<int>(s.optim_files.size());
   std::vector<torch::Tensor> master, m, v;
   for (int r = 0; r < s.world; ++r) {
-    RankStates rs = read_rank(s.optim_files[r], s.stage);
+    const std::string& file = s.optim_files[r];
+    const c10::impl::GenericDict optimizer =
+        dict_at(read_pt(file).toGenericDict(), "optimizer_state_dict", file).toGenericDict();
+    const RankStates rs = rank_states(optimizer, s.stage, file);
     s.master_partition_bytes += rs.master.numel() * rs.master.element_size();
     master.push_back(rs.master), m.push_back(rs.m), v.push_back(rs.v);
-    if (r == 0) s.step = rs.step, s.first_optimizer = rs.optimizer;
+    if (r == 0) s.step = rs.step, s.first_optimizer = optimizer;
   }
   s.master = natural_from_ds_partitions(master, s.numels, s.stage, s.world);
-  s.exp_avg = natural_from_ds_partitions(m, s.numels, s.stage, s.world);
-  s.exp_avg_sq = natural_from_ds_partitions(v, s.numels, s.stage, s.world);
+  if (moments) {
+    s.exp_avg = natural_from_ds_partitions(m, s.numels, s.stage, s.world);
+    s.exp_avg_sq = natural_from_ds_partitions(v, s.numels, s.stage, s.world);
+  }
   return s;
 }
 
@@ -193,7 +193,9 @@ UniversalConversion convert_to_universal(const std::string& input_folder, const 
     }
   }
   write_pt(zero + "/optimizer_state.pt", global_state(s.first_optimizer, s.stage, s.optim_files[0]));
-  for (const std::string& f : s.model_files) copy_file(f, output_folder + "/" + fs::path(f).filename().string());
+  for (const std::string& f : s.model_files)
+    write_file_atomic(output_folder + "/" + fs::path(f).filename().string(),
+                      read_user_file("--input-folder", f, "a DeepSpeed model-states file"));
   const fs::path out = fs::path(output_folder).lexically_normal();
   const fs::path leaf = out.has_filename() ? out.filename() : out.parent_path().filename();
   const fs::path root = out.has_filename() ? out.parent_path() : out.parent_path().parent_path();
@@ -222,10 +224,6 @@ torch::Tensor read_state(const std::string& file, const CheckpointParam& p, cons
   return t.reshape({-1}).to(torch::kFloat);
 }
 
-int64_t step_of(const IValue& step) {
-  return step.isInt() ? step.toInt() : static_cast<int64_t>(step.toTensor().item<double>());
-}
-
 }  // namespace
 
 UniversalStates read_universal_global(const std::string& folder, const std::string& first, const std::string& flag) {
@@ -239,11 +237,11 @@ UniversalStates read_universal_global(const std::string& folder, const std::stri
   auto torch_sd = opt.find("optimizer_state_dict");
   if (torch_sd != opt.end()) {  // stage 3's form: the step in the torch optimizer's state
     const c10::impl::GenericDict st = dict_at(torch_sd->value().toGenericDict(), "state", opt_file).toGenericDict();
-    u.adam_steps = step_of(dict_at(st.begin()->value().toGenericDict(), "step", opt_file));
+    u.adam_steps = adam_step_of(dict_at(st.begin()->value().toGenericDict(), "step", opt_file));
   } else {
     const std::string step_file = zero + "/" + first + "/step.pt";
     if (!fs::exists(step_file)) throw ConfigError(flag + ": no " + step_file + " (the Adam step at stages 1-2)");
-    u.adam_steps = step_of(read_pt(step_file));
+    u.adam_steps = adam_step_of(read_pt(step_file));
   }
   return u;
 }

@@ -26,6 +26,23 @@
 
 namespace zrepro {
 
+// Reading a saved ZeRO checkpoint's files, shared by the converter, zero_to_fp32 and
+// load_checkpoint (ds_checkpoint.h).
+// A file's zero_stage: an int (zrepro's), or DeepSpeed's ZeroStageEnum read back as an object.
+int zero_stage_of(const c10::IValue& zero_stage);
+// An Adam step as it is saved: an int (DeepSpeed's Adam) or a tensor (torch's).
+int64_t adam_step_of(const c10::IValue& step);
+// The model-states file's param_shapes: names and shapes, flat order (group -1).
+std::vector<CheckpointParam> saved_params(const c10::impl::GenericDict& model_states, const std::string& file);
+// One optimizer file's optimizer_state_dict at `stage`: its flat partitions of the fp32
+// master and the Adam moments, and the Adam step. One parameter group (ConfigError naming
+// the file otherwise: the Hugging Face Trainer's weight-decay split is not read yet).
+struct RankStates {
+  torch::Tensor master, m, v;
+  c10::IValue step;
+};
+RankStates rank_states(const c10::impl::GenericDict& optimizer, int stage, const std::string& file);
+
 // A ZeRO checkpoint's tag folder (DIR/global_stepN), read whole: what it was saved at, its
 // parameters (the model-states file's param_shapes: names and shapes, flat order; group -1)
 // and the whole model's flat optimizer states, from every rank's file. `flag` names the
@@ -41,7 +58,8 @@ struct SavedZero {
   c10::IValue step;                     // rank 0's Adam step
   c10::impl::GenericDict first_optimizer = c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get());
 };
-SavedZero read_saved_zero(const std::string& folder, const std::string& flag);
+// moments false: exp_avg and exp_avg_sq are left undefined (zero_to_fp32 needs only the master).
+SavedZero read_saved_zero(const std::string& folder, const std::string& flag, bool moments = true);
 
 // What the converter did.
 struct UniversalConversion {

@@ -2,13 +2,13 @@
 #include "trainer/checkpoint/zero_to_fp32.h"
 
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "device/base/errors.h"
+#include "device/device_memory.h"
+#include "trainer/checkpoint/ds_checkpoint.h"
 #include "trainer/checkpoint/pt_file.h"
 #include "trainer/checkpoint/universal.h"
 #include "trainer/config/user_file.h"
@@ -16,14 +16,6 @@
 namespace zrepro {
 
 namespace {
-
-std::string mib(int64_t b) {
-  std::ostringstream o;
-  o.setf(std::ios::fixed);
-  o.precision(2);
-  o << b / 1048576.0 << " MiB";
-  return o.str();
-}
 
 // One output file: the names it holds, in order, and their fp32 bytes.
 struct Shard {
@@ -65,8 +57,8 @@ void charge(int64_t anon, int64_t capacity, const Fp32Export& e, const std::stri
   throw HostMemoryExhausted(
       "consolidate",
       "Out of memory: Killed process (zero_to_fp32) anon-rss:" + std::to_string(anon / 1024) + "kB: " +
-          (e.api ? "get_fp32_state_dict_from_zero_checkpoint" : "zero_to_fp32.py") + " held " + mib(anon) +
-          " of anonymous host memory " + what + ", past the host's " + mib(capacity) +
+          (e.api ? "get_fp32_state_dict_from_zero_checkpoint" : "zero_to_fp32.py") + " held " + format_bytes(anon) +
+          " of anonymous host memory " + what + ", past the host's " + format_bytes(capacity) +
           " (emulated: --host-memory); the shell prints \"Killed\" and nothing is written");
 }
 
@@ -77,12 +69,13 @@ Fp32Export zero_to_fp32(const std::string& save_dir, const std::string& out_dir,
   Fp32Export e;
   e.api = api;
   e.max_shard_bytes = api ? 0 : max_shard_bytes;
-  std::ifstream latest(save_dir + "/latest");
-  if (!latest || !(latest >> e.tag))
+  const std::optional<std::string> tag = latest_tag(save_dir);
+  if (!tag || tag->empty())
     throw ConfigError("--zero-to-fp32: no " + save_dir + "/latest naming a checkpoint; it consolidates the newest "
                       "checkpoint of --save-dir");
+  e.tag = *tag;
   std::cout << "Processing zero checkpoint '" << save_dir << "/" << e.tag << "'" << std::endl;
-  const SavedZero s = read_saved_zero(save_dir + "/" + e.tag, "--zero-to-fp32");
+  const SavedZero s = read_saved_zero(save_dir + "/" + e.tag, "--zero-to-fp32", false);
   std::cout << "Detected checkpoint of type zero stage " << s.stage << ", world_size: " << s.world << std::endl;
   e.mapped_bytes = s.master_partition_bytes;
   e.parameters = static_cast<int64_t>(s.params.size());
