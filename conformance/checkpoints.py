@@ -81,7 +81,9 @@ def worker(a):
     layout["batch"]["world"] = world  # another world size (universal): the same samples per step
     config = json.load(open(a.config))
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.ordered, config=config)
-    path, client = engine.load_checkpoint(a.ckpt, tag=None if a.tag == "latest_universal" else a.tag)
+    path = None
+    if a.save_at is None:  # resume from a.ckpt
+        path, client = engine.load_checkpoint(a.ckpt, tag=None if a.tag == "latest_universal" else a.tag)
     steps = []
     gas = engine.gradient_accumulation_steps()
     for step in range(a.first, a.steps):
@@ -96,6 +98,8 @@ def worker(a):
         dist.all_reduce(local)
         norm = engine.get_global_grad_norm()
         steps.append({"step": step, "loss": float(local) / world, "grad_norm": float(norm) if norm is not None else None})
+        if a.save_at is not None and step + 1 == a.save_at:  # DeepSpeed writes the checkpoint zrepro imports
+            engine.save_checkpoint(a.ckpt)
     if rank == 0:
         with open(a.out + ".tmp", "w") as f:
             json.dump({"loaded": path, "global_steps": engine.global_steps, "steps": steps}, f, indent=1)
@@ -290,8 +294,10 @@ def main():
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
         ap = argparse.ArgumentParser()
         ap.add_argument("worker")
-        for k in ("--inputs", "--config", "--ckpt", "--tag", "--out"):
+        for k in ("--inputs", "--config", "--ckpt", "--out"):
             ap.add_argument(k, required=True)
+        ap.add_argument("--tag", default=None)
+        ap.add_argument("--save-at", type=int, default=None, help="train from step 0 and save after this step")
         ap.add_argument("--first", type=int, required=True)
         ap.add_argument("--steps", type=int, required=True)
         worker(ap.parse_args())

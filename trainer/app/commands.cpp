@@ -44,9 +44,11 @@ const std::vector<Command>& commands() {
       {"env", "[--json]",
        "this build and machine: zrepro, LibTorch, BLAS, MPI, NCCL, CUDA, GPUs, host memory, memlock",
        env_command, true, {}},
-      {"checkpoint", "to-universal --input-folder DIR/global_stepN --output-folder DIR/global_stepN_universal",
-       "DeepSpeed's ds_to_universal.py conversion of a ZeRO checkpoint, to resume at another world size",
-       checkpoint_command, false, {"to-universal"}},
+      {"checkpoint", "to-universal --input-folder DIR/global_stepN --output-folder DIR/global_stepN_universal | "
+                     "from-deepspeed --input-folder DS_DIR --output-folder OUT",
+       "DeepSpeed's ds_to_universal.py conversion (resume at another world size); a checkpoint real DeepSpeed wrote, "
+       "made readable to --resume",
+       checkpoint_command, false, {"to-universal", "from-deepspeed"}},
       {"bench", "comm | adam | copy [options]",
        "benchmarks: collectives (nccl-tests format), fused CPU Adam, offload copies", bench_command, true,
        {"comm", "adam", "copy"}},

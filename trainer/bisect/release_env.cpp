@@ -123,12 +123,6 @@ std::optional<std::string> cpu_refusal(const std::string& release, int stage) {
   return std::nullopt;
 }
 
-std::string python_torch_version(const std::string& python, const std::string& log) {
-  if (python.empty() || ::access(python.c_str(), X_OK) != 0) return "";
-  const int rc = run_program({python, "-c", "import torch; print('ZREPRO_TORCH', torch.__version__)"}, {}, log);
-  return rc == 0 ? marked(log, "ZREPRO_TORCH") : "";
-}
-
 std::string inputs_key(const std::string& config, const std::string& inputs_dir, int ranks, int steps) {
   Fnv f;
   f.add(read_text(config));

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "trainer/bisect/release_figures.h"
+#include "trainer/runtime/torch_python.h"  // python_torch_version
 
 namespace zrepro {
 
@@ -33,9 +34,6 @@ std::string conformance_scripts_dir();  // $ZREPRO_CONFORMANCE_DIR, else the sou
 // can (measured: docs/lab/DEEPSPEED_RELEASES.md). Older than 0.15.0: DeepSpeed's CPU
 // accelerator needs Intel's extension for PyTorch; 0.15.x at stage 3 needs numactl.
 std::optional<std::string> cpu_refusal(const std::string& release, int stage);
-
-// The torch version of `python` ("2.15.0+cu132"); "" when it cannot be run or has no torch.
-std::string python_torch_version(const std::string& python, const std::string& log);
 
 // What a bisect runs every release on.
 struct RunInputs {

@@ -102,10 +102,11 @@ c10::IValue read_pt(const std::string& path) {
     return u.parse_ivalue();
   } catch (const c10::Error& e) {
     const std::string what = e.what_without_backtrace();
+    const std::string folder = std::filesystem::path(path).parent_path().string();
     throw ConfigError(path + ": not a PyTorch .pt file LibTorch can read (" + what.substr(0, what.find('\n')) +
-                      "). A model-states file DeepSpeed itself wrote is one: its module OrderedDict's Python "
-                      "metadata is beyond LibTorch's unpickler, so zrepro resumes from checkpoints zrepro wrote "
-                      "(and their universal conversion), not yet from DeepSpeed's");
+                      "). A file DeepSpeed itself wrote is one (its Python OrderedDicts are beyond LibTorch's "
+                      "unpickler): rewrite the checkpoint first with `zrepro checkpoint from-deepspeed --input-folder " +
+                      folder + " --output-folder OUT` and resume from OUT");
   }
 }
 

@@ -26,7 +26,9 @@ namespace zrepro {
 // (write_file_atomic: IoError on a failed write, nothing half-written under the name).
 void write_pt(const std::string& path, const c10::IValue& value, bool int_lists_as_size = false);
 // Reads a .pt file written by write_pt or by Python's torch.save. Throws ConfigError (bad
-// input, exit 2) naming the file when it is missing or not a .pt file LibTorch can read.
+// input, exit 2) naming the file when it is missing or not a .pt file LibTorch can read
+// (one DeepSpeed wrote: the message names `zrepro checkpoint from-deepspeed`, [Note: a
+// checkpoint DeepSpeed wrote] in trainer/app/checkpoint.cpp).
 c10::IValue read_pt(const std::string& path);
 
 // A Python object of class `qualified` ("deepspeed.runtime.fp16.loss_scaler.LossScaler")

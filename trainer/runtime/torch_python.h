@@ -1,0 +1,28 @@
+// The user's Python with torch, for what only Python's torch can do: rewriting a
+// checkpoint DeepSpeed wrote into files LibTorch reads (`zrepro checkpoint
+// from-deepspeed`), and the torch a bisect's DeepSpeed releases run on.
+//
+// [Note: which Python is the user's] The same order scripts/torch-prefix.sh follows to
+// choose the torch zrepro builds against, so by default it is that torch's own Python:
+// the flag's value (--python), else $ZREPRO_TORCH_PYTHON, else python3 on PATH when it
+// imports torch 2.x, else the pinned torch's venv ($ZREPRO_TORCH_VENV, default
+// ~/.cache/zrepro/torch-venv) that scripts/setup.sh makes when python3 has no torch.
+#pragma once
+#include <string>
+
+namespace zrepro {
+
+// The torch version of `python` ("2.15.0+cu132", a path or a name on PATH); "" when it
+// cannot be run or has no torch. Its output goes to `log`.
+std::string python_torch_version(const std::string& python, const std::string& log);
+
+struct TorchPython {
+  std::string python;   // what to run
+  std::string version;  // its torch
+  std::string chosen;   // why this one ("--python", "ZREPRO_TORCH_PYTHON", "python3 on PATH", "the torch venv")
+};
+// [Note: which Python is the user's]. A named Python (flag_value, ZREPRO_TORCH_PYTHON)
+// without torch is bad input: ConfigError naming it and the fix; so is finding none.
+TorchPython find_torch_python(const std::string& flag, const std::string& flag_value, const std::string& log);
+
+}  // namespace zrepro
