@@ -21,6 +21,16 @@ OUT/final.npy). Then:
                K+1..N of the uninterrupted run (the training cases' tolerances). Only for the
                gpt2 toy: ds_model.HfLlama wraps LlamaForCausalLM under "hf.", so its module
                names are not the ones a user's model (and zrepro's checkpoint) has.
+  from_deepspeed
+               the other way round: DeepSpeed trains steps 1..N from zrepro's exported inputs,
+               saving its own checkpoint (engine.save_checkpoint) after step K;
+               `zrepro checkpoint from-deepspeed` rewrites it and `zrepro run --resume` trains
+               steps K+1..N: losses and grad norms against DeepSpeed's own steps K+1..N (the
+               training cases' tolerances). DeepSpeed's zero_to_fp32 on the rewritten files
+               must give the state dict it gives on its own (the files stay DeepSpeed's).
+               The DeepSpeed-written checkpoints of FIXTURE_CASES are copied into
+               results/deepspeed-checkpoints/CASE/ (the CI test resumes from them without
+               DeepSpeed). The gpt2 toy, as resume.
   universal    DeepSpeed's ds_to_universal.py (--inject_missing_state) on global_step<K>
                against `zrepro checkpoint to-universal`: every file under zero/ equal, tensor
                for tensor; then DeepSpeed (load_universal) and zrepro (--resume under
@@ -42,6 +52,9 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 RANKS, STEPS, SAVE_AT = 2, 4, 2
+# Whose DeepSpeed-written checkpoint is kept under results/deepspeed-checkpoints/ (a
+# stage 1-2 layout and a stage 3 one, fp32 and bf16; about 1.9 MB each).
+FIXTURE_CASES = ("tiny-fp32-stage2", "tiny-bf16-stage3")
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
            OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1", DS_ACCELERATOR="cpu",
            PYTHONUNBUFFERED="1")
@@ -175,6 +188,62 @@ def resume(case, ckpt, inputs, work, summary, port):
             "zrepro_losses": [x["loss"] for x in z], "deepspeed_losses": [x["loss"] for x in d["steps"]],
             "zrepro_grad_norms": [x["grad_norm"] for x in z], "deepspeed_grad_norms": [x["grad_norm"] for x in d["steps"]],
             "max_rel_diff_loss": loss_diff, "max_rel_diff_grad_norm": norm_diff, "tolerance": {"loss": tl, "grad_norm": tg}}
+
+
+def fp32_state_dict(ckpt, tag):
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+    return get_fp32_state_dict_from_zero_checkpoint(ckpt, tag=tag)
+
+
+def from_deepspeed(case, inputs, work, port, zrepro, fixtures):
+    """DeepSpeed saves after step SAVE_AT; zrepro rewrites its checkpoint and resumes from it."""
+    import shutil
+    cfg_path = os.path.join(work, "ds_config.json")
+    json.dump(case["config"], open(cfg_path, "w"), indent=1)
+    ds_ckpt, out = os.path.join(work, "deepspeed-checkpoint"), os.path.join(work, "deepspeed-saved.json")
+    shutil.rmtree(ds_ckpt, ignore_errors=True)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(RANKS), "--master_port", str(port),
+           os.path.abspath(__file__), "worker", "--inputs", inputs, "--config", cfg_path, "--ckpt", ds_ckpt,
+           "--save-at", str(SAVE_AT), "--first", "0", "--steps", str(STEPS), "--out", out]
+    rc, s, log = run(cmd, 900, os.path.join(work, "deepspeed-save.log"))
+    if rc != 0 or not os.path.exists(out):
+        return {"ok": False, "what": "DeepSpeed training and save_checkpoint", "exit_code": rc, "log_tail": log[-3000:]}
+    d = json.load(open(out))["steps"]
+    imported = os.path.join(work, "imported")
+    shutil.rmtree(imported, ignore_errors=True)
+    conv = [zrepro, "checkpoint", "from-deepspeed", "--input-folder", ds_ckpt, "--output-folder", imported]
+    rc, _, log = run(conv, 600, os.path.join(work, "zrepro-from-deepspeed.log"))
+    if rc != 0:
+        return {"ok": False, "what": "zrepro checkpoint from-deepspeed", "exit_code": rc, "log_tail": log[-3000:]}
+    tag = f"global_step{SAVE_AT}"
+    a, b = fp32_state_dict(ds_ckpt, tag), fp32_state_dict(imported, tag)
+    still_deepspeeds = same_tree(a, b) and list(a) == list(b)
+    zout = os.path.join(work, "zrepro-from-deepspeed")
+    zrun = [zrepro, "run", "--config", cfg_path, "--out", zout, "--model", case["model"], "--ranks", str(RANKS),
+            "--steps", str(STEPS), "--resume", imported, "--log-every", "1000"]
+    rc, _, log = run(zrun, 600, os.path.join(work, "zrepro-resume-from-deepspeed.log"))
+    if rc != 0:
+        return {"ok": False, "what": "zrepro --resume", "exit_code": rc, "log_tail": log[-3000:]}
+    z = json.load(open(os.path.join(zout, "summary.json")))["steps"]
+    theirs = d[SAVE_AT:]
+    tol = case["tolerance"]
+    tl = tol if isinstance(tol, float) else tol["loss"]
+    tg = tol if isinstance(tol, float) else tol["grad_norm"]
+    loss_diff = max(rel(x["loss"], y["loss"]) for x, y in zip(z, theirs))
+    norm_diff = max(rel(x["grad_norm"], y["grad_norm"]) for x, y in zip(z, theirs))
+    row = {"ok": loss_diff <= tl and norm_diff <= tg and len(z) == len(theirs) and still_deepspeeds,
+           "zrepro_losses": [x["loss"] for x in z], "deepspeed_losses": [x["loss"] for x in theirs],
+           "zrepro_grad_norms": [x["grad_norm"] for x in z], "deepspeed_grad_norms": [x["grad_norm"] for x in theirs],
+           "deepspeed_losses_before_save": [x["loss"] for x in d[:SAVE_AT]],
+           "max_rel_diff_loss": loss_diff, "max_rel_diff_grad_norm": norm_diff, "tolerance": {"loss": tl, "grad_norm": tg},
+           "rewritten_files_give_deepspeeds_zero_to_fp32": still_deepspeeds}
+    if case["name"] in FIXTURE_CASES:
+        dest = os.path.join(fixtures, case["name"])
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(os.path.join(ds_ckpt, tag), os.path.join(dest, tag))
+        shutil.copy(os.path.join(ds_ckpt, "latest"), dest)
+        row["fixture"] = os.path.relpath(dest, ROOT)
+    return row
 
 
 UNIVERSAL_RANKS = 1  # the world size the universal checkpoint (saved on RANKS) resumes at
@@ -337,11 +406,17 @@ def main():
         if case["resume"]:
             print(f"[ckpt] {case['name']}: DeepSpeed load_checkpoint + steps {SAVE_AT + 1}..{STEPS}", flush=True)
             row["resume"] = resume(case, ckpt, inputs, work, summary, a.port + i)
+        if case["resume"]:
+            print(f"[ckpt] {case['name']}: DeepSpeed saves, zrepro checkpoint from-deepspeed + --resume", flush=True)
+            row["from_deepspeed"] = from_deepspeed(case, inputs, work, a.port + 100 + i, os.path.abspath(a.zrepro),
+                                                   os.path.join(os.path.dirname(os.path.abspath(a.out)),
+                                                                "deepspeed-checkpoints"))
         if case["universal"]:
             print(f"[ckpt] {case['name']}: ds_to_universal + load_universal on {UNIVERSAL_RANKS} rank(s)", flush=True)
             row["universal"] = universal(case, ckpt, inputs, work, summary, a.port + 50 + i, os.path.abspath(a.zrepro))
         print(f"[ckpt] {case['name']}: consolidate {row['consolidate'].get('ok')}, resume "
-              f"{row.get('resume', {}).get('ok', '-')}, universal {row.get('universal', {}).get('ok', '-')}",
+              f"{row.get('resume', {}).get('ok', '-')}, from DeepSpeed {row.get('from_deepspeed', {}).get('ok', '-')}, "
+              f"universal {row.get('universal', {}).get('ok', '-')}",
               flush=True)
         rows.append(row)
     rec = {"case": "checkpoints", "kind": "checkpoints", "ranks": RANKS, "steps": STEPS, "save_at": SAVE_AT,

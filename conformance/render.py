@@ -298,7 +298,33 @@ def checkpoint_section(folder):
         else:
             d, z, diff = "not run (the harness's Llama wraps the model under `hf.`)", "-", "-"
         out.append(f"| {x['case']} | {cons} | {c.get('elements', '-')} | {d} | {z} | {diff} |")
-    out += [""] + universal_table(r)
+    out += [""] + from_deepspeed_table(r) + universal_table(r)
+    return out + [""]
+
+
+def from_deepspeed_table(r):
+    """The from_deepspeed rows of checkpoints.json: DeepSpeed's own checkpoint, resumed by zrepro."""
+    rows = [x for x in r["rows"] if x.get("from_deepspeed")]
+    if not rows:
+        return []
+    out = [f"The other way round: DeepSpeed trains steps 1-{r['steps']} from zrepro's exported inputs and saves its "
+           f"own checkpoint after step {r['save_at']} (`engine.save_checkpoint`); `zrepro checkpoint from-deepspeed` "
+           "rewrites it (the user's Python torch; DeepSpeed's zero_to_fp32 on the rewritten files gives the state "
+           "dict it gives on DeepSpeed's) and `zrepro run --resume` trains steps "
+           f"{r['save_at'] + 1}-{r['steps']}, compared with DeepSpeed's own. The checkpoints kept for the CI test are "
+           "under conformance/results/deepspeed-checkpoints/.", "",
+           "| case | DeepSpeed's losses | zrepro's, resumed from DeepSpeed's checkpoint | max rel. diff (loss / grad norm) "
+           "| zero_to_fp32 unchanged | kept |", "|---|---|---|---|---|---|"]
+    for x in rows:
+        f = x["from_deepspeed"]
+        d = ", ".join(f"{v:.6f}" for v in f.get("deepspeed_losses", [])) or \
+            f"**{f.get('what', 'failed')}**: " + f.get("log_tail", "")[-200:]
+        z = ", ".join(f"{v:.6f}" for v in f.get("zrepro_losses", []))
+        diff = f"{f.get('max_rel_diff_loss', float('nan')):.2e} / {f.get('max_rel_diff_grad_norm', float('nan')):.2e}"
+        if not f.get("ok"):
+            diff = "**" + diff + "**"
+        same = {True: "yes", False: "**no**"}.get(f.get("rewritten_files_give_deepspeeds_zero_to_fp32"), "-")
+        out.append(f"| {x['case']} | {d} | {z} | {diff} | {same} | {'yes' if f.get('fixture') else '-'} |")
     return out + [""]
 
 

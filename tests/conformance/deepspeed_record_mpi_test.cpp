@@ -154,6 +154,50 @@ TEST(DeepSpeedRecord, DeepSpeedResumedFromZreprosCheckpointAsZreproGoesOn) {
   EXPECT_GE(checked, 5);
 }
 
+// The from_deepspeed rows of the checkpoint record: real DeepSpeed trained the toy from
+// zrepro's inputs, saved its own checkpoint after step K (kept under
+// conformance/results/deepspeed-checkpoints/CASE/) and went on; today's zrepro, rewriting
+// that checkpoint (`zrepro checkpoint from-deepspeed`, the user's Python torch) and
+// resuming from it, must give DeepSpeed's recorded steps K+1.. within the record's tolerance.
+TEST(DeepSpeedRecord, ZreproResumesFromTheCheckpointDeepSpeedWroteWithDeepSpeedsLosses) {
+  const json rec = load_record("checkpoints");
+  int checked = 0;
+  for (const auto& row : rec["rows"]) {
+    if (!row.contains("from_deepspeed")) continue;
+    const json& f = row["from_deepspeed"];
+    ASSERT_TRUE(f["ok"].get<bool>()) << row["case"] << ": zrepro's resume from DeepSpeed's checkpoint disagreed when recorded";
+    if (!f.contains("fixture")) continue;
+    const std::string name = "conformance_from_ds_" + row["case"].get<std::string>();
+    const std::string imported = zrepro_test::fresh_dir(name) + "/imported";
+    const auto conv = zrepro_test::zrepro_cmd("checkpoint from-deepspeed --input-folder " + std::string(ZREPRO_SOURCE_DIR) +
+                                              "/" + f["fixture"].get<std::string>() + " --output-folder " + imported);
+    ASSERT_EQ(conv.code, 0) << conv.output;
+    std::string flags;  // the recorded run's, without its --save-every N
+    const auto& fl = row["zrepro_flags"];
+    for (size_t i = 0; i < fl.size(); ++i) {
+      if (fl[i] == "--save-every") {
+        ++i;
+        continue;
+      }
+      flags += " " + fl[i].get<std::string>();
+    }
+    const auto r = zrepro_test::zrepro_run(name, row["config"].dump(), flags + " --resume " + imported);
+    ASSERT_EQ(r.code, 0) << r.output;
+    const auto& losses = f["deepspeed_losses"];
+    const auto& norms = f["deepspeed_grad_norms"];
+    ASSERT_EQ(r.summary["steps"].size(), losses.size()) << row["case"];
+    for (size_t i = 0; i < losses.size(); ++i) {
+      const std::string at = row["case"].get<std::string>() + " step " + std::to_string(rec["save_at"].get<int>() + i + 1);
+      EXPECT_LE(rel(r.summary["steps"][i]["loss"].get<double>(), losses[i].get<double>()),
+                f["tolerance"]["loss"].get<double>()) << at;
+      EXPECT_LE(rel(r.summary["steps"][i]["grad_norm"].get<double>(), norms[i].get<double>()),
+                f["tolerance"]["grad_norm"].get<double>()) << at;
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 2) << "rerun scripts/conformance.sh --only checkpoints";
+}
+
 // The universal rows of the checkpoint record: DeepSpeed's ds_to_universal.py wrote what
 // `zrepro checkpoint to-universal` writes (file for file, when recorded), and DeepSpeed
 // resumed from it on 1 rank (saved on 2) with these losses; today's zrepro, saving on 2

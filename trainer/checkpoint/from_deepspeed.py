@@ -28,6 +28,20 @@ import types
 import torch
 
 
+def _init(self, *args):
+    """Class(value): how pickle rebuilds an Enum (ZeroStageEnum); the value kept as .value."""
+    self.value = args[0] if args else None
+    type(self).called_with_value = True
+
+
+def _reduce_ex(self, protocol):
+    """Pickled back as it was read: an Enum as Class(value), any other object as its
+    attributes (NEWOBJ + BUILD), so that Python with DeepSpeed rebuilds the real class."""
+    if getattr(type(self), "called_with_value", False):
+        return type(self), (self.value,)
+    return object.__reduce_ex__(self, protocol)
+
+
 def stand_in(module, name):
     """An empty class named module.name, importable by pickle (a module in sys.modules)."""
     parts = module.split(".")
@@ -35,10 +49,8 @@ def stand_in(module, name):
         sys.modules.setdefault(".".join(parts[:i]), types.ModuleType(".".join(parts[:i])))
     mod = sys.modules[module]
     if not hasattr(mod, name):
-        def __init__(self, *args):  # an Enum is pickled as Class(value)
-            if args:
-                self.value = args[0]
-        setattr(mod, name, type(name, (), {"__module__": module, "__qualname__": name, "__init__": __init__}))
+        setattr(mod, name, type(name, (), {"__module__": module, "__qualname__": name, "__init__": _init,
+                                           "__reduce_ex__": _reduce_ex}))
     return getattr(mod, name)
 
 

@@ -308,3 +308,60 @@ TEST(Checkpoint, ZeroToFp32ConsolidatesTheModelAndModelsItsHostMemory) {
   EXPECT_EQ(at_save.summary["failure"]["phase"], "save");
   EXPECT_FALSE(std::filesystem::exists(dir + "/ck_save/latest"));
 }
+
+// [Note: a checkpoint DeepSpeed wrote] (trainer/app/checkpoint.cpp): a checkpoint real
+// DeepSpeed 0.19.8 saved (kept by conformance/checkpoints.py) is refused by --resume with
+// the command that rewrites it; `zrepro checkpoint from-deepspeed` rewrites it with the
+// user's Python torch and refuses bad input (exit 2, nothing under the final name);
+// zrepro's own checkpoint, rewritten the same way, still resumes bit for bit (the
+// rewrite changes no value zrepro reads). That DeepSpeed's rewritten checkpoint resumes
+// with DeepSpeed's losses is tests/conformance/ (DeepSpeedRecord).
+TEST(Checkpoint, FromDeepSpeedRewritesACheckpointDeepSpeedWroteForResume) {
+  namespace fs = std::filesystem;
+  const std::string fixture = std::string(ZREPRO_SOURCE_DIR) + "/conformance/results/deepspeed-checkpoints/tiny-fp32-stage2";
+  ASSERT_TRUE(fs::exists(fixture + "/global_step2/mp_rank_00_model_states.pt")) << fixture;
+  const std::string cfg = ckpt_config(2, "fp32"), base = "--ranks 2 --model tiny --steps 4";
+  const RunResult raw = zrepro_run("ck_ds_raw", cfg, base + " --resume " + fixture);
+  EXPECT_EQ(raw.code, 2) << raw.output;
+  EXPECT_NE(raw.output.find("zrepro checkpoint from-deepspeed --input-folder " + fixture + "/global_step2"),
+            std::string::npos) << raw.output;
+  const std::string dir = fresh_dir("ck_from_ds");
+  // Bad input: a folder that is no checkpoint, a Python without torch; an output that holds the tag.
+  const Process none = zrepro_cmd("checkpoint from-deepspeed --input-folder " + dir + " --output-folder " + dir + "/x");
+  EXPECT_EQ(none.code, 2) << none.output;
+  EXPECT_NE(none.output.find("neither a checkpoint folder"), std::string::npos) << none.output;
+  const Process no_torch = zrepro_cmd("checkpoint from-deepspeed --input-folder " + fixture + " --output-folder " +
+                                      dir + "/x --python /bin/false");
+  EXPECT_EQ(no_torch.code, 2) << no_torch.output;
+  EXPECT_NE(no_torch.output.find("--python /bin/false: not a Python that imports torch"), std::string::npos)
+      << no_torch.output;
+  fs::create_directories(dir + "/bad/global_step1");
+  std::ofstream(dir + "/bad/global_step1/mp_rank_00_model_states.pt") << "not a zip";
+  const Process bad = zrepro_cmd("checkpoint from-deepspeed --input-folder " + dir + "/bad/global_step1 --output-folder " +
+                                 dir + "/bad_out");
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("torch.load cannot read it"), std::string::npos) << bad.output;
+  EXPECT_FALSE(fs::exists(dir + "/bad_out/global_step1"));
+  EXPECT_FALSE(fs::exists(dir + "/bad_out/latest"));
+  // DeepSpeed's checkpoint: rewritten, then --resume reads it (its losses: tests/conformance/).
+  const Process conv = zrepro_cmd("checkpoint from-deepspeed --input-folder " + fixture + " --output-folder " + dir + "/ds");
+  ASSERT_EQ(conv.code, 0) << conv.output;
+  EXPECT_TRUE(fs::exists(dir + "/ds/global_step2/zero_pp_rank_1_mp_rank_00_optim_states.pt"));
+  const Process again = zrepro_cmd("checkpoint from-deepspeed --input-folder " + fixture + " --output-folder " + dir + "/ds");
+  EXPECT_EQ(again.code, 2) << again.output;
+  EXPECT_NE(again.output.find("already holds global_step2"), std::string::npos) << again.output;
+  // zrepro's own checkpoint through the same rewrite: the same losses, bit for bit.
+  const std::string save = dir + "/own";
+  const RunResult full = zrepro_run("ck_own_full", cfg, base + " --save-every 2 --save-dir " + save);
+  ASSERT_EQ(full.code, 0) << full.output;
+  const Process own = zrepro_cmd("checkpoint from-deepspeed --input-folder " + only_tag(save, "global_step2", dir + "/own2") +
+                                 " --output-folder " + dir + "/own_rewritten");
+  ASSERT_EQ(own.code, 0) << own.output;
+  const RunResult res = zrepro_run("ck_own_res", cfg, base + " --resume " + dir + "/own_rewritten");
+  ASSERT_EQ(res.code, 0) << res.output;
+  ASSERT_EQ(res.summary["steps"].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(full.summary["steps"][i + 2]["loss"].get<double>(), res.summary["steps"][i]["loss"].get<double>());
+    EXPECT_EQ(full.summary["steps"][i + 2]["grad_norm"].get<double>(), res.summary["steps"][i]["grad_norm"].get<double>());
+  }
+}
