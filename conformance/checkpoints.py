@@ -42,7 +42,6 @@ import argparse
 import json
 import os
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -50,14 +49,12 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+from harness import run  # noqa: E402
 
 RANKS, STEPS, SAVE_AT = 2, 4, 2
 # Whose DeepSpeed-written checkpoint is kept under results/deepspeed-checkpoints/ (a
 # stage 1-2 layout and a stage 3 one, fp32 and bf16; about 1.9 MB each).
 FIXTURE_CASES = ("tiny-fp32-stage2", "tiny-bf16-stage3")
-ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
-           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1", DS_ACCELERATOR="cpu",
-           PYTHONUNBUFFERED="1")
 
 
 def cases():
@@ -123,16 +120,6 @@ def worker(a):
 
 # ---------------------------------------------------------------- the driver
 
-def run(cmd, timeout, log):
-    t0 = time.time()
-    with open(log, "w") as f:
-        try:
-            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=ENV, timeout=timeout).returncode
-        except subprocess.TimeoutExpired:
-            rc = None
-    return rc, round(time.time() - t0, 1), open(log, errors="replace").read()
-
-
 def zrepro_names_in_order(inputs):
     """DeepSpeed's module names of zrepro's parameters, in zrepro's flat order (final.npy's)."""
     from ds_model import load
@@ -175,7 +162,7 @@ def resume(case, ckpt, inputs, work, summary, port):
            "--tag", f"global_step{SAVE_AT}", "--first", str(SAVE_AT), "--steps", str(STEPS), "--out", out]
     rc, s, log = run(cmd, 900, os.path.join(work, "deepspeed.log"))
     if rc != 0 or not os.path.exists(out):
-        return {"ok": False, "exit_code": rc, "seconds": s, "log_tail": log[-3000:]}
+        return {"ok": False, "exit_code": rc, "seconds": round(s, 1), "log_tail": log[-3000:]}
     d = json.load(open(out))
     z = summary["steps"][SAVE_AT:]
     tol = case["tolerance"]
@@ -183,7 +170,7 @@ def resume(case, ckpt, inputs, work, summary, port):
     tg = tol if isinstance(tol, float) else tol["grad_norm"]
     loss_diff = max(rel(x["loss"], y["loss"]) for x, y in zip(z, d["steps"]))
     norm_diff = max(rel(x["grad_norm"], y["grad_norm"]) for x, y in zip(z, d["steps"]))
-    return {"ok": loss_diff <= tl and norm_diff <= tg and d["global_steps"] == STEPS, "seconds": s,
+    return {"ok": loss_diff <= tl and norm_diff <= tg and d["global_steps"] == STEPS, "seconds": round(s, 1),
             "deepspeed_global_steps_after": d["global_steps"],
             "zrepro_losses": [x["loss"] for x in z], "deepspeed_losses": [x["loss"] for x in d["steps"]],
             "zrepro_grad_norms": [x["grad_norm"] for x in z], "deepspeed_grad_norms": [x["grad_norm"] for x in d["steps"]],
@@ -393,7 +380,7 @@ def main():
                "--export-inputs"] + flags
         rc, s, log = run(cmd, 600, os.path.join(work, "zrepro.log"))
         row = {"case": case["name"], "model": case["model"], "stage": case["stage"], "precision": case["precision"],
-               "config": case["config"], "zrepro_flags": flags, "zrepro_exit_code": rc, "zrepro_seconds": s,
+               "config": case["config"], "zrepro_flags": flags, "zrepro_exit_code": rc, "zrepro_seconds": round(s, 1),
                "zrepro_command": shlex.join(["zrepro"] + cmd[1:]).replace(work + "/", "WORK/")}
         if rc != 0:
             row["error"] = log[-2000:]

@@ -20,8 +20,11 @@ import cases as C  # noqa: E402
 import record  # noqa: E402
 from compare import compare_mismatch, compare_training  # noqa: E402
 
-ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
-           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1", DS_ACCELERATOR="cpu")
+# The environment of every child the conformance scripts start (zrepro under mpirun as
+# root, DeepSpeed on the CPU accelerator, one thread per rank).
+ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
+           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1", DS_ACCELERATOR="cpu",
+           PYTHONUNBUFFERED="1")
 
 
 def run_flags(case):
@@ -38,6 +41,8 @@ def zrepro_args(case, config_path, out):
 
 
 def run(cmd, timeout, log):
+    """cmd's exit code (None when killed at `timeout` s), its seconds and its output (stdout
+    and stderr, also in the file `log`)."""
     t0 = time.time()
     with open(log, "w") as f:
         try:

@@ -27,10 +27,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from harness import ENV  # noqa: E402
 
-ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1",
-           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1", DS_ACCELERATOR="cpu",
-           PYTHONUNBUFFERED="1")
 WAYS = (("api", None), ("script", "5GB"), ("script", "100MB"))
 # zrepro's modelled peak against the measured RssAnon peak above the interpreter, as a share
 # of the fp32 model. The script path measures ~44 MB (9% of GPT-2's fp32 model) more than its
@@ -85,6 +83,7 @@ def child(a):
 
 
 def run(cmd, log, timeout=900):
+    """Like harness.run, but stdout apart (the child's JSON line) and no timing."""
     with open(log, "w") as f:
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=f, env=ENV, timeout=timeout, text=True)
     return p.returncode, p.stdout

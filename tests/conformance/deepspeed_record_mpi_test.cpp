@@ -73,6 +73,20 @@ double zrepro_figure(const json& row, const zrepro_test::RunResult& r) {
 
 class DeepSpeedRecord : public testing::TestWithParam<std::string> {};
 
+// A checkpoint row's recorded zrepro flags without its --save-every N.
+std::string flags_without_saves(const json& row) {
+  std::string flags;
+  const auto& f = row["zrepro_flags"];
+  for (size_t i = 0; i < f.size(); ++i) {
+    if (f[i] == "--save-every") {
+      ++i;
+      continue;
+    }
+    flags += " " + f[i].get<std::string>();
+  }
+  return flags;
+}
+
 TEST_P(DeepSpeedRecord, ZreproStillAgreesWithRealDeepSpeed) {
   const json rec = load_record(GetParam());
   std::string flags;
@@ -132,15 +146,7 @@ TEST(DeepSpeedRecord, DeepSpeedResumedFromZreprosCheckpointAsZreproGoesOn) {
     ASSERT_TRUE(row["consolidate"]["ok"].get<bool>()) << row["case"] << ": zero_to_fp32 disagreed when recorded";
     if (!row.contains("resume")) continue;
     ASSERT_TRUE(row["resume"]["ok"].get<bool>()) << row["case"] << ": DeepSpeed's resume disagreed when recorded";
-    std::string flags;  // the recorded run's, without its --save-every N (no checkpoint is needed)
-    const auto& f = row["zrepro_flags"];
-    for (size_t i = 0; i < f.size(); ++i) {
-      if (f[i] == "--save-every") {
-        ++i;
-        continue;
-      }
-      flags += " " + f[i].get<std::string>();
-    }
+    const std::string flags = flags_without_saves(row);  // no checkpoint is needed
     const auto r = zrepro_test::zrepro_run("conformance_ckpt_" + row["case"].get<std::string>(), row["config"].dump(), flags);
     ASSERT_EQ(r.code, 0) << r.output;
     const auto& theirs = row["resume"]["deepspeed_losses"];
@@ -172,15 +178,7 @@ TEST(DeepSpeedRecord, ZreproResumesFromTheCheckpointDeepSpeedWroteWithDeepSpeeds
     const auto conv = zrepro_test::zrepro_cmd("checkpoint from-deepspeed --input-folder " + std::string(ZREPRO_SOURCE_DIR) +
                                               "/" + f["fixture"].get<std::string>() + " --output-folder " + imported);
     ASSERT_EQ(conv.code, 0) << conv.output;
-    std::string flags;  // the recorded run's, without its --save-every N
-    const auto& fl = row["zrepro_flags"];
-    for (size_t i = 0; i < fl.size(); ++i) {
-      if (fl[i] == "--save-every") {
-        ++i;
-        continue;
-      }
-      flags += " " + fl[i].get<std::string>();
-    }
+    const std::string flags = flags_without_saves(row);
     const auto r = zrepro_test::zrepro_run(name, row["config"].dump(), flags + " --resume " + imported);
     ASSERT_EQ(r.code, 0) << r.output;
     const auto& losses = f["deepspeed_losses"];
