@@ -10,7 +10,7 @@ unpickler cannot follow Python:
   - an OrderedDict (a state_dict, param_shapes, param_slice_mappings) becomes a dict with the
     same items in the same order; a state_dict's `_metadata` attribute (module versions for
     load_state_dict) is dropped;
-  - a set (sparse_tensor_module_names) becomes a sorted list;
+  - a set becomes a list (sorted by repr: the same file gives the same bytes);
   - a torch.Size is pickled as torch.Size(list): zrepro's own files' form, which LibTorch reads
     as an int list (Python's own is torch.Size(tuple)).
 Tensors, numbers, strings and DeepSpeed's objects (LossScaler, ZeroStageEnum,
@@ -88,7 +88,7 @@ def plain(x):
     if isinstance(x, tuple):
         return tuple(plain(v) for v in x)
     if isinstance(x, (set, frozenset)):
-        return sorted(plain(v) for v in x)
+        return sorted((plain(v) for v in x), key=repr)
     if hasattr(x, "__dict__") and not isinstance(x, type):
         x.__dict__ = plain(vars(x))
     return x
