@@ -12,7 +12,9 @@
 // is the user's]), which loads each file with torch.load and writes it again with plain
 // dicts (DeepSpeed itself need not be installed), into OUT/.TAG.partial/, renamed to
 // OUT/TAG once every file is written; then OUT/latest names TAG. The tensors and every
-// value zrepro reads are DeepSpeed's, unchanged; the files still load in DeepSpeed.
+// value zrepro reads are DeepSpeed's, unchanged; the files still load in DeepSpeed (its
+// zero_to_fp32 gives the same state dict: conformance/checkpoints.py). The script is the
+// source tree's, or $ZREPRO_FROM_DEEPSPEED_SCRIPT.
 #include <filesystem>
 #include <iostream>
 
