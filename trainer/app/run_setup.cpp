@@ -362,6 +362,7 @@ void print_header(RunState& s) {
             << " layers, hidden " << model.hidden << ", heads " << model.heads << ", seq " << model.seq << ", vocab "
             << model.vocab << "\n"
             << "[zrepro] assumed: " << model.assumptions() << "\n";
+  for (const std::string& a : cfg.assumed) std::cout << "[zrepro] assumed: " << a << "\n";
   if (model.moe()) {
     const ExpertFetch f = expert_fetch(model, cfg.zero);
     std::cout << "[zrepro] experts: " << model.experts << " per block, " << model.experts_per_tok << " per token ("

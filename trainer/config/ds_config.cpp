@@ -1012,6 +1012,30 @@ void warn_assumed_autos(Loader& L, const DsConfig& c) {
                "; the Hugging Face Trainer fills it from " + k.trainer + ": give " + k.flag + " as the job does");
 }
 
+// [Note: what the file leaves to the script] (ds_config.h).
+void say_what_the_script_owns(const json& root, const ConfigFlags& flags, DsConfig& c) {
+  const bool trainer = !flags.accelerate;
+  const OptimizerConfig& o = c.optimizer;
+  if (!root.contains("optimizer"))
+    c.assumed.push_back(
+        "no \"optimizer\" in the file, so the job's script brings its own" +
+        std::string(trainer ? " (the Hugging Face Trainer: torch AdamW, in two groups with weight decay off for "
+                              "biases and norm weights)"
+                            : "") +
+        "; zrepro runs AdamW (lr " + json(o.lr).dump() + ", betas " + json(o.beta1).dump() + ", " +
+        json(o.beta2).dump() + ", eps " + json(o.eps).dump() + ", weight decay " + json(o.weight_decay).dump() +
+        ") on every parameter in one group" +
+        (o.weight_decay > 0 && trainer ? ": biases and norm weights decay too, as they would not in the Trainer's"
+                                       : ""));
+  if (!root.contains("scheduler"))
+    c.assumed.push_back(
+        "no \"scheduler\" in the file, so the job's script brings its own" +
+        std::string(trainer ? " (the Hugging Face Trainer: lr_scheduler_type, default linear decay to 0 over the run "
+                              "after warmup_steps)"
+                            : "") +
+        "; zrepro keeps the lr at " + json(o.lr).dump());
+}
+
 }  // namespace
 
 DsConfig parse_ds_config(const std::string& text, const std::string& name, const ConfigFlags& flags) {
@@ -1051,6 +1075,7 @@ DsConfig parse_ds_config(const std::string& text, const std::string& name, const
   load_batch(L, top, flags, name, c);
   load_sections(L, top, c);
   warn_assumed_autos(L, c);
+  say_what_the_script_owns(root, flags, c);
   for (const auto& n : flags.training_args_notes) L.warn(n);
   return c;
 }
@@ -1122,7 +1147,7 @@ nlohmann::json DsConfig::effective_json() const {
     list.push_back(j);
   }
   return {{"file", file}, {"world_size", world_size}, {"resolved", resolved_json()}, {"entries", list},
-          {"warnings", warnings}};
+          {"warnings", warnings}, {"assumed", assumed}};
 }
 
 }  // namespace zrepro

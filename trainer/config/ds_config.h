@@ -84,10 +84,16 @@ struct DsConfig {
 
   std::vector<ConfigEntry> entries;   // every resolved value, in load order
   std::vector<std::string> warnings;  // deprecated keys, unknown keys, flag overrides
+  // [Note: what the file leaves to the script] A config without "optimizer" or "scheduler"
+  // leaves them to the job's script (the Hugging Face Trainer then creates torch AdamW,
+  // weight decay off for biases and norm weights, and its own lr schedule, linear decay
+  // by default); zrepro runs DeepSpeed's AdamW on every parameter and a constant lr. One
+  // line each, said by run ("[zrepro] assumed: ...") and in summary.json.
+  std::vector<std::string> assumed;
 
   // Nested DeepSpeed JSON of the resolved values (feedable back to DeepSpeed).
   nlohmann::json resolved_json() const;
-  // {"resolved": ..., "entries": [{key, value, source, note}], "warnings": [...]}
+  // {"resolved": ..., "entries": [{key, value, source, note}], "warnings": [...], "assumed": [...]}
   nlohmann::json effective_json() const;
 };
 

@@ -102,3 +102,24 @@ TEST(TrainingArgs, ABadFileIsNamedWithTheKeyAndWhatWasExpected) {
               std::string::npos) << e.what();
   }
 }
+
+// [Note: what the file leaves to the script] (ds_config.h): a config without "optimizer" or
+// "scheduler" says that the job's script brings them and what zrepro runs instead.
+TEST(TrainingArgs, AConfigWithoutOptimizerOrSchedulerSaysWhatZreproRunsInstead) {
+  ConfigFlags f;
+  f.weight_decay = 0.1;
+  const DsConfig c = parse_ds_config(R"({"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2}})",
+                                     "ds.json", f);
+  ASSERT_EQ(c.assumed.size(), 2u);
+  EXPECT_NE(c.assumed[0].find("no \"optimizer\" in the file"), std::string::npos) << c.assumed[0];
+  EXPECT_NE(c.assumed[0].find("weight decay off for biases and norm weights"), std::string::npos) << c.assumed[0];
+  EXPECT_NE(c.assumed[0].find("biases and norm weights decay too"), std::string::npos) << "weight decay 0.1 differs";
+  EXPECT_NE(c.assumed[1].find("no \"scheduler\" in the file"), std::string::npos) << c.assumed[1];
+  EXPECT_EQ(c.effective_json()["assumed"].size(), 2u) << "summary.json's effective_config says it too";
+  const DsConfig full = parse_ds_config(kHfConfig, "ds.json", ConfigFlags{});
+  ASSERT_EQ(full.assumed.size(), 1u) << "the optimizer is the file's";
+  EXPECT_NE(full.assumed[0].find("\"scheduler\""), std::string::npos);
+  const DsConfig no_decay = parse_ds_config(R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 1}})",
+                                           "ds.json", ConfigFlags{});
+  EXPECT_EQ(no_decay.assumed[0].find("decay too"), std::string::npos) << "no decay, no difference to name";
+}
