@@ -90,8 +90,23 @@ struct OptimizerConfig {
   bool bias_correction = true;
 };
 
+// [Note: the Trainer's schedule] A DeepSpeed config without "scheduler" run by the Hugging
+// Face Trainer trains under the Trainer's own schedule (transformers' get_scheduler from the
+// job's lr_scheduler_type, default linear; warmup from warmup_steps, or a ratio of the
+// steps), a LambdaLR: the lr is the optimizer's lr times lambda(s), s the number of steps
+// applied so far, so the first step runs at lambda(0) (0 under a warmup). With the file's
+// "optimizer" the Trainer hands the scheduler to DeepSpeed (which steps it and saves its
+// state_dict in the checkpoint); without, the Trainer steps it itself after each applied
+// step and saves it beside DeepSpeed's checkpoint (DeepSpeed's lr_scheduler is None).
 struct SchedulerConfig {
-  std::string type;  // empty: constant lr | WarmupLR | WarmupDecayLR | WarmupCosineLR
+  // empty: constant lr | WarmupLR | WarmupDecayLR | WarmupCosineLR (DeepSpeed's), or with
+  // trainer: linear | cosine | constant | constant_with_warmup | cosine_with_min_lr.
+  std::string type;
+  bool trainer = false;            // the Trainer's schedule (type is its lr_scheduler_type)
+  bool in_deepspeed_state = false; // trainer: DeepSpeed steps and saves it (the file has "optimizer")
+  double num_cycles = 0.5;         // trainer cosine: lr_scheduler_kwargs num_cycles
+  double min_lr_rate = 0.0;        // trainer cosine_with_min_lr: min_lr_rate, or min_lr / lr
+  double min_lr = -1.0;            // trainer cosine_with_min_lr: min_lr when given (else < 0)
   double warmup_min_lr = 0.0;
   double warmup_max_lr = 0.001;
   int64_t warmup_num_steps = 1000;

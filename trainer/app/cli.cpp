@@ -41,7 +41,8 @@ void add_config_flags(cxxopts::Options& o) {
       ("training-args", "the job's Hugging Face TrainingArguments as JSON (trainer.args.to_json_string(), or the "
                         "keys the script sets): fills \"auto\" as the Trainer does (per_device_train_batch_size, "
                         "gradient_accumulation_steps, bf16/fp16, learning_rate, max_grad_norm, ...), turns on "
-                        "gradient_checkpointing, max_seq_length sets --seq; a flag given wins",
+                        "gradient_checkpointing, max_seq_length sets --seq; a config without \"scheduler\" runs "
+                        "the Trainer's lr_scheduler_type (warmup_steps, warmup_ratio); a flag given wins",
        cxxopts::value<std::string>())
       ("launcher", "who fills the config's \"auto\" values: trainer (the Hugging Face Trainer's rules, with "
                    "--training-args) or accelerate (Accelerate's DeepSpeed plugin and prepare(), with "

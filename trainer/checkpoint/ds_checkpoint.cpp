@@ -12,6 +12,7 @@
 #include "trainer/checkpoint/pt_file.h"
 #include "trainer/checkpoint/universal.h"
 #include "trainer/config/user_file.h"
+#include "zero/lr_schedule.h"
 #include "zero/schedule/partition.h"
 
 namespace zrepro {
@@ -178,6 +179,35 @@ c10::impl::GenericDict optim_states(ZeroEngine& engine, const ModelSpec& spec, c
   return sd;
 }
 
+// What DeepSpeed saves as "lr_scheduler": None without one (or a Trainer schedule the
+// Trainer steps itself), its own scheduler's last_batch_iteration, or the state_dict of the
+// Trainer's LambdaLR handed to it ([Note: the Trainer's schedule], zero_config.h).
+IValue lr_scheduler_state(const DsConfig& cfg, ZeroEngine& engine) {
+  const SchedulerConfig& sc = cfg.scheduler;
+  if (sc.type.empty() || (sc.trainer && !sc.in_deepspeed_state)) return IValue();
+  const int64_t it = engine.counters().lr_iteration;
+  c10::impl::GenericDict lr = str_dict();
+  if (!sc.trainer) {
+    lr.insert("last_batch_iteration", it);
+    return lr;
+  }
+  auto one = [](double v) {
+    c10::impl::GenericList l(c10::FloatType::get());
+    l.push_back(v);
+    return l;
+  };
+  lr.insert("base_lrs", one(cfg.optimizer.lr));
+  lr.insert("last_epoch", it + 1);
+  lr.insert("_step_count", it + 2);
+  lr.insert("_is_initial", false);
+  lr.insert("_get_lr_called_within_step", false);
+  lr.insert("_last_lr", one(LrSchedule(sc, cfg.optimizer.lr).lr_at(it)));
+  c10::impl::GenericList lambdas(c10::AnyType::get());
+  lambdas.push_back(str_dict());  // a functools.partial's __dict__
+  lr.insert("lr_lambdas", lambdas);
+  return lr;
+}
+
 c10::impl::GenericDict model_states(ZeroEngine& engine, const ModelSpec& spec, const DsConfig& cfg,
                                     const CheckpointMeta& meta) {
   const int stage = static_cast<int>(cfg.zero.stage);
@@ -212,13 +242,7 @@ c10::impl::GenericDict model_states(ZeroEngine& engine, const ModelSpec& spec, c
   if (spec.tied) shared.insert(tied_head_name(spec), std::string("model.embed_tokens.weight"));
   sd.insert("shared_params", shared);
   sd.insert("frozen_param_fragments", stage == 1 ? IValue() : IValue(empty()));
-  if (cfg.scheduler.type.empty()) {
-    sd.insert("lr_scheduler", IValue());
-  } else {
-    c10::impl::GenericDict lr = str_dict();
-    lr.insert("last_batch_iteration", engine.counters().lr_iteration);
-    sd.insert("lr_scheduler", lr);
-  }
+  sd.insert("lr_scheduler", lr_scheduler_state(cfg, engine));
   sd.insert("data_sampler", IValue());
   sd.insert("random_ltd", IValue());
   sd.insert("skipped_steps", meta.skipped_steps);
@@ -370,8 +394,11 @@ void read_model_states(const ModelSpec& spec, int stage, int world, int rank, co
   auto gs = ms.find("global_samples");
   r.meta.global_samples = gs != ms.end() && gs->value().isInt() ? gs->value().toInt() : 0;
   auto lr = ms.find("lr_scheduler");
-  if (lr != ms.end() && lr->value().isGenericDict())
-    out.lr_scheduler = dict_at(lr->value().toGenericDict(), "last_batch_iteration", mfile);
+  if (lr != ms.end() && lr->value().isGenericDict()) {
+    const c10::impl::GenericDict d = lr->value().toGenericDict();
+    out.lr_scheduler = d.contains("last_epoch") ? IValue(dict_at(d, "last_epoch", mfile).toInt() - 1)  // a LambdaLR
+                                                : dict_at(d, "last_batch_iteration", mfile);
+  }
   const std::vector<CheckpointParam> params = checkpoint_params(spec), saved = saved_params(ms, mfile);
   for (size_t i = 0; i < std::max(saved.size(), params.size()); ++i) {
     const bool same = i < saved.size() && i < params.size() && saved[i].name == params[i].name &&

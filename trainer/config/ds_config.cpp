@@ -676,6 +676,15 @@ BatchTriple derive_batch_triple(std::optional<int64_t> tb, std::optional<int64_t
 
 namespace {
 
+// The Trainer's warmup: get_warmup_steps (warmup_steps, else ceil(steps x ratio)).
+// The steps a schedule spans: the Trainer's max_steps, else --steps.
+int64_t schedule_steps(const ConfigFlags& flags) { return flags.trainer_total_steps.value_or(flags.total_steps); }
+
+std::optional<int64_t> trainer_warmup_steps(const ConfigFlags& flags) {
+  if (flags.warmup_steps || !flags.warmup_ratio) return flags.warmup_steps;
+  return static_cast<int64_t>(std::ceil(static_cast<double>(schedule_steps(flags)) * *flags.warmup_ratio));
+}
+
 json parse_json(const std::string& text, const std::string& name) {
   json root;
   // DeepSpeed loads its config with an object_pairs_hook that refuses a key given twice in
@@ -735,11 +744,13 @@ void register_flags(Loader& L, const ConfigFlags& flags) {
   flag_or_auto("optimizer.params.eps", "--adam-eps", flags.adam_eps, 1e-8);
   flag_or_auto("optimizer.params.betas.0", "--adam-beta1", flags.adam_beta1, 0.9);
   flag_or_auto("optimizer.params.betas.1", "--adam-beta2", flags.adam_beta2, 0.999);
-  flag_or_auto("scheduler.params.warmup_num_steps", "--warmup-steps", flags.warmup_steps, int64_t{0});
+  flag_or_auto("scheduler.params.warmup_num_steps", "--warmup-steps", trainer_warmup_steps(flags), int64_t{0});
   if (flags.zero_stage) L.overrides["zero_optimization.stage"] = {*flags.zero_stage, "--zero-stage"};
   L.autos["scheduler.params.warmup_min_lr"] = {0.0, "0, as the HF integration sets it"};
   L.autos["scheduler.params.warmup_max_lr"] = {flags.lr.value_or(kAutoLr), flags.lr ? "from --lr" : "default of --lr"};
-  L.autos["scheduler.params.total_num_steps"] = {flags.total_steps, "from --steps"};
+  L.autos["scheduler.params.total_num_steps"] = {schedule_steps(flags), flags.trainer_total_steps
+                                                                           ? "from the Trainer's max_steps"
+                                                                           : "from --steps"};
   if (flags.precision) {
     const std::string& p = *flags.precision;
     if (p != "fp32" && p != "fp16" && p != "bf16")
@@ -1012,9 +1023,19 @@ void warn_assumed_autos(Loader& L, const DsConfig& c) {
                "; the Hugging Face Trainer fills it from " + k.trainer + ": give " + k.flag + " as the job does");
 }
 
+// [Note: the Trainer's schedule] (zero_config.h): where the file has no "scheduler".
+void use_trainer_schedule(const json& root, const ConfigFlags& flags, DsConfig& c) {
+  if (root.contains("scheduler") || !flags.trainer_scheduler) return;
+  c.scheduler = *flags.trainer_scheduler;
+  c.scheduler.warmup_num_steps = trainer_warmup_steps(flags).value_or(0);
+  c.scheduler.total_num_steps = schedule_steps(flags);
+  c.scheduler.in_deepspeed_state = root.contains("optimizer");
+  if (c.scheduler.min_lr >= 0) c.scheduler.min_lr_rate = c.scheduler.min_lr / c.optimizer.lr;
+}
+
 // [Note: what the file leaves to the script] (ds_config.h).
 void say_what_the_script_owns(const json& root, const ConfigFlags& flags, DsConfig& c) {
-  const bool trainer = !flags.accelerate;
+  const bool trainer = !flags.accelerate || !flags.training_args_file.empty();
   const OptimizerConfig& o = c.optimizer;
   if (!root.contains("optimizer"))
     c.assumed.push_back(
@@ -1027,13 +1048,25 @@ void say_what_the_script_owns(const json& root, const ConfigFlags& flags, DsConf
         ") on every parameter in one group" +
         (o.weight_decay > 0 && trainer ? ": biases and norm weights decay too, as they would not in the Trainer's"
                                        : ""));
-  if (!root.contains("scheduler"))
+  const SchedulerConfig& sc = c.scheduler;
+  if (sc.trainer)
+    c.assumed.push_back("no \"scheduler\" in the file: the Trainer's own " + sc.type + " schedule (lr_scheduler_type in " +
+                        flags.training_args_file + "), warmup " + std::to_string(sc.warmup_num_steps) + " of " +
+                        std::to_string(sc.total_num_steps) + " steps (" +
+                        (flags.trainer_total_steps ? "max_steps; the run takes the first " +
+                                                         std::to_string(flags.total_steps)
+                                                   : std::string("--steps: give max_steps for the job's own count")) +
+                        "), stepped " +
+                        (sc.in_deepspeed_state ? "by DeepSpeed and saved in its checkpoint"
+                                               : "by the Trainer after each applied step"));
+  else if (!root.contains("scheduler"))
     c.assumed.push_back(
         "no \"scheduler\" in the file, so the job's script brings its own" +
         std::string(trainer ? " (the Hugging Face Trainer: lr_scheduler_type, default linear decay to 0 over the run "
                               "after warmup_steps)"
                             : "") +
-        "; zrepro keeps the lr at " + json(o.lr).dump());
+        "; zrepro keeps the lr at " + json(o.lr).dump() +
+        (trainer ? " (--training-args with the job's arguments runs the Trainer's schedule)" : ""));
 }
 
 }  // namespace
@@ -1075,6 +1108,7 @@ DsConfig parse_ds_config(const std::string& text, const std::string& name, const
   load_batch(L, top, flags, name, c);
   load_sections(L, top, c);
   warn_assumed_autos(L, c);
+  use_trainer_schedule(root, flags, c);
   say_what_the_script_owns(root, flags, c);
   for (const auto& n : flags.training_args_notes) L.warn(n);
   return c;

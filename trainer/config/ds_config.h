@@ -57,6 +57,14 @@ struct ConfigFlags {
   // fills it ([Note: "auto" as Accelerate fills it], accelerate_config.h); unset: as the
   // Hugging Face Trainer does.
   std::optional<AccelerateConfig> accelerate;
+  // --training-args: the Trainer's own lr schedule, run where the file has no "scheduler"
+  // ([Note: the Trainer's schedule], zero_config.h; its warmup and total steps are filled
+  // when the config resolves). warmup_ratio: the Trainer's warmup as a share of --steps.
+  std::optional<SchedulerConfig> trainer_scheduler;
+  std::optional<double> warmup_ratio;
+  // The Trainer's max_steps: its schedule (and "auto" total_num_steps) spans the job's
+  // steps, of which the run takes the first --steps; unset: it spans --steps.
+  std::optional<int64_t> trainer_total_steps;
 };
 
 struct DsConfig {

@@ -9,7 +9,7 @@
 // train_batch_size as world x micro x accumulation, gradient_clipping from max_grad_norm,
 // the optimizer's lr / betas / eps / weight_decay from learning_rate, adam_beta1,
 // adam_beta2, adam_epsilon, weight_decay, fp16.enabled / bf16.enabled from fp16 / bf16
-// (neither: fp32) and the scheduler's warmup from warmup_steps. zrepro's flags are the
+// (neither: fp32) and the scheduler's warmup from warmup_steps (or warmup_ratio). zrepro's flags are the
 // same knobs: a flag given on the command line wins over the file (and is said), a key
 // the file lacks keeps zrepro's default (and its "auto" warning). gradient_checkpointing
 // turns on activation checkpointing; TRL's max_seq_length sets the sequence. Accelerate
@@ -33,6 +33,12 @@ struct TrainingArgs {
   // Present in the TrainingArguments of transformers releases that normalise the loss by
   // num_items_in_batch: true gathers the count over the ranks (trainer/loop/loss_normalization.h).
   std::optional<bool> average_tokens_across_devices;
+  // The Trainer's lr schedule (used where the DeepSpeed config has no "scheduler"):
+  // lr_scheduler_type (default linear) and its lr_scheduler_kwargs; warmup_steps below 1
+  // (transformers 5) or warmup_ratio (4.x) is a share of the training steps.
+  SchedulerConfig scheduler;
+  std::optional<double> warmup_ratio;
+  std::optional<int64_t> max_steps;  // the job's training steps, when the file gives them (> 0)
 };
 
 // Throws ConfigError naming the file, the key, the value and what was expected.

@@ -65,6 +65,48 @@ TEST(Checkpoint, AResumedRunContinuesTheLossCurveBitForBit) {
   }
 }
 
+// [Note: the Trainer's schedule] (zero/zero_config.h): under the Trainer's own schedule a
+// resume continues the lr and the losses bit for bit, whether DeepSpeed holds the
+// schedule's state (the file has "optimizer": a LambdaLR state_dict in the checkpoint) or
+// the Trainer does (no "optimizer": DeepSpeed saves None and the steps taken are the state).
+TEST(Checkpoint, UnderTheTrainersScheduleAResumeContinuesTheLr) {
+  const std::string args = testing::TempDir() + "/ck_sched_args.json";
+  std::ofstream(args) << R"({"learning_rate": 0.002, "lr_scheduler_type": "cosine", "warmup_steps": 2})";
+  for (const bool ds_optimizer : {true, false}) {
+    const std::string name = std::string("ck_sched_") + (ds_optimizer ? "ds" : "trainer");
+    const std::string cfg = std::string(R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2})") +
+                            (ds_optimizer ? R"(, "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}})" : "}");
+    const std::string base = "--ranks 2 --model tiny --seq 8 --steps 5 --training-args " + args;
+    const std::string save = testing::TempDir() + "/" + name + "_save";
+    std::filesystem::remove_all(save);
+    const RunResult full = zrepro_run(name + "_full", cfg, base + " --save-every 3 --save-dir " + save);
+    ASSERT_EQ(full.code, 0) << full.output;
+    EXPECT_NE(full.output.find("the Trainer's own cosine schedule"), std::string::npos) << full.output;
+    const auto& a = full.summary["steps"];
+    EXPECT_EQ(a[0]["lr"].get<double>(), 0.0) << "the first step of a warmup runs at lambda(0)";
+    EXPECT_EQ(a[2]["lr"].get<double>(), 0.002);
+    EXPECT_LT(a[4]["lr"].get<double>(), a[3]["lr"].get<double>()) << "cosine decay after the warmup";
+    const c10::IValue ms = zrepro::read_pt(save + "/global_step3/mp_rank_00_model_states.pt");
+    const c10::IValue lr = ms.toGenericDict().at("lr_scheduler");
+    if (ds_optimizer) {
+      ASSERT_TRUE(lr.isGenericDict());
+      EXPECT_EQ(lr.toGenericDict().at("last_epoch").toInt(), 3);
+      EXPECT_EQ(lr.toGenericDict().at("_step_count").toInt(), 4);
+    } else {
+      EXPECT_TRUE(lr.isNone()) << "the Trainer saves its scheduler beside DeepSpeed's checkpoint";
+    }
+    const std::string from3 = only_tag(save, "global_step3", testing::TempDir() + "/" + name + "_from3");
+    const RunResult res = zrepro_run(name + "_res", cfg, base + " --resume " + from3);
+    ASSERT_EQ(res.code, 0) << res.output;
+    const auto& b = res.summary["steps"];
+    ASSERT_EQ(b.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(a[i + 3]["lr"].get<double>(), b[i]["lr"].get<double>()) << name << " step " << i + 4;
+      EXPECT_EQ(a[i + 3]["loss"].get<double>(), b[i]["loss"].get<double>()) << name << " step " << i + 4;
+    }
+  }
+}
+
 TEST(Checkpoint, WhatDeepSpeedRefusesIsRefusedWithItsMessage) {
   const std::string save = testing::TempDir() + "/ck_refuse";
   std::filesystem::remove_all(save);

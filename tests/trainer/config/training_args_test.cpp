@@ -9,6 +9,7 @@
 
 #include "device/base/errors.h"
 #include "trainer/config/training_args.h"
+#include "zero/lr_schedule.h"
 
 using namespace zrepro;
 
@@ -122,4 +123,66 @@ TEST(TrainingArgs, AConfigWithoutOptimizerOrSchedulerSaysWhatZreproRunsInstead) 
   const DsConfig no_decay = parse_ds_config(R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 1}})",
                                            "ds.json", ConfigFlags{});
   EXPECT_EQ(no_decay.assumed[0].find("decay too"), std::string::npos) << "no decay, no difference to name";
+}
+
+// [Note: the Trainer's schedule] (zero/zero_config.h): a config without "scheduler" run with
+// the job's TrainingArguments steps the lr as transformers' get_scheduler does, step for
+// step, against transformers' own figures (conformance/results/trainer_schedules.json,
+// recorded by conformance/trainer_schedules.py).
+TEST(TrainingArgs, WithoutASchedulerTheLrIsTheTrainersOwnScheduleStepForStep) {
+  std::ifstream in(std::string(ZREPRO_SOURCE_DIR) + "/conformance/results/trainer_schedules.json");
+  ASSERT_TRUE(in) << "the record of transformers' schedules";
+  const nlohmann::json record = nlohmann::json::parse(in);
+  ASSERT_GE(record["cases"].size(), 9u);
+  for (const auto& c : record["cases"]) {
+    const std::string name = c["name"];
+    ConfigFlags f;
+    f.total_steps = c["steps"];
+    apply_training_args(load_training_args(file("sched.json", c["training_args"].dump())), f);
+    const DsConfig cfg = parse_ds_config(R"({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW",
+        "params": {"lr": "auto"}}})", "ds.json", f);
+    ASSERT_TRUE(cfg.scheduler.trainer) << name;
+    EXPECT_EQ(cfg.scheduler.warmup_num_steps, c["warmup_steps"].get<int64_t>()) << name;
+    const LrSchedule s(cfg.scheduler, cfg.optimizer.lr);
+    const auto& lrs = c["lrs"];
+    for (size_t k = 0; k < lrs.size(); ++k)  // step k runs at DeepSpeed's iteration k - 1
+      EXPECT_NEAR(s.lr_at(int64_t(k) - 1), lrs[k].get<double>(), 1e-15) << name << " step " << k;
+    const double last_lr = c["state_dict_after_2_steps"]["_last_lr"][0];
+    EXPECT_NEAR(s.lr_at(1), last_lr, 1e-15) << name << ": the lr a LambdaLR saved after 2 steps holds";
+  }
+  // With the job's max_steps the schedule spans the job, and the run takes its first steps.
+  ConfigFlags g;
+  g.total_steps = 4;
+  apply_training_args(load_training_args(file("max_steps.json", R"({"max_steps": 100, "warmup_steps": 0.1})")), g);
+  const DsConfig m = parse_ds_config(R"({"train_micro_batch_size_per_gpu": 1})", "ds.json", g);
+  EXPECT_EQ(m.scheduler.total_num_steps, 100);
+  EXPECT_EQ(m.scheduler.warmup_num_steps, 10) << "ceil(100 x 0.1)";
+  ASSERT_EQ(m.assumed.size(), 2u);
+  EXPECT_NE(m.assumed[1].find("warmup 10 of 100 steps (max_steps; the run takes the first 4)"), std::string::npos)
+      << m.assumed[1];
+}
+
+// A schedule zrepro does not run, or kwargs it does not take, are refused naming the key.
+TEST(TrainingArgs, AScheduleZreproDoesNotRunIsRefusedNamingTheKey) {
+  auto refused = [](const std::string& text, const std::string& what) {
+    try {
+      load_training_args(file("bad_sched.json", text));
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  refused(R"({"lr_scheduler_type": "polynomial"})", "lr_scheduler_type is \"polynomial\"; zrepro runs constant, constant_with_warmup, cosine");
+  refused(R"({"lr_scheduler_type": "cosine", "lr_scheduler_kwargs": {"power": 2}})", "lr_scheduler_kwargs has power = 2");
+  refused(R"({"lr_scheduler_type": "cosine_with_min_lr"})", "needs exactly one of min_lr and min_lr_rate");
+  refused(R"({"warmup_steps": 1.5})", "warmup_steps is 1.5, expected an integer >= 0 or a share");
+  refused(R"({"warmup_ratio": 1.0})", "warmup_ratio is 1.0, expected [0, 1)");
+  // The file's "scheduler" wins over the Trainer's: transformers hands DeepSpeed its own.
+  ConfigFlags f;
+  f.total_steps = 10;
+  apply_training_args(load_training_args(file("sched_ok.json", R"({"lr_scheduler_type": "cosine"})")), f);
+  const DsConfig c = parse_ds_config(R"({"train_micro_batch_size_per_gpu": 1, "scheduler": {"type": "WarmupLR",
+      "params": {"warmup_num_steps": 2}}})", "ds.json", f);
+  EXPECT_FALSE(c.scheduler.trainer);
+  EXPECT_EQ(c.scheduler.type, "WarmupLR");
 }
