@@ -31,6 +31,16 @@ const char* kArgs = R"({"output_dir": "out", "per_device_train_batch_size": 2, "
     "learning_rate": 2e-05, "weight_decay": 0.1, "max_grad_norm": 0.3, "bf16": true, "fp16": false,
     "gradient_checkpointing": true, "max_seq_length": 2048, "report_to": ["none"], "deepspeed": "ds.json"})";
 
+// load_training_args refuses `text`, saying `what`.
+void refused(const std::string& text, const std::string& what) {
+  try {
+    load_training_args(file("bad.json", text));
+    ADD_FAILURE() << "accepted: " << text;
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 
 TEST(TrainingArgs, AutoIsFilledAsTheTrainerFillsIt) {
@@ -80,14 +90,6 @@ TEST(TrainingArgs, AFlagWinsAndAContradictingConfigIsRefusedAsTransformersDoes) 
 }
 
 TEST(TrainingArgs, ABadFileIsNamedWithTheKeyAndWhatWasExpected) {
-  auto refused = [](const std::string& text, const std::string& what) {
-    try {
-      load_training_args(file("bad.json", text));
-      ADD_FAILURE() << "accepted: " << text;
-    } catch (const ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
-  };
   refused(R"({"per_device_train_batch_size": "8"})", "per_device_train_batch_size is \"8\", expected an integer > 0");
   refused(R"({"per_device_train_batch_size": 0})", "expected an integer > 0");
   refused(R"({"bf16": true, "fp16": true})", "bf16 and fp16 are both true");
@@ -164,14 +166,6 @@ TEST(TrainingArgs, WithoutASchedulerTheLrIsTheTrainersOwnScheduleStepForStep) {
 
 // A schedule zrepro does not run, or kwargs it does not take, are refused naming the key.
 TEST(TrainingArgs, AScheduleZreproDoesNotRunIsRefusedNamingTheKey) {
-  auto refused = [](const std::string& text, const std::string& what) {
-    try {
-      load_training_args(file("bad_sched.json", text));
-      ADD_FAILURE() << "accepted: " << text;
-    } catch (const ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
-  };
   refused(R"({"lr_scheduler_type": "polynomial"})", "lr_scheduler_type is \"polynomial\"; zrepro runs constant, constant_with_warmup, cosine");
   refused(R"({"lr_scheduler_type": "cosine", "lr_scheduler_kwargs": {"power": 2}})", "lr_scheduler_kwargs has power = 2");
   refused(R"({"lr_scheduler_type": "cosine_with_min_lr"})", "needs exactly one of min_lr and min_lr_rate");
