@@ -8,9 +8,11 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 
 #include "tests/support/process.h"
 #include "trainer/checkpoint/pt_file.h"
+#include "trainer/runtime/torch_python.h"
 
 using namespace zrepro_test;
 
@@ -65,6 +67,40 @@ TEST(Checkpoint, AResumedRunContinuesTheLossCurveBitForBit) {
   }
 }
 
+// Python torch's own LambdaLR, given the saved "lr_scheduler" state (as DeepSpeed's
+// load_checkpoint gives it) and the same cosine lambda (warmup 2 of 5 steps), runs the next
+// two steps at zrepro's lrs. The file is read with from_deepspeed.py's stand-ins for
+// DeepSpeed's classes, so DeepSpeed need not be installed.
+void expect_lambda_lr_continues(const std::string& pt, double step4_lr, double step5_lr) {
+  std::string python;
+  try {
+    python = zrepro::find_torch_python("--python", "", testing::TempDir() + "/ck_sched_python.log").python;
+  } catch (const std::exception& e) {
+    GTEST_SKIP() << "no Python torch to check the LambdaLR state with: " << e.what();
+  }
+  const std::string script = testing::TempDir() + "/ck_sched_lambda.py";
+  std::ofstream(script) << "import math, sys, torch\nsys.path.insert(0, '" << ZREPRO_SOURCE_DIR
+                        << "/trainer/checkpoint')\nimport from_deepspeed as f\n"
+                           "sd = torch.load(sys.argv[1], map_location='cpu', weights_only=False, "
+                           "pickle_module=f.pickle_module)['lr_scheduler']\n"
+                           "def lam(s):\n"
+                           "    if s < 2: return s / 2\n"
+                           "    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * 0.5 * 2.0 * (s - 2) / 3)))\n"
+                           "o = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=0.002)\n"
+                           "s = torch.optim.lr_scheduler.LambdaLR(o, lam)\n"
+                           "s.load_state_dict(sd)\n"
+                           "print(repr(s.get_last_lr()[0]))\n"
+                           "s.step()\n"
+                           "print(repr(s.get_last_lr()[0]))\n";
+  const Process r = shell(python + " -W ignore " + script + " " + pt + " 2>&1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::istringstream lines(r.output);
+  double four = -1, five = -1;
+  lines >> four >> five;
+  EXPECT_DOUBLE_EQ(four, step4_lr) << r.output;
+  EXPECT_DOUBLE_EQ(five, step5_lr) << r.output;
+}
+
 // [Note: the Trainer's schedule] (zero/zero_config.h): under the Trainer's own schedule a
 // resume continues the lr and the losses bit for bit, whether DeepSpeed holds the
 // schedule's state (the file has "optimizer": a LambdaLR state_dict in the checkpoint) or
@@ -92,6 +128,7 @@ TEST(Checkpoint, UnderTheTrainersScheduleAResumeContinuesTheLr) {
       ASSERT_TRUE(lr.isGenericDict());
       EXPECT_EQ(lr.toGenericDict().at("last_epoch").toInt(), 3);
       EXPECT_EQ(lr.toGenericDict().at("_step_count").toInt(), 4);
+      expect_lambda_lr_continues(save + "/global_step3/mp_rank_00_model_states.pt", a[3]["lr"], a[4]["lr"]);
     } else {
       EXPECT_TRUE(lr.isNone()) << "the Trainer saves its scheduler beside DeepSpeed's checkpoint";
     }
