@@ -73,7 +73,42 @@ def cases():
         out.append({"name": f"{model}-{precision}-stage{stage}", "model": model, "stage": stage,
                     "precision": precision, "resume": resume, "config": cfg, "universal": resume,
                     "tolerance": C.FP32_TOL if precision == "fp32" else C.BF16_TOL})
+    # The Hugging Face Trainer's own schedule handed to DeepSpeed (the file has "optimizer",
+    # no "scheduler"): zrepro saves the LambdaLR's state, DeepSpeed loads it into its own
+    # LambdaLR (and the other way round), and the lr continues.
+    cfg = C.ds_config(2, 2, "fp32")
+    cfg["train_micro_batch_size_per_gpu"] = 2
+    out.append({"name": "tiny-fp32-stage2-trainer-cosine", "model": "tiny", "stage": 2, "precision": "fp32",
+                "resume": True, "config": cfg, "universal": False, "tolerance": C.FP32_TOL,
+                "training_args": {"learning_rate": 0.003, "weight_decay": 0.01, "max_grad_norm": 1.0,
+                                  "lr_scheduler_type": "cosine", "warmup_steps": 1},
+                "lambda": f"cosine:1:{STEPS}"})
     return out
+
+
+def trainer_flags(case, work):
+    """zrepro's --training-args for a case that has the Trainer's arguments."""
+    if "training_args" not in case:
+        return []
+    path = os.path.join(work, "training_args.json")
+    json.dump(case["training_args"], open(path, "w"), indent=1)
+    return ["--training-args", path]
+
+
+def trainer_lambda(spec):
+    """transformers' linear or cosine lambda (optimization.py), from NAME:WARMUP:TOTAL."""
+    import math
+    name, w, total = spec.split(":")
+    w, total = int(w), int(total)
+
+    def lam(s):
+        if s < w:
+            return float(s) / float(max(1, w))
+        if name == "linear":
+            return max(0.0, float(total - s) / float(max(1, total - w)))
+        progress = float(s - w) / float(max(1, total - w))
+        return max(0.0, 0.5 * (1.0 + math.cos(math.pi * 0.5 * 2.0 * progress)))
+    return lam
 
 
 # ---------------------------------------------------------------- DeepSpeed resumes (one rank)
@@ -90,13 +125,19 @@ def worker(a):
     model, layout, tokens = load(a.inputs)
     layout["batch"]["world"] = world  # another world size (universal): the same samples per step
     config = json.load(open(a.config))
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.ordered, config=config)
+    sched = None
+    if a.trainer_lambda:  # the Trainer's schedule, handed to DeepSpeed as a callable (accelerate's DummyScheduler)
+        lam = trainer_lambda(a.trainer_lambda)
+        sched = lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lam)  # noqa: E731
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.ordered, config=config,
+                                           lr_scheduler=sched)
     path = None
     if a.save_at is None:  # resume from a.ckpt
         path, client = engine.load_checkpoint(a.ckpt, tag=None if a.tag == "latest_universal" else a.tag)
     steps = []
     gas = engine.gradient_accumulation_steps()
     for step in range(a.first, a.steps):
+        lr = engine.get_lr()[0]
         losses = []
         for t in range(gas):
             inputs, targets = micro_batch(tokens, layout, step, t, rank)
@@ -107,7 +148,8 @@ def worker(a):
         local = torch.tensor([sum(losses) / len(losses)], dtype=torch.float64)
         dist.all_reduce(local)
         norm = engine.get_global_grad_norm()
-        steps.append({"step": step, "loss": float(local) / world, "grad_norm": float(norm) if norm is not None else None})
+        steps.append({"step": step, "loss": float(local) / world, "grad_norm": float(norm) if norm is not None else None,
+                      "lr": lr})
         if a.save_at is not None and step + 1 == a.save_at:  # DeepSpeed writes the checkpoint zrepro imports
             engine.save_checkpoint(a.ckpt)
     if rank == 0:
@@ -160,6 +202,7 @@ def resume(case, ckpt, inputs, work, summary, port):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(RANKS), "--master_port", str(port),
            os.path.abspath(__file__), "worker", "--inputs", inputs, "--config", cfg_path, "--ckpt", ckpt,
            "--tag", f"global_step{SAVE_AT}", "--first", str(SAVE_AT), "--steps", str(STEPS), "--out", out]
+    cmd += ["--trainer-lambda", case["lambda"]] if "lambda" in case else []
     rc, s, log = run(cmd, 900, os.path.join(work, "deepspeed.log"))
     if rc != 0 or not os.path.exists(out):
         return {"ok": False, "exit_code": rc, "seconds": round(s, 1), "log_tail": log[-3000:]}
@@ -170,7 +213,10 @@ def resume(case, ckpt, inputs, work, summary, port):
     tg = tol if isinstance(tol, float) else tol["grad_norm"]
     loss_diff = max(rel(x["loss"], y["loss"]) for x, y in zip(z, d["steps"]))
     norm_diff = max(rel(x["grad_norm"], y["grad_norm"]) for x, y in zip(z, d["steps"]))
-    return {"ok": loss_diff <= tl and norm_diff <= tg and d["global_steps"] == STEPS, "seconds": round(s, 1),
+    lr_diff = max(rel(x["lr"], y["lr"]) if y["lr"] else abs(x["lr"]) for x, y in zip(z, d["steps"]))
+    return {"ok": loss_diff <= tl and norm_diff <= tg and lr_diff <= 1e-12 and d["global_steps"] == STEPS,
+            "seconds": round(s, 1), "zrepro_lrs": [x["lr"] for x in z], "deepspeed_lrs": [x["lr"] for x in d["steps"]],
+            "max_rel_diff_lr": lr_diff,
             "deepspeed_global_steps_after": d["global_steps"],
             "zrepro_losses": [x["loss"] for x in z], "deepspeed_losses": [x["loss"] for x in d["steps"]],
             "zrepro_grad_norms": [x["grad_norm"] for x in z], "deepspeed_grad_norms": [x["grad_norm"] for x in d["steps"]],
@@ -192,6 +238,7 @@ def from_deepspeed(case, inputs, work, port, zrepro, fixtures):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(RANKS), "--master_port", str(port),
            os.path.abspath(__file__), "worker", "--inputs", inputs, "--config", cfg_path, "--ckpt", ds_ckpt,
            "--save-at", str(SAVE_AT), "--first", "0", "--steps", str(STEPS), "--out", out]
+    cmd += ["--trainer-lambda", case["lambda"]] if "lambda" in case else []
     rc, s, log = run(cmd, 900, os.path.join(work, "deepspeed-save.log"))
     if rc != 0 or not os.path.exists(out):
         return {"ok": False, "what": "DeepSpeed training and save_checkpoint", "exit_code": rc, "log_tail": log[-3000:]}
@@ -207,7 +254,7 @@ def from_deepspeed(case, inputs, work, port, zrepro, fixtures):
     still_deepspeeds = same_tree(a, b) and list(a) == list(b)
     zout = os.path.join(work, "zrepro-from-deepspeed")
     zrun = [zrepro, "run", "--config", cfg_path, "--out", zout, "--model", case["model"], "--ranks", str(RANKS),
-            "--steps", str(STEPS), "--resume", imported, "--log-every", "1000"]
+            "--steps", str(STEPS), "--resume", imported, "--log-every", "1000"] + trainer_flags(case, work)
     rc, _, log = run(zrun, 600, os.path.join(work, "zrepro-resume-from-deepspeed.log"))
     if rc != 0:
         return {"ok": False, "what": "zrepro --resume", "exit_code": rc, "log_tail": log[-3000:]}
@@ -218,7 +265,9 @@ def from_deepspeed(case, inputs, work, port, zrepro, fixtures):
     tg = tol if isinstance(tol, float) else tol["grad_norm"]
     loss_diff = max(rel(x["loss"], y["loss"]) for x, y in zip(z, theirs))
     norm_diff = max(rel(x["grad_norm"], y["grad_norm"]) for x, y in zip(z, theirs))
-    row = {"ok": loss_diff <= tl and norm_diff <= tg and len(z) == len(theirs) and still_deepspeeds,
+    lr_diff = max(rel(x["lr"], y["lr"]) if y["lr"] else abs(x["lr"]) for x, y in zip(z, theirs))
+    row = {"ok": loss_diff <= tl and norm_diff <= tg and lr_diff <= 1e-12 and len(z) == len(theirs) and still_deepspeeds,
+           "zrepro_lrs": [x["lr"] for x in z], "deepspeed_lrs": [x["lr"] for x in theirs], "max_rel_diff_lr": lr_diff,
            "zrepro_losses": [x["loss"] for x in z], "deepspeed_losses": [x["loss"] for x in theirs],
            "zrepro_grad_norms": [x["grad_norm"] for x in z], "deepspeed_grad_norms": [x["grad_norm"] for x in theirs],
            "deepspeed_losses_before_save": [x["loss"] for x in d[:SAVE_AT]],
@@ -354,6 +403,7 @@ def main():
             ap.add_argument(k, required=True)
         ap.add_argument("--tag", default=None)
         ap.add_argument("--save-at", type=int, default=None, help="train from step 0 and save after this step")
+        ap.add_argument("--trainer-lambda", default=None, help="NAME:WARMUP:TOTAL, the Trainer's LambdaLR")
         ap.add_argument("--first", type=int, required=True)
         ap.add_argument("--steps", type=int, required=True)
         worker(ap.parse_args())
@@ -375,13 +425,16 @@ def main():
         json.dump(case["config"], open(cfg, "w"), indent=1)
         ckpt, zout = os.path.join(work, "checkpoint"), os.path.join(work, "zrepro")
         flags = ["--model", case["model"], "--ranks", str(RANKS), "--steps", str(STEPS), "--save-every", str(SAVE_AT),
-                 "--log-every", "1000"]
+                 "--log-every", "1000"] + trainer_flags(case, work)
         cmd = [os.path.abspath(a.zrepro), "run", "--config", cfg, "--out", zout, "--save-dir", ckpt,
                "--export-inputs"] + flags
         rc, s, log = run(cmd, 600, os.path.join(work, "zrepro.log"))
         row = {"case": case["name"], "model": case["model"], "stage": case["stage"], "precision": case["precision"],
-               "config": case["config"], "zrepro_flags": flags, "zrepro_exit_code": rc, "zrepro_seconds": round(s, 1),
+               "config": case["config"], "zrepro_flags": [f.replace(work + "/", "WORK/") for f in flags],
+               "zrepro_exit_code": rc, "zrepro_seconds": round(s, 1),
                "zrepro_command": shlex.join(["zrepro"] + cmd[1:]).replace(work + "/", "WORK/")}
+        if "training_args" in case:  # the record test writes them to WORK/training_args.json again
+            row["training_args"] = case["training_args"]
         if rc != 0:
             row["error"] = log[-2000:]
             rows.append(row)

@@ -1,11 +1,11 @@
 """The Hugging Face Trainer's lr schedules, as transformers runs them, for the test of
 zrepro's ([Note: the Trainer's schedule], zero/zero_config.h).
 
-    PYTHONPATH=<transformers, accelerate> python conformance/trainer_schedules.py \
+    ~/.cache/zrepro/conformance-venv/bin/python conformance/trainer_schedules.py \
         --out conformance/results/trainer_schedules.json
 
-(needs torch, transformers and accelerate; no DeepSpeed: with a config that has no
-"scheduler" the Trainer builds the schedule itself.) For each case the TrainingArguments are
+(the venv of scripts/conformance.sh: torch, transformers and accelerate of
+requirements.txt; DeepSpeed is not used: the Trainer builds this schedule itself.) For each case the TrainingArguments are
 built from the keys a job's training_args.json holds, and the schedule exactly as
 Trainer.create_scheduler does: get_scheduler(args.lr_scheduler_type, optimizer,
 num_warmup_steps=args.get_warmup_steps(steps), num_training_steps=steps,

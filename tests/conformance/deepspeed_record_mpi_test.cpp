@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -25,8 +26,10 @@ std::vector<std::string> recorded_cases() {
   std::vector<std::string> names;
   if (fs::is_directory(results_dir()))
     for (const auto& e : fs::directory_iterator(results_dir()))
-      if (e.path().extension() == ".json" && e.path().stem() != "estimators" && e.path().stem() != "configs" &&
-          e.path().stem() != "checkpoints" && e.path().stem() != "zero_to_fp32_memory")  // their own tests below
+      // Records with their own tests: below, and trainer_schedules (training_args_test.cpp).
+      if (e.path().extension() == ".json" &&
+          !std::set<std::string>{"estimators", "configs", "checkpoints", "zero_to_fp32_memory", "trainer_schedules"}
+               .count(e.path().stem().string()))
         names.push_back(e.path().stem().string());
   std::sort(names.begin(), names.end());
   return names;
@@ -73,7 +76,8 @@ double zrepro_figure(const json& row, const zrepro_test::RunResult& r) {
 
 class DeepSpeedRecord : public testing::TestWithParam<std::string> {};
 
-// A checkpoint row's recorded zrepro flags without its --save-every N.
+// A checkpoint row's recorded zrepro flags without its --save-every N; a row with the
+// Trainer's arguments names them as WORK/training_args.json, written here again.
 std::string flags_without_saves(const json& row) {
   std::string flags;
   const auto& f = row["zrepro_flags"];
@@ -82,7 +86,12 @@ std::string flags_without_saves(const json& row) {
       ++i;
       continue;
     }
-    flags += " " + f[i].get<std::string>();
+    std::string flag = f[i];
+    if (flag == "WORK/training_args.json") {
+      flag = zrepro_test::fresh_dir("ckpt_args_" + row["case"].get<std::string>()) + "/training_args.json";
+      std::ofstream(flag) << row["training_args"].dump();
+    }
+    flags += " " + flag;
   }
   return flags;
 }
@@ -155,6 +164,12 @@ TEST(DeepSpeedRecord, DeepSpeedResumedFromZreprosCheckpointAsZreproGoesOn) {
       EXPECT_LE(rel(r.summary["steps"][first + i]["loss"].get<double>(), theirs[i].get<double>()),
                 row["resume"]["tolerance"]["loss"].get<double>())
           << row["case"] << " step " << first + i + 1;
+    // The lr DeepSpeed ran each step at after loading zrepro's scheduler state (the Trainer's
+    // LambdaLR where the row has its arguments; the optimizer's constant lr otherwise).
+    if (row["resume"].contains("deepspeed_lrs"))
+      for (size_t i = 0; i < theirs.size(); ++i)
+        EXPECT_NEAR(r.summary["steps"][first + i]["lr"].get<double>(), row["resume"]["deepspeed_lrs"][i].get<double>(),
+                    1e-15) << row["case"] << " lr at step " << first + i + 1;
     ++checked;
   }
   EXPECT_GE(checked, 5);
