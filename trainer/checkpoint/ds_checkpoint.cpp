@@ -75,11 +75,19 @@ IValue loss_scaler_object(const DsConfig& cfg, const LossScaler::State& s) {
                         {"dtype", IValue()}});
 }
 
+// The lr of the step after lr_iteration (the schedule's, or the optimizer's without one).
+double scheduled_lr(const DsConfig& cfg, int64_t lr_iteration) {
+  return LrSchedule(cfg.scheduler, cfg.optimizer.lr).lr_at(lr_iteration);
+}
+
 // The state_dict of the optimizer DeepSpeed builds for the config's Adam / AdamW, for one
 // flat "parameter" (the rank's partition): FusedAdam's (DeepSpeedCPUAdam's under
 // offload_optimizer, which adds amsgrad). load_checkpoint replaces the live param group
-// with this one, so its keys are that class's (read from files DeepSpeed 0.19.8 wrote).
-IValue ds_adam_state(const DsConfig& cfg, int64_t steps, const torch::Tensor& m, const torch::Tensor& v) {
+// with this one, so its keys are that class's (read from files DeepSpeed 0.19.8 wrote), and
+// its lr is the one the next step runs at: the schedule's, which its step() wrote into the
+// group (DeepSpeed's scheduler state holds only where the schedule is, not the lr).
+IValue ds_adam_state(const DsConfig& cfg, int64_t steps, int64_t lr_iteration, const torch::Tensor& m,
+                     const torch::Tensor& v) {
   c10::impl::GenericDict entry = str_dict();
   entry.insert("step", steps);
   entry.insert("exp_avg", m);
@@ -88,7 +96,7 @@ IValue ds_adam_state(const DsConfig& cfg, int64_t steps, const torch::Tensor& m,
   state.insert(int64_t{0}, entry);
   const OptimizerConfig& o = cfg.optimizer;
   c10::impl::GenericDict group = str_dict();
-  group.insert("lr", o.lr);
+  group.insert("lr", scheduled_lr(cfg, lr_iteration));
   group.insert("bias_correction", o.bias_correction);
   group.insert("betas", c10::ivalue::Tuple::create({o.beta1, o.beta2}));
   group.insert("eps", o.eps);
@@ -156,7 +164,7 @@ c10::impl::GenericDict optim_states(ZeroEngine& engine, const ModelSpec& spec, c
                         v = model_flat(engine, 2, false);
     sd.insert("zero_stage", int64_t{3});
     sd.insert("partition_count", int64_t{world});
-    sd.insert("optimizer_state_dict", ds_adam_state(cfg, c.adam_steps, m, v));
+    sd.insert("optimizer_state_dict", ds_adam_state(cfg, c.adam_steps, c.lr_iteration, m, v));
     sd.insert("fp32_flat_groups", c10::List<torch::Tensor>({master}));
     return sd;
   }
@@ -166,7 +174,7 @@ c10::impl::GenericDict optim_states(ZeroEngine& engine, const ModelSpec& spec, c
   const torch::Tensor mine = ds_partition(master, numels, stage, world, rank, false);
   const FlatPartition whole = partition_flat(master.numel(), world);
   sd.insert("clip_grad", cfg.gradient_clipping);
-  sd.insert("base_optimizer_state", ds_adam_state(cfg, c.adam_steps, ds_partition(m, numels, stage, world, rank, true),
+  sd.insert("base_optimizer_state", ds_adam_state(cfg, c.adam_steps, c.lr_iteration, ds_partition(m, numels, stage, world, rank, true),
                                                      ds_partition(v, numels, stage, world, rank, true)));
   sd.insert("single_partition_of_fp32_groups", c10::List<torch::Tensor>({mine}));
   c10::impl::GenericList mappings(c10::AnyType::get());
@@ -201,7 +209,7 @@ IValue lr_scheduler_state(const DsConfig& cfg, ZeroEngine& engine) {
   lr.insert("_step_count", it + 2);
   lr.insert("_is_initial", false);
   lr.insert("_get_lr_called_within_step", false);
-  lr.insert("_last_lr", one(LrSchedule(sc, cfg.optimizer.lr).lr_at(it)));
+  lr.insert("_last_lr", one(scheduled_lr(cfg, it)));
   c10::impl::GenericList lambdas(c10::AnyType::get());
   lambdas.push_back(str_dict());  // a functools.partial's __dict__
   lr.insert("lr_lambdas", lambdas);

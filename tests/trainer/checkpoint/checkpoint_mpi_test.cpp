@@ -133,6 +133,12 @@ TEST(Checkpoint, UnderTheTrainersScheduleAResumeContinuesTheLr) {
       EXPECT_TRUE(lr.isNone()) << "the Trainer saves its scheduler beside DeepSpeed's checkpoint";
     }
     const std::string from3 = only_tag(save, "global_step3", testing::TempDir() + "/" + name + "_from3");
+    // DeepSpeed's next step runs at the optimizer group's saved lr (load_checkpoint restores
+    // it; the scheduler's state says only where the schedule is): the schedule's lr of step 4.
+    const c10::IValue opt = zrepro::read_pt(save + "/global_step3/zero_pp_rank_0_mp_rank_00_optim_states.pt");
+    const auto groups = opt.toGenericDict().at("optimizer_state_dict").toGenericDict().at("base_optimizer_state")
+                            .toGenericDict().at("param_groups").toList();
+    EXPECT_EQ(groups.get(0).toGenericDict().at("lr").toDouble(), a[3]["lr"].get<double>()) << name;
     const RunResult res = zrepro_run(name + "_res", cfg, base + " --resume " + from3);
     ASSERT_EQ(res.code, 0) << res.output;
     const auto& b = res.summary["steps"];
