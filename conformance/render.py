@@ -298,8 +298,26 @@ def checkpoint_section(folder):
         else:
             d, z, diff = "not run (the harness's Llama wraps the model under `hf.`)", "-", "-"
         out.append(f"| {x['case']} | {cons} | {c.get('elements', '-')} | {d} | {z} | {diff} |")
-    out += [""] + from_deepspeed_table(r) + universal_table(r)
+    out += [""] + trainer_schedule_lines(r) + from_deepspeed_table(r) + universal_table(r)
     return out + [""]
+
+
+def trainer_schedule_lines(r):
+    """The rows run with the Trainer's arguments: the schedule's lr across the checkpoint."""
+    out = []
+    for x in r["rows"]:
+        if "training_args" not in x or not x.get("resume"):
+            continue
+        res, f = x["resume"], x.get("from_deepspeed", {})
+        fmt = lambda v: ", ".join(f"{a:.6g}" for a in v)  # noqa: E731
+        out += [f"{x['case']} runs with the Trainer's arguments `{json.dumps(x['training_args'])}` and a config "
+                "with \"optimizer\" and no \"scheduler\": the Trainer's own schedule, handed to DeepSpeed as a "
+                "LambdaLR (the harness builds transformers' lambda). The lrs of the steps after the checkpoint: "
+                f"DeepSpeed resumed from zrepro's {fmt(res.get('deepspeed_lrs', []))}, zrepro "
+                f"{fmt(res.get('zrepro_lrs', []))} (max rel. diff {res.get('max_rel_diff_lr', float('nan')):.1e}); "
+                f"zrepro resumed from DeepSpeed's {fmt(f.get('zrepro_lrs', []))}, DeepSpeed "
+                f"{fmt(f.get('deepspeed_lrs', []))} (max rel. diff {f.get('max_rel_diff_lr', float('nan')):.1e}).", ""]
+    return out
 
 
 def from_deepspeed_table(r):
