@@ -1037,11 +1037,17 @@ void use_trainer_schedule(const json& root, const ConfigFlags& flags, DsConfig& 
 void say_what_the_script_owns(const json& root, const ConfigFlags& flags, DsConfig& c) {
   const bool trainer = !flags.accelerate || !flags.training_args_file.empty();
   const OptimizerConfig& o = c.optimizer;
+  // Under optimizer offload Accelerate's prepare() swaps the Trainer's torch AdamW for
+  // DeepSpeedCPUAdam over the same groups (map_pytorch_optim_to_deepspeed), unless the file
+  // sets zero_force_ds_cpu_optimizer false.
+  const json& force = root.contains("zero_force_ds_cpu_optimizer") ? root["zero_force_ds_cpu_optimizer"] : json(true);
+  const bool swapped = c.zero.offload_optimizer.device != "none" && !(force.is_boolean() && !force.get<bool>());
   if (!root.contains("optimizer"))
     c.assumed.push_back(
         "no \"optimizer\" in the file, so the job's script brings its own" +
-        std::string(trainer ? " (the Hugging Face Trainer: torch AdamW, in two groups with weight decay off for "
-                              "biases and norm weights)"
+        std::string(trainer ? std::string(" (the Hugging Face Trainer: torch AdamW") +
+                                  (swapped ? ", which Accelerate swaps for DeepSpeedCPUAdam under the offload" : "") +
+                                  ", in two groups with weight decay off for biases and norm weights)"
                             : "") +
         "; zrepro runs AdamW (lr " + json(o.lr).dump() + ", betas " + json(o.beta1).dump() + ", " +
         json(o.beta2).dump() + ", eps " + json(o.eps).dump() + ", weight decay " + json(o.weight_decay).dump() +

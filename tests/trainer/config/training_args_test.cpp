@@ -125,6 +125,12 @@ TEST(TrainingArgs, AConfigWithoutOptimizerOrSchedulerSaysWhatZreproRunsInstead) 
   const DsConfig no_decay = parse_ds_config(R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 1}})",
                                            "ds.json", ConfigFlags{});
   EXPECT_EQ(no_decay.assumed[0].find("decay too"), std::string::npos) << "no decay, no difference to name";
+  // LLaMA-Factory's ZeRO-3 offload config: Accelerate swaps the Trainer's AdamW for DeepSpeedCPUAdam.
+  const DsConfig offload = parse_ds_config(R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3,
+      "offload_optimizer": {"device": "cpu", "pin_memory": true}}})", "ds.json", ConfigFlags{});
+  EXPECT_NE(offload.assumed[0].find("which Accelerate swaps for DeepSpeedCPUAdam under the offload"), std::string::npos)
+      << offload.assumed[0];
+  EXPECT_EQ(c.assumed[0].find("DeepSpeedCPUAdam"), std::string::npos) << "no offload, no swap";
 }
 
 // [Note: the Trainer's schedule] (zero/zero_config.h): a config without "scheduler" run with
