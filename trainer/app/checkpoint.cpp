@@ -34,6 +34,13 @@ namespace zrepro {
 
 namespace {
 
+// Both subcommands need --input-folder and --output-folder: bad input naming the missing one.
+void require_folders(const cxxopts::ParseResult& r, const std::string& sub, const std::string& usage) {
+  for (const char* flag : {"input-folder", "output-folder"})
+    if (!r.count(flag))
+      throw ConfigError("zrepro checkpoint " + sub + ": --" + flag + " is missing (" + usage + ")");
+}
+
 int to_universal(int argc, char** argv) {
   cxxopts::Options o("zrepro checkpoint to-universal",
                      "Convert a ZeRO checkpoint (DIR/global_stepN) to DeepSpeed's universal layout, as "
@@ -46,10 +53,7 @@ int to_universal(int argc, char** argv) {
                                "states carry no universal_checkpoint_info (every model but Megatron-DeepSpeed's)")
       ("h,help", "show this help");
   return command_main(o, argc, argv, [&](const cxxopts::ParseResult& r) -> int {
-    for (const char* flag : {"input-folder", "output-folder"})
-      if (!r.count(flag))
-        throw ConfigError(std::string("zrepro checkpoint to-universal: --") + flag + " is missing (" +
-                          "--input-folder DIR/global_stepN --output-folder DIR/global_stepN_universal)");
+    require_folders(r, "to-universal", "--input-folder DIR/global_stepN --output-folder DIR/global_stepN_universal");
     const std::string in = r["input-folder"].as<std::string>(), out = r["output-folder"].as<std::string>();
     std::cout << "[zrepro checkpoint] Converting DeepSpeed checkpoint in " << in << " to Universal checkpoint in "
               << out << std::endl;
@@ -100,10 +104,7 @@ int from_deepspeed(int argc, char** argv) {
                  "torch venv scripts/setup.sh made)", cxxopts::value<std::string>())
       ("h,help", "show this help");
   return command_main(o, argc, argv, [&](const cxxopts::ParseResult& r) -> int {
-    for (const char* flag : {"input-folder", "output-folder"})
-      if (!r.count(flag))
-        throw ConfigError(std::string("zrepro checkpoint from-deepspeed: --") + flag + " is missing (" +
-                          "--input-folder DS_SAVE_DIR --output-folder OUT)");
+    require_folders(r, "from-deepspeed", "--input-folder DS_SAVE_DIR --output-folder OUT");
     const auto [tag_folder, tag] = ds_tag_folder(r["input-folder"].as<std::string>());
     const std::string out = r["output-folder"].as<std::string>();
     if (fs::exists(out + "/" + tag))

@@ -676,10 +676,10 @@ BatchTriple derive_batch_triple(std::optional<int64_t> tb, std::optional<int64_t
 
 namespace {
 
-// The Trainer's warmup: get_warmup_steps (warmup_steps, else ceil(steps x ratio)).
 // The steps a schedule spans: the Trainer's max_steps, else --steps.
 int64_t schedule_steps(const ConfigFlags& flags) { return flags.trainer_total_steps.value_or(flags.total_steps); }
 
+// The Trainer's warmup: get_warmup_steps (warmup_steps, else ceil(steps x ratio)).
 std::optional<int64_t> trainer_warmup_steps(const ConfigFlags& flags) {
   if (flags.warmup_steps || !flags.warmup_ratio) return flags.warmup_steps;
   return static_cast<int64_t>(std::ceil(static_cast<double>(schedule_steps(flags)) * *flags.warmup_ratio));

@@ -95,8 +95,9 @@ struct DsConfig {
   // [Note: what the file leaves to the script] A config without "optimizer" or "scheduler"
   // leaves them to the job's script (the Hugging Face Trainer then creates torch AdamW,
   // weight decay off for biases and norm weights, and its own lr schedule, linear decay
-  // by default); zrepro runs DeepSpeed's AdamW on every parameter and a constant lr. One
-  // line each, said by run ("[zrepro] assumed: ...") and in summary.json.
+  // by default); zrepro runs DeepSpeed's AdamW on every parameter, and a constant lr unless
+  // --training-args gives the Trainer's schedule ([Note: the Trainer's schedule],
+  // zero_config.h). One line each, said by run ("[zrepro] assumed: ...") and in summary.json.
   std::vector<std::string> assumed;
 
   // Nested DeepSpeed JSON of the resolved values (feedable back to DeepSpeed).

@@ -139,11 +139,10 @@ TrainingArgs load_training_args(const std::string& path) {
   if (bf16 || fp16 || j.contains("bf16") || j.contains("fp16")) t.precision = bf16 ? "bf16" : fp16 ? "fp16" : "fp32";
   t.gradient_checkpointing = read_bool(j, path, "gradient_checkpointing");
   t.scheduler = read_schedule(j, path);
-  if (j.contains("max_steps") && j["max_steps"].is_number_integer() && j["max_steps"].get<int64_t>() <= 0) {
-    // -1: the Trainer counts the steps from num_train_epochs and the data, which the file does not hold
-  } else {
-    t.max_steps = read_key<int64_t>(j, path, "max_steps", true);
-  }
+  // max_steps -1 (or 0): the Trainer counts the steps from num_train_epochs and the data,
+  // which the file does not hold.
+  const bool counted = j.contains("max_steps") && j["max_steps"].is_number_integer() && j["max_steps"].get<int64_t>() <= 0;
+  if (!counted) t.max_steps = read_key<int64_t>(j, path, "max_steps", true);
   if (j.contains("average_tokens_across_devices") && !j["average_tokens_across_devices"].is_null())
     t.average_tokens_across_devices = read_bool(j, path, "average_tokens_across_devices");
   return t;
