@@ -298,6 +298,8 @@ DeviceMemory::CategoryScope::CategoryScope(MemCategory c) : prev(tl_category) { 
 DeviceMemory::CategoryScope::~CategoryScope() { tl_category = prev; }
 DeviceMemory::HostScope::HostScope() : prev(tl_host) { tl_host = true; }
 DeviceMemory::HostScope::~HostScope() { tl_host = prev; }
+DeviceMemory::DeviceScope::DeviceScope() : prev(tl_host) { tl_host = false; }
+DeviceMemory::DeviceScope::~DeviceScope() { tl_host = prev; }
 DeviceMemory::OwnerScope::OwnerScope(int owner) : prev(tl_owner) { tl_owner = owner; }
 DeviceMemory::OwnerScope::~OwnerScope() { tl_owner = prev; }
 int DeviceMemory::owner() { return tl_owner; }

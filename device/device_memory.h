@@ -145,6 +145,13 @@ class DeviceMemory : public c10::Allocator {
     ~HostScope();
     bool prev;
   };
+  // The device again inside a HostScope: a device tensor made while host work is under
+  // way (Adam's moments created by a checkpoint load, zero/layer_optimizer.cpp).
+  struct DeviceScope {
+    DeviceScope();
+    ~DeviceScope();
+    bool prev;
+  };
   // The virtual rank this thread's allocations are charged to.
   struct OwnerScope {
     explicit OwnerScope(int owner);

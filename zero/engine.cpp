@@ -105,6 +105,25 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
   auto* stand_in = dynamic_cast<StandInCommunicator*>(&comm);
   if (stand_in)
     peers_ = std::make_unique<PeerShadow>(comm.world_size(), comm.rank(), stand_in->mode() == PeerValuesMode::model);
+  // [Note: DeepSpeed flattens the module it was handed] At stages 1-2 DeepSpeed's engine has
+  // the module on the device and flattens its 16-bit parameters into a new buffer
+  // (stage_1_and_2.py __init__, flatten_dense_tensors_aligned, lines 505-524) before it
+  // points them into it: the parameters exist twice for a moment, when the device has
+  // the room (available_memory() >= the flat buffer, lines 447-453; else it moves the
+  // module to the host first). Stage 0 keeps the module's tensors, stage 3 partitions them
+  // as they are made (zero.Init).
+  torch::Tensor module_copy;
+  if (policy_.gathers_updated_partitions()) {
+    int64_t n = 0;
+    for (const auto& l : layer_numels)
+      for (int64_t x : l) n += x;
+    const int64_t bytes = n * static_cast<int64_t>(c10::elementSize(sc.dtype));
+    const MemorySnapshot now = mem.snapshot();
+    if (sc.device.is_cuda() || now.capacity == 0 || now.capacity - now.reserved >= 2 * bytes) {
+      DeviceMemory::CategoryScope tag(MemCategory::params);
+      module_copy = torch::empty({n}, opts);
+    }
+  }
   for (size_t l = 0; l < layers.size(); ++l) {
     groups_.push_back(std::make_unique<ParamGroup>(static_cast<int>(l), layers[l].name, layers[l].params, sc));
     groups_.back()->load(init[l].to(sc.device));
@@ -116,18 +135,24 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
     if (peers_ && !policy_.owns_whole_flat())
       peers_->add_group(*groups_.back(), init[l], host_fp32 ? torch::kFloat : sc.dtype);
     dummies_.push_back(torch::zeros({1}, torch::TensorOptions().device(sc.device)).requires_grad_(true));
-    DeviceMemory::CategoryScope tag(MemCategory::grads);
-    const LayerLayout& lay = groups_.back()->layout();
-    full_grads_.push_back(policy_.full_grads() ? torch::zeros({lay.full_grad_numel()}, opts) : torch::Tensor());
-    // Offloaded layers accumulate their gradient partition on the host.
-    owned_grads_.push_back(policy_.shard_grads() && !offloaded_[l] ? torch::zeros({lay.owned_numel()}, opts)
-                                                                   : torch::Tensor());
   }
+  grad_options_ = opts;
+  full_grads_.resize(layers.size());
+  owned_grads_.resize(layers.size());
+  {
+    std::vector<int64_t> owned;
+    for (auto& g : groups_) owned.push_back(g->owned_numel());
+    step_ = step_schedule(policy_, owned, offloaded_, cfg.zero.sub_group_size);
+  }
+  module_copy = torch::Tensor();
   if (stand_in) stand_in->set_peer_values(peers_.get());
   uses_.assign(layers.size(), 0);
   kept_grads_.resize(layers.size());
-  allocate_grad_overhang(opts);
   build_optimizers(sc, layer_numels);
+  // Stage 3 keeps its gradient partition from init on (allocated after the optimizer, as
+  // stage3.py does); stages 0-2 allocate gradients at the step's first reduction ([Note:
+  // DeepSpeed's optimizer-state and gradient lifetimes]).
+  if (step_.grads_persist) allocate_grads();
   if (policy_.shard_params()) {
     std::vector<int64_t> dynamic;
     for (auto& g : groups_) dynamic.push_back(g->layout().dynamic_numel);
@@ -162,9 +187,16 @@ void ZeroEngine::build_optimizers(const ShardingConfig& sc, const std::vector<st
       host_opt_->use_device_temp(offload_grad_temp_);
     }
   }
-  DeviceMemory::CategoryScope tag(MemCategory::optimizer_states);
-  for (auto& g : groups_)
-    optimizers_.push_back(offloaded_[g->index()] ? make_host_adam(*g, *host_opt_) : make_device_adam(*g));
+  {
+    DeviceMemory::CategoryScope tag(MemCategory::optimizer_states);
+    for (auto& g : groups_)
+      optimizers_.push_back(offloaded_[g->index()] ? make_host_adam(*g, *host_opt_) : make_device_adam(*g));
+  }
+  // DeepSpeed's initialize_optimizer_states: an fp32 zero gradient, dropped again.
+  if (step_.init_transient_numel > 0) {
+    DeviceMemory::CategoryScope tag(MemCategory::other);
+    torch::Tensor zero = torch::zeros({step_.init_transient_numel}, grad_options_.dtype(torch::kFloat));
+  }
 }
 
 void ZeroEngine::build_reducer() {
@@ -197,27 +229,44 @@ std::vector<ParamGroup*> ZeroEngine::groups() {
   return out;
 }
 
-void ZeroEngine::allocate_grad_overhang(const torch::TensorOptions& opts) {
+int64_t ZeroEngine::grad_overhang_elements() const {
   for (bool off : offloaded_)
-    if (off) return;  // offloaded gradients accumulate on the host
+    if (off) return 0;  // offloaded gradients accumulate on the host
   std::vector<const LayerLayout*> layouts;
   for (auto& g : groups_) layouts.push_back(&g->layout());
-  const int64_t n = grad_overhang_numel(layouts, comm_.world_size(), comm_.rank());
+  return grad_overhang_numel(layouts, comm_.world_size(), comm_.rank());
+}
+
+int64_t ZeroEngine::grad_storage_numel(size_t l) const {
+  // The full buffer (stages 0-1) or the shard (2-3); offloaded layers accumulate theirs
+  // on the host.
+  if (policy_.full_grads()) return groups_[l]->layout().full_grad_numel();
+  return offloaded_[l] ? 0 : groups_[l]->owned_numel();
+}
+
+void ZeroEngine::allocate_grads() {
   DeviceMemory::CategoryScope tag(MemCategory::grads);
-  if (n > 0) grad_overhang_ = torch::zeros({n}, opts);
+  for (size_t l = 0; l < groups_.size(); ++l) allocate_grad(l);
+  if (const int64_t n = grad_overhang_elements(); n > 0 && !grad_overhang_.defined())
+    grad_overhang_ = torch::zeros({n}, grad_options_);
+}
+
+void ZeroEngine::allocate_grad(size_t l) {
+  DeviceMemory::CategoryScope tag(MemCategory::grads);
+  torch::Tensor& g = policy_.full_grads() ? full_grads_[l] : owned_grads_[l];
+  if (const int64_t n = grad_storage_numel(l); n > 0 && !g.defined()) g = torch::zeros({n}, grad_options_);
 }
 
 EngineMemory ZeroEngine::memory() const {
   EngineMemory m;
   for (size_t l = 0; l < groups_.size(); ++l) {
     m.params += groups_[l]->param_bytes();
-    // Persistent gradient storage: the full buffer (stages 0-1) or the shard (2-3).
-    const torch::Tensor& g = policy_.full_grads() ? full_grads_[l] : owned_grads_[l];
-    if (g.defined()) m.grads += g.numel() * g.element_size();
+    // Gradient storage while it exists (stages 0-2: from the step's first reduction to the step).
+    m.grads += grad_storage_numel(l) * static_cast<int64_t>(c10::elementSize(grad_options_.dtype().toScalarType()));
     m.optimizer_states += optimizers_[l]->device_bytes();
   }
-  for (const torch::Tensor* t : {&grad_overhang_, &offload_grad_temp_})
-    if (t->defined()) m.grads += t->numel() * t->element_size();
+  m.grads += grad_overhang_elements() * static_cast<int64_t>(c10::elementSize(grad_options_.dtype().toScalarType()));
+  if (offload_grad_temp_.defined()) m.grads += offload_grad_temp_.numel() * offload_grad_temp_.element_size();
   m.host_pinned = HostMemory::instance().pinned_bytes();
   m.host_pageable = HostMemory::instance().pageable_bytes();
   return m;
@@ -312,9 +361,11 @@ void ZeroEngine::reduce_grad(int layer, const std::vector<torch::Tensor>& grads)
   DeviceMemory::CategoryScope tag(MemCategory::comm_buffers);
   ParamGroup& g = *groups_[layer];
   if (policy_.reduction() != GradReduction::reduce_scatter_per_micro_step) {
+    allocate_grad(layer);  // each parameter's .grad from its first backward of the step
     g.scatter_param_grads(grads, full_grads_[layer]);  // accumulates locally until the boundary
     return;
   }
+  allocate_grads();  // stage 2: the whole partition at the step's first reduction
   if (buffers_.second_grad_partition && micro_step_ > 0 && !second_grad_partition_.defined()) {
     DeviceMemory::CategoryScope grads_tag(MemCategory::grads);
     int64_t n = grad_overhang_.defined() ? grad_overhang_.numel() : 0;
@@ -383,6 +434,7 @@ void ZeroEngine::end_backward() {
 
 void ZeroEngine::inject_inf_grad() {
   torch::NoGradGuard no_grad;
+  allocate_grads();
   if (policy_.shard_grads() && offloaded_.front()) {
     host_opt_->finish_grads();  // the accumulator is final once its copies landed
     DeviceMemory::HostScope host;
@@ -509,9 +561,48 @@ void ZeroEngine::update(double coef, double lr) {
   const OptimizerConfig& o = cfg_.optimizer;
   const AdamHyper h{lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.adam_w_mode, o.bias_correction};
   // Each updated partition is on the device when its update returns (an offloaded
-  // one's upload included), so it can be gathered.
-  for (size_t l = 0; l < groups_.size(); ++l) optimizers_[l]->update(owned_grad(l), h, adam_steps_, coef);
+  // one's upload included), so it can be gathered. A layer of a step group is updated
+  // with its group ([Note: DeepSpeed's optimizer-state and gradient lifetimes]).
+  for (size_t l = 0; l < groups_.size(); ++l) {
+    const int gi = step_.group_of[l];
+    if (gi < 0)
+      optimizers_[l]->update(owned_grad(l), h, adam_steps_, coef);
+    else if (step_.groups[gi].layers.front() == static_cast<int>(l))
+      update_group(step_.groups[gi], h, coef);
+  }
   if (peers_) peers_->update(h, adam_steps_, coef);
+}
+
+void ZeroEngine::update_group(const StepGroup& group, const AdamHyper& h, double coef) {
+  // DeepSpeed's step of one group: the flat copy of its 16-bit gradients, that copy in
+  // fp32 (the same tensor when the gradients are fp32), the 16-bit gradients freed
+  // (stages 1-2), then the optimizer on views of the fp32 gradient, which dies after it.
+  torch::Tensor g32;
+  {
+    DeviceMemory::CategoryScope tag(MemCategory::other);  // the step's transients, as the norm's copies
+    std::vector<torch::Tensor> parts;
+    for (int l : group.layers) parts.push_back(owned_grad(l));
+    torch::Tensor flat = torch::cat(parts);
+    parts.clear();
+    // Stage 1: the flat copy is the reduced partition (DeepSpeed flattens views of the
+    // reduced full gradients); this engine's reduce-scatter output goes now.
+    if (policy_.transient_reduced_partition())
+      for (int l : group.layers) owned_grads_[l] = torch::Tensor();
+    g32 = flat.to(torch::kFloat);
+  }
+  if (!step_.grads_persist) {
+    for (int l : group.layers) release_grad(l);
+    if (group.layers.back() == step_.groups.back().layers.back()) grad_overhang_ = torch::Tensor();
+  }
+  for (size_t i = 0; i < group.layers.size(); ++i) {
+    const int l = group.layers[i];
+    optimizers_[l]->update(g32.narrow(0, group.offsets[i], groups_[l]->owned_numel()), h, adam_steps_, coef);
+  }
+}
+
+void ZeroEngine::release_grad(size_t l) {
+  full_grads_[l] = torch::Tensor();
+  owned_grads_[l] = torch::Tensor();
 }
 
 void ZeroEngine::sync_params() {
@@ -526,14 +617,13 @@ void ZeroEngine::sync_params() {
 
 void ZeroEngine::zero_grads() {
   if (peers_) peers_->zero_grads();
-  for (auto& g : full_grads_)
-    if (g.defined()) g.zero_();
-  for (auto& g : owned_grads_) {
-    if (policy_.transient_reduced_partition())
-      g = torch::Tensor();  // stage 1's reduced partition only lives through the step
-    else if (g.defined())
-      g.zero_();
+  if (!step_.grads_persist) {  // stages 0-2: the step frees the gradients (stage 1's reduced partition too)
+    for (size_t l = 0; l < groups_.size(); ++l) release_grad(l);
+    grad_overhang_ = torch::Tensor();
+    return;
   }
+  for (auto& g : owned_grads_)
+    if (g.defined()) g.zero_();
 }
 
 StepResult ZeroEngine::step(double local_loss) {
@@ -546,6 +636,7 @@ StepResult ZeroEngine::step(double local_loss) {
   StepResult r;
   r.loss_scale = scaler_.scale();
   r.lr = schedule_.lr();
+  allocate_grads();  // a layer no backward reached this step has a zero gradient
   reduce_at_boundary();
   const GradStats s = grad_stats(local_loss);
   r.loss = s.loss;

@@ -30,6 +30,7 @@
 #include "zero/schedule/buffer_policy.h"
 #include "zero/schedule/gather_schedule.h"
 #include "zero/schedule/stage_policy.h"
+#include "zero/schedule/step_schedule.h"
 #include "zero/zero_config.h"
 
 namespace zrepro {
@@ -185,7 +186,15 @@ class ZeroEngine : private ShardOps {
   // layer_numels: per layer, its parameters' sizes.
   void build_optimizers(const ShardingConfig& sc, const std::vector<std::vector<int64_t>>& layer_numels);
   void build_reducer();
-  void allocate_grad_overhang(const torch::TensorOptions& opts);
+  // Gradient storage ([Note: DeepSpeed's optimizer-state and gradient lifetimes]):
+  // every layer's (and stage 2's overhang), or one layer's, unless allocated; released
+  // by the step at stages 0-2.
+  void allocate_grads();
+  void allocate_grad(size_t l);
+  void release_grad(size_t l);
+  int64_t grad_storage_numel(size_t l) const;
+  int64_t grad_overhang_elements() const;
+  void update_group(const StepGroup& group, const AdamHyper& h, double coef);
 
   EngineConfig cfg_;
   StagePolicy policy_;
@@ -195,7 +204,9 @@ class ZeroEngine : private ShardOps {
   std::vector<torch::Tensor> dummies_;     // one leaf per layer that carries the autograd function
   std::vector<int> uses_;                  // per layer: uses whose backward is still to come
   std::vector<std::vector<torch::Tensor>> kept_grads_;  // per layer: gradients of earlier-finished uses
-  std::vector<torch::Tensor> full_grads_;  // full_grads(): persistent, full layout
+  StepSchedule step_;
+  torch::TensorOptions grad_options_;      // the model dtype on the device
+  std::vector<torch::Tensor> full_grads_;  // full_grads(): full layout (stages 0-1: during a step)
   std::vector<torch::Tensor> owned_grads_;  // this rank's gradient partition / shard (stage 1: during the step)
   // Stage 2: the rest of DeepSpeed's whole-parameter gradient partition on this rank
   // (grad_overhang_numel): held, never read ([Note: DeepSpeed's whole-parameter

@@ -30,18 +30,30 @@ class DeviceAdam : public LayerOptimizer {
   explicit DeviceAdam(ParamGroup& g) : group_(g) {
     torch::Tensor owned = g.owned_params();
     const bool in_place = g.config().policy.owns_whole_flat() && owned.scalar_type() == torch::kFloat;
-    master_ = in_place ? owned : owned.to(torch::kFloat).clone();
-    exp_avg_ = torch::zeros_like(master_);
-    exp_avg_sq_ = torch::zeros_like(master_);
+    master_ = in_place ? owned : owned.to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true);
   }
-  OptimizerTensors tensors() override { return {master_, exp_avg_, exp_avg_sq_}; }
+  OptimizerTensors tensors() override {
+    create_moments();  // a checkpoint saved before the first step, or loaded into a new engine
+    return {master_, exp_avg_, exp_avg_sq_};
+  }
   double grad_norm(const torch::Tensor& share) override { return grad_share_norm(share); }
   void update(const torch::Tensor& grad, const AdamHyper& h, int64_t step, double coef) override {
+    create_moments();
     adam_update(master_, grad, exp_avg_, exp_avg_sq_, group_.owned_params(), aliased(), h, step, coef);
   }
+  // What the layer holds from its first step on.
   int64_t device_bytes() const override { return (aliased() ? 2 : 3) * master_.numel() * 4; }
 
  private:
+  // Adam's moments are created by the first step, as torch's AdamW and DeepSpeed's
+  // FusedAdam do ([Note: DeepSpeed's optimizer-state and gradient lifetimes]).
+  void create_moments() {
+    if (exp_avg_.defined()) return;
+    DeviceMemory::DeviceScope device;  // also when a checkpoint load (host work) asks for them
+    DeviceMemory::CategoryScope tag(MemCategory::optimizer_states);
+    exp_avg_ = torch::zeros_like(master_);
+    exp_avg_sq_ = torch::zeros_like(master_);
+  }
   bool aliased() const { return master_.data_ptr() == group_.owned_params().data_ptr(); }
   ParamGroup& group_;
   torch::Tensor master_, exp_avg_, exp_avg_sq_;

@@ -30,11 +30,12 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from cases import CASES, by_name, zrepro_args  # noqa: E402
+from cases import CASES, ROOT, by_name, zrepro_args  # noqa: E402
 
 PHASES = ["init", "forward", "backward", "step"]
 ZREPRO_STEPS = 3
@@ -343,6 +344,56 @@ def cmd_render(a):
     os.replace(tmp, a.doc)
 
 
+def replan(binary, case):
+    """Today's `zrepro plan --device cuda` of a recorded case: each phase's peak and reserved
+    peak (zrepro's partition phase counts as init, as in the record), and the whole run's."""
+    with tempfile.TemporaryDirectory() as d:
+        cfg = os.path.join(d, "ds.json")
+        write_json(cfg, case["ds_config"])
+        flags = [os.path.join(ROOT, f) if f.startswith("configs/") else f for f in case["zrepro_flags"]]
+        out = subprocess.run([binary, "plan", "--device", "cuda", "--steps", "3", "--json", "--config", cfg] + flags,
+                             capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            raise SystemExit(f"{case['name']}: zrepro plan exit {out.returncode}: {out.stderr[-2000:]}")
+        plan = json.loads(out.stdout)
+    phases = {}
+    for ph in plan["phases"]:
+        name = "init" if ph["phase"] == "partition" else ph["phase"]
+        phases[name] = max(phases.get(name, 0), ph["peak_bytes"])
+    return phases, plan
+
+
+def cmd_replan(a):
+    """Every recorded case replanned with today's build against the record's DeepSpeed figures
+    (no GPU needed): per phase and at the whole-run peak. Exit 1 past --tolerance."""
+    rec = read_json(a.record)
+    rows, worst = [], 0.0
+    for c in rec["cases"]:
+        if a.cases and c["name"] not in a.cases.split(","):
+            continue
+        ds = {r["phase"]: r["deepspeed"] for r in c["phases"] if r.get("deepspeed") is not None}
+        if not ds:
+            continue
+        today, _ = replan(a.bin, c)
+        for ph in PHASES:
+            if ph in ds and ph in today:
+                e = rel(today[ph], ds[ph])
+                worst = max(worst, abs(e))
+                rows.append({"case": c["name"], "phase": ph, "plan": today[ph], "deepspeed": ds[ph], "plan_vs_deepspeed": e})
+        e = rel(max(today.values()), max(ds.values()))
+        worst = max(worst, abs(e))
+        rows.append({"case": c["name"], "phase": "peak", "plan": max(today.values()), "deepspeed": max(ds.values()),
+                     "plan_vs_deepspeed": e})
+    print("case | phase | plan MiB | DeepSpeed MiB | plan vs DeepSpeed")
+    for r in rows:
+        flag = "" if abs(r["plan_vs_deepspeed"]) <= a.tolerance else "  <-- past the tolerance"
+        print(f"{r['case']} | {r['phase']} | {mib(r['plan'])} | {mib(r['deepspeed'])} | {pct(r['plan_vs_deepspeed'])}{flag}")
+    if a.json:
+        write_json(a.json, {"record": a.record, "tolerance": a.tolerance, "rows": rows})
+    print(f"worst {100 * worst:.1f}% (tolerance {100 * a.tolerance:.1f}%)")
+    return 0 if worst <= a.tolerance else 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -366,6 +417,12 @@ def main():
     r.add_argument("--record", required=True)
     t = sub.add_parser("table")
     t.add_argument("--record", required=True)
+    rp = sub.add_parser("replan", help="today's plan of every recorded case against the record's DeepSpeed")
+    rp.add_argument("--bin", default=os.path.join(ROOT, "build", "zrepro"))
+    rp.add_argument("--record", default=os.path.join(ROOT, "conformance", "results", "gpu", "nvidia-h200.json"))
+    rp.add_argument("--cases")
+    rp.add_argument("--tolerance", type=float, default=0.03)
+    rp.add_argument("--json")
     rd = sub.add_parser("render")
     rd.add_argument("--record", required=True)
     rd.add_argument("--doc", required=True)
@@ -378,6 +435,8 @@ def main():
         cmd_record(a)
     elif a.cmd == "render":
         cmd_render(a)
+    elif a.cmd == "replan":
+        sys.exit(cmd_replan(a))
     else:
         print(table(read_json(a.record)))
 

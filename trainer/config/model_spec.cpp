@@ -18,6 +18,15 @@ using json = nlohmann::json;
 const char* family_name(Family f) { return f == Family::llama ? "llama" : "gpt2"; }
 const char* attention_name(Attention a) { return a == Attention::sdpa ? "sdpa" : "eager"; }
 
+const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::gelu: return "gelu";
+    case Activation::gelu_new: return "gelu_new";
+    case Activation::gelu_tanh: return "gelu_pytorch_tanh";
+  }
+  return "?";
+}
+
 
 namespace {
 
@@ -27,7 +36,11 @@ ModelSpec gpt(const char* name, int64_t vocab, int64_t seq, int64_t hidden, int6
               bool tied, bool published = true) {
   ModelSpec m{name, vocab, seq, hidden, layers, heads, 4 * hidden};
   m.tied = tied;
-  if (published) m.positions = seq;
+  if (published) {  // Hugging Face's GPT-2 modules ([Note: what Hugging Face's modules keep])
+    m.positions = seq;
+    m.activation = Activation::gelu_new;
+    m.softmax_fp32 = false;
+  }
   return m;
 }
 
@@ -299,8 +312,9 @@ json ModelSpec::to_json() const {
                     {"active_params", active_param_count()},
                     {"router_aux_loss_coef", router_aux_loss ? json(router_aux_loss_coef) : json()}};
   }
-  if (family == Family::gpt2) j["positions"] = position_rows();
+  if (family == Family::gpt2) j["positions"] = position_rows(), j["activation"] = activation_name(activation);
   if (attention == Attention::sdpa) j["attention_tile"] = attention_tile;
+  else j["softmax"] = softmax_fp32 ? "fp32" : "compute dtype";
   j["assumed"] = {{"attention", attention_from}, {"seq", seq_from}};
   return j;
 }
@@ -344,6 +358,19 @@ T field(const json& j, const std::string& path, std::initializer_list<const char
   throw ConfigError("--model " + path + ": missing " + *keys.begin() +
                     " (a Hugging Face config.json needs hidden_size, num_hidden_layers, "
                     "num_attention_heads, vocab_size)");
+}
+
+// GPT2Config's "activation_function" (default "gelu_new"), the ones zrepro computes.
+Activation gpt2_activation(const json& j, const std::string& path) {
+  if (!j.contains("activation_function") || j["activation_function"].is_null()) return Activation::gelu_new;
+  const json& v = j["activation_function"];
+  const std::string a = v.is_string() ? v.get<std::string>() : v.dump();
+  if (a == "gelu_new") return Activation::gelu_new;
+  if (a == "gelu") return Activation::gelu;
+  if (a == "gelu_pytorch_tanh") return Activation::gelu_tanh;
+  throw ConfigError("--model " + path + ": activation_function \"" + a +
+                    "\" is not modelled (expected gelu_new, gelu or gelu_pytorch_tanh); zrepro would not compute "
+                    "another activation in its place");
 }
 
 void load_llama_fields(const json& j, const std::string& path, ModelSpec& m) {
@@ -424,6 +451,8 @@ ModelSpec load_hf_config(const std::string& path) {
     m.intermediate = field<int64_t>(j, path, {"n_inner"}, 4 * m.hidden);
     m.tied = field<bool>(j, path, {"tie_word_embeddings"}, true);
     m.norm_eps = field<double>(j, path, {"layer_norm_epsilon"}, 1e-5);
+    m.activation = gpt2_activation(j, path);
+    m.softmax_fp32 = false;  // GPT2Attention's eager softmax in the compute dtype
   } else {
     m.intermediate = field<int64_t>(j, path, {"intermediate_size"}, std::nullopt);
     load_llama_fields(j, path, m);

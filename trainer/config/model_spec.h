@@ -30,6 +30,14 @@ const char* family_name(Family f);
 enum class Attention { eager, sdpa };
 const char* attention_name(Attention a);
 
+// The gpt2 family's MLP activation (the llama family's is SiLU in SwiGLU). gelu: the exact
+// (erf) GELU, one op (zrepro's toys, as conformance/ds_model.py mirrors them);
+// gelu_new: Hugging Face's NewGELUActivation, the tanh approximation written as separate
+// ops, each keeping its input for backward (GPT-2's "activation_function" default);
+// gelu_tanh: torch's fused tanh approximation ("gelu_pytorch_tanh"), one op.
+enum class Activation { gelu, gelu_new, gelu_tanh };
+const char* activation_name(Activation a);
+
 
 struct ModelSpec {
   std::string name;
@@ -42,6 +50,15 @@ struct ModelSpec {
   double norm_eps = 1e-5;
   double rope_theta = 10000;
   Attention attention = Attention::eager;
+  // [Note: what Hugging Face's modules keep] The two places where Hugging Face's modules
+  // save other tensors for backward than a plain implementation would, measured with
+  // torch.autograd.graph.saved_tensors_hooks on transformers 5.25's own modules
+  // (conformance/hf_activations.py): the gpt2 family's activation (above), and eager
+  // attention's softmax: GPT2Attention takes it in the compute dtype and keeps only its
+  // output (2 bytes per score in bf16); the Llama family's eager_attention_forward takes
+  // it in fp32 and casts, keeping the fp32 output and the 16-bit copy (6 bytes per score).
+  Activation activation = Activation::gelu;
+  bool softmax_fp32 = true;
   int64_t attention_tile = 128;  // sdpa: query rows per tile ([Note: sdpa transient] in gpt.cpp)
   // gpt2 family: rows of the learned position table (Hugging Face's n_positions), a size
   // of the model that a shorter training sequence does not shrink; 0: seq (the toys,

@@ -205,7 +205,8 @@ torch::Tensor Gpt::attend(const torch::Tensor& q, const torch::Tensor& k, const 
   } else {
     torch::Tensor att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(d)));
     att = att.masked_fill(mask, -INFINITY);
-    att = torch::softmax(att, -1, torch::kFloat).to(q.scalar_type());
+    // [Note: what Hugging Face's modules keep] (model_spec.h): the family's softmax dtype.
+    att = spec_.softmax_fp32 ? torch::softmax(att, -1, torch::kFloat).to(q.scalar_type()) : torch::softmax(att, -1);
     y = torch::matmul(att, v);
   }
   return y.transpose(1, 2).reshape({B, S, a * d});
@@ -235,8 +236,18 @@ torch::Tensor Gpt::gpt2_block(int64_t b, const Params& g, const torch::Tensor& x
   y = attend(heads(parts[0]), heads(parts[1]), heads(parts[2]));
   torch::Tensor r = mark_mlp_backward(x + torch::linear(y, w(g, proj_w), w(g, proj_b)), b);
   y = torch::layer_norm(r, {h}, w(g, ln2_w), w(g, ln2_b), spec_.norm_eps);
-  y = torch::linear(torch::gelu(torch::linear(y, w(g, fc_w), w(g, fc_b))), w(g, fc2_w), w(g, fc2_b));
+  y = torch::linear(activation(torch::linear(y, w(g, fc_w), w(g, fc_b))), w(g, fc2_w), w(g, fc2_b));
   return r + y;
+}
+
+torch::Tensor Gpt::activation(const torch::Tensor& x) const {
+  switch (spec_.activation) {
+    case Activation::gelu: return torch::gelu(x);
+    case Activation::gelu_tanh: return torch::gelu(x, "tanh");
+    case Activation::gelu_new:  // Hugging Face's NewGELUActivation, op for op (each keeps its input)
+      return 0.5 * x * (1.0 + torch::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * torch::pow(x, 3.0))));
+  }
+  throw std::logic_error("Gpt::activation: unknown activation");
 }
 
 torch::Tensor Gpt::rms_norm(const torch::Tensor& x, const torch::Tensor& weight) const {

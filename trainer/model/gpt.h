@@ -90,6 +90,7 @@ class Gpt {
   // Attention of q [B,a,S,d] over k, v [B,a,S,d] (causal), as [B,S,a*d].
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
   torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight) const;
+  torch::Tensor activation(const torch::Tensor& x) const;  // the gpt2 family's MLP activation
   torch::Tensor rotate(const torch::Tensor& x, int64_t S) const;  // rotary embedding of [B,a,S,d]
   // The embedding and every block (checkpointed when enabled and gradients are on);
   // router_logits, when given, receives each MoE block's router logits.

@@ -148,7 +148,17 @@ std::string gpt_tape_key(const ModelSpec& m, GptTape which, int64_t B, Precision
   // fp16 on the CPU-emulated device computes in fp32 (gpt.cpp compute_dtype).
   const bool b16 = p == Precision::bf16 || (p == Precision::fp16 && !cpu_device);
   return std::string(family_name(m.family)) + " " + attention_name(m.attention) + (m.tied ? " tied" : " untied") +
-         (b16 ? " bf16" : " fp32") + (B == 1 ? " B1 " : " BN ") + gpt_tape_name(which);
+         (b16 ? " bf16" : " fp32") + (B == 1 ? " B1 " : " BN ") + gpt_tape_variant(m) + gpt_tape_name(which);
+}
+
+std::string gpt_tape_variant(const ModelSpec& m) {
+  // [Note: what Hugging Face's modules keep]: the gpt2 family's activation (torch's fused
+  // tanh GELU keeps what the exact one keeps) and eager attention's softmax dtype (the
+  // llama family's is always fp32).
+  if (m.family != Family::gpt2) return "";
+  std::string v = m.activation == Activation::gelu_new ? "gelu_new " : "gelu ";
+  if (m.attention == Attention::eager && !m.softmax_fp32) v += "softmax16 ";
+  return v;
 }
 
 const char* gpt_tape(const ModelSpec& m, GptTape which, int64_t B, Precision p, bool cpu_device) {

@@ -56,8 +56,12 @@ const char* gpt_tape_name(GptTape which);
 const TapeTable& planner_tapes();
 // The tape of `which` for this model. Throws std::logic_error when the table has none.
 const char* gpt_tape(const ModelSpec& m, GptTape which, int64_t micro_batch, Precision p, bool cpu_device);
-// The table's key of that tape ("llama sdpa untied bf16 B1 block_forward").
+// The table's key of that tape ("llama sdpa untied bf16 B1 block_forward",
+// "gpt2 eager tied bf16 BN gelu_new softmax16 block_forward").
 std::string gpt_tape_key(const ModelSpec& m, GptTape which, int64_t micro_batch, Precision p, bool cpu_device);
+// The part of the key that says which of a family's ops the model runs ("" or
+// "gelu_new softmax16 ", ...).
+std::string gpt_tape_variant(const ModelSpec& m);
 
 // Replays a tape: on(+bytes) for each allocation, on(-bytes) for each free. Tokens
 // naming parameter gradients (W..., b..., hb) are reported through on_param instead,

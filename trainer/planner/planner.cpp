@@ -27,6 +27,7 @@
 #include "zero/schedule/reduce_schedule.h"
 #include "zero/schedule/shard_state.h"
 #include "zero/schedule/stage_policy.h"
+#include "zero/schedule/step_schedule.h"
 
 namespace zrepro {
 
@@ -35,6 +36,17 @@ using json = nlohmann::json;
 namespace {
 
 int64_t elem_size(torch::ScalarType t) { return static_cast<int64_t>(c10::elementSize(t)); }
+
+// [Note: the CUDA workspace in the plan]
+// On a GPU the first matmul makes cuBLAS allocate its workspace through the caching
+// allocator, and it stays for the run. Measured on the H200 record
+// (conformance/results/gpu/nvidia-h200.json, torch 2.11, CUDA 13): real DeepSpeed's
+// step peak at ZeRO-1/2 is 22 bytes per parameter (zero/schedule/step_schedule.h) plus
+// 64.02 MiB for TinyLlama-1.1B and 66.3 MiB for GPT-2, where the init peak, before any
+// matmul, has no such remainder (10 bytes per parameter + 0.7 MiB). A plan for a GPU
+// (`--device cuda`, scale-down targets) adds it at the first forward; the CPU-emulated
+// device has none.
+constexpr int64_t kCublasWorkspaceBytes = 64LL << 20;
 
 // [Note: the plan through the caching allocator] Every add() of the timeline is one
 // allocation or one free; the timeline also replays them through CachingPool, the
@@ -255,13 +267,27 @@ class PlanSim {
     plan_.host_pinned_bytes = host.pinned;
     plan_.host_pageable_bytes = host.pageable;
     offload_grad_temp_bytes_ = offload_grad_temp_numel(numels, z_) * pe_;
+    std::vector<int64_t> owned;
+    for (const auto& l : layers_) owned.push_back(l.owned_numel());
+    step_ = step_schedule(policy_, owned, offloaded_, z_.sub_group_size);
+    plan_.block_saved_bytes = 0;
+    replay_tape(gpt_tape(req.model, GptTape::block_forward, B_, p, req.cpu_device), sym_,
+                [&](int64_t b) { plan_.block_saved_bytes += b; }, [&](int64_t b) { plan_.block_saved_bytes += b; });
+    plan_.activation_source = "zrepro's model: tapes of LibTorch " + planner_tapes().libtorch + " (" +
+                              gpt_tape_key(req.model, GptTape::block_forward, B_, p, req.cpu_device) + ")";
+    grads_held_.assign(layers_.size(), false);
+    moments_.assign(layers_.size(), false);
   }
 
   void run() {
     init();
     // The resume copies the checkpoint's host tensors into the engine's own: the device
     // holds what init allocated (trainer/checkpoint/ds_checkpoint.h load_checkpoint).
-    if (req_.resumes) tl_.phase(Phase::load);
+    // The resume creates the moments it loads into.
+    if (req_.resumes) {
+      tl_.phase(Phase::load);
+      for (size_t l = 0; l < layers_.size(); ++l) create_moments(l);
+    }
     int64_t retries_before = 0;
     for (int step = 0; step < 2; ++step) {
       retries_before = tl_.caching().retries();
@@ -308,28 +334,30 @@ class PlanSim {
   }
   int last() const { return static_cast<int>(layers_.size()) - 1; }
 
-  // ZeroEngine's constructor: parameters and gradients per layer, then the optimizer
-  // states (phase partition), then the reducer's persistent buffers.
+  // ZeroEngine's constructor: parameters per layer, then the fp32 masters, DeepSpeed's
+  // transient zero gradient and (stage 3) the gradient partition (phase partition), then
+  // the reducer's persistent buffers. The moments come with the first step, the gradients
+  // of stages 0-2 with the step's first reduction ([Note: DeepSpeed's optimizer-state and
+  // gradient lifetimes], zero/schedule/step_schedule.h).
   void init() {
     tl_.phase(Phase::init);
+    // [Note: DeepSpeed flattens the module it was handed] (zero/engine.cpp): stages 1-2.
+    int64_t module_bytes = policy_.gathers_updated_partitions() ? req_.model.param_count() * pe_ : 0;
+    if (plan_.capacity > 0 && 2 * module_bytes > plan_.capacity) module_bytes = 0;  // flattened on the host
+    tl_.add(MemCategory::params, module_bytes);
     for (size_t l = 0; l < layers_.size(); ++l) {
       tl_.add(MemCategory::params, layers_[l].resident_param_numel(param_offload_) * pe_);
       tl_.add(MemCategory::other, 4);  // the layer's autograd carrier
-      tl_.add(MemCategory::grads, grad_bytes(l));
     }
-    tl_.add(MemCategory::grads, grad_overhang_bytes_);
+    tl_.add(MemCategory::params, -module_bytes);
     tl_.phase(Phase::partition);
     tl_.add(MemCategory::grads, offload_grad_temp_bytes_);  // OptimizerOffload's device buffer
-    for (size_t l = 0; l < layers_.size(); ++l) {
-      const int64_t o = 4 * layers_[l].owned_numel();
-      if (optimizer_bytes(l) == 0) continue;  // offloaded: master and moments on the host
-      if (!master_aliased()) {
-        if (pe_ != 4) tl_.add(MemCategory::optimizer_states, o);  // owned.to(float) before the clone
-        tl_.add(MemCategory::optimizer_states, o);
-        if (pe_ != 4) tl_.add(MemCategory::optimizer_states, -o);
-      }
-      tl_.add(MemCategory::optimizer_states, 2 * o);  // Adam moments
-    }
+    for (size_t l = 0; l < layers_.size(); ++l)
+      if (optimizer_bytes(l) != 0 && !master_aliased())  // offloaded: master and moments on the host
+        tl_.add(MemCategory::optimizer_states, 4 * layers_[l].owned_numel());
+    tl_.add(MemCategory::other, 4 * step_.init_transient_numel);
+    tl_.add(MemCategory::other, -4 * step_.init_transient_numel);
+    if (step_.grads_persist) hold_all_grads();
     tl_.phase(Phase::init);
     if (policy_.shard_params()) {
       std::vector<int64_t> dyn;
@@ -351,6 +379,40 @@ class PlanSim {
     if (m.family == Family::llama) tl_.add(MemCategory::other, 2 * m.seq * m.head_dim() * compute_elem());  // rotary
   }
   int64_t compute_elem() const { return gpt_compute_elem(req_.cfg.precision, req_.cpu_device); }
+
+  // ZeroEngine::allocate_grad / allocate_grads: gradient storage from its first
+  // reduction (stages 0-1: per layer; 2: the whole partition and the overhang at once).
+  void hold_grad(size_t l) {
+    if (grads_held_[l]) return;
+    grads_held_[l] = true;
+    tl_.add(MemCategory::grads, grad_bytes(l));
+  }
+  void hold_all_grads() {
+    for (size_t l = 0; l < layers_.size(); ++l) hold_grad(l);
+    if (!overhang_held_) tl_.add(MemCategory::grads, grad_overhang_bytes_);
+    overhang_held_ = true;
+  }
+  void hold_grads_for(size_t l) {
+    if (policy_.reduction() == GradReduction::reduce_scatter_per_micro_step)
+      hold_all_grads();
+    else
+      hold_grad(l);
+  }
+  void release_grad(size_t l) {
+    if (!grads_held_[l]) return;
+    grads_held_[l] = false;
+    tl_.add(MemCategory::grads, -grad_bytes(l));
+  }
+  void release_overhang() {
+    if (overhang_held_) tl_.add(MemCategory::grads, -grad_overhang_bytes_);
+    overhang_held_ = false;
+  }
+  // DeviceAdam::create_moments: the first update of a layer (or a resume's load).
+  void create_moments(size_t l) {
+    if (moments_[l] || optimizer_bytes(l) == 0) return;
+    moments_[l] = true;
+    tl_.add(MemCategory::optimizer_states, 8 * layers_[l].owned_numel());
+  }
 
   // ---- the engine's entry points, as the model calls them
   void fetch(int l) {
@@ -381,6 +443,7 @@ class PlanSim {
   // The layer's parameter gradients are complete (ZeroEngine::reduce_grad): reduce
   // (per micro-step stages) or add into the full gradient, then autograd frees them.
   void reduce(int l) {
+    hold_grads_for(l);
     if (policy_.reduction() == GradReduction::reduce_scatter_per_micro_step) reduce_->add(l, *reduce_ops_);
     release(l);
     tl_.add(MemCategory::activations, -param_grads_);
@@ -395,6 +458,10 @@ class PlanSim {
     weight_copies(0, +1);
     tape(GptTape::embed_forward);
     release(0);
+    if (!req_.cpu_device && !cublas_workspace_) {  // the first matmul on a GPU
+      cublas_workspace_ = true;
+      tl_.add(MemCategory::other, kCublasWorkspaceBytes);
+    }
     for (int l = 1; l < L; ++l) {
       fetch(l);
       if (!ckpt_) weight_copies(l, +1);  // a checkpointed block saves them in its recomputation
@@ -430,6 +497,7 @@ class PlanSim {
       param_grads_ -= sym_.at("Wlm");
       kept_grads_ += sym_.at("Wlm");
     }
+    hold_grads_for(L);
     tl_.add(MemCategory::grads, second_partition_);  // ZeroEngine::reduce_grad, first reduction
     reduce(L);
     if (tied()) {
@@ -479,11 +547,13 @@ class PlanSim {
     tl_.add(MemCategory::other, -batch);
   }
 
-  // ZeroEngine::step: the boundary reduce (stage 1: into a transient partition), then
-  // per layer, one at a time, the fp32 copy the norm is taken of (16-bit grads) and
-  // the fp32 gradient the optimizer reads (offloaded layers: on the host).
+  // ZeroEngine::step: the gradients of layers no backward reached, the boundary reduce
+  // (stage 1: into a transient partition), per layer the fp32 copy the norm is taken of
+  // (16-bit grads), then the update: a step group's flat fp32 gradient at once, a layer
+  // outside any group (stage 0) its own fp32 copy, offloaded layers none on the device.
   void optimizer_step() {
     tl_.phase(Phase::step);
+    hold_all_grads();
     const bool transient = policy_.transient_reduced_partition();
     if (transient) {
       for (size_t l = 0; l < layers_.size(); ++l)
@@ -498,15 +568,41 @@ class PlanSim {
       tl_.add(MemCategory::other, -4 * norm_numel);
     }
     for (size_t l = 0; l < layers_.size(); ++l) {
+      const int gi = step_.group_of[l];
+      if (gi >= 0) {
+        if (step_.groups[gi].layers.front() == static_cast<int>(l)) update_group(step_.groups[gi], transient);
+        continue;
+      }
+      create_moments(l);
       if (pe_ == 4 || offloaded_[l]) continue;
       const int64_t g = policy_.owns_whole_flat() ? layers_[l].full_grad_numel() : layers_[l].owned_numel();
       tl_.add(MemCategory::other, 4 * g);
       tl_.add(MemCategory::other, -4 * g);
     }
-    if (transient)
-      for (size_t l = 0; l < layers_.size(); ++l)
-        if (!offloaded_[l]) tl_.add(MemCategory::comm_buffers, -layers_[l].owned_numel() * pe_);
+    if (!step_.grads_persist) {  // ZeroEngine::zero_grads
+      for (size_t l = 0; l < layers_.size(); ++l) release_grad(l);
+      release_overhang();
+    }
     if (shards_) shards_->mark_stale();  // persistent parameters are re-gathered
+  }
+  // ZeroEngine::update_group: the flat copy (stage 1's reduced partition freed then), its
+  // fp32 copy, the 16-bit gradients freed at stages 1-2, the moments of a first step, the
+  // fp32 gradient freed.
+  void update_group(const StepGroup& group, bool transient) {
+    const int64_t S = group.numel;
+    tl_.add(MemCategory::other, pe_ * S);
+    if (transient)  // stage 1: the reduced partition goes once flattened
+      for (int l : group.layers) tl_.add(MemCategory::comm_buffers, -layers_[l].owned_numel() * pe_);
+    if (pe_ != 4) {
+      tl_.add(MemCategory::other, 4 * S);
+      tl_.add(MemCategory::other, -pe_ * S);
+    }
+    if (!step_.grads_persist) {
+      for (int l : group.layers) release_grad(l);
+      if (group.layers.back() == step_.groups.back().layers.back()) release_overhang();
+    }
+    for (int l : group.layers) create_moments(l);
+    tl_.add(MemCategory::other, -4 * S);
   }
 
   // A checkpoint after the step: its copies are host memory; with ZeRO-3 and
@@ -543,7 +639,11 @@ class PlanSim {
   int64_t offload_grad_temp_bytes_ = 0;
   int64_t second_partition_ = 0;  // bytes held during this micro-step's backward
   int64_t param_grads_ = 0;
-  int64_t kept_grads_ = 0;  // tied: the head's embedding gradient, until the embedding's reduce
+  int64_t kept_grads_ = 0;
+  StepSchedule step_;
+  std::vector<bool> grads_held_, moments_;  // per layer: gradient storage held, moments created
+  bool overhang_held_ = false;
+  bool cublas_workspace_ = false;  // tied: the head's embedding gradient, until the embedding's reduce
 };
 
 json categories_json(const CategoryBytes& c) {
@@ -646,6 +746,7 @@ json MemoryPlan::to_json() const {
             {"model_states", categories_json(model_states)},
             {"phases", phases_j},
             {"host_bytes", host_bytes},
+            {"activations", {{"block_saved_bytes", block_saved_bytes}, {"source", activation_source}}},
             {"checkpoint_host", {{"save_16bit_rank0_bytes", save_16bit_host_bytes},
                                  {"zero_to_fp32_api_anon_bytes", zero_to_fp32_api_bytes},
                                  {"zero_to_fp32_script_anon_bytes", zero_to_fp32_script_bytes},

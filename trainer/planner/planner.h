@@ -46,6 +46,10 @@ struct MemoryPlan {
   std::vector<PhasePeak> phases;    // each phase's peak, in run order
   CategoryBytes model_states{};     // persistent params / grads / optimizer_states
   int64_t host_bytes = 0;           // host memory the run keeps (cpu checkpoints)
+  // What one block's forward leaves allocated per micro-batch (its saved tensors and its
+  // output), and where the activation model came from.
+  int64_t block_saved_bytes = 0;
+  std::string activation_source;
   // Checkpoints' host memory (JobSpec::saves_checkpoints), beside the device plan:
   // rank 0's whole 16-bit model at a save (ZeRO-3 with stage3_gather_16bit_weights_on_model_save,
   // else 0: [Note: the 16-bit consolidation at save]), and what DeepSpeed's zero_to_fp32 holds

@@ -208,25 +208,46 @@ class Recorder {
   std::map<int64_t, std::string> by_bytes_;
 };
 
+// Each family, attention and variant of the family's ops (gpt_tape_variant) a model can
+// have: the fields of ModelSpec that choose its tapes besides the tied head.
+std::vector<ModelSpec> tape_kinds() {
+  std::vector<ModelSpec> out;
+  for (Attention a : {Attention::eager, Attention::sdpa}) {
+    ModelSpec llama;
+    llama.family = Family::llama, llama.attention = a;
+    out.push_back(llama);
+    for (Activation act : {Activation::gelu, Activation::gelu_new})
+      for (bool fp32 : {true, false}) {
+        if (a == Attention::sdpa && !fp32) continue;  // the softmax dtype is eager's
+        ModelSpec g;
+        g.family = Family::gpt2, g.attention = a, g.activation = act, g.softmax_fp32 = fp32;
+        out.push_back(g);
+      }
+  }
+  return out;
+}
+
 // Every tape of one precision into `out` (the two surrogates must agree).
 void record_precision(Precision p, std::map<std::string, std::string>& out, std::vector<std::string>& problems) {
-  for (Family f : {Family::gpt2, Family::llama})
-    for (Attention a : {Attention::eager, Attention::sdpa})
-      for (bool tied : {false, true})
-        for (int64_t B : {1, 3}) {
-          const ModelSpec m0 = tape_surrogate(f, a, tied, 0), m1 = tape_surrogate(f, a, tied, 1);
-          const std::string label = std::string(family_name(f)) + " " + attention_name(a) + (tied ? " tied" : "") +
-                                    (p == Precision::bf16 ? " bf16" : " fp32") + " B=" + std::to_string(B);
-          const Recording r0 = Recorder(m0, B, p).record(), r1 = Recorder(m1, B, p).record();
-          for (const auto& problem : r0.problems) problems.push_back(label + ": " + problem);
-          for (const auto& problem : r1.problems) problems.push_back(label + " (second surrogate): " + problem);
-          for (const auto& [which, tape] : r0.tapes) {
-            if (tape != r1.tapes.at(which))
-              problems.push_back(label + " " + gpt_tape_name(which) + ": the surrogates disagree (a size coincidence): " +
-                                 tape + " vs " + r1.tapes.at(which));
-            out[gpt_tape_key(m0, which, B, p, true)] = tape;
-          }
+  for (const ModelSpec& kind : tape_kinds())
+    for (bool tied : {false, true})
+      for (int64_t B : {1, 3}) {
+        ModelSpec m0 = tape_surrogate(kind.family, kind.attention, tied, 0);
+        ModelSpec m1 = tape_surrogate(kind.family, kind.attention, tied, 1);
+        for (ModelSpec* m : {&m0, &m1}) m->activation = kind.activation, m->softmax_fp32 = kind.softmax_fp32;
+        const std::string label = std::string(family_name(kind.family)) + " " + attention_name(kind.attention) + " " +
+                                  gpt_tape_variant(m0) + (tied ? "tied" : "untied") +
+                                  (p == Precision::bf16 ? " bf16" : " fp32") + " B=" + std::to_string(B);
+        const Recording r0 = Recorder(m0, B, p).record(), r1 = Recorder(m1, B, p).record();
+        for (const auto& problem : r0.problems) problems.push_back(label + ": " + problem);
+        for (const auto& problem : r1.problems) problems.push_back(label + " (second surrogate): " + problem);
+        for (const auto& [which, tape] : r0.tapes) {
+          if (tape != r1.tapes.at(which))
+            problems.push_back(label + " " + gpt_tape_name(which) + ": the surrogates disagree (a size coincidence): " +
+                               tape + " vs " + r1.tapes.at(which));
+          out[gpt_tape_key(m0, which, B, p, true)] = tape;
         }
+      }
 }
 
 }  // namespace
@@ -289,7 +310,7 @@ nlohmann::json tapes_to_json(const TapeTable& t) {
   return {{"libtorch", t.libtorch},
           {"bf16_gemm_scratch_bytes", t.bf16_gemm_scratch_bytes},
           {"note", "recorded by zrepro_record_tapes with oneDNN off (trainer/planner/tape_recorder.h); keys: "
-                   "family attention tied|untied fp32|bf16 B1|BN part"},
+                   "family attention tied|untied fp32|bf16 B1|BN [gpt2: gelu|gelu_new [softmax16]] part"},
           {"problems", t.problems},
           {"tapes", t.tapes}};
 }
