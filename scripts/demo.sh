@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job of the README: set-up, build, then the flagship reproduction end to end.
-# A ZeRO-2 bf16 job of gpt3-6.7b on 4 x 40 GB runs out of memory on its first forward
+# A ZeRO-2 bf16 job of gpt3-6.7b on 4 x 40 GB runs out of memory in its first optimizer step
 # (every rank holds all 16-bit parameters); zrepro scales it down to a toy that keeps
 # every memory category's share of the 40 GB, reproduces the OOM on 4 CPU ranks, plans
 # the fixes, and verifies the fix (ZeRO-3) with `zrepro ab`. A few seconds after the build.

@@ -389,7 +389,12 @@ def cmd_replan(a):
         flag = "" if abs(r["plan_vs_deepspeed"]) <= a.tolerance else "  <-- past the tolerance"
         print(f"{r['case']} | {r['phase']} | {mib(r['plan'])} | {mib(r['deepspeed'])} | {pct(r['plan_vs_deepspeed'])}{flag}")
     if a.json:
-        write_json(a.json, {"record": a.record, "tolerance": a.tolerance, "rows": rows})
+        env = json.loads(subprocess.run([a.bin, "env", "--json"], capture_output=True, text=True, check=True).stdout)
+        write_json(a.json, {"generated_by": "conformance/gpu/fidelity.py replan (no GPU: today's planner against the "
+                                            "record's measured DeepSpeed figures)",
+                            "record": os.path.relpath(a.record, ROOT), "replanned": time.strftime("%Y-%m-%d"),
+                            "libtorch": env["libtorch"]["version"], "zrepro": env["zrepro"], "tolerance": a.tolerance,
+                            "rows": rows})
     print(f"worst {100 * worst:.1f}% (tolerance {100 * a.tolerance:.1f}%)")
     return 0 if worst <= a.tolerance else 1
 

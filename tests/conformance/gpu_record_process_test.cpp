@@ -5,13 +5,18 @@
 // on the same GPU. Without a GPU:
 //   - the record is what its figures say: every stored error is the ratio of its stored
 //     figures (a hand-edited number fails);
-//   - today's `zrepro plan --device cuda` for every recorded case is no further from the
-//     measured figures than the plan was when they were recorded, plus a slack: 0.5 points
-//     on the LibTorch release the record was made with, 6 points on another (the
-//     activation tapes differ between releases: LibTorch 1.13's plan of these cases is up
-//     to 5.2% from 2.11's, Llama with sdpa; docs/lab/GPU.md). A planner change that moves
-//     zrepro away from the GPU fails here.
+//   - today's `zrepro plan --device cuda` for every recorded case is within 3% of real
+//     DeepSpeed's measured peak in every phase and over the run, but for the gaps named in
+//     kKnownGaps, each held to its figure (the gap may close, not widen);
+//   - the replan beside the record (NAME.replan.json, the band `zrepro plan` prints) is
+//     today's plan: it cannot go stale;
+//   - today's plan is no further from the recorded zrepro CUDA run than the recorded plan
+//     was, plus a slack (0.5 points on the record's LibTorch release, 6 on another: the
+//     activation tapes differ between releases), unless that run predates an engine
+//     change (kSuperseded).
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <filesystem>
 #include <fstream>
 
@@ -39,7 +44,8 @@ std::vector<std::string> records() {
   std::vector<std::string> names;
   if (fs::is_directory(results_dir()))
     for (const auto& e : fs::directory_iterator(results_dir()))
-      if (e.path().extension() == ".json") names.push_back(e.path().stem().string());
+      if (e.path().extension() == ".json" && e.path().stem().extension() != ".replan")  // a replan is not a record
+        names.push_back(e.path().stem().string());
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -80,7 +86,7 @@ TEST_P(GpuRecord, StoredErrorsAreTheRatiosOfStoredFigures) {
 
 // Figures of zrepro_cuda a deliberate engine change has outdated since the record: today's
 // plan is not compared with them (DeepSpeed's are, still) until a GPU session reruns
-// scripts/gpu-check.sh. Each names the change.
+// scripts/gpu-check.sh. Each names the change; "*" matches every case or phase.
 struct Superseded {
   const char* case_name;
   const char* phase;
@@ -91,13 +97,122 @@ const Superseded kSuperseded[] = {
      "2026-12-05: stages 1-2 under offload_optimizer allocate DeepSpeed's device buffer of the largest parameter "
      "(temp_grad_buffer_for_gpu_offload; zero/schedule/offload_plan.h), 77 MB for gpt2's embedding: the recorded "
      "zrepro_cuda run predates it, DeepSpeed's measured init includes it"},
+    {"*", "*",
+     "2026-12-06: the engine follows DeepSpeed 0.19.8's timeline (zero/schedule/step_schedule.h: Adam's moments at "
+     "the first step, gradients of stages 0-2 only from the first reduction to the step, the step's flat fp32 "
+     "gradient, the module flattened on the device) and Hugging Face's GPT-2 ops (gelu_new, the eager softmax in "
+     "the compute dtype): every recorded zrepro_cuda figure predates it"},
 };
 
 bool superseded(const std::string& name, const std::string& phase, const std::string& measured) {
   if (measured != "zrepro_cuda") return false;
   for (const Superseded& s : kSuperseded)
-    if (name == s.case_name && phase == s.phase) return true;
+    if ((std::string(s.case_name) == "*" || name == s.case_name) && (std::string(s.phase) == "*" || phase == s.phase))
+      return true;
   return false;
+}
+
+// Where today's plan is still more than kBand from real DeepSpeed, and why: the gap is held
+// to its figure (plus 0.5 points) so it can close but not widen.
+constexpr double kBand = 0.03;
+struct KnownGap {
+  const char* case_name;
+  const char* phase;
+  double error;  // (plan - DeepSpeed) / DeepSpeed today
+  const char* why;
+};
+const KnownGap kKnownGaps[] = {
+    {"gpt2-fp32-z0", "init", -0.237,
+     "Hugging Face's from_config builds GPT-2's LM head weight (vocab x hidden, 154 MB in fp32) before it ties it "
+     "to the embedding: a construction transient of the record's randomly initialised model that zrepro does not "
+     "model (from_pretrained loads onto the meta device first)"},
+    {"gpt2-bf16-z3-offload", "init", -0.605,
+     "under deepspeed.zero.Init with offload_param DeepSpeed's init holds 155 MB (4 bytes x the embedding) on the "
+     "device for a moment beside the reduce bucket; not yet read in stage3.py / partition_parameters.py"},
+    {"llama-toy-bf16-z2-sdpa", "forward", 0.032,
+     "sdpa: zrepro's tapes are recorded on the CPU from its own memory-efficient attention; CUDA's flash kernel "
+     "keeps a little less per layer (docs/lab/GPU.md)"},
+};
+
+const KnownGap* known_gap(const std::string& name, const std::string& phase) {
+  for (const KnownGap& g : kKnownGaps)
+    if (name == g.case_name && phase == g.phase) return &g;
+  return nullptr;
+}
+
+// Today's `zrepro plan --device cuda` of a recorded case: each phase's peak (partition
+// counts as init, as fidelity.py does) and the run's ("peak").
+std::map<std::string, double> replan(const json& c) {
+  const std::string dir = zrepro_test::fresh_dir("gpu_record_" + c["name"].get<std::string>());
+  std::ofstream(dir + "/ds.json") << c["ds_config"].dump();
+  std::string flags;
+  for (const auto& f : c["zrepro_flags"]) {
+    const std::string s = f.get<std::string>();
+    flags += " " + (s.rfind("configs/", 0) == 0 ? std::string(ZREPRO_SOURCE_DIR) + "/" + s : s);
+  }
+  const auto p = zrepro_test::zrepro_cmd("plan --device cuda --steps 3 --json --config " + dir + "/ds.json" + flags,
+                                         60, /*keep_stderr=*/false);
+  EXPECT_EQ(p.code, 0) << c["name"] << "\n" << p.output;
+  std::map<std::string, double> today;
+  if (p.code != 0) return today;
+  const json plan = json::parse(p.output);
+  for (const auto& ph : plan["phases"]) {
+    const std::string name = ph["phase"] == "partition" ? "init" : ph["phase"].get<std::string>();
+    today[name] = std::max(today[name], ph["peak_bytes"].get<double>());
+    today["peak"] = std::max(today["peak"], ph["peak_bytes"].get<double>());
+  }
+  return today;
+}
+
+TEST_P(GpuRecord, TodaysPlanIsWithinThreePercentOfRealDeepSpeed) {
+  const json rec = load(GetParam());
+  int compared = 0;
+  for (const auto& c : rec["cases"]) {
+    std::map<std::string, double> ds;
+    for (const auto& row : c["phases"])
+      if (!row["deepspeed"].is_null()) {
+        ds[row["phase"]] = row["deepspeed"].get<double>();
+        ds["peak"] = std::max(ds["peak"], row["deepspeed"].get<double>());
+      }
+    if (ds.empty()) continue;
+    const std::map<std::string, double> today = replan(c);
+    for (const auto& [phase, m] : ds) {
+      if (!today.count(phase)) continue;
+      const double e = (today.at(phase) - m) / m;
+      const KnownGap* gap = known_gap(c["name"], phase);
+      if (gap)
+        EXPECT_LE(std::abs(e), std::abs(gap->error) + 0.005) << c["name"] << " " << phase << ": " << gap->why;
+      else
+        EXPECT_LE(std::abs(e), kBand) << c["name"] << " " << phase << ": today's plan " << today.at(phase)
+                                      << " bytes against DeepSpeed's measured " << m << " (" << 100 * e << "%)";
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 0);
+}
+
+TEST_P(GpuRecord, TheReplanBesideTheRecordIsTodaysPlan) {
+  std::ifstream in(results_dir() + "/" + GetParam() + ".replan.json");
+  ASSERT_TRUE(in) << GetParam() << ".replan.json is missing: python3 conformance/gpu/fidelity.py replan --json "
+                  << "conformance/results/gpu/" << GetParam() << ".replan.json";
+  const json rep = json::parse(in);
+  const json rec = load(GetParam());
+  std::map<std::string, std::map<std::string, double>> today;
+  for (const auto& c : rec["cases"]) today[c["name"]] = replan(c);
+  // A replan made with another LibTorch's tapes may differ by their activations.
+  const json env = json::parse(zrepro_test::zrepro_cmd("env --json", 60, false).output);
+  const double slack = rep["libtorch"] == env["libtorch"]["version"] ? 1e-9 : kSlackOtherLibTorch;
+  int rows = 0;
+  for (const auto& r : rep["rows"]) {
+    const auto& t = today[r["case"].get<std::string>()];
+    const std::string phase = r["phase"];
+    ASSERT_TRUE(t.count(phase)) << r.dump();
+    EXPECT_NEAR(r["plan"].get<double>(), t.at(phase), slack * t.at(phase))
+        << r["case"] << " " << phase << ": the replan is stale; python3 conformance/gpu/fidelity.py replan --json "
+        << "conformance/results/gpu/" << GetParam() << ".replan.json";
+    ++rows;
+  }
+  EXPECT_GT(rows, 0);
 }
 
 TEST_P(GpuRecord, TodaysPlanIsNoFurtherFromTheGpuThanRecorded) {
@@ -110,22 +225,7 @@ TEST_P(GpuRecord, TodaysPlanIsNoFurtherFromTheGpuThanRecorded) {
   int compared = 0;
   for (const auto& c : rec["cases"]) {
     if (c["plan"].is_null() || !c["plan"].contains("phases")) continue;
-    const std::string dir = zrepro_test::fresh_dir("gpu_record_" + c["name"].get<std::string>());
-    std::ofstream(dir + "/ds.json") << c["ds_config"].dump();
-    std::string flags;
-    for (const auto& f : c["zrepro_flags"]) {
-      const std::string s = f.get<std::string>();
-      flags += " " + (s.rfind("configs/", 0) == 0 ? std::string(ZREPRO_SOURCE_DIR) + "/" + s : s);
-    }
-    const auto p = zrepro_test::zrepro_cmd("plan --device cuda --steps 3 --json --config " + dir + "/ds.json" + flags,
-                                           60, /*keep_stderr=*/false);
-    ASSERT_EQ(p.code, 0) << c["name"] << "\n" << p.output;
-    const json plan = json::parse(p.output);
-    std::map<std::string, double> today;  // zrepro's partition counts as init (fidelity.py)
-    for (const auto& ph : plan["phases"]) {
-      const std::string name = ph["phase"] == "partition" ? "init" : ph["phase"].get<std::string>();
-      today[name] = std::max(today[name], ph["peak_bytes"].get<double>());
-    }
+    const std::map<std::string, double> today = replan(c);
     for (const auto& row : c["phases"]) {
       const std::string phase = row["phase"];
       if (!today.count(phase) || row["plan"].is_null()) continue;
@@ -133,8 +233,8 @@ TEST_P(GpuRecord, TodaysPlanIsNoFurtherFromTheGpuThanRecorded) {
         if (row[measured].is_null() || superseded(c["name"], phase, measured)) continue;
         const double m = row[measured].get<double>();
         const double then = std::abs(row["plan"].get<double>() - m) / m;
-        const double now = std::abs(today[phase] - m) / m;
-        EXPECT_LE(now, then + slack) << c["name"] << " " << phase << ": today's plan " << today[phase]
+        const double now = std::abs(today.at(phase) - m) / m;
+        EXPECT_LE(now, then + slack) << c["name"] << " " << phase << ": today's plan " << today.at(phase)
                                       << " bytes against " << measured << "'s measured " << m << " (recorded plan "
                                       << row["plan"] << " with LibTorch " << theirs << ", " << then * 100
                                       << "% off; now " << now * 100 << "% with LibTorch " << ours << ")";

@@ -177,7 +177,7 @@ TEST(Scenario, Fragmentation) {
 // counts, and both fixes (micro 8 x gas 2, expandable segments) flush nothing. A ZeRO-2 run
 // under the same pressure prints no warning: DeepSpeed's check is in stage3.py's step().
 TEST(Scenario, AllocatorPressure) {
-  const std::string base = "--model small --allocator caching --device-memory 297MB --steps 3";
+  const std::string base = "--model small --allocator caching --device-memory 293MB --steps 3";
   RunResult a = run("pressure", scenario("allocator-pressure"), base);
   ASSERT_EQ(a.code, 0) << a.output;
   const int64_t retries = a.summary["memory"]["ranks"][0]["alloc_retries"].get<int64_t>();
@@ -219,7 +219,9 @@ TEST(Scenario, AllocatorPressure) {
 
   std::string stage2 = scenario("allocator-pressure");
   stage2.replace(stage2.find("\"stage\": 3"), 10, "\"stage\": 2");
-  RunResult z2 = run("pressure_stage2", stage2, base);
+  // ZeRO-2 holds less at this job's peak (its gradient partition lives only from the first
+  // reduction to the step): the same pressure is at 288 MB (plan: 2 flushes a step).
+  RunResult z2 = run("pressure_stage2", stage2, "--model small --allocator caching --device-memory 288MB --steps 3");
   ASSERT_EQ(z2.code, 0) << z2.output;
   EXPECT_GT(z2.summary["memory"]["ranks"][0]["alloc_retries"].get<int64_t>(), 0) << "the same pressure under ZeRO-2";
   EXPECT_EQ(z2.output.find("cache flushes"), std::string::npos) << "stage 2 must not print stage 3's warning";

@@ -411,7 +411,8 @@ class PlanSim {
   void create_moments(size_t l) {
     if (moments_[l] || optimizer_bytes(l) == 0) return;
     moments_[l] = true;
-    tl_.add(MemCategory::optimizer_states, 8 * layers_[l].owned_numel());
+    tl_.add(MemCategory::optimizer_states, 4 * layers_[l].owned_numel());  // exp_avg
+    tl_.add(MemCategory::optimizer_states, 4 * layers_[l].owned_numel());  // exp_avg_sq
   }
 
   // ---- the engine's entry points, as the model calls them

@@ -490,6 +490,14 @@ bool decide_oom_by_figures(const json& n, const std::string& phase, Diagnosis& d
   if (req > 0 && stranded > req && (cap <= 0 || stranded >= cap / 20)) {
     d.scenario = "fragmentation", d.cause = "fragmentation", d.confidence = "strong";
     d.reason = "the allocator holds more reserved-but-unallocated memory than the request: the free memory is fragmented";
+  } else if (category == "optimizer_states" && n.value("zero_stage", 0) == 2) {
+    // DeepSpeed creates Adam's moments in the first step: under ZeRO-2 the states and the
+    // gradients are already partitioned there, and what every rank still holds whole is
+    // its 16-bit parameters.
+    d.scenario = "zero2-params-dont-fit", d.cause = "model-states-at-init", d.confidence = "likely";
+    d.reason = "the OOM comes when ZeRO-2 creates Adam's moments in the first optimizer step: states and gradients "
+               "are partitioned already; every rank's whole 16-bit parameters leave no room for them (ZeRO stage 3, "
+               "or offload)";
   } else if (phase == "partition" || category == "optimizer_states") {
     d.scenario = "optimizer-partition-oom", d.cause = "optimizer-states", d.confidence = "strong";
     d.reason = "the OOM comes while ZeRO creates or partitions the optimizer states (12 bytes/param of fp32 Adam state)";

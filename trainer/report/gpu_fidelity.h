@@ -1,8 +1,12 @@
-// What zrepro's memory plan was worth on a real GPU, read from the GPU records
+// What zrepro's memory plan is worth on a real GPU, read from the GPU records
 // (conformance/results/gpu/*.json, written by scripts/gpu-check.sh; docs/lab/GPU.md): over the
 // recorded cases, the range of the plan's error against real DeepSpeed with Hugging Face's
-// models, for the whole run's peak and per phase. `zrepro plan` prints it under every
-// plan, so a verdict says what it rests on; nothing here is a number of its own.
+// models, for the whole run's peak and per phase. Where the record has a replan beside it
+// (NAME.replan.json: today's planner on the record's cases, against the same measured
+// DeepSpeed figures; conformance/gpu/fidelity.py replan, kept current by
+// tests/conformance/gpu_record_process_test.cpp) the ranges are the replan's, else the
+// plan the record was made with. `zrepro plan` prints it under every plan, so a verdict
+// says what it rests on; nothing here is a number of its own.
 #pragma once
 #include <map>
 #include <optional>
@@ -18,6 +22,8 @@ struct GpuFidelity {
   std::string machine;   // "NVIDIA H200, torch 2.11.0+cu130"
   std::string recorded;  // its date
   std::string deepspeed; // the DeepSpeed release measured
+  std::string replan;    // the replan the ranges come from ("" : the record's own plan)
+  std::string replanned; // its date
   int cases = 0;
   std::pair<double, double> peak{0, 0};                          // (plan - DeepSpeed) / DeepSpeed, min and max
   std::map<std::string, std::pair<double, double>> by_phase;     // init, forward, backward, step
