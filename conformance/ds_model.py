@@ -373,6 +373,12 @@ def load(inputs_dir):
     """The model with zrepro's initial weights, the layout and the token array; the model's
     parameters in zrepro's layout order are model.ordered."""
     layout = json.load(open(f"{inputs_dir}/layout.json"))
+    # The toy computes the exact GELU and an fp32 eager softmax; an export names other ops
+    # (trainer/report/inputs_export.cpp), which this module does not compute.
+    for key, ours in (("activation", "gelu"), ("softmax", "fp32")):
+        if layout["model"].get(key, ours) != ours:
+            raise SystemExit(f"{inputs_dir}/layout.json: model {key} {layout['model'][key]!r}; conformance/ds_model.py "
+                             f"computes {ours!r} only (zrepro's toy presets)")
     init = torch.from_numpy(np.load(f"{inputs_dir}/init.npy"))
     tokens = torch.from_numpy(np.load(f"{inputs_dir}/tokens.npy"))
     if layout["model"]["family"] == "llama":

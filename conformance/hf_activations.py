@@ -10,14 +10,15 @@ input, saved by its first norm, is the first layer's output: one hidden state, a
 zrepro's block tape), with the tensors by shape and dtype so a difference can be read.
 
 zrepro's side: `zrepro plan --json` reports `activations.block_saved_bytes` per
-micro-batch, the bytes its model's block_forward tape leaves allocated (the block's saved
-tensors and its output); tests/trainer/planner/hf_activations_test.cpp compares the two
-from conformance/results/hf_activations.json. Eager attention and the MLP run the same
+micro-batch, what a block adds to a forward's activations in its tapes (the block's forward
+and what follows it before the next block); with --zrepro the record keeps that figure
+beside transformers' for docs/design/CONFORMANCE.md, and
+tests/trainer/planner/hf_activations_test.cpp compares today's with transformers'. Eager attention and the MLP run the same
 ATen ops on the CPU and on CUDA; sdpa differs by kernel (the CPU's flash attention
 against CUDA's flash or memory-efficient kernels), so sdpa cases record the CPU's kernel
 and say so.
 
-    python conformance/hf_activations.py --out conformance/results/hf_activations.json
+    python conformance/hf_activations.py --zrepro build/zrepro --out conformance/results/hf_activations.json
 """
 import argparse
 import json
@@ -99,9 +100,27 @@ def measure(torch, transformers, model_name, attn, dtype, B, S):
             "block_saved_bytes": sum(x["bytes"] for x in second), "tensors": second}
 
 
+def zrepro_block_bytes(binary, row):
+    """`zrepro plan --json`'s activations.block_saved_bytes for the same model and shapes."""
+    import subprocess
+    import tempfile
+    cfg = {"train_micro_batch_size_per_gpu": row["micro_batch"], "zero_optimization": {"stage": 0}}
+    if row["dtype"] == "bfloat16":
+        cfg["bf16"] = {"enabled": True}
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "ds.json")
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        out = subprocess.run([binary, "plan", "--config", path, "--model", os.path.join(MODELS, row["model"] + ".json"),
+                              "--seq", str(row["seq"]), "--attn", row["attention"], "--json"],
+                             capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(out.stdout)["activations"]["block_saved_bytes"]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--zrepro", help="a zrepro binary: its plan's figure for each case goes beside transformers'")
     a = ap.parse_args()
     import torch
     import transformers
@@ -109,8 +128,11 @@ def main():
     t0 = time.time()
     rows = [measure(torch, transformers, *c) for c in CASES]
     for r in rows:
+        if a.zrepro:
+            r["zrepro_block_bytes"] = zrepro_block_bytes(a.zrepro, r)
         print(f"{r['model']:10s} {r['attention']:5s} {r['dtype']:8s} B={r['micro_batch']} S={r['seq']:4d}: "
-              f"{r['block_saved_bytes']:>10,} B saved per decoder layer")
+              f"{r['block_saved_bytes']:>10,} B saved per decoder layer"
+              + (f", zrepro {r['zrepro_block_bytes']:>10,}" if a.zrepro else ""))
     write_json(a.out, {"generated_by": "conformance/hf_activations.py", "recorded": time.strftime("%Y-%m-%d"),
                        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
                        "device": "cpu", "wall_s": round(time.time() - t0, 1), "cases": rows})

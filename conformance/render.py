@@ -411,6 +411,52 @@ def universal_table(r):
     return out
 
 
+def hf_activations_section(folder):
+    """What transformers' decoder layers save for backward against zrepro's block (hf_activations.py)."""
+    path = os.path.join(folder, "hf_activations.json")
+    if not os.path.exists(path):
+        return []
+    r = json.load(open(path))
+    v = r["versions"]
+    out = ["## Activations: what Hugging Face's decoder layer keeps", "",
+           f"transformers {v['transformers']} builds its own model class from each config.json "
+           f"(configs/models/) with two layers and runs one forward on the CPU (torch {v['torch']}) under "
+           "`torch.autograd.graph.saved_tensors_hooks`: the second layer's saved tensors, counted once per "
+           "storage, parameters left out (`conformance/hf_activations.py`). zrepro's figure is what a block adds "
+           "to a forward's activations in the planner's tapes (`zrepro plan --json` activations.block_saved_bytes). "
+           "tests/trainer/planner/hf_activations_test.cpp checks today's figures against this record and names "
+           "the gaps.", "",
+           "| model | attention | dtype | micro-batch x seq | transformers (B) | zrepro (B) | diff |",
+           "|---|---|---|---|---|---|---|"]
+    for c in r["cases"]:
+        z = c.get("zrepro_block_bytes")
+        diff = "" if z is None else f"{(z - c['block_saved_bytes']) / c['block_saved_bytes']:+.1%}"
+        out.append(f"| {c['model']} | {c['attention']} | {c['dtype']} | {c['micro_batch']} x {c['seq']} "
+                   f"| {c['block_saved_bytes']:,} | {'' if z is None else f'{z:,}'} | {diff} |")
+    return out + [""]
+
+
+def gpu_replan_section(folder):
+    """Today's planner against the GPU record's measured DeepSpeed figures (fidelity.py replan)."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(folder, "gpu", "*.replan.json"))):
+        r = json.load(open(path))
+        out += [f"## The GPU record replanned ({os.path.basename(path)})", "",
+                f"`{r['generated_by']}`: `zrepro plan --device cuda` (LibTorch {r['libtorch']}'s tapes, zrepro "
+                f"{r['zrepro'].get('commit', '?')}, {r['replanned']}) for every case of `{r['record']}` against real "
+                "DeepSpeed 0.19.8 + Hugging Face measured on the GPU, per phase and at the whole run's peak. "
+                "tests/conformance/gpu_record_process_test.cpp keeps this file equal to today's plan and holds every "
+                f"row within {r['tolerance']:.0%} but the gaps it names.", "",
+                "| case | phase | plan (MiB) | DeepSpeed (MiB) | plan vs DeepSpeed |", "|---|---|---|---|---|"]
+        for x in r["rows"]:
+            e = x["plan_vs_deepspeed"]
+            cell = f"{e:+.1%}" if abs(e) <= r["tolerance"] else f"**{e:+.1%}**"
+            out.append(f"| {x['case']} | {x['phase']} | {x['plan'] / 2**20:,.0f} | {x['deepspeed'] / 2**20:,.0f} "
+                       f"| {cell} |")
+        out.append("")
+    return out
+
+
 def remaining(recs):
     """Every row that disagrees, with its cause: the list a release note carries."""
     out = ["## Remaining disagreements", ""]
@@ -439,7 +485,8 @@ def main():
     if not recs:
         raise SystemExit(f"no results in {folder}")
     lines = (header(recs) + remaining(recs) + training_table(recs) + bytes_table(recs) + comm_table(recs) + mismatch_table(recs) +
-             moe_section(folder) + checkpoint_section(folder) + zero_to_fp32_section(folder) + configs_table(folder) + estimator_table(folder))
+             moe_section(folder) + checkpoint_section(folder) + zero_to_fp32_section(folder) + configs_table(folder) + estimator_table(folder) +
+             hf_activations_section(folder) + gpu_replan_section(folder))
     for extra in sorted(glob.glob(os.path.join(folder, "extra", "*.md"))):
         lines += open(extra).read().splitlines() + [""]
     with open(target + ".tmp", "w") as f:

@@ -232,4 +232,12 @@ void replay_tape(const char* tape, const TapeSymbols& sym, const std::function<v
   for (size_t i = mlp_end; i < toks.size(); ++i) emit(toks[i], toks[i].substr(1), symbol_bytes(sym, toks[i], toks[i].substr(1)));
 }
 
+int64_t block_activation_bytes(const ModelSpec& m, int64_t B, Precision p, bool cpu_device) {
+  const TapeSymbols sym = gpt_tape_symbols(m, B, p, cpu_device);
+  int64_t bytes = 0;
+  for (GptTape t : {GptTape::block_forward, GptTape::between_blocks})
+    replay_tape(gpt_tape(m, t, B, p, cpu_device), sym, [&](int64_t b) { bytes += b; }, [&](int64_t b) { bytes += b; });
+  return bytes;
+}
+
 }  // namespace zrepro

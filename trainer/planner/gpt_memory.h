@@ -63,6 +63,12 @@ std::string gpt_tape_key(const ModelSpec& m, GptTape which, int64_t micro_batch,
 // "gelu_new softmax16 ", ...).
 std::string gpt_tape_variant(const ModelSpec& m);
 
+// What one block adds to a forward's activations per micro-batch: its forward's tape and
+// what follows before the next block (the previous output freed where nothing saved it).
+// Compared with the tensors Hugging Face's own decoder layer saves
+// (tests/trainer/planner/hf_activations_test.cpp).
+int64_t block_activation_bytes(const ModelSpec& m, int64_t micro_batch, Precision p, bool cpu_device);
+
 // Replays a tape: on(+bytes) for each allocation, on(-bytes) for each free. Tokens
 // naming parameter gradients (W..., b..., hb) are reported through on_param instead,
 // so the caller can charge them and free them at the layer's reduce.

@@ -270,9 +270,7 @@ class PlanSim {
     std::vector<int64_t> owned;
     for (const auto& l : layers_) owned.push_back(l.owned_numel());
     step_ = step_schedule(policy_, owned, offloaded_, z_.sub_group_size);
-    plan_.block_saved_bytes = 0;
-    replay_tape(gpt_tape(req.model, GptTape::block_forward, B_, p, req.cpu_device), sym_,
-                [&](int64_t b) { plan_.block_saved_bytes += b; }, [&](int64_t b) { plan_.block_saved_bytes += b; });
+    plan_.block_saved_bytes = block_activation_bytes(req.model, B_, p, req.cpu_device);
     plan_.activation_source = "zrepro's model: tapes of LibTorch " + planner_tapes().libtorch + " (" +
                               gpt_tape_key(req.model, GptTape::block_forward, B_, p, req.cpu_device) + ")";
     grads_held_.assign(layers_.size(), false);

@@ -46,8 +46,9 @@ struct MemoryPlan {
   std::vector<PhasePeak> phases;    // each phase's peak, in run order
   CategoryBytes model_states{};     // persistent params / grads / optimizer_states
   int64_t host_bytes = 0;           // host memory the run keeps (cpu checkpoints)
-  // What one block's forward leaves allocated per micro-batch (its saved tensors and its
-  // output), and where the activation model came from.
+  // What one block's forward adds to the activations per micro-batch (its saved tensors:
+  // its forward and what follows it before the next block), and where the activation
+  // model came from.
   int64_t block_saved_bytes = 0;
   std::string activation_source;
   // Checkpoints' host memory (JobSpec::saves_checkpoints), beside the device plan:

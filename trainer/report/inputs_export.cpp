@@ -53,6 +53,12 @@ void export_inputs(const std::string& dir, const ModelSpec& spec, const InputsGe
   }
   const int64_t global = g.micro * g.grad_accum * g.world;
   nlohmann::json model = spec.to_json();
+  // The ops conformance/ds_model.py's toy computes (the exact GELU, the fp32 eager softmax)
+  // go unsaid, so inputs exported before these fields existed keep their key in a bisect
+  // cache (trainer/bisect/release_env.h inputs_key); other ops are named, and ds_model.py
+  // refuses what it does not compute.
+  if (model.value("activation", "gelu") == "gelu") model.erase("activation");
+  if (model.value("softmax", "fp32") == "fp32") model.erase("softmax");
   // What Hugging Face's LlamaConfig needs beyond the dimensions.
   if (spec.family == Family::llama)
     model.update({{"norm_eps", spec.norm_eps}, {"rope_theta", spec.rope_theta}, {"qkv_bias", spec.qkv_bias},

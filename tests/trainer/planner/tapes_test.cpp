@@ -49,8 +49,25 @@ std::string reference_path() {
 TEST(Tapes, EveryPartIsRecordedInSymbols) {
   const TapeTable& t = recording();
   for (const auto& problem : t.problems) ADD_FAILURE() << problem;
-  // family x attention x tied x precision x micro-batch class x 14 parts.
-  EXPECT_EQ(t.tapes.size(), 2u * 2 * 2 * 2 * 2 * 14);
+  // Kinds (tape_kinds: llama eager and sdpa; gpt2 eager x {gelu, gelu_new} x softmax {fp32,
+  // compute dtype}; gpt2 sdpa x {gelu, gelu_new}) x tied x precision x micro-batch class x 14 parts.
+  EXPECT_EQ(t.tapes.size(), 8u * 2 * 2 * 2 * 14);
+  // [Note: what Hugging Face's modules keep]: a block's forward keeps 3 more intermediate-
+  // sized tensors with gelu_new's separate ops, and, in bf16 eager attention, 4 bytes less per
+  // score with the softmax in the compute dtype (what transformers' GPT-2 keeps).
+  ModelSpec m = resolve_model("gpt2");
+  m.layers = 2, m.seq = 64;
+  auto block_bytes = [&](Activation a, bool fp32_softmax) {
+    m.activation = a, m.softmax_fp32 = fp32_softmax;
+    const TapeSymbols sym = gpt_tape_symbols(m, 1, Precision::bf16, true);
+    int64_t kept = 0;
+    replay_tape(gpt_tape(m, GptTape::block_forward, 1, Precision::bf16, true), sym, [&](int64_t b) { kept += b; },
+                [&](int64_t b) { kept += b; });
+    return kept;
+  };
+  const int64_t n = m.seq * m.hidden, mlp = m.seq * m.intermediate, scores = m.heads * m.seq * m.seq;
+  EXPECT_EQ(block_bytes(Activation::gelu_new, true) - block_bytes(Activation::gelu, true), 3 * 2 * mlp) << n;
+  EXPECT_EQ(block_bytes(Activation::gelu, true) - block_bytes(Activation::gelu, false), 4 * scores);
   std::printf("LibTorch %s; bf16 GEMM scratch on this CPU with oneDNN on: %lld bytes\n", t.libtorch.c_str(),
               static_cast<long long>(t.bf16_gemm_scratch_bytes));
   // The recording turns oneDNN off; the scratch is measured with it on, and restored.
