@@ -13,9 +13,6 @@
 #include "trainer/report/gpu_fidelity.h"
 #include "trainer/report/report.h"
 
-#ifndef ZREPRO_GPU_RECORDS_DIR
-#define ZREPRO_GPU_RECORDS_DIR "conformance/results/gpu"
-#endif
 
 namespace zrepro {
 
@@ -77,7 +74,12 @@ int plan_command(int argc, char** argv) {
     const bool oom = plan.capacity > 0 && !plan.fits;
     const std::vector<FixPrediction> fixes =
         oom || (r.count("json") && plan.capacity > 0) ? predict_fixes(req) : std::vector<FixPrediction>{};
-    const std::optional<GpuFidelity> fidelity = load_gpu_fidelity(ZREPRO_GPU_RECORDS_DIR);
+    const std::optional<GpuFidelity>& fidelity = gpu_band();
+    // A GPU plan with a capacity: where real DeepSpeed's peak may lie, and whether that
+    // straddles the capacity ([Note: a verdict inside the band]).
+    std::optional<BandCall> call;
+    if (fidelity && !req.cpu_device && plan.capacity > 0)
+      call = band_call(*fidelity, static_cast<double>(plan.peak_bytes), static_cast<double>(plan.capacity));
     if (r.count("json")) {
       nlohmann::json j = plan.to_json();
       j["model"] = req.model.to_json();
@@ -92,12 +94,14 @@ int plan_command(int argc, char** argv) {
           j["fixes"].push_back(f.to_json());
       }
       j["gpu_fidelity"] = fidelity ? fidelity->to_json() : nlohmann::json(nullptr);
+      j["band_call"] = call ? call->to_json() : nlohmann::json(nullptr);
       std::cout << json_text(j) << std::endl;
     } else {
       for (const auto& w : req.cfg.warnings) std::cout << "[zrepro] warning: " << w << "\n";
       std::cout << format_plan(plan, req);
       if (!fixes.empty()) std::cout << "\n" << format_fixes(fixes) << "\n" << format_fix_details(fixes);
       if (fidelity) std::cout << "\n" << format_gpu_fidelity(*fidelity);
+      if (call) std::cout << "  " << call->text() << "\n";
     }
     if (!plan.pinned_fits) return kExitPinnedMemory;  // the run would fail at init, before any OOM
     return plan.capacity > 0 && !plan.fits ? kExitOom : kExitOk;

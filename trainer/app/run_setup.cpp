@@ -18,6 +18,7 @@
 #include "trainer/model/data.h"
 #include "trainer/model/gpt.h"
 #include "trainer/planner/link_profile.h"
+#include "trainer/report/gpu_fidelity.h"
 #include "trainer/runtime/out_dir.h"
 #include "zero/comm/mpi_communicator.h"
 
@@ -77,6 +78,9 @@ static void resolve_config(RunState& s) {
     sr.target.activation_checkpointing = spec.activation_checkpointing;
     if (spec.scale) sr.scale = *spec.scale;
     s.scaled = std::make_unique<ScaleDown>(scale_down(sr));
+    if (const auto& band = gpu_band())
+      s.scaled->target_band = band_call(*band, static_cast<double>(s.scaled->target_plan.peak_bytes),
+                                        static_cast<double>(s.scaled->target_plan.capacity)).to_json();
     s.job.model = s.scaled->toy;
     s.job.cfg = s.scaled->toy_cfg;
   } else {
@@ -353,6 +357,7 @@ void print_header(RunState& s) {
               << " (peak " << format_bytes(tp.peak_bytes) << " per rank); fidelity (planned, at the peak):\n"
               << sd.table();
     for (const auto& w : sd.warnings) std::cout << "[zrepro] warning: " << w << "\n";
+    if (!sd.target_band.is_null()) std::cout << "[zrepro] planner, target: " << BandCall::from_json(sd.target_band).text() << "\n";
   }
   std::cout << "[zrepro] world_size=" << s.world << " zero_stage=" << cfg.zero.stage
             << " precision=" << precision_name(cfg.precision) << " deepspeed=" << cfg.deepspeed_version

@@ -136,6 +136,7 @@ json ScaleDown::to_json() const {
           {"scaled_keys", scaled_keys},
           {"fidelity", rows},
           {"target_planned", verdict(target_plan)},
+          {"target_band", target_band},
           {"toy_planned", verdict(toy_plan)},
           {"warnings", warnings}};
 }

@@ -41,6 +41,9 @@ struct ScaleDown {
   std::vector<Row> fidelity;  // share of capacity at the peak, per category and the total
   std::vector<std::string> scaled_keys;  // "reduce_bucket_size 500000000 -> 122070"
   std::vector<std::string> warnings;
+  // The target plan against the planner's measured band ([Note: a verdict inside the band],
+  // trainer/report/gpu_fidelity.h): BandCall::to_json, set by the run; null without a record.
+  nlohmann::json target_band;
 
   nlohmann::json to_json() const;
   std::string table() const;  // the fidelity table, for humans

@@ -1,5 +1,7 @@
 // See ab.h.
 #include "trainer/report/ab.h"
+
+#include "trainer/report/gpu_fidelity.h"
 #include "trainer/report/summary.h"
 
 #include <algorithm>
@@ -56,6 +58,7 @@ void target_of(const json& sd, double hi, double cap, json& row) {
   row["target_planned_peak_bytes"] = planned.is_object() ? planned.value("peak_bytes", json()) : json(nullptr);
   row["target_planned_verdict"] = planned.is_object() ? planned.value("verdict", json()) : json(nullptr);
   row["target_model"] = sd.value("target_model", json()).is_object() ? sd["target_model"].value("name", json()) : json(nullptr);
+  row["target_band"] = sd.value("target_band", json());  // [Note: a verdict inside the band]
   json worst;
   for (const auto& r : sd.value("fidelity", json::array())) {
     const double off = 100 * std::abs(number_or(r.value("toy_share", json()), 0) - number_or(r.value("target_share", json()), 0));
@@ -79,6 +82,11 @@ std::string target_basis(const json& row) {
   if (cap > 0 && std::isfinite(planned))
     s += ": planned peak " + fixed(100 * planned / cap, 0) + "% of capacity" +
          (std::isfinite(toy) ? " (the toy measured " + fixed(100 * toy / cap, 0) + "%)" : "");
+  const json band = row.value("target_band", json());
+  if (band.is_object()) {
+    const BandCall call = BandCall::from_json(band);
+    s += "; " + call.text();
+  }
   const double off = w["off_points"].get<double>();
   s += ", scale-down fidelity: ";
   if (row.value("fidelity_ok", false))
@@ -521,6 +529,12 @@ PairVerdict judge_pair(const std::vector<AbRun>& a, const std::vector<AbRun>& b,
   return v;
 }
 
+// Whether a scaled-down side's target margin is inside the planner's band.
+bool inside_band(const json& row) {
+  const json band = row.value("target_band", json());
+  return band.is_object() && band.value("inside_band", false);
+}
+
 // Every run's per-step losses or grad norms, for ab.html's curves.
 json step_curves(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bool grad_norm) {
   json curves = json::object();
@@ -539,7 +553,7 @@ json step_curves(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bool 
 AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bool plan_only, const Expectation& e) {
   AbResult out;
   json rows = json::array(), pairs = json::array();
-  bool any_a_shows = false, any_unfixed = false, incomplete = false;
+  bool any_a_shows = false, any_unfixed = false, incomplete = false, any_inside = false;
   const bool by_failure = e.kind == Expectation::Kind::failure || e.kind == Expectation::Kind::refused;
   for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
     const json ra = row_of(a[i], plan_only), rb = row_of(b[i], plan_only);
@@ -551,6 +565,8 @@ AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bo
     incomplete = incomplete || v.incomplete;
     any_a_shows = any_a_shows || v.a_shows;
     any_unfixed = any_unfixed || (v.a_shows && v.b_fails) || (!by_failure && v.b_fails);
+    const bool inside = inside_band(ra) || inside_band(rb);
+    any_inside = any_inside || inside;
     rows.push_back(ra);
     rows.push_back(rb);
     pairs.push_back({{"ranks", a[i].ranks},
@@ -558,6 +574,7 @@ AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bo
                      {"b_fails", v.b_fails},
                      {"max_loss_rel_diff", std::isfinite(dl) ? json(dl) : json(nullptr)},
                      {"max_grad_norm_rel_diff", std::isfinite(dg) ? json(dg) : json(nullptr)},
+                     {"target_inside_band", inside},
                      {"verdict", v.line}});
   }
   json equiv = json::array();
@@ -569,7 +586,10 @@ AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bo
       out.verdicts.push_back(line);
     }
   out.exit_code = incomplete ? kExitInternal : any_unfixed ? kExitAbNotFixed : any_a_shows ? kExitOk : kExitAbNoFailure;
-  const char* outcome = incomplete ? "incomplete" : any_unfixed ? "not fixed" : any_a_shows ? "fixed" : "nothing to fix";
+  // [Note: a verdict inside the band]: a margin at target inside the planner's band against
+  // real DeepSpeed is not called; the toy's outcome stands, and says so.
+  std::string outcome = incomplete ? "incomplete" : any_unfixed ? "not fixed" : any_a_shows ? "fixed" : "nothing to fix";
+  if (any_inside && !incomplete) outcome += " on the toy; at target inside the planner's band, not called";
   out.table = table(rows);
   out.json = {{"plan_only", plan_only}, {"expect", e.text},  {"outcome", outcome},  {"exit_code", out.exit_code},
               {"rows", rows},           {"comparisons", pairs}, {"equivalence", equiv},

@@ -123,4 +123,41 @@ std::string format_gpu_fidelity(const GpuFidelity& f) {
   return s + "\n";
 }
 
+BandCall band_call(const GpuFidelity& f, double planned, double capacity) {
+  BandCall b;
+  b.planned = planned, b.capacity = capacity;
+  b.deepspeed_low = planned / (1 + f.peak.second);
+  b.deepspeed_high = planned / (1 + f.peak.first);
+  b.inside = capacity > 0 && b.deepspeed_low <= capacity && capacity <= b.deepspeed_high;
+  return b;
+}
+
+json BandCall::to_json() const {
+  return {{"planned_peak_bytes", planned}, {"capacity_bytes", capacity},
+          {"deepspeed_peak_range_bytes", {deepspeed_low, deepspeed_high}}, {"inside_band", inside}};
+}
+
+BandCall BandCall::from_json(const json& j) {
+  BandCall b;
+  b.planned = j.at("planned_peak_bytes").get<double>();
+  b.capacity = j.at("capacity_bytes").get<double>();
+  b.deepspeed_low = j.at("deepspeed_peak_range_bytes").at(0).get<double>();
+  b.deepspeed_high = j.at("deepspeed_peak_range_bytes").at(1).get<double>();
+  b.inside = j.at("inside_band").get<bool>();
+  return b;
+}
+
+std::string BandCall::text() const {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.0f%% .. %.0f%%", 100 * deepspeed_low / capacity, 100 * deepspeed_high / capacity);
+  std::string s = std::string("real DeepSpeed's peak, by the planner's measured band: ") + b + " of capacity";
+  if (inside) return s + ": the capacity is inside it, too close to call (fits or not depends on the error the band allows)";
+  return s + (deepspeed_high < capacity ? ": fits beyond the band's error" : ": out of memory beyond the band's error");
+}
+
+const std::optional<GpuFidelity>& gpu_band() {
+  static const std::optional<GpuFidelity> band = load_gpu_fidelity(ZREPRO_GPU_RECORDS_DIR);
+  return band;
+}
+
 }  // namespace zrepro

@@ -37,4 +37,20 @@ std::optional<GpuFidelity> load_gpu_fidelity(const std::string& dir);
 // Lines for the plan's text output.
 std::string format_gpu_fidelity(const GpuFidelity& f);
 
+// [Note: a verdict inside the band] Where real DeepSpeed's peak may lie, given a plan's
+// peak for a GPU and the band its errors fell in (real = plan / (1 + error)), and whether
+// the capacity is inside that range: then neither "fits" nor "OOM" is a verdict to trust,
+// and run, ab and plan say so instead of calling the plan's side.
+struct BandCall {
+  double planned = 0, capacity = 0;
+  double deepspeed_low = 0, deepspeed_high = 0;  // bytes
+  bool inside = false;
+  nlohmann::json to_json() const;
+  static BandCall from_json(const nlohmann::json& j);
+  std::string text() const;  // "real DeepSpeed's peak, by the planner's measured band: 95% .. 99% of capacity: ..."
+};
+BandCall band_call(const GpuFidelity& f, double planned_peak, double capacity);
+// load_gpu_fidelity(ZREPRO_GPU_RECORDS_DIR, or $ZREPRO_GPU_RECORDS), read once per process.
+const std::optional<GpuFidelity>& gpu_band();
+
 }  // namespace zrepro
