@@ -37,3 +37,25 @@ TEST(GpuFidelity, TheRangesAreTheReplansOwnFigures) {
   EXPECT_NE(text.find("NVIDIA H200"), std::string::npos) << text;
   EXPECT_FALSE(load_gpu_fidelity(testing::TempDir() + "/no_records_here").has_value());
 }
+
+// [Note: a verdict inside the band]: real DeepSpeed's peak lies in plan / (1 + error) over
+// the band's errors; a capacity inside that range is not called either way.
+TEST(GpuFidelity, ACapacityInsideTheBandIsNotCalled) {
+  GpuFidelity f;
+  f.peak = {-0.05, 0.10};  // the plan 5% under to 10% over real DeepSpeed
+  const BandCall in = band_call(f, 100.0, 95.0);
+  EXPECT_NEAR(in.deepspeed_low, 100.0 / 1.10, 1e-9);
+  EXPECT_NEAR(in.deepspeed_high, 100.0 / 0.95, 1e-9);
+  EXPECT_TRUE(in.inside);
+  EXPECT_NE(in.text().find("too close to call"), std::string::npos) << in.text();
+  const BandCall fits = band_call(f, 100.0, 110.0);
+  EXPECT_FALSE(fits.inside);
+  EXPECT_NE(fits.text().find("fits beyond the band's error"), std::string::npos) << fits.text();
+  const BandCall oom = band_call(f, 100.0, 80.0);
+  EXPECT_FALSE(oom.inside);
+  EXPECT_NE(oom.text().find("out of memory beyond the band's error"), std::string::npos) << oom.text();
+  // What summary.json and ab.json carry reads back as itself.
+  const BandCall back = BandCall::from_json(in.to_json());
+  EXPECT_EQ(back.inside, in.inside);
+  EXPECT_DOUBLE_EQ(back.deepspeed_high, in.deepspeed_high);
+}
