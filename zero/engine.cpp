@@ -105,25 +105,7 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
   auto* stand_in = dynamic_cast<StandInCommunicator*>(&comm);
   if (stand_in)
     peers_ = std::make_unique<PeerShadow>(comm.world_size(), comm.rank(), stand_in->mode() == PeerValuesMode::model);
-  // [Note: DeepSpeed flattens the module it was handed] At stages 1-2 DeepSpeed's engine has
-  // the module on the device and flattens its 16-bit parameters into a new buffer
-  // (stage_1_and_2.py __init__, flatten_dense_tensors_aligned, lines 505-524) before it
-  // points them into it: the parameters exist twice for a moment, when the device has
-  // the room (available_memory() >= the flat buffer, lines 447-453; else it moves the
-  // module to the host first). Stage 0 keeps the module's tensors, stage 3 partitions them
-  // as they are made (zero.Init).
-  torch::Tensor module_copy;
-  if (policy_.gathers_updated_partitions()) {
-    int64_t n = 0;
-    for (const auto& l : layer_numels)
-      for (int64_t x : l) n += x;
-    const int64_t bytes = n * static_cast<int64_t>(c10::elementSize(sc.dtype));
-    const MemorySnapshot now = mem.snapshot();
-    if (sc.device.is_cuda() || now.capacity == 0 || now.capacity - now.reserved >= 2 * bytes) {
-      DeviceMemory::CategoryScope tag(MemCategory::params);
-      module_copy = torch::empty({n}, opts);
-    }
-  }
+  torch::Tensor module_copy = module_being_flattened(layer_numels, opts);
   for (size_t l = 0; l < layers.size(); ++l) {
     groups_.push_back(std::make_unique<ParamGroup>(static_cast<int>(l), layers[l].name, layers[l].params, sc));
     groups_.back()->load(init[l].to(sc.device));
@@ -136,15 +118,8 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
       peers_->add_group(*groups_.back(), init[l], host_fp32 ? torch::kFloat : sc.dtype);
     dummies_.push_back(torch::zeros({1}, torch::TensorOptions().device(sc.device)).requires_grad_(true));
   }
-  grad_options_ = opts;
-  full_grads_.resize(layers.size());
-  owned_grads_.resize(layers.size());
-  {
-    std::vector<int64_t> owned;
-    for (auto& g : groups_) owned.push_back(g->owned_numel());
-    step_ = step_schedule(policy_, owned, offloaded_, cfg.zero.sub_group_size);
-  }
   module_copy = torch::Tensor();
+  plan_step(opts);
   if (stand_in) stand_in->set_peer_values(peers_.get());
   uses_.assign(layers.size(), 0);
   kept_grads_.resize(layers.size());
@@ -161,6 +136,37 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
                                          cfg.zero.stage3_max_reuse_distance, buffers_.max_param_uploads});
   }
   if (policy_.uses_reducer()) build_reducer();
+}
+
+// [Note: DeepSpeed flattens the module it was handed] At stages 1-2 DeepSpeed's engine has
+// the module on the device and flattens its 16-bit parameters into a new buffer
+// (stage_1_and_2.py __init__, flatten_dense_tensors_aligned, lines 505-524) before it
+// points them into it: the parameters exist twice for a moment, when the device has the
+// room (available_memory() >= the flat buffer, lines 447-453; else it moves the module to
+// the host first). Stage 0 keeps the module's tensors, stage 3 partitions them as they are
+// made (zero.Init). Returns the stand-in for the module's parameters (undefined otherwise);
+// the caller drops it once its groups hold the parameters.
+torch::Tensor ZeroEngine::module_being_flattened(const std::vector<std::vector<int64_t>>& layer_numels,
+                                                 const torch::TensorOptions& opts) {
+  if (!policy_.gathers_updated_partitions()) return torch::Tensor();
+  int64_t n = 0;
+  for (const auto& l : layer_numels)
+    for (int64_t x : l) n += x;
+  const int64_t bytes = n * static_cast<int64_t>(c10::elementSize(opts.dtype().toScalarType()));
+  const MemorySnapshot now = DeviceMemory::instance().snapshot();
+  if (!opts.device().is_cuda() && now.capacity > 0 && now.capacity - now.reserved < 2 * bytes) return torch::Tensor();
+  DeviceMemory::CategoryScope tag(MemCategory::params);
+  return torch::empty({n}, opts);
+}
+
+// The gradient storage's options and DeepSpeed's step groups, from the layers' owned sizes.
+void ZeroEngine::plan_step(const torch::TensorOptions& opts) {
+  grad_options_ = opts;
+  full_grads_.resize(groups_.size());
+  owned_grads_.resize(groups_.size());
+  std::vector<int64_t> owned;
+  for (auto& g : groups_) owned.push_back(g->owned_numel());
+  step_ = step_schedule(policy_, owned, offloaded_, cfg_.zero.sub_group_size);
 }
 
 void ZeroEngine::build_optimizers(const ShardingConfig& sc, const std::vector<std::vector<int64_t>>& layer_numels) {

@@ -195,6 +195,9 @@ class ZeroEngine : private ShardOps {
   int64_t grad_storage_numel(size_t l) const;
   int64_t grad_overhang_elements() const;
   void update_group(const StepGroup& group, const AdamHyper& h, double coef);
+  torch::Tensor module_being_flattened(const std::vector<std::vector<int64_t>>& layer_numels,
+                                       const torch::TensorOptions& opts);
+  void plan_step(const torch::TensorOptions& opts);
 
   EngineConfig cfg_;
   StagePolicy policy_;
