@@ -83,6 +83,10 @@ ScaleDown scale_down(const ScaleRequest& req) {
   scale_key("stage3_max_live_parameters", z.stage3_max_live_parameters, sd.factor);
   scale_key("stage3_max_reuse_distance", z.stage3_max_reuse_distance, sd.factor);
   scale_key("stage3_param_persistence_threshold", z.stage3_param_persistence_threshold, sd.linear);
+  // Stage 3 steps one sub-group at a time: the toy keeps the target's count of sub-groups
+  // and so the step's fp32 copy's share ([Note: DeepSpeed's optimizer-state and gradient
+  // lifetimes]).
+  if (stage_policy(z.stage).shard_params()) scale_key("sub_group_size", z.sub_group_size, sd.factor);
   sd.toy_capacity = divide(req.target.device_capacity, sd.factor);
 
   JobSpec target_req = req.target;
