@@ -479,9 +479,16 @@ void ZeroEngine::reduce_at_boundary() {
     }
     case GradReduction::reduce_scatter_at_boundary: {
       // The reduced partition only lives through the step: a comm buffer, not grads.
+      // One flat buffer, each layer's partition a view of it: DeepSpeed flattens its
+      // partition of the reduced gradients for the step, and this buffer is that flat copy
+      // (update_group uses it as such).
       DeviceMemory::CategoryScope tag(MemCategory::comm_buffers);
-      for (size_t l = 0; l < groups_.size(); ++l)
-        if (!offloaded_[l]) owned_grads_[l] = torch::zeros({groups_[l]->owned_numel()}, full_grads_[l].options());
+      if (!step_.groups.empty()) {
+        const StepGroup& g = step_.groups.front();  // stage 1: one group
+        reduced_flat_ = torch::zeros({g.numel}, grad_options_);
+        for (size_t i = 0; i < g.layers.size(); ++i)
+          owned_grads_[g.layers[i]] = reduced_flat_.narrow(0, g.offsets[i], groups_[g.layers[i]]->owned_numel());
+      }
       if (host_opt_) host_opt_->begin_micro_step(0, true);  // the boundary's reduce: the step's only gradient
       for (auto it = groups_.rbegin(); it != groups_.rend(); ++it)
         reducer_->add((*it)->index(), full_grads_[(*it)->index()], owned_grads_);
@@ -586,14 +593,17 @@ void ZeroEngine::update_group(const StepGroup& group, const AdamHyper& h, double
   torch::Tensor g32;
   {
     DeviceMemory::CategoryScope tag(MemCategory::other);  // the step's transients, as the norm's copies
-    std::vector<torch::Tensor> parts;
-    for (int l : group.layers) parts.push_back(owned_grad(l));
-    torch::Tensor flat = torch::cat(parts);
-    parts.clear();
-    // Stage 1: the flat copy is the reduced partition (DeepSpeed flattens views of the
-    // reduced full gradients); this engine's reduce-scatter output goes now.
-    if (policy_.transient_reduced_partition())
+    torch::Tensor flat;
+    if (policy_.transient_reduced_partition()) {
+      // Stage 1: the reduced partition is already flat (reduce_at_boundary).
+      flat = std::move(reduced_flat_);
+      reduced_flat_ = torch::Tensor();
       for (int l : group.layers) owned_grads_[l] = torch::Tensor();
+    } else {
+      std::vector<torch::Tensor> parts;
+      for (int l : group.layers) parts.push_back(owned_grad(l));
+      flat = torch::cat(parts);
+    }
     g32 = flat.to(torch::kFloat);
   }
   if (!step_.grads_persist) {
@@ -623,6 +633,7 @@ void ZeroEngine::sync_params() {
 
 void ZeroEngine::zero_grads() {
   if (peers_) peers_->zero_grads();
+  reduced_flat_ = torch::Tensor();  // an overflow skipped the step that would have used it
   if (!step_.grads_persist) {  // stages 0-2: the step frees the gradients (stage 1's reduced partition too)
     for (size_t l = 0; l < groups_.size(); ++l) release_grad(l);
     grad_overhang_ = torch::Tensor();

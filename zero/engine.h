@@ -208,6 +208,7 @@ class ZeroEngine : private ShardOps {
   std::vector<int> uses_;                  // per layer: uses whose backward is still to come
   std::vector<std::vector<torch::Tensor>> kept_grads_;  // per layer: gradients of earlier-finished uses
   StepSchedule step_;
+  torch::Tensor reduced_flat_;             // stage 1: the reduced partition, flat, during the step
   torch::TensorOptions grad_options_;      // the model dtype on the device
   std::vector<torch::Tensor> full_grads_;  // full_grads(): full layout (stages 0-1: during a step)
   std::vector<torch::Tensor> owned_grads_;  // this rank's gradient partition / shard (stage 1: during the step)

@@ -555,8 +555,7 @@ class PlanSim {
     hold_all_grads();
     const bool transient = policy_.transient_reduced_partition();
     if (transient) {
-      for (size_t l = 0; l < layers_.size(); ++l)
-        if (!offloaded_[l]) tl_.add(MemCategory::comm_buffers, layers_[l].owned_numel() * pe_);
+      if (!step_.groups.empty()) tl_.add(MemCategory::comm_buffers, step_.groups.front().numel * pe_);
       for (int g = last(); g >= 0; --g) reduce_->add(g, *reduce_ops_);
       reduce_->finish(*reduce_ops_);
     }
@@ -589,20 +588,23 @@ class PlanSim {
   // fp32 gradient freed.
   void update_group(const StepGroup& group, bool transient) {
     const int64_t S = group.numel;
-    tl_.add(MemCategory::other, pe_ * S);
-    if (transient)  // stage 1: the reduced partition goes once flattened
-      for (int l : group.layers) tl_.add(MemCategory::comm_buffers, -layers_[l].owned_numel() * pe_);
+    // Stage 1: the reduced partition is the flat copy (ZeroEngine::reduce_at_boundary).
+    auto release_reduced = [&] { tl_.add(MemCategory::comm_buffers, -S * pe_); };
+    if (!transient) tl_.add(MemCategory::other, pe_ * S);
     if (pe_ != 4) {
       tl_.add(MemCategory::other, 4 * S);
-      tl_.add(MemCategory::other, -pe_ * S);
+      if (transient) release_reduced();
+      else tl_.add(MemCategory::other, -pe_ * S);
     }
     if (!step_.grads_persist) {
       for (int l : group.layers) release_grad(l);
       if (group.layers.back() == step_.groups.back().layers.back()) release_overhang();
     }
     for (int l : group.layers) create_moments(l);
-    tl_.add(MemCategory::other, -4 * S);
+    if (pe_ == 4 && transient) release_reduced();  // the fp32 gradient was the reduced partition
+    else tl_.add(MemCategory::other, -4 * S);
   }
+
 
   // A checkpoint after the step: its copies are host memory; with ZeRO-3 and
   // stage3_gather_16bit_weights_on_model_save every group is gathered once more, one at a

@@ -1,0 +1,198 @@
+"""Real DeepSpeed's memory per phase on the CPU: the CPU record beside the GPU one.
+
+For each case (conformance/gpu/cases.py's table, at a shorter sequence so that a case takes
+seconds), real DeepSpeed trains Hugging Face's own model class built from the case's
+config.json on the CPU accelerator (DS_ACCELERATOR=cpu, gloo, one process), exactly as
+conformance/gpu/ds_memory.py does on a GPU, while a TorchDispatchMode counts the live CPU
+tensor storages (each storage once, from the op that made it until it is freed): the
+peak of each phase (init, forward, backward, step; a phase counts what it began with) over
+3 optimizer steps. Validated against the hand count of DeepSpeed's own code: GPT-2 (P =
+124,439,808) bf16 ZeRO-2 holds 6.0 P after init, peaks at 10.0 P in init and 22.0 P in the
+step, the H200 record's figures less cuBLAS's 64 MiB workspace (docs/lab/GPU.md).
+
+tests/conformance/cpu_phases_process_test.cpp replans every case with `zrepro plan
+--device cpu` and fails past 3% in any phase: the gap to real DeepSpeed is held closed in
+CI without a GPU.
+
+    DS_ACCELERATOR=cpu python conformance/cpu_phases.py --out conformance/results/cpu_phases.json
+"""
+import argparse
+import copy
+import json
+import os
+import subprocess
+import sys
+import time
+import weakref
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "gpu"))
+from cases import by_name, deepspeed_config  # noqa: E402
+
+# (GPU case, sequence, micro-batch): families, stages 0-3, fp32 / bf16, optimizer and
+# parameter offload, checkpointing, accumulation.
+CASES = [
+    ("gpt2-fp32-z0", 256, 2), ("gpt2-bf16-z1", 256, 2), ("gpt2-bf16-z2", 256, 2), ("gpt2-bf16-z3", 256, 2),
+    ("gpt2-bf16-z2-sdpa", 256, 2), ("gpt2-bf16-z2-ac", 256, 2), ("gpt2-bf16-z2-offopt", 256, 2),
+    ("gpt2-bf16-z3-offload", 256, 2), ("gpt2-bf16-z3-offparam", 256, 2), ("gpt2-fp32-z3-gas4", 256, 1),
+    ("llama-toy-bf16-z2-sdpa", 256, 2), ("llama-toy-bf16-z3-eager-gas2", 256, 2),
+    ("qwen2.5-0.5b-bf16-z2-sdpa", 128, 1),
+]
+EXTRA = {  # cases of the table's shape that the GPU table does not have
+    "gpt2-fp32-z2-gas2": dict(base="gpt2-bf16-z2", precision="fp32", gas=2),
+    "llama-toy-fp32-z1-eager": dict(base="llama-toy-bf16-z2-sdpa", precision="fp32", stage=1, attn="eager"),
+    "llama-toy-bf16-z1-ac": dict(base="llama-toy-bf16-z2-sdpa", stage=1, ac=True),
+}
+CASES += [("gpt2-fp32-z2-gas2", 256, 2), ("llama-toy-fp32-z1-eager", 256, 2), ("llama-toy-bf16-z1-ac", 256, 2)]
+
+
+def case_of(name, seq, micro):
+    if name in EXTRA:
+        e = EXTRA[name]
+        c = by_name(e["base"])
+        c["name"] = name
+        if "precision" in e:
+            c["precision"] = e["precision"]
+            c["ds_config"].pop("bf16", None)
+            if e["precision"] == "bf16":
+                c["ds_config"]["bf16"] = {"enabled": True}
+        if "stage" in e:
+            c["stage"] = e["stage"]
+            c["ds_config"]["zero_optimization"]["stage"] = e["stage"]
+        if "gas" in e:
+            c["gas"] = e["gas"]
+            c["ds_config"]["gradient_accumulation_steps"] = e["gas"]
+        if "attn" in e:
+            c["attn"] = e["attn"]
+        if e.get("ac"):
+            c["activation_checkpointing"] = True
+    else:
+        c = by_name(name)
+    c = copy.deepcopy(c)
+    c["seq"], c["micro"] = seq, micro
+    c["ds_config"]["train_micro_batch_size_per_gpu"] = micro
+    return c
+
+
+class LiveStorages:
+    """Live CPU tensor storages made by ops under this mode, and their peak."""
+
+    def __init__(self, torch):
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_flatten
+        tracker = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                for t in tree_flatten(out)[0]:
+                    tracker.see(t)
+                return out
+
+        self.torch, self.mode = torch, Mode()
+        self.live, self.total, self.peak = {}, 0, 0
+
+    def see(self, t):
+        if not isinstance(t, self.torch.Tensor) or t.device.type != "cpu":
+            return
+        st = t.untyped_storage()
+        key = st.data_ptr()
+        if key == 0 or key in self.live:
+            return
+        self.live[key] = st.nbytes()
+        self.total += st.nbytes()
+        self.peak = max(self.peak, self.total)
+        weakref.finalize(st, self.gone, key)
+
+    def gone(self, key):
+        self.total -= self.live.pop(key, 0)
+
+    def begin(self):
+        self.peak = self.total
+
+
+def run(c, steps):
+    os.environ.setdefault("RANK", "0")
+    os.environ.setdefault("LOCAL_RANK", "0")
+    os.environ.setdefault("WORLD_SIZE", "1")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+    import torch
+    import transformers
+    import deepspeed
+    from ds_memory import build_model
+    if not torch.distributed.is_initialized():
+        deepspeed.init_distributed(dist_backend="gloo")
+    ds = deepspeed_config(c)
+    m = LiveStorages(torch)
+    peaks, t0 = {}, time.time()
+    with m.mode:
+        m.begin()
+        model, cfg = build_model(c, transformers, torch, deepspeed, ds, "cpu")
+        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds)
+        peaks["init"], after_init = m.peak, m.total
+        g = torch.Generator().manual_seed(1234)
+        for _ in range(steps):
+            for _ in range(c["gas"]):
+                ids = torch.randint(0, cfg.vocab_size, (c["micro"], c["seq"]), generator=g)
+                for phase, work in (("forward", lambda: engine(input_ids=ids, labels=ids).loss),
+                                    ("backward", None), ("step", None)):
+                    m.begin()
+                    if phase == "forward":
+                        loss = work()
+                    elif phase == "backward":
+                        engine.backward(loss)
+                    else:
+                        engine.step()
+                    peaks[phase] = max(peaks.get(phase, 0), m.peak)
+    params = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
+    versions = {"torch": torch.__version__, "deepspeed": deepspeed.__version__, "transformers": transformers.__version__}
+    del engine, model
+    return {"name": c["name"], "ds_config": ds, "params": params, "after_init_bytes": after_init,
+            "phases": [{"phase": k, "peak_bytes": v} for k, v in peaks.items()],
+            "zrepro_flags": ["--model", "configs/models/" + c["model_name"] + ".json", "--seq", str(c["seq"]),
+                             "--attn", c["attn"]] + (["--activation-checkpointing"] if c["activation_checkpointing"] else []),
+            "wall_s": round(time.time() - t0, 1), "versions": versions}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--cases", help="comma-separated names (default: every case)")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if os.environ.get("DS_ACCELERATOR") != "cpu":
+        raise SystemExit("DS_ACCELERATOR=cpu: the CPU record runs DeepSpeed's CPU accelerator")
+    if a.one:  # one case in this process (main runs each in its own: DeepSpeed keeps global state)
+        name, seq, micro = next(x for x in CASES if x[0] == a.one)
+        r = run(case_of(name, seq, micro), a.steps)
+        with open(a.out, "w") as f:
+            json.dump(r, f)
+        return 0
+    chosen = [x for x in CASES if not a.cases or x[0] in a.cases.split(",")]
+    rows = []
+    for name, seq, micro in chosen:
+        one = a.out + "." + name + ".json"
+        subprocess.run([sys.executable, os.path.abspath(__file__), "--one", name, "--steps", str(a.steps),
+                        "--out", one], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=1200)
+        with open(one) as f:
+            r = json.load(f)
+        os.remove(one)
+        print(f"[cpu_phases] {name}: " + ", ".join(f"{p['phase']} {p['peak_bytes'] / r['params']:.3f} P"
+                                                   for p in r["phases"]) + f" ({r['wall_s']} s)", flush=True)
+        rows.append(r)
+    rec = {"generated_by": "conformance/cpu_phases.py", "recorded": time.strftime("%Y-%m-%d"), "device": "cpu",
+           "method": "live CPU tensor storages under a TorchDispatchMode (each storage once), per phase peak over "
+                     f"{a.steps} optimizer steps", "cases": rows}
+    tmp = a.out + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(rec, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+// zrepro's plan against real DeepSpeed's memory per phase on the CPU
+// (conformance/results/cpu_phases.json, written by conformance/cpu_phases.py: DeepSpeed
+// 0.19.8 training Hugging Face's own model classes on the CPU accelerator, every live
+// tensor storage counted). Without DeepSpeed: today's `zrepro plan --device cpu` of every
+// recorded case without offload is within 3% of DeepSpeed's peak in every phase, but for
+// the gaps named in kCpuGaps, each held to its figure (it may close, not widen).
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/process.h"
+
+namespace {
+
+using cpu_json = nlohmann::json;
+
+constexpr double kCpuBand = 0.03;
+
+struct CpuGap {
+  const char* case_name;
+  const char* phase;
+  double error;  // (plan - DeepSpeed) / DeepSpeed, recorded
+  const char* why;
+};
+// From the record's first comparison (conformance/cpu_phases.py, 2026-12-06). At these
+// short sequences (128-256 tokens) the backward is ruled by gradient and bucket buffers, not
+// activations: the GPU record's longer sequences hid these differences.
+constexpr const char* kBackwardBuffers =
+    "backward at a short sequence: DeepSpeed's gradient storage and IPG bucket during the backward differ from "
+    "zrepro's (per-parameter .grad before the bucket copy, the bucket's lifetime); not decomposed yet";
+const CpuGap kCpuGaps[] = {
+    {"gpt2-fp32-z0", "init", -0.237,
+     "transformers' from_config makes GPT-2's LM head weight before it ties it to the embedding (a construction "
+     "transient of a randomly initialised model; docs/lab/GPU.md \"Replanned\")"},
+    {"gpt2-fp32-z0", "backward", -0.032, kBackwardBuffers},
+    {"gpt2-bf16-z2", "backward", 0.054, kBackwardBuffers},
+    {"gpt2-bf16-z2-sdpa", "backward", 0.057, kBackwardBuffers},
+    {"gpt2-bf16-z2-ac", "backward", -0.033, kBackwardBuffers},
+    {"gpt2-fp32-z3-gas4", "init", -0.084,
+     "fp32 ZeRO-3 under zero.Init: DeepSpeed's init holds about 1.2 bytes per parameter more than the master, the "
+     "parameters and the zero gradient of the largest sub-group; not decomposed yet"},
+    {"gpt2-fp32-z3-gas4", "backward", -0.052, kBackwardBuffers},
+    {"llama-toy-bf16-z2-sdpa", "backward", 0.072, kBackwardBuffers},
+    {"qwen2.5-0.5b-bf16-z2-sdpa", "backward", -0.031, kBackwardBuffers},
+    {"gpt2-fp32-z2-gas2", "backward", -0.049, kBackwardBuffers},
+    {"llama-toy-fp32-z1-eager", "backward", -0.119, kBackwardBuffers},
+    {"llama-toy-fp32-z1-eager", "step", 0.084,
+     "fp32 ZeRO-1: the plan holds 2 bytes per parameter more than DeepSpeed's 24 in the step; not decomposed yet"},
+    {"llama-toy-bf16-z1-ac", "backward", -0.084, kBackwardBuffers},
+};
+
+const CpuGap* cpu_gap(const std::string& name, const std::string& phase) {
+  for (const CpuGap& g : kCpuGaps)
+    if (name == g.case_name && phase == g.phase) return &g;
+  return nullptr;
+}
+
+cpu_json cpu_record() {
+  std::ifstream in(std::string(ZREPRO_SOURCE_DIR) + "/conformance/results/cpu_phases.json");
+  return in ? cpu_json::parse(in) : cpu_json();
+}
+
+TEST(CpuPhases, TodaysPlanIsWithinThreePercentOfRealDeepSpeedInEveryPhase) {
+  const cpu_json rec = cpu_record();
+  ASSERT_TRUE(rec.is_object()) << "conformance/results/cpu_phases.json: DS_ACCELERATOR=cpu python "
+                                  "conformance/cpu_phases.py --out conformance/results/cpu_phases.json";
+  int compared = 0;
+  for (const auto& c : rec["cases"]) {
+    const std::string name = c["name"];
+    // On the CPU accelerator DeepSpeed's host buffers (offload) are the same memory as its
+    // "device" tensors, and the walk counts them together: recorded, not compared (the GPU
+    // record compares the offload cases).
+    const cpu_json& zero = c["ds_config"]["zero_optimization"];
+    if (zero.contains("offload_optimizer") || zero.contains("offload_param")) continue;
+    const std::string dir = zrepro_test::fresh_dir("cpu_phases_" + name);
+    std::ofstream(dir + "/ds.json") << c["ds_config"].dump();
+    std::string flags;
+    for (const auto& f : c["zrepro_flags"]) {
+      const std::string s = f.get<std::string>();
+      flags += " " + (s.rfind("configs/", 0) == 0 ? std::string(ZREPRO_SOURCE_DIR) + "/" + s : s);
+    }
+    const auto p = zrepro_test::zrepro_cmd("plan --device cpu --steps 3 --json --config " + dir + "/ds.json" + flags,
+                                           60, /*keep_stderr=*/false);
+    ASSERT_EQ(p.code, 0) << name << "\n" << p.output;
+    const cpu_json plan = cpu_json::parse(p.output);
+    std::map<std::string, double> today;  // zrepro's partition counts as init
+    for (const auto& ph : plan["phases"]) {
+      const std::string phase = ph["phase"] == "partition" ? "init" : ph["phase"].get<std::string>();
+      today[phase] = std::max(today[phase], ph["peak_bytes"].get<double>());
+    }
+    for (const auto& row : c["phases"]) {
+      const std::string phase = row["phase"];
+      const double m = row["peak_bytes"];
+      ASSERT_TRUE(today.count(phase)) << name << " " << phase;
+      const double e = (today[phase] - m) / m;
+      if (const CpuGap* g = cpu_gap(name, phase))
+        EXPECT_LE(std::abs(e), std::abs(g->error) + 0.005) << name << " " << phase << ": " << g->why;
+      else
+        EXPECT_LE(std::abs(e), kCpuBand) << name << " " << phase << ": today's plan " << today[phase]
+                                      << " bytes, DeepSpeed's " << m << " (" << 100 * e << "%)";
+      ++compared;
+    }
+  }
+  EXPECT_GE(compared, 4 * 13) << "at least 13 cases without offload, 4 phases each";
+}
+
+}  // namespace
