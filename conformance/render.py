@@ -436,6 +436,29 @@ def hf_activations_section(folder):
     return out + [""]
 
 
+def cpu_phases_section(folder):
+    """Real DeepSpeed's memory per phase on the CPU (cpu_phases.py)."""
+    path = os.path.join(folder, "cpu_phases.json")
+    if not os.path.exists(path):
+        return []
+    r = json.load(open(path))
+    v = r["cases"][0]["versions"] if r["cases"] else {}
+    out = ["## DeepSpeed's memory per phase on the CPU", "",
+           f"DeepSpeed {v.get('deepspeed', '?')} trains transformers {v.get('transformers', '?')}'s own model class of "
+           "each case on the CPU accelerator (one process, gloo), as conformance/gpu/ds_memory.py does on a GPU; "
+           f"{r['method']} (`conformance/cpu_phases.py`, {r['recorded']}). Figures in bytes per parameter P. "
+           "tests/conformance/cpu_phases_process_test.cpp replans every case without offload (`zrepro plan "
+           "--device cpu`) and holds each phase within 3% but the gaps it names; the offload cases are recorded, not "
+           "compared (on the CPU accelerator DeepSpeed's host buffers are the same memory as its device tensors).", "",
+           "| case | P | after init | init | forward | backward | step |", "|---|---|---|---|---|---|---|"]
+    for c in r["cases"]:
+        P = c["params"]
+        ph = {x["phase"]: x["peak_bytes"] / P for x in c["phases"]}
+        out.append(f"| {c['name']} | {P:,} | {c['after_init_bytes'] / P:.3f} | "
+                   + " | ".join(f"{ph.get(k, float('nan')):.3f}" for k in ("init", "forward", "backward", "step")) + " |")
+    return out + [""]
+
+
 def gpu_replan_section(folder):
     """Today's planner against the GPU record's measured DeepSpeed figures (fidelity.py replan)."""
     out = []
@@ -486,7 +509,7 @@ def main():
         raise SystemExit(f"no results in {folder}")
     lines = (header(recs) + remaining(recs) + training_table(recs) + bytes_table(recs) + comm_table(recs) + mismatch_table(recs) +
              moe_section(folder) + checkpoint_section(folder) + zero_to_fp32_section(folder) + configs_table(folder) + estimator_table(folder) +
-             hf_activations_section(folder) + gpu_replan_section(folder))
+             hf_activations_section(folder) + cpu_phases_section(folder) + gpu_replan_section(folder))
     for extra in sorted(glob.glob(os.path.join(folder, "extra", "*.md"))):
         lines += open(extra).read().splitlines() + [""]
     with open(target + ".tmp", "w") as f:
