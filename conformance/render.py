@@ -28,11 +28,19 @@ def load(folder):
     return [r for r in recs if r.get("kind") in ("training", "gas_mismatch", "moe_divergence")]
 
 
-def configs_table(folder):
-    path = os.path.join(folder, "configs.json")
+def read_result(folder, name):
+    """A result file of the folder, or None when it was not recorded."""
+    path = os.path.join(folder, name)
     if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def configs_table(folder):
+    rec = read_result(folder, "configs.json")
+    if rec is None:
         return []
-    rec = json.load(open(path))
     out = ["## Real-world configs: acceptance and resolution", "",
            "Each config of `conformance/configs/` (sources: conformance/configs/SOURCES.md), with \"auto\" filled "
            "as the Hugging Face integration does (`HF_AUTO` in conformance/configs.py), is resolved by DeepSpeed's "
@@ -51,10 +59,10 @@ def configs_table(folder):
 
 
 def estimator_table(folder):
-    path = os.path.join(folder, "estimators.json")
-    if not os.path.exists(path):
+    rows = read_result(folder, "estimators.json")
+    if rows is None:
         return []
-    rows = json.load(open(path))["rows"]
+    rows = rows["rows"]
     out = ["## DeepSpeed's estimators vs `zrepro plan`", "",
            "DeepSpeed's estimate_zero2/zero3_model_states_mem_needs (zero_init, buffer factor 1.5) called with "
            "model_to_params' totals of the same network (Hugging Face's model from configs/models/ for the gpt2 and Llama-family presets, zrepro's ToyGpt for the toys and the GPT-3 shapes), against the `deepspeed_estimates` of "
@@ -192,10 +200,9 @@ def mismatch_table(recs):
 
 def moe_section(folder):
     """MoE under ZeRO-3 (conformance/moe_zero3.py): the leaf module off and on, both sides."""
-    path = os.path.join(folder, "moe-stage3-ranks2.json")
-    if not os.path.exists(path):
+    r = read_result(folder, "moe-stage3-ranks2.json")
+    if r is None:
         return []
-    r = json.load(open(path))
     m, v = r["model"], r["versions"]
     d_off = r["runs"]["deepspeed"]["leaf_off"]
     out = ["## MoE under ZeRO-3 (rank-divergent routing)", "",
@@ -270,10 +277,9 @@ def moe_section(folder):
 
 def checkpoint_section(folder):
     """zrepro's checkpoints read by DeepSpeed (conformance/checkpoints.py)."""
-    path = os.path.join(folder, "checkpoints.json")
-    if not os.path.exists(path):
+    r = read_result(folder, "checkpoints.json")
+    if r is None:
         return []
-    r = json.load(open(path))
     v = r["versions"]
     out = ["## Checkpoints: zrepro's files read by DeepSpeed", "",
            f"zrepro trains {r['steps']} steps on {r['ranks']} ranks saving DeepSpeed's ZeRO checkpoint "
@@ -348,10 +354,9 @@ def from_deepspeed_table(r):
 
 def zero_to_fp32_section(folder):
     """DeepSpeed's zero_to_fp32 host memory against zrepro's model (zero_to_fp32_memory.py)."""
-    path = os.path.join(folder, "zero_to_fp32_memory.json")
-    if not os.path.exists(path):
+    r = read_result(folder, "zero_to_fp32_memory.json")
+    if r is None:
         return []
-    r = json.load(open(path))
     v = r["versions"]
     mib = lambda b: f"{b / 2**20:,.1f} MiB"  # noqa: E731
     out = ["## zero_to_fp32's host memory", "",
@@ -413,10 +418,9 @@ def universal_table(r):
 
 def hf_activations_section(folder):
     """What transformers' decoder layers save for backward against zrepro's block (hf_activations.py)."""
-    path = os.path.join(folder, "hf_activations.json")
-    if not os.path.exists(path):
+    r = read_result(folder, "hf_activations.json")
+    if r is None:
         return []
-    r = json.load(open(path))
     v = r["versions"]
     out = ["## Activations: what Hugging Face's decoder layer keeps", "",
            f"transformers {v['transformers']} builds its own model class from each config.json "
@@ -438,10 +442,9 @@ def hf_activations_section(folder):
 
 def cpu_phases_section(folder):
     """Real DeepSpeed's memory per phase on the CPU (cpu_phases.py)."""
-    path = os.path.join(folder, "cpu_phases.json")
-    if not os.path.exists(path):
+    r = read_result(folder, "cpu_phases.json")
+    if r is None:
         return []
-    r = json.load(open(path))
     v = r["cases"][0]["versions"] if r["cases"] else {}
     out = ["## DeepSpeed's memory per phase on the CPU", "",
            f"DeepSpeed {v.get('deepspeed', '?')} trains transformers {v.get('transformers', '?')}'s own model class of "
