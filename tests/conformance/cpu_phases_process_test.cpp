@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "tests/support/process.h"
+#include "tests/support/plan_phases.h"
 
 namespace {
 
@@ -76,22 +76,7 @@ TEST(CpuPhases, TodaysPlanIsWithinThreePercentOfRealDeepSpeedInEveryPhase) {
     // record compares the offload cases).
     const cpu_json& zero = c["ds_config"]["zero_optimization"];
     if (zero.contains("offload_optimizer") || zero.contains("offload_param")) continue;
-    const std::string dir = zrepro_test::fresh_dir("cpu_phases_" + name);
-    std::ofstream(dir + "/ds.json") << c["ds_config"].dump();
-    std::string flags;
-    for (const auto& f : c["zrepro_flags"]) {
-      const std::string s = f.get<std::string>();
-      flags += " " + (s.rfind("configs/", 0) == 0 ? std::string(ZREPRO_SOURCE_DIR) + "/" + s : s);
-    }
-    const auto p = zrepro_test::zrepro_cmd("plan --device cpu --steps 3 --json --config " + dir + "/ds.json" + flags,
-                                           60, /*keep_stderr=*/false);
-    ASSERT_EQ(p.code, 0) << name << "\n" << p.output;
-    const cpu_json plan = cpu_json::parse(p.output);
-    std::map<std::string, double> today;  // zrepro's partition counts as init
-    for (const auto& ph : plan["phases"]) {
-      const std::string phase = ph["phase"] == "partition" ? "init" : ph["phase"].get<std::string>();
-      today[phase] = std::max(today[phase], ph["peak_bytes"].get<double>());
-    }
+    std::map<std::string, double> today = zrepro_test::plan_phases(c, "cpu");
     for (const auto& row : c["phases"]) {
       const std::string phase = row["phase"];
       const double m = row["peak_bytes"];

@@ -26,11 +26,12 @@ std::vector<std::string> recorded_cases() {
   std::vector<std::string> names;
   if (fs::is_directory(results_dir()))
     for (const auto& e : fs::directory_iterator(results_dir()))
-      // Records with their own tests: below, trainer_schedules (training_args_test.cpp) and
-      // hf_activations (tests/trainer/planner/hf_activations_test.cpp).
+      // Records with their own tests: below, trainer_schedules (training_args_test.cpp),
+      // hf_activations (tests/trainer/planner/hf_activations_test.cpp) and cpu_phases
+      // (cpu_phases_process_test.cpp).
       if (e.path().extension() == ".json" &&
           !std::set<std::string>{"estimators", "configs", "checkpoints", "zero_to_fp32_memory", "trainer_schedules",
-                                 "hf_activations"}
+                                 "hf_activations", "cpu_phases"}
                .count(e.path().stem().string()))
         names.push_back(e.path().stem().string());
   std::sort(names.begin(), names.end());

@@ -23,6 +23,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/support/plan_phases.h"
 #include "tests/support/process.h"
 
 namespace {
@@ -140,29 +141,8 @@ const KnownGap* known_gap(const std::string& name, const std::string& phase) {
   return nullptr;
 }
 
-// Today's `zrepro plan --device cuda` of a recorded case: each phase's peak (partition
-// counts as init, as fidelity.py does) and the run's ("peak").
-std::map<std::string, double> replan(const json& c) {
-  const std::string dir = zrepro_test::fresh_dir("gpu_record_" + c["name"].get<std::string>());
-  std::ofstream(dir + "/ds.json") << c["ds_config"].dump();
-  std::string flags;
-  for (const auto& f : c["zrepro_flags"]) {
-    const std::string s = f.get<std::string>();
-    flags += " " + (s.rfind("configs/", 0) == 0 ? std::string(ZREPRO_SOURCE_DIR) + "/" + s : s);
-  }
-  const auto p = zrepro_test::zrepro_cmd("plan --device cuda --steps 3 --json --config " + dir + "/ds.json" + flags,
-                                         60, /*keep_stderr=*/false);
-  EXPECT_EQ(p.code, 0) << c["name"] << "\n" << p.output;
-  std::map<std::string, double> today;
-  if (p.code != 0) return today;
-  const json plan = json::parse(p.output);
-  for (const auto& ph : plan["phases"]) {
-    const std::string name = ph["phase"] == "partition" ? "init" : ph["phase"].get<std::string>();
-    today[name] = std::max(today[name], ph["peak_bytes"].get<double>());
-    today["peak"] = std::max(today["peak"], ph["peak_bytes"].get<double>());
-  }
-  return today;
-}
+// Today's `zrepro plan --device cuda` of a recorded case (tests/support/plan_phases.h).
+std::map<std::string, double> replan(const json& c) { return zrepro_test::plan_phases(c, "cuda"); }
 
 TEST_P(GpuRecord, TodaysPlanIsWithinThreePercentOfRealDeepSpeed) {
   const json rec = load(GetParam());
