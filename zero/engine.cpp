@@ -148,13 +148,14 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
 // the caller drops it once its groups hold the parameters.
 torch::Tensor ZeroEngine::module_being_flattened(const std::vector<std::vector<int64_t>>& layer_numels,
                                                  const torch::TensorOptions& opts) {
-  if (!policy_.gathers_updated_partitions()) return torch::Tensor();
   int64_t n = 0;
   for (const auto& l : layer_numels)
     for (int64_t x : l) n += x;
   const int64_t bytes = n * static_cast<int64_t>(c10::elementSize(opts.dtype().toScalarType()));
   const MemorySnapshot now = DeviceMemory::instance().snapshot();
-  if (!opts.device().is_cuda() && now.capacity > 0 && now.capacity - now.reserved < 2 * bytes) return torch::Tensor();
+  // A CUDA device's room is its own to say: assumed there (the lent GPUs have it).
+  if (module_flatten_bytes(policy_, bytes, opts.device().is_cuda() ? 0 : now.capacity, now.reserved) == 0)
+    return torch::Tensor();
   DeviceMemory::CategoryScope tag(MemCategory::params);
   return torch::empty({n}, opts);
 }
@@ -243,12 +244,7 @@ int64_t ZeroEngine::grad_overhang_elements() const {
   return grad_overhang_numel(layouts, comm_.world_size(), comm_.rank());
 }
 
-int64_t ZeroEngine::grad_storage_numel(size_t l) const {
-  // The full buffer (stages 0-1) or the shard (2-3); offloaded layers accumulate theirs
-  // on the host.
-  if (policy_.full_grads()) return groups_[l]->layout().full_grad_numel();
-  return offloaded_[l] ? 0 : groups_[l]->owned_numel();
-}
+int64_t ZeroEngine::grad_storage_numel(size_t l) const { return groups_[l]->layout().grad_storage_numel(offloaded_[l]); }
 
 void ZeroEngine::allocate_grads() {
   DeviceMemory::CategoryScope tag(MemCategory::grads);

@@ -307,10 +307,7 @@ class PlanSim {
  private:
   // Persistent gradient storage: the full layout (stages 0-1) or the owned part on
   // the device (offloaded layers accumulate on the host).
-  int64_t grad_bytes(size_t l) const {
-    if (policy_.full_grads()) return layers_[l].full_grad_numel() * pe_;
-    return offloaded_[l] ? 0 : layers_[l].owned_numel() * pe_;
-  }
+  int64_t grad_bytes(size_t l) const { return layers_[l].grad_storage_numel(offloaded_[l]) * pe_; }
   // The engine's gradient overhang (DeepSpeed's whole-parameter partition, stage 2) of `rank`.
   int64_t grad_overhang_bytes(int rank) const {
     for (bool off : offloaded_)
@@ -340,8 +337,7 @@ class PlanSim {
   void init() {
     tl_.phase(Phase::init);
     // [Note: DeepSpeed flattens the module it was handed] (zero/engine.cpp): stages 1-2.
-    int64_t module_bytes = policy_.gathers_updated_partitions() ? req_.model.param_count() * pe_ : 0;
-    if (plan_.capacity > 0 && 2 * module_bytes > plan_.capacity) module_bytes = 0;  // flattened on the host
+    const int64_t module_bytes = module_flatten_bytes(policy_, req_.model.param_count() * pe_, plan_.capacity, 0);
     tl_.add(MemCategory::params, module_bytes);
     for (size_t l = 0; l < layers_.size(); ++l) {
       tl_.add(MemCategory::params, layers_[l].resident_param_numel(param_offload_) * pe_);
@@ -640,11 +636,11 @@ class PlanSim {
   int64_t offload_grad_temp_bytes_ = 0;
   int64_t second_partition_ = 0;  // bytes held during this micro-step's backward
   int64_t param_grads_ = 0;
-  int64_t kept_grads_ = 0;
+  int64_t kept_grads_ = 0;  // tied: the head's embedding gradient, until the embedding's reduce
   StepSchedule step_;
   std::vector<bool> grads_held_, moments_;  // per layer: gradient storage held, moments created
   bool overhang_held_ = false;
-  bool cublas_workspace_ = false;  // tied: the head's embedding gradient, until the embedding's reduce
+  bool cublas_workspace_ = false;
 };
 
 json categories_json(const CategoryBytes& c) {

@@ -62,6 +62,12 @@ struct LayerLayout {
   // All persistent device parameter elements: the resident ones and, once first
   // gathered, the persistent gathered buffer.
   int64_t param_device_numel(bool host_shard) const { return resident_param_numel(host_shard) + persist_numel; }
+  // Device gradient storage while it exists: the full layout (stages 0-1) or the owned
+  // part (2-3); a layer whose optimizer is offloaded accumulates its part on the host.
+  int64_t grad_storage_numel(bool offloaded) const {
+    if (policy.full_grads()) return full_grad_numel();
+    return offloaded ? 0 : owned_numel();
+  }
 };
 
 // Stage 3: a parameter under stage3_param_persistence_threshold stays whole on every rank

@@ -58,6 +58,15 @@ struct StepSchedule {
   std::vector<int> group_of;
 };
 
+// [Note: DeepSpeed flattens the module it was handed] (zero/engine.cpp): the bytes of the
+// module's 16-bit parameters that exist twice while DeepSpeed flattens them on the device
+// (stages 1-2, when capacity - in_use leaves room for the flat copy beside them; capacity 0:
+// unlimited), or 0.
+inline int64_t module_flatten_bytes(const StagePolicy& policy, int64_t module_bytes, int64_t capacity, int64_t in_use) {
+  if (!policy.gathers_updated_partitions()) return 0;
+  return capacity > 0 && capacity - in_use < 2 * module_bytes ? 0 : module_bytes;
+}
+
 // owned_numels: each layer's owned elements (LayerLayout::owned_numel); offloaded: the
 // layers whose optimizer is on the host.
 StepSchedule step_schedule(const StagePolicy& policy, const std::vector<int64_t>& owned_numels,
