@@ -375,7 +375,10 @@ int train_and_report(RunState& s) {
   if (s.vranks) return train_virtual_and_report(s, calibrated(s, step_logger(s, every)));
   const std::unique_ptr<Watchdog> watchdog = arm_watchdog(s);
   std::optional<StopWatcher> stop_watcher;
-  if (s.several_processes()) stop_watcher.emplace(s.comm(), s.peers, s.rank);
+  // [Note: a caller stuck in a transfer]: the watcher writes this rank's view itself only
+  // when the training thread is held in a transfer for good.
+  if (s.several_processes())
+    stop_watcher.emplace(s.comm(), s.peers, s.rank, [&s](const Interrupted& e) { return interrupted_failure(s, e); });
   try {
     train(s.job, s.topt, s.result, calibrated(s, step_logger(s, every)), s.spec.export_inputs);
     if (s.spec.export_inputs && s.speaks()) export_final_params(s.spec.out_dir, s.result.final_params);

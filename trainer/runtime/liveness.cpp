@@ -104,37 +104,61 @@ int stop_at_boundary(Communicator* comm, const std::vector<Peer>& peers, int sel
   return static_cast<int>(mpi_max_interruptible(mine, [comm] { comm->throw_if_interrupted(); }));
 }
 
-StopWatcher::StopWatcher(Communicator& comm, std::vector<Peer> peers, int self)
-    : thread_([this, &comm, peers = std::move(peers), self] { watch(comm, peers, self); }) {}
+StopWatcher::StopWatcher(Communicator& comm, std::vector<Peer> peers, int self, WriteView write_view)
+    : write_view_(std::move(write_view)),
+      thread_([this, &comm, peers = std::move(peers), self] { watch(comm, peers, self); }) {}
 
 StopWatcher::~StopWatcher() {
   done_.store(true);
   thread_.join();
 }
 
+// The interrupt for this moment (why the run must stop), or sig 0 while it goes on.
+Interrupted StopWatcher::look(const std::vector<Peer>& peers, int self, double now) {
+  const int sig = g_stop_signal.load();
+  if (sig != 0 && signalled_at_ < 0) signalled_at_ = now;
+  if (sig != 0 || now - checked_at_ > kPeerCheckS) {
+    checked_at_ = now;
+    const std::vector<Peer> gone = vanished_peers(peers, self);
+    // No signal yet: mpirun's SIGTERM is on its way; the run ends as that would.
+    if (!gone.empty())
+      return Interrupted(sig != 0 ? sig : SIGTERM,
+                         (sig != 0 ? std::string(signal_name(sig)) + ": " : std::string()) + vanished_text(gone));
+  }
+  if (signalled_at_ >= 0 && now - signalled_at_ > kGraceS) {
+    char grace[16];
+    std::snprintf(grace, sizeof grace, "%.1f", kGraceS);
+    return Interrupted(sig, std::string(signal_name(sig)) + ": the ranks agreed on no step boundary within " + grace +
+                                " s (a peer may have vanished on another host)");
+  }
+  return Interrupted(0, "");
+}
+
 void StopWatcher::watch(Communicator& comm, const std::vector<Peer>& peers, int self) {
-  double signalled_at = -1, checked_at = 0;
+  double interrupted_at = -1;
+  std::optional<Interrupted> why;
   while (!done_.load()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    const int sig = g_stop_signal.load();
     const double now = wall_seconds();
-    if (sig != 0 && signalled_at < 0) signalled_at = now;
-    if (sig != 0 || now - checked_at > kPeerCheckS) {
-      checked_at = now;
-      const std::vector<Peer> gone = vanished_peers(peers, self);
-      if (!gone.empty()) {
-        // No signal yet: mpirun's SIGTERM is on its way; the run ends as that would.
-        comm.interrupt(sig != 0 ? sig : SIGTERM,
-                       (sig != 0 ? std::string(signal_name(sig)) + ": " : std::string()) + vanished_text(gone));
-        return;
-      }
+    if (!why) {
+      Interrupted seen = look(peers, self, now);
+      if (seen.signal == 0) continue;
+      comm.interrupt(seen.signal, seen.what());
+      why.emplace(seen);
+      interrupted_at = now;
+      if (!write_view_) return;
+      continue;
     }
-    if (signalled_at >= 0 && now - signalled_at > kGraceS) {
-      char grace[16];
-      std::snprintf(grace, sizeof grace, "%.1f", kGraceS);
-      comm.interrupt(sig, std::string(signal_name(sig)) + ": the ranks agreed on no step boundary within " + grace +
-                              " s (a peer may have vanished on another host)");
-      return;
+    // [Note: a caller stuck in a transfer]: the training thread unwinds by itself unless
+    // it sits in a transfer that will never end; then this thread writes its view.
+    if (now - interrupted_at > kRescueS && comm.seize_stuck_caller()) {
+      int code = 128 + why->signal;
+      try {
+        code = write_view_(*why);
+      } catch (...) {
+      }
+      std::fflush(nullptr);
+      std::_Exit(code);
     }
   }
 }

@@ -11,13 +11,19 @@
 // 0.7 s, it interrupts the communicator ([Note: interrupting a wait]): the training
 // thread unwinds as `interrupted`, and each survivor writes its own view (which rank
 // vanished, the collective it waited in) into summary.json ([Note: every rank's view])
-// before mpirun's SIGKILL.
+// before mpirun's SIGKILL. A training thread held in the data transfer of a collective
+// the dead rank had agreed to but never joined cannot unwind: 0.3 s after the interrupt
+// the watcher seizes it and writes the view itself ([Note: a caller stuck in a transfer],
+// zero/comm/communicator.h).
 #pragma once
 #include <atomic>
+#include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "device/base/errors.h"
 #include "zero/comm/communicator.h"
 
 namespace zrepro {
@@ -59,15 +65,25 @@ class StopWatcher {
  public:
   static constexpr double kGraceS = 0.7;  // under Open MPI's default 1 s between SIGTERM and SIGKILL
   static constexpr double kPeerCheckS = 0.25;
-  StopWatcher(Communicator& comm, std::vector<Peer> peers, int self);
+  // A transfer of a caller's collective (at most 4 MiB) takes milliseconds; one still
+  // running this long after the interrupt waits for a peer that is gone.
+  static constexpr double kRescueS = 0.3;
+  // Writes this rank's view of the interruption (summary.json, report) and returns the
+  // exit code: called from the watcher's thread only when the training thread is held in
+  // a transfer that will never end ([Note: a caller stuck in a transfer]).
+  using WriteView = std::function<int(const Interrupted&)>;
+  StopWatcher(Communicator& comm, std::vector<Peer> peers, int self, WriteView write_view = {});
   ~StopWatcher();
   StopWatcher(const StopWatcher&) = delete;
   StopWatcher& operator=(const StopWatcher&) = delete;
 
  private:
+  Interrupted look(const std::vector<Peer>& peers, int self, double now);
   void watch(Communicator& comm, const std::vector<Peer>& peers, int self);
+  double signalled_at_ = -1, checked_at_ = 0;
   std::atomic<bool> done_{false};
-  std::thread thread_;
+  WriteView write_view_;
+  std::thread thread_;  // last: starts once the members above exist
 };
 
 }  // namespace zrepro

@@ -65,6 +65,22 @@ void Communicator::throw_if_interrupted() const {
   throw Interrupted(sig, interrupt_why_);
 }
 
+// [Note: a caller stuck in a transfer]
+bool Communicator::seize_stuck_caller() {
+  int expected = kInTransfer;
+  return caller_transfer_.compare_exchange_strong(expected, kSeized);
+}
+
+void Communicator::begin_transfer() { caller_transfer_.store(kInTransfer); }
+
+void Communicator::end_transfer() {
+  int expected = kInTransfer;
+  if (caller_transfer_.compare_exchange_strong(expected, kNoTransfer)) return;
+  // Seized: the watcher is writing this rank's view from the state this thread left, and
+  // ends the process; nothing here may touch that state again.
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
 Communicator::Communicator(int rank, int world_size, bool threaded)
     : rank_(rank), world_size_(world_size), threaded_(threaded) {
   if (threaded_) worker_ = std::thread([this] { worker_loop(); });

@@ -131,7 +131,26 @@ class Communicator {
   bool interrupted() const { return interrupt_sig_.load() != 0; }
   void throw_if_interrupted() const;  // Interrupted(sig, why) once interrupt() was called
 
+  // [Note: a caller stuck in a transfer] The signature exchange lets a rank know its peers'
+  // signatures, not that they know its own: rank 1 may post its signature, wait for rank 0's
+  // and die there (kill -9 while it waits), while rank 0 receives it, agrees and enters the
+  // blocking data transfer of a collective on its caller ([Note: a collective on the
+  // caller]), which then never returns and never polls an interrupt. Under load (ranks
+  // waiting on each other at every collective) this took the survivor's view in about 1
+  // run in 12. Such a thread can still be told apart: a backend marks the part of an
+  // on-caller collective that cannot poll (begin_transfer / end_transfer), and a watcher
+  // that interrupted the run and still sees the caller there after a while seizes it
+  // (seize_stuck_caller): from then on the caller never leaves the transfer (end_transfer
+  // parks it for good even if the transfer does complete), so the watcher may write the
+  // rank's view from the state the caller left and end the process
+  // ([Note: a rank that vanished], trainer/runtime/liveness.h).
+  // From the watcher: true when a caller is inside a transfer now and is held there.
+  bool seize_stuck_caller();
+
  protected:
+  // Around the blocking data transfer of a collective run on its caller (backends only).
+  void begin_transfer();
+  void end_transfer();  // parks the calling thread for good when the watcher seized it
   // Runs one collective to completion (blocking) on the comm stream, or on the caller's
   // thread for a blocking form when the backend allows it (caller_may_execute()).
   virtual void execute(CollOp op, torch::Tensor& out, torch::Tensor& in, int root) = 0;
@@ -184,6 +203,8 @@ class Communicator {
   CommStats stats_;
   std::function<void(const std::string&)> failure_handler_;
   std::atomic<int> interrupt_sig_{0};
+  enum CallerTransfer : int { kNoTransfer, kInTransfer, kSeized };
+  std::atomic<int> caller_transfer_{kNoTransfer};  // [Note: a caller stuck in a transfer]
   mutable std::mutex interrupt_mu_;
   std::string interrupt_why_;
   std::string executing_label_;  // set by run_task before execute

@@ -307,8 +307,16 @@ void MpiCommunicator::execute(CollOp op, torch::Tensor& out, torch::Tensor& in, 
     }
   }
   const bool large = in.defined() && in.numel() * static_cast<int64_t>(in.element_size()) >= kReduceScatterViaAllReduceBytes;
-  mpi_collective(as_comm(comm_), rank(), op, out, in, root,
-                 large ? RsPath::all_reduce_then_slice : RsPath::mpi_reduce_scatter);
+  const RsPath rs = large ? RsPath::all_reduce_then_slice : RsPath::mpi_reduce_scatter;
+  if (!on_caller()) return mpi_collective(as_comm(comm_), rank(), op, out, in, root, rs);
+  begin_transfer();  // [Note: a caller stuck in a transfer]
+  try {
+    mpi_collective(as_comm(comm_), rank(), op, out, in, root, rs);
+  } catch (...) {
+    end_transfer();
+    throw;
+  }
+  end_transfer();
 }
 
 void raw_mpi_collective(CollOp op, torch::Tensor& out, torch::Tensor& in, int root) {

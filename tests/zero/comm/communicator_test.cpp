@@ -1,6 +1,7 @@
 // The comm stream and the blocking forms ([Note: a collective on the caller] in
 // zero/comm/communicator.cpp): where a blocking form runs, that issue order holds when the
-// stream is busy, and that an interrupt reaches a caller still waiting for its peers.
+// stream is busy, that an interrupt reaches a caller still waiting for its peers, and that a
+// caller held in a transfer can be seized ([Note: a caller stuck in a transfer]).
 #include <gtest/gtest.h>
 
 #include <csignal>
@@ -35,6 +36,10 @@ class RecordingCommunicator : public Communicator {
     open_ = false;
   }
   void peer_never_arrives() { peer_absent_ = true; }
+  // On a caller, execute() enters its data transfer (marked as the MPI backend marks it)
+  // and stays there until end_transfers().
+  void hold_transfers() { hold_transfer_ = true; }
+  void end_transfers() { hold_transfer_ = false; }
   struct Ran {
     int64_t numel;
     std::thread::id thread;
@@ -44,6 +49,7 @@ class RecordingCommunicator : public Communicator {
     return ran_;
   }
   std::atomic<bool> waiting_for_peer{false};
+  std::atomic<bool> in_transfer{false};
 
  protected:
   bool caller_may_execute() const override { return true; }
@@ -55,6 +61,12 @@ class RecordingCommunicator : public Communicator {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
     }
+    if (on_caller() && hold_transfer_) {
+      begin_transfer();  // agreed; no interrupt is polled from here on
+      in_transfer = true;
+      while (hold_transfer_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      end_transfer();
+    }
     std::unique_lock<std::mutex> lock(mu_);
     if (!on_caller()) cv_.wait(lock, [&] { return open_; });
     ran_.push_back({in.numel(), std::this_thread::get_id()});
@@ -65,6 +77,7 @@ class RecordingCommunicator : public Communicator {
   std::condition_variable cv_;
   bool open_ = true;
   std::atomic<bool> peer_absent_{false};
+  std::atomic<bool> hold_transfer_{false};
   std::vector<Ran> ran_;
 };
 
@@ -122,4 +135,42 @@ TEST(Communicator, AnInterruptReachesACallerWaitingForItsPeers) {
   ASSERT_TRUE(oldest.has_value());
   EXPECT_EQ(oldest->label, "peer gone");
   EXPECT_EQ(oldest->state, FlightEntry::started);
+}
+
+// [Note: a caller stuck in a transfer]: an interrupt cannot reach a caller inside the data
+// transfer; the watcher seizes it instead, and the caller never comes back out, even when
+// the transfer completes after all (the watcher is then writing the view from its state).
+TEST(Communicator, ACallerHeldInATransferIsSeizedAndNeverComesBack) {
+  auto* comm = new RecordingCommunicator;  // leaked: the seized caller keeps pointing at it
+  EXPECT_FALSE(comm->seize_stuck_caller()) << "nothing to seize while no caller transfers";
+  comm->hold_transfers();
+  std::atomic<bool> returned{false};
+  std::thread caller([comm, &returned] {
+    try {
+      comm->all_reduce_wait(torch::zeros({8}), "transfer to a dead peer");
+    } catch (...) {
+    }
+    returned = true;
+  });
+  while (!comm->in_transfer) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  comm->interrupt(SIGTERM, "rank 1 vanished");
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(returned) << "an interrupt cannot reach a caller inside its transfer";
+  EXPECT_TRUE(comm->seize_stuck_caller());
+  EXPECT_FALSE(comm->seize_stuck_caller()) << "seized once";
+  comm->end_transfers();  // the transfer completes after all
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(returned) << "a seized caller came back while its view was being written";
+  caller.detach();
+}
+
+TEST(Communicator, ATransferThatEndsLeavesNothingToSeize) {
+  RecordingCommunicator comm;
+  comm.hold_transfers();
+  std::thread caller([&] { comm.all_reduce_wait(torch::zeros({8}), "ordinary transfer"); });
+  while (!comm.in_transfer) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  comm.end_transfers();
+  caller.join();
+  EXPECT_FALSE(comm.seize_stuck_caller());
+  EXPECT_EQ(comm.ran().size(), 1u);
 }
