@@ -220,6 +220,7 @@ void ZeroEngine::build_reducer() {
     ro.sink = [this](int g, int64_t offset, const torch::Tensor& piece) { return host_opt_->add_grad(g, offset, piece); };
     ro.copier = copier_.get();
   }
+  ro.before_result = [this] { allocate_reduced_partitions(); };
   if (peers_ && peers_->modelled() && !policy_.owns_whole_flat())
     ro.peer_pieces = [this](int g, int64_t offset, const torch::Tensor& rows) { peers_->add_reduced(g, offset, rows); };
   DeviceMemory::instance().set_phase(Phase::init);
@@ -251,6 +252,18 @@ void ZeroEngine::allocate_grads() {
   for (size_t l = 0; l < groups_.size(); ++l) allocate_grad(l);
   if (const int64_t n = grad_overhang_elements(); n > 0 && !grad_overhang_.defined())
     grad_overhang_ = torch::zeros({n}, grad_options_);
+}
+
+// Stage 2, at a micro-step's first bucket result (GradReducer::Options::before_result): the
+// owned partition (the step's first), and after the first micro-step the fresh partition
+// DeepSpeed reduces into beside the accumulated one (BufferPolicy::second_grad_partition).
+void ZeroEngine::allocate_reduced_partitions() {
+  allocate_grads();
+  if (!buffers_.second_grad_partition || micro_step_ == 0 || second_grad_partition_.defined()) return;
+  DeviceMemory::CategoryScope grads_tag(MemCategory::grads);
+  int64_t n = grad_overhang_.defined() ? grad_overhang_.numel() : 0;
+  for (const auto& o : owned_grads_) n += o.defined() ? o.numel() : 0;
+  second_grad_partition_ = torch::empty({n}, grad_options_);
 }
 
 void ZeroEngine::allocate_grad(size_t l) {
@@ -323,9 +336,12 @@ torch::Tensor ZeroEngine::skipped(int layer, torch::Tensor x) {
 // ZeRO-3 fetches the shared parameter for each module that uses it, and autograd
 // sums both gradients into the one .grad before DeepSpeed's hook reduces it). Each
 // use's backward delivers its gradients here: all but the last to arrive are kept
-// (summed) and, under ZeRO-3, the group is released; the last adds them in place
-// and reduces once. A checkpointed block's first forward runs without grad and
-// does not count as a use; its recomputation does.
+// (summed) and, under ZeRO-3, the group is released; the last sums them out of place,
+// as autograd's input buffer does for a tied weight (the CPU record of DeepSpeed with
+// Hugging Face's GPT-2 holds the head's gradient, the embedding's and their sum at once:
+// three vocab x hidden tensors at the end of backward), and reduces once. A
+// checkpointed block's first forward runs without grad and does not count as a use;
+// its recomputation does.
 void ZeroEngine::use_backward(int layer, std::vector<torch::Tensor> grads) {
   std::vector<torch::Tensor>& kept = kept_grads_[layer];
   if (uses_[layer] > 0) --uses_[layer];
@@ -344,7 +360,7 @@ void ZeroEngine::use_backward(int layer, std::vector<torch::Tensor> grads) {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < grads.size(); ++i) {
     const bool k = !kept.empty() && kept[i].defined();
-    if (k && grads[i].defined()) grads[i].add_(kept[i]);
+    if (k && grads[i].defined()) grads[i] = kept[i] + grads[i];
     else if (k) grads[i] = kept[i];
     else if (!grads[i].defined()) {
       const ShardingConfig& c = groups_[layer]->config();  // unused by every use: a zero gradient
@@ -367,13 +383,7 @@ void ZeroEngine::reduce_grad(int layer, const std::vector<torch::Tensor>& grads)
     g.scatter_param_grads(grads, full_grads_[layer]);  // accumulates locally until the boundary
     return;
   }
-  allocate_grads();  // stage 2: the whole partition at the step's first reduction
-  if (buffers_.second_grad_partition && micro_step_ > 0 && !second_grad_partition_.defined()) {
-    DeviceMemory::CategoryScope grads_tag(MemCategory::grads);
-    int64_t n = grad_overhang_.defined() ? grad_overhang_.numel() : 0;
-    for (const auto& o : owned_grads_) n += o.defined() ? o.numel() : 0;
-    second_grad_partition_ = torch::empty({n}, owned_grads_.front().options());
-  }
+  // Stage 2's partitions come with the first bucket's result (before_result).
   reducer_->add(g, grads, owned_grads_);
   if (gathers_) gathers_->release(layer, *this);
 }

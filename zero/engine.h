@@ -191,6 +191,7 @@ class ZeroEngine : private ShardOps {
   // by the step at stages 0-2.
   void allocate_grads();
   void allocate_grad(size_t l);
+  void allocate_reduced_partitions();
   void release_grad(size_t l);
   int64_t grad_storage_numel(size_t l) const;
   int64_t grad_overhang_elements() const;

@@ -136,6 +136,7 @@ void GradReducer::complete(int b, int /*buffer*/) {
   Launched l = std::move(launched_[b]);
   launched_[b] = Launched{};
   l.work->wait();
+  if (o_.before_result) o_.before_result();
   std::vector<torch::Tensor>& owned = *owned_;
   int64_t pos = 0;
   for (const auto& p : schedule_.buckets()[b].pieces) {

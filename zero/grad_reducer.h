@@ -37,6 +37,11 @@ class GradReducer : private ReduceOps {
     // Stood-in peers (zero/peer_shadow.h): every rank's reduced piece of group `group` at
     // owned_offset, [world, numel], on the comm stream as the bucket's reduce completes.
     std::function<void(int group, int64_t owned_offset, const torch::Tensor& rows)> peer_pieces;
+    // Called before a bucket's result is added into the owned gradients: DeepSpeed's
+    // stage 2 allocates its gradient partition at the step's first bucket reduction
+    // (copy_grads_in_partition), not at the first gradient ([Note: DeepSpeed's
+    // optimizer-state and gradient lifetimes], zero/schedule/step_schedule.h).
+    std::function<void()> before_result;
   };
   // groups: in the order their gradients become ready (reverse layer order).
   GradReducer(std::vector<ParamGroup*> groups, const Options& options, Communicator& comm);

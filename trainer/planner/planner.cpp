@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <sstream>
@@ -195,8 +196,9 @@ class PlannedShards : public ShardOps {
 class PlannedReduce : public ReduceOps {
  public:
   PlannedReduce(const ReduceSchedule& sched, bool reduce_scatter, int64_t comm_elem, const std::vector<bool>& offloaded,
-                Timeline& tl)
-      : sched_(sched), reduce_scatter_(reduce_scatter), ce_(comm_elem), tl_(tl) {
+                Timeline& tl, std::function<void()> before_result)
+      : sched_(sched), reduce_scatter_(reduce_scatter), ce_(comm_elem), tl_(tl),
+        before_result_(std::move(before_result)) {
     held_.assign(sched.buffers(), 0);
     out_.assign(sched.buckets().size(), 0);
     for (const Bucket& b : sched.buckets()) {
@@ -216,6 +218,7 @@ class PlannedReduce : public ReduceOps {
     tl_.add(MemCategory::comm_buffers, out_[b]);
   }
   void complete(int b, int buffer) override {
+    before_result_();
     if (offloaded_bucket_[b])
       held_[buffer] += out_[b];  // the copy to the host still reads it
     else
@@ -234,6 +237,7 @@ class PlannedReduce : public ReduceOps {
   std::vector<int64_t> held_;  // per buffer: outputs waiting on their copy
   std::vector<int64_t> out_;   // per bucket: its output while in flight
   std::vector<bool> offloaded_bucket_;
+  std::function<void()> before_result_;  // GradReducer::Options::before_result
 };
 
 // One rank's device timeline over two optimizer steps: the engine's schedules
@@ -260,7 +264,7 @@ class PlanSim {
     for (const auto& l : layers_) numels.push_back(l.param_numels);
     offloaded_ = offloaded_layers(numels, z_);
     param_offload_ = z_.offload_param.enabled();
-    const int rank = req.rank.value_or(rank_holding_most(req));  // this rank's, or the one that holds most
+    const int rank = req.rank ? *req.rank : rank_holding_most(req);  // this rank's, or the one that holds most
     grad_overhang_bytes_ = grad_overhang_bytes(rank);
     const OffloadHostBytes host = offload_host_bytes(numels, z_, ws_, rank, pe_ == 4 ? torch::kFloat : torch::kBFloat16,
                                                      comm_dtype_of(req.cfg));
@@ -365,7 +369,8 @@ class PlanSim {
       std::vector<std::pair<int, const LayerLayout*>> reverse;
       for (int g = last(); g >= 0; --g) reverse.emplace_back(g, &layers_[g]);
       reduce_ = std::make_unique<ReduceSchedule>(reverse, z_.reduce_bucket_size, ws_, buffers_);
-      reduce_ops_ = std::make_unique<PlannedReduce>(*reduce_, bucket_reduce_scatters(z_), ce_, offloaded_, tl_);
+      reduce_ops_ = std::make_unique<PlannedReduce>(*reduce_, bucket_reduce_scatters(z_), ce_, offloaded_, tl_,
+                                                    [this] { hold_reduced_partitions(); });
       reduce_->prepare(*reduce_ops_);
     }
     const ModelSpec& m = req_.model;
@@ -386,11 +391,17 @@ class PlanSim {
     if (!overhang_held_) tl_.add(MemCategory::grads, grad_overhang_bytes_);
     overhang_held_ = true;
   }
+  // Stage 2's partition comes with the first bucket's result (PlannedReduce::complete,
+  // as GradReducer::Options::before_result).
   void hold_grads_for(size_t l) {
-    if (policy_.reduction() == GradReduction::reduce_scatter_per_micro_step)
-      hold_all_grads();
-    else
-      hold_grad(l);
+    if (policy_.reduction() != GradReduction::reduce_scatter_per_micro_step) hold_grad(l);
+  }
+  // ZeroEngine::allocate_reduced_partitions.
+  void hold_reduced_partitions() {
+    hold_all_grads();
+    if (second_held_ || second_partition_ == 0) return;
+    second_held_ = true;
+    tl_.add(MemCategory::grads, second_partition_);
   }
   void release_grad(size_t l) {
     if (!grads_held_[l]) return;
@@ -493,7 +504,6 @@ class PlanSim {
       kept_grads_ += sym_.at("Wlm");
     }
     hold_grads_for(L);
-    tl_.add(MemCategory::grads, second_partition_);  // ZeroEngine::reduce_grad, first reduction
     reduce(L);
     if (tied()) {
       release(0);
@@ -528,7 +538,8 @@ class PlanSim {
     tape(GptTape::backward_tail);
     // ZeroEngine::end_backward
     if (policy_.reduction() == GradReduction::reduce_scatter_per_micro_step) reduce_->finish(*reduce_ops_);
-    tl_.add(MemCategory::grads, -second_partition_);
+    if (second_held_) tl_.add(MemCategory::grads, -second_partition_);
+    second_held_ = false;
     if (gathers_) gathers_->end_backward(*shards_);
   }
 
@@ -635,6 +646,7 @@ class PlanSim {
   int64_t grad_overhang_bytes_ = 0;
   int64_t offload_grad_temp_bytes_ = 0;
   int64_t second_partition_ = 0;  // bytes held during this micro-step's backward
+  bool second_held_ = false;      // from its first bucket result
   int64_t param_grads_ = 0;
   int64_t kept_grads_ = 0;  // tied: the head's embedding gradient, until the embedding's reduce
   StepSchedule step_;

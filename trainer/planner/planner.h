@@ -92,6 +92,8 @@ MemoryPlan plan_memory(const JobSpec& req);
 // holds the most. Ranks differ only by DeepSpeed's whole-parameter gradient partition
 // (stage 2's overhang, and the offloaded accumulator's at stages 1-2), so it is the rank
 // whose overhang is largest, the lowest of equals (rank 0 where every rank holds the same).
+// Where the peak comes before stage 2's partition exists (it is allocated at the first
+// bucket's result) every rank peaks alike, and this one holds the largest model states.
 int rank_holding_most(const JobSpec& job);
 
 // DeepSpeed 0.19.6 estimators (estimate_zero2/3_model_states_mem_needs), largest_layer = the largest

@@ -30,11 +30,13 @@ struct BufferPolicy {
   // offload_param: at most this many parameter shards on their way up at a time
   // (DeepSpeed's buffer_count parameter buffers); 0: no bound.
   int64_t max_param_uploads = 0;
-  // Stage 2 with overlap_comm and contiguous_gradients (no optimizer offload):
-  // during the backward of every micro-step after the first, DeepSpeed reduces into
-  // a fresh gradient partition (grads_in_partition) while the previous micro-steps'
-  // accumulated partition stays alive beside it (all_grad_tensors), so it holds the
-  // rank's whole-parameter partition twice (measured: docs/design/CONFORMANCE.md).
+  // Stage 2 with contiguous_gradients (no optimizer offload): during the backward of
+  // every micro-step after the first, DeepSpeed reduces into a fresh gradient partition
+  // (grads_in_partition) while the previous micro-steps' accumulated partition stays
+  // alive beside it (all_grad_tensors holds views of it: the backward epilogue of
+  // 0.19.8's stage_1_and_2.py, lines 1037-1059, with or without overlap_comm), so it
+  // holds the rank's whole-parameter partition twice (measured: docs/design/CONFORMANCE.md
+  // with overlap_comm, the CPU record's gpt2-fp32-z2-gas2 without).
   bool second_grad_partition = false;
 };
 
@@ -45,8 +47,8 @@ inline BufferPolicy buffer_policy(const ZeroConfig& z) {
   b.full_size_reduce_buffers = z.contiguous_gradients;
   b.persistent_reduce_buffers = policy.shard_params();
   b.max_param_uploads = z.offload_param.enabled() ? z.offload_param.buffer_count : 0;
-  b.second_grad_partition = policy.shard_grads() && !policy.shard_params() && z.overlap_comm &&
-                            z.contiguous_gradients && !z.offload_optimizer.enabled();
+  b.second_grad_partition = policy.shard_grads() && !policy.shard_params() && z.contiguous_gradients &&
+                            !z.offload_optimizer.enabled();
   return b;
 }
 

@@ -17,7 +17,10 @@
 //   (lines 936-950); at stage 3 one buffer of the largest sub-group, viewed by every
 //   sub-group (stage3.py lines 1304-1344). That is the init peak: +4 bytes per element.
 // - Gradients at stages 0-2 do not live across steps: stage 2 allocates its whole
-//   partition (grads_in_partition, line 2192) at the first reduction of a step, stages
+//   partition (grads_in_partition, line 2192) when the step's first reduce bucket is
+//   reduced (copy_grads_in_partition: the first bucket fills after reduce_bucket_size
+//   elements of gradients, half-way through GPT-2 small's backward on the CPU record;
+//   until then the gradients live in the bucket itself, lines 1444-1452), stages
 //   0-1 hold each parameter's .grad from its backward on; the step frees them
 //   (free_grad_in_param_list, averaged_gradients = None, lines 3127-3131; zero_grad).
 //   Stage 3's flat gradient partition (grad_partitions_flat_buffer, stage3.py line 791)

@@ -209,12 +209,17 @@ TEST(StandInPeers, AsRankMostRunsTheRankThatHoldsTheMost) {
   const std::string cfg = si_config(2, "fp32", "none", 1);
   const RunResult all = zrepro_run("simost_run", cfg, "--steps 1 --model tiny --world-size 8 --as-rank most");
   ASSERT_EQ(all.code, 0) << all.output;
-  int best = -1;
-  double best_peak = -1;
-  for (const json& r : all.summary["memory"]["ranks"])
-    if (double(r["peak_bytes"]) > best_peak) best = r["rank"], best_peak = r["peak_bytes"];
-  EXPECT_EQ(all.summary["virtual_ranks"]["as_rank"], best);
-  EXPECT_NE(all.output.find("--as-rank most: rank " + std::to_string(best) + " of 8"), std::string::npos) << all.output;
+  // Ties allowed: where the peak comes before stage 2's partition exists every rank peaks
+  // alike, and the chosen rank is the one with the largest partition.
+  double best_peak = -1, chosen_peak = -1;
+  const int chosen = all.summary["virtual_ranks"]["as_rank"];
+  for (const json& r : all.summary["memory"]["ranks"]) {
+    best_peak = std::max(best_peak, double(r["peak_bytes"]));
+    if (r["rank"] == chosen) chosen_peak = r["peak_bytes"];
+  }
+  EXPECT_EQ(chosen_peak, best_peak);
+  EXPECT_NE(all.output.find("--as-rank most: rank " + std::to_string(chosen) + " of 8"), std::string::npos)
+      << all.output;
   const RunResult si =
       zrepro_run("simost_si", cfg, "--steps 1 --model tiny --world-size 8192 --as-rank most --peers stand-in");
   expect_exact_stand_in(si, "8192 ranks, most");

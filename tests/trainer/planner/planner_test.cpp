@@ -602,7 +602,11 @@ TEST(Planner, TheRankHoldingMostHasTheHighestPlanOfAllRanks) {
       if (bytes > best_bytes) best = r, best_bytes = bytes;
     }
     req.rank.reset();
-    EXPECT_EQ(rank_holding_most(req), best) << json;
+    // Ties allowed: where the peak comes before stage 2's partition exists every rank peaks alike.
+    req.rank = rank_holding_most(req);
+    const MemoryPlan chosen = plan_memory(req);
+    EXPECT_EQ(chosen.peak_bytes + chosen.host_pinned_bytes + chosen.host_pageable_bytes, best_bytes) << json;
+    req.rank.reset();
     if (json == z3) EXPECT_EQ(best, 0);
     const MemoryPlan unranked = plan_memory(req);
     EXPECT_EQ(unranked.peak_bytes + unranked.host_pinned_bytes + unranked.host_pageable_bytes, best_bytes) << json;
