@@ -274,13 +274,14 @@ void ZeroEngine::allocate_grad(size_t l) {
 
 EngineMemory ZeroEngine::memory() const {
   EngineMemory m;
+  const int64_t grad_elem = static_cast<int64_t>(c10::elementSize(grad_options_.dtype().toScalarType()));
   for (size_t l = 0; l < groups_.size(); ++l) {
     m.params += groups_[l]->param_bytes();
     // Gradient storage while it exists (stages 0-2: from the step's first reduction to the step).
-    m.grads += grad_storage_numel(l) * static_cast<int64_t>(c10::elementSize(grad_options_.dtype().toScalarType()));
+    m.grads += grad_storage_numel(l) * grad_elem;
     m.optimizer_states += optimizers_[l]->device_bytes();
   }
-  m.grads += grad_overhang_elements() * static_cast<int64_t>(c10::elementSize(grad_options_.dtype().toScalarType()));
+  m.grads += grad_overhang_elements() * grad_elem;
   if (offload_grad_temp_.defined()) m.grads += offload_grad_temp_.numel() * offload_grad_temp_.element_size();
   m.host_pinned = HostMemory::instance().pinned_bytes();
   m.host_pageable = HostMemory::instance().pageable_bytes();

@@ -503,7 +503,6 @@ class PlanSim {
       param_grads_ -= sym_.at("Wlm");
       kept_grads_ += sym_.at("Wlm");
     }
-    hold_grads_for(L);
     reduce(L);
     if (tied()) {
       release(0);
