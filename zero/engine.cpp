@@ -258,12 +258,26 @@ void ZeroEngine::allocate_grads() {
 // owned partition (the step's first), and after the first micro-step the fresh partition
 // DeepSpeed reduces into beside the accumulated one (BufferPolicy::second_grad_partition).
 void ZeroEngine::allocate_reduced_partitions() {
+  if (policy_.reduction() == GradReduction::reduce_scatter_at_boundary) return allocate_reduced_flat();
   allocate_grads();
   if (!buffers_.second_grad_partition || micro_step_ == 0 || second_grad_partition_.defined()) return;
   DeviceMemory::CategoryScope grads_tag(MemCategory::grads);
   int64_t n = grad_overhang_.defined() ? grad_overhang_.numel() : 0;
   for (const auto& o : owned_grads_) n += o.defined() ? o.numel() : 0;
   second_grad_partition_ = torch::empty({n}, grad_options_);
+}
+
+// Stage 1, at the boundary reduction's first bucket result: the reduced partition, one flat
+// buffer with each layer's partition a view of it. DeepSpeed allocates its partition of the
+// reduced gradients there (copy_grads_in_partition, stage_1_and_2.py:2184) and the step
+// uses it as its flat copy (update_group). A comm buffer, not grads: it lives only to the step.
+void ZeroEngine::allocate_reduced_flat() {
+  if (reduced_flat_.defined() || step_.groups.empty()) return;
+  DeviceMemory::CategoryScope tag(MemCategory::comm_buffers);
+  const StepGroup& g = step_.groups.front();  // stage 1: one group
+  reduced_flat_ = torch::zeros({g.numel}, grad_options_);
+  for (size_t i = 0; i < g.layers.size(); ++i)
+    owned_grads_[g.layers[i]] = reduced_flat_.narrow(0, g.offsets[i], groups_[g.layers[i]]->owned_numel());
 }
 
 void ZeroEngine::allocate_grad(size_t l) {
@@ -382,6 +396,7 @@ void ZeroEngine::reduce_grad(int layer, const std::vector<torch::Tensor>& grads)
   if (policy_.reduction() != GradReduction::reduce_scatter_per_micro_step) {
     allocate_grad(layer);  // each parameter's .grad from its first backward of the step
     g.scatter_param_grads(grads, full_grads_[layer]);  // accumulates locally until the boundary
+    if (buffers_.reduce_buffers_at_first_grad) reducer_->open();  // DeepSpeed's hook: setup_buckets
     return;
   }
   // Stage 2's partitions come with the first bucket's result (before_result).
@@ -429,6 +444,7 @@ void ZeroEngine::begin_micro_step(int64_t step, int64_t micro_step, int64_t micr
                            ", expected idle");
   comm_.set_position(step, micro_step);
   micro_step_ = micro_step;
+  boundary_micro_step_ = micro_steps > 0 && micro_step + 1 == micro_steps;
   std::fill(uses_.begin(), uses_.end(), 0);
   for (auto& k : kept_grads_) k.clear();
   if (gathers_) gathers_->begin_micro_step();
@@ -440,21 +456,25 @@ void ZeroEngine::end_backward() {
     throw std::logic_error(std::string("ZeroEngine: end_backward in state ") + training_state_name(state_) +
                            ", expected backward");
   state_ = TrainingState::idle;
-  if (policy_.reduction() == GradReduction::reduce_scatter_per_micro_step) reducer_->finish(owned_grads_);
+  if (policy_.reduction() == GradReduction::reduce_scatter_per_micro_step)
+    reducer_->finish(owned_grads_);
+  else if (policy_.reduction() == GradReduction::reduce_scatter_at_boundary && boundary_micro_step_)
+    reduce_accumulated();
   second_grad_partition_ = torch::Tensor();
   if (gathers_) gathers_->end_backward(*this);
 }
 
 void ZeroEngine::inject_inf_grad() {
   torch::NoGradGuard no_grad;
-  allocate_grads();
-  if (policy_.shard_grads() && offloaded_.front()) {
+  const bool partitioned = !policy_.full_grads() || boundary_reduced_;  // this rank's partition only
+  if (!boundary_reduced_) allocate_grads();
+  if (partitioned && offloaded_.front()) {
     host_opt_->finish_grads();  // the accumulator is final once its copies landed
     DeviceMemory::HostScope host;
     host_opt_->grad(0)[0] = std::numeric_limits<double>::infinity();
     return;
   }
-  torch::Tensor& g = policy_.full_grads() ? full_grads_.front() : owned_grads_.front();
+  torch::Tensor& g = partitioned ? owned_grads_.front() : full_grads_.front();
   g[0] = std::numeric_limits<double>::infinity();
 }
 
@@ -484,27 +504,36 @@ void ZeroEngine::reduce_at_boundary() {
       for (auto& w : works) w->wait();
       return;
     }
-    case GradReduction::reduce_scatter_at_boundary: {
-      // The reduced partition only lives through the step: a comm buffer, not grads.
-      // One flat buffer, each layer's partition a view of it: DeepSpeed flattens its
-      // partition of the reduced gradients for the step, and this buffer is that flat copy
-      // (update_group uses it as such).
-      DeviceMemory::CategoryScope tag(MemCategory::comm_buffers);
-      if (!step_.groups.empty()) {
-        const StepGroup& g = step_.groups.front();  // stage 1: one group
-        reduced_flat_ = torch::zeros({g.numel}, grad_options_);
-        for (size_t i = 0; i < g.layers.size(); ++i)
-          owned_grads_[g.layers[i]] = reduced_flat_.narrow(0, g.offsets[i], groups_[g.layers[i]]->owned_numel());
-      }
-      if (host_opt_) host_opt_->begin_micro_step(0, true);  // the boundary's reduce: the step's only gradient
-      for (auto it = groups_.rbegin(); it != groups_.rend(); ++it)
-        reducer_->add((*it)->index(), full_grads_[(*it)->index()], owned_grads_);
-      reducer_->finish(owned_grads_);
+    case GradReduction::reduce_scatter_at_boundary:
+      if (!boundary_reduced_) reduce_accumulated();  // the caller did not say which micro-step was the last
       return;
-    }
     case GradReduction::reduce_scatter_per_micro_step:
       return;  // reduced by every backward
   }
+}
+
+// [Note: ZeRO-1 reduces in the boundary's backward]
+// DeepSpeed 0.19.8's stage 1 keeps each parameter's accumulated .grad through the step's
+// micro-steps; its gradient hook allocates the reduce bucket at the step's first gradient
+// (BufferPolicy::reduce_buffers_at_first_grad). At the end of the boundary micro-step's
+// backward (engine.py:3165 allreduce_gradients -> stage_1_and_2.py:958 reduce_gradients)
+// it walks the parameters: each .grad is copied into the bucket and its own storage freed,
+// a full bucket is reduced and its result copied into the rank's gradient partition,
+// allocated at the first result (copy_grads_in_partition:2184), and the bucket is freed at
+// the end (_release_ipg_buffers). So the backward's peak holds every gradient but one
+// bucket's worth, the bucket and the partition at once, and the step holds the partition
+// alone (measured: the CPU record's ZeRO-1 cases). The engine does the same in end_backward
+// when begin_micro_step was told the step's micro-step count, and in the step otherwise.
+void ZeroEngine::reduce_accumulated() {
+  allocate_grads();  // a layer no backward reached this step has a zero gradient
+  if (host_opt_) host_opt_->begin_micro_step(0, true);  // the boundary's reduce: the step's only gradient
+  for (auto it = groups_.rbegin(); it != groups_.rend(); ++it) {
+    const int l = (*it)->index();
+    reducer_->add(l, full_grads_[l], owned_grads_);
+    full_grads_[l] = torch::Tensor();  // copied into the bucket
+  }
+  reducer_->finish(owned_grads_);  // the partition came with the first result (allocate_reduced_flat)
+  boundary_reduced_ = true;
 }
 
 size_t ZeroEngine::stats_layer(size_t i) const {
@@ -594,28 +623,24 @@ void ZeroEngine::update(double coef, double lr) {
 }
 
 void ZeroEngine::update_group(const StepGroup& group, const AdamHyper& h, double coef) {
-  // DeepSpeed's step of one group: the flat copy of its 16-bit gradients, that copy in
-  // fp32 (the same tensor when the gradients are fp32), the 16-bit gradients freed
-  // (stages 1-2), then the optimizer on views of the fp32 gradient, which dies after it.
+  // DeepSpeed's step of one group: the flat copy of its 16-bit gradients (stage 1's reduced
+  // partition is flat already, and copied all the same: flatten_dense_tensors_aligned of its
+  // views), that copy in fp32 (the same tensor when the gradients are fp32), the 16-bit
+  // gradients freed (stages 1-2), then the optimizer on views of the fp32 gradient, which
+  // dies after it.
   torch::Tensor g32;
   {
     DeviceMemory::CategoryScope tag(MemCategory::other);  // the step's transients, as the norm's copies
-    torch::Tensor flat;
-    if (policy_.transient_reduced_partition()) {
-      // Stage 1: the reduced partition is already flat (reduce_at_boundary).
-      flat = std::move(reduced_flat_);
-      reduced_flat_ = torch::Tensor();
-      for (int l : group.layers) owned_grads_[l] = torch::Tensor();
-    } else {
-      std::vector<torch::Tensor> parts;
-      for (int l : group.layers) parts.push_back(owned_grad(l));
-      flat = torch::cat(parts);
-    }
-    g32 = flat.to(torch::kFloat);
+    std::vector<torch::Tensor> parts;
+    for (int l : group.layers) parts.push_back(owned_grad(l));
+    g32 = torch::cat(parts).to(torch::kFloat);
   }
   if (!step_.grads_persist) {
     for (int l : group.layers) release_grad(l);
-    if (group.layers.back() == step_.groups.back().layers.back()) grad_overhang_ = torch::Tensor();
+    if (group.layers.back() == step_.groups.back().layers.back()) {
+      grad_overhang_ = torch::Tensor();
+      reduced_flat_ = torch::Tensor();
+    }
   }
   for (size_t i = 0; i < group.layers.size(); ++i) {
     const int l = group.layers[i];
@@ -641,6 +666,7 @@ void ZeroEngine::sync_params() {
 void ZeroEngine::zero_grads() {
   if (peers_) peers_->zero_grads();
   reduced_flat_ = torch::Tensor();  // an overflow skipped the step that would have used it
+  boundary_reduced_ = false;
   if (!step_.grads_persist) {  // stages 0-2: the step frees the gradients (stage 1's reduced partition too)
     for (size_t l = 0; l < groups_.size(); ++l) release_grad(l);
     grad_overhang_ = torch::Tensor();
@@ -660,7 +686,7 @@ StepResult ZeroEngine::step(double local_loss) {
   StepResult r;
   r.loss_scale = scaler_.scale();
   r.lr = schedule_.lr();
-  allocate_grads();  // a layer no backward reached this step has a zero gradient
+  if (!boundary_reduced_) allocate_grads();  // a layer no backward reached this step has a zero gradient
   reduce_at_boundary();
   const GradStats s = grad_stats(local_loss);
   r.loss = s.loss;

@@ -124,7 +124,8 @@ class ZeroEngine : private ShardOps {
   // Under a StandInCommunicator: the peers' state and its self-checks (null otherwise).
   const PeerShadow* peers() const { return peers_.get(); }
   std::vector<ParamGroup*> groups();
-  // Stages 0-1: layer l's gradient accumulated this step, full layout; for tests.
+  // Stages 0-1: layer l's gradient accumulated this step, full layout (stage 1: until the
+  // boundary's backward reduces it); for tests.
   torch::Tensor accumulated_grad(int layer) const { return full_grads_[layer]; }
   // Full fp32 values of a layer (gathered across ranks); for checks and tests.
   torch::Tensor gather_layer(int layer);
@@ -159,6 +160,9 @@ class ZeroEngine : private ShardOps {
  private:
   // The step's parts, in order.
   void reduce_at_boundary();
+  // Stage 1: the accumulated gradients through the buckets into the reduced partition,
+  // each layer's freed as it is copied in ([Note: ZeRO-1 reduces in the boundary's backward]).
+  void reduce_accumulated();
   struct GradStats {
     double loss = 0, sq_norm = 0;
     bool overflow = false;
@@ -192,6 +196,7 @@ class ZeroEngine : private ShardOps {
   void allocate_grads();
   void allocate_grad(size_t l);
   void allocate_reduced_partitions();
+  void allocate_reduced_flat();
   void release_grad(size_t l);
   int64_t grad_storage_numel(size_t l) const;
   int64_t grad_overhang_elements() const;
@@ -223,6 +228,8 @@ class ZeroEngine : private ShardOps {
   // end_backward, never read.
   torch::Tensor second_grad_partition_;
   int64_t micro_step_ = 0;
+  bool boundary_micro_step_ = false;  // this micro-step is the step's last (the caller said so)
+  bool boundary_reduced_ = false;     // stage 1: reduced at the end of the boundary's backward
   TrainingState state_ = TrainingState::idle;
   // Moves from `from` to `to` and sets the memory phase `to` files bytes under.
   void move(TrainingState from, TrainingState to, Phase phase);

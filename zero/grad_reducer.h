@@ -52,6 +52,8 @@ class GradReducer : private ReduceOps {
   // owned: each group's owned gradient buffer, indexed by group index.
   void add(int group_index, const torch::Tensor& full_grad, std::vector<torch::Tensor>& owned);
   void add(const ParamGroup& group, const std::vector<torch::Tensor>& grads, std::vector<torch::Tensor>& owned);
+  // Allocates the bucket buffers now if they are not (BufferPolicy::reduce_buffers_at_first_grad).
+  void open() { schedule_.open(*this); }
   // Waits for all launched buckets and accumulates their results; frees buffers.
   void finish(std::vector<torch::Tensor>& owned);
 

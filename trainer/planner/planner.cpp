@@ -398,10 +398,31 @@ class PlanSim {
   }
   // ZeroEngine::allocate_reduced_partitions.
   void hold_reduced_partitions() {
+    if (policy_.reduction() == GradReduction::reduce_scatter_at_boundary) return hold_reduced_flat();
     hold_all_grads();
     if (second_held_ || second_partition_ == 0) return;
     second_held_ = true;
     tl_.add(MemCategory::grads, second_partition_);
+  }
+  // ZeroEngine::allocate_reduced_flat: stage 1's reduced partition, at its first bucket result.
+  void hold_reduced_flat() {
+    if (reduced_flat_held_ || step_.groups.empty()) return;
+    reduced_flat_held_ = true;
+    tl_.add(MemCategory::comm_buffers, step_.groups.front().numel * pe_);
+  }
+  void release_reduced_flat() {
+    if (reduced_flat_held_) tl_.add(MemCategory::comm_buffers, -step_.groups.front().numel * pe_);
+    reduced_flat_held_ = false;
+  }
+  // ZeroEngine::reduce_accumulated ([Note: ZeRO-1 reduces in the boundary's backward]).
+  void reduce_accumulated() {
+    hold_all_grads();
+    for (int g = last(); g >= 0; --g) {
+      reduce_->add(g, *reduce_ops_);
+      release_grad(g);  // copied into the bucket
+    }
+    reduce_->finish(*reduce_ops_);
+    boundary_reduced_ = true;
   }
   void release_grad(size_t l) {
     if (!grads_held_[l]) return;
@@ -451,6 +472,7 @@ class PlanSim {
   void reduce(int l) {
     hold_grads_for(l);
     if (policy_.reduction() == GradReduction::reduce_scatter_per_micro_step) reduce_->add(l, *reduce_ops_);
+    if (buffers_.reduce_buffers_at_first_grad) reduce_->open(*reduce_ops_);
     release(l);
     tl_.add(MemCategory::activations, -param_grads_);
     param_grads_ = 0;
@@ -536,7 +558,10 @@ class PlanSim {
     kept_grads_ = 0;
     tape(GptTape::backward_tail);
     // ZeroEngine::end_backward
-    if (policy_.reduction() == GradReduction::reduce_scatter_per_micro_step) reduce_->finish(*reduce_ops_);
+    if (policy_.reduction() == GradReduction::reduce_scatter_per_micro_step)
+      reduce_->finish(*reduce_ops_);
+    else if (policy_.reduction() == GradReduction::reduce_scatter_at_boundary && boundary_micro_step_)
+      reduce_accumulated();
     if (second_held_) tl_.add(MemCategory::grads, -second_partition_);
     second_held_ = false;
     if (gathers_) gathers_->end_backward(*shards_);
@@ -546,25 +571,21 @@ class PlanSim {
     const int64_t batch = B_ * (req_.model.seq + 1) * 8;  // int64 tokens
     tl_.add(MemCategory::other, batch);
     if (gathers_) gathers_->begin_micro_step();
+    boundary_micro_step_ = t + 1 == req_.cfg.grad_accum;
     forward();
     second_partition_ = buffers_.second_grad_partition && t > 0 ? second_partition_bytes() : 0;
     backward();
     tl_.add(MemCategory::other, -batch);
   }
 
-  // ZeroEngine::step: the gradients of layers no backward reached, the boundary reduce
-  // (stage 1: into a transient partition), per layer the fp32 copy the norm is taken of
+  // ZeroEngine::step: the gradients of layers no backward reached, stage 1's reduce when
+  // the backward did not do it, per layer the fp32 copy the norm is taken of
   // (16-bit grads), then the update: a step group's flat fp32 gradient at once, a layer
   // outside any group (stage 0) its own fp32 copy, offloaded layers none on the device.
   void optimizer_step() {
     tl_.phase(Phase::step);
-    hold_all_grads();
-    const bool transient = policy_.transient_reduced_partition();
-    if (transient) {
-      if (!step_.groups.empty()) tl_.add(MemCategory::comm_buffers, step_.groups.front().numel * pe_);
-      for (int g = last(); g >= 0; --g) reduce_->add(g, *reduce_ops_);
-      reduce_->finish(*reduce_ops_);
-    }
+    if (!boundary_reduced_) hold_all_grads();
+    if (policy_.reduction() == GradReduction::reduce_scatter_at_boundary && !boundary_reduced_) reduce_accumulated();
     for (size_t l = 0; l < layers_.size(); ++l) {
       if (pe_ == 4 || offloaded_[l]) continue;
       const int64_t norm_numel = policy_.owns_whole_flat() ? layers_[l].flat.partition_numel : layers_[l].owned_numel();
@@ -574,7 +595,7 @@ class PlanSim {
     for (size_t l = 0; l < layers_.size(); ++l) {
       const int gi = step_.group_of[l];
       if (gi >= 0) {
-        if (step_.groups[gi].layers.front() == static_cast<int>(l)) update_group(step_.groups[gi], transient);
+        if (step_.groups[gi].layers.front() == static_cast<int>(l)) update_group(step_.groups[gi]);
         continue;
       }
       create_moments(l);
@@ -587,28 +608,28 @@ class PlanSim {
       for (size_t l = 0; l < layers_.size(); ++l) release_grad(l);
       release_overhang();
     }
+    boundary_reduced_ = false;
     if (shards_) shards_->mark_stale();  // persistent parameters are re-gathered
   }
-  // ZeroEngine::update_group: the flat copy (stage 1's reduced partition freed then), its
-  // fp32 copy, the 16-bit gradients freed at stages 1-2, the moments of a first step, the
-  // fp32 gradient freed.
-  void update_group(const StepGroup& group, bool transient) {
+  // ZeroEngine::update_group: the flat copy, its fp32 copy, the 16-bit gradients (stage 1:
+  // the reduced partition) freed at stages 1-2, the moments of a first step, the fp32
+  // gradient freed.
+  void update_group(const StepGroup& group) {
     const int64_t S = group.numel;
-    // Stage 1: the reduced partition is the flat copy (ZeroEngine::reduce_at_boundary).
-    auto release_reduced = [&] { tl_.add(MemCategory::comm_buffers, -S * pe_); };
-    if (!transient) tl_.add(MemCategory::other, pe_ * S);
+    tl_.add(MemCategory::other, pe_ * S);
     if (pe_ != 4) {
       tl_.add(MemCategory::other, 4 * S);
-      if (transient) release_reduced();
-      else tl_.add(MemCategory::other, -pe_ * S);
+      tl_.add(MemCategory::other, -pe_ * S);
     }
     if (!step_.grads_persist) {
       for (int l : group.layers) release_grad(l);
-      if (group.layers.back() == step_.groups.back().layers.back()) release_overhang();
+      if (group.layers.back() == step_.groups.back().layers.back()) {
+        release_overhang();
+        release_reduced_flat();
+      }
     }
     for (int l : group.layers) create_moments(l);
-    if (pe_ == 4 && transient) release_reduced();  // the fp32 gradient was the reduced partition
-    else tl_.add(MemCategory::other, -4 * S);
+    tl_.add(MemCategory::other, -4 * S);
   }
 
 
@@ -646,6 +667,9 @@ class PlanSim {
   int64_t offload_grad_temp_bytes_ = 0;
   int64_t second_partition_ = 0;  // bytes held during this micro-step's backward
   bool second_held_ = false;      // from its first bucket result
+  bool reduced_flat_held_ = false;     // stage 1: the reduced partition, from its first bucket result
+  bool boundary_micro_step_ = false;   // the micro-step planned is the step's last
+  bool boundary_reduced_ = false;      // stage 1: reduced at the end of the boundary's backward
   int64_t param_grads_ = 0;
   int64_t kept_grads_ = 0;  // tied: the head's embedding gradient, until the embedding's reduce
   StepSchedule step_;

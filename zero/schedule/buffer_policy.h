@@ -38,6 +38,13 @@ struct BufferPolicy {
   // holds the rank's whole-parameter partition twice (measured: docs/design/CONFORMANCE.md
   // with overlap_comm, the CPU record's gpt2-fp32-z2-gas2 without).
   bool second_grad_partition = false;
+  // Stage 1 with contiguous_gradients: DeepSpeed's gradient hook allocates the bucket
+  // buffers at the step's first gradient (setup_buckets, stage_1_and_2.py:3256, called
+  // from process_gradients:2287 on every gradient) and they stay until the boundary's
+  // reduction frees them (_release_ipg_buffers:924, from the backward epilogue), across
+  // every micro-step of the step ([Note: ZeRO-1 reduces in the boundary's backward],
+  // zero/engine.cpp).
+  bool reduce_buffers_at_first_grad = false;
 };
 
 inline BufferPolicy buffer_policy(const ZeroConfig& z) {
@@ -49,6 +56,7 @@ inline BufferPolicy buffer_policy(const ZeroConfig& z) {
   b.max_param_uploads = z.offload_param.enabled() ? z.offload_param.buffer_count : 0;
   b.second_grad_partition = policy.shard_grads() && !policy.shard_params() && z.contiguous_gradients &&
                             !z.offload_optimizer.enabled();
+  b.reduce_buffers_at_first_grad = policy.reduction() == GradReduction::reduce_scatter_at_boundary && z.contiguous_gradients;
   return b;
 }
 

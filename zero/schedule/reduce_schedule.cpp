@@ -44,6 +44,12 @@ void ReduceSchedule::prepare(ReduceOps& ops) {
   }
 }
 
+void ReduceSchedule::open(ReduceOps& ops) {
+  if (allocated_) return;
+  ops.allocate_buffers(nbuf_, buffer_numel_);
+  allocated_ = true;
+}
+
 void ReduceSchedule::claim_buffer(int b, ReduceOps& ops) {
   auto free_it = std::find(busy_.begin(), busy_.end(), false);
   while (free_it == busy_.end()) {

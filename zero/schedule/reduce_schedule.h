@@ -10,8 +10,9 @@
 // the buffer's previous readers (offload copies) are waited for; the pieces are
 // copied in rank-major; the full bucket is launched (reduce-scatter), and with one
 // buffer completed at once. All buffers are allocated together at the first claim
-// (or at construction when persistent: stage 3) and freed at the end of backward
-// unless persistent.
+// (or at construction when persistent: stage 3; or when opened: stage 1 at the step's
+// first gradient) and freed at the end of backward (stage 1: of its reduction) unless
+// persistent.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -47,6 +48,9 @@ class ReduceSchedule {
 
   // Persistent buffers are allocated here (call once, at construction time of the user).
   void prepare(ReduceOps& ops);
+  // The buffers now, before the first bucket claims one (a no-op once allocated):
+  // BufferPolicy::reduce_buffers_at_first_grad.
+  void open(ReduceOps& ops);
   // Group g's gradient is ready: fill every bucket it has pieces in, launch full ones.
   void add(int group, ReduceOps& ops);
   // Completes every launched bucket; ends the backward.

@@ -48,8 +48,6 @@ struct StagePolicy {
   bool full_grads() const { return !shard_grads(); }
   // Gradients go through the bucketed reducer (reduce-scatter) at all: stages 1-3.
   bool uses_reducer() const { return shard_optimizer(); }
-  // Stage 1: the reduced partition exists only during the optimizer step.
-  bool transient_reduced_partition() const { return shard_optimizer() && !shard_grads(); }
   // Stages 1-2: every rank updates its partition of a replicated flat buffer, then
   // all-gathers the updated partitions.
   bool gathers_updated_partitions() const { return shard_optimizer() && !shard_params(); }

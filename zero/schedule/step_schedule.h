@@ -21,7 +21,9 @@
 //   reduced (copy_grads_in_partition: the first bucket fills after reduce_bucket_size
 //   elements of gradients, half-way through GPT-2 small's backward on the CPU record;
 //   until then the gradients live in the bucket itself, lines 1444-1452), stages
-//   0-1 hold each parameter's .grad from its backward on; the step frees them
+//   0-1 hold each parameter's .grad from its backward on (stage 1 until the end of the
+//   boundary's backward, which reduces them into its partition: [Note: ZeRO-1 reduces in
+//   the boundary's backward], zero/engine.cpp); the step frees them
 //   (free_grad_in_param_list, averaged_gradients = None, lines 3127-3131; zero_grad).
 //   Stage 3's flat gradient partition (grad_partitions_flat_buffer, stage3.py line 791)
 //   is allocated at init and kept.

@@ -254,8 +254,10 @@ TEST(Planner, VerdictNamesThePhaseThatOverflows) {
   const MemoryPlan p1 = predict(cfg, false, 1, free_run.model_states[0] + free_run.model_states[1] + 100000);
   EXPECT_FALSE(p1.fits);
   EXPECT_EQ(p1.oom_phase, Phase::partition);
-  // Room for model states but not the activations: forward.
-  const MemoryPlan p2 = predict(cfg, false, 1, states + 50000);
+  // Room for model states and the reduce buffers (stage 1's bucket lives from the first
+  // gradient, its reduced partition to the step) but not the activations: forward.
+  const int64_t buffers = free_run.category_peaks[static_cast<int>(MemCategory::comm_buffers)];
+  const MemoryPlan p2 = predict(cfg, false, 1, states + buffers + 50000);
   EXPECT_FALSE(p2.fits);
   EXPECT_EQ(p2.oom_phase, Phase::forward);
   const MemoryPlan p3 = predict(cfg, false, 1, free_run.peak_bytes);

@@ -29,7 +29,6 @@ TEST(StagePolicy, WhichStageShardsWhat) {
     EXPECT_EQ(p.reduction(), r.reduction) << r.stage;
     EXPECT_EQ(p.full_grads(), !r.grads) << r.stage;
     EXPECT_EQ(p.uses_reducer(), r.optimizer) << r.stage;
-    EXPECT_EQ(p.transient_reduced_partition(), r.stage == 1) << r.stage;
     EXPECT_EQ(p.gathers_updated_partitions(), r.stage == 1 || r.stage == 2) << r.stage;
     EXPECT_EQ(p.owns_whole_flat(), r.stage == 0) << r.stage;
     EXPECT_EQ(p.replicated_params(), r.stage < 3) << r.stage;
