@@ -136,6 +136,12 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
                                          cfg.zero.stage3_max_reuse_distance, buffers_.max_param_uploads});
   }
   if (policy_.uses_reducer()) build_reducer();
+  std::vector<const LayerLayout*> layouts;
+  for (auto& g : groups_) layouts.push_back(&g->layout());
+  if (const int64_t n = hook_gather_numel(layouts, op.enabled()); n > 0) {  // [Note: ZeRO-3 gathers every parameter to hook it]
+    DeviceMemory::CategoryScope tag(MemCategory::comm_buffers);
+    torch::Tensor gathered = torch::empty({n}, opts);
+  }
 }
 
 // [Note: DeepSpeed flattens the module it was handed] At stages 1-2 DeepSpeed's engine has

@@ -127,9 +127,6 @@ const KnownGap kKnownGaps[] = {
      "Hugging Face's from_config builds GPT-2's LM head weight (vocab x hidden, 154 MB in fp32) before it ties it "
      "to the embedding: a construction transient of the record's randomly initialised model that zrepro does not "
      "model (from_pretrained loads onto the meta device first)"},
-    {"gpt2-bf16-z3-offload", "init", -0.605,
-     "under deepspeed.zero.Init with offload_param DeepSpeed's init holds 155 MB (4 bytes x the embedding) on the "
-     "device for a moment beside the reduce bucket; not yet read in stage3.py / partition_parameters.py"},
     {"llama-toy-bf16-z2-sdpa", "forward", 0.032,
      "sdpa: zrepro's tapes are recorded on the CPU from its own memory-efficient attention; CUDA's flash kernel "
      "keeps a little less per layer (docs/lab/GPU.md)"},

@@ -373,6 +373,11 @@ class PlanSim {
                                                     [this] { hold_reduced_partitions(); });
       reduce_->prepare(*reduce_ops_);
     }
+    std::vector<const LayerLayout*> layouts;
+    for (const auto& l : layers_) layouts.push_back(&l);
+    const int64_t hooked = pe_ * hook_gather_numel(layouts, param_offload_);  // ZeroEngine's constructor
+    tl_.add(MemCategory::comm_buffers, hooked);
+    tl_.add(MemCategory::comm_buffers, -hooked);
     const ModelSpec& m = req_.model;
     tl_.add(MemCategory::other, m.seq * m.seq);  // causal mask (bool)
     if (m.family == Family::llama) tl_.add(MemCategory::other, 2 * m.seq * m.head_dim() * compute_elem());  // rotary

@@ -43,4 +43,14 @@ int64_t grad_overhang_numel(const std::vector<const LayerLayout*>& layers, int w
   return whole_param_overhang_numel(numels, world_size, rank);
 }
 
+int64_t hook_gather_numel(const std::vector<const LayerLayout*>& layers, bool host_shard) {
+  int64_t most = 0;
+  for (const LayerLayout* l : layers) {
+    if (!l->policy.shard_params()) return 0;
+    for (const ParamShard& p : l->shard.params)
+      most = std::max(most, p.padded_numel + (host_shard ? p.slice_numel : 0));
+  }
+  return most;
+}
+
 }  // namespace zrepro

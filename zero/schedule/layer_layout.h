@@ -85,4 +85,15 @@ LayerLayout layer_layout(const std::vector<int64_t>& param_numels, const StagePo
 // stages (stage 1 holds the full gradient anyway, stage 3 partitions per parameter).
 int64_t grad_overhang_numel(const std::vector<const LayerLayout*>& layers, int world_size, int rank);
 
+// [Note: ZeRO-3 gathers every parameter to hook it] DeepSpeed 0.19.8's stage-3 optimizer
+// registers each parameter's gradient hook with the parameter gathered whole
+// (stage3.py:1504 create_reduce_and_remove_grad_hooks: param.all_gather(), the hook, the
+// partition again), one parameter at a time, after its gradient partition and reduce
+// bucket exist (stage3.py:780-791): the init peak holds the largest parameter gathered
+// (padded to the world size) on top of them, and with offload_param also its partition
+// copied up from the host (partition_parameters.py:2140, ds_tensor.to(device)). Measured:
+// the CPU record's fp32 ZeRO-3 init (gpt2-fp32-z3-gas4: -8.4% without it). The elements
+// (in the parameter dtype) of that moment; 0 at stages 0-2.
+int64_t hook_gather_numel(const std::vector<const LayerLayout*>& layers, bool host_shard);
+
 }  // namespace zrepro
