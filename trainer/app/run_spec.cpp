@@ -123,7 +123,7 @@ cxxopts::Options run_options() {
                             "(get_fp32_state_dict_from_zero_checkpoint: the whole fp32 model at once)",
        cxxopts::value<std::string>()->default_value("script"))
       ("zero-to-fp32-shard", "the script's --max_shard_size (SIZE, e.g. 5GB, 100MB)",
-       cxxopts::value<std::string>()->default_value("5GB"))
+       cxxopts::value<std::string>()->default_value(kZeroToFp32DefaultShardSize))
       ("host-memory", "emulated host RAM of rank 0 (SIZE) for the 16-bit model gathered at a save "
                       "(stage3_gather_16bit_weights_on_model_save) and for --zero-to-fp32: bytes past it end the "
                       "run as the kernel's OOM killer would (exit 3, phase save or consolidate)",

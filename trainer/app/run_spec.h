@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "trainer/checkpoint/host_bytes.h"
 #include "trainer/config/ds_config.h"
 #include "trainer/config/model_spec.h"
 #include "trainer/loop/train.h"
@@ -80,7 +81,7 @@ struct RunSpec {
   // of --zero-to-fp32-shard, or the API's one state dict; --host-memory caps the host.
   std::string zero_to_fp32_dir;
   bool zero_to_fp32_api = false;
-  int64_t zero_to_fp32_shard = 5000000000;  // the script's default --max_shard_size 5GB
+  int64_t zero_to_fp32_shard = kZeroToFp32DefaultShardBytes;  // the script's --max_shard_size
   int64_t host_memory = 0;                  // 0: not emulated
 };
 

@@ -9,6 +9,7 @@
 #include "device/base/errors.h"
 #include "device/device_memory.h"
 #include "trainer/checkpoint/ds_layout.h"
+#include "trainer/checkpoint/host_bytes.h"
 #include "trainer/checkpoint/pt_file.h"
 #include "trainer/checkpoint/universal.h"
 #include "trainer/config/user_file.h"
@@ -313,7 +314,7 @@ std::string save_checkpoint(ZeroEngine& engine, const ModelSpec& spec, const DsC
 
 int64_t save_16bit_model(ZeroEngine& engine, const ModelSpec& spec, const DsConfig& cfg, const std::string& dir,
                          int64_t host_capacity) {
-  if (cfg.zero.stage != 3 || !cfg.zero.stage3_gather_16bit_weights_on_model_save) return 0;
+  if (!gathers_16bit_model_at_save(cfg.zero)) return 0;
   const bool keep = engine.comm().rank() == 0;
   const std::vector<CheckpointParam> params = checkpoint_params(spec);
   c10::impl::GenericDict state(c10::StringType::get(), c10::TensorType::get());

@@ -9,6 +9,7 @@
 #include "device/base/errors.h"
 #include "device/device_memory.h"
 #include "trainer/checkpoint/ds_checkpoint.h"
+#include "trainer/checkpoint/host_bytes.h"
 #include "trainer/checkpoint/pt_file.h"
 #include "trainer/checkpoint/universal.h"
 #include "trainer/config/user_file.h"
@@ -16,33 +17,6 @@
 namespace zrepro {
 
 namespace {
-
-// One output file: the names it holds, in order, and their fp32 bytes.
-struct Shard {
-  std::vector<size_t> tensors;
-  int64_t bytes = 0;
-};
-
-// Hugging Face's split_torch_state_dict_into_shards, as zero_to_fp32.py calls it: tensors in
-// order, a new shard when the next would pass the limit, one larger than the limit alone.
-std::vector<Shard> split_shards(const std::vector<int64_t>& bytes, int64_t max_shard_bytes) {
-  std::vector<Shard> out;
-  Shard cur;
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    if (max_shard_bytes > 0 && bytes[i] > max_shard_bytes) {
-      out.push_back({{i}, bytes[i]});
-      continue;
-    }
-    if (max_shard_bytes > 0 && !cur.tensors.empty() && cur.bytes + bytes[i] > max_shard_bytes) {
-      out.push_back(cur);
-      cur = Shard();
-    }
-    cur.tensors.push_back(i);
-    cur.bytes += bytes[i];
-  }
-  if (!cur.tensors.empty()) out.push_back(cur);
-  return out;
-}
 
 std::string shard_name(size_t i, size_t n) {
   if (n == 1) return "pytorch_model.bin";
@@ -99,12 +73,12 @@ Fp32Export zero_to_fp32(const std::string& save_dir, const std::string& out_dir,
   if (ec) throw IoError("cannot create " + out_dir + ": " + ec.message());
   // [Note: zero_to_fp32's host memory]: the API merges everything at once; the script one
   // shard at a time.
-  const std::vector<Shard> shards = split_shards(bytes, api ? 0 : max_shard_bytes);
+  const std::vector<Fp32Shard> shards = split_fp32_shards(bytes, api ? 0 : max_shard_bytes);
   nlohmann::json weight_map = nlohmann::json::object();
   for (size_t i = 0; i < shards.size(); ++i) {
     // Stages 1-2: the whole flat, concatenated first, whatever the mode ([Note: zero_to_fp32's
     // host memory]); stage 3: the API's whole state dict, or the script's shard.
-    const int64_t anon = s.stage < 3 ? s.master_partition_bytes : api ? e.numel * 4 : shards[i].bytes;
+    const int64_t anon = zero_to_fp32_anon_bytes(s.stage, api, s.master_partition_bytes, e.numel * 4, shards[i].bytes);
     e.peak_anon_bytes = std::max(e.peak_anon_bytes, anon);
     charge(anon, host_capacity, e,
            api || s.stage < 3 ? "merging the whole model" : "merging shard " + std::to_string(i + 1) + " of " + std::to_string(shards.size()));

@@ -19,6 +19,8 @@
 #include <sstream>
 
 #include "offload/host_memory.h"
+#include "trainer/checkpoint/ds_layout.h"
+#include "trainer/checkpoint/host_bytes.h"
 #include "trainer/model/gpt.h"
 #include "trainer/planner/gpt_memory.h"
 #include "zero/schedule/buffer_policy.h"
@@ -739,14 +741,18 @@ MemoryPlan plan_memory(const JobSpec& req) {
   PlanSim(req, plan).run();
   if (req.saves_checkpoints) {
     const int64_t params = req.model.param_count();
-    const bool gather16 = req.cfg.zero.stage == 3 && req.cfg.zero.stage3_gather_16bit_weights_on_model_save;
-    plan.save_16bit_host_bytes = gather16 ? params * (req.cfg.precision == Precision::fp32 ? 4 : 2) : 0;
-    // The script's default --max_shard_size 5GB; a tensor larger than a shard is one alone.
-    const int64_t fp32 = 4 * params, shard = std::max<int64_t>(std::min<int64_t>(5000000000, fp32),
-                                                                4 * req.model.largest_module_params());
-    plan.zero_to_fp32_api_bytes = fp32;
-    plan.zero_to_fp32_script_bytes = req.cfg.zero.stage == 3 ? std::min(fp32, shard) : fp32;
-    plan.zero_to_fp32_mapped_bytes = fp32;
+    plan.save_16bit_host_bytes =
+        save_16bit_host_bytes(req.cfg.zero, params, req.cfg.precision == Precision::fp32 ? 4 : 2);
+    // The checkpoint's tensors in its order, at the script's default --max_shard_size; the
+    // fp32 partitions the files hold taken without padding (at stage 3 each parameter's
+    // partitions hold fewer than world-size elements more).
+    std::vector<int64_t> fp32;
+    for (const CheckpointParam& p : checkpoint_params(req.model)) fp32.push_back(4 * p.numel);
+    const Fp32ConsolidationBytes b =
+        zero_to_fp32_host_bytes(fp32, req.cfg.zero.stage, 4 * params, kZeroToFp32DefaultShardBytes);
+    plan.zero_to_fp32_api_bytes = b.api;
+    plan.zero_to_fp32_script_bytes = b.script;
+    plan.zero_to_fp32_mapped_bytes = b.mapped;
   }
   const int gpn = req.gpus_per_node > 0 ? req.gpus_per_node : req.world_size;
   plan.deepspeed = deepspeed_estimates(req.model.param_count(), req.model.largest_module_params(), gpn,
@@ -917,7 +923,9 @@ std::string format_plan(const MemoryPlan& p, const JobSpec& req) {
     os << "; to consolidate it offline DeepSpeed's get_fp32_state_dict_from_zero_checkpoint needs "
        << format_bytes(p.zero_to_fp32_api_bytes) << " of anonymous host memory (the fp32 model), zero_to_fp32.py "
        << format_bytes(p.zero_to_fp32_script_bytes)
-       << (req.cfg.zero.stage == 3 ? " (its largest 5GB shard)" : " (stages 1-2 concatenate the whole model first)")
+       << (stage_policy(req.cfg.zero.stage).shard_params()
+               ? std::string(" (its largest ") + kZeroToFp32DefaultShardSize + " shard)"
+               : std::string(" (stages 1-2 concatenate the whole model first)"))
        << ", each beside " << format_bytes(p.zero_to_fp32_mapped_bytes)
        << " of mapped checkpoint pages and ~550 MB for Python (zrepro run --zero-to-fp32 measures it)\n";
   }
