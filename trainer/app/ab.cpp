@@ -194,7 +194,7 @@ int run_ab(const AbRequest& q) {
     rb.push_back(run_side(q.b, n, q.common, q.out, q.plan_only, false, q.virtual_ranks));
   }
   const AbResult res = compare_ab(ra, rb, q.plan_only, q.expect);
-  write_file_atomic(q.out + "/ab.json", json_text(res.json) + "\n");
+  write_json_file(q.out + "/ab.json", res.json);
   write_file_atomic(q.out + "/ab.html", ab_html(res.json));
   std::cout << "\n" << res.table << "\n";
   for (const auto& v : res.verdicts) std::cout << "[zrepro ab] " << v << "\n";

@@ -277,7 +277,7 @@ void prepare(Bisect& b, const std::string& good, const json& user) {
   b.stage = summary->value("zero_stage", 0);
   const json resolved = summary->value("effective_config", json::object()).value("resolved", json::object());
   const std::string ds_config = b.out + "/ds_config.json";
-  write_file_atomic(ds_config, json_text(config_for_deepspeed(user, resolved)) + "\n");
+  write_json_file(ds_config, config_for_deepspeed(user, resolved));
   b.inputs.config = ds_config;
   b.inputs.inputs = b.out + "/zrepro-" + good + "/inputs";
   b.inputs.ranks = b.ranks;

@@ -162,7 +162,7 @@ int check_command(int argc, char** argv) {
     }
     const json now = baseline_of_run(dir, "--run");
     if (r.count("save")) {
-      write_file_atomic(r["save"].as<std::string>(), json_text(now) + "\n");
+      write_json_file(r["save"].as<std::string>(), now);
       print_saved(r["save"].as<std::string>(), now);
       return kExitOk;
     }

@@ -87,7 +87,7 @@ JUnitCase run_case(const SuiteCase& c, bool save, const std::string& work, const
     const json now = baseline_of_run(dir + "/run", "--suite " + c.name);
     if (save) {
       fs::create_directories(fs::path(c.baseline).parent_path());
-      write_file_atomic(c.baseline, json_text(now) + "\n");
+      write_json_file(c.baseline, now);
       return out;
     }
     out.result = check_against(base, now, tol);

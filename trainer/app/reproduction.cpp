@@ -347,11 +347,11 @@ void write_reproduction(const Reproduction& r, const std::string& given) {
   fs::create_directories(tmp, ec);
   if (ec) throw ConfigError("--write-scenario: cannot create \"" + tmp + "\": " + ec.message());
   try {
-    write_file_atomic(tmp + "/scenario.json", json_text(r.scenario) + "\n");
-    write_file_atomic(tmp + "/ds_config.json", json_text(r.failing_config) + "\n");
+    write_json_file(tmp + "/scenario.json", r.scenario);
+    write_json_file(tmp + "/ds_config.json", r.failing_config);
     for (size_t i = 0; i < r.fixes.size(); ++i)
       if (fix_file(r, i) != "ds_config.json")
-        write_file_atomic(tmp + "/" + fix_file(r, i), json_text(r.fixes[i].config) + "\n");
+        write_json_file(tmp + "/" + fix_file(r, i), r.fixes[i].config);
     write_file_atomic(tmp + "/README.md", r.readme);
     fs::rename(tmp, dir);
   } catch (const std::exception& e) {

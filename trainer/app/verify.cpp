@@ -88,7 +88,7 @@ std::string offload_config(const std::string& config, const std::string& out) {
   if (c.is_discarded() || !c.is_object()) throw ConfigError("--config: \"" + config + "\" is not a JSON object");
   c["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
   const std::string path = out + "/offload_config.json";
-  write_file_atomic(path, json_text(c) + "\n");
+  write_json_file(path, c);
   return path;
 }
 
@@ -216,7 +216,7 @@ int verify_command(int argc, char** argv) {
                      {"max_grad_norm_rel_diff", std::isfinite(l.grad_norm_diff) ? json(l.grad_norm_diff) : json(nullptr)},
                      {"note", l.note}});
       }
-      write_file_atomic(v.out + "/verify.json", json_text(json{{"config", v.config}, {"passed", all}, {"checks", j}}) + "\n");
+      write_json_file(v.out + "/verify.json", json{{"config", v.config}, {"passed", all}, {"checks", j}});
       std::cout << "[zrepro verify] " << (all ? "all checks pass" : "FAILED") << "; " << v.out << "/verify.json"
                 << std::endl;
       return all ? kExitOk : kExitVerifyFailed;

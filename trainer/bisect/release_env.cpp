@@ -12,7 +12,8 @@
 
 #include "device/base/errors.h"
 #include "trainer/config/ds_versions.h"
-#include "trainer/report/report.h"
+#include "trainer/config/json_file.h"
+#include "trainer/config/user_file.h"
 #include "trainer/runtime/subprocess.h"
 
 #ifndef ZREPRO_CONFORMANCE_DIR
@@ -231,7 +232,7 @@ ReleaseFigures ReleaseRunner::figures(const std::string& release, const RunInput
     json rec = to_json(got);
     rec["release"] = release;  // provenance: what ran, where, when
     rec["recorded_by"] = "zrepro bisect on " + std::to_string(in.ranks) + " CPU ranks (gloo, DS_ACCELERATOR=cpu)";
-    write_file_atomic(cached, json_text(rec) + "\n");
+    write_json_file(cached, rec);
   }
   return got;
 }

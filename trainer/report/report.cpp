@@ -35,7 +35,6 @@ double median(std::vector<double> v) {
 
 std::string summary_text(const json& summary) { return json_text(summary) + "\n"; }
 
-std::string json_text(const json& j, int indent) { return j.dump(indent, ' ', false, json::error_handler_t::replace); }
 
 void write_summary_and_report(const std::string& dir, const json& summary) {
   write_file_atomic(dir + "/summary.json", summary_text(summary));
@@ -557,22 +556,6 @@ void check_summary_schema(const json& summary, const std::string& where) {
   throw ConfigError(where + ": a summary of schema " + (schema.is_null() ? std::string("none (written by a zrepro before "
                     "summaries named their schema)") : "\"" + json_text(schema, -1) + "\"") + ", and this zrepro reads " +
                     kSummarySchema + ": rerun that run with this zrepro (docs/reference/summary-json.md)");
-}
-
-json read_json_file(const std::string& path) {
-  // A folder opens as a stream and throws std::ios_base::failure ("Is a directory") on the
-  // first read in libstdc++, whatever the exception mask (issue 31: check --baseline
-  // RUN_DIR ended in terminate, exit 134). A folder, or any read error, is no JSON.
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return nullptr;
-  std::ifstream in(path);
-  if (!in) return nullptr;
-  try {
-    json j = json::parse(in, nullptr, false);
-    return j.is_discarded() ? json(nullptr) : j;
-  } catch (const std::ios_base::failure&) {
-    return nullptr;
-  }
 }
 
 std::optional<Summary> read_summary(const std::string& path) {

@@ -16,19 +16,14 @@
 #include "trainer/planner/planner.h"
 #include "trainer/planner/scale_down.h"
 #include "trainer/report/summary.h"
+#include "trainer/config/json_file.h"  // read_json_file, json_text
 #include "trainer/config/user_file.h"  // write_file_atomic
 
 namespace zrepro {
 
-// A JSON file, or null when it is missing or not valid JSON.
-nlohmann::json read_json_file(const std::string& path);
 // A summary's file text: indented; bytes that are not UTF-8 (quoted user input, a
 // config's) replaced, never thrown on.
 std::string summary_text(const nlohmann::json& summary);
-// JSON as text for any output (indent as json::dump): a string that is not valid UTF-8
-// (a path, a log line, a config value the user gave) has its bad bytes replaced by U+FFFD
-// instead of ending the process.
-std::string json_text(const nlohmann::json& j, int indent = 2);
 // DIR/summary.json and DIR/report.html from one summary, each written atomically.
 void write_summary_and_report(const std::string& dir, const nlohmann::json& summary);
 
