@@ -168,6 +168,26 @@ TEST_P(GpuRecord, TodaysPlanIsWithinThreePercentOfRealDeepSpeed) {
   EXPECT_GT(compared, 0);
 }
 
+// The caching allocator's reserved peak, the plan's emulated replay against DeepSpeed's
+// torch.cuda.max_memory_reserved (the replan's reserved_peak rows, docs/lab/GPU.md): compared,
+// not held to 3% (the verdict binds on allocated bytes), but it may close, not widen, past the
+// band measured when the comparison was added (2026-12-06: -15.4% .. +4.8% over 12 cases).
+TEST_P(GpuRecord, TheReservedPeakStaysInItsMeasuredBand) {
+  std::ifstream in(results_dir() + "/" + GetParam() + ".replan.json");
+  ASSERT_TRUE(in);
+  const json rep = json::parse(in);
+  int rows = 0;
+  for (const auto& r : rep["rows"]) {
+    if (r["phase"] != "reserved_peak") continue;
+    const double e = r["plan_vs_deepspeed"].get<double>();
+    EXPECT_GE(e, -0.154 - 0.005) << r["case"] << ": the reserved peak moved further below DeepSpeed's";
+    EXPECT_LE(e, 0.048 + 0.005) << r["case"] << ": the reserved peak moved further above DeepSpeed's";
+    ++rows;
+  }
+  EXPECT_EQ(rows, 12) << "python3 conformance/gpu/fidelity.py replan --json conformance/results/gpu/" << GetParam()
+                      << ".replan.json";
+}
+
 TEST_P(GpuRecord, TheReplanBesideTheRecordIsTodaysPlan) {
   std::ifstream in(results_dir() + "/" + GetParam() + ".replan.json");
   ASSERT_TRUE(in) << GetParam() << ".replan.json is missing: python3 conformance/gpu/fidelity.py replan --json "

@@ -34,6 +34,7 @@ inline std::map<std::string, double> plan_phases(const nlohmann::json& c, const 
     today[name] = std::max(today[name], ph["peak_bytes"].get<double>());
     today["peak"] = std::max(today["peak"], ph["peak_bytes"].get<double>());
   }
+  today["reserved_peak"] = plan["caching_allocator"]["reserved_peak_bytes"].get<double>();
   return today;
 }
 

@@ -27,6 +27,9 @@ struct GpuFidelity {
   int cases = 0;
   std::pair<double, double> peak{0, 0};                          // (plan - DeepSpeed) / DeepSpeed, min and max
   std::map<std::string, std::pair<double, double>> by_phase;     // init, forward, backward, step
+  // The caching allocator's reserved peak over the run, the plan's emulated replay against
+  // DeepSpeed's torch.cuda.max_memory_reserved (from the replan; none without one).
+  std::optional<std::pair<double, double>> reserved_peak;
   nlohmann::json to_json() const;
 };
 
