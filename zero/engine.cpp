@@ -67,58 +67,20 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
       scaler_(cfg.loss_scale, cfg.precision == Precision::fp16),
       schedule_(cfg.scheduler, cfg.optimizer.lr) {
   torch::NoGradGuard no_grad;
-  ShardingConfig sc;
-  sc.policy = policy_;
-  sc.rank = comm.rank();
-  sc.world_size = comm.world_size();
-  sc.dtype = cfg.precision == Precision::fp16 ? torch::kHalf
-             : cfg.precision == Precision::bf16 ? torch::kBFloat16
-                                                : torch::kFloat;
-  sc.device = cfg.device;
-  sc.persistence_threshold = cfg.zero.stage3_param_persistence_threshold;
-  auto opts = torch::TensorOptions().dtype(sc.dtype).device(sc.device);
-  DeviceMemory& mem = DeviceMemory::instance();
-  mem.set_phase(Phase::init);
-  const OffloadConfig& oo = cfg.zero.offload_optimizer;
-  const OffloadConfig& op = cfg.zero.offload_param;
+  DeviceMemory::instance().set_phase(Phase::init);
   std::vector<std::vector<int64_t>> layer_numels;
   for (const auto& l : layers) {
     layer_numels.emplace_back();
     for (const auto& p : l.params) layer_numels.back().push_back(p.numel());
   }
   offloaded_ = offloaded_layers(layer_numels, cfg.zero);
-  if (oo.enabled() || op.enabled()) {
-    HostMemory::instance().set_backend(cfg.device.is_cuda() ? PinBackend::cuda : PinBackend::mlock);
-    copier_ = std::make_unique<CopyEngine>(
-        CopyEngine::Options{cfg.host_link_gbps, cfg.pageable_ratio, cfg.device.is_cuda()});
-    // Everything offload will pin, checked against the memlock limit before the
-    // first buffer is allocated.
-    const OffloadHostBytes need =
-        offload_host_bytes(layer_numels, cfg.zero, comm.world_size(), comm.rank(), sc.dtype, cfg.comm_dtype);
-    HostMemory::instance().preflight(need.pinned, std::string("offload (") + (op.enabled() ? "parameter shards, " : "") +
-                                                      "fp32 master, Adam moments, gradients)");
-  }
-  if (op.enabled()) {
-    sc.host_shard = copier_.get();
-    sc.host_pinned = op.pin_memory;
-  }
+  ShardingConfig sc = sharding_config();
+  setup_offload(layer_numels, sc);
   auto* stand_in = dynamic_cast<StandInCommunicator*>(&comm);
   if (stand_in)
     peers_ = std::make_unique<PeerShadow>(comm.world_size(), comm.rank(), stand_in->mode() == PeerValuesMode::model);
-  torch::Tensor module_copy = module_being_flattened(layer_numels, opts);
-  for (size_t l = 0; l < layers.size(); ++l) {
-    groups_.push_back(std::make_unique<ParamGroup>(static_cast<int>(l), layers[l].name, layers[l].params, sc));
-    groups_.back()->load(init[l].to(sc.device));
-    // Stage 0's peers hold what this rank holds: no rows to keep. Gradient rows accumulate
-    // as this rank's gradient does: in the model dtype on the device; offloaded, in the
-    // model dtype at stages 1-2 when the reduction is in it (DeepSpeed accumulates on the
-    // device before the fp32 copy goes down), else in the host's fp32 accumulator.
-    const bool host_fp32 = offloaded_[l] && (policy_.shard_params() || cfg.comm_dtype != sc.dtype);
-    if (peers_ && !policy_.owns_whole_flat())
-      peers_->add_group(*groups_.back(), init[l], host_fp32 ? torch::kFloat : sc.dtype);
-    dummies_.push_back(torch::zeros({1}, torch::TensorOptions().device(sc.device)).requires_grad_(true));
-  }
-  module_copy = torch::Tensor();
+  build_groups(layers, init, layer_numels, sc);
+  const auto opts = torch::TensorOptions().dtype(sc.dtype).device(sc.device);
   plan_step(opts);
   if (stand_in) stand_in->set_peer_values(peers_.get());
   uses_.assign(layers.size(), 0);
@@ -136,9 +98,64 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
                                          cfg.zero.stage3_max_reuse_distance, buffers_.max_param_uploads});
   }
   if (policy_.uses_reducer()) build_reducer();
+  gather_each_parameter_once(opts);
+}
+
+ShardingConfig ZeroEngine::sharding_config() const {
+  ShardingConfig sc;
+  sc.policy = policy_;
+  sc.rank = comm_.rank();
+  sc.world_size = comm_.world_size();
+  sc.dtype = cfg_.precision == Precision::fp16   ? torch::kHalf
+             : cfg_.precision == Precision::bf16 ? torch::kBFloat16
+                                                 : torch::kFloat;
+  sc.device = cfg_.device;
+  sc.persistence_threshold = cfg_.zero.stage3_param_persistence_threshold;
+  return sc;
+}
+
+void ZeroEngine::setup_offload(const std::vector<std::vector<int64_t>>& layer_numels, ShardingConfig& sc) {
+  const OffloadConfig& op = cfg_.zero.offload_param;
+  if (!cfg_.zero.offload_optimizer.enabled() && !op.enabled()) return;
+  HostMemory::instance().set_backend(cfg_.device.is_cuda() ? PinBackend::cuda : PinBackend::mlock);
+  copier_ = std::make_unique<CopyEngine>(
+      CopyEngine::Options{cfg_.host_link_gbps, cfg_.pageable_ratio, cfg_.device.is_cuda()});
+  // Everything offload will pin, checked against the memlock limit before the first
+  // buffer is allocated.
+  const OffloadHostBytes need =
+      offload_host_bytes(layer_numels, cfg_.zero, comm_.world_size(), comm_.rank(), sc.dtype, cfg_.comm_dtype);
+  HostMemory::instance().preflight(need.pinned, std::string("offload (") + (op.enabled() ? "parameter shards, " : "") +
+                                                    "fp32 master, Adam moments, gradients)");
+  if (op.enabled()) {
+    sc.host_shard = copier_.get();
+    sc.host_pinned = op.pin_memory;
+  }
+}
+
+void ZeroEngine::build_groups(const std::vector<LayerSpec>& layers, const std::vector<torch::Tensor>& init,
+                              const std::vector<std::vector<int64_t>>& layer_numels, const ShardingConfig& sc) {
+  const auto opts = torch::TensorOptions().dtype(sc.dtype).device(sc.device);
+  torch::Tensor module_copy = module_being_flattened(layer_numels, opts);
+  for (size_t l = 0; l < layers.size(); ++l) {
+    groups_.push_back(std::make_unique<ParamGroup>(static_cast<int>(l), layers[l].name, layers[l].params, sc));
+    groups_.back()->load(init[l].to(sc.device));
+    // Stage 0's peers hold what this rank holds: no rows to keep. Gradient rows accumulate
+    // as this rank's gradient does: in the model dtype on the device; offloaded, in the
+    // model dtype at stages 1-2 when the reduction is in it (DeepSpeed accumulates on the
+    // device before the fp32 copy goes down), else in the host's fp32 accumulator.
+    const bool host_fp32 = offloaded_[l] && (policy_.shard_params() || cfg_.comm_dtype != sc.dtype);
+    if (peers_ && !policy_.owns_whole_flat())
+      peers_->add_group(*groups_.back(), init[l], host_fp32 ? torch::kFloat : sc.dtype);
+    dummies_.push_back(torch::zeros({1}, torch::TensorOptions().device(sc.device)).requires_grad_(true));
+  }
+}
+
+// [Note: ZeRO-3 gathers every parameter to hook it] (zero/schedule/layer_layout.h): the
+// largest parameter gathered whole for a moment, at the end of init.
+void ZeroEngine::gather_each_parameter_once(const torch::TensorOptions& opts) {
   std::vector<const LayerLayout*> layouts;
   for (auto& g : groups_) layouts.push_back(&g->layout());
-  if (const int64_t n = hook_gather_numel(layouts, op.enabled()); n > 0) {  // [Note: ZeRO-3 gathers every parameter to hook it]
+  if (const int64_t n = hook_gather_numel(layouts, cfg_.zero.offload_param.enabled()); n > 0) {
     DeviceMemory::CategoryScope tag(MemCategory::comm_buffers);
     torch::Tensor gathered = torch::empty({n}, opts);
   }

@@ -20,6 +20,77 @@ namespace zrepro {
 
 using json = nlohmann::json;
 
+namespace {
+
+struct CopyBench {
+  const DeviceInfo& dev;
+  CopyEngine& ce;
+  HostMemory& host;
+  int reps;
+  double link;  // the link model's GB/s, 0: none
+  bool as_json;
+};
+struct OverlapTimes {
+  double compute, copies, both, efficiency;
+};
+
+// One size: device to host and back, pinned and pageable, against a plain memcpy.
+void bench_size(const CopyBench& b, int64_t bytes, json& rows) {
+  const int64_t n = std::max<int64_t>(1, bytes / 4);
+  torch::Tensor device_buf = torch::rand({n}, torch::TensorOptions().device(b.dev.device));
+  torch::Tensor pinned = b.host.empty(n, torch::kFloat, true, "bench copy");
+  torch::Tensor pageable = b.host.empty(n, torch::kFloat, false, "bench copy");
+  std::vector<char> src(static_cast<size_t>(n) * 4), dst(src.size());
+  const double t_memcpy = best_seconds(b.reps, [&] { std::memcpy(dst.data(), src.data(), src.size()); });
+  for (CopyDir dir : {CopyDir::d2h, CopyDir::h2d}) {
+    auto timed = [&](torch::Tensor& h, bool is_pinned) {
+      return best_seconds(b.reps, [&] {
+        auto e = dir == CopyDir::d2h ? b.ce.copy(h, device_buf, dir, is_pinned) : b.ce.copy(device_buf, h, dir, is_pinned);
+        b.ce.wait(e);
+      });
+    };
+    const double t_pin = timed(pinned, true), t_page = timed(pageable, false);
+    const double gb = static_cast<double>(n) * 4 / 1e9;
+    const double pin = gb / t_pin, page = gb / t_page, cpy = gb / t_memcpy;
+    rows.push_back({{"bytes", n * 4}, {"dir", copy_dir_name(dir)}, {"pinned_gbps", pin}, {"pageable_gbps", page},
+                    {"pageable_over_pinned", page / pin}, {"memcpy_gbps", cpy}, {"pinned_over_memcpy", pin / cpy},
+                    {"link_model_gbps", b.link > 0 ? json(b.link) : json(nullptr)}, {"device", b.dev.description}});
+    if (!b.as_json)
+      std::printf("  %11lld %4s | %9.2f %9.2f %7.2fx | %9.2f %7.2fx\n", static_cast<long long>(n * 4),
+                  copy_dir_name(dir), pin, page, page / pin, cpy, pin / cpy);
+  }
+}
+
+// Overlap: a matmul loop on this thread while the engine copies the same bytes down.
+// Overlap efficiency = (compute + copies - both) / min(compute, copies): 1 when the shorter of
+// the two hides entirely behind the longer.
+OverlapTimes bench_overlap(const CopyBench& b) {
+  const int64_t n = 4 << 20;  // 16 MiB per copy
+  torch::Tensor x = torch::rand({256, 256}, torch::TensorOptions().device(b.dev.device));
+  torch::Tensor dbuf = torch::rand({n}, torch::TensorOptions().device(b.dev.device));
+  torch::Tensor hbuf = b.host.empty(n, torch::kFloat, true, "bench copy overlap");
+  auto compute = [&] {
+    torch::NoGradGuard g;
+    for (int i = 0; i < 40; ++i) x = torch::matmul(x, x).div_(256.0);
+  };
+  auto copies = [&] {
+    std::vector<CopyEventPtr> ev;
+    for (int i = 0; i < 4; ++i) ev.push_back(b.ce.copy(hbuf, dbuf, CopyDir::d2h, true));
+    return ev;
+  };
+  const double t_compute = best_seconds(b.reps, compute);
+  const double t_copies = best_seconds(b.reps, [&] { for (auto& e : copies()) b.ce.wait(e); });
+  const double t_both = best_seconds(b.reps, [&] {
+    auto ev = copies();
+    compute();
+    for (auto& e : ev) b.ce.wait(e);
+  });
+  return {t_compute, t_copies, t_both,
+          std::clamp((t_compute + t_copies - t_both) / std::min(t_compute, t_copies), 0.0, 1.0)};
+}
+
+}  // namespace
+
 int bench_copy(int argc, char** argv) {
   cxxopts::Options o("zrepro bench copy", "Offload copy bandwidth: pinned vs pageable, d2h and h2d, and overlap.");
   o.add_options()
@@ -52,55 +123,10 @@ int bench_copy(int argc, char** argv) {
                   "# %11s %4s | %9s %9s %8s | %9s %8s\n",
                   dev.description.c_str(), link > 0 ? (fmt(link) + " GB/s").c_str() : "none", ratio, "size(B)", "dir",
                   "pinned", "pageable", "pg/pin", "memcpy", "pin/cpy");
-    for (const auto& spec : r["sizes"].as<std::vector<std::string>>()) {
-      const int64_t bytes = parse_size("--sizes", spec), n = std::max<int64_t>(1, bytes / 4);
-      torch::Tensor device_buf = torch::rand({n}, torch::TensorOptions().device(dev.device));
-      torch::Tensor pinned = host.empty(n, torch::kFloat, true, "bench copy");
-      torch::Tensor pageable = host.empty(n, torch::kFloat, false, "bench copy");
-      std::vector<char> a(static_cast<size_t>(n) * 4), b(a.size());
-      const double t_memcpy = best_seconds(reps, [&] { std::memcpy(b.data(), a.data(), a.size()); });
-      for (CopyDir dir : {CopyDir::d2h, CopyDir::h2d}) {
-        auto timed = [&](torch::Tensor& h, bool is_pinned) {
-          return best_seconds(reps, [&] {
-            auto e = dir == CopyDir::d2h ? ce.copy(h, device_buf, dir, is_pinned) : ce.copy(device_buf, h, dir, is_pinned);
-            ce.wait(e);
-          });
-        };
-        const double t_pin = timed(pinned, true), t_page = timed(pageable, false);
-        const double gb = static_cast<double>(n) * 4 / 1e9;
-        const double pin = gb / t_pin, page = gb / t_page, cpy = gb / t_memcpy;
-        rows.push_back({{"bytes", n * 4}, {"dir", copy_dir_name(dir)}, {"pinned_gbps", pin}, {"pageable_gbps", page},
-                        {"pageable_over_pinned", page / pin}, {"memcpy_gbps", cpy}, {"pinned_over_memcpy", pin / cpy},
-                        {"link_model_gbps", link > 0 ? json(link) : json(nullptr)}, {"device", dev.description}});
-        if (!as_json)
-          std::printf("  %11lld %4s | %9.2f %9.2f %7.2fx | %9.2f %7.2fx\n", static_cast<long long>(n * 4),
-                      copy_dir_name(dir), pin, page, page / pin, cpy, pin / cpy);
-      }
-    }
-    // Overlap: a matmul loop on this thread while the engine copies the same bytes
-    // down. Overlap efficiency = (compute + copies - both) / min(compute, copies): 1 when
-// the shorter of the two hides entirely behind the longer.
-    const int64_t n = 4 << 20;  // 16 MiB per copy
-    torch::Tensor x = torch::rand({256, 256}, torch::TensorOptions().device(dev.device));
-    torch::Tensor dbuf = torch::rand({n}, torch::TensorOptions().device(dev.device));
-    torch::Tensor hbuf = host.empty(n, torch::kFloat, true, "bench copy overlap");
-    auto compute = [&] {
-      torch::NoGradGuard g;
-      for (int i = 0; i < 40; ++i) x = torch::matmul(x, x).div_(256.0);
-    };
-    auto copies = [&] {
-      std::vector<CopyEventPtr> ev;
-      for (int i = 0; i < 4; ++i) ev.push_back(ce.copy(hbuf, dbuf, CopyDir::d2h, true));
-      return ev;
-    };
-    const double t_compute = best_seconds(reps, compute);
-    const double t_copies = best_seconds(reps, [&] { for (auto& e : copies()) ce.wait(e); });
-    const double t_both = best_seconds(reps, [&] {
-      auto ev = copies();
-      compute();
-      for (auto& e : ev) ce.wait(e);
-    });
-    const double eff = std::clamp((t_compute + t_copies - t_both) / std::min(t_compute, t_copies), 0.0, 1.0);
+    const CopyBench bench{dev, ce, host, reps, link, as_json};
+    for (const auto& spec : r["sizes"].as<std::vector<std::string>>()) bench_size(bench, parse_size("--sizes", spec), rows);
+    const OverlapTimes ov = bench_overlap(bench);
+    const double t_compute = ov.compute, t_copies = ov.copies, t_both = ov.both, eff = ov.efficiency;
     rows.push_back({{"overlap", {{"compute_s", t_compute}, {"copies_s", t_copies}, {"both_s", t_both},
                                  {"overlap_efficiency", eff}}}});
     if (as_json)

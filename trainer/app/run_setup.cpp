@@ -324,8 +324,8 @@ void set_up(RunState& s, int* argc, char*** argv) {
   }
 }
 
-void print_header(RunState& s) {
-  if (!s.speaks()) return;
+// How this process stands for the job's ranks: stood-in peers, virtual ranks, oversubscribed.
+static void print_ranks_line(const RunState& s) {
   if (s.vranks && s.vranks->stand_in())
     std::cout << "[zrepro] stood-in peers: rank " << s.rank << " of " << s.world << " runs alone; what its "
               << s.world - 1 << " peers would send comes from the same-data rule (their gradients are its own) and "
@@ -340,51 +340,49 @@ void print_header(RunState& s) {
     std::cout << "[zrepro] oversubscribed: " << mpi_local_size() << " ranks on " << cpu_slots()
               << " core(s) of this node share them ([Note: oversubscribed ranks]): memory and losses are exact, step "
               << "times measure the sharing\n";
-  const DsConfig& cfg = s.job.cfg;
+}
+
+// A scaled-down run: the target, the toy, what was scaled and the target's plan.
+static void print_scale_down(const RunState& s) {
   const ModelSpec& model = s.job.model;
-  for (const auto& w : cfg.warnings) std::cout << "[zrepro] warning: " << w << "\n";
-  if (s.spec.print_config) std::cout << format_config_dump(cfg);
-  if (s.scaled) {
-    const ScaleDown& sd = *s.scaled;
-    const MemoryPlan& tp = sd.target_plan;
-    std::cout << "[zrepro] scale-down: target " << sd.target.name << " (" << sd.target.param_count() << " params) on "
-              << s.world << " rank(s) with " << format_bytes(tp.capacity) << " -> toy " << model.param_count()
-              << " params (factor " << fmt(sd.factor, 5) << ", hidden " << model.hidden << ", seq " << model.seq
-              << ", vocab " << model.vocab << ") with " << format_bytes(sd.toy_capacity) << "\n[zrepro] scaled:";
-    for (const auto& k : sd.scaled_keys) std::cout << " " << k << ";";
-    std::cout << "\n[zrepro] planner, target: "
-              << (tp.fits ? std::string("fits") : "OOM in phase " + std::string(phase_name(tp.oom_phase)))
-              << " (peak " << format_bytes(tp.peak_bytes) << " per rank); fidelity (planned, at the peak):\n"
-              << sd.table();
-    for (const auto& w : sd.warnings) std::cout << "[zrepro] warning: " << w << "\n";
-    if (!sd.target_band.is_null()) std::cout << "[zrepro] planner, target: " << BandCall::from_json(sd.target_band).text() << "\n";
-  }
-  std::cout << "[zrepro] world_size=" << s.world << " zero_stage=" << cfg.zero.stage
-            << " precision=" << precision_name(cfg.precision) << " deepspeed=" << cfg.deepspeed_version
-            << " device=" << s.dev.description
-            << " comm=" << s.comm().backend() << "\n"
-            << "[zrepro] model " << model.name << ": " << model.param_count() << " params, " << model.layers
-            << " layers, hidden " << model.hidden << ", heads " << model.heads << ", seq " << model.seq << ", vocab "
-            << model.vocab << "\n"
-            << "[zrepro] assumed: " << model.assumptions() << "\n";
-  for (const std::string& a : cfg.assumed) std::cout << "[zrepro] assumed: " << a << "\n";
-  if (model.moe()) {
-    const ExpertFetch f = expert_fetch(model, cfg.zero);
-    std::cout << "[zrepro] experts: " << model.experts << " per block, " << model.experts_per_tok << " per token ("
-              << model.active_param_count() << " of the params active per token); fetched " << f.why << "\n"
-              << "[zrepro] router aux loss: "
-              << (model.router_aux_loss ? "on, router_aux_loss_coef " + fmt(model.router_aux_loss_coef, 4) +
-                                              " x the load-balancing loss of every layer's router (output_router_logits)"
-                                        : std::string("off (output_router_logits false; --output-router-logits turns it "
-                                                      "on, as LLaMA-Factory and axolotl do for MoE training)"))
-              << "\n";
-    for (const auto& u : f.unmatched)
-      std::cout << "[zrepro] warning: zero_optimization.leaf_module " << u << " matches no module that holds the "
-                << "experts (" << moe_block_class(model) << " at " << moe_block_module(model, 0) << ", its decoder "
-                << "layer or the model); DeepSpeed warns likewise and ignores it\n";
-  }
-  std::cout
-            << "[zrepro] batch: micro " << cfg.micro_batch << " x gas " << cfg.grad_accum << " x world " << s.world
+  if (!s.scaled) return;
+  const ScaleDown& sd = *s.scaled;
+  const MemoryPlan& tp = sd.target_plan;
+  std::cout << "[zrepro] scale-down: target " << sd.target.name << " (" << sd.target.param_count() << " params) on "
+            << s.world << " rank(s) with " << format_bytes(tp.capacity) << " -> toy " << model.param_count()
+            << " params (factor " << fmt(sd.factor, 5) << ", hidden " << model.hidden << ", seq " << model.seq
+            << ", vocab " << model.vocab << ") with " << format_bytes(sd.toy_capacity) << "\n[zrepro] scaled:";
+  for (const auto& k : sd.scaled_keys) std::cout << " " << k << ";";
+  std::cout << "\n[zrepro] planner, target: "
+            << (tp.fits ? std::string("fits") : "OOM in phase " + std::string(phase_name(tp.oom_phase)))
+            << " (peak " << format_bytes(tp.peak_bytes) << " per rank); fidelity (planned, at the peak):\n"
+            << sd.table();
+  for (const auto& w : sd.warnings) std::cout << "[zrepro] warning: " << w << "\n";
+  if (!sd.target_band.is_null()) std::cout << "[zrepro] planner, target: " << BandCall::from_json(sd.target_band).text() << "\n";
+}
+
+// A MoE model's experts, how ZeRO-3 fetches them and the router's aux loss.
+static void print_experts(const ModelSpec& model, const DsConfig& cfg) {
+  if (!model.moe()) return;
+  const ExpertFetch f = expert_fetch(model, cfg.zero);
+  std::cout << "[zrepro] experts: " << model.experts << " per block, " << model.experts_per_tok << " per token ("
+            << model.active_param_count() << " of the params active per token); fetched " << f.why << "\n"
+            << "[zrepro] router aux loss: "
+            << (model.router_aux_loss ? "on, router_aux_loss_coef " + fmt(model.router_aux_loss_coef, 4) +
+                                            " x the load-balancing loss of every layer's router (output_router_logits)"
+                                      : std::string("off (output_router_logits false; --output-router-logits turns it "
+                                                    "on, as LLaMA-Factory and axolotl do for MoE training)"))
+            << "\n";
+  for (const auto& u : f.unmatched)
+    std::cout << "[zrepro] warning: zero_optimization.leaf_module " << u << " matches no module that holds the "
+              << "experts (" << moe_block_class(model) << " at " << moe_block_module(model, 0) << ", its decoder "
+              << "layer or the model); DeepSpeed warns likewise and ignores it\n";
+}
+
+// What the batches are and how they arrive: accumulation, launcher, samples, offload, loader.
+static void print_inputs(const RunState& s) {
+  const DsConfig& cfg = s.job.cfg;
+  std::cout << "[zrepro] batch: micro " << cfg.micro_batch << " x gas " << cfg.grad_accum << " x world " << s.world
             << " = " << cfg.train_batch_size << " samples/step; data: Markov chain, a perfect model reaches "
             << fmt(MarkovData::entropy_floor(), 3) << " nats\n";
   if (const auto& acc = s.spec.flags.accelerate) {
@@ -410,6 +408,27 @@ void print_header(RunState& s) {
     std::cout << "[zrepro] data loader: " << l.workers << " worker(s) x prefetch " << l.prefetch_factor << ", "
               << fmt(l.sample_ms) << " ms/sample preparation (emulated), pin_memory "
               << (l.pin_memory ? "true" : "false") << " (input batches only; the offload buffers follow the config)\n";
+}
+
+void print_header(RunState& s) {
+  if (!s.speaks()) return;
+  print_ranks_line(s);
+  const DsConfig& cfg = s.job.cfg;
+  const ModelSpec& model = s.job.model;
+  for (const auto& w : cfg.warnings) std::cout << "[zrepro] warning: " << w << "\n";
+  if (s.spec.print_config) std::cout << format_config_dump(cfg);
+  print_scale_down(s);
+  std::cout << "[zrepro] world_size=" << s.world << " zero_stage=" << cfg.zero.stage
+            << " precision=" << precision_name(cfg.precision) << " deepspeed=" << cfg.deepspeed_version
+            << " device=" << s.dev.description
+            << " comm=" << s.comm().backend() << "\n"
+            << "[zrepro] model " << model.name << ": " << model.param_count() << " params, " << model.layers
+            << " layers, hidden " << model.hidden << ", heads " << model.heads << ", seq " << model.seq << ", vocab "
+            << model.vocab << "\n"
+            << "[zrepro] assumed: " << model.assumptions() << "\n";
+  for (const std::string& a : cfg.assumed) std::cout << "[zrepro] assumed: " << a << "\n";
+  print_experts(model, cfg);
+  print_inputs(s);
   std::cout << std::flush;
 }
 

@@ -863,6 +863,26 @@ static std::string caching_line(const MemoryPlan& p) {
   return os.str() + "\n";
 }
 
+// What checkpoints cost the host (trainer/checkpoint/host_bytes.h), beside the device phases.
+static std::string checkpoint_host_line(const MemoryPlan& p, const JobSpec& req) {
+  std::ostringstream os;
+  os << "  checkpoints: the save and load phases are device phases above; host memory: ";
+  if (p.save_16bit_host_bytes > 0)
+    os << "rank 0 holds the whole 16-bit model, " << format_bytes(p.save_16bit_host_bytes)
+       << ", at every save (stage3_gather_16bit_weights_on_model_save)";
+  else
+    os << "no 16-bit model is consolidated at a save";
+  os << "; to consolidate it offline DeepSpeed's get_fp32_state_dict_from_zero_checkpoint needs "
+     << format_bytes(p.zero_to_fp32_api_bytes) << " of anonymous host memory (the fp32 model), zero_to_fp32.py "
+     << format_bytes(p.zero_to_fp32_script_bytes)
+     << (stage_policy(req.cfg.zero.stage).shard_params()
+             ? std::string(" (its largest ") + kZeroToFp32DefaultShardSize + " shard)"
+             : std::string(" (stages 1-2 concatenate the whole model first)"))
+     << ", each beside " << format_bytes(p.zero_to_fp32_mapped_bytes)
+     << " of mapped checkpoint pages and ~550 MB for Python (zrepro run --zero-to-fp32 measures it)\n";
+  return os.str();
+}
+
 std::string format_plan(const MemoryPlan& p, const JobSpec& req) {
   std::ostringstream os;
   const ModelSpec& m = req.model;
@@ -913,22 +933,7 @@ std::string format_plan(const MemoryPlan& p, const JobSpec& req) {
     }
     os << "\n";
   }
-  if (req.saves_checkpoints) {
-    os << "  checkpoints: the save and load phases are device phases above; host memory: ";
-    if (p.save_16bit_host_bytes > 0)
-      os << "rank 0 holds the whole 16-bit model, " << format_bytes(p.save_16bit_host_bytes)
-         << ", at every save (stage3_gather_16bit_weights_on_model_save)";
-    else
-      os << "no 16-bit model is consolidated at a save";
-    os << "; to consolidate it offline DeepSpeed's get_fp32_state_dict_from_zero_checkpoint needs "
-       << format_bytes(p.zero_to_fp32_api_bytes) << " of anonymous host memory (the fp32 model), zero_to_fp32.py "
-       << format_bytes(p.zero_to_fp32_script_bytes)
-       << (stage_policy(req.cfg.zero.stage).shard_params()
-               ? std::string(" (its largest ") + kZeroToFp32DefaultShardSize + " shard)"
-               : std::string(" (stages 1-2 concatenate the whole model first)"))
-       << ", each beside " << format_bytes(p.zero_to_fp32_mapped_bytes)
-       << " of mapped checkpoint pages and ~550 MB for Python (zrepro run --zero-to-fp32 measures it)\n";
-  }
+  if (req.saves_checkpoints) os << checkpoint_host_line(p, req);
   if (!p.not_planned.empty()) os << "  not planned: " << p.not_planned << "\n";
   if (!p.pinned_fits) {
     os << "  verdict: fails at init: offload needs " << format_bytes(p.host_pinned_bytes) << " of pinned host memory, "
