@@ -79,8 +79,8 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
   auto* stand_in = dynamic_cast<StandInCommunicator*>(&comm);
   if (stand_in)
     peers_ = std::make_unique<PeerShadow>(comm.world_size(), comm.rank(), stand_in->mode() == PeerValuesMode::model);
-  build_groups(layers, init, layer_numels, sc);
   const auto opts = torch::TensorOptions().dtype(sc.dtype).device(sc.device);
+  build_groups(layers, init, layer_numels, sc, opts);
   plan_step(opts);
   if (stand_in) stand_in->set_peer_values(peers_.get());
   uses_.assign(layers.size(), 0);
@@ -133,8 +133,8 @@ void ZeroEngine::setup_offload(const std::vector<std::vector<int64_t>>& layer_nu
 }
 
 void ZeroEngine::build_groups(const std::vector<LayerSpec>& layers, const std::vector<torch::Tensor>& init,
-                              const std::vector<std::vector<int64_t>>& layer_numels, const ShardingConfig& sc) {
-  const auto opts = torch::TensorOptions().dtype(sc.dtype).device(sc.device);
+                              const std::vector<std::vector<int64_t>>& layer_numels, const ShardingConfig& sc,
+                              const torch::TensorOptions& opts) {
   torch::Tensor module_copy = module_being_flattened(layer_numels, opts);
   for (size_t l = 0; l < layers.size(); ++l) {
     groups_.push_back(std::make_unique<ParamGroup>(static_cast<int>(l), layers[l].name, layers[l].params, sc));

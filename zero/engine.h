@@ -191,7 +191,8 @@ class ZeroEngine : private ShardOps {
   ShardingConfig sharding_config() const;
   void setup_offload(const std::vector<std::vector<int64_t>>& layer_numels, ShardingConfig& sc);
   void build_groups(const std::vector<LayerSpec>& layers, const std::vector<torch::Tensor>& init,
-                    const std::vector<std::vector<int64_t>>& layer_numels, const ShardingConfig& sc);
+                    const std::vector<std::vector<int64_t>>& layer_numels, const ShardingConfig& sc,
+                    const torch::TensorOptions& opts);
   void gather_each_parameter_once(const torch::TensorOptions& opts);
   // layer_numels: per layer, its parameters' sizes.
   void build_optimizers(const ShardingConfig& sc, const std::vector<std::vector<int64_t>>& layer_numels);

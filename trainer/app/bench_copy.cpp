@@ -126,15 +126,14 @@ int bench_copy(int argc, char** argv) {
     const CopyBench bench{dev, ce, host, reps, link, as_json};
     for (const auto& spec : r["sizes"].as<std::vector<std::string>>()) bench_size(bench, parse_size("--sizes", spec), rows);
     const OverlapTimes ov = bench_overlap(bench);
-    const double t_compute = ov.compute, t_copies = ov.copies, t_both = ov.both, eff = ov.efficiency;
-    rows.push_back({{"overlap", {{"compute_s", t_compute}, {"copies_s", t_copies}, {"both_s", t_both},
-                                 {"overlap_efficiency", eff}}}});
+    rows.push_back({{"overlap", {{"compute_s", ov.compute}, {"copies_s", ov.copies}, {"both_s", ov.both},
+                                 {"overlap_efficiency", ov.efficiency}}}});
     if (as_json)
       std::cout << rows.dump(1) << std::endl;
     else
       std::printf("# overlap: compute %.2f ms, 4 x 16 MiB pinned d2h %.2f ms, both at once %.2f ms: overlap "
                   "efficiency %.0f%% (share of the shorter one hidden behind the longer)\n",
-                  1e3 * t_compute, 1e3 * t_copies, 1e3 * t_both, 100 * eff);
+                  1e3 * ov.compute, 1e3 * ov.copies, 1e3 * ov.both, 100 * ov.efficiency);
     return kExitOk;
   } catch (const ConfigError& e) {
     std::cerr << "[zrepro] error: " << e.what() << std::endl;
