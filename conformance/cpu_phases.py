@@ -2,11 +2,13 @@
 
 For each case (conformance/gpu/cases.py's table, at a shorter sequence so that a case takes
 seconds), real DeepSpeed trains Hugging Face's own model class built from the case's
-config.json on the CPU accelerator (DS_ACCELERATOR=cpu, gloo, one process), exactly as
+config.json on the CPU accelerator (DS_ACCELERATOR=cpu, gloo), exactly as
 conformance/gpu/ds_memory.py does on a GPU, while a TorchDispatchMode counts the live CPU
 tensor storages (each storage once, from the op that made it until it is freed): the
 peak of each phase (init, forward, backward, step; a phase counts what it began with) over
-3 optimizer steps. Validated against the hand count of DeepSpeed's own code: GPT-2 (P =
+3 optimizer steps. A case runs in one process per rank (one or two ranks, each with one
+intra-op thread when there are two) and has one row per rank, its zrepro flags naming the
+rank (--world-size, --as-rank). Validated against the hand count of DeepSpeed's own code: GPT-2 (P =
 124,439,808) bf16 ZeRO-2 holds 6.0 P after init, peaks at 10.0 P in init and 22.0 P in the
 step, the H200 record's figures less cuBLAS's 64 MiB workspace (docs/lab/GPU.md).
 
@@ -29,8 +31,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "gpu"))
 from cases import by_name, deepspeed_config  # noqa: E402
 
-# (GPU case, sequence, micro-batch): families, stages 0-3, fp32 / bf16, optimizer and
-# parameter offload, checkpointing, accumulation.
+# (GPU case, sequence, micro-batch): families (GPT-2, Llama, Qwen2, Mixtral), stages 0-3,
+# fp32 / bf16, optimizer and parameter offload, checkpointing, accumulation, one and two ranks.
 CASES = [
     ("gpt2-fp32-z0", 256, 2), ("gpt2-bf16-z1", 256, 2), ("gpt2-bf16-z2", 256, 2), ("gpt2-bf16-z3", 256, 2),
     ("gpt2-bf16-z2-sdpa", 256, 2), ("gpt2-bf16-z2-ac", 256, 2), ("gpt2-bf16-z2-offopt", 256, 2),
@@ -42,8 +44,24 @@ EXTRA = {  # cases of the table's shape that the GPU table does not have
     "gpt2-fp32-z2-gas2": dict(base="gpt2-bf16-z2", precision="fp32", gas=2),
     "llama-toy-fp32-z1-eager": dict(base="llama-toy-bf16-z2-sdpa", precision="fp32", stage=1, attn="eager"),
     "llama-toy-bf16-z1-ac": dict(base="llama-toy-bf16-z2-sdpa", stage=1, ac=True),
+    # Two ranks (two processes over gloo, each recording its own peaks): the partitions halve
+    # while the buckets, gathers and activations do not.
+    "gpt2-bf16-z1-ranks2": dict(base="gpt2-bf16-z1", ranks=2),
+    "gpt2-bf16-z2-ranks2": dict(base="gpt2-bf16-z2", ranks=2),
+    "gpt2-bf16-z3-ranks2": dict(base="gpt2-bf16-z3", ranks=2),
+    "gpt2-fp32-z2-gas2-ranks2": dict(base="gpt2-bf16-z2", precision="fp32", gas=2, ranks=2),
+    "llama-toy-bf16-z3-eager-gas2-ranks2": dict(base="llama-toy-bf16-z3-eager-gas2", ranks=2),
+    # A mixture of experts as transformers builds it (Mixtral, 8 experts, top 2).
+    "mixtral-toy-bf16-z2-eager": dict(base="llama-toy-bf16-z2-sdpa", model="mixtral-toy", attn="eager"),
+    "mixtral-toy-bf16-z3-eager": dict(base="llama-toy-bf16-z2-sdpa", model="mixtral-toy", attn="eager", stage=3),
+    "mixtral-toy-bf16-z3-sdpa-ac-ranks2": dict(base="llama-toy-bf16-z2-sdpa", model="mixtral-toy", stage=3, ac=True,
+                                               ranks=2),
 }
-CASES += [("gpt2-fp32-z2-gas2", 256, 2), ("llama-toy-fp32-z1-eager", 256, 2), ("llama-toy-bf16-z1-ac", 256, 2)]
+CASES += [("gpt2-fp32-z2-gas2", 256, 2), ("llama-toy-fp32-z1-eager", 256, 2), ("llama-toy-bf16-z1-ac", 256, 2),
+          ("gpt2-bf16-z1-ranks2", 256, 2), ("gpt2-bf16-z2-ranks2", 256, 2), ("gpt2-bf16-z3-ranks2", 256, 2),
+          ("gpt2-fp32-z2-gas2-ranks2", 256, 2), ("llama-toy-bf16-z3-eager-gas2-ranks2", 256, 2),
+          ("mixtral-toy-bf16-z2-eager", 256, 2), ("mixtral-toy-bf16-z3-eager", 256, 2),
+          ("mixtral-toy-bf16-z3-sdpa-ac-ranks2", 256, 2)]
 
 
 def case_of(name, seq, micro):
@@ -51,6 +69,9 @@ def case_of(name, seq, micro):
         e = EXTRA[name]
         c = by_name(e["base"])
         c["name"] = name
+        if "model" in e:
+            c["model_name"] = e["model"]
+            c["model"] = os.path.join(os.path.dirname(c["model"]), e["model"] + ".json")
         if "precision" in e:
             c["precision"] = e["precision"]
             c["ds_config"].pop("bf16", None)
@@ -66,9 +87,11 @@ def case_of(name, seq, micro):
             c["attn"] = e["attn"]
         if e.get("ac"):
             c["activation_checkpointing"] = True
+        c["ranks"] = e.get("ranks", 1)
     else:
         c = by_name(name)
     c = copy.deepcopy(c)
+    c.setdefault("ranks", 1)
     c["seq"], c["micro"] = seq, micro
     c["ds_config"]["train_micro_batch_size_per_gpu"] = micro
     return c
@@ -148,11 +171,45 @@ def run(c, steps):
     params = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel() for p in model.parameters())
     versions = {"torch": torch.__version__, "deepspeed": deepspeed.__version__, "transformers": transformers.__version__}
     del engine, model
-    return {"name": c["name"], "ds_config": ds, "params": params, "after_init_bytes": after_init,
-            "phases": [{"phase": k, "peak_bytes": v} for k, v in peaks.items()],
-            "zrepro_flags": ["--model", "configs/models/" + c["model_name"] + ".json", "--seq", str(c["seq"]),
-                             "--attn", c["attn"]] + (["--activation-checkpointing"] if c["activation_checkpointing"] else []),
+    rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    flags = ["--model", "configs/models/" + c["model_name"] + ".json", "--seq", str(c["seq"]), "--attn", c["attn"]]
+    flags += ["--activation-checkpointing"] if c["activation_checkpointing"] else []
+    flags += ["--world-size", str(world), "--as-rank", str(rank)] if world > 1 else []
+    return {"name": c["name"] + (f".r{rank}" if world > 1 else ""), "case": c["name"], "rank": rank,
+            "world_size": world, "ds_config": ds, "params": params, "after_init_bytes": after_init,
+            "phases": [{"phase": k, "peak_bytes": v} for k, v in peaks.items()], "zrepro_flags": flags,
             "wall_s": round(time.time() - t0, 1), "versions": versions}
+
+
+def run_ranks(name, ranks, a):
+    """One case in fresh processes (DeepSpeed keeps global state), one per rank, together;
+    each rank's row, rank 0 first."""
+    port = str(29500 + (os.getpid() + len(name)) % 1000)
+    procs, outs = [], []
+    for rank in range(ranks):
+        out = f"{a.out}.{name}.r{rank}.json"
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(ranks), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=port)
+        if ranks > 1:  # ranks share the cores: one intra-op thread each
+            env["OMP_NUM_THREADS"] = "1"
+        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--one", name, "--steps",
+                                       str(a.steps), "--out", out], env=env, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL))
+        outs.append(out)
+    try:
+        codes = [p.wait(timeout=1200) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    if any(codes):
+        raise SystemExit(f"{name}: a rank failed ({codes}); rerun with --one {name} to see it")
+    rows = []
+    for out in outs:
+        with open(out) as f:
+            rows.append(json.load(f))
+        os.remove(out)
+    return rows
 
 
 def main():
@@ -173,16 +230,10 @@ def main():
     chosen = [x for x in CASES if not a.cases or x[0] in a.cases.split(",")]
     rows = []
     for name, seq, micro in chosen:
-        one = a.out + "." + name + ".json"
-        subprocess.run([sys.executable, os.path.abspath(__file__), "--one", name, "--steps", str(a.steps),
-                        "--out", one], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       timeout=1200)
-        with open(one) as f:
-            r = json.load(f)
-        os.remove(one)
-        print(f"[cpu_phases] {name}: " + ", ".join(f"{p['phase']} {p['peak_bytes'] / r['params']:.3f} P"
-                                                   for p in r["phases"]) + f" ({r['wall_s']} s)", flush=True)
-        rows.append(r)
+        for r in run_ranks(name, case_of(name, seq, micro)["ranks"], a):
+            print(f"[cpu_phases] {r['name']}: " + ", ".join(f"{p['phase']} {p['peak_bytes'] / r['params']:.3f} P"
+                                                          for p in r["phases"]) + f" ({r['wall_s']} s)", flush=True)
+            rows.append(r)
     rec = {"generated_by": "conformance/cpu_phases.py", "recorded": time.strftime("%Y-%m-%d"), "device": "cpu",
            "method": "live CPU tensor storages under a TorchDispatchMode (each storage once), per phase peak over "
                      f"{a.steps} optimizer steps", "cases": rows}

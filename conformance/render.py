@@ -448,7 +448,8 @@ def cpu_phases_section(folder):
     v = r["cases"][0]["versions"] if r["cases"] else {}
     out = ["## DeepSpeed's memory per phase on the CPU", "",
            f"DeepSpeed {v.get('deepspeed', '?')} trains transformers {v.get('transformers', '?')}'s own model class of "
-           "each case on the CPU accelerator (one process, gloo), as conformance/gpu/ds_memory.py does on a GPU; "
+           "each case on the CPU accelerator (gloo; one process per rank, a two-rank case a row per rank, planned with "
+           "`--world-size 2 --as-rank`), as conformance/gpu/ds_memory.py does on a GPU; "
            f"{r['method']} (`conformance/cpu_phases.py`, {r['recorded']}). Figures in bytes per parameter P. "
            "tests/conformance/cpu_phases_process_test.cpp replans every case without offload (`zrepro plan "
            "--device cpu`) and holds each phase within 3% but the gaps it names; the offload cases are recorded, not "

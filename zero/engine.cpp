@@ -12,7 +12,6 @@
 
 #include "device/device_memory.h"
 #include "offload/host_memory.h"
-#include "zero/comm/stand_in_communicator.h"
 #include "zero/schedule/offload_plan.h"
 
 namespace zrepro {
@@ -59,13 +58,14 @@ struct SkippedLayer : public torch::autograd::Function<SkippedLayer> {
 }  // namespace
 
 ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<torch::Tensor>& init,
-                       const EngineConfig& cfg, Communicator& comm)
+                       const EngineConfig& cfg, Communicator& comm, EngineObserver& observer)
     : cfg_(cfg),
       policy_(stage_policy(cfg.zero.stage)),
       buffers_(cfg.buffers ? *cfg.buffers : buffer_policy(cfg.zero)),
       comm_(comm),
       scaler_(cfg.loss_scale, cfg.precision == Precision::fp16),
-      schedule_(cfg.scheduler, cfg.optimizer.lr) {
+      schedule_(cfg.scheduler, cfg.optimizer.lr),
+      observer_(observer) {
   torch::NoGradGuard no_grad;
   DeviceMemory::instance().set_phase(Phase::init);
   std::vector<std::vector<int64_t>> layer_numels;
@@ -76,13 +76,9 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
   offloaded_ = offloaded_layers(layer_numels, cfg.zero);
   ShardingConfig sc = sharding_config();
   setup_offload(layer_numels, sc);
-  auto* stand_in = dynamic_cast<StandInCommunicator*>(&comm);
-  if (stand_in)
-    peers_ = std::make_unique<PeerShadow>(comm.world_size(), comm.rank(), stand_in->mode() == PeerValuesMode::model);
   const auto opts = torch::TensorOptions().dtype(sc.dtype).device(sc.device);
   build_groups(layers, init, layer_numels, sc, opts);
   plan_step(opts);
-  if (stand_in) stand_in->set_peer_values(peers_.get());
   uses_.assign(layers.size(), 0);
   kept_grads_.resize(layers.size());
   build_optimizers(sc, layer_numels);
@@ -139,13 +135,11 @@ void ZeroEngine::build_groups(const std::vector<LayerSpec>& layers, const std::v
   for (size_t l = 0; l < layers.size(); ++l) {
     groups_.push_back(std::make_unique<ParamGroup>(static_cast<int>(l), layers[l].name, layers[l].params, sc));
     groups_.back()->load(init[l].to(sc.device));
-    // Stage 0's peers hold what this rank holds: no rows to keep. Gradient rows accumulate
-    // as this rank's gradient does: in the model dtype on the device; offloaded, in the
-    // model dtype at stages 1-2 when the reduction is in it (DeepSpeed accumulates on the
-    // device before the fp32 copy goes down), else in the host's fp32 accumulator.
+    // The gradient accumulates in the model dtype on the device; offloaded, in the model
+    // dtype at stages 1-2 when the reduction is in it (DeepSpeed accumulates on the device
+    // before the fp32 copy goes down), else in the host's fp32 accumulator.
     const bool host_fp32 = offloaded_[l] && (policy_.shard_params() || cfg_.comm_dtype != sc.dtype);
-    if (peers_ && !policy_.owns_whole_flat())
-      peers_->add_group(*groups_.back(), init[l], host_fp32 ? torch::kFloat : sc.dtype);
+    observer_.group_built(*groups_.back(), init[l], host_fp32 ? torch::kFloat : sc.dtype);
     dummies_.push_back(torch::zeros({1}, torch::TensorOptions().device(sc.device)).requires_grad_(true));
   }
 }
@@ -244,8 +238,7 @@ void ZeroEngine::build_reducer() {
     ro.copier = copier_.get();
   }
   ro.before_result = [this] { allocate_reduced_partitions(); };
-  if (peers_ && peers_->modelled() && !policy_.owns_whole_flat())
-    ro.peer_pieces = [this](int g, int64_t offset, const torch::Tensor& rows) { peers_->add_reduced(g, offset, rows); };
+  ro.peer_pieces = observer_.reduced_pieces();
   DeviceMemory::instance().set_phase(Phase::init);
   reducer_ = std::make_unique<GradReducer>(reverse, ro, comm_);
 }
@@ -587,13 +580,12 @@ ZeroEngine::GradStats ZeroEngine::grad_stats(double local_loss) {
   for (size_t i = 0; i < L; ++i) {
     const size_t l = stats_layer(i);
     if (host_opt_ && offloaded_[l]) host_opt_->finish_grads(static_cast<int>(l));
-    // One norm per layer (fp32 accumulation; no full-size temporaries for fp32 grads).
+    // One norm per layer, of its pieces ([Note: the gradient norm's fp64 copies]).
     norms[l] = optimizers_[l]->grad_norm(norm_share(l));
   }
   const GradStats own = sum_of_squares(norms);
   torch::Tensor stats = torch::tensor({local_loss, own.sq_norm, own.nonfinite}, torch::kDouble).to(cfg_.device);
-  if (peers_)
-    static_cast<StandInCommunicator&>(comm_).set_rank_inputs(stats, peer_stats(local_loss, stats, norms));
+  observer_.stats_reducing(stats, stats_parts(local_loss, norms));
   comm_.all_reduce_wait(stats, "loss+grad_norm+overflow");
   stats = stats.cpu();
   GradStats s;
@@ -603,29 +595,20 @@ ZeroEngine::GradStats ZeroEngine::grad_stats(double local_loss) {
   return s;
 }
 
-torch::Tensor ZeroEngine::peer_stats(double local_loss, const torch::Tensor& own, const std::vector<double>& own_norms) {
-  // Each peer's share of each layer's norm, summed as grad_stats sums its own; this
-  // rank's row is its own statistics, its norms checked against its row of the model.
-  DeviceMemory::HostScope host;
-  const int ws = comm_.world_size(), me = comm_.rank();
-  const size_t L = groups_.size();
-  torch::Tensor rows = torch::empty({ws, 3}, torch::kDouble);
-  auto* r = rows.data_ptr<double>();
-  std::vector<double> norms(L);
-  for (int k = 0; k < ws; ++k) {
-    for (size_t l = 0; l < L; ++l) {
-      const FlatPartition& f = groups_[l]->flat_partition();
-      norms[l] = policy_.owns_whole_flat() ? grad_share_norm(full_grads_[l].narrow(0, f.begin(k), f.partition_numel))
-                 : peers_->modelled()      ? grad_share_norm(peers_->grad(static_cast<int>(l), k))
-                                           : own_norms[l];  // --peer-values initial: this rank's share stands in
-      if (k == me && peers_->modelled() && !policy_.owns_whole_flat())
-        peers_->check_norm(static_cast<int>(l), own_norms[l], norms[l]);
-    }
+RankStatsParts ZeroEngine::stats_parts(double local_loss, const std::vector<double>& own_norms) {
+  RankStatsParts p;
+  p.local_loss = local_loss;
+  p.own_norms = own_norms;
+  p.norm = [this](size_t l, int k, const torch::Tensor& share) {
+    if (share.defined()) return optimizers_[l]->share_norm(share, k);
+    const FlatPartition& f = groups_[l]->flat_partition();  // stage 0: rank k's partition of the whole
+    return grad_share_norm(full_grads_[l].narrow(0, f.begin(k), f.partition_numel));
+  };
+  p.sum = [this](const std::vector<double>& norms) {
     const GradStats s = sum_of_squares(norms);
-    r[3 * k] = local_loss, r[3 * k + 1] = s.sq_norm, r[3 * k + 2] = s.nonfinite;
-  }
-  rows[me].copy_(own.cpu());
-  return rows;
+    return std::make_pair(s.sq_norm, s.nonfinite);
+  };
+  return p;
 }
 
 void ZeroEngine::update(double coef, double lr) {
@@ -642,7 +625,7 @@ void ZeroEngine::update(double coef, double lr) {
     else if (step_.groups[gi].layers.front() == static_cast<int>(l))
       update_group(step_.groups[gi], h, coef);
   }
-  if (peers_) peers_->update(h, adam_steps_, coef);
+  observer_.stepped(h, adam_steps_, coef);
 }
 
 void ZeroEngine::update_group(const StepGroup& group, const AdamHyper& h, double coef) {
@@ -687,7 +670,7 @@ void ZeroEngine::sync_params() {
 }
 
 void ZeroEngine::zero_grads() {
-  if (peers_) peers_->zero_grads();
+  observer_.grads_zeroed();
   reduced_flat_ = torch::Tensor();  // an overflow skipped the step that would have used it
   boundary_reduced_ = false;
   if (!step_.grads_persist) {  // stages 0-2: the step frees the gradients (stage 1's reduced partition too)

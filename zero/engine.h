@@ -26,7 +26,7 @@
 #include "zero/loss_scaler.h"
 #include "zero/lr_schedule.h"
 #include "zero/param_group.h"
-#include "zero/peer_shadow.h"
+#include "zero/engine_observer.h"
 #include "zero/schedule/buffer_policy.h"
 #include "zero/schedule/gather_schedule.h"
 #include "zero/schedule/stage_policy.h"
@@ -85,8 +85,9 @@ const char* training_state_name(TrainingState s);
 class ZeroEngine : private ShardOps {
  public:
   // init: each layer's initial values (fp32, params back to back), identical on all ranks.
+  // observer: what follows the engine's state ([Note: one hook for what watches the engine]).
   ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<torch::Tensor>& init, const EngineConfig& cfg,
-             Communicator& comm);
+             Communicator& comm, EngineObserver& observer = no_engine_observer());
   ~ZeroEngine();
 
   // --- model side
@@ -121,8 +122,6 @@ class ZeroEngine : private ShardOps {
   const CopyEngine* copier() const { return copier_.get(); }
   EngineMemory memory() const;
   Communicator& comm() { return comm_; }
-  // Under a StandInCommunicator: the peers' state and its self-checks (null otherwise).
-  const PeerShadow* peers() const { return peers_.get(); }
   std::vector<ParamGroup*> groups();
   // Stages 0-1: layer l's gradient accumulated this step, full layout (stage 1: until the
   // boundary's backward reduces it); for tests.
@@ -250,11 +249,9 @@ class ZeroEngine : private ShardOps {
   std::unique_ptr<CopyEngine> copier_;
   std::unique_ptr<OptimizerOffload> host_opt_;
   std::vector<bool> offloaded_;
-  // --peers stand-in: what the peers hold ([Note: what a stood-in peer contributes]).
-  std::unique_ptr<PeerShadow> peers_;
-  // grad_stats under stand-in peers: every rank's [loss, squared norm, non-finite count].
-  // own_norms: this rank's per-layer norms, as grad_stats computed them.
-  torch::Tensor peer_stats(double local_loss, const torch::Tensor& own, const std::vector<double>& own_norms);
+  EngineObserver& observer_;
+  // What this rank's gradient statistics are made of, for the observer.
+  RankStatsParts stats_parts(double local_loss, const std::vector<double>& own_norms);
 };
 
 }  // namespace zrepro

@@ -21,7 +21,16 @@ void adam_update(torch::Tensor& master, const torch::Tensor& grad, torch::Tensor
   }
 }
 
-double grad_share_norm(const torch::Tensor& share) { return share.to(torch::kFloat).norm().item<double>(); }
+double grad_share_norm(const torch::Tensor& share, const std::vector<int64_t>& pieces) {
+  if (pieces.empty()) return share.to(torch::kFloat).norm().item<double>();
+  std::vector<torch::Tensor> norms;  // one fp64 copy alive at a time, as in DeepSpeed; one sync
+  int64_t off = 0;
+  for (int64_t n : pieces) {
+    norms.push_back(share.narrow(0, off, n).to(torch::kDouble).norm());
+    off += n;
+  }
+  return torch::stack(norms).norm().item<double>();
+}
 
 namespace {
 
@@ -36,7 +45,10 @@ class DeviceAdam : public LayerOptimizer {
     create_moments();  // a checkpoint saved before the first step, or loaded into a new engine
     return {master_, exp_avg_, exp_avg_sq_};
   }
-  double grad_norm(const torch::Tensor& share) override { return grad_share_norm(share); }
+  double grad_norm(const torch::Tensor& share) override { return share_norm(share, group_.config().rank); }
+  double share_norm(const torch::Tensor& share, int rank) const override {
+    return grad_share_norm(share, group_.layout().norm_pieces(rank));
+  }
   void update(const torch::Tensor& grad, const AdamHyper& h, int64_t step, double coef) override {
     create_moments();
     adam_update(master_, grad, exp_avg_, exp_avg_sq_, group_.owned_params(), aliased(), h, step, coef);
@@ -71,7 +83,12 @@ class HostAdam : public LayerOptimizer {
   }
   double grad_norm(const torch::Tensor&) override {
     DeviceMemory::HostScope host;  // the host optimizer's norm runs on the host
-    return grad_share_norm(host_.grad(layer_));
+    return share_norm(host_.grad(layer_), group_.config().rank);
+  }
+  // Offloaded, DeepSpeed takes the same per-parameter fp64 norms, in the backward as each
+  // gradient lands (stage_1_and_2.py:1871): here on the host's copy, in host memory.
+  double share_norm(const torch::Tensor& share, int rank) const override {
+    return grad_share_norm(share, group_.layout().norm_pieces(rank));
   }
   void update(const torch::Tensor&, const AdamHyper& h, int64_t step, double coef) override {
     // CPU Adam on the host partition, then the updated 16-bit partition goes up.

@@ -25,9 +25,12 @@ class LayerOptimizer {
  public:
   virtual ~LayerOptimizer() = default;
   virtual OptimizerTensors tensors() = 0;
-  // L2 norm of this rank's share of the layer's gradient (fp32 accumulation; inf or
-  // NaN anywhere make it non-finite). device_share: that share where it is on the device.
+  // L2 norm of this rank's share of the layer's gradient (inf or NaN anywhere make it
+  // non-finite). device_share: that share where it is on the device.
   virtual double grad_norm(const torch::Tensor& device_share) = 0;
+  // The same norm of `rank`'s share of the layer's gradient, taken as this rank takes its
+  // own (a stand-in peer's, zero/peer_shadow.h).
+  virtual double share_norm(const torch::Tensor& share, int rank) const = 0;
   // One Adam step with the gradients scaled by coef. device_grad: the owned gradient
   // on the device (ignored when the gradient is on the host). The updated partition
   // is on the device when it returns.
@@ -42,8 +45,11 @@ class LayerOptimizer {
 // is `owned` itself (aliased).
 void adam_update(torch::Tensor& master, const torch::Tensor& grad, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
                  torch::Tensor owned, bool aliased, const AdamHyper& h, int64_t step, double coef);
-// L2 norm of a rank's gradient share, accumulated in fp32 (inf or NaN anywhere: non-finite).
-double grad_share_norm(const torch::Tensor& share);
+// L2 norm of a rank's gradient share (inf or NaN anywhere: non-finite): with `pieces` (their
+// sizes back to back, LayerLayout::norm_pieces) one fp64 norm of each, as DeepSpeed's ZeRO
+// optimizers take them ([Note: the gradient norm's fp64 copies]); without, one norm of the
+// share accumulated in fp32.
+double grad_share_norm(const torch::Tensor& share, const std::vector<int64_t>& pieces = {});
 
 // Master weights and moments on the device. With fp32 parameters and no partition
 // of its own (stage 0) the master is the parameter buffer itself (a plain torch

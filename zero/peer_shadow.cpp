@@ -9,7 +9,20 @@
 
 namespace zrepro {
 
-void PeerShadow::add_group(ParamGroup& g, const torch::Tensor& init_fp32, torch::ScalarType grad_dtype) {
+PeerShadow::PeerShadow(StandInCommunicator& comm)
+    : comm_(comm), world_(comm.world_size()), rank_(comm.rank()) {
+  checks_.values_modelled = comm.mode() == PeerValuesMode::model;
+  if (!modelled()) checks_.first_difference = "--peer-values initial: the peers' partitions stay at their initial values";
+  comm_.set_peer_values(this);
+}
+
+PeerShadow::~PeerShadow() { comm_.set_peer_values(nullptr); }
+
+void PeerShadow::group_built(ParamGroup& g, const torch::Tensor& init_fp32, torch::ScalarType grad_dtype) {
+  if (g.config().policy.owns_whole_flat()) {  // stage 0's peers hold what this rank holds
+    whole_flat_ = true;
+    return;
+  }
   torch::NoGradGuard no_grad;
   DeviceMemory::HostScope host;  // the peers' state is nobody's device memory
   TORCH_CHECK(g.index() == static_cast<int>(rows_.size()), "PeerShadow: groups are added in index order");
@@ -38,6 +51,34 @@ void PeerShadow::add_group(ParamGroup& g, const torch::Tensor& init_fp32, torch:
   rows_.push_back(std::move(r));
 }
 
+ReducedPieces PeerShadow::reduced_pieces() {
+  if (!modelled() || whole_flat_) return {};
+  return [this](int g, int64_t offset, const torch::Tensor& rows) { add_reduced(g, offset, rows); };
+}
+
+void PeerShadow::stats_reducing(const torch::Tensor& own, const RankStatsParts& parts) {
+  // Each peer's share of each layer's norm, summed as the engine sums its own; this rank's
+  // row is its own statistics, its norms checked against its row of the model.
+  DeviceMemory::HostScope host;
+  const size_t L = parts.own_norms.size();
+  torch::Tensor rows = torch::empty({world_, 3}, torch::kDouble);
+  auto* r = rows.data_ptr<double>();
+  std::vector<double> norms(L);
+  for (int k = 0; k < world_; ++k) {
+    for (size_t l = 0; l < L; ++l) {
+      const int g = static_cast<int>(l);
+      norms[l] = whole_flat_  ? parts.norm(l, k, torch::Tensor())
+                 : modelled() ? parts.norm(l, k, grad(g, k))
+                              : parts.own_norms[l];  // --peer-values initial: this rank's share stands in
+      if (k == rank_ && modelled() && !whole_flat_) check_norm(g, parts.own_norms[l], norms[l]);
+    }
+    const std::pair<double, double> s = parts.sum(norms);
+    r[3 * k] = parts.local_loss, r[3 * k + 1] = s.first, r[3 * k + 2] = s.second;
+  }
+  rows[rank_].copy_(own.cpu());
+  comm_.set_rank_inputs(own, rows);
+}
+
 void PeerShadow::add_reduced(int group, int64_t owned_offset, const torch::Tensor& rows) {
   torch::NoGradGuard no_grad;
   DeviceMemory::HostScope host;
@@ -45,14 +86,14 @@ void PeerShadow::add_reduced(int group, int64_t owned_offset, const torch::Tenso
   rows_[group].grads.narrow(1, owned_offset, rows.size(1)).add_(rows.to(torch::kCPU));
 }
 
-void PeerShadow::update(const AdamHyper& h, int64_t step, double coef) {
+void PeerShadow::stepped(const AdamHyper& h, int64_t step, double coef) {
   torch::NoGradGuard no_grad;
   DeviceMemory::HostScope host;
   if (!modelled()) return;
   for (Rows& r : rows_) adam_update(r.master, r.grads, r.exp_avg, r.exp_avg_sq, r.params, false, h, step, coef);
 }
 
-void PeerShadow::zero_grads() {
+void PeerShadow::grads_zeroed() {
   for (Rows& r : rows_)
     if (r.grads.defined()) r.grads.zero_();
 }

@@ -2,11 +2,14 @@
 // rank of an N-rank job trains with the values its peers would send it. Per parameter
 // group, one row per rank of what that rank owns and updates: its 16-bit (or fp32)
 // partition, fp32 master, Adam moments and reduced gradient ([world, owned] tensors on the
-// host, nobody's device memory). The engine of the one rank that runs feeds it:
+// host, nobody's device memory). It is the engine's observer ([Note: one hook for what
+// watches the engine], zero/engine_observer.h), fed by the one rank that runs:
+//   its groups as they are built (stage 0's peers hold what this rank holds: no rows);
 //   the reduced gradient of every rank (GradReducer hands each reduced bucket's rows);
+//   every rank's gradient statistics before their all-reduce (the communicator sums them);
 //   the optimizer step (the same adam_update each rank's DeviceAdam runs, on all rows);
-// and StandInCommunicator reads it: every rank's slice of a parameter all-gather, every
-// rank's gradient-norm share. Memory and time are O(model), not O(N x model).
+// and StandInCommunicator reads it: every rank's slice of a parameter all-gather. Memory
+// and time are O(model), not O(N x model).
 //
 // [Note: the stand-in checks itself] The rank that runs is one of the rows: at every
 // gather its row must equal the partition it really sends, and at every step its row's
@@ -22,6 +25,7 @@
 
 #include "offload/cpu_adam.h"
 #include "zero/comm/stand_in_communicator.h"
+#include "zero/engine_observer.h"
 #include "zero/param_group.h"
 
 namespace zrepro {
@@ -34,41 +38,48 @@ struct StandInChecks {
   bool exact() const { return values_modelled && gathers == gathers_equal && norms == norms_equal; }
 };
 
-class PeerShadow : public PeerValues {
+class PeerShadow : public PeerValues, public EngineObserver {
  public:
-  // modelled false (--peer-values initial): the rows hold the peers' initial partitions
-  // only and never step; their gradient-norm shares are taken as this rank's own.
-  PeerShadow(int world, int rank, bool modelled) : world_(world), rank_(rank) {
-    checks_.values_modelled = modelled;
-    if (!modelled) checks_.first_difference = "--peer-values initial: the peers' partitions stay at their initial values";
-  }
+  // The peers of comm's rank, in comm's world; comm's --peer-values mode: initial keeps the
+  // peers' initial partitions only, which never step, their gradient-norm shares taken as
+  // this rank's own. Hands itself to comm as its peers' values until destroyed.
+  explicit PeerShadow(StandInCommunicator& comm);
+  ~PeerShadow() override;
+  PeerShadow(const PeerShadow&) = delete;
+  PeerShadow& operator=(const PeerShadow&) = delete;
   bool modelled() const { return checks_.values_modelled; }
 
-  // Group g (added in index order): every rank's part of the layer's initial values (fp32,
+  // Group g (built in index order): every rank's part of the layer's initial values (fp32,
   // parameters back to back), as ParamGroup::load takes this rank's; its gradient rows in
   // grad_dtype (the dtype of the owned gradient the engine accumulates into).
-  void add_group(ParamGroup& g, const torch::Tensor& init_fp32, torch::ScalarType grad_dtype);
-  // Every rank's reduced piece of group g's owned gradient at owned_offset: [world, numel].
-  void add_reduced(int group, int64_t owned_offset, const torch::Tensor& rows);
+  void group_built(ParamGroup& g, const torch::Tensor& init_fp32, torch::ScalarType grad_dtype) override;
+  ReducedPieces reduced_pieces() override;
+  // Every rank's [loss, squared norm, non-finite count] for the communicator to sum, this
+  // rank's norm shares checked against its row.
+  void stats_reducing(const torch::Tensor& own, const RankStatsParts& parts) override;
+  // Every rank's Adam step, as each rank's LayerOptimizer takes it.
+  void stepped(const AdamHyper& h, int64_t step, double coef) override;
+  void grads_zeroed() override;
   // Rank k's owned gradient of group g (a row).
   torch::Tensor grad(int group, int k) const { return rows_[group].grads[k]; }
-  // Every rank's Adam step, as each rank's LayerOptimizer takes it.
-  void update(const AdamHyper& h, int64_t step, double coef);
-  void zero_grads();
 
   bool fill_gather(const torch::Tensor& mine, torch::Tensor out) override;
-  // This rank's norm share of group g: `own` computed by its engine, `modelled` from its row.
-  void check_norm(int group, double own, double modelled);
   StandInChecks checks() const;
 
  private:
+  // Every rank's reduced piece of group g's owned gradient at owned_offset: [world, numel].
+  void add_reduced(int group, int64_t owned_offset, const torch::Tensor& rows);
+  // This rank's norm share of group g: `own` computed by its engine, `modelled` from its row.
+  void check_norm(int group, double own, double modelled);
   struct Rows {
     ParamGroup* group = nullptr;
     torch::Tensor params, master, exp_avg, exp_avg_sq, grads;  // [world, owned]
   };
   void differ(const std::string& what);  // under mu_
 
+  StandInCommunicator& comm_;
   int world_, rank_;
+  bool whole_flat_ = false;  // stage 0: every rank holds the whole gradient, no rows
   std::vector<Rows> rows_;
   mutable std::mutex mu_;  // checks_ (gathers run on the comm stream)
   StandInChecks checks_;

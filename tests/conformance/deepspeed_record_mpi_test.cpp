@@ -192,10 +192,12 @@ TEST(DeepSpeedRecord, DeepSpeedResumedFromZreprosCheckpointAsZreproGoesOn) {
           << row["case"] << " step " << first + i + 1;
     // The lr DeepSpeed ran each step at after loading zrepro's scheduler state (the Trainer's
     // LambdaLR where the row has its arguments; the optimizer's constant lr otherwise).
-    if (row["resume"].contains("deepspeed_lrs"))
-      for (size_t i = 0; i < theirs.size(); ++i)
+    if (row["resume"].contains("deepspeed_lrs")) {
+      for (size_t i = 0; i < theirs.size(); ++i) {
         EXPECT_NEAR(r.summary["steps"][first + i]["lr"].get<double>(), row["resume"]["deepspeed_lrs"][i].get<double>(),
                     1e-15) << row["case"] << " lr at step " << first + i + 1;
+      }
+    }
     ++checked;
   }
   EXPECT_GE(checked, 5);

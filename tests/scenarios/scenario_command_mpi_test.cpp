@@ -210,7 +210,9 @@ TEST_P(AbPageInChromium, ShowsTheVerdictAndTheFigureTheFailureNeeds) {
     GTEST_SKIP() << "chromium is not installed (scripts/test.sh installs it)";
   const std::string out = zrepro_test::fresh_dir("ab_page_" + p.scenario);
   const auto run = zrepro_test::zrepro_cmd("scenario run " + p.scenario + " --dir " + kDir + " --out " + out, 300);
-  if (p.judged) ASSERT_EQ(run.code, 0) << run.output;
+  if (p.judged) {
+    ASSERT_EQ(run.code, 0) << run.output;
+  }
   ASSERT_TRUE(std::filesystem::exists(out + "/ab.html")) << run.output;
   const std::string browser = "timeout 120 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars ";
   const auto dom = zrepro_test::shell(browser + "--dump-dom file://" + out + "/ab.html 2>/dev/null");
@@ -219,7 +221,9 @@ TEST_P(AbPageInChromium, ShowsTheVerdictAndTheFigureTheFailureNeeds) {
   const size_t verdict = d.find("id=\"verdict\""), memory = d.find("Device memory per rank");
   ASSERT_NE(verdict, std::string::npos) << d.substr(0, 2000);
   EXPECT_LT(verdict, memory) << "the verdict comes first";
-  if (p.judged) EXPECT_NE(d.find("id=\"outcome\">fixed<"), std::string::npos) << d.substr(0, 2000);
+  if (p.judged) {
+    EXPECT_NE(d.find("id=\"outcome\">fixed<"), std::string::npos) << d.substr(0, 2000);
+  }
   for (const auto& s : p.dom_has) EXPECT_NE(d.find(s), std::string::npos) << p.scenario << ": " << s;
   for (const auto& s : p.dom_lacks) EXPECT_EQ(d.find(s), std::string::npos) << p.scenario << ": " << s;
   // The loss axis covers B's losses, and does not zoom below 2% of them.

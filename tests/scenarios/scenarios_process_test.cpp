@@ -188,12 +188,13 @@ TEST(Scenario, AllocatorPressure) {
   int64_t warned = 0, before = 0;
   for (const auto& m : a.metrics) {
     const int64_t now = m["memory"]["alloc_retries"].get<int64_t>();
-    if (now > before)
+    if (now > before) {
       EXPECT_NE(a.output.find("[deepspeed] [WARNING] " + std::to_string(now - before) +
                               " pytorch allocator cache flushes since last step. this happens when there is high "
                               "memory pressure"),
                 std::string::npos)
           << a.output;
+    }
     warned += now > before;
     before = now;
   }

@@ -233,7 +233,7 @@ std::unique_ptr<ZeroEngine> make_engine(const JobSpec& job, const ModelSpec& mod
     DeviceMemory::HostScope host;
     init = gpt_init(model, opts.seed);
   }
-  return std::make_unique<ZeroEngine>(model.layer_shapes(), init, ecfg, comm);
+  return std::make_unique<ZeroEngine>(model.layer_shapes(), init, ecfg, comm, *opts.engine_observer);
 }
 
 // Every micro-batch this rank will load, in order (the loader prefetches them), from
@@ -481,7 +481,6 @@ void train(const JobSpec& job, const TrainOptions& opts, TrainResult& result, co
     result.skipped_steps += sr.skipped;
     result.steps.push_back(rec);
     result.memory = engine->memory();
-    if (engine->peers()) result.stand_in = engine->peers()->checks();
     if (on_step) on_step(rec, scale_log(sr.scale_event, rank));
     save_if_due(job, spec, opts, *engine, step, result);
     stop_if_asked(opts, step);

@@ -20,6 +20,7 @@
 #include "trainer/loop/loss_normalization.h"
 #include "trainer/loop/rank_work.h"
 #include "zero/engine.h"
+#include "zero/peer_shadow.h"
 
 namespace zrepro {
 
@@ -65,6 +66,9 @@ struct TrainOptions {
   uint64_t seed = 1234;
   torch::Device device = torch::kCPU;
   Communicator* comm = nullptr;  // null: a single rank (SelfCommunicator)
+  // What follows the engine's state (--peers stand-in: the peers' model, made with the
+  // StandInCommunicator; [Note: one hook for what watches the engine]).
+  EngineObserver* engine_observer = &no_engine_observer();
   std::vector<Injection> inject;
   bool verify_replicas = false;  // stages 0-2: check parameters are bit-identical on all ranks each step
   TraceRecorder* trace = nullptr;         // compute spans and memory counter, when set

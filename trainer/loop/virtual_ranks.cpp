@@ -14,7 +14,9 @@ namespace zrepro {
 VirtualRanks::VirtualRanks(int world, int subject, double timeout_s, Peers peers, PeerValuesMode values)
     : world_(world), subject_(subject), peers_(peers) {
   if (stand_in()) {  // one rank, this process's own ledger and host memory
-    comms_.push_back(std::make_unique<StandInCommunicator>(subject, world, values));
+    auto c = std::make_unique<StandInCommunicator>(subject, world, values);
+    stand_in_comm_ = c.get();
+    comms_.push_back(std::move(c));
     return;
   }
   group_ = std::make_shared<VirtualGroup>(world, timeout_s);
@@ -43,6 +45,10 @@ VirtualRanks::Outcome VirtualRanks::train_all(const JobSpec& job, const TrainOpt
                                               const StepCallback& on_step, bool keep_final_params) {
   Outcome out;
   out.results.resize(world_);
+  // Stood-in peers: their model follows the subject's engine ([Note: one hook for what
+  // watches the engine]); its self-checks go with the subject's result, also after a failure.
+  std::optional<PeerShadow> shadow;
+  if (stand_in_comm_) shadow.emplace(*stand_in_comm_);
   std::mutex mu;
   std::exception_ptr first_comm_error;
   int first_comm_rank = -1;
@@ -51,6 +57,7 @@ VirtualRanks::Outcome VirtualRanks::train_all(const JobSpec& job, const TrainOpt
     if (!stand_in()) owner.emplace(k);
     TrainOptions o = opts;
     o.comm = &comm(k);
+    if (k == subject_ && shadow) o.engine_observer = &*shadow;
     if (k != subject_) {
       o.trace = nullptr;
       o.device = torch::kCPU;  // on CUDA only the subject holds the GPU
@@ -77,6 +84,7 @@ VirtualRanks::Outcome VirtualRanks::train_all(const JobSpec& job, const TrainOpt
   run_rank(subject_);  // on this thread: its progress line and logs come first
   for (auto& t : threads) t.join();
   if (!out.error && first_comm_error) out.error = first_comm_error, out.failed_rank = first_comm_rank;
+  if (shadow) out.results[subject_].stand_in = shadow->checks();
   return out;
 }
 

@@ -26,6 +26,7 @@
 #include "trainer/loop/train.h"
 #include "zero/comm/stand_in_communicator.h"
 #include "zero/comm/virtual_communicator.h"
+#include "zero/peer_shadow.h"
 
 namespace zrepro {
 
@@ -75,6 +76,7 @@ class VirtualRanks {
   Peers peers_;
   std::shared_ptr<VirtualGroup> group_;
   std::vector<std::unique_ptr<Communicator>> comms_;
+  StandInCommunicator* stand_in_comm_ = nullptr;  // the subject's, with stood-in peers
 };
 
 }  // namespace zrepro

@@ -268,6 +268,7 @@ class PlanSim {
     param_offload_ = z_.offload_param.enabled();
     const int rank = req.rank ? *req.rank : rank_holding_most(req);  // this rank's, or the one that holds most
     grad_overhang_bytes_ = grad_overhang_bytes(rank);
+    norm_copy_bytes_ = norm_copy_bytes(rank);
     const OffloadHostBytes host = offload_host_bytes(numels, z_, ws_, rank, pe_ == 4 ? torch::kFloat : torch::kBFloat16,
                                                      comm_dtype_of(req.cfg));
     plan_.host_pinned_bytes = host.pinned;
@@ -321,6 +322,15 @@ class PlanSim {
     std::vector<const LayerLayout*> layouts;
     for (const auto& l : layers_) layouts.push_back(&l);
     return grad_overhang_numel(layouts, ws_, rank) * pe_;
+  }
+  // The step's largest fp64 copy for the norm; none when the optimizer is offloaded (its
+  // norms are taken in the backward).
+  int64_t norm_copy_bytes(int rank) const {
+    for (bool off : offloaded_)
+      if (off) return 0;
+    std::vector<const LayerLayout*> layouts;
+    for (const auto& l : layers_) layouts.push_back(&l);
+    return 8 * norm_copy_numel(layouts, ws_, rank);
   }
   // BufferPolicy::second_grad_partition: the owned gradients plus the overhang, once more.
   int64_t second_partition_bytes() const {
@@ -593,11 +603,14 @@ class PlanSim {
     tl_.phase(Phase::step);
     if (!boundary_reduced_) hold_all_grads();
     if (policy_.reduction() == GradReduction::reduce_scatter_at_boundary && !boundary_reduced_) reduce_accumulated();
-    for (size_t l = 0; l < layers_.size(); ++l) {
+    // The norm: at stages 1-3 one fp64 copy of one gradient piece at a time ([Note: the
+    // gradient norm's fp64 copies]); at stage 0 each layer's share of 16-bit gradients in fp32.
+    tl_.add(MemCategory::other, norm_copy_bytes_);
+    tl_.add(MemCategory::other, -norm_copy_bytes_);
+    for (size_t l = 0; l < layers_.size() && policy_.owns_whole_flat(); ++l) {
       if (pe_ == 4 || offloaded_[l]) continue;
-      const int64_t norm_numel = policy_.owns_whole_flat() ? layers_[l].flat.partition_numel : layers_[l].owned_numel();
-      tl_.add(MemCategory::other, 4 * norm_numel);
-      tl_.add(MemCategory::other, -4 * norm_numel);
+      tl_.add(MemCategory::other, 4 * layers_[l].flat.partition_numel);
+      tl_.add(MemCategory::other, -4 * layers_[l].flat.partition_numel);
     }
     for (size_t l = 0; l < layers_.size(); ++l) {
       const int gi = step_.group_of[l];
@@ -671,6 +684,7 @@ class PlanSim {
   std::vector<bool> offloaded_;  // optimizer on the host
   bool param_offload_ = false;
   int64_t grad_overhang_bytes_ = 0;
+  int64_t norm_copy_bytes_ = 0;
   int64_t offload_grad_temp_bytes_ = 0;
   int64_t second_partition_ = 0;  // bytes held during this micro-step's backward
   bool second_held_ = false;      // from its first bucket result

@@ -36,6 +36,33 @@ LayerLayout layer_layout(const std::vector<int64_t>& numels, const StagePolicy& 
   return l;
 }
 
+std::vector<int64_t> LayerLayout::norm_pieces(int rank) const {
+  std::vector<int64_t> out;
+  if (policy.shard_params()) {
+    for (const ParamShard& p : shard.params) out.push_back(p.slice_numel);
+  } else if (!policy.owns_whole_flat()) {
+    for (const ParamSegment& s : partition_segments(param_numels, flat, rank)) out.push_back(s.numel);
+  }
+  return out;
+}
+
+int64_t norm_copy_numel(const std::vector<const LayerLayout*>& layers, int world_size, int rank) {
+  if (layers.empty() || layers[0]->policy.owns_whole_flat()) return 0;
+  int64_t most = 0;
+  if (layers[0]->policy.shard_params()) {
+    for (const LayerLayout* l : layers)
+      for (const ParamShard& p : l->shard.params) most = std::max(most, p.slice_numel);
+    return most;
+  }
+  std::vector<int64_t> numels;
+  int64_t total = 0;
+  for (const LayerLayout* l : layers)
+    for (int64_t n : l->param_numels) numels.push_back(n), total += n;
+  for (const ParamSegment& s : partition_segments(numels, partition_flat(total, world_size), rank))
+    most = std::max(most, s.numel);
+  return most;
+}
+
 int64_t grad_overhang_numel(const std::vector<const LayerLayout*>& layers, int world_size, int rank) {
   if (layers.empty() || !layers[0]->policy.shard_grads() || layers[0]->policy.shard_params()) return 0;
   std::vector<std::vector<int64_t>> numels;

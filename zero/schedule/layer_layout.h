@@ -59,6 +59,10 @@ struct LayerLayout {
   int64_t resident_param_numel(bool host_shard) const {
     return policy.shard_params() && host_shard ? 0 : param_numel();
   }
+  // The pieces of `rank`'s owned gradient that DeepSpeed takes one norm of each, in order
+  // ([Note: the gradient norm's fp64 copies]): each parameter's part of the layer's
+  // partition (stages 1-2) or its slice (stage 3); none at stage 0 (one norm of the share).
+  std::vector<int64_t> norm_pieces(int rank) const;
   // All persistent device parameter elements: the resident ones and, once first
   // gathered, the persistent gathered buffer.
   int64_t param_device_numel(bool host_shard) const { return resident_param_numel(host_shard) + persist_numel; }
@@ -84,6 +88,23 @@ LayerLayout layer_layout(const std::vector<int64_t>& param_numels, const StagePo
 // DeepSpeed's whole-parameter gradient partition] in partition.h); 0 at the other
 // stages (stage 1 holds the full gradient anyway, stage 3 partitions per parameter).
 int64_t grad_overhang_numel(const std::vector<const LayerLayout*>& layers, int world_size, int rank);
+
+// [Note: the gradient norm's fp64 copies] DeepSpeed 0.19.8's ZeRO optimizers take the
+// gradient norm one parameter at a time, each in fp64 whatever the gradient's dtype:
+// stage_1_and_2.py:2684 get_grad_norm_direct (vector_norm of g.to(get_norm_dtype()) for each
+// parameter's part of the rank's partition, averaged_gradients) and stage3.py:2457 (each
+// parameter's gradient partition); get_norm_dtype (zero/utils.py:59) is fp64 on every
+// accelerator that has it (CUDA and the CPU). So the step holds one fp64 copy of one
+// gradient piece at a time, before the flat fp32 copy of the update: 8 bytes per element of
+// the largest piece. Older releases did the same with .double(). Measured: the CPU
+// record's two-rank fp32 ZeRO-2 step (gpt2-fp32-z2-gas2-ranks2 rank 0, whose partition holds
+// the whole 38.6M-element embedding: -3.3% without it). Stage 0 is not a ZeRO optimizer:
+// torch's clip_grad_norm_ path (.float(), no copy of an fp32 gradient). With the optimizer
+// offloaded the norms are taken in the backward, as each gradient lands (stage_1_and_2.py
+// :1871), not here. The elements of the largest piece on `rank`: over DeepSpeed's one flat
+// group of all parameters at stages 1-2 (zrepro's engine takes its pieces per layer, the same
+// on one rank), over the parameter slices at stage 3; 0 at stage 0.
+int64_t norm_copy_numel(const std::vector<const LayerLayout*>& layers, int world_size, int rank);
 
 // [Note: ZeRO-3 gathers every parameter to hook it] DeepSpeed 0.19.8's stage-3 optimizer
 // registers each parameter's gradient hook with the parameter gathered whole

@@ -255,7 +255,7 @@ TEST(Cli, OneRunAtATimePerOutFolder) {
   EXPECT_EQ(s["steps"].size(), 800u);  // the first run's, whole
   std::ifstream m(o + "/metrics.jsonl");
   int lines = 0;
-  for (std::string line; std::getline(m, line); ++lines) EXPECT_NO_THROW((void)json::parse(line)) << line;
+  for (std::string line; std::getline(m, line); ++lines) EXPECT_TRUE(json::accept(line)) << line;
   EXPECT_GT(lines, 0);
   // A later run moves the first run's files aside instead of writing beside them: here
   // also a hang's report and flight dumps, as a hung run records them in its manifest.
@@ -338,14 +338,15 @@ TEST(Cli, OddInputToTheNewerCommandsEndsWithAnExitCodeNotAnAbort) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30) << "the run started";
   r = zrepro_test::shell("mkdir -p " + out + "/ro && chmod 555 " + out + "/ro && " + std::string(ZREPRO_BIN) +
                          " check --run " + out + "/ok --save " + out + "/ro/b.json 2>&1; echo \"exit=$?\"");
-  if (::geteuid() != 0)  // root writes through a read-only mode
+  if (::geteuid() != 0) {  // root writes through a read-only mode
     EXPECT_NE(r.output.find("exit=12"), std::string::npos) << r.output;
+  }
   EXPECT_EQ(r.output.find("exit=134"), std::string::npos) << r.output;
   std::ofstream(out + "/latin1.log", std::ios::binary)
       << "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB \xe9\xff\xfe\n";
   r = cli("diagnose --json " + out + "/latin1.log");
   EXPECT_TRUE(r.code == 0 || r.code == 7) << r.code << "\n" << r.output;
-  EXPECT_NO_THROW((void)json::parse(r.output.substr(r.output.find('{')))) << r.output;
+  EXPECT_TRUE(json::accept(r.output.substr(r.output.find('{')))) << r.output;
   r = zrepro_test::shell("cp " + cfg + " " + out + "/$(printf 'c\\377fg.json') && cd " + out + " && " +
                          std::string(ZREPRO_BIN) + " config --json --config $(printf 'c\\377fg.json') 2>&1; echo \"exit=$?\"");
   EXPECT_NE(r.output.find("exit=0"), std::string::npos) << r.output;
@@ -547,6 +548,8 @@ TEST(Cli, AnOutputThatCannotBeWrittenEndsTheRunAsAnIoFailure) {
   for (const auto& e : std::filesystem::directory_iterator(o)) {
     const std::string name = e.path().filename().string();
     EXPECT_EQ(name.find(".tmp."), std::string::npos) << name;
-    if (name == "summary.json") EXPECT_NO_THROW((void)read_json(e.path().string()));  // whole, if there at all
+    if (name == "summary.json") {
+      EXPECT_NO_THROW((void)read_json(e.path().string()));  // whole, if there at all
+    }
   }
 }

@@ -62,8 +62,9 @@ TEST(Verify, TokenNormalisationHoldsOnPaddedBatchesAndPerMicroBatchMeansDiffer) 
                           what.find("offload") != std::string::npos;
     const bool contrast = what.find("token-normalised") != std::string::npos;
     EXPECT_EQ(line["status"], regroups && !contrast ? "FAIL" : "PASS") << line.dump();
-    if (regroups && !contrast)
+    if (regroups && !contrast) {
       EXPECT_NE(line["note"].get<std::string>().find("--loss-normalization token"), std::string::npos) << line.dump();
+    }
   }
   EXPECT_EQ(mc[7]["check"], "micro 4 x gas 2 vs micro 8 x gas 1, token-normalised");
 }

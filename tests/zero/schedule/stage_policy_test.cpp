@@ -1,6 +1,8 @@
 // The stage policy as one table ([Note: which stage shards what]), and the per-rank
 // model-state bytes it implies through LayerLayout against the ZeRO paper's formulas
 // (psi parameters, N ranks, 16-bit parameters and gradients, fp32 Adam: 2 + 2 + 12).
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "zero/schedule/buffer_policy.h"
@@ -91,6 +93,29 @@ TEST(StagePolicy, Stage2HoldsDeepSpeedsWholeParameterPartition) {
   // Stage 1 holds the full gradient, stage 3 partitions per parameter: no overhang.
   const LayerLayout a1 = layer_layout({6, 10}, stage_policy(1), 2, 0), b1 = layer_layout({4}, stage_policy(1), 2, 0);
   EXPECT_EQ(grad_overhang_numel({&a1, &b1}, 2, 0), 0);
+}
+
+TEST(LayerLayout, TheNormCopiesOnePieceOfDeepSpeedsPartitionAtATime) {
+  // [Note: the gradient norm's fp64 copies] Parameters {6, 10} and {4} on 2 ranks at
+  // stage 2: DeepSpeed's one flat group [0, 20) cut at 10 gives rank 0 the pieces 6 and 4
+  // (param 10's first part), rank 1 the pieces 6 and 4: the largest is 6 on both.
+  const LayerLayout a = layer_layout({6, 10}, stage_policy(2), 2, 0), b = layer_layout({4}, stage_policy(2), 2, 0);
+  EXPECT_EQ(norm_copy_numel({&a, &b}, 2, 0), 6);
+  EXPECT_EQ(norm_copy_numel({&a, &b}, 2, 1), 6);
+  // On one rank every parameter is whole.
+  const LayerLayout a1 = layer_layout({6, 10}, stage_policy(1), 1, 0), b1 = layer_layout({4}, stage_policy(1), 1, 0);
+  EXPECT_EQ(norm_copy_numel({&a1, &b1}, 1, 0), 10);
+  // zrepro's engine cuts per layer: layer a's flat [0, 16) halves at 8, rank 0 holds 6 and 2.
+  EXPECT_EQ(a.norm_pieces(0), (std::vector<int64_t>{6, 2}));
+  EXPECT_EQ(a.norm_pieces(1), (std::vector<int64_t>{8}));
+  // Stage 3: each parameter's slice (padded to the world size, halved).
+  const LayerLayout a3 = layer_layout({6, 11}, stage_policy(3), 2, 0);
+  EXPECT_EQ(norm_copy_numel({&a3}, 2, 1), 6);
+  EXPECT_EQ(a3.norm_pieces(1), (std::vector<int64_t>{3, 6}));
+  // Stage 0 is not a ZeRO optimizer: one norm of the share, no fp64 copy.
+  const LayerLayout a0 = layer_layout({6, 10}, stage_policy(0), 2, 0);
+  EXPECT_EQ(norm_copy_numel({&a0}, 2, 0), 0);
+  EXPECT_TRUE(a0.norm_pieces(0).empty());
 }
 
 TEST(BufferPolicy, FollowsTheZeroConfig) {
