@@ -69,11 +69,12 @@ TEST(CpuPhases, TodaysPlanIsWithinThreePercentOfRealDeepSpeedInEveryPhase) {
       const double m = row["peak_bytes"];
       ASSERT_TRUE(today.count(phase)) << name << " " << phase;
       const double e = (today[phase] - m) / m;
-      if (const CpuGap* g = cpu_gap(name, phase))
+      if (const CpuGap* g = cpu_gap(name, phase)) {
         EXPECT_LE(std::abs(e), std::abs(g->error) + 0.005) << name << " " << phase << ": " << g->why;
-      else
+      } else {
         EXPECT_LE(std::abs(e), kCpuBand) << name << " " << phase << ": today's plan " << today[phase]
-                                      << " bytes, DeepSpeed's " << m << " (" << 100 * e << "%)";
+                                         << " bytes, DeepSpeed's " << m << " (" << 100 * e << "%)";
+      }
       ++compared;
       two_rank_rows += c.value("world_size", 1) == 2;
       moe_rows += name.rfind("mixtral", 0) == 0;

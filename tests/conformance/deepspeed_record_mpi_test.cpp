@@ -396,10 +396,11 @@ TEST(DeepSpeedRecord, RealWorldConfigsResolveAsInDeepSpeed) {
       }
       const json& theirs = k["deepspeed"];
       if (key.find("pin_memory") != std::string::npos && theirs.is_null()) continue;  // no offload
-      if (theirs.is_number() && v.is_number())
+      if (theirs.is_number() && v.is_number()) {
         EXPECT_DOUBLE_EQ(v.get<double>(), theirs.get<double>()) << name << " " << key;
-      else
+      } else {
         EXPECT_EQ(v, theirs) << name << " " << key;
+      }
     }
   }
 }

@@ -157,11 +157,12 @@ TEST_P(GpuRecord, TodaysPlanIsWithinThreePercentOfRealDeepSpeed) {
       if (!today.count(phase)) continue;
       const double e = (today.at(phase) - m) / m;
       const KnownGap* gap = known_gap(c["name"], phase);
-      if (gap)
+      if (gap) {
         EXPECT_LE(std::abs(e), std::abs(gap->error) + 0.005) << c["name"] << " " << phase << ": " << gap->why;
-      else
+      } else {
         EXPECT_LE(std::abs(e), kBand) << c["name"] << " " << phase << ": today's plan " << today.at(phase)
                                       << " bytes against DeepSpeed's measured " << m << " (" << 100 * e << "%)";
+      }
       ++compared;
     }
   }

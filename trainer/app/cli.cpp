@@ -92,9 +92,10 @@ bool checkpointing_from(const cxxopts::ParseResult& r) {
 }
 
 ModelOverrides overrides_from(const cxxopts::ParseResult& r) {
-  ModelOverrides o{opt<int64_t>(r, "vocab"),  opt<int64_t>(r, "seq"),   opt<int64_t>(r, "hidden"),
-                   opt<int64_t>(r, "layers"), opt<int64_t>(r, "heads"), opt<int64_t>(r, "intermediate"),
-                   opt<std::string>(r, "attn")};
+  ModelOverrides o;
+  o.vocab = opt<int64_t>(r, "vocab"), o.seq = opt<int64_t>(r, "seq"), o.hidden = opt<int64_t>(r, "hidden");
+  o.layers = opt<int64_t>(r, "layers"), o.heads = opt<int64_t>(r, "heads");
+  o.intermediate = opt<int64_t>(r, "intermediate"), o.attention = opt<std::string>(r, "attn");
   if (r.count("output-router-logits")) o.output_router_logits = true;
   o.router_aux_loss_coef = opt<double>(r, "router-aux-loss-coef");
   if (!o.seq)

@@ -28,13 +28,8 @@ constexpr const char* kLayoutVersion = "0.19.8";
 
 std::string tag_of(int64_t step) { return "global_step" + std::to_string(step); }
 
-std::string model_states_name(int stage, int rank) {
-  return stage == 3 ? "zero_pp_rank_" + std::to_string(rank) + "_mp_rank_00_model_states.pt"
-                    : "mp_rank_00_model_states.pt";
-}
 std::string optim_states_name(const DsConfig& cfg, int rank) {
-  return std::string(cfg.precision == Precision::bf16 ? "bf16_" : "") + "zero_pp_rank_" + std::to_string(rank) +
-         "_mp_rank_00_optim_states.pt";
+  return optim_states_file(rank, cfg.precision == Precision::bf16);
 }
 
 IValue json_to_ivalue(const json& j) {
@@ -152,6 +147,7 @@ c10::impl::GenericDict slice_mappings(const ModelSpec& spec, const std::vector<i
 
 c10::impl::GenericDict optim_states(ZeroEngine& engine, const ModelSpec& spec, const DsConfig& cfg) {
   const int stage = static_cast<int>(cfg.zero.stage), world = engine.comm().world_size(), rank = engine.comm().rank();
+  const CheckpointLayout layout = checkpoint_layout(stage, world);
   const ZeroEngine::Counters c = engine.counters();
   std::vector<int64_t> numels;
   for (const auto& p : checkpoint_params(spec)) numels.push_back(p.numel);
@@ -159,25 +155,25 @@ c10::impl::GenericDict optim_states(ZeroEngine& engine, const ModelSpec& spec, c
   sd.insert("loss_scaler", loss_scaler_object(cfg, c.scaler));
   sd.insert("dynamic_loss_scale", cfg.precision == Precision::fp16 && cfg.fp16.loss_scale == 0);
   sd.insert("overflow", false);
-  if (stage == 3) {
+  if (layout.partition == DsPartitionForm::parameter_slices) {
     // DeepSpeed's partition is this rank's shards back to back: nothing moves between ranks.
     const torch::Tensor master = model_flat(engine, 0, false), m = model_flat(engine, 1, false),
                         v = model_flat(engine, 2, false);
-    sd.insert("zero_stage", int64_t{3});
+    sd.insert("zero_stage", int64_t{stage});
     sd.insert("partition_count", int64_t{world});
-    sd.insert("optimizer_state_dict", ds_adam_state(cfg, c.adam_steps, c.lr_iteration, m, v));
-    sd.insert("fp32_flat_groups", c10::List<torch::Tensor>({master}));
+    sd.insert(layout.torch_optimizer_key, ds_adam_state(cfg, c.adam_steps, c.lr_iteration, m, v));
+    sd.insert(layout.fp32_partitions_key, c10::List<torch::Tensor>({master}));
     return sd;
   }
   const torch::Tensor master = model_flat(engine, 0, true), m = model_flat(engine, 1, true),
                       v = model_flat(engine, 2, true);
   DeviceMemory::HostScope host;
-  const torch::Tensor mine = ds_partition(master, numels, stage, world, rank, false);
+  const torch::Tensor mine = ds_partition(master, numels, layout, rank, false);
   const FlatPartition whole = partition_flat(master.numel(), world);
   sd.insert("clip_grad", cfg.gradient_clipping);
-  sd.insert("base_optimizer_state", ds_adam_state(cfg, c.adam_steps, c.lr_iteration, ds_partition(m, numels, stage, world, rank, true),
-                                                     ds_partition(v, numels, stage, world, rank, true)));
-  sd.insert("single_partition_of_fp32_groups", c10::List<torch::Tensor>({mine}));
+  sd.insert(layout.torch_optimizer_key, ds_adam_state(cfg, c.adam_steps, c.lr_iteration, ds_partition(m, numels, layout, rank, true),
+                                                         ds_partition(v, numels, layout, rank, true)));
+  sd.insert(layout.fp32_partitions_key, c10::List<torch::Tensor>({mine}));
   c10::impl::GenericList mappings(c10::AnyType::get());
   mappings.push_back(slice_mappings(spec, numels, whole, rank));
   sd.insert("param_slice_mappings", mappings);
@@ -219,7 +215,7 @@ IValue lr_scheduler_state(const DsConfig& cfg, ZeroEngine& engine) {
 
 c10::impl::GenericDict model_states(ZeroEngine& engine, const ModelSpec& spec, const DsConfig& cfg,
                                     const CheckpointMeta& meta) {
-  const int stage = static_cast<int>(cfg.zero.stage);
+  const CheckpointLayout layout = checkpoint_layout(static_cast<int>(cfg.zero.stage), engine.comm().world_size());
   const std::vector<CheckpointParam> params = checkpoint_params(spec);
   // module: the 16-bit parameters (stage 3: DeepSpeed's partitioned parameters are [0]).
   c10::impl::GenericDict module(c10::StringType::get(), c10::TensorType::get());
@@ -227,11 +223,12 @@ c10::impl::GenericDict model_states(ZeroEngine& engine, const ModelSpec& spec, c
   {
     DeviceMemory::HostScope host;
     std::vector<std::vector<torch::Tensor>> values;
-    for (ParamGroup* g : engine.groups()) values.push_back(stage == 3 ? std::vector<torch::Tensor>() : g->params());
+    for (ParamGroup* g : engine.groups()) values.push_back(layout.module_holds_values ? g->params() : std::vector<torch::Tensor>());
     std::vector<size_t> next(values.size(), 0);
     for (const CheckpointParam& p : params) {
-      const torch::Tensor v = stage == 3 ? torch::empty({0}, torch::TensorOptions().dtype(engine.groups()[p.group]->owned_params().scalar_type()))
-                                         : values[p.group][next[p.group]++].detach().to(torch::kCPU).clone();
+      const torch::Tensor v = layout.module_holds_values
+                                  ? values[p.group][next[p.group]++].detach().to(torch::kCPU).clone()
+                                  : torch::empty({0}, torch::TensorOptions().dtype(engine.groups()[p.group]->owned_params().scalar_type()));
       module.insert(p.name, v);
       shapes.insert(p.name, c10::List<int64_t>(p.shape));
       if (p.name == "model.embed_tokens.weight" && spec.tied) module.insert(tied_head_name(spec), v);
@@ -246,11 +243,11 @@ c10::impl::GenericDict model_states(ZeroEngine& engine, const ModelSpec& spec, c
   sd.insert("param_shapes", shape_groups);
   // Stage 1 saves no frozen-parameter entries (DeepSpeed: only when gradients are partitioned).
   auto empty = [] { return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get()); };
-  sd.insert("frozen_param_shapes", stage == 1 ? IValue() : IValue(empty()));
+  sd.insert("frozen_param_shapes", layout.frozen_param_entries ? IValue(empty()) : IValue());
   c10::impl::GenericDict shared(c10::StringType::get(), c10::StringType::get());
   if (spec.tied) shared.insert(tied_head_name(spec), std::string("model.embed_tokens.weight"));
   sd.insert("shared_params", shared);
-  sd.insert("frozen_param_fragments", stage == 1 ? IValue() : IValue(empty()));
+  sd.insert("frozen_param_fragments", layout.frozen_param_entries ? IValue(empty()) : IValue());
   sd.insert("lr_scheduler", lr_scheduler_state(cfg, engine));
   sd.insert("data_sampler", IValue());
   sd.insert("random_ltd", IValue());
@@ -277,7 +274,7 @@ void barrier(Communicator& comm, const std::string& label) {
 }  // namespace
 
 void check_checkpointable(const DsConfig& cfg, const std::string& flag, bool stand_in_peers) {
-  if (cfg.zero.stage == 0)
+  if (!has_zero_checkpoint(static_cast<int>(cfg.zero.stage)))
     throw ConfigError(flag + ": zero_optimization.stage is 0: zrepro writes and reads DeepSpeed's ZeRO checkpoints "
                       "(stages 1-3); at stage 0 DeepSpeed saves the torch optimizer's own state_dict instead, which "
                       "zrepro does not write yet. Use stage 1 or above for the checkpoint runs");
@@ -289,7 +286,8 @@ void check_checkpointable(const DsConfig& cfg, const std::string& flag, bool sta
 std::string save_checkpoint(ZeroEngine& engine, const ModelSpec& spec, const DsConfig& cfg, const std::string& dir,
                             const CheckpointMeta& meta) {
   Communicator& comm = engine.comm();
-  const int stage = static_cast<int>(cfg.zero.stage), rank = comm.rank();
+  const int rank = comm.rank();
+  const CheckpointLayout layout = checkpoint_layout(static_cast<int>(cfg.zero.stage), comm.world_size());
   const std::string folder = dir + "/" + tag_of(meta.global_steps);
   std::error_code ec;
   std::filesystem::create_directories(folder, ec);
@@ -302,8 +300,8 @@ std::string save_checkpoint(ZeroEngine& engine, const ModelSpec& spec, const DsC
   {
     DeviceMemory::HostScope host;
     write_pt(folder + "/" + optim_states_name(cfg, rank), file);
-    if (stage == 3 || rank == 0)
-      write_pt(folder + "/" + model_states_name(stage, rank), model_states(engine, spec, cfg, meta), true);
+    if (layout.writes_model_states(rank))
+      write_pt(folder + "/" + layout.model_states_file(rank), model_states(engine, spec, cfg, meta), true);
   }
   // `latest` names the tag only once every rank's files are complete.
   barrier(comm, "checkpoint written");
@@ -379,14 +377,16 @@ void read_tag(const std::string& dir, bool universal, Resumed& r) {
 // DIR/latest, the model-states file: the world size (DeepSpeed's refusal, unless the
 // checkpoint is universal: then every rank reads rank 0's file), the counters and the
 // parameters, which must be this run's model's.
-void read_model_states(const ModelSpec& spec, int stage, int world, int rank, const std::string& dir,
+void read_model_states(const ModelSpec& spec, const CheckpointLayout& layout, int rank, const std::string& dir,
                        bool universal, ReadCheckpoint& out) {
   Resumed& r = out.r;
   read_tag(dir, universal, r);
-  const std::string mfile = r.folder + "/" + model_states_name(stage, stage == 3 && !universal ? rank : 0);
-  if (stage == 3 && !std::filesystem::exists(mfile) && std::filesystem::exists(r.folder + "/" + model_states_name(1, 0)))
-    throw ConfigError("--resume " + dir + ": " + r.tag + " was saved at ZeRO stage 1 or 2 (one " +
-                      model_states_name(1, 0) + "), this run is stage 3: resume at the stage it was saved with");
+  const int world = layout.world;
+  const std::string mfile = r.folder + "/" + layout.model_states_file(universal ? 0 : rank);
+  const std::string one_file = checkpoint_layout(1, world).model_states_file(0);  // stages 1-2's
+  if (layout.per_rank_model_states && !std::filesystem::exists(mfile) && std::filesystem::exists(r.folder + "/" + one_file))
+    throw ConfigError("--resume " + dir + ": " + r.tag + " was saved at ZeRO stage 1 or 2 (one " + one_file +
+                      "), this run is stage 3: resume at the stage it was saved with");
   const c10::impl::GenericDict ms = read_pt(mfile).toGenericDict();
   const int64_t saved_world = dict_at(ms, "dp_world_size", mfile).toInt();
   if (saved_world != world && !universal)
@@ -423,10 +423,11 @@ void read_model_states(const ModelSpec& spec, int stage, int world, int rank, co
 
 // The optimizer states: this rank's file (stage 3), every rank's (stages 1-2: the ranges
 // zrepro's per-layer partitions need lie in several).
-void read_optimizer_states(const DsConfig& cfg, int stage, int world, int rank, const std::string& dir,
+void read_optimizer_states(const DsConfig& cfg, const CheckpointLayout& layout, int rank, const std::string& dir,
                            ReadCheckpoint& out) {
-  for (int q = 0; q < world; ++q) {
-    if (stage == 3 && q != rank) {
+  const int stage = layout.stage;
+  for (int q = 0; q < layout.world; ++q) {
+    if (!layout.reads_optimizer_file(q, rank)) {
       out.master.emplace_back(), out.m.emplace_back(), out.v.emplace_back();
       continue;
     }
@@ -439,7 +440,7 @@ void read_optimizer_states(const DsConfig& cfg, int stage, int world, int rank, 
     if (saved_stage != stage)
       throw ConfigError("--resume " + dir + ": the checkpoint was saved at ZeRO stage " + std::to_string(saved_stage) +
                         ", this run is stage " + std::to_string(stage) + ": resume at the stage it was saved with");
-    const RankStates rs = rank_states(osd, stage, ofile);
+    const RankStates rs = rank_states(osd, layout, ofile);
     out.adam_steps = adam_step_of(rs.step);
     out.master.push_back(rs.master), out.m.push_back(rs.m), out.v.push_back(rs.v);
     if (q == rank) out.scaler = dict_at(osd, "loss_scaler", ofile);
@@ -448,7 +449,7 @@ void read_optimizer_states(const DsConfig& cfg, int stage, int world, int rank, 
 
 // Into the engine, layer by layer: the owned states, then the parameters from the master;
 // then the counters.
-void load_into_engine(ZeroEngine& engine, int stage, const ReadCheckpoint& in) {
+void load_into_engine(ZeroEngine& engine, const ReadCheckpoint& in) {
   const int world = engine.comm().world_size(), rank = engine.comm().rank();
   const bool whole = in.all_master.defined(), universal = in.r.universal;
   int64_t offset = 0, shard_offset = 0;
@@ -510,10 +511,11 @@ std::optional<std::string> latest_tag(const std::string& dir, bool universal) {
 
 Resumed load_checkpoint(ZeroEngine& engine, const ModelSpec& spec, const DsConfig& cfg, const std::string& dir) {
   Communicator& comm = engine.comm();
-  const int stage = static_cast<int>(cfg.zero.stage), world = comm.world_size(), rank = comm.rank();
+  const int rank = comm.rank();
+  const CheckpointLayout layout = checkpoint_layout(static_cast<int>(cfg.zero.stage), comm.world_size());
   DeviceMemory::HostScope host;  // what is read sits in host memory until it is loaded
   ReadCheckpoint in;
-  read_model_states(spec, stage, world, rank, dir, cfg.load_universal, in);
+  read_model_states(spec, layout, rank, dir, cfg.load_universal, in);
   if (cfg.load_universal) {
     in.params = checkpoint_params(spec);
     const UniversalStates u = read_universal_global(in.r.folder, in.params.front().name, "--resume " + dir);
@@ -521,14 +523,14 @@ Resumed load_checkpoint(ZeroEngine& engine, const ModelSpec& spec, const DsConfi
     in.scaler = u.loss_scaler;
     in.r.universal = true;
   } else {
-    read_optimizer_states(cfg, stage, world, rank, dir, in);
-    if (stage < 3) {
-      in.all_master = natural_from_ds_partitions(in.master, in.numels, stage, world);
-      in.all_m = natural_from_ds_partitions(in.m, in.numels, stage, world);
-      in.all_v = natural_from_ds_partitions(in.v, in.numels, stage, world);
+    read_optimizer_states(cfg, layout, rank, dir, in);
+    if (layout.partition == DsPartitionForm::whole_model_ranges) {
+      in.all_master = natural_from_ds_partitions(in.master, in.numels, layout);
+      in.all_m = natural_from_ds_partitions(in.m, in.numels, layout);
+      in.all_v = natural_from_ds_partitions(in.v, in.numels, layout);
     }
   }
-  load_into_engine(engine, stage, in);
+  load_into_engine(engine, in);
   barrier(comm, "checkpoint loaded");
   return in.r;
 }

@@ -62,10 +62,11 @@ std::vector<CheckpointParam> checkpoint_params(const ModelSpec& m) {
 
 std::string tied_head_name(const ModelSpec& m) { return m.tied ? "lm_head.weight" : ""; }
 
-torch::Tensor ds_partition(const torch::Tensor& natural, const std::vector<int64_t>& numels, int stage, int world,
-                           int rank, bool keep_padding) {
+torch::Tensor ds_partition(const torch::Tensor& natural, const std::vector<int64_t>& numels,
+                           const CheckpointLayout& layout, int rank, bool keep_padding) {
   const auto opts = natural.options();
-  if (stage < 3) {
+  const int world = layout.world;
+  if (layout.partition == DsPartitionForm::whole_model_ranges) {
     const FlatPartition p = partition_flat(natural.numel(), world);
     const int64_t lo = p.begin(rank), hi = std::min(lo + p.partition_numel, natural.numel());
     torch::Tensor mine = hi > lo ? natural.narrow(0, lo, hi - lo) : torch::empty({0}, opts);
@@ -87,11 +88,12 @@ torch::Tensor ds_partition(const torch::Tensor& natural, const std::vector<int64
 }
 
 torch::Tensor natural_from_ds_partitions(const std::vector<torch::Tensor>& parts, const std::vector<int64_t>& numels,
-                                         int stage, int world) {
+                                         const CheckpointLayout& layout) {
+  const int world = layout.world;
   int64_t total = 0;
   for (int64_t n : numels) total += n;
   const auto opts = parts.front().options();
-  if (stage < 3) {
+  if (layout.partition == DsPartitionForm::whole_model_ranges) {
     // Each rank's part padded or not, the padding only at the tail of the whole: concatenated,
     // the first `total` elements are the flat.
     std::vector<torch::Tensor> flat(parts.begin(), parts.end());

@@ -18,6 +18,7 @@
 
 #include <torch/torch.h>
 
+#include "trainer/checkpoint/file_layout.h"
 #include "trainer/config/model_spec.h"
 #include "zero/schedule/layer_layout.h"
 
@@ -39,13 +40,13 @@ std::vector<CheckpointParam> checkpoint_params(const ModelSpec& m);
 std::string tied_head_name(const ModelSpec& m);
 
 // DeepSpeed's partition `rank` of the whole model's flat values `natural` (the parameters
-// back to back in checkpoint_params order) at `stage`; keep_padding: with the zeros that
-// fall in it (the optimizer moments), else without (stage 1-2's fp32 partition).
-torch::Tensor ds_partition(const torch::Tensor& natural, const std::vector<int64_t>& numels, int stage, int world,
-                           int rank, bool keep_padding);
+// back to back in checkpoint_params order) in the layout's form; keep_padding: with the
+// zeros that fall in it (the optimizer moments), else without (stage 1-2's fp32 partition).
+torch::Tensor ds_partition(const torch::Tensor& natural, const std::vector<int64_t>& numels,
+                           const CheckpointLayout& layout, int rank, bool keep_padding);
 // The whole model's flat values from every rank's partition (padded or not), in rank order.
 torch::Tensor natural_from_ds_partitions(const std::vector<torch::Tensor>& parts, const std::vector<int64_t>& numels,
-                                         int stage, int world);
+                                         const CheckpointLayout& layout);
 
 // zrepro's owned piece of a layer (ParamGroup::owned_params' layout, zeros where padding)
 // from the layer's full values, and the layer's full values from every rank's owned piece

@@ -53,11 +53,15 @@ SavedZero find_saved(const std::string& in, const std::string& flag) {
       dict_at(read_pt(s.optim_files[0]).toGenericDict(), "optimizer_state_dict", s.optim_files[0]).toGenericDict();
   auto zs = osd.find("zero_stage");
   s.stage = zs == osd.end() ? 1 : zero_stage_of(zs->value());
-  s.model_files = s.stage == 3 ? rank_files(in, std::regex(R"(zero_pp_rank_(\d+)_mp_rank_00_model_states\.pt)"))
-                               : rank_files(in, std::regex(R"(mp_rank_(\d+)_model_states\.pt)"));
+  if (!has_zero_checkpoint(s.stage))
+    throw ConfigError(flag + " " + in + ": " + s.optim_files[0] + " says zero_stage " + std::to_string(s.stage) +
+                      "; a ZeRO checkpoint is of stage 1, 2 or 3");
+  s.world = static_cast<int>(s.optim_files.size());
+  s.layout = checkpoint_layout(s.stage, s.world);
+  s.model_files = rank_files(in, std::regex(s.layout.model_states_pattern()));
   if (s.model_files.empty())
     throw ConfigError(flag + " " + in + ": no model-states file (" +
-                      (s.stage == 3 ? "zero_pp_rank_0_mp_rank_00_model_states.pt" : "mp_rank_00_model_states.pt") +
+                      s.layout.model_states_file(0) +
                       ") beside the optimizer files");
   s.model_states = read_pt(s.model_files[0]).toGenericDict();
   s.params = saved_params(s.model_states, s.model_files[0]);
@@ -68,16 +72,17 @@ SavedZero find_saved(const std::string& in, const std::string& flag) {
 // zero/optimizer_state.pt: the optimizer's global state. Stages 1-2: the file's
 // optimizer_state_dict without its partitions, plus the param groups; stage 3: all of it,
 // plus the torch optimizer's param groups (the script's _save_optimizer_state[_stage3]).
-c10::impl::GenericDict global_state(const c10::impl::GenericDict& optimizer, int stage, const std::string& file) {
+c10::impl::GenericDict global_state(const c10::impl::GenericDict& optimizer, const CheckpointLayout& layout,
+                                    const std::string& file) {
   c10::impl::GenericDict out = str_dict();
+  const bool ranges = layout.partition == DsPartitionForm::whole_model_ranges;
   for (const auto& kv : optimizer) {
     const std::string& k = kv.key().toStringRef();
-    if (stage < 3 && (k == "base_optimizer_state" || k == "param_slice_mappings" ||
-                      k == "single_partition_of_fp32_groups"))
+    if (ranges && (k == layout.torch_optimizer_key || k == "param_slice_mappings" || k == layout.fp32_partitions_key))
       continue;
     out.insert(k, plain(kv.value()));
   }
-  const IValue torch_sd = dict_at(optimizer, stage == 3 ? "optimizer_state_dict" : "base_optimizer_state", file);
+  const IValue torch_sd = dict_at(optimizer, layout.torch_optimizer_key, file);
   out.insert("param_groups", dict_at(torch_sd.toGenericDict(), "param_groups", file));
   return out;
 }
@@ -107,9 +112,8 @@ std::vector<CheckpointParam> saved_params(const c10::impl::GenericDict& model_st
   return out;
 }
 
-RankStates rank_states(const c10::impl::GenericDict& optimizer, int stage, const std::string& file) {
-  const c10::impl::GenericDict torch_sd =
-      dict_at(optimizer, stage == 3 ? "optimizer_state_dict" : "base_optimizer_state", file).toGenericDict();
+RankStates rank_states(const c10::impl::GenericDict& optimizer, const CheckpointLayout& layout, const std::string& file) {
+  const c10::impl::GenericDict torch_sd = dict_at(optimizer, layout.torch_optimizer_key, file).toGenericDict();
   const c10::impl::GenericDict states = dict_at(torch_sd, "state", file).toGenericDict();
   if (states.size() != 1)
     throw ConfigError(file + ": " + std::to_string(states.size()) + " optimizer parameter groups; zrepro reads "
@@ -120,28 +124,26 @@ RankStates rank_states(const c10::impl::GenericDict& optimizer, int stage, const
   r.step = dict_at(st, "step", file);
   r.m = dict_at(st, "exp_avg", file).toTensor();
   r.v = dict_at(st, "exp_avg_sq", file).toTensor();
-  r.master = dict_at(optimizer, stage == 3 ? "fp32_flat_groups" : "single_partition_of_fp32_groups", file)
-                 .toList().get(0).toTensor();
+  r.master = dict_at(optimizer, layout.fp32_partitions_key, file).toList().get(0).toTensor();
   return r;
 }
 
 SavedZero read_saved_zero(const std::string& folder, const std::string& flag, bool moments) {
   SavedZero s = find_saved(folder, flag);
-  s.world = static_cast<int>(s.optim_files.size());
   std::vector<torch::Tensor> master, m, v;
   for (int r = 0; r < s.world; ++r) {
     const std::string& file = s.optim_files[r];
     const c10::impl::GenericDict optimizer =
         dict_at(read_pt(file).toGenericDict(), "optimizer_state_dict", file).toGenericDict();
-    const RankStates rs = rank_states(optimizer, s.stage, file);
+    const RankStates rs = rank_states(optimizer, s.layout, file);
     s.master_partition_bytes += rs.master.numel() * rs.master.element_size();
     master.push_back(rs.master), m.push_back(rs.m), v.push_back(rs.v);
     if (r == 0) s.step = rs.step, s.first_optimizer = optimizer;
   }
-  s.master = natural_from_ds_partitions(master, s.numels, s.stage, s.world);
+  s.master = natural_from_ds_partitions(master, s.numels, s.layout);
   if (moments) {
-    s.exp_avg = natural_from_ds_partitions(m, s.numels, s.stage, s.world);
-    s.exp_avg_sq = natural_from_ds_partitions(v, s.numels, s.stage, s.world);
+    s.exp_avg = natural_from_ds_partitions(m, s.numels, s.layout);
+    s.exp_avg_sq = natural_from_ds_partitions(v, s.numels, s.layout);
   }
   return s;
 }
@@ -149,7 +151,7 @@ SavedZero read_saved_zero(const std::string& folder, const std::string& flag, bo
 UniversalConversion convert_to_universal(const std::string& input_folder, const std::string& output_folder,
                                          bool inject_missing_state) {
   const SavedZero s = read_saved_zero(input_folder, "--input-folder");
-  if (s.stage < 3 && !inject_missing_state) {
+  if (s.layout.universal_asks_checkpoint_info && !inject_missing_state) {
     const c10::impl::GenericDict& ms = s.model_states;
     auto info = ms.find("universal_checkpoint_info");
     if (info == ms.end() || info->value().isNone())
@@ -169,7 +171,7 @@ UniversalConversion convert_to_universal(const std::string& input_folder, const 
     if (ec) throw IoError("cannot create " + dir + ": " + ec.message());
     for (int k = 0; k < 3; ++k) {
       torch::Tensor t = all[k].narrow(0, offset, p.numel).clone();
-      if (s.stage == 3) {
+      if (!s.layout.universal_wraps_params) {
         write_pt(dir + "/" + state_names[k] + ".pt", t);
         continue;
       }
@@ -178,10 +180,10 @@ UniversalConversion convert_to_universal(const std::string& input_folder, const 
       d.insert("cat_dim", int64_t{0});
       write_pt(dir + "/" + state_names[k] + ".pt", d);
     }
-    if (s.stage < 3) write_pt(dir + "/step.pt", s.step);
+    if (s.layout.universal_wraps_params) write_pt(dir + "/step.pt", s.step);
     offset += p.numel;
   }
-  if (s.stage < 3) {
+  if (s.layout.module_holds_values) {
     // Module entries no optimizer state covers (a tied head): their 16-bit values as fp32.
     for (const auto& kv : dict_at(s.model_states, "module", s.model_files[0]).toGenericDict()) {
       const std::string dir = zero + "/" + kv.key().toStringRef();
@@ -192,7 +194,7 @@ UniversalConversion convert_to_universal(const std::string& input_folder, const 
       write_pt(dir + "/fp32.pt", d);
     }
   }
-  write_pt(zero + "/optimizer_state.pt", global_state(s.first_optimizer, s.stage, s.optim_files[0]));
+  write_pt(zero + "/optimizer_state.pt", global_state(s.first_optimizer, s.layout, s.optim_files[0]));
   for (const std::string& f : s.model_files)
     write_file_atomic(output_folder + "/" + fs::path(f).filename().string(),
                       read_user_file("--input-folder", f, "a DeepSpeed model-states file"));

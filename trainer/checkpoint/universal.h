@@ -41,7 +41,7 @@ struct RankStates {
   torch::Tensor master, m, v;
   c10::IValue step;
 };
-RankStates rank_states(const c10::impl::GenericDict& optimizer, int stage, const std::string& file);
+RankStates rank_states(const c10::impl::GenericDict& optimizer, const CheckpointLayout& layout, const std::string& file);
 
 // A ZeRO checkpoint's tag folder (DIR/global_stepN), read whole: what it was saved at, its
 // parameters (the model-states file's param_shapes: names and shapes, flat order; group -1)
@@ -49,6 +49,7 @@ RankStates rank_states(const c10::impl::GenericDict& optimizer, int stage, const
 // option that gave the folder in errors (ConfigError for a folder that is no checkpoint).
 struct SavedZero {
   int stage = 0, world = 0;
+  CheckpointLayout layout;  // of that stage and world
   std::vector<std::string> optim_files, model_files;  // rank order
   c10::impl::GenericDict model_states = c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get());
   std::vector<CheckpointParam> params;

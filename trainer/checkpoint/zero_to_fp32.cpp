@@ -81,7 +81,7 @@ Fp32Export zero_to_fp32(const std::string& save_dir, const std::string& out_dir,
     const int64_t anon = zero_to_fp32_anon_bytes(s.stage, api, s.master_partition_bytes, e.numel * 4, shards[i].bytes);
     e.peak_anon_bytes = std::max(e.peak_anon_bytes, anon);
     charge(anon, host_capacity, e,
-           api || s.stage < 3 ? "merging the whole model" : "merging shard " + std::to_string(i + 1) + " of " + std::to_string(shards.size()));
+           api || s.layout.partition == DsPartitionForm::whole_model_ranges ? "merging the whole model" : "merging shard " + std::to_string(i + 1) + " of " + std::to_string(shards.size()));
     c10::impl::GenericDict sd(c10::StringType::get(), c10::TensorType::get());
     for (size_t t : shards[i].tensors) {
       sd.insert(names[t], tensors[t].clone());

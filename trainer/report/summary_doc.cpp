@@ -150,7 +150,7 @@ Summary summary_example() {
   m.phases = {SummaryPhasePeak{"forward", 1, 1}};
   m.growth_bytes_per_step = {{"params", 0.0}};
   s.memory = SummaryMemory{100, {m}, {SummaryTimelinePoint{0, "forward", 1, {{"params", 1}}, true}}, json::object()};
-  s.comm = SummaryComm{{{"all_gather", 1.0}}, json::object(), 10.0};
+  s.comm = SummaryComm{{{"all_gather", 1.0}}, json::object(), 10.0, json()};
   s.offload = json::object();
   SummaryFailure f;
   f.kind = "oom";

@@ -26,11 +26,16 @@ TEST(Env, JsonHasEveryFieldWithThisMachinesValues) {
   EXPECT_GT(e["host"]["memory_total_bytes"].get<int64_t>(), 0);
   rlimit lim{};
   ASSERT_EQ(getrlimit(RLIMIT_MEMLOCK, &lim), 0);
-  if (lim.rlim_cur == RLIM_INFINITY) EXPECT_EQ(e["host"]["memlock_limit_bytes"], "unlimited");
-  else EXPECT_EQ(e["host"]["memlock_limit_bytes"].get<int64_t>(), static_cast<int64_t>(lim.rlim_cur));
+  if (lim.rlim_cur == RLIM_INFINITY) {
+    EXPECT_EQ(e["host"]["memlock_limit_bytes"], "unlimited");
+  } else {
+    EXPECT_EQ(e["host"]["memlock_limit_bytes"].get<int64_t>(), static_cast<int64_t>(lim.rlim_cur));
+  }
   EXPECT_GE(e["cpu"]["cores"].get<int>(), 1);
   // No GPU in CI: the block says why instead of failing.
-  if (e["cuda"]["gpus"].empty()) EXPECT_TRUE(e["cuda"]["note"].is_string()) << e["cuda"].dump();
+  if (e["cuda"]["gpus"].empty()) {
+    EXPECT_TRUE(e["cuda"]["note"].is_string()) << e["cuda"].dump();
+  }
 }
 
 TEST(Env, VersionLineAndHumanBlock) {
@@ -65,7 +70,9 @@ TEST(Env, BlasKernelsAreTheBestTheCpuAllowsUnlessTheUserChose) {
   if (k.is_null()) GTEST_SKIP() << "the BLAS is not OpenBLAS";
   const std::string best = zrepro::best_blas_core();
   EXPECT_GE(zrepro::blas_core_level(k["core"]), zrepro::blas_core_level(best)) << k.dump();
-  if (k["set_by"] == "zrepro") EXPECT_NE(k["core"], k["openblas_detected"]) << k.dump();
+  if (k["set_by"] == "zrepro") {
+    EXPECT_NE(k["core"], k["openblas_detected"]) << k.dump();
+  }
   const auto user = zrepro_test::shell("env -u ZREPRO_OPENBLAS_DETECTED OPENBLAS_CORETYPE=PRESCOTT " + bin +
                                        " env --json");
   ASSERT_EQ(user.code, 0) << user.output;

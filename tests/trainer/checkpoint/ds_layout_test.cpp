@@ -53,19 +53,19 @@ TEST(CheckpointLayout, ModuleNamesAreDeepSpeedsModelsInZreprosOrder) {
 TEST(CheckpointLayout, DeepSpeedsPartitionsAtEachStageAndTheirInverse) {
   const std::vector<int64_t> numels = {35, 7, 21, 3};
   const torch::Tensor natural = torch::arange(66, torch::kFloat) + 1;
-  EXPECT_EQ(ds_partition(natural, numels, 3, 2, 0, true).numel(), 35);
-  EXPECT_EQ(ds_partition(natural, numels, 2, 2, 0, true).numel(), 34);
-  EXPECT_EQ(ds_partition(natural, numels, 2, 2, 1, false).numel(), 32);
-  EXPECT_EQ(ds_partition(natural, numels, 2, 2, 1, true).numel(), 34);
-  EXPECT_EQ(ds_partition(natural, numels, 2, 2, 1, true)[33].item<float>(), 0.0f);
+  EXPECT_EQ(ds_partition(natural, numels, checkpoint_layout(3, 2), 0, true).numel(), 35);
+  EXPECT_EQ(ds_partition(natural, numels, checkpoint_layout(2, 2), 0, true).numel(), 34);
+  EXPECT_EQ(ds_partition(natural, numels, checkpoint_layout(2, 2), 1, false).numel(), 32);
+  EXPECT_EQ(ds_partition(natural, numels, checkpoint_layout(2, 2), 1, true).numel(), 34);
+  EXPECT_EQ(ds_partition(natural, numels, checkpoint_layout(2, 2), 1, true)[33].item<float>(), 0.0f);
   // Stage 3's rank 1: the second half of each padded parameter.
-  EXPECT_EQ(ds_partition(natural, numels, 3, 2, 1, true)[0].item<float>(), 19.0f);
+  EXPECT_EQ(ds_partition(natural, numels, checkpoint_layout(3, 2), 1, true)[0].item<float>(), 19.0f);
   for (int stage : {1, 2, 3})
     for (int world : {1, 2, 3, 4, 8})
       for (bool padded : {false, true}) {
         std::vector<torch::Tensor> parts;
-        for (int r = 0; r < world; ++r) parts.push_back(ds_partition(natural, numels, stage, world, r, padded || stage == 3));
-        EXPECT_TRUE(torch::equal(natural_from_ds_partitions(parts, numels, stage, world), natural))
+        for (int r = 0; r < world; ++r) parts.push_back(ds_partition(natural, numels, checkpoint_layout(stage, world), r, padded || stage == 3));
+        EXPECT_TRUE(torch::equal(natural_from_ds_partitions(parts, numels, checkpoint_layout(stage, world)), natural))
             << "stage " << stage << " world " << world << (padded ? " padded" : "");
       }
 }

@@ -70,8 +70,11 @@ void exercise_default(const VersionChange& c) {
   EXPECT_EQ(value_of(parse_at(kBase, c.since), c.key), c.after) << c.key;
   const std::string prev = previous(c.since);
   ASSERT_FALSE(prev.empty()) << c.key;
-  if (!c.before.is_null()) EXPECT_EQ(value_of(parse_at(kBase, prev), c.key), c.before) << c.key << " at " << prev;
-  else EXPECT_TRUE(value_of(parse_at(kBase, prev), c.key).is_null()) << c.key;
+  if (!c.before.is_null()) {
+    EXPECT_EQ(value_of(parse_at(kBase, prev), c.key), c.before) << c.key << " at " << prev;
+  } else {
+    EXPECT_TRUE(value_of(parse_at(kBase, prev), c.key).is_null()) << c.key;
+  }
 }
 
 void exercise_added(const VersionChange& c) {
@@ -207,8 +210,9 @@ TEST(DeepSpeedVersions, EveryEntryIsExercised) {
 TEST(DeepSpeedVersions, DefaultsAreLabelledWithTheirRelease) {
   const DsConfig c = parse_at(kBase, "0.19.5");
   for (const auto& e : c.entries)
-    if (e.path == "zero_optimization.offload_optimizer.pin_memory")
+    if (e.path == "zero_optimization.offload_optimizer.pin_memory") {
       EXPECT_EQ(e.note, "since DeepSpeed 0.19.5 (deepspeedai/DeepSpeed#8207)");
+    }
   EXPECT_EQ(parse_at(kBase, "0.19.4").deepspeed_version, "0.19.4");
   EXPECT_EQ(parse_ds_config(kBase.dump(), "t.json", {}).deepspeed_version, newest_deepspeed_version());
 }

@@ -94,7 +94,9 @@ TEST(StandInPeers, EqualEveryRankRunningForEveryStagePrecisionAndOffload) {
     expect_exact_stand_in(si, what);
     expect_same_steps(run.summary, si.summary, what);
     expect_same_subject(run.summary, si.summary, 3, what, std::string(c.offload) == "none" ? 0 : 40000);
-    if (c.stage > 0) EXPECT_GT(int(si.summary["virtual_ranks"]["stand_in"]["gathers_checked"]), 0) << what;
+    if (c.stage > 0) {
+      EXPECT_GT(int(si.summary["virtual_ranks"]["stand_in"]["gathers_checked"]), 0) << what;
+    }
     // It says what its figures rest on.
     EXPECT_NE(si.summary["virtual_ranks"]["note"].get<std::string>().find("Exact under the same-data rule"),
               std::string::npos);

@@ -142,8 +142,9 @@ TEST(Model, ParamCountsEqualHuggingFacesForEveryConfigAndPreset) {
     // Each preset of the same name is the same model.
     const std::string name = file.substr(0, file.size() - 5);
     const auto presets = model_preset_names();
-    if (std::find(presets.begin(), presets.end(), name) != presets.end())
+    if (std::find(presets.begin(), presets.end(), name) != presets.end()) {
       EXPECT_EQ(resolve_model(name).param_count(), count.get<int64_t>()) << name;
+    }
   }
 }
 

@@ -609,7 +609,9 @@ TEST(Planner, TheRankHoldingMostHasTheHighestPlanOfAllRanks) {
     const MemoryPlan chosen = plan_memory(req);
     EXPECT_EQ(chosen.peak_bytes + chosen.host_pinned_bytes + chosen.host_pageable_bytes, best_bytes) << json;
     req.rank.reset();
-    if (json == z3) EXPECT_EQ(best, 0);
+    if (json == z3) {
+      EXPECT_EQ(best, 0);
+    }
     const MemoryPlan unranked = plan_memory(req);
     EXPECT_EQ(unranked.peak_bytes + unranked.host_pinned_bytes + unranked.host_pageable_bytes, best_bytes) << json;
   }
