@@ -14,8 +14,17 @@
 # the toolkit's are used only with a CPU LibTorch (the NCCL backend must still build
 # there). A CUDA runtime of another major version than LibTorch's is refused.
 #
+# [Note: the pip LibTorch's CMake warnings] A pip wheel's TorchConfig.cmake warns about two
+# things that are not so for zrepro: "library kineto not found" (the profiler library is
+# linked into the wheel's libtorch_cpu, there is no libkineto beside it: kineto_LIBRARY
+# points TorchConfig at libtorch_cpu, linked anyway) and, when a CUDA toolkit is installed,
+# "pytorch is not compatible with CMAKE_CUDA_ARCHITECTURES" (zrepro compiles no CUDA code;
+# LibTorch's own kernels are in its libraries: said once, below). And the wheel ships its own
+# libgomp.so.1, which CMake says may hide the compiler's: zrepro links the wheel's
+# (ZREPRO_OPENMP_TARGET), the one LibTorch's libraries load at run time anyway.
+#
 # Sets: ZREPRO_TORCH_CUDA (bool), ZREPRO_CUDART_TARGET (a target or ""),
-#       ZREPRO_NCCL_INCLUDE_DIR / ZREPRO_NCCL_LIBRARY (or empty).
+#       ZREPRO_NCCL_INCLUDE_DIR / ZREPRO_NCCL_LIBRARY (or empty), ZREPRO_OPENMP_TARGET.
 
 # --- the LibTorch
 unset(ZREPRO_TORCH_CONFIG_DIR CACHE)  # searched afresh: the prefix path may have changed since the cache was made
@@ -36,8 +45,17 @@ if(ZREPRO_TORCH_CONFIG_DIR)
 endif()
 if(Torch_DIR)
   get_filename_component(Torch_ROOT "${Torch_DIR}/../../.." ABSOLUTE)
+  file(GLOB zrepro_kineto "${Torch_ROOT}/lib/libkineto*")
+  if(NOT zrepro_kineto AND EXISTS "${Torch_ROOT}/lib/libtorch_cpu.so")
+    set(kineto_LIBRARY "${Torch_ROOT}/lib/libtorch_cpu.so" CACHE FILEPATH
+        "kineto is inside libtorch_cpu ([Note: the pip LibTorch's CMake warnings])" FORCE)
+  endif()
 endif()
 find_package(Torch REQUIRED)
+if(DEFINED CMAKE_CUDA_ARCHITECTURES)
+  message(STATUS "zrepro: the CMAKE_CUDA_ARCHITECTURES warning above is LibTorch's own CMake speaking; zrepro "
+                 "compiles no CUDA code and LibTorch's kernels come built, so it changes nothing")
+endif()
 get_filename_component(zrepro_torch_prefix "${TORCH_INSTALL_PREFIX}" REALPATH)
 foreach(lib ${TORCH_LIBRARY} ${C10_LIBRARY} ${C10_CUDA_LIBRARY})
   get_filename_component(real "${lib}" REALPATH)
@@ -134,6 +152,16 @@ if(ZREPRO_NCCL_INCLUDE_DIR)
 else()
   set(zrepro_nccl_where "none")
 endif()
+# --- OpenMP: the wheel's libgomp where it ships one ([Note: the pip LibTorch's CMake warnings]).
+find_package(OpenMP REQUIRED)
+set(ZREPRO_OPENMP_TARGET OpenMP::OpenMP_CXX)
+if(EXISTS "${zrepro_torch_prefix}/lib/libgomp.so.1")
+  add_library(zrepro_openmp INTERFACE)
+  target_compile_options(zrepro_openmp INTERFACE ${OpenMP_CXX_FLAGS})
+  target_link_libraries(zrepro_openmp INTERFACE "${zrepro_torch_prefix}/lib/libgomp.so.1")
+  set(ZREPRO_OPENMP_TARGET zrepro_openmp)
+endif()
+
 message(STATUS "zrepro: LibTorch ${Torch_VERSION} at ${zrepro_torch_prefix} (${TORCH_LIBRARY}), "
                "CUDA: ${ZREPRO_TORCH_CUDA}")
 message(STATUS "zrepro: CUDA runtime: ${zrepro_cuda_where}")

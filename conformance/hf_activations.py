@@ -61,14 +61,20 @@ def decoder_layers(model):
     raise SystemExit("no decoder layers found (transformer.h or model.layers)")
 
 
-def measure(torch, transformers, model_name, attn, dtype, B, S):
-    cfg = transformers.AutoConfig.from_pretrained(os.path.join(MODELS, model_name + ".json"))
+def two_layer_config(transformers, path):
+    """The config.json at path with two decoder layers and no dropout."""
+    cfg = transformers.AutoConfig.from_pretrained(path)
     for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop", "attention_dropout", "hidden_dropout"):
         if hasattr(cfg, k):
             setattr(cfg, k, 0.0)
     for k in ("num_hidden_layers", "n_layer"):
         if hasattr(cfg, k):
             setattr(cfg, k, 2)
+    return cfg
+
+
+def measure(torch, transformers, model_name, attn, dtype, B, S):
+    cfg = two_layer_config(transformers, os.path.join(MODELS, model_name + ".json"))
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=attn, dtype=getattr(torch, dtype))
     model.config.use_cache = False

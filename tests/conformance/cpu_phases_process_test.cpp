@@ -47,7 +47,7 @@ const CpuGap* cpu_gap(const std::string& name, const std::string& phase) {
 }
 
 cpu_json cpu_record() {
-  std::ifstream in(std::string(ZREPRO_SOURCE_DIR) + "/conformance/results/cpu_phases.json");
+  std::ifstream in(std::string(ZREPRO_SOURCE_DIR).append("/conformance/results/cpu_phases.json"));
   return in ? cpu_json::parse(in) : cpu_json();
 }
 

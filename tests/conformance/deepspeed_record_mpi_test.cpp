@@ -20,18 +20,18 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-std::string results_dir() { return std::string(ZREPRO_SOURCE_DIR) + "/conformance/results"; }
+std::string results_dir() { return std::string(ZREPRO_SOURCE_DIR).append("/conformance/results"); }
 
 std::vector<std::string> recorded_cases() {
   std::vector<std::string> names;
   if (fs::is_directory(results_dir()))
     for (const auto& e : fs::directory_iterator(results_dir()))
       // Records with their own tests: below, trainer_schedules (training_args_test.cpp),
-      // hf_activations (tests/trainer/planner/hf_activations_test.cpp) and cpu_phases
-      // (cpu_phases_process_test.cpp).
+      // hf_activations (tests/trainer/planner/hf_activations_test.cpp), cpu_phases
+      // (cpu_phases_process_test.cpp) and hf_fake_activations (hf_fake_activations_test.cpp).
       if (e.path().extension() == ".json" &&
           !std::set<std::string>{"estimators", "configs", "checkpoints", "zero_to_fp32_memory", "trainer_schedules",
-                                 "hf_activations", "cpu_phases"}
+                                 "hf_activations", "cpu_phases", "hf_fake_activations"}
                .count(e.path().stem().string()))
         names.push_back(e.path().stem().string());
   std::sort(names.begin(), names.end());

@@ -39,7 +39,8 @@ constexpr double kSlackOtherLibTorch = 0.06;
 // "2.11" of "2.11.0": the release the activation tapes follow.
 std::string major_minor(const std::string& v) { return v.substr(0, v.find('.', v.find('.') + 1)); }
 
-std::string results_dir() { return std::string(ZREPRO_SOURCE_DIR) + "/conformance/results/gpu"; }
+// (Appended, not `std::string(...) + "..."`: GCC 12 warns falsely about that rvalue concatenation.)
+std::string results_dir() { return std::string(ZREPRO_SOURCE_DIR).append("/conformance/results/gpu"); }
 
 std::vector<std::string> records() {
   std::vector<std::string> names;

@@ -14,7 +14,7 @@
 
 namespace {
 
-const std::string kDir = std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios";
+const std::string kDir = std::string(ZREPRO_SOURCE_DIR).append("/configs/scenarios");
 
 // What a user would tell `zrepro diagnose` about the job a catalogue scenario stands for:
 // its model and device (the scenario's --model / --target-model, --device-memory /
@@ -239,7 +239,7 @@ TEST_P(AbPageInChromium, ShowsTheVerdictAndTheFigureTheFailureNeeds) {
   EXPECT_GE(ab_dom_attr(tag, "data-ymax") - ab_dom_attr(tag, "data-ymin"), 0.0199 * hi);
   // The screenshot, kept.
   std::filesystem::create_directories(ZREPRO_ARTEFACTS_DIR);
-  const std::string png = std::string(ZREPRO_ARTEFACTS_DIR) + "/ab-" + p.scenario + ".png";
+  const std::string png = std::string(ZREPRO_ARTEFACTS_DIR).append("/ab-") + p.scenario + ".png";
   std::filesystem::remove(png);
   const auto shot = zrepro_test::shell(browser + "--window-size=1280,1800 --screenshot=" + png + " file://" + out +
                                        "/ab.html 2>/dev/null");
@@ -252,7 +252,7 @@ TEST_P(AbPageInChromium, ShowsTheVerdictAndTheFigureTheFailureNeeds) {
   ASSERT_EQ(rdom.code, 0) << rdom.output;
   for (const auto& s : p.report_has) EXPECT_NE(rdom.output.find(s), std::string::npos) << p.scenario << " report: " << s;
   EXPECT_EQ(rdom.output.find("<td>–</td><td></td>"), std::string::npos) << "no table of dashes";
-  const std::string rpng = std::string(ZREPRO_ARTEFACTS_DIR) + "/report-" + p.scenario + ".png";
+  const std::string rpng = std::string(ZREPRO_ARTEFACTS_DIR).append("/report-") + p.scenario + ".png";
   std::filesystem::remove(rpng);
   ASSERT_EQ(zrepro_test::shell(browser + "--window-size=1100,2400 --screenshot=" + rpng + " file://" + page + " 2>/dev/null").code, 0);
   EXPECT_GT(std::filesystem::file_size(rpng), 20000u);

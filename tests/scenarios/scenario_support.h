@@ -13,7 +13,7 @@ using zrepro_test::expect_same_losses;
 using zrepro_test::RunResult;
 
 inline std::string scenario(const std::string& name, const std::string& file = "ds_config.json") {
-  return zrepro_test::read_text(std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/" + name + "/" + file);
+  return zrepro_test::read_text(std::string(ZREPRO_SOURCE_DIR).append("/configs/scenarios/") + name + "/" + file);
 }
 inline RunResult run(const std::string& name, const std::string& cfg, const std::string& args) {
   return zrepro_test::zrepro_run(name, cfg, args);

@@ -109,10 +109,10 @@ TEST(Scenario, MemlockLimit) {
   if (root && zrepro_test::shell("setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock true").code != 0)
     GTEST_SKIP() << "cannot drop CAP_IPC_LOCK here (setpriv missing)";
   const std::string dir = zrepro_test::fresh_dir("memlock");
-  const std::string src = std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/memlock-limit/";
+  const std::string src = std::string(ZREPRO_SOURCE_DIR).append("/configs/scenarios/memlock-limit/");
   const std::string drop = root ? "setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock " : "";
   auto limited = [&](const std::string& args) {
-    return zrepro_test::shell("sh -c 'ulimit -l 64 && " + drop + std::string(ZREPRO_BIN) + " " + args + "' 2>&1");
+    return zrepro_test::shell("sh -c 'ulimit -l 64 && " + drop + std::string(ZREPRO_BIN).append(" ") + args + "' 2>&1");
   };
   auto fail = limited("run --config " + src + "ds_config.json --steps 2 --out " + dir + "/o1");
   EXPECT_EQ(fail.code, 9) << fail.output;
@@ -135,7 +135,7 @@ TEST(Scenario, MemlockLimit) {
   EXPECT_EQ(ok.code, 0) << ok.output;
   // upgrade-pinned-default: the same failure, caused by 0.19.5's default, says so and
   // names the key; under 0.19.4 the same JSON runs (pageable buffers).
-  const std::string up = std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/upgrade-pinned-default/ds_config.json";
+  const std::string up = std::string(ZREPRO_SOURCE_DIR).append("/configs/scenarios/upgrade-pinned-default/ds_config.json");
   auto newer = limited("run --config " + up + " --deepspeed-version 0.19.5 --steps 2 --out " + dir + "/o3");
   EXPECT_EQ(newer.code, 9) << newer.output;
   EXPECT_NE(newer.output.find("pin_memory is true because the config does not set it"), std::string::npos) << newer.output;
@@ -165,7 +165,7 @@ TEST(Scenario, Fragmentation) {
   const std::string dir = zrepro_test::fresh_dir("frag_expandable");
   std::ofstream(dir + "/ds.json") << cfg;
   auto expandable = zrepro_test::shell("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout 300 " +
-                                       std::string(ZREPRO_BIN) + " run --config " + dir + "/ds.json --out " + dir +
+                                       std::string(ZREPRO_BIN).append(" run --config ") + dir + "/ds.json --out " + dir +
                                        "/out " + base + " --dynamic-seq 16 2>&1");
   EXPECT_EQ(expandable.code, 0) << expandable.output;
   EXPECT_NE(expandable.output.find("expandable segments"), std::string::npos);
@@ -213,7 +213,7 @@ TEST(Scenario, AllocatorPressure) {
   const std::string dir = zrepro_test::fresh_dir("pressure_expandable");
   std::ofstream(dir + "/ds.json") << scenario("allocator-pressure");
   auto expandable = zrepro_test::shell("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout 300 " +
-                                       std::string(ZREPRO_BIN) + " run --config " + dir + "/ds.json --out " + dir +
+                                       std::string(ZREPRO_BIN).append(" run --config ") + dir + "/ds.json --out " + dir +
                                        "/out " + base + " 2>&1");
   EXPECT_EQ(expandable.code, 0) << expandable.output;
   EXPECT_EQ(expandable.output.find("cache flushes"), std::string::npos) << expandable.output;

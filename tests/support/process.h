@@ -52,7 +52,7 @@ inline Process shell(const std::string& cmd) {
 
 // `zrepro ARGS`, killed after timeout_s. keep_stderr false: stdout only.
 inline Process zrepro_cmd(const std::string& args, int timeout_s = 120, bool keep_stderr = true) {
-  return shell("timeout -k 5 " + std::to_string(timeout_s) + " " + std::string(ZREPRO_BIN) + " " + args +
+  return shell("timeout -k 5 " + std::to_string(timeout_s) + " " + std::string(ZREPRO_BIN).append(" ") + args +
                (keep_stderr ? " 2>&1" : " 2>/dev/null"));
 }
 
@@ -73,7 +73,7 @@ inline std::string fresh_dir(const std::string& name) {
 
 // The path of a scenario's file in the source tree (configs/scenarios/NAME/FILE).
 inline std::string scenario_path(const std::string& name, const std::string& file = "ds_config.json") {
-  return std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/" + name + "/" + file;
+  return std::string(ZREPRO_SOURCE_DIR).append("/configs/scenarios/") + name + "/" + file;
 }
 
 inline std::string read_text(const std::string& path) {

@@ -1,6 +1,7 @@
 // See run_spec.h.
 #include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
 #include "trainer/app/run_spec.h"
 
 #include "trainer/app/cli.h"
@@ -178,27 +179,55 @@ void parse_rank_work(const cxxopts::ParseResult& r, RankWork& w) {
   w.synced_gpus = r.count("synced-gpus") > 0;
 }
 
-// --world-size, --as-rank, --data-rule (after --ranks and --inject, which they constrain).
-void parse_virtual(const cxxopts::ParseResult& r, RunSpec& s) {
-  const std::string rule = r["data-rule"].as<std::string>();
-  if (rule != "distinct" && rule != "same")
-    throw ConfigError("--data-rule: got \"" + rule + "\", expected distinct or same");
-  s.same_data = rule == "same";
+// The value of an enumerated flag: one of `allowed`, else a ConfigError naming the flag.
+std::string one_of(const cxxopts::ParseResult& r, const std::string& flag, std::initializer_list<const char*> allowed) {
+  const std::string v = r[flag].as<std::string>();
+  std::string expected;
+  size_t k = 0;
+  for (const char* a : allowed) {
+    if (v == a) return v;
+    if (k > 0) expected += k + 1 == allowed.size() ? " or " : ", ";
+    expected += a;
+    ++k;
+  }
+  throw ConfigError("--" + flag + ": got \"" + v + "\", expected " + expected);
+}
+
+// --data-rule, --peers, --peer-values and what each needs.
+void parse_peers(const cxxopts::ParseResult& r, RunSpec& s) {
+  s.same_data = one_of(r, "data-rule", {"distinct", "same"}) == "same";
   s.world_size = opt<int>(r, "world-size");
-  const std::string peers = r["peers"].as<std::string>();
-  if (peers != "run" && peers != "stand-in")
-    throw ConfigError("--peers: got \"" + peers + "\", expected run or stand-in");
-  s.peers = peers == "stand-in" ? Peers::stand_in : Peers::run;
+  s.peers = one_of(r, "peers", {"run", "stand-in"}) == "stand-in" ? Peers::stand_in : Peers::run;
   if (r.count("as-rank") && !s.world_size)
     throw ConfigError("--as-rank: needs --world-size N (the virtual job whose rank this process stands in for)");
-  const std::string values = r["peer-values"].as<std::string>();
-  if (values != "model" && values != "initial")
-    throw ConfigError("--peer-values: got \"" + values + "\", expected model or initial");
-  s.peer_values = values == "initial" ? PeerValuesMode::initial : PeerValuesMode::model;
+  s.peer_values = one_of(r, "peer-values", {"model", "initial"}) == "initial" ? PeerValuesMode::initial
+                                                                               : PeerValuesMode::model;
   if (r.count("peer-values") && s.peers != Peers::stand_in)
     throw ConfigError("--peer-values: only with --peers stand-in (running peers hold their own values)");
   if (r.count("peers") && !s.world_size)
     throw ConfigError("--peers: needs --world-size N (the virtual job whose ranks run or are stood in for)");
+}
+
+// --as-rank R (or most) of a world of n ranks.
+void parse_as_rank(const cxxopts::ParseResult& r, RunSpec& s, int n) {
+  const std::string as = r.count("as-rank") ? r["as-rank"].as<std::string>() : "0";
+  s.as_rank_most = as == "most";
+  if (s.as_rank_most && r.count("target-model"))
+    throw ConfigError("--as-rank most with --target-model: the toy's ranks are not the target's; give --as-rank R "
+                      "(zrepro plan --world-size N of the target says which rank holds the most)");
+  char* end = nullptr;
+  const long v = s.as_rank_most ? 0 : std::strtol(as.c_str(), &end, 10);
+  if (!s.as_rank_most && (as.empty() || *end != '\0'))
+    throw ConfigError("--as-rank: got \"" + as + "\", expected a rank 0.." + std::to_string(n - 1) + " or most");
+  s.as_rank = static_cast<int>(std::max(-1L, std::min(v, static_cast<long>(n))));
+  if (s.as_rank < 0 || s.as_rank >= n)
+    throw ConfigError("--as-rank: got " + std::to_string(s.as_rank) + ", expected 0.." + std::to_string(n - 1) +
+                      " (a rank of --world-size " + std::to_string(n) + ")");
+}
+
+// --world-size, --as-rank, --data-rule (after --ranks and --inject, which they constrain).
+void parse_virtual(const cxxopts::ParseResult& r, RunSpec& s) {
+  parse_peers(r, s);
   if (!s.world_size) return;
   const int n = *s.world_size;
   if (s.peers == Peers::stand_in) {
@@ -217,19 +246,7 @@ void parse_virtual(const cxxopts::ParseResult& r, RunSpec& s) {
   if (s.ranks && *s.ranks > 1)
     throw ConfigError("--world-size " + std::to_string(n) + " and --ranks " + std::to_string(*s.ranks) +
                       ": give one (--ranks N starts N processes; --world-size N runs the N ranks in this one)");
-  const std::string as = r.count("as-rank") ? r["as-rank"].as<std::string>() : "0";
-  s.as_rank_most = as == "most";
-  if (s.as_rank_most && r.count("target-model"))
-    throw ConfigError("--as-rank most with --target-model: the toy's ranks are not the target's; give --as-rank R "
-                      "(zrepro plan --world-size N of the target says which rank holds the most)");
-  char* end = nullptr;
-  const long v = s.as_rank_most ? 0 : std::strtol(as.c_str(), &end, 10);
-  if (!s.as_rank_most && (as.empty() || *end != '\0'))
-    throw ConfigError("--as-rank: got \"" + as + "\", expected a rank 0.." + std::to_string(n - 1) + " or most");
-  s.as_rank = static_cast<int>(std::max(-1L, std::min(v, static_cast<long>(n))));
-  if (s.as_rank < 0 || s.as_rank >= n)
-    throw ConfigError("--as-rank: got " + std::to_string(s.as_rank) + ", expected 0.." + std::to_string(n - 1) +
-                      " (a rank of --world-size " + std::to_string(n) + ")");
+  parse_as_rank(r, s, n);
 }
 
 // What virtual ranks cannot stand in for (see [Note: what virtual ranks reproduce]).

@@ -477,23 +477,22 @@ ModelSpec load_hf_config(const std::string& path) {
   return m;
 }
 
-ModelSpec resolve_model(const std::string& arg, const ModelOverrides& o) {
-  ModelSpec m;
-  bool found = false;
+namespace {
+
+// A preset (or its alias), else a Hugging Face config.json.
+ModelSpec base_model(const std::string& arg) {
   const auto alias = preset_aliases().find(arg);
   const std::string name = alias != preset_aliases().end() ? alias->second : arg;
   for (const auto& p : presets())
-    if (p.name == name) { m = p; found = true; }
-  if (!found) {
-    if (arg.size() > 5 && arg.substr(arg.size() - 5) == ".json") {
-      m = load_hf_config(arg);
-    } else {
-      std::string list;
-      for (const auto& n : model_preset_names()) list += (list.empty() ? "" : ", ") + n;
-      throw ConfigError("--model: \"" + arg + "\" is neither a preset (" + list +
-                        ") nor a Hugging Face config.json path");
-    }
-  }
+    if (p.name == name) return p;
+  if (arg.size() > 5 && arg.substr(arg.size() - 5) == ".json") return load_hf_config(arg);
+  std::string list;
+  for (const auto& n : model_preset_names()) list += (list.empty() ? "" : ", ") + n;
+  throw ConfigError("--model: \"" + arg + "\" is neither a preset (" + list + ") nor a Hugging Face config.json path");
+}
+
+// --vocab, --seq, --layers, --heads, --hidden, --intermediate.
+void override_dimensions(ModelSpec& m, const ModelOverrides& o) {
   if (o.vocab) m.vocab = *o.vocab;
   if (o.seq) m.seq = *o.seq, m.seq_from = o.seq_from;
   if (o.layers) m.layers = *o.layers;
@@ -511,6 +510,10 @@ ModelSpec resolve_model(const std::string& arg, const ModelOverrides& o) {
     m.intermediate = *o.intermediate;
     if (m.moe()) m.moe_intermediate = *o.intermediate;  // the width of every MLP a token runs through
   }
+}
+
+// --output-router-logits, --router-aux-loss-coef, --attn.
+void override_behaviour(ModelSpec& m, const ModelOverrides& o) {
   if (o.output_router_logits || o.router_aux_loss_coef) {
     const std::string flag = o.output_router_logits ? "--output-router-logits" : "--router-aux-loss-coef";
     if (!m.moe())
@@ -525,6 +528,14 @@ ModelSpec resolve_model(const std::string& arg, const ModelOverrides& o) {
     else throw ConfigError("--attn: got \"" + *o.attention + "\", expected eager or sdpa");
     m.attention_from = "--attn";
   }
+}
+
+}  // namespace
+
+ModelSpec resolve_model(const std::string& arg, const ModelOverrides& o) {
+  ModelSpec m = base_model(arg);
+  override_dimensions(m, o);
+  override_behaviour(m, o);
   validate_model(m, "--model " + arg);
   return m;
 }

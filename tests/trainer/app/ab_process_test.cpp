@@ -59,7 +59,7 @@ TEST(Ab, PlanOnlyAndBadInput) {
   // A scale-down's target under --plan-only: the planner plans the target itself (the
   // zero2-params-dont-fit job: gpt3-6.7b at stage 2 on 40 GB OOMs, ZeRO-3 fits).
   const std::string z2 = zrepro_test::scenario_path("zero2-params-dont-fit");
-  const std::string z3 = std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/zero2-params-dont-fit/fixed.json";
+  const std::string z3 = std::string(ZREPRO_SOURCE_DIR).append("/configs/scenarios/zero2-params-dont-fit/fixed.json");
   const auto target = zrepro_test::zrepro_cmd("ab --plan-only --a " + z2 + " --b " + z3 + " --ranks 4 "
                                               "--activation-checkpointing --target-model gpt3-6.7b "
                                               "--target-device-memory 40GB --out " + out + "/t");
@@ -90,7 +90,7 @@ TEST(Ab, APartialFolderItMadeGoesOnAnIoFailure) {
   const std::string args = " --a " + zrepro_test::scenario_path("first-batch-activations") +
                            " --b-args --activation-checkpointing --model small --device-memory 120MB --steps 2";
   const std::string fresh = base + "/fresh";
-  auto r = zrepro_test::shell("ulimit -f 2; " + std::string(ZREPRO_BIN) + " ab" + args + " --out " + fresh +
+  auto r = zrepro_test::shell("ulimit -f 2; " + std::string(ZREPRO_BIN).append(" ab") + args + " --out " + fresh +
                               " 2>&1; echo \"exit=$?\"");
   EXPECT_NE(r.output.find("exit=12"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("removed the partial " + fresh), std::string::npos) << r.output;
@@ -98,7 +98,7 @@ TEST(Ab, APartialFolderItMadeGoesOnAnIoFailure) {
   const std::string mine = base + "/mine";
   std::filesystem::create_directories(mine);
   std::ofstream(mine + "/notes.txt") << "mine";
-  r = zrepro_test::shell("ulimit -f 2; " + std::string(ZREPRO_BIN) + " ab" + args + " --out " + mine +
+  r = zrepro_test::shell("ulimit -f 2; " + std::string(ZREPRO_BIN).append(" ab") + args + " --out " + mine +
                          " 2>&1; echo \"exit=$?\"");
   EXPECT_NE(r.output.find("exit=12"), std::string::npos) << r.output;
   EXPECT_TRUE(std::filesystem::exists(mine + "/notes.txt"));

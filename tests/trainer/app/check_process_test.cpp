@@ -101,7 +101,7 @@ TEST(Check, ASummaryOfAnotherSchemaIsRefused) {
 TEST(Check, AnUpgradeThatFlipsPinningFailsOnHostMemoryAndTheConfig) {
   const std::string dir = zrepro_test::fresh_dir("check_upgrade");
   const std::string cfg =
-      std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/upgrade-pinned-default/ds_config.json";
+      std::string(ZREPRO_SOURCE_DIR).append("/configs/scenarios/upgrade-pinned-default/ds_config.json");
   const std::string run = " -- --config " + cfg + " --steps 2 --deepspeed-version ";
   const auto save = zrepro_test::zrepro_cmd("check --save " + dir + "/B.json --work " + dir + "/w0" + run + "0.19.4", 180);
   ASSERT_EQ(save.code, 0) << save.output;
@@ -160,7 +160,7 @@ TEST(Check, ASuiteChecksEachConfigWithItsOwnArgumentsAndWritesJUnit) {
   write(suite, "fp16.json", R"({"train_micro_batch_size_per_gpu": 2, "fp16": {"enabled": true},
       "zero_optimization": {"stage": 1}})");
   write(suite, "fp16.args", "--model tiny --steps 5");
-  std::filesystem::copy_file(std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/upgrade-pinned-default/ds_config.json",
+  std::filesystem::copy_file(std::string(ZREPRO_SOURCE_DIR).append("/configs/scenarios/upgrade-pinned-default/ds_config.json"),
                              suite + "/zero3_offload.json");
   write(suite, "zero3_offload.args", "--steps 3 --deepspeed-version 0.19.4");
   const std::string work = " --work " + dir + "/work";

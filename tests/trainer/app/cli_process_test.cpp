@@ -22,7 +22,7 @@ namespace {
 using Result = zrepro_test::Process;
 Result cli(const std::string& args) { return zrepro_test::zrepro_cmd(args); }
 
-std::string src(const std::string& rel) { return std::string(ZREPRO_SOURCE_DIR) + "/" + rel; }
+std::string src(const std::string& rel) { return std::string(ZREPRO_SOURCE_DIR).append("/") + rel; }
 
 std::string tmpdir(const std::string& name) { return zrepro_test::fresh_dir("cli_" + name); }
 
@@ -238,7 +238,7 @@ TEST(Cli, OneRunAtATimePerOutFolder) {
   const std::string cfg = write(out, R"({"train_micro_batch_size_per_gpu": 2})");
   const std::string o = out + "/o";
   // A first run holds the folder for a few seconds.
-  const std::string first = "timeout 120 " + std::string(ZREPRO_BIN) + " run --config " + cfg +
+  const std::string first = "timeout 120 " + std::string(ZREPRO_BIN).append(" run --config ") + cfg +
                             " --model tiny --steps 800 --out " + o + " > " + out + "/first.log 2>&1 & echo $!";
   std::string pid = zrepro_test::shell(first).output;
   pid.erase(pid.find_last_not_of(" \n") + 1);
@@ -348,7 +348,7 @@ TEST(Cli, OddInputToTheNewerCommandsEndsWithAnExitCodeNotAnAbort) {
   EXPECT_TRUE(r.code == 0 || r.code == 7) << r.code << "\n" << r.output;
   EXPECT_TRUE(json::accept(r.output.substr(r.output.find('{')))) << r.output;
   r = zrepro_test::shell("cp " + cfg + " " + out + "/$(printf 'c\\377fg.json') && cd " + out + " && " +
-                         std::string(ZREPRO_BIN) + " config --json --config $(printf 'c\\377fg.json') 2>&1; echo \"exit=$?\"");
+                         std::string(ZREPRO_BIN).append(" config --json --config $(printf 'c\\377fg.json') 2>&1; echo \"exit=$?\""));
   EXPECT_NE(r.output.find("exit=0"), std::string::npos) << r.output;
   r = cli("diagnose " + out + "/latin1.log --config " + cfg + " --write-scenario \"\"");
   EXPECT_EQ(r.code, 2) << r.output;
@@ -376,7 +376,7 @@ TEST(Cli, DiagnoseReadsAHugeLogInBoundedMemoryAndNamesADamagedGzip) {
       " f.write(b'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
       "of 79.15 GiB of which 1.50 GiB is free.\\n')\" 2>&1; echo done");
   ASSERT_NE(made.output.find("done"), std::string::npos) << made.output;
-  Result r = zrepro_test::shell(std::string(ZREPRO_BIN) + " diagnose --json --read-limit 4MiB " + out +
+  Result r = zrepro_test::shell(std::string(ZREPRO_BIN).append(" diagnose --json --read-limit 4MiB ") + out +
                                 "/big.log.gz 2>&1");
   ASSERT_NE(r.output.find('{'), std::string::npos) << r.output.substr(0, 2000);
   const json d = json::parse(r.output.substr(r.output.find('{')));
@@ -410,7 +410,7 @@ TEST(Cli, ARunLargerThanThisHostIsRefusedBeforeItAllocates) {
 #else
   const std::string guard = "ulimit -v 16000000; ";
 #endif
-  const Result r = zrepro_test::shell(guard + std::string(ZREPRO_BIN) + " run --config " + cfg +
+  const Result r = zrepro_test::shell(guard + std::string(ZREPRO_BIN).append(" run --config ") + cfg +
                                       " --model tiny --layers 4000 --hidden 2048 --steps 1 --out " + out +
                                       "/o 2>&1; echo \"exit=$?\"");
   EXPECT_NE(r.output.find("exit=3"), std::string::npos) << r.output;
@@ -443,7 +443,7 @@ TEST(Cli, DiagnoseSaysWhatALogIsBeforeWhatItShows) {
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("\"log_encoding\": \"UTF-16 text\""), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("\"checkpoint\": \"zero-stage\""), std::string::npos) << r.output;
-  r = zrepro_test::shell(std::string(ZREPRO_BIN) + " diagnose - < " + out + "/oom.log 2>&1; echo \"exit=$?\"");
+  r = zrepro_test::shell(std::string(ZREPRO_BIN).append(" diagnose - < ") + out + "/oom.log 2>&1; echo \"exit=$?\"");
   EXPECT_NE(r.output.find("exit=0"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("out of memory"), std::string::npos) << r.output;
   r = cli("diagnose " + out + "/oom.log " + out + "/empty.log");
@@ -487,7 +487,7 @@ TEST(Cli, SignalsEndTheRunAtAStepBoundaryWithItsSummary) {
     const std::string out = tmpdir(std::string("sig") + c.sig + (c.ranks[0] ? "v" : ""));
     const std::string cfg = write(out, R"({"train_micro_batch_size_per_gpu": 2})");
     const std::string o = out + "/o";
-    const Result r = zrepro_test::shell(std::string(ZREPRO_BIN) + " run --config " + cfg + c.ranks +
+    const Result r = zrepro_test::shell(std::string(ZREPRO_BIN).append(" run --config ") + cfg + c.ranks +
                                         " --model tiny --steps 100000 --out " + o + " > " + out +
                                         "/log 2>&1 & pid=$!; for i in $(seq 1200); do grep -q 'step=' " + out +
                                         "/log && break; sleep 0.1; done; kill -" + c.sig +
@@ -517,7 +517,7 @@ TEST(Cli, SignalsToAbReachItsRunAndLeaveNoProcess) {
     const std::string cfg = write(out, R"({"train_micro_batch_size_per_gpu": 2})");
     const std::string o = out + "/ab";
     const Result r = zrepro_test::shell(
-        std::string(ZREPRO_BIN) + " ab --a " + cfg + " --b-args=--activation-checkpointing --model tiny --steps 100000 "
+        std::string(ZREPRO_BIN).append(" ab --a ") + cfg + " --b-args=--activation-checkpointing --model tiny --steps 100000 "
         "--out " + o + " > " + out + "/log 2>&1 & pid=$!; for i in $(seq 1200); do grep -q 'step=' " + o +
         "/A_r1.log 2>/dev/null && break; sleep 0.1; done; child=$(pgrep -P $pid); kill -" + sig +
         " $pid; for i in $(seq 300); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done; wait $pid; echo \"exit=$?\"; "
@@ -540,7 +540,7 @@ TEST(Cli, AnOutputThatCannotBeWrittenEndsTheRunAsAnIoFailure) {
   const std::string cfg = write(out, R"({"train_micro_batch_size_per_gpu": 2})");
   const std::string o = out + "/o";
   // No `trap '' XFSZ`: a user's shell does not set it (zrepro ignores SIGXFSZ itself).
-  const Result r = zrepro_test::shell("ulimit -f 2; " + std::string(ZREPRO_BIN) + " run --config " + cfg +
+  const Result r = zrepro_test::shell("ulimit -f 2; " + std::string(ZREPRO_BIN).append(" run --config ") + cfg +
                                       " --model tiny --steps 200 --out " + o + " 2>&1; echo \"exit=$?\"");
   EXPECT_NE(r.output.find("exit=12"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("cannot write"), std::string::npos) << r.output;

@@ -35,7 +35,7 @@ std::string page() {
 }  // namespace
 
 TEST(CliReference, ThePageIsTheBinarysOwnHelp) {
-  const std::string path = std::string(ZREPRO_SOURCE_DIR) + "/docs/reference/cli.md";
+  const std::string path = std::string(ZREPRO_SOURCE_DIR).append("/docs/reference/cli.md");
   const std::string want = page();
   if (const char* w = std::getenv("ZREPRO_WRITE_CLI_DOC"); w && std::string(w) == "1") {
     std::ofstream(path) << want;

@@ -5,7 +5,7 @@
 #include "tests/support/process.h"
 
 TEST(DiagnoseCommand, AFolderOfFlightRecorderDumpsGivesTheHangsKind) {
-  const std::string dir = std::string(ZREPRO_SOURCE_DIR) + "/tests/data/flight_recorder/";
+  const std::string dir = std::string(ZREPRO_SOURCE_DIR).append("/tests/data/flight_recorder/");
   const auto divergent = zrepro_test::zrepro_cmd("diagnose " + dir + "divergent");
   EXPECT_EQ(divergent.code, 0) << divergent.output;
   EXPECT_NE(divergent.output.find("2 Flight Recorder dump(s)"), std::string::npos) << divergent.output;
@@ -15,7 +15,7 @@ TEST(DiagnoseCommand, AFolderOfFlightRecorderDumpsGivesTheHangsKind) {
   const auto j = nlohmann::json::parse(mismatched.output);
   EXPECT_EQ(j["scenario"], "mismatched-collectives");
   EXPECT_EQ(j["flight_recorder_ranks"], 2);
-  const auto none = zrepro_test::zrepro_cmd("diagnose " + std::string(ZREPRO_SOURCE_DIR) + "/configs");
+  const auto none = zrepro_test::zrepro_cmd("diagnose " + std::string(ZREPRO_SOURCE_DIR).append("/configs"));
   EXPECT_EQ(none.code, 2) << none.output;
   EXPECT_NE(none.output.find("is a folder without a Flight Recorder dump"), std::string::npos) << none.output;
 }

@@ -29,7 +29,7 @@ TEST(Doctor, ALowMemlockLimitFailsThePinnedMemoryLine) {
   if (root && zrepro_test::shell("setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock true").code != 0)
     GTEST_SKIP() << "cannot drop CAP_IPC_LOCK here (setpriv missing)";
   const std::string drop = root ? "setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock " : "";
-  const auto r = zrepro_test::shell("sh -c 'ulimit -l 64 && " + drop + std::string(ZREPRO_BIN) + " doctor --config " +
+  const auto r = zrepro_test::shell("sh -c 'ulimit -l 64 && " + drop + std::string(ZREPRO_BIN).append(" doctor --config ") +
                                     zrepro_test::scenario_path("memlock-limit") + " --out " + zrepro_test::fresh_dir("doctor_ml") + "' 2>&1");
   EXPECT_EQ(r.code, 10) << r.output;
   EXPECT_NE(r.output.find("fail  pinned memory"), std::string::npos) << r.output;

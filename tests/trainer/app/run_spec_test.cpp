@@ -25,7 +25,7 @@ RunSpec parse_spec(std::vector<std::string> args) {
 }
 
 // The ConfigError message of parsing args ("" when it parses).
-std::string error_of(std::vector<std::string> args) {
+std::string spec_error_of(std::vector<std::string> args) {
   try {
     parse_spec(std::move(args));
   } catch (const ConfigError& e) {
@@ -79,7 +79,7 @@ TEST(RunSpec, EveryRefusalNamesItsFlag) {
       {{"--target-model", "gpt2", "--target-device-memory", "1GB", "--scale", "0.5"}, "--scale"},
   };
   for (const auto& [args, flag] : bad) {
-    const std::string e = error_of(args);
+    const std::string e = spec_error_of(args);
     EXPECT_NE(e.find(flag), std::string::npos) << "args " << args.front() << ": \"" << e << "\"";
   }
 }
@@ -108,7 +108,7 @@ TEST(RunSpec, CommTimeoutDefaultsToDeepSpeedsAndItsEnvironment) {
   EXPECT_DOUBLE_EQ(parse_spec({"--config", "c.json"}).comm_timeout, 300);
   EXPECT_DOUBLE_EQ(parse_spec({"--config", "c.json", "--comm-timeout", "7"}).comm_timeout, 7);
   ::setenv("DEEPSPEED_TIMEOUT", "soon", 1);
-  EXPECT_NE(error_of({"--config", "c.json"}).find("DEEPSPEED_TIMEOUT"), std::string::npos);
+  EXPECT_NE(spec_error_of({"--config", "c.json"}).find("DEEPSPEED_TIMEOUT"), std::string::npos);
   ::unsetenv("DEEPSPEED_TIMEOUT");
   EXPECT_DOUBLE_EQ(parse_spec({"--config", "c.json"}).comm_timeout, 1800);
 }
@@ -124,10 +124,10 @@ TEST(RunSpec, LoaderMemlockAndInterconnectFlags) {
   EXPECT_EQ(*s.memlock_limit, 65536);
   EXPECT_DOUBLE_EQ(s.interconnect_gbps, 0.5);
   EXPECT_EQ(*s.device_memory, 40540LL * 1048576);
-  EXPECT_NE(error_of({"--loader-workers", "-1"}).find("--loader-workers"), std::string::npos);
-  EXPECT_NE(error_of({"--prefetch-factor", "0"}).find("--prefetch-factor"), std::string::npos);
-  EXPECT_NE(error_of({"--interconnect-gbps", "-2"}).find("--interconnect-gbps"), std::string::npos);
-  EXPECT_NE(error_of({"--memlock-limit", "lots"}).find("--memlock-limit"), std::string::npos);
+  EXPECT_NE(spec_error_of({"--loader-workers", "-1"}).find("--loader-workers"), std::string::npos);
+  EXPECT_NE(spec_error_of({"--prefetch-factor", "0"}).find("--prefetch-factor"), std::string::npos);
+  EXPECT_NE(spec_error_of({"--interconnect-gbps", "-2"}).find("--interconnect-gbps"), std::string::npos);
+  EXPECT_NE(spec_error_of({"--memlock-limit", "lots"}).find("--memlock-limit"), std::string::npos);
 }
 
 TEST(RunSpec, VirtualRanksFlags) {
@@ -140,23 +140,23 @@ TEST(RunSpec, VirtualRanksFlags) {
   EXPECT_EQ(d.as_rank, 0);
   EXPECT_FALSE(d.same_data);
   // Each refusal names the flag, the value and what to do.
-  EXPECT_NE(error_of({"--as-rank", "1"}).find("needs --world-size"), std::string::npos);
-  EXPECT_NE(error_of({"--world-size", "4", "--as-rank", "4"}).find("expected 0..3"), std::string::npos);
-  EXPECT_NE(error_of({"--world-size", "0"}).find("--world-size: got 0"), std::string::npos);
-  EXPECT_NE(error_of({"--world-size", "100000"}).find("expected 1..512"), std::string::npos);
-  EXPECT_NE(error_of({"--world-size", "4", "--ranks", "2"}).find("give one"), std::string::npos);
-  EXPECT_NE(error_of({"--data-rule", "shared"}).find("expected distinct or same"), std::string::npos);
+  EXPECT_NE(spec_error_of({"--as-rank", "1"}).find("needs --world-size"), std::string::npos);
+  EXPECT_NE(spec_error_of({"--world-size", "4", "--as-rank", "4"}).find("expected 0..3"), std::string::npos);
+  EXPECT_NE(spec_error_of({"--world-size", "0"}).find("--world-size: got 0"), std::string::npos);
+  EXPECT_NE(spec_error_of({"--world-size", "100000"}).find("expected 1..512"), std::string::npos);
+  EXPECT_NE(spec_error_of({"--world-size", "4", "--ranks", "2"}).find("give one"), std::string::npos);
+  EXPECT_NE(spec_error_of({"--data-rule", "shared"}).find("expected distinct or same"), std::string::npos);
   for (const char* inj : {"gas-mismatch:1", "skip-forward:0", "straggler:1:50"})
-    EXPECT_NE(error_of({"--world-size", "2", "--inject", inj}).find("--ranks 2 instead of --world-size 2"),
+    EXPECT_NE(spec_error_of({"--world-size", "2", "--inject", inj}).find("--ranks 2 instead of --world-size 2"),
               std::string::npos)
         << inj;
-  EXPECT_EQ(error_of({"--world-size", "2", "--inject", "inf-grad:1:0"}), "");  // numerics: fine
-  EXPECT_NE(error_of({"--world-size", "2", "--threads", "2"}).find("one intra-op thread"), std::string::npos);
+  EXPECT_EQ(spec_error_of({"--world-size", "2", "--inject", "inf-grad:1:0"}), "");  // numerics: fine
+  EXPECT_NE(spec_error_of({"--world-size", "2", "--threads", "2"}).find("one intra-op thread"), std::string::npos);
 }
 
 TEST(RunSpec, ThreadsAndRanksHaveUpperBounds) {
-  EXPECT_NE(error_of({"--threads", "100000"}).find("expected 1..256"), std::string::npos);
-  EXPECT_NE(error_of({"--ranks", "100000"}).find("expected 1..512"), std::string::npos);
+  EXPECT_NE(spec_error_of({"--threads", "100000"}).find("expected 1..256"), std::string::npos);
+  EXPECT_NE(spec_error_of({"--ranks", "100000"}).find("expected 1..512"), std::string::npos);
 }
 
 // [Note: the loss of an accumulated step]: a Trainer job's arguments say which token
@@ -178,7 +178,7 @@ TEST(RunSpec, LossNormalisationFollowsTheTrainersArguments) {
   EXPECT_EQ(parse_spec({"--config", "c.json", "--training-args", dir + "/ta_true.json", "--loss-normalization", "mean"})
                 .loss_normalization,
             LossNormalization::mean);
-  const std::string e = error_of({"--config", "c.json", "--seq-len-dist", "uniform:4", "--loss-normalization", "sum"});
+  const std::string e = spec_error_of({"--config", "c.json", "--seq-len-dist", "uniform:4", "--loss-normalization", "sum"});
   EXPECT_NE(e.find("--loss-normalization: got \"sum\""), std::string::npos) << e;
 }
 
@@ -205,6 +205,6 @@ TEST(RunSpec, EvaluationAndGenerationFlags) {
            {{"--world-size", "4", "--peers", "stand-in", "--generate", "2"}, "--generate without --synced-gpus with --peers stand-in"}}) {
     std::vector<std::string> full = {"--config", "c.json"};
     full.insert(full.end(), args.begin(), args.end());
-    EXPECT_NE(error_of(full).find(fragment), std::string::npos) << error_of(full);
+    EXPECT_NE(spec_error_of(full).find(fragment), std::string::npos) << spec_error_of(full);
   }
 }

@@ -10,7 +10,7 @@
 
 namespace {
 
-const std::string kConfig = std::string(ZREPRO_SOURCE_DIR) + "/configs/examples/stage0_fp32.json";
+const std::string kConfig = std::string(ZREPRO_SOURCE_DIR).append("/configs/examples/stage0_fp32.json");
 
 nlohmann::json checks(const std::string& out) {
   std::ifstream in(out + "/verify.json");

@@ -14,7 +14,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kRecorded = std::string(ZREPRO_SOURCE_DIR) + "/tests/data/bisect/";
+const std::string kRecorded = std::string(ZREPRO_SOURCE_DIR).append("/tests/data/bisect/");
 const std::string kData = kRecorded + "zero2-regression";
 
 nlohmann::json read(const std::string& path) {
@@ -122,7 +122,7 @@ TEST(Bisect, AnInterruptedBisectStopsItsDeepSpeedRunAndLeavesNoProcess) {
   const std::string dir = zrepro_test::fresh_dir("bisect_interrupt");
   const std::string pids = dir + "/pids", log = dir + "/bisect.log";
   const auto r = zrepro_test::shell(
-      "ZREPRO_FAKE_PIDS=" + pids + " " + std::string(ZREPRO_BIN) + " bisect --config " + kData +
+      "ZREPRO_FAKE_PIDS=" + pids + " " + std::string(ZREPRO_BIN).append(" bisect --config ") + kData +
       "/ds_config.json --good 0.16.0 --bad 0.18.2 --cache " + dir + "/cache --python " + kRecorded +
       "fake-python/python --out " + dir + "/out > " + log + " 2>&1 & z=$!; "
       "for i in $(seq 1 600); do [ -s " + pids + " ] && break; sleep 0.1; done; "

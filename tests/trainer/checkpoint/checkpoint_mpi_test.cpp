@@ -194,7 +194,7 @@ TEST(Checkpoint, AFailedWriteLeavesNothingHalfWritten) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/ds.json") << ckpt_config(2, "fp32");
-  const Process p = shell("ulimit -f 300; " + std::string(ZREPRO_BIN) + " run --config " + dir +
+  const Process p = shell("ulimit -f 300; " + std::string(ZREPRO_BIN).append(" run --config ") + dir +
                           "/ds.json --model tiny --steps 2 --save-every 1 --save-dir " + dir + "/ck --out " + dir +
                           "/out 2>&1; echo \"exit=$?\"");
   EXPECT_NE(p.output.find("exit=12"), std::string::npos) << p.output;
@@ -403,7 +403,7 @@ TEST(Checkpoint, ZeroToFp32ConsolidatesTheModelAndModelsItsHostMemory) {
 // with DeepSpeed's losses is tests/conformance/ (DeepSpeedRecord).
 TEST(Checkpoint, FromDeepSpeedRewritesACheckpointDeepSpeedWroteForResume) {
   namespace fs = std::filesystem;
-  const std::string fixture = std::string(ZREPRO_SOURCE_DIR) + "/conformance/results/deepspeed-checkpoints/tiny-fp32-stage2";
+  const std::string fixture = std::string(ZREPRO_SOURCE_DIR).append("/conformance/results/deepspeed-checkpoints/tiny-fp32-stage2");
   ASSERT_TRUE(fs::exists(fixture + "/global_step2/mp_rank_00_model_states.pt")) << fixture;
   const std::string cfg = ckpt_config(2, "fp32"), base = "--ranks 2 --model tiny --steps 4";
   const RunResult raw = zrepro_run("ck_ds_raw", cfg, base + " --resume " + fixture);

@@ -16,7 +16,7 @@ using namespace zrepro;
 
 namespace {
 
-const std::string kReal = std::string(ZREPRO_SOURCE_DIR) + "/conformance/results/deepspeed-checkpoints";
+const std::string kReal = std::string(ZREPRO_SOURCE_DIR).append("/conformance/results/deepspeed-checkpoints");
 
 std::set<std::string> files_in(const std::string& dir) {
   std::set<std::string> out;

@@ -16,7 +16,7 @@ using namespace zrepro;
 
 namespace {
 
-const std::string kDir = std::string(ZREPRO_SOURCE_DIR) + "/configs/examples/accelerate/";
+const std::string kDir = std::string(ZREPRO_SOURCE_DIR).append("/configs/examples/accelerate/");
 
 std::string acc_file(const std::string& name, const std::string& text) {
   const std::string path = testing::TempDir() + "/" + name;

@@ -248,7 +248,7 @@ namespace {
 // gradient_clipping unset change it. The one DeepSpeed 0.19.8 refuses (reduce_bucket_size
 // 0, refused since 0.19.6) is refused here too.
 TEST(DeepSpeedVersions, RealWorldConfigsDifferExactlyWhereTheyRelyOnAChangedDefault) {
-  std::ifstream rec_in(std::string(ZREPRO_SOURCE_DIR) + "/conformance/results/configs.json");
+  std::ifstream rec_in(std::string(ZREPRO_SOURCE_DIR).append("/conformance/results/configs.json"));
   ASSERT_TRUE(rec_in);
   const json rec = json::parse(rec_in);
   ConfigFlags f;

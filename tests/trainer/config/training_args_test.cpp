@@ -138,7 +138,7 @@ TEST(TrainingArgs, AConfigWithoutOptimizerOrSchedulerSaysWhatZreproRunsInstead) 
 // step, against transformers' own figures (conformance/results/trainer_schedules.json,
 // recorded by conformance/trainer_schedules.py).
 TEST(TrainingArgs, WithoutASchedulerTheLrIsTheTrainersOwnScheduleStepForStep) {
-  std::ifstream in(std::string(ZREPRO_SOURCE_DIR) + "/conformance/results/trainer_schedules.json");
+  std::ifstream in(std::string(ZREPRO_SOURCE_DIR).append("/conformance/results/trainer_schedules.json"));
   ASSERT_TRUE(in) << "the record of transformers' schedules";
   const nlohmann::json record = nlohmann::json::parse(in);
   ASSERT_GE(record["cases"].size(), 9u);

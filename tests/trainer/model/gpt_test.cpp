@@ -62,7 +62,7 @@ nlohmann::json read_json(const std::string& path) {
   EXPECT_TRUE(in.good()) << path;
   return nlohmann::json::parse(in);
 }
-std::string models_dir() { return std::string(ZREPRO_SOURCE_DIR) + "/configs/models"; }
+std::string models_dir() { return std::string(ZREPRO_SOURCE_DIR).append("/configs/models"); }
 }  // namespace
 
 // A published GPT-2's learned position table is a size of the model, not of the run:

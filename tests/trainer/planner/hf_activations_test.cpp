@@ -47,7 +47,7 @@ const Gap* gap(const json& c) {
 }  // namespace
 
 TEST(HfActivations, ABlockKeepsWhatTransformersLayerKeeps) {
-  std::ifstream in(std::string(ZREPRO_SOURCE_DIR) + "/conformance/results/hf_activations.json");
+  std::ifstream in(std::string(ZREPRO_SOURCE_DIR).append("/conformance/results/hf_activations.json"));
   ASSERT_TRUE(in) << "conformance/results/hf_activations.json: python conformance/hf_activations.py --out ...";
   const json rec = json::parse(in);
   int exact = 0;
@@ -56,7 +56,7 @@ TEST(HfActivations, ABlockKeepsWhatTransformersLayerKeeps) {
     o.seq = c["seq"].get<int64_t>();
     o.attention = c["attention"].get<std::string>();
     const ModelSpec m =
-        resolve_model(std::string(ZREPRO_SOURCE_DIR) + "/configs/models/" + c["model"].get<std::string>() + ".json", o);
+        resolve_model(std::string(ZREPRO_SOURCE_DIR).append("/configs/models/") + c["model"].get<std::string>() + ".json", o);
     const Precision p = c["dtype"] == "bfloat16" ? Precision::bf16 : Precision::fp32;
     const double ours = static_cast<double>(block_activation_bytes(m, c["micro_batch"].get<int64_t>(), p, true));
     const double theirs = c["block_saved_bytes"].get<double>();

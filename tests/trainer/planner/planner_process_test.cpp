@@ -35,7 +35,7 @@ TEST(Planner, PlanCommandTableJsonAndExitCodes) {
   EXPECT_NE(oom.output.find("the first allocation past the capacity"), std::string::npos) << oom.output;
   // [Note: which phase an OOM is in]: under activation checkpointing a forward OOM may be
   // reported from backward by the job, and the plan says so.
-  const std::string fba = std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/first-batch-activations/ds_config.json";
+  const std::string fba = std::string(ZREPRO_SOURCE_DIR).append("/configs/scenarios/first-batch-activations/ds_config.json");
   auto ckpt = zrepro_test::zrepro_cmd("plan --config " + fba + " --model small --device-memory 60MB --activation-checkpointing");
   EXPECT_EQ(ckpt.code, 3) << ckpt.output;
   EXPECT_NE(ckpt.output.find("OOM in phase forward"), std::string::npos) << ckpt.output;

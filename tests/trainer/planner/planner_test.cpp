@@ -441,7 +441,7 @@ namespace {
 JobSpec first_batch_activations_job() {
   JobSpec req;
   req.model = resolve_model("small");
-  req.cfg = load_ds_config(std::string(ZREPRO_SOURCE_DIR) + "/configs/scenarios/first-batch-activations/ds_config.json",
+  req.cfg = load_ds_config(std::string(ZREPRO_SOURCE_DIR).append("/configs/scenarios/first-batch-activations/ds_config.json"),
                            ConfigFlags{});
   req.device_capacity = 120000000;
   return req;

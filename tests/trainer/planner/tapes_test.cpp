@@ -41,7 +41,7 @@ const TapeTable& recording() {
 }
 
 std::string reference_path() {
-  return std::string(ZREPRO_SOURCE_DIR) + "/tests/data/tapes/libtorch-" + linked_libtorch_version() + ".json";
+  return std::string(ZREPRO_SOURCE_DIR).append("/tests/data/tapes/libtorch-") + linked_libtorch_version() + ".json";
 }
 
 }  // namespace

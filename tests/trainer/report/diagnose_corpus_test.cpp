@@ -24,8 +24,8 @@ using json = nlohmann::json;
 
 namespace {
 
-const std::string kCorpus = std::string(ZREPRO_SOURCE_DIR) + "/tests/data/diagnose_corpus/";
-const std::string kCorpusPage = std::string(ZREPRO_SOURCE_DIR) + "/docs/lab/DIAGNOSE_CORPUS.md";
+const std::string kCorpus = std::string(ZREPRO_SOURCE_DIR).append("/tests/data/diagnose_corpus/");
+const std::string kCorpusPage = std::string(ZREPRO_SOURCE_DIR).append("/docs/lab/DIAGNOSE_CORPUS.md");
 
 struct Case {
   std::string file;

@@ -16,7 +16,7 @@ using json = nlohmann::json;
 
 namespace {
 
-const std::string kLogs = std::string(ZREPRO_SOURCE_DIR) + "/tests/trainer/report/diagnose_logs/";
+const std::string kLogs = std::string(ZREPRO_SOURCE_DIR).append("/tests/trainer/report/diagnose_logs/");
 
 std::string read(const std::string& path) {
   std::ifstream in(path);
@@ -70,7 +70,7 @@ TEST(Diagnose, OverflowLinesAloneAreTheNormalScaleSearch) {
 // int64, once an uncaught out_of_range): no speed verdict from a cut timer line, no rank
 // from a number no job has, and nothing thrown.
 TEST(Diagnose, ACutTimerLineSaysNothingAboutSpeed) {
-  for (const auto& e : std::filesystem::directory_iterator(std::string(ZREPRO_SOURCE_DIR) + "/tests/data/fuzz/log")) {
+  for (const auto& e : std::filesystem::directory_iterator(std::string(ZREPRO_SOURCE_DIR).append("/tests/data/fuzz/log"))) {
     std::ifstream in(e.path(), std::ios::binary);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     EXPECT_NO_THROW(diagnose_log(text)) << e.path();

@@ -17,7 +17,7 @@ namespace {
 using namespace zrepro;
 using json = nlohmann::json;
 
-const std::string kDumps = std::string(ZREPRO_SOURCE_DIR) + "/tests/data/flight_recorder/";
+const std::string kDumps = std::string(ZREPRO_SOURCE_DIR).append("/tests/data/flight_recorder/");
 
 std::vector<json> rows(const std::string& kind) {
   std::vector<json> r;

@@ -13,7 +13,7 @@ using namespace zrepro;
 using json = nlohmann::json;
 
 TEST(GpuFidelity, TheRangesAreTheReplansOwnFigures) {
-  const std::string dir = std::string(ZREPRO_SOURCE_DIR) + "/conformance/results/gpu";
+  const std::string dir = std::string(ZREPRO_SOURCE_DIR).append("/conformance/results/gpu");
   const auto f = load_gpu_fidelity(dir);
   ASSERT_TRUE(f.has_value());
   ASSERT_FALSE(f->replan.empty()) << "the record has a replan beside it (conformance/gpu/fidelity.py replan --json)";

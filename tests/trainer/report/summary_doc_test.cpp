@@ -15,7 +15,7 @@ using json = nlohmann::json;
 
 namespace {
 
-const std::string kSummaryPage = std::string(ZREPRO_SOURCE_DIR) + "/docs/reference/summary-json.md";
+const std::string kSummaryPage = std::string(ZREPRO_SOURCE_DIR).append("/docs/reference/summary-json.md");
 
 // Every leaf path: objects to their fields, lists to their first element as a[], an empty
 // object or list (a module-owned part in the example) as itself.

@@ -34,7 +34,7 @@ bool documented(const std::string& page, const std::string& path) {
 }  // namespace
 
 TEST(SummaryReference, EveryFieldARunWritesIsInThePage) {
-  const std::string page = zrepro_test::read_text(std::string(ZREPRO_SOURCE_DIR) + "/docs/reference/summary-json.md");
+  const std::string page = zrepro_test::read_text(std::string(ZREPRO_SOURCE_DIR).append("/docs/reference/summary-json.md"));
   ASSERT_FALSE(page.empty());
   const std::string src = ZREPRO_SOURCE_DIR;
   std::set<std::string> paths;

@@ -56,7 +56,7 @@ TEST(Launch, RanksWithDifferentConfigsAreNamedKeyByKey) {
 TEST(Launch, AKilledRanksSurvivorSaysWhichRankVanished) {
   const std::string dir = zrepro_test::fresh_dir("kill9");
   std::ofstream(dir + "/ds.json") << R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 3}})";
-  const std::string run = std::string(ZREPRO_BIN) + " run --config " + dir + "/ds.json";
+  const std::string run = std::string(ZREPRO_BIN).append(" run --config ") + dir + "/ds.json";
   const std::string ours = "[z]repro run --config " + dir + "/ds.json";  // pgrep pattern that does not match itself
   const auto r = zrepro_test::shell(
       run + " --model tiny --steps 1000000 --ranks 2 --out " + dir + "/out > " + dir + "/log 2>&1 & job=$!; " +
@@ -92,7 +92,7 @@ TEST(Launch, AKilledRanksSurvivorSaysWhichRankVanished) {
 TEST(Launch, ASecondSignalDoesNotCostTheSummaries) {
   const std::string dir = zrepro_test::fresh_dir("ranks_sig_twice");
   std::ofstream(dir + "/ds.json") << R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2}})";
-  const auto r = zrepro_test::shell(std::string(ZREPRO_BIN) + " run --config " + dir + "/ds.json --model tiny " +
+  const auto r = zrepro_test::shell(std::string(ZREPRO_BIN).append(" run --config ") + dir + "/ds.json --model tiny " +
                                     "--steps 1000000 --ranks 2 --out " + dir + "/out > " + dir + "/log 2>&1 & job=$!; " +
                                     "for i in $(seq 600); do grep -q 'step=' " + dir + "/log && break; sleep 0.1; done; " +
                                     "kill -INT $job; sleep 0.05; kill -INT $job; wait $job; echo exit=$?");
@@ -108,7 +108,7 @@ TEST(Launch, ASignalToTheRanksLauncherEndsLikeOneProcess) {
   for (const auto& [sig, code] : std::vector<std::pair<std::string, int>>{{"TERM", 143}, {"INT", 130}}) {
     const std::string dir = zrepro_test::fresh_dir("ranks_sig" + sig);
     std::ofstream(dir + "/ds.json") << R"({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2}})";
-    const auto r = zrepro_test::shell(std::string(ZREPRO_BIN) + " run --config " + dir + "/ds.json --model tiny " +
+    const auto r = zrepro_test::shell(std::string(ZREPRO_BIN).append(" run --config ") + dir + "/ds.json --model tiny " +
                                       "--steps 1000000 --ranks 2 --out " + dir + "/out > " + dir + "/log 2>&1 & job=$!; " +
                                       "for i in $(seq 600); do grep -q 'step=' " + dir + "/log && break; sleep 0.1; done; " +
                                       "kill -" + sig + " $job; wait $job; echo exit=$?");
