@@ -377,6 +377,59 @@ void parse_checkpoint_flags(const cxxopts::ParseResult& r, RunSpec& s) {
   }
 }
 
+// --out, --ranks, --oversubscribe: where the run writes and how many processes it starts.
+void parse_process_flags(const cxxopts::ParseResult& r, RunSpec& s) {
+  if (r.count("out")) {
+    s.out_dir = r["out"].as<std::string>();
+    if (s.out_dir.empty()) throw ConfigError("--out: got \"\", expected the folder for summary.json (or leave --out out)");
+  }
+  s.ranks = opt<int>(r, "ranks");
+  if (s.ranks && (*s.ranks < 1 || *s.ranks > kMaxVirtualRanks))
+    throw ConfigError("--ranks: got " + std::to_string(*s.ranks) + ", expected 1.." + std::to_string(kMaxVirtualRanks) +
+                      " (processes on this node)");
+  s.oversubscribe = r.count("oversubscribe") > 0;
+}
+
+// Work on some ranks only cannot diverge where the peers are stood in for.
+void check_rank_work_with_peers(const RunSpec& s) {
+  if (s.peers == Peers::stand_in && (s.rank_work.eval_rank0_only || (s.rank_work.generate_tokens > 0 &&
+                                                                     !s.rank_work.synced_gpus)))
+    throw ConfigError(std::string(s.rank_work.eval_rank0_only ? "--eval-on-rank0" : "--generate without --synced-gpus") +
+                      " with --peers stand-in: stood-in peers do what the subject does, so a forward on some ranks "
+                      "cannot diverge there; give --peers run (or --ranks N)");
+}
+
+// --loss-normalization, or what the Trainer's arguments say: a job whose arguments know
+// average_tokens_across_devices normalises by tokens.
+void parse_loss_normalization_flags(const cxxopts::ParseResult& r, RunSpec& s) {
+  s.loss_normalization = parse_loss_normalization(r["loss-normalization"].as<std::string>());
+  if (r.count("loss-normalization")) return;
+  if (const std::optional<TrainingArgs> t = training_args_from(r); t && t->average_tokens_across_devices) {
+    s.loss_normalization = *t->average_tokens_across_devices ? LossNormalization::token : LossNormalization::token_per_rank;
+    s.loss_normalization_from = std::string("the Trainer's average_tokens_across_devices=") +
+                                (*t->average_tokens_across_devices ? "true" : "false") + " (--training-args " + t->file + ")";
+  }
+}
+
+// The training loop's own flags: device, steps, seed, threads, checks, what it exports.
+void parse_loop_flags(const cxxopts::ParseResult& r, RunSpec& s) {
+  s.device = r["device"].as<std::string>();
+  s.steps = r["steps"].as<int64_t>();
+  if (s.steps <= 0) throw ConfigError("--steps: must be > 0, got " + std::to_string(s.steps));
+  s.seed = r["seed"].as<uint64_t>();
+  s.verify_replicas = r.count("verify-replicas") > 0;
+  s.activation_checkpointing = checkpointing_from(r);
+  s.print_config = r.count("print-config") > 0;
+  s.export_inputs = r.count("export-inputs") > 0;
+  if (s.export_inputs && s.out_dir.empty()) throw ConfigError("--export-inputs: needs --out DIR (it writes DIR/inputs)");
+  s.dynamic_seq_min = opt<int64_t>(r, "dynamic-seq");
+  s.seq_len_dist = r["seq-len-dist"].as<std::string>();
+  s.threads = r["threads"].as<int>();
+  if (s.threads <= 0 || s.threads > 256)
+    throw ConfigError("--threads: got " + std::to_string(s.threads) + ", expected 1..256 intra-op threads per rank");
+  s.log_every = r["log-every"].as<int64_t>();
+}
+
 }  // namespace
 
 void parse_run_spec(int argc, char** argv, RunSpec& s) {
@@ -392,46 +445,14 @@ void parse_run_spec(int argc, char** argv, RunSpec& s) {
   if (!r.unmatched().empty())
     throw ConfigError("zrepro run: \"" + r.unmatched().front() + "\" is not an option (options start with --; "
                       "zrepro run --help lists them)");
-  if (r.count("out")) {
-    s.out_dir = r["out"].as<std::string>();
-    if (s.out_dir.empty()) throw ConfigError("--out: got \"\", expected the folder for summary.json (or leave --out out)");
-  }
-  s.ranks = opt<int>(r, "ranks");
-  if (s.ranks && (*s.ranks < 1 || *s.ranks > kMaxVirtualRanks))
-    throw ConfigError("--ranks: got " + std::to_string(*s.ranks) + ", expected 1.." + std::to_string(kMaxVirtualRanks) +
-                      " (processes on this node)");
-  s.oversubscribe = r.count("oversubscribe") > 0;
+  parse_process_flags(r, s);
   parse_virtual(r, s);
   parse_rank_work(r, s.rank_work);
-  if (s.peers == Peers::stand_in && (s.rank_work.eval_rank0_only || (s.rank_work.generate_tokens > 0 &&
-                                                                     !s.rank_work.synced_gpus)))
-    throw ConfigError(std::string(s.rank_work.eval_rank0_only ? "--eval-on-rank0" : "--generate without --synced-gpus") +
-                      " with --peers stand-in: stood-in peers do what the subject does, so a forward on some ranks "
-                      "cannot diverge there; give --peers run (or --ranks N)");
-  s.device = r["device"].as<std::string>();
-  s.steps = r["steps"].as<int64_t>();
-  if (s.steps <= 0) throw ConfigError("--steps: must be > 0, got " + std::to_string(s.steps));
-  s.seed = r["seed"].as<uint64_t>();
-  s.verify_replicas = r.count("verify-replicas") > 0;
-  s.activation_checkpointing = checkpointing_from(r);
-  s.print_config = r.count("print-config") > 0;
-  s.export_inputs = r.count("export-inputs") > 0;
-  if (s.export_inputs && s.out_dir.empty()) throw ConfigError("--export-inputs: needs --out DIR (it writes DIR/inputs)");
-  s.dynamic_seq_min = opt<int64_t>(r, "dynamic-seq");
-  s.seq_len_dist = r["seq-len-dist"].as<std::string>();
-  s.loss_normalization = parse_loss_normalization(r["loss-normalization"].as<std::string>());
-  // A Trainer job whose arguments know average_tokens_across_devices normalises by tokens.
-  if (!r.count("loss-normalization"))
-    if (const std::optional<TrainingArgs> t = training_args_from(r); t && t->average_tokens_across_devices) {
-      s.loss_normalization = *t->average_tokens_across_devices ? LossNormalization::token : LossNormalization::token_per_rank;
-      s.loss_normalization_from = std::string("the Trainer's average_tokens_across_devices=") +
-                                  (*t->average_tokens_across_devices ? "true" : "false") + " (--training-args " + t->file + ")";
-    }
+  check_rank_work_with_peers(s);
+  parse_loop_flags(r, s);
+  parse_loss_normalization_flags(r, s);
   parse_loader(r, s);
   parse_checkpoint_flags(r, s);
-  s.threads = r["threads"].as<int>();
-  if (s.threads <= 0 || s.threads > 256)
-    throw ConfigError("--threads: got " + std::to_string(s.threads) + ", expected 1..256 intra-op threads per rank");
   parse_links(r, s);
   if (r.count("inject"))
     for (const auto& spec : r["inject"].as<std::vector<std::string>>()) {
@@ -446,7 +467,6 @@ void parse_run_spec(int argc, char** argv, RunSpec& s) {
   s.flags = flags_from(r, ModelSpec{}, 1, s.steps);
   parse_target(r, s);
   parse_allocator(r, s);
-  s.log_every = r["log-every"].as<int64_t>();
 }
 
 nlohmann::json run_inputs(const RunSpec& spec, int argc, char** argv) {

@@ -119,9 +119,8 @@ const std::map<std::string, std::string>& preset_aliases() {
   return a;
 }
 
-}  // namespace
-
-void validate_model(const ModelSpec& m, const std::string& where) {
+// Every size above zero and below the bounds zrepro plans within.
+void validate_sizes(const ModelSpec& m, const std::string& where) {
   for (auto [key, v] : std::map<std::string, int64_t>{{"vocab", m.vocab}, {"seq", m.seq}, {"hidden", m.hidden},
                                                       {"layers", m.layers}, {"heads", m.heads},
                                                       {"intermediate", m.intermediate}})
@@ -141,6 +140,10 @@ void validate_model(const ModelSpec& m, const std::string& where) {
     if (v > limit)
       throw ConfigError(where + ": " + key + " " + std::to_string(v) + " is above " + std::to_string(limit) + " (" +
                         real + "); check the model file or flag that set it");
+}
+
+// The shapes the architecture needs: positions, heads, rotary, the norm.
+void validate_shapes(const ModelSpec& m, const std::string& where) {
   if (m.family == Family::gpt2 && m.positions > 0 && m.seq > m.positions)
     throw ConfigError(where + ": seq " + std::to_string(m.seq) + " is past the model's learned position table (" +
                       std::to_string(m.positions) + " positions, n_positions): Hugging Face fails there with an "
@@ -157,23 +160,33 @@ void validate_model(const ModelSpec& m, const std::string& where) {
                       std::to_string(m.hidden) + " / heads " + std::to_string(m.heads) + " = " +
                       std::to_string(m.head_dim()));
   if (!(m.norm_eps > 0)) throw ConfigError(where + ": the norm epsilon must be > 0");
-  if (m.moe()) {
-    if (m.family != Family::llama)
-      throw ConfigError(where + ": experts need a llama-family block (mixtral, qwen2_moe)");
-    if (m.experts > 4096) throw ConfigError(where + ": " + std::to_string(m.experts) + " experts is above 4096 (the "
-                                            "most in published models is ~512); check num_local_experts / num_experts");
-    if (m.experts_per_tok < 1 || m.experts_per_tok > m.experts)
-      throw ConfigError(where + ": num_experts_per_tok " + std::to_string(m.experts_per_tok) + " must be in [1, " +
-                        std::to_string(m.experts) + "] (the number of experts)");
-    if (m.moe_intermediate <= 0 || m.moe_intermediate > kMaxIntermediate || m.shared_intermediate < 0 ||
-        m.shared_intermediate > kMaxIntermediate)
-      throw ConfigError(where + ": expert width " + std::to_string(m.moe_intermediate) + " / shared expert width " +
-                        std::to_string(m.shared_intermediate) + " must be in (0, " + std::to_string(kMaxIntermediate) +
-                        "] / [0, " + std::to_string(kMaxIntermediate) + "]");
-    if (!(m.router_aux_loss_coef >= 0) || !std::isfinite(m.router_aux_loss_coef))
-      throw ConfigError(where + ": router_aux_loss_coef " + std::to_string(m.router_aux_loss_coef) +
-                        " must be a finite number >= 0 (Mixtral-8x7B uses 0.02, transformers' default is 0.001)");
-  }
+}
+
+// A mixture of experts: its block, expert count, routing and widths.
+void validate_experts(const ModelSpec& m, const std::string& where) {
+  if (m.family != Family::llama)
+    throw ConfigError(where + ": experts need a llama-family block (mixtral, qwen2_moe)");
+  if (m.experts > 4096) throw ConfigError(where + ": " + std::to_string(m.experts) + " experts is above 4096 (the "
+                                          "most in published models is ~512); check num_local_experts / num_experts");
+  if (m.experts_per_tok < 1 || m.experts_per_tok > m.experts)
+    throw ConfigError(where + ": num_experts_per_tok " + std::to_string(m.experts_per_tok) + " must be in [1, " +
+                      std::to_string(m.experts) + "] (the number of experts)");
+  if (m.moe_intermediate <= 0 || m.moe_intermediate > kMaxIntermediate || m.shared_intermediate < 0 ||
+      m.shared_intermediate > kMaxIntermediate)
+    throw ConfigError(where + ": expert width " + std::to_string(m.moe_intermediate) + " / shared expert width " +
+                      std::to_string(m.shared_intermediate) + " must be in (0, " + std::to_string(kMaxIntermediate) +
+                      "] / [0, " + std::to_string(kMaxIntermediate) + "]");
+  if (!(m.router_aux_loss_coef >= 0) || !std::isfinite(m.router_aux_loss_coef))
+    throw ConfigError(where + ": router_aux_loss_coef " + std::to_string(m.router_aux_loss_coef) +
+                      " must be a finite number >= 0 (Mixtral-8x7B uses 0.02, transformers' default is 0.001)");
+}
+
+}  // namespace
+
+void validate_model(const ModelSpec& m, const std::string& where) {
+  validate_sizes(m, where);
+  validate_shapes(m, where);
+  if (m.moe()) validate_experts(m, where);
 }
 
 std::vector<LayerSpec> ModelSpec::layer_shapes() const {
