@@ -440,6 +440,28 @@ def hf_activations_section(folder):
     return out + [""]
 
 
+def hf_fake_activations_section(folder):
+    """A decoder layer's saved tensors under FakeTensorMode against a real forward (hf_fake_activations.py)."""
+    r = read_result(folder, "hf_fake_activations.json")
+    if r is None:
+        return []
+    v = r["versions"]
+    exact = sum(c["real_bytes"] == c["fake_bytes"] for c in r["cases"])
+    out = ["## Activations recorded under FakeTensorMode", "",
+           f"The same count as above (the second decoder layer's saved tensors, each storage once), transformers "
+           f"{v['transformers']} and torch {v['torch']}, once with real CPU tensors and once with every tensor a "
+           f"FakeTensor (shapes and dtypes only): {exact} of {len(r['cases'])} cases byte for byte. The method: "
+           f"{r['method']} (`conformance/hf_fake_activations.py`, {r['recorded']}; held by "
+           "tests/conformance/hf_fake_activations_test.cpp). Qwen3, Phi-3 and Gemma-2 are architectures zrepro has "
+           "no model of (conformance/hf_models/).", "",
+           "| config | model_type | attention | dtype | micro-batch x seq | real (B) | fake (B) | fake s |",
+           "|---|---|---|---|---|---|---|---|"]
+    for c in r["cases"]:
+        out.append(f"| {c['config']} | {c['model_type']} | {c['attention']} | {c['dtype']} | {c['micro_batch']} x "
+                   f"{c['seq']} | {c['real_bytes']:,} | {c['fake_bytes']:,} | {c['fake_s']} |")
+    return out + [""]
+
+
 def cpu_phases_section(folder):
     """Real DeepSpeed's memory per phase on the CPU (cpu_phases.py)."""
     r = read_result(folder, "cpu_phases.json")
@@ -515,7 +537,7 @@ def main():
         raise SystemExit(f"no results in {folder}")
     lines = (header(recs) + remaining(recs) + training_table(recs) + bytes_table(recs) + comm_table(recs) + mismatch_table(recs) +
              moe_section(folder) + checkpoint_section(folder) + zero_to_fp32_section(folder) + configs_table(folder) + estimator_table(folder) +
-             hf_activations_section(folder) + cpu_phases_section(folder) + gpu_replan_section(folder))
+             hf_activations_section(folder) + hf_fake_activations_section(folder) + cpu_phases_section(folder) + gpu_replan_section(folder))
     for extra in sorted(glob.glob(os.path.join(folder, "extra", "*.md"))):
         lines += open(extra).read().splitlines() + [""]
     with open(target + ".tmp", "w") as f:
