@@ -600,7 +600,7 @@ RankStatsParts ZeroEngine::stats_parts(double local_loss, const std::vector<doub
   p.local_loss = local_loss;
   p.own_norms = own_norms;
   p.norm = [this](size_t l, int k, const torch::Tensor& share) {
-    if (share.defined()) return optimizers_[l]->share_norm(share, k);
+    if (share.defined()) return owned_grad_norm(*groups_[l], share, k);
     const FlatPartition& f = groups_[l]->flat_partition();  // stage 0: rank k's partition of the whole
     return grad_share_norm(full_grads_[l].narrow(0, f.begin(k), f.partition_numel));
   };

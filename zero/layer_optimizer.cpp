@@ -32,6 +32,10 @@ double grad_share_norm(const torch::Tensor& share, const std::vector<int64_t>& p
   return torch::stack(norms).norm().item<double>();
 }
 
+double owned_grad_norm(const ParamGroup& g, const torch::Tensor& share, int rank) {
+  return grad_share_norm(share, g.layout().norm_pieces(rank));
+}
+
 namespace {
 
 class DeviceAdam : public LayerOptimizer {
@@ -45,10 +49,7 @@ class DeviceAdam : public LayerOptimizer {
     create_moments();  // a checkpoint saved before the first step, or loaded into a new engine
     return {master_, exp_avg_, exp_avg_sq_};
   }
-  double grad_norm(const torch::Tensor& share) override { return share_norm(share, group_.config().rank); }
-  double share_norm(const torch::Tensor& share, int rank) const override {
-    return grad_share_norm(share, group_.layout().norm_pieces(rank));
-  }
+  double grad_norm(const torch::Tensor& share) override { return owned_grad_norm(group_, share, group_.config().rank); }
   void update(const torch::Tensor& grad, const AdamHyper& h, int64_t step, double coef) override {
     create_moments();
     adam_update(master_, grad, exp_avg_, exp_avg_sq_, group_.owned_params(), aliased(), h, step, coef);
@@ -83,12 +84,7 @@ class HostAdam : public LayerOptimizer {
   }
   double grad_norm(const torch::Tensor&) override {
     DeviceMemory::HostScope host;  // the host optimizer's norm runs on the host
-    return share_norm(host_.grad(layer_), group_.config().rank);
-  }
-  // Offloaded, DeepSpeed takes the same per-parameter fp64 norms, in the backward as each
-  // gradient lands (stage_1_and_2.py:1871): here on the host's copy, in host memory.
-  double share_norm(const torch::Tensor& share, int rank) const override {
-    return grad_share_norm(share, group_.layout().norm_pieces(rank));
+    return owned_grad_norm(group_, host_.grad(layer_), group_.config().rank);
   }
   void update(const torch::Tensor&, const AdamHyper& h, int64_t step, double coef) override {
     // CPU Adam on the host partition, then the updated 16-bit partition goes up.

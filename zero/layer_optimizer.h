@@ -28,9 +28,6 @@ class LayerOptimizer {
   // L2 norm of this rank's share of the layer's gradient (inf or NaN anywhere make it
   // non-finite). device_share: that share where it is on the device.
   virtual double grad_norm(const torch::Tensor& device_share) = 0;
-  // The same norm of `rank`'s share of the layer's gradient, taken as this rank takes its
-  // own (a stand-in peer's, zero/peer_shadow.h).
-  virtual double share_norm(const torch::Tensor& share, int rank) const = 0;
   // One Adam step with the gradients scaled by coef. device_grad: the owned gradient
   // on the device (ignored when the gradient is on the host). The updated partition
   // is on the device when it returns.
@@ -50,6 +47,10 @@ void adam_update(torch::Tensor& master, const torch::Tensor& grad, torch::Tensor
 // optimizers take them ([Note: the gradient norm's fp64 copies]); without, one norm of the
 // share accumulated in fp32.
 double grad_share_norm(const torch::Tensor& share, const std::vector<int64_t>& pieces = {});
+// The norm of `rank`'s owned share of group g's gradient, as every rank takes its own (on
+// the device, or offloaded on the host: DeepSpeed takes the same per-parameter fp64 norms,
+// in the backward as each gradient lands, stage_1_and_2.py:1871).
+double owned_grad_norm(const ParamGroup& g, const torch::Tensor& share, int rank);
 
 // Master weights and moments on the device. With fp32 parameters and no partition
 // of its own (stage 0) the master is the parameter buffer itself (a plain torch

@@ -55,11 +55,8 @@ int64_t norm_copy_numel(const std::vector<const LayerLayout*>& layers, int world
     return most;
   }
   std::vector<int64_t> numels;
-  int64_t total = 0;
-  for (const LayerLayout* l : layers)
-    for (int64_t n : l->param_numels) numels.push_back(n), total += n;
-  for (const ParamSegment& s : partition_segments(numels, partition_flat(total, world_size), rank))
-    most = std::max(most, s.numel);
+  for (const LayerLayout* l : layers) numels.insert(numels.end(), l->param_numels.begin(), l->param_numels.end());
+  for (const ParamSegment& s : whole_model_segments(numels, world_size, rank)) most = std::max(most, s.numel);
   return most;
 }
 

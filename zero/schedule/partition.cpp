@@ -28,12 +28,15 @@ std::vector<ParamSegment> partition_segments(const std::vector<int64_t>& numels,
   return out;
 }
 
-int64_t whole_param_partition_numel(const std::vector<int64_t>& numels, int world_size, int rank) {
+std::vector<ParamSegment> whole_model_segments(const std::vector<int64_t>& numels, int world_size, int rank) {
   int64_t total = 0;
   for (int64_t n : numels) total += n;
+  return partition_segments(numels, partition_flat(total, world_size), rank);
+}
+
+int64_t whole_param_partition_numel(const std::vector<int64_t>& numels, int world_size, int rank) {
   int64_t whole = 0;
-  for (const ParamSegment& s : partition_segments(numels, partition_flat(total, world_size), rank))
-    whole += numels[s.param];
+  for (const ParamSegment& s : whole_model_segments(numels, world_size, rank)) whole += numels[s.param];
   return whole;
 }
 

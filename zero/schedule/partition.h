@@ -43,6 +43,8 @@ std::vector<ParamSegment> partition_segments(const std::vector<int64_t>& param_n
 // The elements of the parameters (sizes in model order) that overlap `rank`'s
 // partition of one flat group over all of them.
 int64_t whole_param_partition_numel(const std::vector<int64_t>& param_numels, int world_size, int rank);
+// The segments of `rank`'s partition of that one flat group over all of them.
+std::vector<ParamSegment> whole_model_segments(const std::vector<int64_t>& param_numels, int world_size, int rank);
 // What that whole-parameter partition holds beyond zrepro's per-layer partitions (each
 // layer's flat padded and cut on its own), never negative. layer_param_numels: per
 // layer, its parameters' sizes in model order.
