@@ -495,8 +495,8 @@ def gpu_replan_section(folder):
                 f"{r['zrepro'].get('commit', '?')}, {r['replanned']}) for every case of `{r['record']}` against real "
                 "DeepSpeed 0.19.8 + Hugging Face measured on the GPU, per phase and at the whole run's peak, and the "
                 "caching allocator's reserved peak over the run (`reserved_peak`: the plan's emulated replay against "
-                "torch.cuda.max_memory_reserved; compared and reported, not held: the verdict binds on allocated "
-                "bytes). tests/conformance/gpu_record_process_test.cpp keeps this file equal to today's plan and holds "
+                "torch.cuda.max_memory_reserved; compared and reported, not held to the tolerance: it is the band "
+                "a GPU verdict, which binds on reserved bytes, allows for). tests/conformance/gpu_record_process_test.cpp keeps this file equal to today's plan and holds "
                 f"every other row within {r['tolerance']:.0%} but the gaps it names.", "",
                 "| case | phase | plan (MiB) | DeepSpeed (MiB) | plan vs DeepSpeed |", "|---|---|---|---|---|"]
         for x in r["rows"]:

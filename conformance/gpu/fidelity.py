@@ -386,7 +386,7 @@ def cmd_replan(a):
                      "plan_vs_deepspeed": e})
         # The caching allocator's reserved peak (the plan's emulated replay against
         # torch.cuda.max_memory_reserved over the run): compared and reported, not held to
-        # the tolerance (the verdict binds on allocated bytes).
+        # the tolerance; the band a GPU verdict (which binds on reserved bytes) allows for.
         ds_reserved = [r["deepspeed_reserved"] for r in c["phases"] if r.get("deepspeed_reserved")]
         if ds_reserved:
             reserved = plan["caching_allocator"]["reserved_peak_bytes"]

@@ -79,7 +79,7 @@ int plan_command(int argc, char** argv) {
     // straddles the capacity ([Note: a verdict inside the band]).
     std::optional<BandCall> call;
     if (fidelity && !req.cpu_device && plan.capacity > 0)
-      call = band_call(*fidelity, static_cast<double>(plan.peak_bytes), static_cast<double>(plan.capacity));
+      call = band_call(*fidelity, band_inputs(plan));
     if (r.count("json")) {
       nlohmann::json j = plan.to_json();
       j["model"] = req.model.to_json();

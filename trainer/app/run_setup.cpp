@@ -78,9 +78,7 @@ static void resolve_config(RunState& s) {
     sr.target.activation_checkpointing = spec.activation_checkpointing;
     if (spec.scale) sr.scale = *spec.scale;
     s.scaled = std::make_unique<ScaleDown>(scale_down(sr));
-    if (const auto& band = gpu_band())
-      s.scaled->target_band = band_call(*band, static_cast<double>(s.scaled->target_plan.peak_bytes),
-                                        static_cast<double>(s.scaled->target_plan.capacity)).to_json();
+    if (const auto& band = gpu_band()) s.scaled->target_band = band_call(*band, band_inputs(s.scaled->target_plan)).to_json();
     s.job.model = s.scaled->toy;
     s.job.cfg = s.scaled->toy_cfg;
   } else {
@@ -122,6 +120,7 @@ static void resolve_config(RunState& s) {
 
 JobSpec plan_request(const RunState& s) {
   JobSpec job = s.job;
+  job.emulated_caching_allocator = s.job.binds_on_reserved();  // a CUDA run's allocator is PyTorch's caching one
   job.cpu_device = true;
   return job;
 }
@@ -160,6 +159,7 @@ static void install_device(RunState& s) {
   s.dev = for_flag("--device " + spec.device, [&] { return select_device(spec.device, mpi_local_rank()); });
   s.topt.device = s.dev.device;
   s.job.cpu_device = s.dev.device.is_cpu();
+  s.job.emulated_caching_allocator = s.job.cpu_device && spec.allocator == "caching";
   const int64_t cap = s.capacity();
   if (!s.dev.device.is_cpu()) {
     if (cap > 0) {

@@ -32,6 +32,9 @@ struct JobSpec {
   // The device.
   bool cpu_device = true;          // the CPU-emulated device (fp16 computes in fp32 there)
   int64_t device_capacity = 0;     // 0: unlimited
+  // `run --allocator caching` on the CPU-emulated device: PyTorch's caching allocator
+  // emulated, as a GPU always has it (see binds_on_reserved).
+  bool emulated_caching_allocator = false;
   bool activation_checkpointing = false;  // recompute each block in backward
   // Checkpoints (trainer/checkpoint/ds_checkpoint.h): the job saves DeepSpeed's
   // checkpoint (a save phase after a step) or resumes from one (a load phase before the
@@ -44,6 +47,14 @@ struct JobSpec {
   // The host link offload copies cross (zero.offload_optimizer / offload_param).
   double host_link_gbps = 0;  // modelled bandwidth; 0: the copies run at memcpy speed
   double pageable_ratio = 0.5;  // a pageable copy's share of the pinned bandwidth
+
+  // [Note: the capacity binds where PyTorch's OOM does] On a GPU PyTorch's caching
+  // allocator says out of memory when a request finds no room in its segments even after
+  // it has flushed its cache: reserved bytes (segments, rounding, fragmentation) bind, and
+  // a job can fail before its allocated bytes reach the capacity. The CPU-emulated
+  // device's default accounting is exact: allocated bytes bind. The plan's verdict binds on
+  // what this job's allocator binds on, and states the other beside it.
+  bool binds_on_reserved() const { return !cpu_device || emulated_caching_allocator; }
 };
 
 }  // namespace zrepro

@@ -99,11 +99,20 @@ class CachingReplay {
   bool fits_ = true;
 };
 
+// The first allocation the caching allocator cannot place (after flushing its cache).
+struct CachingOom {
+  Phase phase = Phase::init;
+  int64_t request = 0;
+  CategoryBytes at{};  // allocated, just before it
+};
+
 // The running device total and everything the plan reports about it.
 class Timeline {
  public:
-  explicit Timeline(MemoryPlan& plan) : p_(plan), caching_(plan.capacity) {}
+  explicit Timeline(MemoryPlan& plan) : p_(plan), caching_(plan.capacity), unbounded_(0) {}
   const CachingReplay& caching() const { return caching_; }
+  const CachingReplay& unbounded() const { return p_.capacity > 0 ? unbounded_ : caching_; }
+  const std::optional<CachingOom>& caching_oom() const { return caching_oom_; }
   void phase(Phase ph) {
     phase_ = ph;
     if (p_.phases.empty() || p_.phases.back().phase != ph) {
@@ -114,15 +123,18 @@ class Timeline {
   void add(MemCategory c, int64_t bytes) {
     if (bytes == 0) return;
     const int ci = static_cast<int>(c);
-    if (bytes > 0 && p_.capacity > 0 && total_ + bytes > p_.capacity && p_.fits) {
-      p_.fits = false;
+    if (bytes > 0 && p_.capacity > 0 && total_ + bytes > p_.capacity && p_.allocated_fits) {
+      p_.allocated_fits = false;
       p_.oom_phase = phase_;
       p_.oom_request = bytes;
       p_.at_oom = now_;
     }
+    const bool cached_before = caching_.fits();
+    caching_.add(ci, bytes);
+    if (cached_before && !caching_.fits()) caching_oom_ = CachingOom{phase_, bytes, now_};
+    if (p_.capacity > 0) unbounded_.add(ci, bytes);
     now_[ci] += bytes;
     total_ += bytes;
-    caching_.add(ci, bytes);
     p_.category_peaks[ci] = std::max(p_.category_peaks[ci], now_[ci]);
     if (total_ > p_.peak_bytes) {
       p_.peak_bytes = total_;
@@ -139,7 +151,8 @@ class Timeline {
   Phase phase_ = Phase::init;
   int64_t total_ = 0;
   CategoryBytes now_{};
-  CachingReplay caching_;
+  CachingReplay caching_, unbounded_;
+  std::optional<CachingOom> caching_oom_;
 };
 
 // The engine's per-layer size tables (zero/schedule/layer_layout.h), from the model.
@@ -303,6 +316,8 @@ class PlanSim {
     plan_.reserved_peak_bytes = tl_.caching().reserved_peak();
     plan_.alloc_retries_per_step = tl_.caching().retries() - retries_before;
     plan_.reserved_fits = tl_.caching().fits();
+    plan_.unbounded_reserved_peak_bytes = tl_.unbounded().reserved_peak();
+    bind_verdict();
     for (size_t l = 0; l < layers_.size(); ++l) {
       plan_.model_states[static_cast<int>(MemCategory::params)] += layers_[l].param_device_numel(param_offload_) * pe_;
       plan_.model_states[static_cast<int>(MemCategory::grads)] += grad_bytes(l);
@@ -312,6 +327,19 @@ class PlanSim {
   }
 
  private:
+  // [Note: the capacity binds where PyTorch's OOM does]: the verdict on what the job's
+  // allocator binds on. The caching allocator fails at or before the allocated bytes cross
+  // the capacity (its reserved bytes are never fewer), so its failure is the first.
+  void bind_verdict() {
+    plan_.binds_on_reserved = req_.binds_on_reserved();
+    plan_.fits = plan_.allocated_fits;
+    if (!plan_.binds_on_reserved || plan_.reserved_fits || !tl_.caching_oom()) return;
+    plan_.fits = false;
+    plan_.oom_phase = tl_.caching_oom()->phase;
+    plan_.oom_request = tl_.caching_oom()->request;
+    plan_.at_oom = tl_.caching_oom()->at;
+  }
+
   // Persistent gradient storage: the full layout (stages 0-1) or the owned part on
   // the device (offloaded layers accumulate on the host).
   int64_t grad_bytes(size_t l) const { return layers_[l].grad_storage_numel(offloaded_[l]) * pe_; }
@@ -814,10 +842,13 @@ json MemoryPlan::to_json() const {
             {"pinned_fits", pinned_fits},
             {"memlock_available_bytes", memlock_available < 0 ? json(nullptr) : json(memlock_available)},
             {"oom_phase", fits ? json(nullptr) : json(phase_name(oom_phase))},
+            {"binds_on", binds_on_reserved ? "reserved" : "allocated"},
+            {"allocated_fits", allocated_fits},
             {"not_planned", not_planned.empty() ? json(nullptr) : json(not_planned)},
             {"caching_allocator", {{"reserved_peak_bytes", reserved_peak_bytes},
                                    {"alloc_retries_per_step", alloc_retries_per_step},
-                                   {"reserved_fits", reserved_fits}}},
+                                   {"reserved_fits", reserved_fits},
+                                   {"unbounded_reserved_peak_bytes", unbounded_reserved_peak_bytes}}},
             {"deepspeed_estimates", ds},
             // Every rank holds the same amounts (equal padded partitions and shards).
             {"ranks", "all ranks equal"}};
@@ -840,10 +871,21 @@ static std::string oom_verdict(const MemoryPlan& p, const JobSpec& req) {
   for (int c = 1; c < kNumMemCategories; ++c)
     if (p.at_oom[c] > p.at_oom[top]) top = c;
   std::ostringstream os;
-  os << "  verdict: OOM in phase " << phase_name(p.oom_phase) << ": the first allocation past the capacity ("
-     << format_bytes(p.oom_request) << ") comes in " << phase_name(p.oom_phase) << " with "
-     << format_bytes(std::accumulate(p.at_oom.begin(), p.at_oom.end(), int64_t{0})) << " in use (largest: "
-     << mem_category_name(static_cast<MemCategory>(top)) << " " << format_bytes(p.at_oom[top]) << ")";
+  const std::string in_use = format_bytes(std::accumulate(p.at_oom.begin(), p.at_oom.end(), int64_t{0})) +
+                             " in use (largest: " + mem_category_name(static_cast<MemCategory>(top)) + " " +
+                             format_bytes(p.at_oom[top]) + ")";
+  if (p.binds_on_reserved && p.allocated_fits) {  // the caching allocator's own OOM: fragmentation
+    os << "  verdict: OOM in phase " << phase_name(p.oom_phase) << ": PyTorch's caching allocator finds no room for a "
+       << format_bytes(p.oom_request) << " block even after flushing its cache, with " << in_use
+       << "; the allocated bytes alone would peak at " << format_bytes(p.peak_bytes) << " ("
+       << (100 * p.peak_bytes / p.capacity) << "% of the capacity, in phase " << phase_name(p.peak_phase)
+       << "): its segments fragment (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True maps pages instead)\n";
+    return os.str();
+  }
+  os << "  verdict: OOM in phase " << phase_name(p.oom_phase) << ": the first allocation "
+     << (p.binds_on_reserved ? "PyTorch's caching allocator cannot place even after flushing its cache ("
+                             : "past the capacity (")
+     << format_bytes(p.oom_request) << ") comes in " << phase_name(p.oom_phase) << " with " << in_use;
   if (p.peak_phase != p.oom_phase)
     os << "; were it to fit, the run would peak at " << format_bytes(p.peak_bytes) << " in phase "
        << phase_name(p.peak_phase);
@@ -865,9 +907,13 @@ static std::string caching_line(const MemoryPlan& p) {
   std::ostringstream os;
   os << "  caching allocator (PyTorch's default; emulated): reserved peak " << format_bytes(p.reserved_peak_bytes)
      << " (" << (100 * p.reserved_peak_bytes / p.capacity) << "% of the capacity)";
-  if (!p.reserved_fits)
-    os << "; a segment does not fit even after flushing the cache: the caching allocator runs out of memory before "
-          "the allocated bytes reach the capacity (fragmentation; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)";
+  if (p.unbounded_reserved_peak_bytes > p.reserved_peak_bytes)
+    os << ", " << format_bytes(p.unbounded_reserved_peak_bytes) << " with room to spare";
+  if (!p.reserved_fits)  // and the verdict binds on allocated bytes: this job's device accounts exactly
+    os << "; a segment does not fit even after flushing the cache: on a GPU the caching allocator would run out of "
+          "memory before the allocated bytes reach the capacity (fragmentation; "
+          "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True); this device accounts exactly (run --allocator caching "
+          "emulates a GPU's)";
   else if (p.alloc_retries_per_step > 0)
     os << "; " << p.alloc_retries_per_step
        << " cache flush(es) per step expected (DeepSpeed's ZeRO-3 warns \"pytorch allocator cache flushes since last "
@@ -953,7 +999,11 @@ std::string format_plan(const MemoryPlan& p, const JobSpec& req) {
     os << "  verdict: fails at init: offload needs " << format_bytes(p.host_pinned_bytes) << " of pinned host memory, "
        << "this machine may lock " << format_bytes(p.memlock_available) << "\n";
   } else if (p.capacity > 0) {
-    if (p.fits)
+    if (p.fits && p.binds_on_reserved)
+      os << "  verdict: fits (binding on reserved bytes, as PyTorch's caching allocator does: reserved peak "
+         << format_bytes(p.reserved_peak_bytes) << ", " << format_bytes(p.capacity - p.reserved_peak_bytes)
+         << " to spare; allocated peak " << format_bytes(p.peak_bytes) << ")\n";
+    else if (p.fits)
       os << "  verdict: fits (" << format_bytes(p.capacity - p.peak_bytes) << " to spare at the peak)\n";
     else
       os << oom_verdict(p, req);

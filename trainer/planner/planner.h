@@ -67,10 +67,15 @@ struct MemoryPlan {
   bool pinned_fits = true;
   int64_t memlock_available = -1;  // bytes this process may still lock (-1: unlimited or not checked)
   int64_t memlock_limit = -1;      // ulimit -l in bytes (-1: unlimited)
+  // The verdict, on what the job's allocator binds on ([Note: the capacity binds where
+  // PyTorch's OOM does], trainer/config/job_spec.h): allocated_fits, and reserved_fits too
+  // where binds_on_reserved.
   bool fits = true;
-  Phase oom_phase = Phase::init;    // valid when !fits: first phase past capacity
-  int64_t oom_request = 0;          // the allocation that crossed it
-  CategoryBytes at_oom{};           // by category just before that allocation
+  bool allocated_fits = true;       // the allocated bytes stay within the capacity
+  bool binds_on_reserved = false;
+  Phase oom_phase = Phase::init;    // valid when !fits: the phase of the first allocation that fails
+  int64_t oom_request = 0;          // that allocation
+  CategoryBytes at_oom{};           // allocated by category just before it
   std::vector<DeepSpeedEstimate> deepspeed;
   std::string not_planned;          // what a run may allocate that this plan leaves out, or empty
   // [Note: the plan through the caching allocator] The same allocations replayed through
@@ -82,6 +87,10 @@ struct MemoryPlan {
   int64_t reserved_peak_bytes = 0;
   int64_t alloc_retries_per_step = 0;
   bool reserved_fits = true;
+  // The same replay with no capacity: the reserved peak a GPU with room to spare reaches
+  // (torch.cuda.max_memory_reserved; what the GPU record compares, and where the measured
+  // band puts real DeepSpeed's reserved peak). Equal to reserved_peak_bytes without a capacity.
+  int64_t unbounded_reserved_peak_bytes = 0;
 
   nlohmann::json to_json() const;
 };

@@ -130,22 +130,45 @@ std::string format_gpu_fidelity(const GpuFidelity& f) {
   s.back() = '.';
   if (f.reserved_peak)
     s += " The caching allocator's reserved peak (emulated) is " + range(*f.reserved_peak) +
-         " off DeepSpeed's (torch.cuda.max_memory_reserved); the verdict binds on allocated bytes.";
+         " off DeepSpeed's (torch.cuda.max_memory_reserved); on a GPU the verdict binds on reserved bytes, as PyTorch's OOM does.";
   return s + "\n";
 }
 
-BandCall band_call(const GpuFidelity& f, double planned, double capacity) {
+BandInputs band_inputs(const MemoryPlan& p) {
+  BandInputs in{static_cast<double>(p.peak_bytes), static_cast<double>(p.capacity), 0, false};
+  if (p.binds_on_reserved) {
+    in.planned_reserved = static_cast<double>(p.unbounded_reserved_peak_bytes);
+    in.allocator_edge = !p.reserved_fits || p.alloc_retries_per_step > 0;
+  }
+  return in;
+}
+
+BandCall band_call(const GpuFidelity& f, const BandInputs& in) {
   BandCall b;
-  b.planned = planned, b.capacity = capacity;
-  b.deepspeed_low = planned / (1 + f.peak.second);
-  b.deepspeed_high = planned / (1 + f.peak.first);
-  b.inside = capacity > 0 && b.deepspeed_low <= capacity && capacity <= b.deepspeed_high;
+  b.planned = in.planned_peak, b.capacity = in.capacity;
+  b.deepspeed_low = b.planned / (1 + f.peak.second);
+  b.deepspeed_high = b.planned / (1 + f.peak.first);
+  double high = b.deepspeed_high;
+  if (in.planned_reserved > 0 && f.reserved_peak) {
+    b.planned_reserved = in.planned_reserved;
+    b.reserved_low = in.planned_reserved / (1 + f.reserved_peak->second);
+    b.reserved_high = in.planned_reserved / (1 + f.reserved_peak->first);
+    b.allocator_edge = in.allocator_edge;
+    if (b.allocator_edge) high = std::max(high, b.reserved_high);
+  }
+  b.inside = b.capacity > 0 && b.deepspeed_low <= b.capacity && b.capacity <= high;
   return b;
 }
 
 json BandCall::to_json() const {
-  return {{"planned_peak_bytes", planned}, {"capacity_bytes", capacity},
-          {"deepspeed_peak_range_bytes", {deepspeed_low, deepspeed_high}}, {"inside_band", inside}};
+  json j = {{"planned_peak_bytes", planned}, {"capacity_bytes", capacity},
+            {"deepspeed_peak_range_bytes", {deepspeed_low, deepspeed_high}}, {"inside_band", inside}};
+  if (planned_reserved > 0) {
+    j["planned_reserved_peak_bytes"] = planned_reserved;
+    j["deepspeed_reserved_peak_range_bytes"] = {reserved_low, reserved_high};
+    j["allocator_edge"] = allocator_edge;
+  }
+  return j;
 }
 
 BandCall BandCall::from_json(const json& j) {
@@ -155,15 +178,34 @@ BandCall BandCall::from_json(const json& j) {
   b.deepspeed_low = j.at("deepspeed_peak_range_bytes").at(0).get<double>();
   b.deepspeed_high = j.at("deepspeed_peak_range_bytes").at(1).get<double>();
   b.inside = j.at("inside_band").get<bool>();
+  if (j.contains("planned_reserved_peak_bytes")) {
+    b.planned_reserved = j.at("planned_reserved_peak_bytes").get<double>();
+    b.reserved_low = j.at("deepspeed_reserved_peak_range_bytes").at(0).get<double>();
+    b.reserved_high = j.at("deepspeed_reserved_peak_range_bytes").at(1).get<double>();
+    b.allocator_edge = j.at("allocator_edge").get<bool>();
+  }
   return b;
 }
 
 std::string BandCall::text() const {
-  char b[64];
-  std::snprintf(b, sizeof b, "%.0f%% .. %.0f%%", 100 * deepspeed_low / capacity, 100 * deepspeed_high / capacity);
-  std::string s = std::string("real DeepSpeed's peak, by the planner's measured band: ") + b + " of capacity";
-  if (inside) return s + ": the capacity is inside it, too close to call (fits or not depends on the error the band allows)";
-  return s + (deepspeed_high < capacity ? ": fits beyond the band's error" : ": out of memory beyond the band's error");
+  auto range = [&](double lo, double hi) {
+    char b[64];
+    std::snprintf(b, sizeof b, "%.0f%% .. %.0f%%", 100 * lo / capacity, 100 * hi / capacity);
+    return std::string(b);
+  };
+  std::string s = "real DeepSpeed's peak, by the planner's measured band: " + range(deepspeed_low, deepspeed_high) +
+                  " of capacity";
+  if (planned_reserved > 0) s += ", its reserved peak " + range(reserved_low, reserved_high);
+  if (capacity < deepspeed_low) return s + ": out of memory beyond the band's error";
+  if (!inside && planned_reserved > 0 && capacity < reserved_high)
+    return s + ": fits beyond the band's error; real DeepSpeed may flush PyTorch's cache to fit (its \"pytorch "
+               "allocator cache flushes\" warning, slower steps)";
+  if (!inside) return s + ": fits beyond the band's error";
+  if (planned_reserved > 0 && capacity > deepspeed_high)
+    return s + ": the allocated bytes fit and this plan's caching allocator is at its edge (it flushes its cache or "
+               "runs out): whether real DeepSpeed's finds room depends on fragmentation the band allows (too close "
+               "to call; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True narrows it)";
+  return s + ": the capacity is inside it, too close to call (fits or not depends on the error the band allows)";
 }
 
 const std::optional<GpuFidelity>& gpu_band() {

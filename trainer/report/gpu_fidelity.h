@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "trainer/planner/planner.h"
+
 namespace zrepro {
 
 struct GpuFidelity {
@@ -44,15 +46,37 @@ std::string format_gpu_fidelity(const GpuFidelity& f);
 // peak for a GPU and the band its errors fell in (real = plan / (1 + error)), and whether
 // the capacity is inside that range: then neither "fits" nor "OOM" is a verdict to trust,
 // and run, ab and plan say so instead of calling the plan's side.
+// On a GPU the capacity binds on reserved bytes ([Note: the capacity binds where PyTorch's
+// OOM does]), and the record has a band for the reserved peak with room to spare too: real
+// DeepSpeed's lies in the plan's unbounded replay / (1 + error). Past the capacity that
+// means cache flushes, not an OOM: PyTorch releases its cached free segments and retries,
+// and only what fragments inside live segments can still fail, which the record does not
+// measure. So the reserved range decides the call only where the plan itself is at the
+// allocator's edge (its replay under the capacity flushes its cache or runs out): a
+// capacity below that range's high end is then not called either. Elsewhere a fitting plan
+// is called, and the text says that real DeepSpeed may flush its cache.
 struct BandCall {
   double planned = 0, capacity = 0;
-  double deepspeed_low = 0, deepspeed_high = 0;  // bytes
+  double deepspeed_low = 0, deepspeed_high = 0;  // allocated peak, bytes
+  // The reserved peak with room to spare (the plan's unbounded replay), and real
+  // DeepSpeed's range for it; 0 where the verdict binds on allocated bytes or the record
+  // has no reserved band.
+  double planned_reserved = 0, reserved_low = 0, reserved_high = 0;
+  bool allocator_edge = false;  // the plan's replay under the capacity flushes its cache or runs out
   bool inside = false;
   nlohmann::json to_json() const;
   static BandCall from_json(const nlohmann::json& j);
   std::string text() const;  // "real DeepSpeed's peak, by the planner's measured band: 95% .. 99% of capacity: ..."
 };
-BandCall band_call(const GpuFidelity& f, double planned_peak, double capacity);
+// What a plan gives the call: its allocated peak and the capacity; where its verdict binds on
+// reserved bytes, its unbounded reserved peak and whether its replay under the capacity
+// flushed or ran out (else 0 and false).
+struct BandInputs {
+  double planned_peak = 0, capacity = 0, planned_reserved = 0;
+  bool allocator_edge = false;
+};
+BandCall band_call(const GpuFidelity& f, const BandInputs& in);
+BandInputs band_inputs(const MemoryPlan& plan);
 // load_gpu_fidelity(ZREPRO_GPU_RECORDS_DIR, or $ZREPRO_GPU_RECORDS), read once per process.
 const std::optional<GpuFidelity>& gpu_band();
 

@@ -564,6 +564,21 @@ TEST(Planner, ReservedPeakAndCacheFlushesMatchTheCachingAllocator) {
                 static_cast<long long>(m.retries_per_step), p.reserved_fits ? "fits" : "OOM",
                 static_cast<long long>(p.reserved_peak_bytes), static_cast<long long>(p.alloc_retries_per_step));
     EXPECT_EQ(p.reserved_fits, m.ok) << mb << " MB";
+    // [Note: the capacity binds where PyTorch's OOM does]: this device accounts exactly, so
+    // its verdict binds on allocated bytes; the same job through the caching allocator (a
+    // GPU, or run --allocator caching as here) binds on reserved ones, as the run does.
+    EXPECT_FALSE(p.binds_on_reserved);
+    EXPECT_TRUE(p.fits) << mb << " MB: the allocated peak " << p.peak_bytes << " fits";
+    JobSpec caching = req;
+    caching.emulated_caching_allocator = true;
+    const MemoryPlan c = plan_memory(caching);
+    EXPECT_TRUE(c.binds_on_reserved);
+    EXPECT_EQ(c.fits, m.ok) << mb << " MB";
+    EXPECT_TRUE(c.allocated_fits) << mb << " MB";
+    EXPECT_EQ(c.unbounded_reserved_peak_bytes, predict(cfg, false, 1, 0, std::nullopt, small).reserved_peak_bytes);
+    if (!c.fits) {
+      EXPECT_NE(format_plan(c, caching).find("finds no room for a"), std::string::npos) << format_plan(c, caching);
+    }
     if (!m.ok) continue;
     EXPECT_EQ(p.reserved_peak_bytes, m.reserved_peak) << mb << " MB";
     EXPECT_EQ(p.alloc_retries_per_step, m.retries_per_step) << mb << " MB";
