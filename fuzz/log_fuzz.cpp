@@ -9,7 +9,8 @@
 #include <cstdint>
 #include <string>
 
-#include "trainer/report/diagnose.h"
+#include "trainer/diagnose/diagnose.h"
+#include "trainer/diagnose/log_text.h"
 #include "trainer/report/report.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

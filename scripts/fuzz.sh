@@ -36,7 +36,7 @@ if [ "$target" = config ]; then
     { echo "${flags[$k]}"; cat configs/examples/hf_auto_zero2.json; } > "$corpus/flags_$k"
   done
 else
-  for f in $(git ls-files 'tests/trainer/report/diagnose_logs/*.log' 'configs/scenarios/*/*.log'); do
+  for f in $(git ls-files 'tests/trainer/diagnose/diagnose_logs/*.log' 'configs/scenarios/*/*.log'); do
     i=$((i + 1))
     head -c 8192 "$f" > "$corpus/seed_$i"
   done

@@ -1,5 +1,5 @@
 // `zrepro diagnose LOG`: a failed job's log (DeepSpeed / PyTorch / NCCL, several ranks
-// interleaved, plain or gzip) to a diagnosis (trainer/report/diagnose.h). With --config
+// interleaved, plain or gzip) to a diagnosis (trainer/diagnose/diagnose.h). With --config
 // and --device-memory it also asks the planner (`zrepro plan --json` as a child) whether
 // it predicts what the log shows: the same failure phase, or a fit.
 // With --write-scenario DIR it writes a ready reproduction (trainer/app/reproduction.h): the
@@ -24,8 +24,9 @@
 #include "trainer/app/scenario.h"
 #include "trainer/runtime/subprocess.h"
 #include "trainer/config/user_file.h"
-#include "trainer/report/diagnose.h"
-#include "trainer/report/flight_recorder.h"
+#include "trainer/diagnose/diagnose.h"
+#include "trainer/diagnose/flight_recorder.h"
+#include "trainer/diagnose/log_text.h"
 #include "trainer/report/report.h"
 
 namespace zrepro {

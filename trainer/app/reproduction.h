@@ -19,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "trainer/report/diagnose.h"
+#include "trainer/diagnose/diagnose.h"
 
 namespace zrepro {
 

@@ -20,7 +20,7 @@
 #include "trainer/app/cli.h"
 #include "trainer/app/env.h"
 #include "trainer/app/run_state.h"
-#include "trainer/report/diagnose.h"
+#include "trainer/diagnose/wall_clock.h"
 #include "trainer/report/inputs_export.h"
 #include "trainer/runtime/out_dir.h"
 #include "zero/comm/mpi_communicator.h"
@@ -190,7 +190,7 @@ StepCallback calibrated(RunState& s, StepCallback log) {
 
 // Rank 0's step log: DeepSpeed's step line, zrepro's with loss and throughput, the
 // memory line when asked, DeepSpeed's timer line ([Note: wall_clock_breakdown],
-// trainer/report/diagnose.h), ZeRO-3's allocator-flush warning after every step that
+// trainer/diagnose/wall_clock.h), ZeRO-3's allocator-flush warning after every step that
 // flushed, metrics.jsonl, the progress line.
 StepCallback step_logger(RunState& s, int64_t every) {
   auto clock = std::make_shared<WallClock>();

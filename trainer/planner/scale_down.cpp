@@ -117,7 +117,12 @@ ScaleDown scale_down(const ScaleRequest& req) {
   }
   if (sd.target_plan.fits != sd.toy_plan.fits ||
       (!sd.target_plan.fits && sd.target_plan.oom_phase != sd.toy_plan.oom_phase))
-    sd.warnings.push_back("the planner's verdict differs between the target and the toy; the toy may not reproduce it");
+    sd.warnings.push_back(
+        !sd.target_plan.fits && sd.target_plan.allocated_fits
+            ? "the target runs out of memory only through PyTorch's caching allocator (its segments fragment: "
+              "[Note: the capacity binds where PyTorch's OOM does]), which the toy's exact accounting does not "
+              "emulate: run the toy with --allocator caching"
+            : "the planner's verdict differs between the target and the toy; the toy may not reproduce it");
   if (req.target.cfg.precision == Precision::fp16)
     sd.warnings.push_back("fp16 computes in fp32 on the CPU-emulated device (LibTorch 1.13 has no CPU fp16 matmul): "
                           "the toy's activations are larger than the target's");

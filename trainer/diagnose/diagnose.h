@@ -6,6 +6,11 @@
 // what else it could be and what would tell them apart, what to try. A log with none of
 // them gets "no known fingerprint" and the lines that looked closest, never a guess.
 // Pure: text in, a Diagnosis out (trainer/app/diagnose.cpp reads files and prints).
+//
+// The room: log_text.h (a log's bytes as text), evidence.h (the fingerprint table and the
+// scan that finds its lines and numbers), decide.h (the decision, a walk over its rule
+// table in the diagnosis order), this file (the answer), flight_recorder.h (NCCL's Flight
+// Recorder dumps as rows) and wall_clock.h (DeepSpeed's timer line, written by run).
 #pragma once
 #include <string>
 #include <vector>
@@ -47,37 +52,9 @@ struct Diagnosis {
 // default log level (WARNING).
 Diagnosis diagnose_log(const std::string& text, const nlohmann::json& job_config = nullptr);
 
-// [Note: Flight Recorder dumps] (flight_recorder.h): each rank's last collective, one row
+// [Note: Flight Recorder dumps] (trainer/diagnose/flight_recorder.h): each rank's last collective, one row
 // per rank ({rank, seq, op, numel_in, numel_out, state, entries, file}), diagnosed as the
 // watchdog's lines are: the hang's kind from what the ranks waited in.
 Diagnosis diagnose_flight_recorder(const std::vector<nlohmann::json>& rows);
-
-// What a log's bytes are, before diagnosis. UTF-16 (a BOM, or a NUL in every other byte,
-// as Windows tools write) is converted to UTF-8 in place; binary (NUL bytes, or more than
-// a tenth of the first 64 KiB neither text nor terminal control) is not a log.
-enum class LogKind { text, utf16, empty, binary };
-LogKind normalise_log(std::string& text);
-const char* log_kind_name(LogKind k);
-
-// A log line as a terminal may show it: valid UTF-8 kept, other control bytes (ANSI
-// escapes, carriage returns, NUL) and invalid sequences as U+FFFD.
-std::string printable(const std::string& line);
-
-// "1.86 GiB", "512 MB", "3.01 MiB" -> bytes (PyTorch prints GiB/MiB/KiB; GB = 1e9). -1 if not a size.
-int64_t parse_printed_bytes(const std::string& number, const std::string& unit);
-
-// [Note: wall_clock_breakdown] With "wall_clock_breakdown": true `zrepro run`'s rank 0
-// prints DeepSpeed's global timer line at each print boundary, summed since the last one
-// (DeepSpeed resets its timers when it logs them): "[Rank 0] time (ms) | fwd: .. | bwd: ..
-// | bwd_inner: .. | bwd_allreduce: .. | step: ..". zrepro's figures: fwd and bwd are the
-// micro-steps' forward and backward, bwd_allreduce the part of bwd blocked in collectives
-// (the step's comm_wait, at most bwd), bwd_inner the rest, step the optimizer step (with
-// offload: the host Adam and the copies). diagnose reads the same line (its "wall_clock"
-// fingerprint, diagnose.cpp) from DeepSpeed's logs and zrepro's: one format, one place.
-struct WallClock {
-  double fwd = 0, bwd = 0, allreduce = 0, step = 0;
-  void add(double forward_s, double backward_s, double comm_wait_s, double optimizer_s);
-  std::string line_and_reset();  // the line, then zero
-};
 
 }  // namespace zrepro

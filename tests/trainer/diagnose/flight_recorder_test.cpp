@@ -1,7 +1,7 @@
-// trainer/report/flight_recorder.h: real Flight Recorder dumps PyTorch 2.11 wrote
+// trainer/diagnose/flight_recorder.h: real Flight Recorder dumps PyTorch 2.11 wrote
 // (tests/data/flight_recorder/make_dumps.py, two gloo ranks that stop agreeing) read by
 // this LibTorch and diagnosed from every rank's last collective.
-#include "trainer/report/flight_recorder.h"
+#include "trainer/diagnose/flight_recorder.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 
 #include "device/base/errors.h"
 #include "tests/support/process.h"
-#include "trainer/report/diagnose.h"
+#include "trainer/diagnose/diagnose.h"
 
 namespace {
 

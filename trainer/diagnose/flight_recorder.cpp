@@ -1,5 +1,5 @@
 // See flight_recorder.h.
-#include "trainer/report/flight_recorder.h"
+#include "trainer/diagnose/flight_recorder.h"
 
 #include <torch/csrc/jit/serialization/pickle.h>
 

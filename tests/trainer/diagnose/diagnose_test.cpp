@@ -9,14 +9,15 @@
 #include <fstream>
 #include <sstream>
 
-#include "trainer/report/diagnose.h"
+#include "trainer/diagnose/diagnose.h"
+#include "trainer/diagnose/log_text.h"
 
 using namespace zrepro;
 using json = nlohmann::json;
 
 namespace {
 
-const std::string kLogs = std::string(ZREPRO_SOURCE_DIR).append("/tests/trainer/report/diagnose_logs/");
+const std::string kLogs = std::string(ZREPRO_SOURCE_DIR).append("/tests/trainer/diagnose/diagnose_logs/");
 
 std::string read(const std::string& path) {
   std::ifstream in(path);
