@@ -28,6 +28,7 @@ import time
 import weakref
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(HERE, "gpu"))
 from cases import by_name, deepspeed_config  # noqa: E402
 
@@ -56,12 +57,23 @@ EXTRA = {  # cases of the table's shape that the GPU table does not have
     "mixtral-toy-bf16-z3-eager": dict(base="llama-toy-bf16-z2-sdpa", model="mixtral-toy", attn="eager", stage=3),
     "mixtral-toy-bf16-z3-sdpa-ac-ranks2": dict(base="llama-toy-bf16-z2-sdpa", model="mixtral-toy", stage=3, ac=True,
                                                ranks=2),
+    # Architectures zrepro has no model of, planned from transformers' own modules recorded under
+    # FakeTensorMode (trainer/planner/hf_record.py; the recordings in results/recordings/).
+    "qwen3-toy-bf16-z2-sdpa": dict(base="llama-toy-bf16-z2-sdpa", model_path="conformance/hf_models/qwen3-toy.json",
+                                   recording="qwen3-toy-bf16-sdpa-s256"),
+    "qwen3-toy-bf16-z3-sdpa-ac": dict(base="llama-toy-bf16-z2-sdpa", model_path="conformance/hf_models/qwen3-toy.json",
+                                      recording="qwen3-toy-bf16-sdpa-s256", stage=3, ac=True),
+    "phi3-toy-bf16-z1-sdpa": dict(base="llama-toy-bf16-z2-sdpa", model_path="conformance/hf_models/phi3-toy.json",
+                                  recording="phi3-toy-bf16-sdpa-s256", stage=1),
+    "gemma2-toy-bf16-z2-eager": dict(base="llama-toy-bf16-z2-sdpa", model_path="conformance/hf_models/gemma2-toy.json",
+                                     recording="gemma2-toy-bf16-eager-s256", attn="eager"),
 }
 CASES += [("gpt2-fp32-z2-gas2", 256, 2), ("llama-toy-fp32-z1-eager", 256, 2), ("llama-toy-bf16-z1-ac", 256, 2),
           ("gpt2-bf16-z1-ranks2", 256, 2), ("gpt2-bf16-z2-ranks2", 256, 2), ("gpt2-bf16-z3-ranks2", 256, 2),
           ("gpt2-fp32-z2-gas2-ranks2", 256, 2), ("llama-toy-bf16-z3-eager-gas2-ranks2", 256, 2),
           ("mixtral-toy-bf16-z2-eager", 256, 2), ("mixtral-toy-bf16-z3-eager", 256, 2),
-          ("mixtral-toy-bf16-z3-sdpa-ac-ranks2", 256, 2)]
+          ("mixtral-toy-bf16-z3-sdpa-ac-ranks2", 256, 2), ("qwen3-toy-bf16-z2-sdpa", 256, 2),
+          ("qwen3-toy-bf16-z3-sdpa-ac", 256, 2), ("phi3-toy-bf16-z1-sdpa", 256, 2), ("gemma2-toy-bf16-z2-eager", 256, 2)]
 
 
 def case_of(name, seq, micro):
@@ -72,6 +84,10 @@ def case_of(name, seq, micro):
         if "model" in e:
             c["model_name"] = e["model"]
             c["model"] = os.path.join(os.path.dirname(c["model"]), e["model"] + ".json")
+        if "model_path" in e:
+            c["model_name"] = os.path.basename(e["model_path"])[:-5]
+            c["model"] = os.path.join(ROOT, e["model_path"])
+            c["recording"] = "conformance/results/recordings/" + e["recording"] + ".tape.json"
         if "precision" in e:
             c["precision"] = e["precision"]
             c["ds_config"].pop("bf16", None)
@@ -172,7 +188,8 @@ def run(c, steps):
     versions = {"torch": torch.__version__, "deepspeed": deepspeed.__version__, "transformers": transformers.__version__}
     del engine, model
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    flags = ["--model", "configs/models/" + c["model_name"] + ".json", "--seq", str(c["seq"]), "--attn", c["attn"]]
+    model = c.get("recording") or "configs/models/" + c["model_name"] + ".json"
+    flags = ["--model", model, "--seq", str(c["seq"]), "--attn", c["attn"]]
     flags += ["--activation-checkpointing"] if c["activation_checkpointing"] else []
     flags += ["--world-size", str(world), "--as-rank", str(rank)] if world > 1 else []
     return {"name": c["name"] + (f".r{rank}" if world > 1 else ""), "case": c["name"], "rank": rank,

@@ -21,7 +21,8 @@ inline std::map<std::string, double> plan_phases(const nlohmann::json& c, const 
   std::string flags;
   for (const auto& f : c["zrepro_flags"]) {
     const std::string s = f.get<std::string>();
-    flags += " " + (s.rfind("configs/", 0) == 0 ? std::string(ZREPRO_SOURCE_DIR).append("/") + s : s);
+    const bool in_tree = s.rfind("configs/", 0) == 0 || s.rfind("conformance/", 0) == 0;
+    flags += " " + (in_tree ? std::string(ZREPRO_SOURCE_DIR).append("/") + s : s);
   }
   const auto p = zrepro_cmd("plan --device " + device + " --steps 3 --json --config " + dir + "/ds.json" + flags, 60,
                             /*keep_stderr=*/false);

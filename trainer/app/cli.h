@@ -27,6 +27,7 @@ int env_command(int argc, char** argv);
 int check_command(int argc, char** argv);
 int bisect_command(int argc, char** argv);
 int checkpoint_command(int argc, char** argv);
+int record_model_command(int argc, char** argv);
 int bench_comm(int argc, char** argv);
 int bench_adam(int argc, char** argv);
 int bench_copy(int argc, char** argv);

@@ -49,6 +49,9 @@ const std::vector<Command>& commands() {
        "DeepSpeed's ds_to_universal.py conversion (resume at another world size); a checkpoint real DeepSpeed wrote, "
        "made readable to --resume",
        checkpoint_command, false, {"to-universal", "from-deepspeed"}},
+      {"record-model", "--config config.json --seq N [--dtype bf16] [--attn sdpa] --out M.tape.json",
+       "an architecture zrepro has no model of: transformers' own activation tape under FakeTensorMode, for plan",
+       record_model_command, false, {}},
       {"bench", "comm | adam | copy [options]",
        "benchmarks: collectives (nccl-tests format), fused CPU Adam, offload copies", bench_command, true,
        {"comm", "adam", "copy"}},

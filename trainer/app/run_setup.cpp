@@ -83,6 +83,11 @@ static void resolve_config(RunState& s) {
     s.job.cfg = s.scaled->toy_cfg;
   } else {
     s.job.model = resolve_model(spec.model, spec.model_overrides);
+    if (s.job.model.recorded)  // [Note: a recorded architecture]
+      throw ConfigError("--model " + spec.model + ": a recorded architecture (" + s.job.model.model_type +
+                        ") is planned, not trained: zrepro has no model of it (zrepro plan --model " + spec.model +
+                        "; to reproduce a failure, run the closest family zrepro trains, e.g. a llama config.json "
+                        "of the same sizes)");
     s.job.cfg = load_job_config(spec.config_path, flags_for(spec, s.job.model, s.world));
   }
   s.have_model = s.have_cfg = true;

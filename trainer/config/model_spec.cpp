@@ -196,6 +196,12 @@ std::vector<LayerSpec> ModelSpec::layer_shapes() const {
     ps.push_back({name + ".weight", {out, in}});
     if (bias) ps.push_back({name + ".bias", {out}});
   };
+  if (recorded) {
+    g.push_back({"embed", recorded->embed});
+    for (int64_t l = 0; l < layers; ++l) g.push_back({"block." + std::to_string(l), recorded->block});
+    g.push_back({"head", recorded->head});
+    return g;
+  }
   if (family == Family::gpt2) {
     g.push_back({"embed", {{"wte", {V, h}}, {"wpe", {position_rows(), h}}}});
     for (int64_t l = 0; l < layers; ++l) {
@@ -307,7 +313,8 @@ int64_t ModelSpec::param_count() const {
 
 std::string ModelSpec::assumptions() const {
   return std::string("attention ") + attention_name(attention) + " (" + attention_from + "), seq " +
-         std::to_string(seq) + " (" + seq_from + ")";
+         std::to_string(seq) + " (" + seq_from + ")" +
+         (recorded ? "; parameters and activations: " + recorded->source() : std::string());
 }
 
 json ModelSpec::to_json() const {
@@ -329,6 +336,9 @@ json ModelSpec::to_json() const {
   if (attention == Attention::sdpa) j["attention_tile"] = attention_tile;
   else j["softmax"] = softmax_fp32 ? "fp32" : "compute dtype";
   j["assumed"] = {{"attention", attention_from}, {"seq", seq_from}};
+  if (recorded)
+    j["recorded"] = {{"file", recorded->path}, {"transformers", recorded->transformers}, {"torch", recorded->torch},
+                     {"dtype", recorded->dtype}, {"problems", recorded->problems}};
   return j;
 }
 
@@ -430,6 +440,8 @@ void load_moe_fields(const json& j, const std::string& path, ModelSpec& m) {
 
 }  // namespace
 
+ModelSpec load_recorded(const std::string& path, const json& doc);
+
 ModelSpec load_hf_config(const std::string& path) {
   const std::string text = read_user_file("--model", path, "a preset name or a Hugging Face config.json");
   json j;
@@ -439,6 +451,7 @@ ModelSpec load_hf_config(const std::string& path) {
     throw ConfigError("--model " + path + ": malformed JSON (" + std::string(e.what()) + ")");
   }
   if (!j.is_object()) throw ConfigError("--model " + path + ": expected a JSON object (a Hugging Face config.json)");
+  if (RecordedModel::is_recording(j)) return load_recorded(path, j);
   ModelSpec m;
   m.name = path;
   const json type = j.value("model_type", json());
@@ -450,8 +463,11 @@ ModelSpec load_hf_config(const std::string& path) {
   const auto types = supported_model_types();
   if (std::find(types.begin(), types.end(), m.model_type) == types.end())
     throw ConfigError("--model " + path + ": model_type \"" + m.model_type +
-                      "\" is not supported (supported: gpt2, llama, mistral, qwen2, mixtral, qwen2_moe); zrepro would not build a "
-                      "different architecture in its place");
+                      "\" is not one zrepro builds (gpt2, llama, mistral, qwen2, mixtral, qwen2_moe), and it would not "
+                      "build a different architecture in its place. To plan it, record transformers' own modules "
+                      "(seconds, no memory; needs torch and transformers in your Python): zrepro record-model "
+                      "--config " + path + " --seq SEQ --dtype bf16 --attn sdpa --out model.tape.json, then "
+                      "--model model.tape.json");
   m.hidden = field<int64_t>(j, path, {"hidden_size", "n_embd"}, std::nullopt);
   m.layers = field<int64_t>(j, path, {"num_hidden_layers", "n_layer"}, std::nullopt);
   m.heads = field<int64_t>(j, path, {"num_attention_heads", "n_head"}, std::nullopt);
@@ -487,6 +503,30 @@ ModelSpec load_hf_config(const std::string& path) {
                        "4.42 loads sdpa with torch >= 2.1.1 (--attn eager for the eager path)";
   }
   validate_model(m, "--model " + path);
+  return m;
+}
+
+// [Note: a recorded architecture]: the dimensions from the recorded config.json (the ones the
+// header and the symbols use), the groups and tapes from the recording.
+ModelSpec load_recorded(const std::string& path, const json& doc) {
+  ModelSpec m;
+  m.recorded = RecordedModel::load(path, doc);
+  const RecordedModel& r = *m.recorded;
+  const json& c = r.hf_config;
+  m.name = path;
+  m.model_type = r.model_type;
+  m.family = Family::llama;  // the closest for what reads the family; the recording decides the memory
+  m.hidden = field<int64_t>(c, path, {"hidden_size", "n_embd", "d_model"}, std::nullopt);
+  m.heads = field<int64_t>(c, path, {"num_attention_heads", "n_head"}, std::nullopt);
+  m.vocab = field<int64_t>(c, path, {"vocab_size"}, std::nullopt);
+  m.kv_heads = field<int64_t>(c, path, {"num_key_value_heads"}, m.heads);
+  m.intermediate = field<int64_t>(c, path, {"intermediate_size", "n_inner"}, int64_t{0});
+  m.layers = r.layers;
+  m.tied = r.tied;
+  m.seq = r.seq;
+  m.seq_from = "the recording (" + path + ")";
+  m.attention = r.attention == "eager" ? Attention::eager : Attention::sdpa;
+  m.attention_from = "the recording (" + path + ")";
   return m;
 }
 
@@ -545,8 +585,25 @@ void override_behaviour(ModelSpec& m, const ModelOverrides& o) {
 
 }  // namespace
 
+// A recording is of one sequence length, dtype (checked by the planner) and attention, and of
+// its model's sizes: other ones need another recording, never a silent reuse.
+void check_recorded_overrides(const ModelSpec& m, const ModelOverrides& o, const std::string& arg) {
+  const RecordedModel& r = *m.recorded;
+  const std::string attn = o.attention ? *o.attention : r.attention;
+  const int64_t seq = o.seq ? *o.seq : r.seq;
+  if (seq != r.seq || attn != r.attention)
+    throw ConfigError("--model " + arg + ": recorded at seq " + std::to_string(r.seq) + " with " + r.attention +
+                      " attention; this job has seq " + std::to_string(seq) + " and " + attn + " (" +
+                      (seq != r.seq ? o.seq_from : std::string("--attn")) + "): record it again: " +
+                      r.record_command(seq, r.dtype, attn));
+  if (o.vocab || o.hidden || o.heads || o.intermediate)
+    throw ConfigError("--model " + arg + ": a recorded model's sizes are the recording's (--vocab, --hidden, --heads "
+                      "and --intermediate do not apply); edit its config.json and record it again");
+}
+
 ModelSpec resolve_model(const std::string& arg, const ModelOverrides& o) {
   ModelSpec m = base_model(arg);
+  if (m.recorded) check_recorded_overrides(m, o, arg);
   override_dimensions(m, o);
   override_behaviour(m, o);
   validate_model(m, "--model " + arg);

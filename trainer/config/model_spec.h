@@ -6,12 +6,14 @@
 // groups (trainer/model/gpt.cpp) all come: one table serves bytes and allocation.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "trainer/config/recorded_model.h"
 #include "zero/schedule/param_spec.h"
 
 namespace zrepro {
@@ -94,6 +96,10 @@ struct ModelSpec {
   // as one unit). The planner keeps them in the block.
   bool expert_groups = false;
   bool moe() const { return experts > 0; }
+  // [Note: a recorded architecture] (recorded_model.h): a model_type zrepro has no model of,
+  // planned from a recording of transformers' own modules; never trained. Its groups are the
+  // recording's, the dimensions above its config.json's.
+  std::shared_ptr<const RecordedModel> recorded = nullptr;
 
   // Group indices (layer_shapes' order): embed 0, then each block b's group followed,
   // with expert_groups, by its experts' groups; the head last.

@@ -51,7 +51,21 @@ int64_t gpt_compute_elem(Precision p, bool cpu_device) {
   return p == Precision::fp32 || (p == Precision::fp16 && cpu_device) ? 4 : 2;
 }
 
+// A recording's sizes at micro-batch B (a + c x B), and the planner's own symbols: n, a
+// block's input (cpu checkpointing keeps it on the host), and Wlm 0: zrepro's model hands
+// the tied head's gradient of the embedding from the head's reduce to the embedding's
+// ([Note: a group used twice]); a recording holds transformers' own flow (autograd sums
+// both uses' gradients before the embedding's hook fires), so nothing is handed over.
+static TapeSymbols recorded_symbols(const ModelSpec& m, int64_t B) {
+  TapeSymbols s;
+  for (const auto& [name, ac] : m.recorded->symbols) s[name] = ac.first + ac.second * B;
+  s["n"] = B * m.seq * m.hidden * m.recorded->compute_bytes;
+  s["Wlm"] = 0;
+  return s;
+}
+
 TapeSymbols gpt_tape_symbols(const ModelSpec& m, int64_t B, Precision p, bool cpu_device) {
+  if (m.recorded) return recorded_symbols(m, B);
   // fp16 on the CPU-emulated device computes in fp32 (gpt.cpp compute_dtype).
   const int64_t e = gpt_compute_elem(p, cpu_device);
   // [Note: MoE in the planner] A MoE block replays the llama block's tapes with its MLP
@@ -140,6 +154,7 @@ const char* gpt_tape_name(GptTape which) {
     case GptTape::backward_tail: return "backward_tail";
     case GptTape::between_blocks: return "between_blocks";
     case GptTape::between_checkpointed_blocks: return "between_checkpointed_blocks";
+    case GptTape::block_recompute: return "block_recompute";
   }
   return "?";
 }
@@ -161,7 +176,14 @@ std::string gpt_tape_variant(const ModelSpec& m) {
   return v;
 }
 
-const char* gpt_tape(const ModelSpec& m, GptTape which, int64_t B, Precision p, bool cpu_device) {
+const char* gpt_tape(const ModelSpec& m, GptTape which, int64_t B, Precision p, bool cpu_device, bool checkpointed) {
+  if (m.recorded) {  // [Note: a recorded architecture]: a part it does not have allocates nothing
+    const auto& tapes = m.recorded->tapes;
+    auto it = checkpointed ? tapes.find(gpt_tape_name(which) + std::string("@checkpointed")) : tapes.end();
+    if (it == tapes.end()) it = tapes.find(gpt_tape_name(which));
+    return it == tapes.end() ? "" : it->second.c_str();
+  }
+  if (which == GptTape::block_recompute) which = GptTape::block_forward;  // zrepro's model: the whole forward again
   const TapeTable& t = planner_tapes();
   const auto& table = t.tapes;
   const std::string key = gpt_tape_key(m, which, B, p, cpu_device);

@@ -48,6 +48,9 @@ enum class GptTape {
   block_recompute_release,                                    // after a recomputed block's reduce
   backward_tail,                                              // after the embedding's reduce
   between_blocks, between_checkpointed_blocks,                // after a block's forward, before the next layer's
+  // A checkpointed block's forward again, in backward: zrepro's model runs the whole
+  // forward (its block_forward tape); a recorded one's is inside its recomputed backward.
+  block_recompute,
 };
 const char* gpt_tape_name(GptTape which);
 // The tapes the planner replays: this build's recording (<build>/generated/gpt_tapes.json,
@@ -55,7 +58,10 @@ const char* gpt_tape_name(GptTape which);
 // missing, unreadable or of another LibTorch release, saying how to record it.
 const TapeTable& planner_tapes();
 // The tape of `which` for this model. Throws std::logic_error when the table has none.
-const char* gpt_tape(const ModelSpec& m, GptTape which, int64_t micro_batch, Precision p, bool cpu_device);
+// checkpointed: the job checkpoints activations; a recorded model's parts replayed once
+// then have their own tapes ([Note: a recorded tape replays as the planner's], hf_record.py).
+const char* gpt_tape(const ModelSpec& m, GptTape which, int64_t micro_batch, Precision p, bool cpu_device,
+                     bool checkpointed = false);
 // The table's key of that tape ("llama sdpa untied bf16 B1 block_forward",
 // "gpt2 eager tied bf16 BN gelu_new softmax16 block_forward").
 std::string gpt_tape_key(const ModelSpec& m, GptTape which, int64_t micro_batch, Precision p, bool cpu_device);

@@ -18,6 +18,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "device/base/errors.h"
 #include "offload/host_memory.h"
 #include "trainer/checkpoint/ds_layout.h"
 #include "trainer/checkpoint/host_bytes.h"
@@ -259,6 +260,18 @@ class PlannedReduce : public ReduceOps {
 // (GatherSchedule, ReduceSchedule, ShardLifecycle, BufferPolicy) executed on byte
 // counts, driven in the order the GPT model calls the engine, with the model's
 // activation tapes between the calls, plus the engine's init and step allocations.
+// [Note: a recorded architecture]: a recording is of one dtype; a job computing in another
+// needs another recording.
+void check_recorded_dtype(const JobSpec& req) {
+  const RecordedModel& r = *req.model.recorded;
+  const int64_t e = gpt_compute_elem(req.cfg.precision, req.cpu_device);
+  if (e == r.compute_bytes) return;
+  const std::string want = e == 4 ? "fp32" : precision_name(req.cfg.precision);
+  throw ConfigError("--model " + r.path + ": recorded in " + r.dtype + ", and this job computes in " + want +
+                    (req.cpu_device && req.cfg.precision == Precision::fp16 ? " (fp16 on the CPU-emulated device)" : "") +
+                    ": record it again: " + r.record_command(r.seq, want, r.attention));
+}
+
 class PlanSim {
  public:
   PlanSim(const JobSpec& req, MemoryPlan& plan)
@@ -291,8 +304,10 @@ class PlanSim {
     for (const auto& l : layers_) owned.push_back(l.owned_numel());
     step_ = step_schedule(policy_, owned, offloaded_, z_.sub_group_size);
     plan_.block_saved_bytes = block_activation_bytes(req.model, B_, p, req.cpu_device);
-    plan_.activation_source = "zrepro's model: tapes of LibTorch " + planner_tapes().libtorch + " (" +
-                              gpt_tape_key(req.model, GptTape::block_forward, B_, p, req.cpu_device) + ")";
+    plan_.activation_source = req.model.recorded
+                                  ? req.model.recorded->source()
+                                  : "zrepro's model: tapes of LibTorch " + planner_tapes().libtorch + " (" +
+                                        gpt_tape_key(req.model, GptTape::block_forward, B_, p, req.cpu_device) + ")";
     grads_held_.assign(layers_.size(), false);
     moments_.assign(layers_.size(), false);
   }
@@ -418,7 +433,10 @@ class PlanSim {
     const int64_t hooked = pe_ * hook_gather_numel(layouts, param_offload_);  // ZeroEngine's constructor
     tl_.add(MemCategory::comm_buffers, hooked);
     tl_.add(MemCategory::comm_buffers, -hooked);
+    // zrepro's model keeps its causal mask and rotary table from init; transformers' builds
+    // them in each forward, which a recorded tape holds ([Note: a recorded architecture]).
     const ModelSpec& m = req_.model;
+    if (m.recorded) return;
     tl_.add(MemCategory::other, m.seq * m.seq);  // causal mask (bool)
     if (m.family == Family::llama) tl_.add(MemCategory::other, 2 * m.seq * m.head_dim() * compute_elem());  // rotary
   }
@@ -494,7 +512,7 @@ class PlanSim {
     if (gathers_) gathers_->release(l, *shards_);
   }
   void tape(GptTape which) {
-    replay_tape(gpt_tape(req_.model, which, B_, req_.cfg.precision, req_.cpu_device), sym_,
+    replay_tape(gpt_tape(req_.model, which, B_, req_.cfg.precision, req_.cpu_device, ckpt_), sym_,
                 [&](int64_t b) { tl_.add(MemCategory::activations, b); },
                 [&](int64_t b) {
                   tl_.add(MemCategory::activations, b);
@@ -580,7 +598,7 @@ class PlanSim {
       if (ckpt_) {
         fetch(l);  // the recomputation acquires the layer again
         weight_copies(l, +1);
-        tape(GptTape::block_forward);
+        tape(GptTape::block_recompute);
         moe_dispatch(+1);
         tape(GptTape::block_backward_recomputed_mlp);
         moe_dispatch(-1);  // the MLP's backward is done with the routing
@@ -776,6 +794,7 @@ int rank_holding_most(const JobSpec& job) {
 }
 
 MemoryPlan plan_memory(const JobSpec& req) {
+  if (req.model.recorded) check_recorded_dtype(req);
   MemoryPlan plan;
   plan.world_size = req.world_size;
   plan.zero_stage = req.cfg.zero.stage;

@@ -58,6 +58,10 @@ ScaleDown scale_down(const ScaleRequest& req) {
                       "share of the target's capacity), e.g. --target-device-memory 80GB");
   if (req.scale != 0 && req.scale < 1)
     throw ConfigError("--scale: got " + std::to_string(req.scale) + ", expected auto or a factor >= 1");
+  if (req.target.model.recorded)  // [Note: a recorded architecture]: no toy of it can be trained
+    throw ConfigError("--target-model " + req.target.model.name + ": a recorded architecture (" +
+                      req.target.model.model_type + ") is planned only: zrepro has no model of it to scale down and "
+                      "train; zrepro plan --model " + req.target.model.name + " gives its memory at target");
   ScaleDown sd;
   sd.target = req.target.model;
   const ModelSpec& t = req.target.model;

@@ -171,9 +171,10 @@ TEST(Model, ConfigJsonDispatchesOnModelType) {
     resolve_model(path);
     ADD_FAILURE() << "deepseek_v3 accepted";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("\"deepseek_v3\" is not supported (supported: gpt2, llama, mistral, qwen2, "
+    EXPECT_NE(std::string(e.what()).find("\"deepseek_v3\" is not one zrepro builds (gpt2, llama, mistral, qwen2, "
                                          "mixtral, qwen2_moe)"),
               std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("zrepro record-model"), std::string::npos) << e.what();
   }
   std::ofstream(path) << R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
     "num_attention_heads": 4, "num_key_value_heads": 3, "vocab_size": 100, "intermediate_size": 128})";
