@@ -376,11 +376,19 @@ int bisect_command(int argc, char** argv) {
                         bad = check_deepspeed_version("--bad", r["bad"].as<std::string>());
       if (compare_versions(good, bad) >= 0)
         throw ConfigError("--good " + good + " --bad " + bad + ": the good release must be older than the bad one");
+      for (const char* flag : {"tolerance", "bytes-tolerance"}) {
+        if (!r.count(flag)) continue;
+        const double v = r[flag].as<double>();
+        if (!(v >= 0 && v < 1))  // a relative window: below 0 it is empty, from 1 on it admits any change
+          throw ConfigError(std::string("--") + flag + ": got " + fmt(v) + ", expected a relative "
+                            "tolerance in [0, 1) (e.g. 1e-5 for fp32 losses, 1e-3 for bytes)");
+      }
       prepare(b, good, user);
       const std::vector<std::string> releases = window(good, bad, b.stage);
       b.tol = default_tolerance(b.precision);
       if (r.count("tolerance")) b.tol.numerics = r["tolerance"].as<double>();
       b.tol.bytes = r["bytes-tolerance"].as<double>();
+
       BisectPaths paths{opt<std::string>(r, "cache").value_or(default_bisect_cache()),
                         opt<std::string>(r, "python").value_or(default_bisect_python()), conformance_scripts_dir()};
       const std::string torch = python_torch_version(paths.python, b.out + "/python.log");

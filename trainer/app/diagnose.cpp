@@ -70,9 +70,18 @@ std::optional<std::vector<json>> flight_recorder_rows(const std::string& path) {
   std::vector<json> rows;
   for (size_t k = 0; k < files.size(); ++k) {
     const std::string bytes = read_user_file("LOG", files[k], "a Flight Recorder dump or a text log");
-    if (!looks_like_pickle(bytes)) continue;  // a README or a text log beside the dumps
     const std::string name = fs::path(files[k]).filename().string();
     const size_t digits = name.find_last_not_of("0123456789");
+    if (!looks_like_pickle(bytes)) {
+      // A README or a text log beside the dumps is skipped; a rank's file that is no dump is
+      // not: read without it, the other ranks would look alone in their collective.
+      if (fs::is_directory(path) && digits + 1 < name.size())
+        throw ConfigError("LOG: \"" + files[k] + "\" is named as a rank's Flight Recorder dump but holds none (" +
+                          std::to_string(bytes.size()) + " bytes, not a pickle: a rank that died while writing it?); "
+                          "without it the other ranks would look alone in their collective. Move it out of the folder "
+                          "to diagnose the others, knowing that rank is unaccounted for");
+      continue;
+    }
     const int rank = digits + 1 < name.size() ? std::stoi(name.substr(digits + 1, 9)) : static_cast<int>(k);
     if (auto row = flight_recorder_row(read_flight_recorder(bytes, files[k]), rank, name)) rows.push_back(*row);
   }

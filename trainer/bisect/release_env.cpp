@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "device/base/errors.h"
@@ -100,6 +101,16 @@ const char* const kImportCheck =
     "print('ZREPRO_DS', deepspeed.__version__)\n"
     "print('ZREPRO_TORCH_SPEC', ','.join(str(r.specifier) for r in torch_reqs) or 'any', 'ok' if ok else 'no')\n";
 
+// The DeepSpeed release a run record says it imported (ds_run.py's "versions"), without a
+// local "+..." suffix; none when the record does not say.
+std::optional<std::string> imported_deepspeed(const json& record) {
+  if (!record.is_object() || !record.contains("versions") || !record["versions"].is_object()) return std::nullopt;
+  const json v = record["versions"].value("deepspeed", json());
+  if (!v.is_string()) return std::nullopt;
+  const std::string s = v.get<std::string>();
+  return s.substr(0, s.find('+'));
+}
+
 }  // namespace
 
 std::string default_bisect_cache() {
@@ -164,7 +175,11 @@ std::string ReleaseRunner::cached_torch(const std::string& release, const RunInp
 // [Note: the bisect cache] installed into a temporary folder, imported, then renamed.
 bool ReleaseRunner::install(const std::string& release, std::string& why) {
   const std::string dir = env_dir(release);
-  if (fs::exists(dir + "/.ready")) return true;
+  // [Note: a cache entry is checked, never trusted] A folder marked ready whose package is
+  // gone (emptied, half deleted) would run whatever DeepSpeed the Python has under this
+  // release's name: it is made again instead.
+  if (fs::exists(dir + "/.ready") && fs::exists(dir + "/deepspeed/__init__.py")) return true;
+  if (fs::exists(dir)) fs::remove_all(dir);
   fs::create_directories(paths_.cache + "/envs");
   const std::string tmp = dir + ".tmp", log = work_ + "/install-" + release + ".log";
   fs::remove_all(tmp);
@@ -199,7 +214,10 @@ ReleaseFigures ReleaseRunner::figures(const std::string& release, const RunInput
   from_cache = !torch.empty() && fs::exists(cached);
   if (from_cache) {
     const json j = read_json_file(cached);
-    if (!j.is_null()) return figures_from_json(j);
+    // A record names its release (older ones only by their file name) and what it imported.
+    if (j.is_object() && j.value("release", release) == release && imported_deepspeed(j).value_or(release) == release)
+      return figures_from_json(j);
+    if (!j.is_null()) fs::remove(cached);  // another release's figures under this one's name: run again
     from_cache = false;
   }
   ReleaseFigures failed;
@@ -221,7 +239,15 @@ ReleaseFigures ReleaseRunner::figures(const std::string& release, const RunInput
        {"TORCH_EXTENSIONS_DIR", env + "/.torch_extensions"}},
       log, "DeepSpeed " + release + " on " + std::to_string(in.ranks) + " rank(s)");
   bool raised = false;
-  ReleaseFigures got = figures_from_deepspeed(read_json_file(out), error_of(log, &raised));
+  const json record = read_json_file(out);
+  if (const auto imported = imported_deepspeed(record); imported && *imported != release) {
+    fs::remove_all(env);  // [Note: a cache entry is checked, never trusted]: made again next time
+    failed.outcome = "failed";
+    failed.message = "the environment of DeepSpeed " + release + " (" + env + ") imported DeepSpeed " + *imported +
+                     ": damaged, removed; run the bisect again to reinstall it";
+    return failed;
+  }
+  ReleaseFigures got = figures_from_deepspeed(record, error_of(log, &raised));
   if (rc == 124) got.outcome = "failed", got.message = "timed out after " + std::to_string(kRunTimeoutS) + " s";
   if (got.torch.empty()) got.torch = torch_;
   // Ran, refused, or died of an exception a rank raised is what the release does with these
@@ -231,6 +257,7 @@ ReleaseFigures ReleaseRunner::figures(const std::string& release, const RunInput
     fs::create_directories(fs::path(cached).parent_path());
     json rec = to_json(got);
     rec["release"] = release;  // provenance: what ran, where, when
+    if (record.is_object() && record.contains("versions")) rec["versions"] = record["versions"];  // what it imported
     rec["recorded_by"] = "zrepro bisect on " + std::to_string(in.ranks) + " CPU ranks (gloo, DS_ACCELERATOR=cpu)";
     write_json_file(cached, rec);
   }

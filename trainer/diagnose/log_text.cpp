@@ -70,6 +70,11 @@ std::string from_utf16(const std::string& bytes, bool little) {
 
 }  // namespace
 
+// [Note: NUL bytes in a log] A log a crash cut short holds blocks of NUL bytes (space the file
+// system gave the file and nobody wrote), anywhere, the start included: gaps, not content, so
+// they are dropped before the log is read. UTF-16 puts a NUL beside every ASCII character, on
+// one parity of the bytes only; a gap puts them on both, and binary data holds other bytes that
+// are not text (a .pt file, a gzip read raw), which the count of those decides.
 LogKind normalise_log(std::string& text) {
   if (text.empty()) return LogKind::empty;
   const size_t n = std::min<size_t>(text.size(), 64 * 1024);
@@ -78,20 +83,24 @@ LogKind normalise_log(std::string& text) {
   for (size_t i = 0; i < n; ++i)
     if (text[i] == '\0') ++(i % 2 ? zero_odd : zero_even);
   const size_t pairs = n / 2;
-  if (bom_le || bom_be || (pairs > 0 && (zero_odd * 10 > pairs * 9 || zero_even * 10 > pairs * 9))) {
+  auto most = [&](size_t zeros) { return zeros * 10 > pairs * 9; };
+  auto few = [&](size_t zeros) { return zeros * 10 < pairs; };
+  if (bom_le || bom_be || (pairs > 0 && ((most(zero_odd) && few(zero_even)) || (most(zero_even) && few(zero_odd))))) {
     text = from_utf16(text, bom_le || (!bom_be && zero_odd >= zero_even));
     return LogKind::utf16;
   }
+  text.erase(std::remove(text.begin(), text.end(), '\0'), text.end());  // the gaps
+  if (text.empty()) return LogKind::empty;
+  const size_t m = std::min<size_t>(text.size(), 64 * 1024);
   size_t odd = 0;
-  for (size_t i = 0; i < n;) {
+  for (size_t i = 0; i < m;) {
     const unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c == 0) return LogKind::binary;
     if (c < 0x20 && c != '\n' && c != '\r' && c != '\t' && c != 0x1B && c != '\b') ++odd;
     const size_t len = utf8_length(text, i);
     if (len == 0) ++odd;  // not UTF-8: Latin-1 text counts a little, binary a lot
     i += len ? len : 1;
   }
-  return odd * 10 > n ? LogKind::binary : LogKind::text;
+  return odd * 10 > m ? LogKind::binary : LogKind::text;
 }
 
 const char* log_kind_name(LogKind k) {

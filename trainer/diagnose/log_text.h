@@ -7,8 +7,9 @@
 namespace zrepro {
 
 // What a log's bytes are, before diagnosis. UTF-16 (a BOM, or a NUL in every other byte,
-// as Windows tools write) is converted to UTF-8 in place; binary (NUL bytes, or more than
-// a tenth of the first 64 KiB neither text nor terminal control) is not a log.
+// as Windows tools write) is converted to UTF-8 in place; other NUL bytes are gaps a crash
+// left and are dropped ([Note: NUL bytes in a log], log_text.cpp); binary (more than a
+// tenth of the first 64 KiB neither text nor terminal control) is not a log.
 enum class LogKind { text, utf16, empty, binary };
 LogKind normalise_log(std::string& text);
 const char* log_kind_name(LogKind k);

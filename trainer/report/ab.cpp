@@ -512,9 +512,22 @@ PairVerdict judge_pair(const std::vector<AbRun>& a, const std::vector<AbRun>& b,
   // (killed, crashed) is not a reproduction of anything: zrepro writes the summary on
   // every failure it can see, so its absence means the comparison could not be made.
   const AbRun* lost = plan_only ? nullptr : !a[i].summary ? &a[i] : !b[i].summary ? &b[i] : nullptr;
+  // [Note: an interrupted side shows nothing] A side stopped from outside (SIGTERM or SIGINT
+  // from a scheduler or a user, or a rank killed under it: its peers stop "interrupted") ended
+  // before its own symptom could show or not: neither "A reproduces" nor "B fixes" rests on it.
+  const AbRun* stopped = plan_only || lost                       ? nullptr
+                         : a[i].summary->status == "interrupted" ? &a[i]
+                         : b[i].summary->status == "interrupted" ? &b[i]
+                                                                 : nullptr;
   if (lost) {
     v.incomplete = true;
     v.line = std::to_string(a[i].ranks) + " rank(s): no comparison: " + no_summary(*lost);
+  } else if (stopped) {
+    v.incomplete = true;
+    const std::string why = stopped->summary->failure ? stopped->summary->failure->message : std::string("interrupted");
+    v.line = std::to_string(a[i].ranks) + " rank(s): no comparison: " + stopped->side + " was interrupted before its "
+             "outcome (exit " + std::to_string(stopped->exit_code) + ": " + why + "; its log: " +
+             (stopped->log.empty() ? "none" : stopped->log) + "); rerun it";
   } else if (e.kind == Expectation::Kind::failure || e.kind == Expectation::Kind::refused) {
     v.a_shows = e.kind == Expectation::Kind::refused ? a[i].exit_code == kExitBadInput : failed(a[i], plan_only);
     v.b_fails = failed(b[i], plan_only);

@@ -180,6 +180,12 @@ TEST(Bisect, RefusesWhatCannotRunHereWithTheReason) {
   const auto unknown = offline_bisect("bisect_unknown", "--good 0.16.0 --bad 0.99.0");
   EXPECT_EQ(unknown.code, 2) << unknown.output;
   EXPECT_NE(unknown.output.find("--bad"), std::string::npos) << unknown.output;
+  // Issue 61: a tolerance outside [0, 1) names no window.
+  for (const char* flags : {"--tolerance -1e-3", "--bytes-tolerance -0.5", "--tolerance 2"}) {
+    const auto tol = offline_bisect("bisect_tol", std::string("--good 0.16.0 --bad 0.18.2 ") + flags);
+    EXPECT_EQ(tol.code, 2) << flags << "\n" << tol.output;
+    EXPECT_NE(tol.output.find("expected a relative tolerance in [0, 1)"), std::string::npos) << tol.output;
+  }
   // A folder given as the config: the flag named, exit 2 (not an uncaught stream error, 134).
   const auto folder = zrepro_test::zrepro_cmd("bisect --config " + kData + " --good 0.16.0 --out " +
                                               zrepro_test::fresh_dir("bisect_folder") + "/out");

@@ -141,8 +141,23 @@ TEST(Diagnose, LogBytesAreTextUtf16EmptyOrBinary) {
   std::string bin;
   for (int i = 0; i < 4096; ++i) bin += static_cast<char>((i * 7919) % 251 + 1);  // no NUL, mostly not text
   EXPECT_EQ(normalise_log(bin), LogKind::binary);
-  bin = std::string("ELF\0\0\0", 6) + ascii;
+  bin = std::string("\x7f" "ELF\x02\x01\x01\0", 8);  // an executable's header and code bytes
+  for (int i = 0; i < 4096; ++i) bin += static_cast<char>(i % 3 ? 0x80 + i % 100 : 0);
   EXPECT_EQ(normalise_log(bin), LogKind::binary);
+  // [Note: NUL bytes in a log] (issue 61): a crash-cut log's NUL blocks are gaps, at the start
+  // too (not UTF-16: its NULs are on one parity only), and the OOM after them is read.
+  for (const std::string& gap : {std::string(8192, '\0') + ascii, ascii + std::string(1, '\0') + ascii,
+                                 std::string("step 1\n") + std::string(4097, '\0') + ascii}) {
+    std::string t = gap;
+    EXPECT_EQ(normalise_log(t), LogKind::text);
+    EXPECT_EQ(t.find('\0'), std::string::npos);
+    const Diagnosis got = diagnose_log(t), clean = diagnose_log(ascii);
+    EXPECT_FALSE(clean.checkpoint.empty());
+    EXPECT_EQ(got.checkpoint, clean.checkpoint);
+    EXPECT_EQ(got.cause, clean.cause);
+  }
+  std::string all_gap(10000, '\0');
+  EXPECT_EQ(normalise_log(all_gap), LogKind::empty);
 }
 
 TEST(Diagnose, PrintableKeepsUtf8AndReplacesControlAndInvalidBytes) {

@@ -277,6 +277,26 @@ TEST(Ab, ASideWithoutItsSummaryIsNoComparison) {
   }
 }
 
+// [Note: an interrupted side shows nothing] (issue 61): an A stopped by SIGTERM, or whose
+// rank was killed under it, is not "A reproduces", even with A and B identical; nor is a B
+// stopped that way "B fails".
+TEST(Ab, AnInterruptedSideIsNoComparison) {
+  for (bool a_stopped : {true, false}) {
+    const json stopped_summary = side_summary("interrupted", {2.0}, {50}, 100, "forward");
+    const AbRun stopped = side_run(a_stopped ? "A" : "B", 2, 143, stopped_summary);
+    const AbRun other = a_stopped ? side_run("B", 2, 0, side_summary("ok", {2.0, 1.5}, {50, 50}, 100))
+                                  : side_run("A", 2, 3, side_summary("oom", {}, {100, 100}, 100, "forward"));
+    const AbResult r = a_stopped ? compare_ab({stopped}, {other}, false) : compare_ab({other}, {stopped}, false);
+    EXPECT_EQ(r.json["outcome"], "incomplete");
+    EXPECT_NE(r.exit_code, kExitOk);
+    ASSERT_EQ(r.verdicts.size(), 1u);
+    EXPECT_EQ(r.verdicts[0].find("reproduces"), std::string::npos) << r.verdicts[0];
+    EXPECT_NE(r.verdicts[0].find(std::string(a_stopped ? "A" : "B") + " was interrupted before its outcome (exit 143"),
+              std::string::npos)
+        << r.verdicts[0];
+  }
+}
+
 // ab.html: the verdict first, then what it rests on, each failing side's failure and
 // the figure its kind needs (a pinned failure: the pinned bytes against the memlock
 // limit, no device bars of 0 bytes; a hang: where each rank waits), every rank's bars,
