@@ -100,8 +100,7 @@ int from_deepspeed(int argc, char** argv) {
        cxxopts::value<std::string>())
       ("output-folder", "where the rewritten checkpoint goes: OUT/TAG and OUT/latest; resume with --resume OUT",
        cxxopts::value<std::string>())
-      ("python", "a Python with torch (default: $ZREPRO_TORCH_PYTHON, else python3 when it has torch 2.x, else the "
-                 "torch venv scripts/setup.sh made)", cxxopts::value<std::string>())
+      ("python", kTorchPythonFlagHelp, cxxopts::value<std::string>())
       ("h,help", "show this help");
   return command_main(o, argc, argv, [&](const cxxopts::ParseResult& r) -> int {
     require_folders(r, "from-deepspeed", "--input-folder DS_SAVE_DIR --output-folder OUT");

@@ -32,8 +32,7 @@ int record_model_command(int argc, char** argv) {
       ("dtype", "bf16 | fp16 | fp32: what the job computes in", cxxopts::value<std::string>()->default_value("bf16"))
       ("attn", "eager | sdpa: the attention transformers runs", cxxopts::value<std::string>()->default_value("sdpa"))
       ("out", "the recording (JSON)", cxxopts::value<std::string>())
-      ("python", "a Python with torch and transformers (default: $ZREPRO_TORCH_PYTHON, else python3 when it has "
-                 "torch 2.x, else the torch venv scripts/setup.sh made)", cxxopts::value<std::string>())
+      ("python", std::string(kTorchPythonFlagHelp) + ", with transformers", cxxopts::value<std::string>())
       ("h,help", "show this help");
   return command_main(o, argc, argv, [&](const cxxopts::ParseResult& r) -> int {
     for (const char* flag : {"config", "seq", "out"})

@@ -24,5 +24,9 @@ struct TorchPython {
 // [Note: which Python is the user's]. A named Python (flag_value, ZREPRO_TORCH_PYTHON)
 // without torch is bad input: ConfigError naming it and the fix; so is finding none.
 TorchPython find_torch_python(const std::string& flag, const std::string& flag_value, const std::string& log);
+// The --python flag's help where find_torch_python chooses: the order above, in one line.
+constexpr const char* kTorchPythonFlagHelp =
+    "a Python with torch (default: $ZREPRO_TORCH_PYTHON, else python3 when it has torch 2.x, else the torch venv "
+    "scripts/setup.sh made)";
 
 }  // namespace zrepro
