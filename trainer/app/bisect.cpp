@@ -276,7 +276,12 @@ void prepare(Bisect& b, const std::string& good, const json& user) {
             std::to_string(model.value("params", int64_t{0})) + " parameters)";
   b.stage = summary->value("zero_stage", 0);
   const json resolved = summary->value("effective_config", json::object()).value("resolved", json::object());
-  const std::string ds_config = b.out + "/ds_config.json";
+  // [Note: an output never replaces an input]: the config DeepSpeed gets is bisect's own file,
+  // never the user's (a --out that is the config's folder), nor a file bisect did not write.
+  const std::string ds_config = b.out + "/deepspeed_config.json";
+  check_output_target("--out", ds_config, {b.config}, [](const std::string& t) {
+    return t.find("\"train_micro_batch_size_per_gpu\"") != std::string::npos;
+  });
   write_json_file(ds_config, config_for_deepspeed(user, resolved));
   b.inputs.config = ds_config;
   b.inputs.inputs = b.out + "/zrepro-" + good + "/inputs";

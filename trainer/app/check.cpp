@@ -12,6 +12,8 @@
 // input.
 #include "trainer/app/check.h"
 
+#include "trainer/config/user_file.h"
+
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
@@ -146,6 +148,18 @@ int check_command(int argc, char** argv) {
     if (r.count("save") == r.count("baseline"))
       throw ConfigError("zrepro check: give --save B.json (make a baseline) or --baseline B.json (compare), one of the two");
     if (r.count("run") && !run_args.empty()) throw ConfigError("--run and run arguments after --: give one");
+    // [Note: an output never replaces an input], before any run starts: --save goes nowhere
+    // but to a new file or a baseline zrepro wrote (it names its version).
+    if (r.count("save")) {
+      std::vector<std::string> inputs;
+      for (size_t k = 0; k + 1 < run_args.size(); ++k)
+        if (run_args[k] == "--config" || run_args[k] == "--model" || run_args[k] == "--training-args" ||
+            run_args[k] == "--accelerate-config")
+          inputs.push_back(run_args[k + 1]);
+      check_output_target("--save", r["save"].as<std::string>(), inputs, [](const std::string& t) {
+        return t.find("\"zrepro_baseline\"") != std::string::npos;
+      });
+    }
     // The baseline is read and checked before any run starts (a missing file costs nothing).
     json base;
     if (r.count("baseline")) base = read_baseline(r["baseline"].as<std::string>());

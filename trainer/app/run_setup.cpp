@@ -15,6 +15,7 @@
 #include "trainer/app/run_state.h"
 #include "trainer/config/leaf_modules.h"
 #include "trainer/config/rank_configs.h"
+#include "trainer/config/user_file.h"
 #include "trainer/model/data.h"
 #include "trainer/model/gpt.h"
 #include "trainer/planner/link_profile.h"
@@ -184,6 +185,9 @@ static void install_device(RunState& s) {
   if (spec.allocator != "plain") mem.install(cap, spec.allocator == "caching", expandable);
   if (spec.memory_log) {
     const std::string path = *spec.memory_log + (s.world > 1 ? ".rank" + std::to_string(s.rank) : "");
+    // [Note: an output never replaces an input]: a memory log zrepro wrote starts "A ", "F " or "M ".
+    check_output_target("--memory-log", path, {spec.config_path.value_or(""), spec.model},
+                        [](const std::string& t) { return t.size() >= 2 && t[0] != 0 && std::strchr("AFM", t[0]) && t[1] == ' '; });
     try {
       mem.log_to(path, s.vranks && !s.vranks->stand_in() ? s.rank : 0);
     } catch (const std::exception& e) {

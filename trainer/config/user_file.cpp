@@ -47,4 +47,24 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   }
 }
 
+void check_output_target(const std::string& flag, const std::string& path, const std::vector<std::string>& inputs,
+                         bool (*ours)(const std::string& text)) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (path.empty() || !fs::exists(path, ec)) return;
+  for (const std::string& input : inputs)
+    if (!input.empty() && fs::equivalent(path, input, ec))
+      throw ConfigError(flag + " " + path + ": that is one of this run's inputs (" + input + "); zrepro never writes "
+                        "an output over an input: give another path");
+  if (!fs::is_regular_file(path, ec))
+    throw ConfigError(flag + " " + path + ": exists and is not a file; give a file's path");
+  std::ifstream in(path);
+  std::string head(4096, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<size_t>(in.gcount()));
+  if (!head.empty() && !ours(head))
+    throw ConfigError(flag + " " + path + ": the file exists and is not one zrepro wrote; zrepro never replaces a file "
+                      "it did not write: give another path, or remove it yourself");
+}
+
 }  // namespace zrepro

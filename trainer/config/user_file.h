@@ -8,6 +8,7 @@
 // exit 134, as `check --baseline RUN_DIR` had.)
 #pragma once
 #include <string>
+#include <vector>
 
 namespace zrepro {
 
@@ -20,5 +21,12 @@ std::string read_user_file(const std::string& flag, const std::string& path, con
 // part. A failed write (full disk, quota, file size limit) removes the temporary and
 // throws IoError naming the path (exit 12).
 void write_file_atomic(const std::string& path, const std::string& content);
+
+// [Note: an output never replaces an input] Before an output named by `flag` is written to
+// path: refused (ConfigError, exit 2) when path is one of the run's inputs (the same file,
+// by identity, whatever its spelling), or exists and `ours` says zrepro did not write it
+// (given its text). A missing or empty path passes.
+void check_output_target(const std::string& flag, const std::string& path, const std::vector<std::string>& inputs,
+                         bool (*ours)(const std::string& text));
 
 }  // namespace zrepro

@@ -59,6 +59,12 @@ TEST(Check, IdenticalRerunPassesAndEachChangeFailsOnItsFigure) {
   EXPECT_NE(bug.output.find("FAIL loss (worst step)"), std::string::npos) << bug.output;
 
   EXPECT_EQ(zrepro_test::zrepro_cmd("check --save x.json --baseline y.json --run " + dir).code, 2);
+  // Issue 61: --save onto the run's own config is refused before anything runs, the config kept.
+  const std::string before = zrepro_test::read_text(cfg);
+  const auto onto_config = zrepro_test::zrepro_cmd("check --save " + cfg + " --work " + dir + "/w5" + run);
+  EXPECT_EQ(onto_config.code, 2) << onto_config.output;
+  EXPECT_NE(onto_config.output.find("one of this run's inputs"), std::string::npos) << onto_config.output;
+  EXPECT_EQ(zrepro_test::read_text(cfg), before);
   EXPECT_EQ(zrepro_test::zrepro_cmd("check --baseline " + cfg + " --run " + dir + "/w0/run").code, 2)
       << "not a baseline";
   // Issue 31: a run folder given as the baseline (it ended in std::ios_base::failure, exit

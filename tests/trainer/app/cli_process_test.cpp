@@ -103,6 +103,18 @@ TEST(Cli, MalformedJsonAndMissingFileAndBadFlagsExitTwo) {
   EXPECT_EQ(r.code, 2);
   r = cli("frobnicate");
   EXPECT_EQ(r.code, 2);
+  // Issue 61: --memory-log never truncates an input (the run's own config) or a file zrepro
+  // did not write.
+  const std::string cfg = write(dir, R"({"train_batch_size": 4, "train_micro_batch_size_per_gpu": 4})");
+  const std::string before = zrepro_test::read_text(cfg);
+  r = cli("run --config " + cfg + " --steps 1 --memory-log " + cfg);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--memory-log " + cfg + ": that is one of this run's inputs"), std::string::npos) << r.output;
+  EXPECT_EQ(zrepro_test::read_text(cfg), before);
+  std::ofstream(dir + "/notes.txt") << "my notes";
+  r = cli("run --config " + cfg + " --steps 1 --memory-log " + dir + "/notes.txt");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(zrepro_test::read_text(dir + "/notes.txt"), "my notes");
 }
 
 TEST(Cli, LossScaleAtMinimumExitsFiveWithDeepSpeedLines) {
