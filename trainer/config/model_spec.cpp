@@ -524,9 +524,9 @@ ModelSpec load_recorded(const std::string& path, const json& doc) {
   m.layers = r.layers;
   m.tied = r.tied;
   m.seq = r.seq;
-  m.seq_from = "the recording (" + path + ")";
+  m.seq_from = "the recording";
   m.attention = r.attention == "eager" ? Attention::eager : Attention::sdpa;
-  m.attention_from = "the recording (" + path + ")";
+  m.attention_from = "the recording";
   return m;
 }
 
