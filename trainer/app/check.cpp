@@ -109,6 +109,18 @@ CheckTolerances check_tolerances(const cxxopts::ParseResult& r) {
   return tol;
 }
 
+// [Note: an output never replaces an input], before any run starts: --save goes nowhere but
+// to a new file or a baseline zrepro wrote (it names its version), never over the run's inputs.
+static void check_save_target(const std::string& path, const std::vector<std::string>& run_args) {
+  std::vector<std::string> inputs;
+  for (size_t k = 0; k + 1 < run_args.size(); ++k)
+    if (run_args[k] == "--config" || run_args[k] == "--model" || run_args[k] == "--training-args" ||
+        run_args[k] == "--accelerate-config")
+      inputs.push_back(run_args[k + 1]);
+  check_output_target("--save", path, inputs,
+                      [](const std::string& t) { return t.find("\"zrepro_baseline\"") != std::string::npos; });
+}
+
 int check_command(int argc, char** argv) {
   cxxopts::Options o("zrepro check", "Regression test after an upgrade: save a run's figures as a baseline, or "
                                      "compare a run with one (exit 11 when something moved past its tolerance).");
@@ -148,18 +160,7 @@ int check_command(int argc, char** argv) {
     if (r.count("save") == r.count("baseline"))
       throw ConfigError("zrepro check: give --save B.json (make a baseline) or --baseline B.json (compare), one of the two");
     if (r.count("run") && !run_args.empty()) throw ConfigError("--run and run arguments after --: give one");
-    // [Note: an output never replaces an input], before any run starts: --save goes nowhere
-    // but to a new file or a baseline zrepro wrote (it names its version).
-    if (r.count("save")) {
-      std::vector<std::string> inputs;
-      for (size_t k = 0; k + 1 < run_args.size(); ++k)
-        if (run_args[k] == "--config" || run_args[k] == "--model" || run_args[k] == "--training-args" ||
-            run_args[k] == "--accelerate-config")
-          inputs.push_back(run_args[k + 1]);
-      check_output_target("--save", r["save"].as<std::string>(), inputs, [](const std::string& t) {
-        return t.find("\"zrepro_baseline\"") != std::string::npos;
-      });
-    }
+    if (r.count("save")) check_save_target(r["save"].as<std::string>(), run_args);
     // The baseline is read and checked before any run starts (a missing file costs nothing).
     json base;
     if (r.count("baseline")) base = read_baseline(r["baseline"].as<std::string>());

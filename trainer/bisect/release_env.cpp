@@ -111,6 +111,18 @@ std::optional<std::string> imported_deepspeed(const json& record) {
   return s.substr(0, s.find('+'));
 }
 
+// [Note: a cache entry is checked, never trusted]: the cached figures of `release`, when the
+// record names it (older ones only by their file name) and imported it; another release's
+// figures under this one's name are removed (run again).
+std::optional<ReleaseFigures> cached_figures(const std::string& release, const std::string& cached) {
+  if (!fs::exists(cached)) return std::nullopt;
+  const json j = read_json_file(cached);
+  if (j.is_object() && j.value("release", release) == release && imported_deepspeed(j).value_or(release) == release)
+    return figures_from_json(j);
+  if (!j.is_null()) fs::remove(cached);
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::string default_bisect_cache() {
@@ -211,14 +223,12 @@ bool ReleaseRunner::install(const std::string& release, std::string& why) {
 ReleaseFigures ReleaseRunner::figures(const std::string& release, const RunInputs& in, bool& from_cache) {
   const std::string torch = torch_.empty() ? cached_torch(release, in) : torch_;
   const std::string cached = run_file(release, in, torch);
-  from_cache = !torch.empty() && fs::exists(cached);
-  if (from_cache) {
-    const json j = read_json_file(cached);
-    // A record names its release (older ones only by their file name) and what it imported.
-    if (j.is_object() && j.value("release", release) == release && imported_deepspeed(j).value_or(release) == release)
-      return figures_from_json(j);
-    if (!j.is_null()) fs::remove(cached);  // another release's figures under this one's name: run again
-    from_cache = false;
+  from_cache = false;
+  if (!torch.empty()) {
+    if (auto f = cached_figures(release, cached)) {
+      from_cache = true;
+      return *f;
+    }
   }
   ReleaseFigures failed;
   failed.outcome = "unavailable";

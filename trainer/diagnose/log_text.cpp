@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <stdexcept>
 
 namespace zrepro {
@@ -70,6 +71,22 @@ std::string from_utf16(const std::string& bytes, bool little) {
 
 }  // namespace
 
+// UTF-16's byte order (true: little-endian) when text is UTF-16: a BOM, or NULs on one parity
+// of the first 64 KiB's bytes (nearly all there, nearly none on the other).
+static std::optional<bool> utf16_order(const std::string& text) {
+  const bool bom_le = text.compare(0, 2, "\xFF\xFE") == 0, bom_be = text.compare(0, 2, "\xFE\xFF") == 0;
+  if (bom_le || bom_be) return bom_le;
+  const size_t n = std::min<size_t>(text.size(), 64 * 1024), pairs = n / 2;
+  size_t zero_odd = 0, zero_even = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (text[i] == '\0') ++(i % 2 ? zero_odd : zero_even);
+  auto most = [&](size_t zeros) { return zeros * 10 > pairs * 9; };
+  auto few = [&](size_t zeros) { return zeros * 10 < pairs; };
+  if (pairs > 0 && most(zero_odd) && few(zero_even)) return true;
+  if (pairs > 0 && most(zero_even) && few(zero_odd)) return false;
+  return std::nullopt;
+}
+
 // [Note: NUL bytes in a log] A log a crash cut short holds blocks of NUL bytes (space the file
 // system gave the file and nobody wrote), anywhere, the start included: gaps, not content, so
 // they are dropped before the log is read. UTF-16 puts a NUL beside every ASCII character, on
@@ -77,16 +94,8 @@ std::string from_utf16(const std::string& bytes, bool little) {
 // are not text (a .pt file, a gzip read raw), which the count of those decides.
 LogKind normalise_log(std::string& text) {
   if (text.empty()) return LogKind::empty;
-  const size_t n = std::min<size_t>(text.size(), 64 * 1024);
-  const bool bom_le = text.compare(0, 2, "\xFF\xFE") == 0, bom_be = text.compare(0, 2, "\xFE\xFF") == 0;
-  size_t zero_odd = 0, zero_even = 0;
-  for (size_t i = 0; i < n; ++i)
-    if (text[i] == '\0') ++(i % 2 ? zero_odd : zero_even);
-  const size_t pairs = n / 2;
-  auto most = [&](size_t zeros) { return zeros * 10 > pairs * 9; };
-  auto few = [&](size_t zeros) { return zeros * 10 < pairs; };
-  if (bom_le || bom_be || (pairs > 0 && ((most(zero_odd) && few(zero_even)) || (most(zero_even) && few(zero_odd))))) {
-    text = from_utf16(text, bom_le || (!bom_be && zero_odd >= zero_even));
+  if (const std::optional<bool> little = utf16_order(text)) {
+    text = from_utf16(text, *little);
     return LogKind::utf16;
   }
   text.erase(std::remove(text.begin(), text.end(), '\0'), text.end());  // the gaps
