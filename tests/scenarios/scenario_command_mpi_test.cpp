@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "trainer/report/ab_doc.h"
 #include "tests/scenarios/scenario_support.h"
 #include "tests/support/process.h"
 
@@ -107,23 +108,23 @@ TEST_P(EveryScenario, ReproducesAndVerifies) {
                                             : ": symptom reproduced, fix verified")),
             std::string::npos)
       << r.output;
-  const auto ab = nlohmann::json::parse(zrepro_test::read_text(out + "/ab.json"));
-  EXPECT_EQ(ab["outcome"], "fixed") << name;
+  const zrepro::AbDocument ab = zrepro::AbDocument::from_json(nlohmann::json::parse(zrepro_test::read_text(out + "/ab.json")));
+  EXPECT_EQ(ab.outcome, "fixed") << name;
   if (!has_log_fingerprint(name, spec)) return;
   // A failing side's own log, fed back through `zrepro diagnose`, is recognised as this scenario,
   // and the reproduction diagnose writes from it, with the scenario's failing config as the
   // user's, reproduces the symptom and verifies one of its candidate fixes.
   const std::string a_path = dir + "/" + spec["a"]["config"].get<std::string>();
   bool from_log = false;
-  for (const auto& c : ab["comparisons"]) {
-    if (!c.value("a_shows_symptom", false)) continue;
-    const std::string log = out + "/A_r" + std::to_string(c["ranks"].get<int>()) + ".log";
+  for (const zrepro::AbComparison& c : ab.comparisons) {
+    if (!c.a_shows_symptom) continue;
+    const std::string log = out + "/A_r" + std::to_string(c.ranks) + ".log";
     const auto d = zrepro_test::zrepro_cmd("diagnose " + log + " --config " + a_path + " --json", 60, false);
     EXPECT_EQ(d.code, 0) << name << ": " << d.output;
     EXPECT_EQ(nlohmann::json::parse(d.output)["scenario"], name) << d.output;
     const std::string rep = zrepro_test::fresh_dir("from_log_" + name) + "/" + name + "-from-log";
     const auto w = zrepro_test::zrepro_cmd("diagnose " + log + " --config " + a_path +
-                                               job_flags(spec, c["ranks"].get<int>()) + " --scenarios-dir " + kDir +
+                                               job_flags(spec, c.ranks) + " --scenarios-dir " + kDir +
                                                " --write-scenario " + rep + " --run",
                                            600);
     EXPECT_EQ(w.code, 0) << name << " from its log:\n" << w.output;

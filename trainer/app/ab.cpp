@@ -194,11 +194,11 @@ int run_ab(const AbRequest& q) {
     rb.push_back(run_side(q.b, n, q.common, q.out, q.plan_only, false, q.virtual_ranks));
   }
   const AbResult res = compare_ab(ra, rb, q.plan_only, q.expect);
-  write_json_file(q.out + "/ab.json", res.json);
-  write_file_atomic(q.out + "/ab.html", ab_html(res.json));
+  write_json_file(q.out + "/ab.json", res.doc.to_json());
+  write_file_atomic(q.out + "/ab.html", ab_html(res.doc));
   std::cout << "\n" << res.table << "\n";
   for (const auto& v : res.verdicts) std::cout << "[zrepro ab] " << v << "\n";
-  std::cout << "[zrepro ab] outcome: " << res.json["outcome"].get<std::string>() << " (exit " << res.exit_code
+  std::cout << "[zrepro ab] outcome: " << res.doc.outcome << " (exit " << res.exit_code
             << "); " << q.out << "/ab.json, " << q.out << "/ab.html" << std::endl;
   return res.exit_code;
 }
@@ -208,9 +208,11 @@ int run_ab(const AbRequest& q) {
 int ab_interrupted(const std::string& out_dir, const Interrupted& e) {
   const int code = 128 + e.signal;
   try {
-    if (!out_dir.empty())
-      write_file_atomic(out_dir + "/ab.json", json_text(json{{"outcome", "interrupted"}, {"exit_code", code},
-                                                   {"message", e.what()}}) + "\n");
+    if (!out_dir.empty()) {
+      AbDocument doc;
+      doc.outcome = "interrupted", doc.exit_code = code, doc.message = e.what();
+      write_json_file(out_dir + "/ab.json", doc.to_json());
+    }
   } catch (const IoError& io) {
     std::cerr << "[zrepro ab] " << io.what() << std::endl;  // the interruption's exit code stands
   }

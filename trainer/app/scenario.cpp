@@ -18,6 +18,7 @@
 #include "trainer/app/scenario.h"
 
 #include "trainer/app/cli.h"
+#include "trainer/report/ab_doc.h"
 #include "trainer/report/report.h"
 #include "trainer/runtime/subprocess.h"
 
@@ -50,11 +51,11 @@ std::string joined(const json& args) {
 int check_grep_line(const json& s, const std::string& out, int code) {
   const std::string grep = s.value("grep", "");
   if (grep.empty()) return code;
-  const json ab = read_json_file(out + "/ab.json");
-  if (!ab.is_object()) return code;
-  for (const auto& c : ab["comparisons"]) {
-    if (!c.value("a_shows_symptom", false)) continue;
-    const std::string log = out + "/A_r" + std::to_string(c["ranks"].get<int>()) + ".log";
+  const json j = read_json_file(out + "/ab.json");
+  if (!j.is_object()) return code;
+  for (const AbComparison& c : AbDocument::from_json(j).comparisons) {
+    if (!c.a_shows_symptom) continue;
+    const std::string log = out + "/A_r" + std::to_string(c.ranks) + ".log";
     std::ifstream in(log);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (text.find(grep) == std::string::npos) {

@@ -1,5 +1,6 @@
 // json_of: an optional value as JSON, its value or null (how configs and summaries
-// write a figure that may be unknown).
+// write a figure that may be unknown); optional_of: the way back, a key absent or null
+// as nullopt.
 #pragma once
 #include <optional>
 
@@ -10,6 +11,12 @@ namespace zrepro {
 template <class T>
 nlohmann::json json_of(const std::optional<T>& v) {
   return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
+template <class T>
+std::optional<T> optional_of(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  return j[key].get<T>();
 }
 
 }  // namespace zrepro

@@ -33,12 +33,13 @@ std::string bytes(double b) { return std::isfinite(b) ? format_bytes(static_cast
 
 // Memory figures of a row from the peak of the highest rank, the lowest rank's peak and
 // the capacity (0: none).
-void memory_figures(double hi, double lo, double cap, const json& cats, json& row) {
-  row["capacity_bytes"] = std::isfinite(cap) && cap > 0 ? json(cap) : json(nullptr);
-  row["peak_bytes_max"] = std::isfinite(hi) ? json(hi) : json(nullptr);
-  row["peak_bytes_spread"] = std::isfinite(hi) ? json(hi - lo) : json(nullptr);
-  row["peak_share_of_capacity"] = std::isfinite(hi) && cap > 0 ? json(hi / cap) : json(nullptr);
-  row["by_category"] = cats;
+void memory_figures(double hi, double lo, double cap, std::optional<SummaryCategories> cats, AbRow& row) {
+  auto finite = [](double v) { return std::isfinite(v) ? std::optional<double>(v) : std::nullopt; };
+  row.capacity_bytes = std::isfinite(cap) && cap > 0 ? std::optional<double>(cap) : std::nullopt;
+  row.peak_bytes_max = finite(hi);
+  row.peak_bytes_spread = finite(hi - lo);
+  row.peak_share_of_capacity = std::isfinite(hi) && cap > 0 ? std::optional<double>(hi / cap) : std::nullopt;
+  row.by_category = std::move(cats);
 }
 
 // [Note: a verdict at target scale says what it rests on] A scale-down toy keeps each
@@ -50,178 +51,156 @@ void memory_figures(double hi, double lo, double cap, const json& cats, json& ro
 // kFidelityPoints the verdict says the toy's answer may not hold at target.
 constexpr double kFidelityPoints = 5.0;
 
-void target_of(const json& sd, double hi, double cap, json& row) {
-  const double f = number_or(sd.value("parameter_factor", json()));
-  row["target_peak_bytes_max"] = std::isfinite(hi) ? json(hi * f) : json(nullptr);
-  row["target_capacity_bytes"] = std::isfinite(cap) ? json(cap * f) : json(nullptr);
-  const json planned = sd.value("target_planned", json());
-  row["target_planned_peak_bytes"] = planned.is_object() ? planned.value("peak_bytes", json()) : json(nullptr);
-  row["target_planned_verdict"] = planned.is_object() ? planned.value("verdict", json()) : json(nullptr);
-  row["target_model"] = sd.value("target_model", json()).is_object() ? sd["target_model"].value("name", json()) : json(nullptr);
-  row["target_band"] = sd.value("target_band", json());  // [Note: a verdict inside the band]
-  json worst;
-  for (const auto& r : sd.value("fidelity", json::array())) {
-    const double off = 100 * std::abs(number_or(r.value("toy_share", json()), 0) - number_or(r.value("target_share", json()), 0));
-    if (worst.is_null() || off > worst["off_points"].get<double>())
-      worst = {{"category", r.value("category", "?")}, {"toy_share", r.value("toy_share", json())},
-               {"target_share", r.value("target_share", json())}, {"off_points", off}};
+void target_of(const SummaryScaleDown& sd, double hi, double cap, AbRow& row) {
+  const double f = sd.parameter_factor;
+  if (std::isfinite(hi)) row.target_peak_bytes_max = hi * f;
+  if (std::isfinite(cap)) row.target_capacity_bytes = cap * f;
+  row.target_planned_peak_bytes = static_cast<double>(sd.target_planned.peak_bytes);
+  row.target_planned_verdict = sd.target_planned.verdict;
+  row.target_model = sd.target_name;
+  if (sd.target_band.is_object()) row.target_band = BandCall::from_json(sd.target_band);
+  for (const auto& r : sd.fidelity) {
+    const double off = 100 * std::abs(r.toy_share - r.target_share);
+    if (!row.fidelity_worst || off > row.fidelity_worst->off_points)
+      row.fidelity_worst = AbFidelityWorst{r.category, r.toy_share, r.target_share, off};
   }
-  row["fidelity_worst"] = worst;
-  row["fidelity_ok"] = worst.is_object() ? json(worst["off_points"].get<double>() <= kFidelityPoints) : json(nullptr);
+  if (row.fidelity_worst) row.fidelity_ok = row.fidelity_worst->off_points <= kFidelityPoints;
 }
+
+double value_or_nan(const std::optional<double>& v) { return v.value_or(NAN); }
 
 // What a verdict on a scaled-down side rests on: the planner's figure at target with the
 // toy's beside it, and the fidelity of the toy's shares (empty when no scale-down).
-std::string target_basis(const json& row) {
-  if (!row.value("fidelity_worst", json()).is_object()) return "";
-  const json& w = row["fidelity_worst"];
-  const double cap = number_or(row.value("target_capacity_bytes", json()));
-  std::string s = "; " + row["side"].get<std::string>() + " at target";
-  if (row.value("target_model", json()).is_string()) s += " (" + row["target_model"].get<std::string>() + ")";
-  const double planned = number_or(row.value("target_planned_peak_bytes", json())), toy = number_or(row.value("target_peak_bytes_max", json()));
+std::string target_basis(const AbRow& row) {
+  if (!row.fidelity_worst) return "";
+  const AbFidelityWorst& w = *row.fidelity_worst;
+  const double cap = value_or_nan(row.target_capacity_bytes);
+  std::string s = "; " + row.side + " at target";
+  if (row.target_model) s += " (" + *row.target_model + ")";
+  const double planned = value_or_nan(row.target_planned_peak_bytes), toy = value_or_nan(row.target_peak_bytes_max);
   if (cap > 0 && std::isfinite(planned))
     s += ": planned peak " + fixed(100 * planned / cap, 0) + "% of capacity" +
          (std::isfinite(toy) ? " (the toy measured " + fixed(100 * toy / cap, 0) + "%)" : "");
-  const json band = row.value("target_band", json());
-  if (band.is_object()) {
-    const BandCall call = BandCall::from_json(band);
-    s += "; " + call.text();
-  }
-  const double off = w["off_points"].get<double>();
+  if (row.target_band) s += "; " + row.target_band->text();
   s += ", scale-down fidelity: ";
-  if (row.value("fidelity_ok", false))
-    s += "every category within " + fixed(kFidelityPoints, 0) + " points of the target's share (worst " +
-         w["category"].get<std::string>() + ", " + fixed(off, 1) + ")";
+  if (row.fidelity_ok.value_or(false))
+    s += "every category within " + fixed(kFidelityPoints, 0) + " points of the target's share (worst " + w.category +
+         ", " + fixed(w.off_points, 1) + ")";
   else
-    s += w["category"].get<std::string>() + " off by " + fixed(off, 0) + " points (toy " +
-         fixed(100 * number_or(w["toy_share"]), 0) + "% vs target " + fixed(100 * number_or(w["target_share"]), 0) +
-         "% of capacity): the toy's verdict may not hold at target";
+    s += w.category + " off by " + fixed(w.off_points, 0) + " points (toy " + fixed(100 * value_or_nan(w.toy_share), 0) +
+         "% vs target " + fixed(100 * value_or_nan(w.target_share), 0) + "% of capacity): the toy's verdict may not hold at target";
   return s;
 }
 
 // Memory of a run: the per-rank peaks (max and spread), the capacity, the categories
 // of the rank that peaked highest, and the same at target scale after a scale-down.
-void memory_of(const Summary& s, json& row) {
+void memory_of(const Summary& s, AbRow& row) {
   double cap = NAN, hi = NAN, lo = NAN;
-  json cats;
+  std::optional<SummaryCategories> cats;
+  int64_t retries = 0;
   if (s.memory) {
     cap = s.memory->device_capacity_bytes ? static_cast<double>(*s.memory->device_capacity_bytes) : NAN;
     for (const auto& r : s.memory->ranks) {
       const double p = static_cast<double>(r.peak_bytes);
       if (!std::isfinite(hi) || p > hi) hi = p, cats = r.by_category;
       if (!std::isfinite(lo) || p < lo) lo = p;
+      retries = std::max(retries, r.alloc_retries);
     }
   }
   memory_figures(hi, lo, cap, cats, row);
-  if (s.scale_down.is_object()) target_of(s.scale_down, hi, cap, row);
+  if (const auto sd = s.scaled()) target_of(*sd, hi, cap, row);
   // The caching allocator's cache flushes per step, the most any rank had: DeepSpeed's
   // "high memory pressure" ([Note: allocator retries], device/caching_pool.cpp).
-  int64_t retries = 0;
-  if (s.memory)
-    for (const auto& r : s.memory->ranks) retries = std::max(retries, r.alloc_retries);
-  row["alloc_retries_per_step"] =
-      s.memory && !s.steps.empty() ? json(static_cast<double>(retries) / static_cast<double>(s.steps.size())) : json(nullptr);
+  if (s.memory && !s.steps.empty()) row.alloc_retries_per_step = static_cast<double>(retries) / static_cast<double>(s.steps.size());
 }
 
-// Rank 0's offload figures (the offload block keeps its builder's JSON, summary.h).
-void offload_of(const Summary& s, json& row) {
-  if (!s.offload.is_object() || !s.offload.contains("ranks") || s.offload["ranks"].empty()) return;
-  const json& r0 = s.offload["ranks"][0];
-  row["device_busy_fraction"] = r0.value("device_busy_fraction", json());
-  row["overlap_ratio"] = r0.value("overlap_ratio", json());
+// Rank 0's offload figures.
+void offload_of(const Summary& s, AbRow& row) {
+  const auto off = s.offloaded();
+  if (!off || off->ranks.empty()) return;
+  const SummaryOffloadRank& r0 = off->ranks[0];
+  row.device_busy_fraction = r0.device_busy_fraction;
+  row.overlap_ratio = r0.overlap_ratio;
   // What the device spent waiting on the host link per step: bytes over a modelled link,
   // so it does not move with the CPU's speed the way a busy fraction does.
-  const json exposed = r0.value("exposed_s", json());
-  row["offload_wait_s_per_step"] =
-      exposed.is_number() && !s.steps.empty() ? json(exposed.get<double>() / s.steps.size()) : json(nullptr);
+  if (!s.steps.empty()) row.offload_wait_s_per_step = r0.exposed_s / static_cast<double>(s.steps.size());
 }
 
 // Time of a run: median step, tokens/s, each part's share of the accounted time, the
 // offload overlap of rank 0 and the largest per-rank collective wait.
-void add_time_of(const Summary& s, json& row) {
+void add_time_of(const Summary& s, AbRow& row) {
   if (!s.time) return;
   const SummaryTime& t = *s.time;
-  row["step_s_median"] = json_of(t.step_s_median);
-  row["tokens_per_s"] = json_of(t.tokens_per_s);
+  row.step_s_median = t.step_s_median;
+  row.tokens_per_s = t.tokens_per_s;
   double total = 0;
   for (const auto& [k, v] : t.breakdown_s) total += v;
-  for (const char* k : {"comm_wait", "offload_copy", "data_wait"}) {
+  auto share = [&](const char* k) {
     const auto it = t.breakdown_s.find(k);
-    row[std::string(k) + "_share"] = total > 0 ? json((it == t.breakdown_s.end() ? 0 : it->second) / total) : json(nullptr);
-  }
-  double wait_max = NAN;
-  for (const auto& r : t.ranks) wait_max = std::isfinite(wait_max) ? std::max(wait_max, r.comm_wait_s) : r.comm_wait_s;
-  row["comm_wait_s_max"] = std::isfinite(wait_max) ? json(wait_max) : json(nullptr);
-  row["straggler_rank"] = t.straggler.is_object() ? t.straggler.value("rank", json()) : json(nullptr);
+    return total > 0 ? std::optional<double>((it == t.breakdown_s.end() ? 0 : it->second) / total) : std::nullopt;
+  };
+  row.comm_wait_share = share("comm_wait");
+  row.offload_copy_share = share("offload_copy");
+  row.data_wait_share = share("data_wait");
+  for (const auto& r : t.ranks) row.comm_wait_s_max = std::max(row.comm_wait_s_max.value_or(r.comm_wait_s), r.comm_wait_s);
+  if (t.straggler.is_object()) row.straggler_rank = optional_of<int>(t.straggler, "rank");
   offload_of(s, row);
+}
+
+// A failing side's failure as its summary wrote it, with its kind's figures.
+AbFailure failure_of(const SummaryFailure& f) {
+  AbFailure out;
+  out.kind = f.kind, out.rank = f.rank, out.message = f.message, out.hint = f.hint;
+  out.needed_bytes = optional_of<int64_t>(f.details, "needed_bytes");
+  out.memlock_limit_bytes = optional_of<int64_t>(f.details, "memlock_limit_bytes");
+  out.locked_bytes = optional_of<int64_t>(f.details, "locked_bytes");
+  if (f.details.contains("hang") && f.details["hang"].is_object()) out.hang = HangDiagnosis::from_json(f.details["hang"]);
+  return out;
 }
 
 // What ab.html draws of a run besides the row's figures: every rank's peak by category,
 // the plan's peak beside it, the factor to target scale, the failure as the run wrote
 // it and each rank's collective wait.
-void page_figures_of(const Summary& s, json& row) {
-  json ranks = json::array();
+void page_figures_of(const Summary& s, AbRow& row) {
   if (s.memory)
     for (const auto& r : s.memory->ranks)
-      ranks.push_back({{"rank", r.rank}, {"peak_bytes", r.peak_bytes}, {"peak_phase", r.peak_phase},
-                       {"by_category", r.by_category}, {"host_pinned_bytes", r.host_pinned_bytes}});
-  row["rank_memory"] = ranks;
-  row["device"] = s.device ? json(*s.device) : json(nullptr);
-  const json planned = s.memory ? s.memory->planned : json();
-  row["planned_peak_bytes"] = planned.is_object() ? planned.value("peak_bytes", json()) : json(nullptr);
-  row["parameter_factor"] = s.scale_down.is_object() ? s.scale_down.value("parameter_factor", json()) : json(nullptr);
-  if (s.failure && !s.failure->kind.empty()) {
-    const SummaryFailure& f = *s.failure;
-    json fj = {{"kind", f.kind}, {"rank", f.rank}, {"message", f.message}, {"hint", f.hint}};
-    for (const char* k : {"needed_bytes", "memlock_limit_bytes", "locked_bytes"})
-      if (f.details.contains(k)) fj[k] = f.details[k];
-    // A hang: where each rank waits (the side's report.html has the whole table).
-    const json hang = f.details.value("hang", json());
-    if (hang.is_object()) {
-      json hr = json::array();
-      for (const auto& r : hang.value("ranks", json::array()))
-        hr.push_back({{"rank", r.value("rank", json())}, {"waiting_in", r.value("waiting_in", json())},
-                      {"waiting_seq", r.value("waiting_seq", json())}, {"last_completed", r.value("last_completed", json())},
-                      {"idle_s", r.value("idle_s", json())}});
-      fj["hang_ranks"] = hr;
-      fj["hang_suspects"] = hang.value("suspects", json::array());
-    }
-    row["failure"] = fj;
-  }
-  json waits = json::array();
-  if (s.time)
-    for (const auto& r : s.time->ranks) waits.push_back({{"rank", r.rank}, {"comm_wait_s", r.comm_wait_s}, {"step_s", r.step_s}});
-  row["rank_time"] = waits;
+      row.rank_memory.push_back({r.rank, r.peak_bytes, r.peak_phase, r.by_category, r.host_pinned_bytes});
+  row.device = s.device;
+  if (const auto p = s.planned()) row.planned_peak_bytes = static_cast<double>(p->peak_bytes);
+  if (const auto sd = s.scaled()) row.parameter_factor = sd->parameter_factor;
+  if (s.failure && !s.failure->kind.empty()) row.failure = failure_of(*s.failure);
+  if (s.time) row.rank_time = s.time->ranks;
   // The emulated links a timing verdict rests on (null: this machine's own speed).
-  row["host_link_gbps"] = s.offload.is_object() ? s.offload.value("host_link_gbps", json()) : json(nullptr);
-  row["interconnect_busbw_gbps"] = s.comm && s.comm->modelled_busbw_GBps ? json(*s.comm->modelled_busbw_GBps) : json(nullptr);
+  if (const auto off = s.offloaded()) row.host_link_gbps = off->host_link_gbps;
+  if (s.comm) row.interconnect_busbw_gbps = s.comm->modelled_busbw_GBps;
 }
 
 // A plan's row (`zrepro plan --json`, MemoryPlan::to_json): its verdict and figures.
-void plan_row(const json& p, json& row) {
-  row["status"] = p.value("verdict", "?") == "oom" ? "oom (planned)" : "fits (planned)";
-  row["phase"] = p.value("oom_phase", json());
-  const double peak = number_or(p.value("peak_bytes", json()));
-  memory_figures(peak, peak, number_or(p.value("device_capacity_bytes", json())), p.value("by_category", json()), row);
+void plan_row(const SummaryPlanned& p, AbRow& row) {
+  row.status = p.verdict == "oom" ? "oom (planned)" : "fits (planned)";
+  row.phase = p.oom_phase;
+  const double peak = static_cast<double>(p.peak_bytes);
+  memory_figures(peak, peak, p.device_capacity_bytes ? static_cast<double>(*p.device_capacity_bytes) : NAN, p.by_category, row);
 }
 
-json row_of(const AbRun& r, bool plan_only) {
-  json row = {{"side", r.side}, {"ranks", r.ranks}, {"exit_code", r.exit_code}, {"log", r.log}};
+AbRow row_of(const AbRun& r, bool plan_only) {
+  AbRow row;
+  row.side = r.side, row.ranks = r.ranks, row.exit_code = r.exit_code, row.log = r.log;
   if (plan_only ? r.plan.is_null() : !r.summary) {
-    row["status"] = "no summary";
+    row.status = "no summary";
     return row;
   }
   if (plan_only) {
-    plan_row(r.plan, row);
+    plan_row(SummaryPlanned::from_json(r.plan), row);
     return row;
   }
   const Summary& s = *r.summary;
-  row["status"] = s.status;
-  row["phase"] = s.failure && !s.failure->kind.empty() ? json(s.failure->phase) : json(nullptr);
-  row["checkpoint"] = s.failure && !s.failure->kind.empty() ? json(s.failure->checkpoint) : json(nullptr);
-  row["failed_ranks"] = r.failed_ranks;
-  row["steps"] = s.steps.size();
-  row["final_loss"] = s.steps.empty() ? json(nullptr) : json_of(s.steps.back().loss);
+  row.status = s.status;
+  const bool failure = s.failure && !s.failure->kind.empty();
+  if (failure) row.phase = s.failure->phase, row.checkpoint = s.failure->checkpoint;
+  row.failed_ranks = r.failed_ranks;
+  row.steps = static_cast<int64_t>(s.steps.size());
+  if (!s.steps.empty()) row.final_loss = s.steps.back().loss;
   add_time_of(s, row);
   memory_of(s, row);
   page_figures_of(s, row);
@@ -233,37 +212,35 @@ bool failed(const AbRun& r, bool plan_only) {
   return r.exit_code != 0 || !r.summary;
 }
 
-std::string describe_failure(const json& row) {
-  std::string s = row["status"].get<std::string>();
-  if (row.value("phase", json()).is_string()) s += " in " + row["phase"].get<std::string>();
-  const json fr = row.value("failed_ranks", json());
-  const int ranks = row["ranks"].get<int>();
-  if (fr.is_number() && ranks > 1)
-    s += fr.get<int>() == ranks ? " on every rank" : " on " + std::to_string(fr.get<int>()) + " of " + std::to_string(ranks) + " ranks";
-  return s + " (exit " + std::to_string(row["exit_code"].get<int>()) + ")";
+std::string describe_failure(const AbRow& row) {
+  std::string s = row.status;
+  if (row.phase) s += " in " + *row.phase;
+  if (row.failed_ranks && row.ranks > 1)
+    s += *row.failed_ranks == row.ranks ? " on every rank"
+                                        : " on " + std::to_string(*row.failed_ranks) + " of " + std::to_string(row.ranks) + " ranks";
+  return s + " (exit " + std::to_string(row.exit_code) + ")";
 }
 
-std::string describe_fit(const json& row) {
+std::string describe_fit(const AbRow& row) {
   std::string s = "runs through";
-  if (row.value("peak_share_of_capacity", json()).is_number())
-    s += ", peak " + fixed(100 * row["peak_share_of_capacity"].get<double>(), 0) + "% of capacity";
+  if (row.peak_share_of_capacity) s += ", peak " + fixed(100 * *row.peak_share_of_capacity, 0) + "% of capacity";
   return s;
 }
 
-std::string losses_clause(const json& ra, const json& rb, bool a_fail, bool b_fail, double loss_diff) {
+std::string losses_clause(const AbRow& ra, const AbRow& rb, bool a_fail, bool b_fail, double loss_diff) {
   std::string v;
   if (std::isfinite(loss_diff))
     v += "; losses " + (loss_diff <= 1e-6 ? std::string("equal within 1e-6") : "differ by up to " + fixed(loss_diff, 8));
   else
     v += "; no common steps to compare losses";
-  const double ta = number_or(ra.value("step_s_median", json())), tb = number_or(rb.value("step_s_median", json()));
+  const double ta = value_or_nan(ra.step_s_median), tb = value_or_nan(rb.step_s_median);
   if (!a_fail && !b_fail && ta > 0 && tb > 0) v += "; B's step time " + fixed(tb / ta, 2) + "x A's";
   return v;
 }
 
 // The verdict of one rank count when the symptom is a failure (or a refused config).
-std::string failure_verdict(const json& ra, const json& rb, bool a_fail, bool b_fail, double loss_diff, bool plan_only) {
-  std::string v = std::to_string(ra["ranks"].get<int>()) + " rank(s): ";
+std::string failure_verdict(const AbRow& ra, const AbRow& rb, bool a_fail, bool b_fail, double loss_diff, bool plan_only) {
+  std::string v = std::to_string(ra.ranks) + " rank(s): ";
   v += a_fail ? "A reproduces: " + describe_failure(ra) : "A " + describe_fit(ra);
   v += "; ";
   if (b_fail)
@@ -280,9 +257,9 @@ struct Measured {
   std::string line;
 };
 
-Measured measured_verdict(const Expectation& e, const AbRun& a, const AbRun& b, const json& ra, const json& rb) {
+Measured measured_verdict(const Expectation& e, const AbRun& a, const AbRun& b, const AbRow& ra, const AbRow& rb) {
   Measured m;
-  m.line = std::to_string(ra["ranks"].get<int>()) + " rank(s): ";
+  m.line = std::to_string(ra.ranks) + " rank(s): ";
   m.b_fails = failed(b, false);
   if (failed(a, false) || m.b_fails) {
     m.line += failed(a, false) ? "A fails (" + describe_failure(ra) + "), not the expected symptom" : "A runs through";
@@ -294,7 +271,7 @@ Measured measured_verdict(const Expectation& e, const AbRun& a, const AbRun& b, 
                            : e.kind == Expectation::Kind::present ? "above 0, B's 0"
                                                                 : ">= " + fixed(e.factor, 2) + "x B's";
   std::string figure;
-  const double x = number_or(ra.value(e.key, json())), y = number_or(rb.value(e.key, json()));  // row figures
+  const double x = value_or_nan(ra.figure(e.key)), y = value_or_nan(rb.figure(e.key));  // row figures
   if (e.kind == Expectation::Kind::present) {
     m.a_shows = x > 0 && y == 0;
     figure = e.key + " " + fixed(x, 4) + " vs B's " + fixed(y, 4) + " (expected " + want + ")";
@@ -315,7 +292,7 @@ Measured measured_verdict(const Expectation& e, const AbRun& a, const AbRun& b, 
   return m;
 }
 
-std::string table(const json& rows) {
+std::string table(const std::vector<AbRow>& rows) {
   std::ostringstream os;
   char line[400];
   std::snprintf(line, sizeof line, "  %-4s %5s  %-16s %-9s %-11s %10s %6s %10s %12s %9s %9s %6s %6s %10s\n", "side",
@@ -323,18 +300,13 @@ std::string table(const json& rows) {
                 "comm%", "copy%", "loss");
   os << line;
   for (const auto& r : rows) {
-    auto pct = [&](const char* k) {
-      return r.value(k, json()).is_number() ? fixed(100 * r[k].get<double>(), 0) : std::string("-");
-    };
+    auto pct = [](const std::optional<double>& v) { return v ? fixed(100 * *v, 0) : std::string("-"); };
     std::snprintf(line, sizeof line, "  %-4s %5d  %-16s %-9d %-11s %10s %6s %10s %12s %9s %9s %6s %6s %10s\n",
-                  r["side"].get<std::string>().c_str(), r["ranks"].get<int>(), r["status"].get<std::string>().c_str(),
-                  r["exit_code"].get<int>(), r.value("phase", json()).is_string() ? r["phase"].get<std::string>().c_str() : "-",
-                  bytes(number_or(r.value("peak_bytes_max", json()))).c_str(), pct("peak_share_of_capacity").c_str(),
-                  bytes(number_or(r.value("peak_bytes_spread", json()))).c_str(),
-                  bytes(number_or(r.value("target_planned_peak_bytes", json()))).c_str(),
-                  fixed(number_or(r.value("step_s_median", json())), 4).c_str(),
-                  fixed(number_or(r.value("tokens_per_s", json())), 0).c_str(), pct("comm_wait_share").c_str(),
-                  pct("offload_copy_share").c_str(), fixed(number_or(r.value("final_loss", json())), 5).c_str());
+                  r.side.c_str(), r.ranks, r.status.c_str(), r.exit_code, r.phase ? r.phase->c_str() : "-",
+                  bytes(value_or_nan(r.peak_bytes_max)).c_str(), pct(r.peak_share_of_capacity).c_str(),
+                  bytes(value_or_nan(r.peak_bytes_spread)).c_str(), bytes(value_or_nan(r.target_planned_peak_bytes)).c_str(),
+                  fixed(value_or_nan(r.step_s_median), 4).c_str(), fixed(value_or_nan(r.tokens_per_s), 0).c_str(),
+                  pct(r.comm_wait_share).c_str(), pct(r.offload_copy_share).c_str(), fixed(value_or_nan(r.final_loss), 5).c_str());
     os << line;
   }
   return os.str();
@@ -344,12 +316,13 @@ std::string table(const json& rows) {
 // losses of one rank up to reduction order, and each model state the stage shards is
 // divided by the rank ratio while the others stay (zero/schedule/stage_policy.h).
 // Persistent stage-3 parameters and padding keep this from being exact: 5% is allowed.
-json equivalence(const AbRun& base, const AbRun& r, std::string& line) {
-  json e = {{"side", r.side}, {"ranks", {base.ranks, r.ranks}}};
+AbEquivalence equivalence(const AbRun& base, const AbRun& r) {
+  AbEquivalence e;
+  e.side = r.side, e.base_ranks = base.ranks, e.ranks = r.ranks;
+  std::string& line = e.line;
   const std::string head = r.side + " " + std::to_string(base.ranks) + " -> " + std::to_string(r.ranks) + " ranks: ";
   if (base.exit_code != 0 || r.exit_code != 0 || !base.summary || !r.summary) {
     line = head + "not compared (a run failed)";
-    e["holds"] = nullptr;
     return e;
   }
   bool holds = true;
@@ -358,7 +331,7 @@ json equivalence(const AbRun& base, const AbRun& r, std::string& line) {
   if (g0 == g1) {
     const double tol = s0.precision.value_or("fp32") == "fp32" ? 1e-5 : 2e-2;  // 16-bit: rounding of a different reduction order
     const double d = max_step_rel_diff(s0.steps, s1.steps, "loss");
-    e["max_loss_rel_diff"] = std::isfinite(d) ? json(d) : json(nullptr);
+    if (std::isfinite(d)) e.max_loss_rel_diff = d;
     holds = std::isfinite(d) && d <= tol;
     line = head + (holds ? "losses equal within " + fixed(tol, 6) : "losses differ by up to " + fixed(d, 8));
   } else {
@@ -368,7 +341,6 @@ json equivalence(const AbRun& base, const AbRun& r, std::string& line) {
   const std::pair<const char*, ModelState> cats[] = {{"params", ModelState::parameters},
                                                      {"grads", ModelState::gradients},
                                                      {"optimizer_states", ModelState::optimizer_states}};
-  json states = json::object();
   line += "; per-rank";
   for (const auto& [cat, state] : cats) {
     auto state_bytes = [&](const Summary& s) {
@@ -380,12 +352,11 @@ json equivalence(const AbRun& base, const AbRun& r, std::string& line) {
     const double expected = policy.shards(state) ? m0 * base.ranks / r.ranks : m0;
     const bool ok = std::abs(m1 - expected) <= 0.05 * expected + 64;
     holds = holds && ok;
-    states[cat] = {{"measured", m1}, {"expected", expected}, {"holds", ok}};
+    e.model_states[cat] = {m1, expected, ok};
     line += std::string(" ") + cat + " x" + fixed(m0 > 0 ? m1 / m0 : 1.0, 2) + (ok ? "" : " (expected x" + fixed(m0 > 0 ? expected / m0 : 1.0, 2) + ")");
   }
   line += std::string(holds ? ": as " : ": NOT as ") + "the equivalence rules predict for stage " + std::to_string(policy.stage);
-  e["model_states"] = states;
-  e["holds"] = holds;
+  e.holds = holds;
   return e;
 }
 
@@ -505,8 +476,8 @@ struct PairVerdict {
   std::string line;
 };
 
-PairVerdict judge_pair(const std::vector<AbRun>& a, const std::vector<AbRun>& b, size_t i, const json& ra,
-                       const json& rb, double loss_diff, bool plan_only, const Expectation& e) {
+PairVerdict judge_pair(const std::vector<AbRun>& a, const std::vector<AbRun>& b, size_t i, const AbRow& ra,
+                       const AbRow& rb, double loss_diff, bool plan_only, const Expectation& e) {
   PairVerdict v;
   // [Note: a run without its summary] A side that ended without writing summary.json
   // (killed, crashed) is not a reproduction of anything: zrepro writes the summary on
@@ -543,20 +514,16 @@ PairVerdict judge_pair(const std::vector<AbRun>& a, const std::vector<AbRun>& b,
 }
 
 // Whether a scaled-down side's target margin is inside the planner's band.
-bool inside_band(const json& row) {
-  const json band = row.value("target_band", json());
-  return band.is_object() && band.value("inside_band", false);
-}
+bool inside_band(const AbRow& row) { return row.target_band && row.target_band->inside; }
 
 // Every run's per-step losses or grad norms, for ab.html's curves.
-json step_curves(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bool grad_norm) {
-  json curves = json::object();
+AbCurves step_curves(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bool grad_norm) {
+  AbCurves curves;
   for (const auto* side : {&a, &b})
     for (const AbRun& r : *side) {
-      json values = json::array();
+      auto& values = curves[r.side + " x" + std::to_string(r.ranks)];
       if (r.summary)
-        for (const SummaryStep& st : r.summary->steps) values.push_back(json_of(grad_norm ? st.grad_norm : st.loss));
-      curves[r.side + " x" + std::to_string(r.ranks)] = values;
+        for (const SummaryStep& st : r.summary->steps) values.push_back(grad_norm ? st.grad_norm : st.loss);
     }
   return curves;
 }
@@ -565,11 +532,12 @@ json step_curves(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bool 
 
 AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bool plan_only, const Expectation& e) {
   AbResult out;
-  json rows = json::array(), pairs = json::array();
+  AbDocument& doc = out.doc;
+  doc.plan_only = plan_only, doc.expect = e.text;
   bool any_a_shows = false, any_unfixed = false, incomplete = false, any_inside = false;
   const bool by_failure = e.kind == Expectation::Kind::failure || e.kind == Expectation::Kind::refused;
   for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    const json ra = row_of(a[i], plan_only), rb = row_of(b[i], plan_only);
+    const AbRow ra = row_of(a[i], plan_only), rb = row_of(b[i], plan_only);
     const bool both = !plan_only && a[i].summary && b[i].summary;
     const double dl = both ? max_step_rel_diff(a[i].summary->steps, b[i].summary->steps, "loss") : NAN;
     const double dg = both ? max_step_rel_diff(a[i].summary->steps, b[i].summary->steps, "grad_norm") : NAN;
@@ -580,33 +548,29 @@ AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bo
     any_unfixed = any_unfixed || (v.a_shows && v.b_fails) || (!by_failure && v.b_fails);
     const bool inside = inside_band(ra) || inside_band(rb);
     any_inside = any_inside || inside;
-    rows.push_back(ra);
-    rows.push_back(rb);
-    pairs.push_back({{"ranks", a[i].ranks},
-                     {"a_shows_symptom", v.a_shows},
-                     {"b_fails", v.b_fails},
-                     {"max_loss_rel_diff", std::isfinite(dl) ? json(dl) : json(nullptr)},
-                     {"max_grad_norm_rel_diff", std::isfinite(dg) ? json(dg) : json(nullptr)},
-                     {"target_inside_band", inside},
-                     {"verdict", v.line}});
+    doc.rows.push_back(ra);
+    doc.rows.push_back(rb);
+    AbComparison c;
+    c.ranks = a[i].ranks, c.a_shows_symptom = v.a_shows, c.b_fails = v.b_fails, c.target_inside_band = inside;
+    if (std::isfinite(dl)) c.max_loss_rel_diff = dl;
+    if (std::isfinite(dg)) c.max_grad_norm_rel_diff = dg;
+    c.verdict = v.line;
+    doc.comparisons.push_back(c);
   }
-  json equiv = json::array();
   for (const auto* side : {&a, &b})
     for (size_t i = 1; i < side->size() && !plan_only; ++i) {
-      std::string line;
-      equiv.push_back(equivalence(side->front(), (*side)[i], line));
-      equiv.back()["line"] = line;
-      out.verdicts.push_back(line);
+      doc.equivalence.push_back(equivalence(side->front(), (*side)[i]));
+      out.verdicts.push_back(doc.equivalence.back().line);
     }
   out.exit_code = incomplete ? kExitInternal : any_unfixed ? kExitAbNotFixed : any_a_shows ? kExitOk : kExitAbNoFailure;
   // [Note: a verdict inside the band]: a margin at target inside the planner's band against
   // real DeepSpeed is not called; the toy's outcome stands, and says so.
-  std::string outcome = incomplete ? "incomplete" : any_unfixed ? "not fixed" : any_a_shows ? "fixed" : "nothing to fix";
-  if (any_inside && !incomplete) outcome += " on the toy; at target inside the planner's band, not called";
-  out.table = table(rows);
-  out.json = {{"plan_only", plan_only}, {"expect", e.text},  {"outcome", outcome},  {"exit_code", out.exit_code},
-              {"rows", rows},           {"comparisons", pairs}, {"equivalence", equiv},
-              {"loss_curves", step_curves(a, b, false)}, {"grad_norm_curves", step_curves(a, b, true)}};
+  doc.outcome = incomplete ? "incomplete" : any_unfixed ? "not fixed" : any_a_shows ? "fixed" : "nothing to fix";
+  if (any_inside && !incomplete) doc.outcome += " on the toy; at target inside the planner's band, not called";
+  doc.exit_code = out.exit_code;
+  out.table = table(doc.rows);
+  doc.loss_curves = step_curves(a, b, false);
+  doc.grad_norm_curves = step_curves(a, b, true);
   return out;
 }
 

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "trainer/report/ab_doc.h"
 #include "trainer/report/summary.h"
 
 namespace zrepro {
@@ -29,7 +30,7 @@ struct AbRun {
 };
 
 struct AbResult {
-  nlohmann::json json;               // ab.json
+  AbDocument doc;                    // ab.json (ab_doc.h)
   std::vector<std::string> verdicts;  // one line per rank count, then one per equivalence check
   std::string table;                 // human table
   int exit_code = 0;                 // 0 fixed, kExitAbNotFixed, kExitAbNoFailure, kExitInternal:
@@ -67,6 +68,6 @@ AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bo
                     const Expectation& expect = {});
 
 // ab.html: both sides' memory bars per rank count and loss curves on one page.
-std::string ab_html(const nlohmann::json& ab);
+std::string ab_html(const AbDocument& ab);
 
 }  // namespace zrepro

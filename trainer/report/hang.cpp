@@ -1,6 +1,8 @@
 // See hang.h.
 #include "trainer/report/hang.h"
 
+#include "trainer/config/json_optional.h"
+
 #include <algorithm>
 #include <map>
 #include <sstream>
@@ -74,6 +76,27 @@ json HangDiagnosis::to_json() const {
                   {"idle_s", v.dumped ? json(v.idle_s) : json(nullptr)}});
   }
   return {{"seq", seq}, {"culprit_ranks", culprits}, {"kind", kind}, {"text", text}, {"suspects", s}, {"ranks", rv}};
+}
+
+HangDiagnosis HangDiagnosis::from_json(const json& j) {
+  HangDiagnosis d;
+  d.seq = j.at("seq").get<int64_t>();
+  d.culprits = j.at("culprit_ranks").get<std::vector<int>>();
+  d.kind = j.at("kind").get<std::string>();
+  d.text = j.at("text").get<std::string>();
+  for (const auto& x : j.at("suspects")) d.suspects.push_back({x.at("rank").get<int>(), x.at("evidence").get<std::string>()});
+  for (const auto& x : j.at("ranks")) {
+    RankView v;
+    v.rank = x.at("rank").get<int>();
+    v.dumped = x.at("dumped").get<bool>();
+    v.last_completed_seq = optional_of<int64_t>(x, "last_completed_seq").value_or(-1);
+    v.last_completed = optional_of<std::string>(x, "last_completed").value_or("");
+    v.waiting_seq = optional_of<int64_t>(x, "waiting_seq").value_or(-1);
+    v.waiting_in = optional_of<std::string>(x, "waiting_in").value_or("");
+    v.idle_s = optional_of<double>(x, "idle_s").value_or(0);
+    d.ranks.push_back(v);
+  }
+  return d;
 }
 
 namespace {

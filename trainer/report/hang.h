@@ -46,6 +46,9 @@ struct HangDiagnosis {
   std::string kind;                // "missing" | "mismatch" | "stuck" | "unknown"
   std::string text;                // one paragraph for humans
   nlohmann::json to_json() const;
+  // The way back (report.html and ab read a summary's failure.hang through it); throws
+  // nlohmann::json::exception on a wrong shape.
+  static HangDiagnosis from_json(const nlohmann::json& j);
 };
 
 // per_rank[r]: rank r's flight entries (empty when its dump is missing). gas:

@@ -2,6 +2,7 @@
 #include "trainer/report/html_report.h"
 
 #include "device/device_memory.h"
+#include "trainer/report/hang.h"
 #include "trainer/report/svg_chart.h"
 
 #include <algorithm>
@@ -87,8 +88,7 @@ int64_t category(const SummaryRankMemory& r, const char* name) {
 // factor: the scale-down's parameter factor (bars at target scale), 1 otherwise.
 std::string memory_svg(const SummaryMemory& memory, double factor) {
   std::vector<BarRow> rows;
-  const double planned = memory.planned.is_object() && memory.planned.value("peak_bytes", json()).is_number()
-                             ? memory.planned["peak_bytes"].get<double>() : -1;
+  const double planned = memory.planned.is_object() ? static_cast<double>(SummaryPlanned::from_json(memory.planned).peak_bytes) : -1;
   for (const auto& r : memory.ranks) {
     BarRow b{"rank " + std::to_string(r.rank), std::to_string(r.rank), {}, planned, false};
     for (const char* c : kCategories) b.segments.push_back({c, factor * static_cast<double>(category(r, c))});
@@ -114,21 +114,21 @@ void views_section(std::ostringstream& o, const SummaryRankViews& v) {
 }
 
 // A hang's suspects and where every rank stands in its collectives (failure.hang, hang.h).
-void hang_section(std::ostringstream& o, json h) {
-  if (!h.value("suspects", json::array()).empty()) {
+void hang_section(std::ostringstream& o, const HangDiagnosis& h) {
+  if (!h.suspects.empty()) {
     o << "<h2>Hang suspects, most likely first</h2><ol>";
-    for (auto& x : h["suspects"]) o << "<li>rank " << x["rank"] << ": " << esc(str(x["evidence"])) << "</li>";
+    for (const auto& x : h.suspects) o << "<li>rank " << x.rank << ": " << esc(x.evidence) << "</li>";
     o << "</ol>";
   }
   o << "<h2>Collectives per rank at the hang</h2><table><tr><th>rank</th><th>flight dump</th>"
     << "<th>last completed</th><th>waits in</th><th>idle before the newest activity</th></tr>";
-  for (auto& r : h.value("ranks", json::array())) {
-    auto at = [](json& seq, json& what) {
-      return seq.is_null() ? std::string("–") : "#" + seq.dump() + " " + esc(str(what));
+  for (const auto& r : h.ranks) {
+    auto at = [](int64_t seq, const std::string& what) {
+      return seq < 0 ? std::string("–") : "#" + std::to_string(seq) + " " + esc(what.empty() ? "–" : what);
     };
-    o << "<tr><td>" << r["rank"] << "</td><td>" << (r.value("dumped", false) ? "yes" : "<b>none</b>") << "</td><td>"
-      << at(r["last_completed_seq"], r["last_completed"]) << "</td><td>" << at(r["waiting_seq"], r["waiting_in"])
-      << "</td><td>" << (r["idle_s"].is_number() ? str(r["idle_s"]) + " s" : "–") << "</td></tr>";
+    o << "<tr><td>" << r.rank << "</td><td>" << (r.dumped ? "yes" : "<b>none</b>") << "</td><td>"
+      << at(r.last_completed_seq, r.last_completed) << "</td><td>" << at(r.waiting_seq, r.waiting_in) << "</td><td>"
+      << (r.dumped ? str(json(r.idle_s)) + " s" : "–") << "</td></tr>";
   }
   o << "</table>";
 }
@@ -141,7 +141,7 @@ void failure_section(std::ostringstream& o, const SummaryFailure& f) {
       << " (diagnosis checkpoint: " << esc(f.checkpoint) << ")<p>" << esc(f.message) << "</p><p><b>Hint:</b> "
       << esc(f.hint) << "</p></div>";
   if (f.views) views_section(o, *f.views);
-  if (f.details.contains("hang") && f.details["hang"].is_object()) hang_section(o, f.details["hang"]);
+  if (f.details.contains("hang") && f.details["hang"].is_object()) hang_section(o, HangDiagnosis::from_json(f.details["hang"]));
 }
 
 // Each rank's peak by category, the columns that are zero on every rank left out.
@@ -181,33 +181,33 @@ void memory_section(std::ostringstream& o, const SummaryMemory& m, double factor
       << " time(s) on the rank with the most: memory pressure, the last sign before an OOM (DeepSpeed's ZeRO-3 "
          "warns \"pytorch allocator cache flushes since last step\"; on a GPU each flush synchronises the device). "
          "A smaller micro-batch or expandable segments remove it (scenario allocator-pressure).</p>";
-  json pl = m.planned;
-  if (pl.is_object())
-    o << "<p>Planner (zrepro plan) for this run: peak " << bytes(pl["peak_bytes"]) << " in phase "
-      << esc(str(pl["peak_phase"])) << ", verdict " << esc(str(pl["verdict"])) << ".</p>";
+  if (m.planned.is_object()) {
+    const SummaryPlanned pl = SummaryPlanned::from_json(m.planned);
+    o << "<p>Planner (zrepro plan) for this run: peak " << bytes(pl.peak_bytes) << " in phase " << esc(pl.peak_phase)
+      << ", verdict " << esc(pl.verdict) << ".</p>";
+  }
 }
 
-void scale_down_section(std::ostringstream& o, json& sd) {
-  o << "<h2>Scale-down fidelity (share of capacity at the peak, planned)</h2><p>target "
-    << esc(str(sd["target_model"]["name"])) << " (" << str(sd["target_model"]["params"]) << " params), verdict "
-    << esc(str(sd["target_planned"]["verdict"])) << "; toy " << str(sd["toy_model"]["params"])
-    << " params, factor " << str(sd["parameter_factor"]) << "</p><table><tr><th>category</th><th>target</th>"
+void scale_down_section(std::ostringstream& o, const SummaryScaleDown& sd) {
+  o << "<h2>Scale-down fidelity (share of capacity at the peak, planned)</h2><p>target " << esc(sd.target_name) << " ("
+    << sd.target_params << " params), verdict " << esc(sd.target_planned.verdict) << "; toy " << sd.toy_params
+    << " params, factor " << str(json(sd.parameter_factor)) << "</p><table><tr><th>category</th><th>target</th>"
     << "<th>toy</th></tr>";
-  for (auto& r : sd["fidelity"])
-    o << "<tr><td>" << esc(str(r["category"])) << "</td><td>" << pct(r["target_share"]) << "</td><td>"
-      << pct(r["toy_share"]) << "</td></tr>";
+  for (const auto& r : sd.fidelity)
+    o << "<tr><td>" << esc(r.category) << "</td><td>" << pct(r.target_share) << "</td><td>" << pct(r.toy_share)
+      << "</td></tr>";
   o << "</table>";
 }
 
-void offload_section(std::ostringstream& o, json& off) {
-  o << "<h2>Offload (host link " << str(off["host_link_gbps"]) << " GB/s modelled)</h2><table><tr>"
+void offload_section(std::ostringstream& o, const SummaryOffload& off) {
+  o << "<h2>Offload (host link " << str(json_of(off.host_link_gbps)) << " GB/s modelled)</h2><table><tr>"
     << "<th>rank</th><th>down</th><th>up</th><th>copy s</th><th>waited s</th><th>overlapped</th>"
     << "<th>device busy</th><th>pinned host</th><th>pageable host</th></tr>";
-  for (auto& r : off["ranks"])
-    o << "<tr><td>" << r["rank"] << "</td><td>" << bytes(r["d2h_bytes"]) << "</td><td>" << bytes(r["h2d_bytes"])
-      << "</td><td>" << str(r["copy_s"]) << "</td><td>" << str(r["exposed_s"]) << "</td><td>"
-      << pct(r["overlap_ratio"]) << "</td><td>" << pct(r["device_busy_fraction"]) << "</td><td>"
-      << bytes(r["host_pinned_bytes"]) << "</td><td>" << bytes(r["host_pageable_bytes"]) << "</td></tr>";
+  for (const auto& r : off.ranks)
+    o << "<tr><td>" << r.rank << "</td><td>" << bytes(r.d2h_bytes) << "</td><td>" << bytes(r.h2d_bytes) << "</td><td>"
+      << str(json(r.copy_s)) << "</td><td>" << str(json(r.exposed_s)) << "</td><td>" << pct(json_of(r.overlap_ratio))
+      << "</td><td>" << pct(json_of(r.device_busy_fraction)) << "</td><td>" << bytes(r.host_pinned_bytes) << "</td><td>"
+      << bytes(r.host_pageable_bytes) << "</td></tr>";
   o << "</table>";
 }
 
@@ -293,8 +293,8 @@ void job_table(std::ostringstream& o, const Summary& s) {
 
 // A scaled-down run's parameter factor (its figures at target scale), else 1.
 double scale_factor(const Summary& s) {
-  const json& sd = s.scale_down;
-  return sd.is_object() && sd.value("parameter_factor", json()).is_number() ? sd["parameter_factor"].get<double>() : 1;
+  const auto sd = s.scaled();
+  return sd ? sd->parameter_factor : 1;
 }
 
 // [Note: phase windows] drawn: rank 0's memory per step and phase by category, at
@@ -303,7 +303,6 @@ double scale_factor(const Summary& s) {
 void timeline_section(std::ostringstream& o, const Summary& s) {
   const SummaryMemory& m = *s.memory;
   if (m.timeline.empty()) return;
-  const json sd = s.scale_down;
   const double f = scale_factor(s);
   std::vector<Column> cols;
   for (const auto& p : m.timeline) {
@@ -317,11 +316,12 @@ void timeline_section(std::ostringstream& o, const Summary& s) {
     cols.push_back(c);
   }
   double planned = -1;
-  const json target = sd.is_object() ? sd.value("target_planned", json()) : json();
-  if (f != 1 && target.is_object() && target.value("peak_bytes", json()).is_number())
-    planned = target["peak_bytes"].get<double>();
-  else if (f == 1 && m.planned.is_object() && m.planned.value("peak_bytes", json()).is_number())
-    planned = m.planned["peak_bytes"].get<double>();
+  const auto sd = s.scaled();
+  const auto own = s.planned();
+  if (f != 1 && sd)
+    planned = static_cast<double>(sd->target_planned.peak_bytes);
+  else if (f == 1 && own)
+    planned = static_cast<double>(own->peak_bytes);
   o << "<h2>Memory over the run (rank 0" << (f != 1 ? ", at target scale: the toy's bytes x " + str(json(f)) : "") << ")</h2>"
     << stacked_columns(cols, {"memory over the run", f * static_cast<double>(m.device_capacity_bytes.value_or(0)), planned, 860, 300});
 }
@@ -390,10 +390,10 @@ std::string html_report(const Summary& s, const std::vector<Lane>& lanes) {
   if (s.memory) timeline_section(o, s);
   if (!s.steps.empty()) steps_section(o, s.steps);
   if (ok) lanes_section(o, lanes, false);
-  // Offload, scale-down and the effective config keep the JSON their builders write (summary.h).
-  json extra = {{"scale_down", s.scale_down}, {"offload", s.offload}, {"effective_config", s.effective_config}};
-  if (extra["scale_down"].is_object()) scale_down_section(o, extra["scale_down"]);
-  if (extra["offload"].is_object()) offload_section(o, extra["offload"]);
+  // Offload and scale-down through their views ([Note: typed views of module-owned parts]).
+  if (const auto sd = s.scaled()) scale_down_section(o, *sd);
+  if (const auto off = s.offloaded()) offload_section(o, *off);
+  json extra = {{"effective_config", s.effective_config}};
   json ck = s.checkpoint;
   if (ck.is_object()) checkpoint_section(o, ck);
   if (s.comm && s.comm->ops.is_object()) comm_section(o, s.comm->ops);

@@ -10,25 +10,6 @@ using json = nlohmann::json;
 
 namespace {
 
-template <class T>
-std::optional<T> optional_of(const json& j, const char* key) {
-  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
-  return j[key].get<T>();
-}
-
-SummaryCategories categories_of(const json& j) {
-  SummaryCategories c;
-  if (j.is_object())
-    for (const auto& [k, v] : j.items()) c[k] = v.get<int64_t>();
-  return c;
-}
-
-json categories_json(const SummaryCategories& c) {
-  json j = json::object();
-  for (const auto& [k, v] : c) j[k] = v;
-  return j;
-}
-
 SummaryStep step_of(const json& j) {
   SummaryStep s;
   s.step = j.value("step", int64_t(0));
@@ -307,6 +288,64 @@ json Summary::to_json() const {
   return j;
 }
 
+SummaryPlanned SummaryPlanned::from_json(const json& j) {
+  SummaryPlanned p;
+  p.verdict = j.at("verdict").get<std::string>();
+  p.oom_phase = optional_of<std::string>(j, "oom_phase");
+  p.peak_bytes = j.at("peak_bytes").get<int64_t>();
+  p.peak_phase = j.at("peak_phase").get<std::string>();
+  p.device_capacity_bytes = optional_of<int64_t>(j, "device_capacity_bytes");
+  if (j.contains("by_category")) p.by_category = categories_of(j["by_category"]);
+  return p;
+}
+
+SummaryScaleDown SummaryScaleDown::from_json(const json& j) {
+  SummaryScaleDown s;
+  s.target_name = j.at("target_model").at("name").get<std::string>();
+  s.target_params = j.at("target_model").at("params").get<int64_t>();
+  s.toy_params = j.at("toy_model").at("params").get<int64_t>();
+  s.parameter_factor = j.at("parameter_factor").get<double>();
+  s.target_planned = SummaryPlanned::from_json(j.at("target_planned"));
+  for (const auto& r : j.at("fidelity"))
+    s.fidelity.push_back({r.at("category").get<std::string>(), r.at("target_share").get<double>(), r.at("toy_share").get<double>()});
+  s.target_band = j.value("target_band", json());
+  return s;
+}
+
+SummaryOffload SummaryOffload::from_json(const json& j) {
+  SummaryOffload o;
+  o.host_link_gbps = optional_of<double>(j, "host_link_gbps");
+  for (const auto& r : j.at("ranks")) {
+    SummaryOffloadRank x;
+    x.rank = r.at("rank").get<int>();
+    x.d2h_bytes = r.at("d2h_bytes").get<int64_t>();
+    x.h2d_bytes = r.at("h2d_bytes").get<int64_t>();
+    x.host_pinned_bytes = r.at("host_pinned_bytes").get<int64_t>();
+    x.host_pageable_bytes = r.at("host_pageable_bytes").get<int64_t>();
+    x.copy_s = r.at("copy_s").get<double>();
+    x.exposed_s = r.at("exposed_s").get<double>();
+    x.overlap_ratio = optional_of<double>(r, "overlap_ratio");
+    x.device_busy_fraction = optional_of<double>(r, "device_busy_fraction");
+    o.ranks.push_back(x);
+  }
+  return o;
+}
+
+std::optional<SummaryPlanned> Summary::planned() const {
+  if (!memory || !memory->planned.is_object()) return std::nullopt;
+  return SummaryPlanned::from_json(memory->planned);
+}
+
+std::optional<SummaryScaleDown> Summary::scaled() const {
+  if (!scale_down.is_object()) return std::nullopt;
+  return SummaryScaleDown::from_json(scale_down);
+}
+
+std::optional<SummaryOffload> Summary::offloaded() const {
+  if (!offload.is_object()) return std::nullopt;
+  return SummaryOffload::from_json(offload);
+}
+
 const SummaryRankMemory* Summary::rank_memory(int rank) const {
   if (!memory) return nullptr;
   for (const auto& r : memory->ranks)
@@ -343,6 +382,19 @@ double max_step_rel_diff(const std::vector<SummaryStep>& a, const std::vector<Su
     worst = std::isfinite(worst) ? std::max(worst, d) : d;
   }
   return worst;
+}
+
+SummaryCategories categories_of(const json& j) {
+  SummaryCategories c;
+  if (j.is_object())
+    for (const auto& [k, v] : j.items()) c[k] = v.get<int64_t>();
+  return c;
+}
+
+json categories_json(const SummaryCategories& c) {
+  json j = json::object();
+  for (const auto& [k, v] : c) j[k] = v;
+  return j;
 }
 
 }  // namespace zrepro

@@ -35,6 +35,8 @@ constexpr const char* kSummarySchema = "zrepro.summary/1";
 
 // Bytes by memory category: params, grads, optimizer_states, activations, comm_buffers, other.
 using SummaryCategories = std::map<std::string, int64_t>;
+SummaryCategories categories_of(const nlohmann::json& j);  // {} for anything but an object
+nlohmann::json categories_json(const SummaryCategories& c);
 
 struct SummaryStep {
   int64_t step = 0;
@@ -141,6 +143,52 @@ struct SummaryComm {
   nlohmann::json paired_different_parameters;
 };
 
+// [Note: typed views of module-owned parts] Summary keeps the parts another module writes
+// as that module's JSON (so to_json gives the file back field for field); a reader takes the
+// figures it needs through a view's from_json below, never by string keys at its use
+// site. A view reads only what readers use; a part of a wrong shape throws
+// nlohmann::json::exception there.
+//
+// A plan's verdict and peak: memory.planned and scale_down.target_planned (MemoryPlan::to_json,
+// ScaleDown::to_json), and `zrepro plan --json` itself.
+struct SummaryPlanned {
+  std::string verdict;  // fits | oom | pinned-memory
+  std::optional<std::string> oom_phase;
+  int64_t peak_bytes = 0;
+  std::string peak_phase;
+  std::optional<int64_t> device_capacity_bytes;  // a whole plan's; absent in scale_down.target_planned
+  std::optional<SummaryCategories> by_category;  // likewise
+  static SummaryPlanned from_json(const nlohmann::json& j);
+};
+
+// scale_down (ScaleDown::to_json, trainer/planner/scale_down.h).
+struct SummaryScaleDown {
+  std::string target_name;
+  int64_t target_params = 0, toy_params = 0;
+  double parameter_factor = 1;
+  SummaryPlanned target_planned;
+  struct Row {
+    std::string category;
+    double target_share = 0, toy_share = 0;
+  };
+  std::vector<Row> fidelity;
+  nlohmann::json target_band;  // BandCall::to_json (gpu_fidelity.h) or null
+  static SummaryScaleDown from_json(const nlohmann::json& j);
+};
+
+// offload (report.cpp offload_json): the host link and each rank's copies.
+struct SummaryOffloadRank {
+  int rank = 0;
+  int64_t d2h_bytes = 0, h2d_bytes = 0, host_pinned_bytes = 0, host_pageable_bytes = 0;
+  double copy_s = 0, exposed_s = 0;
+  std::optional<double> overlap_ratio, device_busy_fraction;  // null without copies / steps
+};
+struct SummaryOffload {
+  std::optional<double> host_link_gbps;  // null: not modelled
+  std::vector<SummaryOffloadRank> ranks;
+  static SummaryOffload from_json(const nlohmann::json& j);
+};
+
 struct SummaryBatch {
   int64_t micro = 0, grad_accum = 0, global = 0;
 };
@@ -170,6 +218,12 @@ struct Summary {
 
   static Summary from_json(const nlohmann::json& j);  // throws nlohmann::json::exception on a wrong shape
   nlohmann::json to_json() const;
+
+  // The views of module-owned parts ([Note: typed views of module-owned parts]); nullopt
+  // where the summary has none.
+  std::optional<SummaryPlanned> planned() const;  // memory.planned
+  std::optional<SummaryScaleDown> scaled() const;
+  std::optional<SummaryOffload> offloaded() const;
 
   const SummaryRankMemory* rank_memory(int rank) const;  // nullptr when not reported
   int64_t peak_bytes() const;                            // the highest rank's peak (0: none)

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "trainer/report/ab_doc.h"
 #include "tests/support/process.h"
 
 namespace {
@@ -26,11 +27,11 @@ TEST(Ab, ActivationCheckpointingFixesFirstBatchActivations) {
   EXPECT_NE(r.output.find("[zrepro] side A on 1 rank(s): starting"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("A reproduces: oom in"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("B fixes it: runs through"), std::string::npos) << r.output;
-  const nlohmann::json ab = read(out + "/ab.json");
-  EXPECT_EQ(ab["outcome"], "fixed");
-  EXPECT_EQ(ab["rows"][0]["status"], "oom");
-  EXPECT_EQ(ab["rows"][1]["status"], "ok");
-  EXPECT_LT(ab["rows"][1]["peak_bytes_max"].get<double>(), ab["rows"][1]["capacity_bytes"].get<double>());
+  const zrepro::AbDocument ab = zrepro::AbDocument::from_json(read(out + "/ab.json"));
+  EXPECT_EQ(ab.outcome, "fixed");
+  EXPECT_EQ(ab.rows[0].status, "oom");
+  EXPECT_EQ(ab.rows[1].status, "ok");
+  EXPECT_LT(ab.rows[1].peak_bytes_max.value(), ab.rows[1].capacity_bytes.value());
   EXPECT_TRUE(std::filesystem::exists(out + "/ab.html"));
   EXPECT_TRUE(std::filesystem::exists(out + "/A_r1/summary.json"));
 
@@ -48,7 +49,7 @@ TEST(Ab, PlanOnlyAndBadInput) {
                                          " --b-args --activation-checkpointing --model small --device-memory 120MB "
                                          "--out " + out);
   EXPECT_EQ(p.code, 0) << p.output;
-  EXPECT_EQ(read(out + "/ab.json")["plan_only"], true);
+  EXPECT_TRUE(zrepro::AbDocument::from_json(read(out + "/ab.json")).plan_only);
   EXPECT_NE(p.output.find("B fixes it"), std::string::npos) << p.output;
   // train_batch_size 8 with micro-batch 8 has no gradient accumulation for 2 ranks:
   // the side is refused with DeepSpeed's message and ab exits 2.

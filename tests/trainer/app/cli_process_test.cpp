@@ -2,6 +2,7 @@
 // flag/key/file, summary.json and metrics.jsonl contents.
 #include <gtest/gtest.h>
 
+#include "trainer/report/ab_doc.h"
 #include "tests/support/process.h"
 
 #include <unistd.h>
@@ -540,7 +541,7 @@ TEST(Cli, SignalsToAbReachItsRunAndLeaveNoProcess) {
     EXPECT_EQ(r.output.find("child=\n"), std::string::npos) << "no child was running when the signal went\n" << what;
     const json s = read_json(o + "/A_r1/summary.json");
     EXPECT_EQ(s["status"], "interrupted") << what;
-    EXPECT_EQ(read_json(o + "/ab.json")["outcome"], "interrupted") << what;
+    EXPECT_EQ(zrepro::AbDocument::from_json(read_json(o + "/ab.json")).outcome, "interrupted") << what;
     EXPECT_FALSE(std::filesystem::exists(o + "/B_r1")) << "side B started after the signal\n" << what;
   }
 }

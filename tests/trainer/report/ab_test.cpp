@@ -30,6 +30,24 @@ json side_summary(const std::string& status, std::vector<double> losses, std::ve
   return s;
 }
 
+// A scaled-down run's scale_down part as ScaleDown::to_json writes it (the parts ab reads).
+json scale_down_json(double factor, const std::string& target = "gpt3-6.7b", int64_t planned_peak = 15000,
+                     json fidelity = json::array()) {
+  return {{"parameter_factor", factor},
+          {"target_model", {{"name", target}, {"params", 6700000000}}},
+          {"toy_model", {{"name", "toy"}, {"params", 6700000}}},
+          {"target_planned", {{"verdict", "fits"}, {"oom_phase", nullptr}, {"peak_bytes", planned_peak}, {"peak_phase", "step"}}},
+          {"fidelity", fidelity},
+          {"target_band", nullptr}};
+}
+
+// Rank 0's offload figures as report.cpp's offload_json writes them.
+json offload_json(double overlap, double busy, double exposed_s) {
+  return {{"host_link_gbps", nullptr},
+          {"ranks", {{{"rank", 0}, {"d2h_bytes", 0}, {"h2d_bytes", 0}, {"host_pinned_bytes", 0}, {"host_pageable_bytes", 0},
+                      {"copy_s", 0.0}, {"exposed_s", exposed_s}, {"overlap_ratio", overlap}, {"device_busy_fraction", busy}}}}};
+}
+
 // A run whose failure (if any) ended every rank; its summary read as ab reads it.
 AbRun side_run(const std::string& side, int ranks, int code, const json& s) {
   return {side, ranks, code, Summary::from_json(s), nullptr, "", code != 0 ? ranks : 0};
@@ -49,9 +67,9 @@ TEST(Ab, BFixesWhatAShows) {
   ASSERT_EQ(r.verdicts.size(), 1u);
   EXPECT_NE(r.verdicts[0].find("A reproduces: oom in forward on every rank (exit 3)"), std::string::npos) << r.verdicts[0];
   EXPECT_NE(r.verdicts[0].find("B fixes it: runs through, peak 78% of capacity"), std::string::npos) << r.verdicts[0];
-  EXPECT_EQ(r.json["outcome"], "fixed");
-  EXPECT_EQ(r.json["rows"][1]["peak_bytes_spread"], 8.0);
-  EXPECT_EQ(r.json["rows"][1]["comm_wait_share"], 0.5);
+  EXPECT_EQ(r.doc.outcome, "fixed");
+  EXPECT_EQ(r.doc.rows[1].peak_bytes_spread, 8.0);
+  EXPECT_EQ(r.doc.rows[1].comm_wait_share, 0.5);
 }
 
 TEST(Ab, BFailingTooIsNotFixedAndARunningThroughIsNothingToFix) {
@@ -66,18 +84,18 @@ TEST(Ab, BFailingTooIsNotFixedAndARunningThroughIsNothingToFix) {
   EXPECT_NE(same.verdicts[0].find("B's step time 1.00x A's"), std::string::npos) << same.verdicts[0];
   const AbResult differ = compare_ab({side_run("A", 1, 0, side_summary("ok", {2.0, 1.5}, {50}, 100))},
                                      {side_run("B", 1, 0, side_summary("ok", {2.0, 1.65}, {40}, 100))}, false);
-  EXPECT_NEAR(differ.json["comparisons"][0]["max_loss_rel_diff"].get<double>(), 0.1, 1e-12);
+  EXPECT_NEAR(differ.doc.comparisons[0].max_loss_rel_diff.value(), 0.1, 1e-12);
   EXPECT_NE(differ.verdicts[0].find("losses differ by up to 0.1"), std::string::npos) << differ.verdicts[0];
 }
 
 TEST(Ab, OneRankCountNotFixedDecidesAndTargetScaleIsReported) {
   json scaled = side_summary("ok", {2.0}, {10}, 20);
-  scaled["scale_down"] = {{"parameter_factor", 1000.0}};
+  scaled["scale_down"] = scale_down_json(1000.0);
   const AbResult r = compare_ab({side_run("A", 1, 3, side_summary("oom", {}, {20}, 20, "forward")), side_run("A", 4, 0, side_summary("ok", {2.0}, {10}, 20))},
                                 {side_run("B", 1, 0, scaled), side_run("B", 4, 3, side_summary("oom", {}, {20}, 20, "forward"))}, false);
   EXPECT_EQ(r.exit_code, kExitOk) << "at 4 ranks A runs through: B failing there is a new failure, not an unfixed one";
-  EXPECT_EQ(r.json["rows"][1]["target_peak_bytes_max"], 10000.0);
-  EXPECT_EQ(r.json["rows"][1]["target_capacity_bytes"], 20000.0);
+  EXPECT_EQ(r.doc.rows[1].target_peak_bytes_max, 10000.0);
+  EXPECT_EQ(r.doc.rows[1].target_capacity_bytes, 20000.0);
 }
 
 // [Note: a verdict at target scale says what it rests on]: the planner's figure at target
@@ -85,11 +103,9 @@ TEST(Ab, OneRankCountNotFixedDecidesAndTargetScaleIsReported) {
 TEST(Ab, AScaledDownVerdictStatesItsFidelityAndThePlannersTargetFigure) {
   auto scaled = [](double toy_act, double target_act) {
     json s = side_summary("ok", {2.0}, {10}, 20);
-    s["scale_down"] = {{"parameter_factor", 1000.0},
-                       {"target_model", {{"name", "gpt3-6.7b"}}},
-                       {"target_planned", {{"verdict", "fits"}, {"peak_bytes", 15000}}},
-                       {"fidelity", {{{"category", "params"}, {"toy_share", 0.30}, {"target_share", 0.31}},
-                                     {{"category", "activations"}, {"toy_share", toy_act}, {"target_share", target_act}}}}};
+    s["scale_down"] = scale_down_json(1000.0, "gpt3-6.7b", 15000,
+                                      {{{"category", "params"}, {"toy_share", 0.30}, {"target_share", 0.31}},
+                                       {{"category", "activations"}, {"toy_share", toy_act}, {"target_share", target_act}}});
     return s;
   };
   const auto a = side_run("A", 1, 3, side_summary("oom", {}, {20}, 20, "forward"));
@@ -98,25 +114,27 @@ TEST(Ab, AScaledDownVerdictStatesItsFidelityAndThePlannersTargetFigure) {
   EXPECT_NE(v.find("B at target (gpt3-6.7b): planned peak 75% of capacity (the toy measured 50%)"), std::string::npos) << v;
   EXPECT_NE(v.find("activations off by 14 points (toy 32% vs target 18% of capacity): the toy's verdict may not hold"),
             std::string::npos) << v;
-  EXPECT_EQ(off.json["rows"][1]["fidelity_ok"], false);
-  EXPECT_EQ(off.json["rows"][1]["target_planned_peak_bytes"], 15000);
+  EXPECT_EQ(off.doc.rows[1].fidelity_ok, false);
+  EXPECT_EQ(off.doc.rows[1].target_planned_peak_bytes, 15000.0);
   const AbResult close = compare_ab({a}, {side_run("B", 1, 0, scaled(0.20, 0.18))}, false);
   EXPECT_NE(close.verdicts[0].find("every category within 5 points of the target's share (worst activations, 2.0)"),
             std::string::npos) << close.verdicts[0];
-  EXPECT_EQ(close.json["rows"][1]["fidelity_ok"], true);
+  EXPECT_EQ(close.doc.rows[1].fidelity_ok, true);
   // A run without a scale-down says nothing of a target.
   EXPECT_EQ(compare_ab({a}, {side_run("B", 1, 0, side_summary("ok", {2.0}, {10}, 20))}, false).verdicts[0].find("at target"),
             std::string::npos);
 }
 
 TEST(Ab, PlansCompareVerdicts) {
-  const json oom = {{"verdict", "oom"}, {"oom_phase", "partition"}, {"peak_bytes", 120}, {"device_capacity_bytes", 100}};
-  const json fits = {{"verdict", "fits"}, {"oom_phase", nullptr}, {"peak_bytes", 60}, {"device_capacity_bytes", 100}};
+  const json oom = {{"verdict", "oom"}, {"oom_phase", "partition"}, {"peak_bytes", 120}, {"peak_phase", "partition"},
+                    {"device_capacity_bytes", 100}};
+  const json fits = {{"verdict", "fits"}, {"oom_phase", nullptr}, {"peak_bytes", 60}, {"peak_phase", "step"},
+                     {"device_capacity_bytes", 100}};
   const AbResult r = compare_ab({plan_run("A", 8, 3, oom)}, {plan_run("B", 8, 0, fits)}, true);
   EXPECT_EQ(r.exit_code, kExitOk);
   EXPECT_NE(r.verdicts[0].find("A reproduces: oom (planned) in partition"), std::string::npos) << r.verdicts[0];
   EXPECT_NE(r.verdicts[0].find("peak 60% of capacity"), std::string::npos) << r.verdicts[0];
-  EXPECT_NE(ab_html(r.json).find("<svg"), std::string::npos);
+  EXPECT_NE(ab_html(r.doc).find("<svg"), std::string::npos);
 }
 
 TEST(Ab, RankCountsAreCheckedAgainstTheEquivalenceRules) {
@@ -130,8 +148,8 @@ TEST(Ab, RankCountsAreCheckedAgainstTheEquivalenceRules) {
   const json one = with_states(side_summary("ok", {2.0, 1.5}, {100}, 0), 2, 400, 400, 2400);
   const json four = with_states(side_summary("ok", {2.0, 1.5000001}, {60}, 0), 2, 400, 100, 600);
   const AbResult good = compare_ab({side_run("A", 1, 0, one), side_run("A", 4, 0, four)}, {side_run("B", 1, 0, one), side_run("B", 4, 0, four)}, false);
-  ASSERT_EQ(good.json["equivalence"].size(), 2u);
-  EXPECT_EQ(good.json["equivalence"][0]["holds"], true) << good.json["equivalence"].dump();
+  ASSERT_EQ(good.doc.equivalence.size(), 2u);
+  EXPECT_EQ(good.doc.equivalence[0].holds, true) << good.doc.to_json()["equivalence"].dump();
   const std::string line = good.verdicts[2];
   EXPECT_NE(line.find("A 1 -> 4 ranks: losses equal within"), std::string::npos) << line;
   EXPECT_NE(line.find("params x1.00 grads x0.25 optimizer_states x0.25: as the equivalence rules predict for stage 2"),
@@ -139,7 +157,7 @@ TEST(Ab, RankCountsAreCheckedAgainstTheEquivalenceRules) {
   // Gradients not divided (a stage-2 run that kept full gradients) or different losses: flagged.
   const json wrong = with_states(side_summary("ok", {2.0, 1.6}, {60}, 0), 2, 400, 400, 600);
   const AbResult bad = compare_ab({side_run("A", 1, 0, one), side_run("A", 4, 0, wrong)}, {side_run("B", 1, 0, one), side_run("B", 4, 0, four)}, false);
-  EXPECT_EQ(bad.json["equivalence"][0]["holds"], false);
+  EXPECT_EQ(bad.doc.equivalence[0].holds, false);
   EXPECT_NE(bad.verdicts[2].find("grads x1.00 (expected x0.25)"), std::string::npos) << bad.verdicts[2];
   EXPECT_NE(bad.verdicts[2].find("NOT as"), std::string::npos) << bad.verdicts[2];
 }
@@ -154,7 +172,7 @@ json measured(double step_s, double data_wait, double overlap, std::vector<doubl
   json s = side_summary("ok", {2.0, 1.5}, {50}, 100);
   s["time"]["step_s_median"] = step_s;
   s["time"]["breakdown_s"] = {{"forward", 1.0}, {"data_wait", data_wait}};
-  s["offload"] = {{"ranks", {{{"overlap_ratio", overlap}, {"device_busy_fraction", 0.5}, {"exposed_s", exposed_s}}}}};
+  s["offload"] = offload_json(overlap, 0.5, exposed_s);
   for (size_t i = 0; i < grad_norms.size() && i < s["steps"].size(); ++i) s["steps"][i]["grad_norm"] = grad_norms[i];
   return s;
 }
@@ -224,7 +242,7 @@ TEST(Ab, DiffersComparesPerStepFiguresAndRefusedIsExitTwo) {
                                       {side_run("B", 2, 0, side_summary("ok", {2.0}, {50}, 100))}, false,
                                       parse_expectation("refused"));
   EXPECT_EQ(refused.exit_code, kExitOk);
-  EXPECT_EQ(refused.json["expect"], "refused");
+  EXPECT_EQ(refused.doc.expect, "refused");
   // Under `refused` an OOM is not the symptom.
   EXPECT_EQ(compare_ab({side_run("A", 1, 3, side_summary("oom", {}, {100}, 100, "forward"))},
                        {side_run("B", 1, 0, side_summary("ok", {2.0}, {50}, 100))}, false, parse_expectation("refused"))
@@ -267,7 +285,7 @@ TEST(Ab, ASideWithoutItsSummaryIsNoComparison) {
     const AbRun lost{a_lost ? "A" : "B", 1, 137, std::nullopt, nullptr, "ab/a_1.log", 0};
     const AbResult r = a_lost ? compare_ab({lost}, {ok}, false) : compare_ab({ok}, {lost}, false);
     EXPECT_EQ(r.exit_code, kExitInternal);
-    EXPECT_EQ(r.json["outcome"], "incomplete");
+    EXPECT_EQ(r.doc.outcome, "incomplete");
     ASSERT_EQ(r.verdicts.size(), 1u);
     EXPECT_EQ(r.verdicts[0].find("reproduces"), std::string::npos) << r.verdicts[0];
     EXPECT_NE(r.verdicts[0].find(std::string(a_lost ? "A" : "B") + " ended without its summary (exit 137: signal 9"),
@@ -287,7 +305,7 @@ TEST(Ab, AnInterruptedSideIsNoComparison) {
     const AbRun other = a_stopped ? side_run("B", 2, 0, side_summary("ok", {2.0, 1.5}, {50, 50}, 100))
                                   : side_run("A", 2, 3, side_summary("oom", {}, {100, 100}, 100, "forward"));
     const AbResult r = a_stopped ? compare_ab({stopped}, {other}, false) : compare_ab({other}, {stopped}, false);
-    EXPECT_EQ(r.json["outcome"], "incomplete");
+    EXPECT_EQ(r.doc.outcome, "incomplete");
     EXPECT_NE(r.exit_code, kExitOk);
     ASSERT_EQ(r.verdicts.size(), 1u);
     EXPECT_EQ(r.verdicts[0].find("reproduces"), std::string::npos) << r.verdicts[0];
@@ -311,7 +329,7 @@ TEST(Ab, ThePageLeadsWithTheVerdictAndShowsWhatEachFailureNeeds) {
   ok["memory"]["ranks"][1]["by_category"] = {{"params", 40}, {"activations", 30}};
   AbRun a = side_run("A", 2, 9, pin), b = side_run("B", 2, 0, ok);
   a.log = "/tmp/out/A_r2.log", b.log = "/tmp/out/B_r2.log";
-  const std::string html = ab_html(compare_ab({a}, {b}, false).json);
+  const std::string html = ab_html(compare_ab({a}, {b}, false).doc);
   const size_t verdict = html.find("id='verdict'");
   ASSERT_NE(verdict, std::string::npos);
   EXPECT_LT(verdict, html.find("What the verdict rests on"));
@@ -328,12 +346,13 @@ TEST(Ab, ThePageLeadsWithTheVerdictAndShowsWhatEachFailureNeeds) {
   EXPECT_NE(html.find("A x2: no data"), std::string::npos) << "the failed side has no curve and no legend entry";
 
   json hang = side_summary("hang", {}, {50, 50}, 100, "backward");
-  hang["failure"]["hang"] = {{"ranks", {{{"rank", 0}, {"waiting_in", "all_reduce(Double, 3)"}, {"waiting_seq", 12},
-                                         {"last_completed", "reduce_grad bucket 5"}, {"idle_s", 30.0}},
-                                        {{"rank", 1}, {"waiting_in", "all_reduce(Float, 20000)"}, {"waiting_seq", 12},
-                                         {"last_completed", "reduce_grad bucket 5"}, {"idle_s", 30.0}}}},
-                             {"suspects", {{{"rank", 1}, {"evidence", "issued a different collective at #12"}}}}};
-  const std::string h = ab_html(compare_ab({side_run("A", 2, 4, hang)}, {b}, false).json);
+  HangDiagnosis d;
+  d.seq = 12, d.culprits = {1}, d.kind = "mismatch";
+  d.ranks = {{0, true, 11, "reduce_grad bucket 5", 12, "all_reduce(Double, 3)", 30.0},
+             {1, true, 11, "reduce_grad bucket 5", 12, "all_reduce(Float, 20000)", 30.0}};
+  d.suspects = {{1, "issued a different collective at #12"}};
+  hang["failure"]["hang"] = d.to_json();
+  const std::string h = ab_html(compare_ab({side_run("A", 2, 4, hang)}, {b}, false).doc);
   EXPECT_NE(h.find("where each rank waits"), std::string::npos);
   EXPECT_NE(h.find("#12 all_reduce(Float, 20000)"), std::string::npos);
   EXPECT_NE(h.find("suspect: rank 1"), std::string::npos);

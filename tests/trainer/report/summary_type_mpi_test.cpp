@@ -34,6 +34,24 @@ TEST_P(SummaryType, RoundTripsEveryRunsSummary) {
     ASSERT_NE(s.rank_memory(0), nullptr);
     EXPECT_EQ(s.peak_bytes() > 0, true);
   }
+  // [Note: typed views of module-owned parts]: each view reads what its module wrote.
+  EXPECT_EQ(s.planned().has_value(), r.summary["memory"].is_object() && r.summary["memory"]["planned"].is_object());
+  if (const auto p = s.planned()) {
+    EXPECT_EQ(p->peak_bytes, r.summary["memory"]["planned"]["peak_bytes"].get<int64_t>());
+  }
+  EXPECT_EQ(s.offloaded().has_value(), std::string(c.name) == "offload");
+  if (const auto o = s.offloaded()) {
+    ASSERT_FALSE(o->ranks.empty());
+    EXPECT_GT(o->ranks[0].d2h_bytes, 0) << "gradients went down to the host";
+    EXPECT_GT(o->ranks[0].h2d_bytes, 0) << "parameters came up from the host";
+  }
+  EXPECT_EQ(s.scaled().has_value(), std::string(c.name) == "scaled");
+  if (const auto sd = s.scaled()) {
+    EXPECT_EQ(sd->target_name, "gpt3-6.7b");
+    EXPECT_GT(sd->parameter_factor, 100.0);
+    EXPECT_EQ(sd->target_params / sd->toy_params, static_cast<int64_t>(sd->parameter_factor));
+    EXPECT_FALSE(sd->fidelity.empty());
+  }
   if (std::string(c.name) == "oom_two_ranks") {
     ASSERT_TRUE(s.failure && s.failure->views) << r.summary["failure"].dump();
     EXPECT_EQ(s.failure->views->reported.size() + s.failure->views->without_a_view.size(), 2u);

@@ -1,0 +1,106 @@
+// [Note: one ab type] (trainer/report/ab_doc.h): ab.json reads back as what was written,
+// another schema is refused, every `--expect` figure names a field of the row, and
+// docs/reference/ab-json.md is the page generated from the type's field table.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "device/base/errors.h"
+#include "trainer/report/ab.h"
+#include "trainer/report/ab_doc.h"
+
+using namespace zrepro;
+using json = nlohmann::json;
+
+namespace {
+
+const std::string kAbPage = std::string(ZREPRO_SOURCE_DIR).append("/docs/reference/ab-json.md");
+
+// Every leaf path: objects to their fields, lists of objects to their first element as a[].
+void walk(const json& v, const std::string& path, std::set<std::string>& out) {
+  if (v.is_object() && !v.empty()) {
+    for (const auto& [k, x] : v.items()) walk(x, path.empty() ? k : path + "." + k, out);
+  } else if (v.is_array() && !v.empty() && v[0].is_object()) {
+    walk(v[0], path + "[]", out);
+  } else {
+    out.insert(path);
+  }
+}
+
+bool starred(const std::string& f) { return f.size() > 2 && f.compare(f.size() - 2, 2, ".*") == 0; }
+
+bool covered(const std::string& path) {
+  for (const auto& d : ab_field_docs())
+    for (const auto& f : d.fields) {
+      if (f == path) return true;
+      const std::string root = starred(f) ? f.substr(0, f.size() - 2) : "";
+      if (!root.empty() && (path == root || path.compare(0, root.size() + 1, root + ".") == 0)) return true;
+    }
+  return false;
+}
+
+}  // namespace
+
+TEST(AbDoc, ReadsBackAsWritten) {
+  const json written = ab_example().to_json();
+  EXPECT_EQ(AbDocument::from_json(written).to_json(), written);
+  AbDocument interrupted;
+  interrupted.outcome = "interrupted", interrupted.exit_code = 143, interrupted.message = "SIGTERM";
+  EXPECT_EQ(AbDocument::from_json(interrupted.to_json()).to_json(), interrupted.to_json());
+  // Every field is written, null where unknown: a row of a side that left no summary has them all.
+  AbRow bare;
+  bare.side = "B", bare.status = "no summary";
+  std::set<std::string> full, lean;
+  walk(ab_example().rows[0].to_json(), "", full);
+  const json bare_json = bare.to_json();
+  for (const auto& [k, v] : bare_json.items()) lean.insert(k);
+  for (const auto& p : full) EXPECT_TRUE(lean.count(p.substr(0, p.find_first_of(".["))) > 0) << p;
+}
+
+TEST(AbDoc, RefusesAnotherSchema) {
+  json j = ab_example().to_json();
+  j["schema"] = "zrepro.ab/0";
+  EXPECT_THROW(AbDocument::from_json(j), ConfigError);
+  j.erase("schema");  // an ab.json written before the schema
+  EXPECT_THROW(AbDocument::from_json(j), ConfigError);
+}
+
+TEST(AbDoc, EveryExpectFigureIsARowField) {
+  const AbRow r = ab_example().rows[0];
+  for (const auto& k : ab_metric_keys()) EXPECT_TRUE(r.figure(k).has_value()) << k;
+  EXPECT_FALSE(r.figure("no_such_figure").has_value());
+}
+
+TEST(AbDoc, EveryFieldOfTheTypeHasItsRow) {
+  std::set<std::string> paths;
+  walk(ab_example().to_json(), "", paths);
+  EXPECT_GT(paths.size(), 60u);
+  for (const auto& p : paths) EXPECT_TRUE(covered(p)) << "AbDocument writes `" << p << "` and ab_field_docs() has no row for it";
+}
+
+TEST(AbDoc, EveryRowNamesAFieldTheTypeWrites) {
+  std::set<std::string> paths;
+  walk(ab_example().to_json(), "", paths);
+  for (const auto& d : ab_field_docs())
+    for (const auto& f : d.fields) {
+      const std::string root = starred(f) ? f.substr(0, f.size() - 2) : f;
+      const bool found = std::any_of(paths.begin(), paths.end(), [&](const std::string& p) {
+        return p == root || (starred(f) && p.compare(0, root.size() + 1, root + ".") == 0);
+      });
+      EXPECT_TRUE(found) << "the row `" << f << "` names a field AbDocument does not write";
+    }
+}
+
+TEST(AbDoc, ThePageIsTheGeneratedText) {
+  const std::string page = ab_reference_page();
+  if (const char* w = std::getenv("ZREPRO_WRITE_AB_DOC"); w && std::string(w) == "1") std::ofstream(kAbPage) << page;
+  std::ifstream in(kAbPage);
+  std::stringstream have;
+  have << in.rdbuf();
+  EXPECT_EQ(have.str(), page) << kAbPage << " differs from the generated page: "
+                              << "`ZREPRO_WRITE_AB_DOC=1 build/zrepro_unit_tests --gtest_filter=AbDoc.*` rewrites it";
+}
