@@ -53,17 +53,17 @@ std::string run_into(const std::string& work, const std::vector<std::string>& ru
 
 // The arguments stored in a baseline, to run again. A --config file that is no longer where
 // it was is written from the baseline's copy into WORK (and said).
-std::vector<std::string> stored_args(const json& base, const std::string& path, const std::string& work) {
-  const json in = base.value("inputs", json());
-  if (!in.is_object() || !in["args"].is_array())
+std::vector<std::string> stored_args(const Baseline& base, const std::string& path, const std::string& work) {
+  if (!base.inputs)
     throw ConfigError("--baseline: \"" + path + "\" keeps no run arguments (saved by an older zrepro): give them after "
                       "-- (zrepro check --baseline " + path + " -- --config ds.json ...) or --run DIR, or save it again");
-  std::vector<std::string> args = in["args"].get<std::vector<std::string>>();
+  std::vector<std::string> args = base.inputs->args;
+  const json& config = base.inputs->config;
   for (size_t i = 0; i + 1 < args.size(); ++i)
-    if (args[i] == "--config" && !std::filesystem::is_regular_file(args[i + 1]) && in["config"].is_object()) {
+    if (args[i] == "--config" && !std::filesystem::is_regular_file(args[i + 1]) && config.is_object()) {
       make_out_dir(work);
       const std::string copy = work + "/config_from_baseline.json";
-      write_file_atomic(copy, in["config"].dump(2) + "\n");
+      write_file_atomic(copy, config.dump(2) + "\n");
       std::cerr << "[zrepro check] " << args[i + 1] << " is not here: running with the baseline's copy of it, " << copy
                 << std::endl;
       args[i + 1] = copy;
@@ -74,28 +74,28 @@ std::vector<std::string> stored_args(const json& base, const std::string& path, 
   return args;
 }
 
-void print_saved(const std::string& path, const json& b) {
-  std::cout << "[zrepro check] baseline " << path << ": status " << b["status"] << ", " << b["steps"] << " steps, peak "
-            << format_bytes(b["memory"]["peak_bytes"].get<int64_t>()) << ", step time " << b["time"]["ratio"]
-            << " x calibration (" << b["time"].value("source", std::string()) << ")" << std::endl;
+void print_saved(const std::string& path, const Baseline& b) {
+  std::cout << "[zrepro check] baseline " << path << ": status " << json(b.status) << ", " << b.steps << " steps, peak "
+            << format_bytes(b.peak_bytes) << ", step time " << json(b.time.ratio) << " x calibration (" << b.time.source
+            << ")" << std::endl;
 }
 
 }  // namespace
 
-json baseline_of_run(const std::string& dir, const std::string& flag) {
+Baseline baseline_of_run(const std::string& dir, const std::string& flag) {
   const std::optional<Summary> s = read_summary(dir + "/summary.json");
   if (!s)
     throw ConfigError(flag + ": \"" + dir + "/summary.json\" is missing or cut; give a folder zrepro run wrote (--out)");
   return make_baseline(*s, calibrated_in_run(*s) ? 0.0 : check_time_calibration(), dir);
 }
 
-json read_baseline(const std::string& given) {
+Baseline read_baseline(const std::string& given) {
   // A run folder is a baseline too: the figures of its summary.json.
-  json base = std::filesystem::is_directory(given) ? baseline_of_run(given, "--baseline") : read_json_file(given);
+  if (std::filesystem::is_directory(given)) return baseline_of_run(given, "--baseline");
+  const json base = read_json_file(given);
   if (!base.is_object() || !base.contains("zrepro_baseline"))
     throw ConfigError("--baseline: \"" + given + "\" is missing or not a zrepro baseline (write one with zrepro check --save)");
-  validate_baseline(base, given);
-  return base;
+  return Baseline::from_json(base, given);
 }
 
 CheckTolerances check_tolerances(const cxxopts::ParseResult& r) {
@@ -162,7 +162,7 @@ int check_command(int argc, char** argv) {
     if (r.count("run") && !run_args.empty()) throw ConfigError("--run and run arguments after --: give one");
     if (r.count("save")) check_save_target(r["save"].as<std::string>(), run_args);
     // The baseline is read and checked before any run starts (a missing file costs nothing).
-    json base;
+    Baseline base;
     if (r.count("baseline")) base = read_baseline(r["baseline"].as<std::string>());
     const std::string work = r["work"].as<std::string>();
     std::string dir;
@@ -175,9 +175,9 @@ int check_command(int argc, char** argv) {
     } else {
       throw ConfigError("--run DIR or -- RUN ARGS: which run to take the figures from");
     }
-    const json now = baseline_of_run(dir, "--run");
+    const Baseline now = baseline_of_run(dir, "--run");
     if (r.count("save")) {
-      write_json_file(r["save"].as<std::string>(), now);
+      write_json_file(r["save"].as<std::string>(), now.to_json());
       print_saved(r["save"].as<std::string>(), now);
       return kExitOk;
     }

@@ -12,9 +12,9 @@
 namespace zrepro {
 
 // The baseline figures of a run folder; `flag` is the flag that named it (--run, --baseline).
-nlohmann::json baseline_of_run(const std::string& dir, const std::string& flag);
+Baseline baseline_of_run(const std::string& dir, const std::string& flag);
 // A baseline file (or a run folder as one), validated; ConfigError naming the path.
-nlohmann::json read_baseline(const std::string& path);
+Baseline read_baseline(const std::string& path);
 
 // [Note: a check suite] A folder of the configs a CI guards:
 //   DIR/NAME.json            a DeepSpeed config (every *.json directly in DIR)

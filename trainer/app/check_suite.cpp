@@ -69,7 +69,7 @@ std::vector<std::string> case_args(const SuiteCase& c) {
 JUnitCase run_case(const SuiteCase& c, bool save, const std::string& work, const CheckTolerances& tol) {
   JUnitCase out{c.name, {}, ""};
   try {
-    json base;
+    Baseline base;
     if (!save) {
       if (!fs::exists(c.baseline)) {
         out.error = "no baseline " + c.baseline + ": write the suite's baselines with zrepro check --save-suite DIR";
@@ -84,10 +84,10 @@ JUnitCase run_case(const SuiteCase& c, bool save, const std::string& work, const
     args.insert(args.end(), {"--out", dir + "/run"});
     const int code = run_self(args, dir + "/run.log", c.name);
     std::cerr << "[zrepro check] " << c.name << ": zrepro run exit " << code << ", log " << dir << "/run.log" << std::endl;
-    const json now = baseline_of_run(dir + "/run", "--suite " + c.name);
+    const Baseline now = baseline_of_run(dir + "/run", "--suite " + c.name);
     if (save) {
       fs::create_directories(fs::path(c.baseline).parent_path());
-      write_json_file(c.baseline, now);
+      write_json_file(c.baseline, now.to_json());
       return out;
     }
     out.result = check_against(base, now, tol);

@@ -56,18 +56,6 @@ CpuInfo cpu_info() {
   return c;
 }
 
-// The CPU's model name and the flags that decide kernel speed (bf16 matmuls, fused Adam).
-json cpu_json() {
-  const CpuInfo c = cpu_info();
-  json f = json::array();
-  for (const char* name : {"avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile"})
-    if (c.has(name)) f.push_back(name);
-  const std::string& model = c.model;
-  return {{"model", model.empty() ? json(nullptr) : json(model)},
-          {"cores", std::thread::hardware_concurrency()},
-          {"flags", f}};
-}
-
 constexpr const char* kDetectedEnv = "ZREPRO_OPENBLAS_DETECTED";  // set for the re-executed process
 
 }  // namespace
@@ -159,114 +147,72 @@ namespace {
 
 // The planner's activation tapes ([Note: tapes of this LibTorch]): which LibTorch and CPU
 // they were recorded with, or why they cannot be read.
-json activation_tapes_json() {
+void activation_tapes(Environment& e) {
   try {
     const TapeTable& t = planner_tapes();
-    return {{"libtorch", t.libtorch}, {"bf16_gemm_scratch_bytes", t.bf16_gemm_scratch_bytes}, {"file", t.source},
-            {"problems", t.problems.size()}};
-  } catch (const std::exception& e) {
-    return e.what();
+    e.tapes = EnvTapes{t.libtorch, t.source, t.bf16_gemm_scratch_bytes, static_cast<int64_t>(t.problems.size())};
+  } catch (const std::exception& x) {
+    e.tapes_problem = x.what();
   }
 }
 
 // OpenBLAS's kernel set, and whether zrepro chose it ([Note: OpenBLAS on a CPU it does not know]).
-json blas_kernels_json() {
+std::optional<EnvBlasKernels> blas_kernels() {
   const std::string core = blas_core();
-  if (core.empty()) return nullptr;
+  if (core.empty()) return std::nullopt;
   const char* forced = std::getenv("OPENBLAS_CORETYPE");
   const char* detected = std::getenv(kDetectedEnv);
-  return {{"core", core},
-          {"openblas_detected", detected ? json(detected) : json(core)},
-          {"set_by", detected ? json("zrepro") : forced ? json("OPENBLAS_CORETYPE") : json(nullptr)}};
+  return EnvBlasKernels{core, detected ? detected : core,
+                        detected  ? std::optional<std::string>("zrepro")
+                        : forced ? std::optional<std::string>("OPENBLAS_CORETYPE")
+                                 : std::nullopt};
+}
+
+std::optional<std::string> unless_empty(const std::string& s) { return s.empty() ? std::nullopt : std::optional<std::string>(s); }
+
+// The CPU's model name and the flags that decide kernel speed (bf16 matmuls, fused Adam),
+// the host's memory and the memlock limit.
+void host(Environment& e) {
+  const CpuInfo c = cpu_info();
+  for (const char* name : {"avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile"})
+    if (c.has(name)) e.cpu_flags.push_back(name);
+  e.cpu_model = unless_empty(c.model);
+  e.cpu_cores = static_cast<int>(std::thread::hardware_concurrency());
+  const MemlockInfo m = memlock_info();
+  e.memory_total_bytes = meminfo_bytes("MemTotal:");
+  e.memory_available_bytes = meminfo_bytes("MemAvailable:");
+  if (m.limit_bytes >= 0) e.memlock_limit_bytes = m.limit_bytes;
+  e.cap_ipc_lock = m.cap_ipc_lock;
 }
 
 }  // namespace
 
-json environment_json() {
+Environment environment() {
+  Environment e;
+  e.zrepro_version = ZREPRO_VERSION, e.zrepro_commit = ZREPRO_GIT_COMMIT;
+  e.libtorch_version = torch_version(), e.libtorch_kind = libtorch_kind();
+  e.libtorch_prefix = ZREPRO_TORCH_PREFIX, e.libtorch_source = ZREPRO_TORCH_SOURCE;
+  e.libtorch_cuda = cuda_memory_supported(), e.gpu_visible = torch::cuda::is_available();
+  e.intra_op_threads = at::get_num_threads();
+  activation_tapes(e);
+  e.blas = blas_library();
+  e.blas_kernels = blas_kernels();
   const CommRuntimeInfo c = comm_runtime_info();
-  json gpus = json::array();
   for (const auto& g : c.gpus)
-    gpus.push_back({{"name", g.name}, {"total_bytes", g.total_bytes},
-                    {"compute_capability", std::to_string(g.cc_major) + "." + std::to_string(g.cc_minor)}});
-  const MemlockInfo m = memlock_info();
-  auto or_null = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
-  return {{"zrepro", {{"version", ZREPRO_VERSION}, {"commit", ZREPRO_GIT_COMMIT}}},
-          {"libtorch", {{"version", torch_version()}, {"cuda", cuda_memory_supported()},
-                        {"gpu_visible", torch::cuda::is_available()}, {"kind", libtorch_kind()},
-                        {"intra_op_threads", at::get_num_threads()},
-                        {"prefix", ZREPRO_TORCH_PREFIX}, {"source", ZREPRO_TORCH_SOURCE},
-                        {"activation_tapes", activation_tapes_json()}}},
-          {"blas", blas_library()},
-          {"blas_kernels", blas_kernels_json()},
-          {"mpi", or_null(c.mpi)},
-          {"nccl", {{"built", c.nccl_built}, {"version", or_null(c.nccl)}}},
-          {"cuda", {{"runtime", or_null(c.cuda_runtime)}, {"driver", or_null(c.cuda_driver)},
-                    {"gpus", gpus}, {"note", or_null(c.cuda_error)}}},
-          {"host", {{"memory_total_bytes", meminfo_bytes("MemTotal:")},
-                    {"memory_available_bytes", meminfo_bytes("MemAvailable:")},
-                    {"memlock_limit_bytes", m.limit_bytes < 0 ? json("unlimited") : json(m.limit_bytes)},
-                    {"cap_ipc_lock", m.cap_ipc_lock}}},
-          {"cpu", cpu_json()}};
-}
-
-std::string format_environment(const json& e) {
-  std::ostringstream o;
-  auto row = [&](const std::string& k, const std::string& v) {
-    o << "  " << k << std::string(k.size() < 18 ? 18 - k.size() : 1, '.') << " " << v << "\n";
-  };
-  auto str = [](const json& v) { return v.is_string() ? v.get<std::string>() : v.is_null() ? "-" : v.dump(); };
-  o << "zrepro environment\n";
-  row("zrepro", str(e["zrepro"]["version"]) + " (commit " + str(e["zrepro"]["commit"]) + ")");
-  row("libtorch", str(e["libtorch"]["version"]) + " " + str(e["libtorch"]["kind"]) + ", " +
-                      str(e["libtorch"]["intra_op_threads"]) + " intra-op thread(s)");
-  row("libtorch from", str(e["libtorch"]["source"]) + " (" + str(e["libtorch"]["prefix"]) + ")");
-  if (e["libtorch"]["activation_tapes"].is_object()) {
-    const json& t = e["libtorch"]["activation_tapes"];
-    const int64_t scratch = t["bf16_gemm_scratch_bytes"].get<int64_t>();
-    row("planner tapes", "recorded with LibTorch " + str(t["libtorch"]) + " at build, " + str(t["file"]));
-    row("bf16 gemm", scratch > 0 ? "oneDNN on this CPU: " + format_bytes(scratch) +
-                                       " of transient scratch per [800 x 256] x [256 x 1024] matmul (not planned)"
-                                 : "allocates only its output on this CPU");
-  } else {
-    row("planner tapes", str(e["libtorch"]["activation_tapes"]));
-  }
-  const std::string blas = str(e["blas"]);
-  row("blas", blas + (blas.find("openblas") == std::string::npos && blas.find("MKL") == std::string::npos
-                          ? "  (not OpenBLAS: LibTorch's reference BLAS is about 25x slower)"
-                          : ""));
-  if (e.contains("blas_kernels") && e["blas_kernels"].is_object()) {
-    const json& k = e["blas_kernels"];
-    const std::string by = str(k["set_by"]);
-    row("blas kernels", "OpenBLAS " + str(k["core"]) +
-                            (by == "zrepro" ? "  (chosen by zrepro: OpenBLAS took this CPU for a " +
-                                                  str(k["openblas_detected"]) + ")"
-                             : by == "OPENBLAS_CORETYPE" ? "  (OPENBLAS_CORETYPE)" : ""));
-  }
-  row("mpi", str(e["mpi"]));
-  row("nccl", e["nccl"]["built"].get<bool>() ? "backend built, NCCL " + str(e["nccl"]["version"]) : "backend not built");
-  row("cuda", "runtime " + str(e["cuda"]["runtime"]) + ", driver " + str(e["cuda"]["driver"]));
-  for (const auto& g : e["cuda"]["gpus"])
-    row("gpu", g["name"].get<std::string>() + ", " + format_bytes(g["total_bytes"].get<int64_t>()) + ", sm " +
-                   g["compute_capability"].get<std::string>());
-  if (e["cuda"]["gpus"].empty()) row("gpu", "none (" + str(e["cuda"]["note"]) + ")");
-  const json& h = e["host"];
-  row("host memory", format_bytes(h["memory_total_bytes"].get<int64_t>()) + " total, " +
-                         format_bytes(h["memory_available_bytes"].get<int64_t>()) + " available");
-  row("memlock", (h["memlock_limit_bytes"].is_string() ? std::string("unlimited")
-                                                       : format_bytes(h["memlock_limit_bytes"].get<int64_t>())) +
-                     (h["cap_ipc_lock"].get<bool>() ? ", CAP_IPC_LOCK held (no limit applies)" : ", no CAP_IPC_LOCK"));
-  std::string flags;
-  for (const auto& f : e["cpu"]["flags"]) flags += " " + f.get<std::string>();
-  row("cpu", str(e["cpu"]["model"]) + ", " + str(e["cpu"]["cores"]) + " cores, flags:" + (flags.empty() ? " -" : flags));
-  return o.str();
+    e.gpus.push_back({g.name, g.total_bytes, std::to_string(g.cc_major) + "." + std::to_string(g.cc_minor)});
+  e.mpi = unless_empty(c.mpi), e.nccl_version = unless_empty(c.nccl), e.nccl_built = c.nccl_built;
+  e.cuda_runtime = unless_empty(c.cuda_runtime), e.cuda_driver = unless_empty(c.cuda_driver);
+  e.cuda_note = unless_empty(c.cuda_error);
+  host(e);
+  return e;
 }
 
 int env_command(int argc, char** argv) {
   cxxopts::Options o("zrepro env", "What this build and machine are (as DeepSpeed's ds_report).");
   o.add_options("env")("json", "print JSON")("h,help", "show this help");
   return command_main(o, argc, argv, [&](const cxxopts::ParseResult& r) -> int {
-    const json e = environment_json();
-    std::cout << (r.count("json") ? json_text(e) + "\n" : format_environment(e));
+    const Environment e = environment();
+    std::cout << (r.count("json") ? json_text(e.to_json()) + "\n" : e.text());
     return kExitOk;
   });
 }

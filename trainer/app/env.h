@@ -10,10 +10,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "trainer/report/environment.h"
+
 namespace zrepro {
 
-nlohmann::json environment_json();
-std::string format_environment(const nlohmann::json& env);
+Environment environment();  // this build and machine, measured now
 std::string version_line();  // "zrepro 0.1.0 (commit 1a2b3c4d5e6f), LibTorch 1.13.1 CPU"
 std::string libtorch_kind();  // "CPU", "CUDA", or "CUDA (no GPU visible)": how LibTorch was built and what it sees
 

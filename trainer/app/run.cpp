@@ -66,7 +66,7 @@ void RunState::write_summary_or_throw(const std::string& status, json failure, s
   in.scale_down = scaled.get();
   in.train = &topt;
   in.modelled_busbw_gbps = spec.interconnect_gbps;
-  in.env = environment_json();
+  in.env = environment().to_json();
   in.virtual_ranks = virtual_json();
   in.config_mismatch = config_mismatch;
   std::vector<double> step_s;

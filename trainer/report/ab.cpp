@@ -316,13 +316,40 @@ std::string table(const std::vector<AbRow>& rows) {
 // losses of one rank up to reduction order, and each model state the stage shards is
 // divided by the rank ratio while the others stay (zero/schedule/stage_policy.h).
 // Persistent stage-3 parameters and padding keep this from being exact: 5% is allowed.
+// The model states of the larger rank count against the first's, each divided by the rank
+// ratio where the stage shards it; `holds` (the losses' verdict) and false where one moved
+// past 5%, the line ending with the whole verdict.
+bool model_states_scale(const AbRun& base, const AbRun& r, bool holds, AbEquivalence& e) {
+  const Summary &s0 = *base.summary, &s1 = *r.summary;
+  const StagePolicy policy = stage_policy(static_cast<int>(s0.zero_stage.value_or(0)));
+  const std::pair<const char*, ModelState> cats[] = {{"params", ModelState::parameters},
+                                                     {"grads", ModelState::gradients},
+                                                     {"optimizer_states", ModelState::optimizer_states}};
+  auto state_bytes = [](const Summary& s, const char* cat) {
+    const SummaryRankMemory* m = s.rank_memory(0);
+    const auto it = m ? m->model_states.find(cat) : SummaryCategories::const_iterator{};
+    return m && it != m->model_states.end() ? static_cast<double>(it->second) : 0.0;
+  };
+  e.line += "; per-rank";
+  for (const auto& [cat, state] : cats) {
+    const double m0 = state_bytes(s0, cat), m1 = state_bytes(s1, cat);
+    const double expected = policy.shards(state) ? m0 * base.ranks / r.ranks : m0;
+    const bool ok = std::abs(m1 - expected) <= 0.05 * expected + 64;
+    holds = holds && ok;
+    e.model_states[cat] = {m1, expected, ok};
+    e.line += std::string(" ") + cat + " x" + fixed(m0 > 0 ? m1 / m0 : 1.0, 2) +
+              (ok ? "" : " (expected x" + fixed(m0 > 0 ? expected / m0 : 1.0, 2) + ")");
+  }
+  e.line += std::string(holds ? ": as " : ": NOT as ") + "the equivalence rules predict for stage " + std::to_string(policy.stage);
+  return holds;
+}
+
 AbEquivalence equivalence(const AbRun& base, const AbRun& r) {
   AbEquivalence e;
   e.side = r.side, e.base_ranks = base.ranks, e.ranks = r.ranks;
-  std::string& line = e.line;
-  const std::string head = r.side + " " + std::to_string(base.ranks) + " -> " + std::to_string(r.ranks) + " ranks: ";
+  e.line = r.side + " " + std::to_string(base.ranks) + " -> " + std::to_string(r.ranks) + " ranks: ";
   if (base.exit_code != 0 || r.exit_code != 0 || !base.summary || !r.summary) {
-    line = head + "not compared (a run failed)";
+    e.line += "not compared (a run failed)";
     return e;
   }
   bool holds = true;
@@ -333,30 +360,11 @@ AbEquivalence equivalence(const AbRun& base, const AbRun& r) {
     const double d = max_step_rel_diff(s0.steps, s1.steps, "loss");
     if (std::isfinite(d)) e.max_loss_rel_diff = d;
     holds = std::isfinite(d) && d <= tol;
-    line = head + (holds ? "losses equal within " + fixed(tol, 6) : "losses differ by up to " + fixed(d, 8));
+    e.line += holds ? "losses equal within " + fixed(tol, 6) : "losses differ by up to " + fixed(d, 8);
   } else {
-    line = head + "global batch " + g0.dump() + " vs " + g1.dump() + ", losses not comparable";
+    e.line += "global batch " + g0.dump() + " vs " + g1.dump() + ", losses not comparable";
   }
-  const StagePolicy policy = stage_policy(static_cast<int>(s0.zero_stage.value_or(0)));
-  const std::pair<const char*, ModelState> cats[] = {{"params", ModelState::parameters},
-                                                     {"grads", ModelState::gradients},
-                                                     {"optimizer_states", ModelState::optimizer_states}};
-  line += "; per-rank";
-  for (const auto& [cat, state] : cats) {
-    auto state_bytes = [&](const Summary& s) {
-      const SummaryRankMemory* m = s.rank_memory(0);
-      const auto it = m ? m->model_states.find(cat) : SummaryCategories::const_iterator{};
-      return m && it != m->model_states.end() ? static_cast<double>(it->second) : 0.0;
-    };
-    const double m0 = state_bytes(s0), m1 = state_bytes(s1);
-    const double expected = policy.shards(state) ? m0 * base.ranks / r.ranks : m0;
-    const bool ok = std::abs(m1 - expected) <= 0.05 * expected + 64;
-    holds = holds && ok;
-    e.model_states[cat] = {m1, expected, ok};
-    line += std::string(" ") + cat + " x" + fixed(m0 > 0 ? m1 / m0 : 1.0, 2) + (ok ? "" : " (expected x" + fixed(m0 > 0 ? expected / m0 : 1.0, 2) + ")");
-  }
-  line += std::string(holds ? ": as " : ": NOT as ") + "the equivalence rules predict for stage " + std::to_string(policy.stage);
-  e.holds = holds;
+  e.holds = model_states_scale(base, r, holds, e);
   return e;
 }
 
@@ -530,43 +538,55 @@ AbCurves step_curves(const std::vector<AbRun>& a, const std::vector<AbRun>& b, b
 
 }  // namespace
 
+namespace {
+
+// What the rank counts decided, for the outcome and the exit code.
+struct Tally {
+  bool a_shows = false, unfixed = false, incomplete = false, inside = false;
+};
+
+// One rank count: both rows, the verdict, the comparison, into the document.
+void compare_rank_count(const std::vector<AbRun>& a, const std::vector<AbRun>& b, size_t i, bool plan_only,
+                        const Expectation& e, AbResult& out, Tally& t) {
+  const AbRow ra = row_of(a[i], plan_only), rb = row_of(b[i], plan_only);
+  const bool both = !plan_only && a[i].summary && b[i].summary;
+  const double dl = both ? max_step_rel_diff(a[i].summary->steps, b[i].summary->steps, "loss") : NAN;
+  const double dg = both ? max_step_rel_diff(a[i].summary->steps, b[i].summary->steps, "grad_norm") : NAN;
+  const PairVerdict v = judge_pair(a, b, i, ra, rb, dl, plan_only, e);
+  const bool by_failure = e.kind == Expectation::Kind::failure || e.kind == Expectation::Kind::refused;
+  out.verdicts.push_back(v.line);
+  t.incomplete = t.incomplete || v.incomplete;
+  t.a_shows = t.a_shows || v.a_shows;
+  t.unfixed = t.unfixed || (v.a_shows && v.b_fails) || (!by_failure && v.b_fails);
+  AbComparison c;
+  c.ranks = a[i].ranks, c.a_shows_symptom = v.a_shows, c.b_fails = v.b_fails, c.verdict = v.line;
+  c.target_inside_band = inside_band(ra) || inside_band(rb);
+  t.inside = t.inside || c.target_inside_band;
+  if (std::isfinite(dl)) c.max_loss_rel_diff = dl;
+  if (std::isfinite(dg)) c.max_grad_norm_rel_diff = dg;
+  out.doc.rows.push_back(ra);
+  out.doc.rows.push_back(rb);
+  out.doc.comparisons.push_back(c);
+}
+
+}  // namespace
+
 AbResult compare_ab(const std::vector<AbRun>& a, const std::vector<AbRun>& b, bool plan_only, const Expectation& e) {
   AbResult out;
   AbDocument& doc = out.doc;
   doc.plan_only = plan_only, doc.expect = e.text;
-  bool any_a_shows = false, any_unfixed = false, incomplete = false, any_inside = false;
-  const bool by_failure = e.kind == Expectation::Kind::failure || e.kind == Expectation::Kind::refused;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    const AbRow ra = row_of(a[i], plan_only), rb = row_of(b[i], plan_only);
-    const bool both = !plan_only && a[i].summary && b[i].summary;
-    const double dl = both ? max_step_rel_diff(a[i].summary->steps, b[i].summary->steps, "loss") : NAN;
-    const double dg = both ? max_step_rel_diff(a[i].summary->steps, b[i].summary->steps, "grad_norm") : NAN;
-    const PairVerdict v = judge_pair(a, b, i, ra, rb, dl, plan_only, e);
-    out.verdicts.push_back(v.line);
-    incomplete = incomplete || v.incomplete;
-    any_a_shows = any_a_shows || v.a_shows;
-    any_unfixed = any_unfixed || (v.a_shows && v.b_fails) || (!by_failure && v.b_fails);
-    const bool inside = inside_band(ra) || inside_band(rb);
-    any_inside = any_inside || inside;
-    doc.rows.push_back(ra);
-    doc.rows.push_back(rb);
-    AbComparison c;
-    c.ranks = a[i].ranks, c.a_shows_symptom = v.a_shows, c.b_fails = v.b_fails, c.target_inside_band = inside;
-    if (std::isfinite(dl)) c.max_loss_rel_diff = dl;
-    if (std::isfinite(dg)) c.max_grad_norm_rel_diff = dg;
-    c.verdict = v.line;
-    doc.comparisons.push_back(c);
-  }
+  Tally t;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) compare_rank_count(a, b, i, plan_only, e, out, t);
   for (const auto* side : {&a, &b})
     for (size_t i = 1; i < side->size() && !plan_only; ++i) {
       doc.equivalence.push_back(equivalence(side->front(), (*side)[i]));
       out.verdicts.push_back(doc.equivalence.back().line);
     }
-  out.exit_code = incomplete ? kExitInternal : any_unfixed ? kExitAbNotFixed : any_a_shows ? kExitOk : kExitAbNoFailure;
+  out.exit_code = t.incomplete ? kExitInternal : t.unfixed ? kExitAbNotFixed : t.a_shows ? kExitOk : kExitAbNoFailure;
   // [Note: a verdict inside the band]: a margin at target inside the planner's band against
   // real DeepSpeed is not called; the toy's outcome stands, and says so.
-  doc.outcome = incomplete ? "incomplete" : any_unfixed ? "not fixed" : any_a_shows ? "fixed" : "nothing to fix";
-  if (any_inside && !incomplete) doc.outcome += " on the toy; at target inside the planner's band, not called";
+  doc.outcome = t.incomplete ? "incomplete" : t.unfixed ? "not fixed" : t.a_shows ? "fixed" : "nothing to fix";
+  if (t.inside && !t.incomplete) doc.outcome += " on the toy; at target inside the planner's band, not called";
   doc.exit_code = out.exit_code;
   out.table = table(doc.rows);
   doc.loss_curves = step_curves(a, b, false);

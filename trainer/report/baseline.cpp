@@ -1,5 +1,6 @@
 // See baseline.h.
 #include "trainer/report/baseline.h"
+#include "trainer/report/environment.h"
 #include "trainer/report/summary.h"
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <cstdio>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "device/base/errors.h"
 #include "device/device_memory.h"
@@ -17,13 +19,6 @@ using json = nlohmann::json;
 
 namespace {
 
-// A number at key of an object, else dflt (missing, null, or not a number: a failed run's summary).
-double number_or(const json& j, const char* key, double dflt) {
-  return j.is_object() && j.contains(key) && j[key].is_number() ? j[key].get<double>() : dflt;
-}
-int64_t integer_or(const json& j, const char* key, int64_t dflt) {
-  return j.is_object() && j.contains(key) && j[key].is_number() ? j[key].get<int64_t>() : dflt;
-}
 std::string fmt(double v) {
   char b[48];
   std::snprintf(b, sizeof b, "%.6g", v);
@@ -48,110 +43,108 @@ void bytes_row(CheckResult& r, const std::string& metric, int64_t a, int64_t b, 
 
 // Growth per step by category (a leak is a slope): at most growth_floor_bytes above the
 // baseline's. Compared only where the baseline has a figure (runs of 5 steps or more).
-void growth_rows(CheckResult& r, const std::string& at, const json& base, const json& now, const CheckTolerances& tol) {
-  if (!base.is_object()) return;
-  for (const auto& [cat, v] : base.items()) {
-    if (!v.is_number()) continue;
-    const json n = now.is_object() ? now.value(cat, json()) : json();
-    const bool ok = n.is_number() && n.get<double>() <= v.get<double>() + tol.growth_floor_bytes;
-    r.rows.push_back({at + "growth." + cat, std::llround(v.get<double>()), n.is_number() ? json(std::llround(n.get<double>())) : n,
+void growth_rows(CheckResult& r, const std::string& at, const BaselineRank& base, const BaselineRank* now,
+                 const CheckTolerances& tol) {
+  if (!base.growth) return;
+  for (const auto& [cat, v] : *base.growth) {
+    std::optional<double> n;
+    if (now && now->growth && now->growth->count(cat)) n = now->growth->at(cat);
+    const bool ok = n && *n <= v + tol.growth_floor_bytes;
+    r.rows.push_back({at + "growth." + cat, std::llround(v), n ? json(std::llround(*n)) : json(nullptr),
                       "+" + format_bytes(static_cast<int64_t>(tol.growth_floor_bytes)) + "/step", ok,
-                      ok ? "" : n.is_number() ? "grows every step after warm-up: a leak (bytes held across steps)"
-                                             : "no growth figure now (fewer than 5 steps?)",
+                      ok ? "" : n ? "grows every step after warm-up: a leak (bytes held across steps)"
+                                  : "no growth figure now (fewer than 5 steps?)",
                       RowKind::figure, "bytes/step"});
   }
+}
+
+int64_t bytes_of(const SummaryCategories& c, const std::string& key) {
+  const auto it = c.find(key);
+  return it == c.end() ? 0 : it->second;
 }
 
 // Device bytes by category and host bytes by kind, per rank. Host bytes are what an
 // upgrade that flips offload's pin_memory default moves (issue 31: DeepSpeed 0.19.4 ->
 // 0.19.8 pinned 2.26 MiB where it pinned none); a baseline from before they were kept
 // has no "host" and is compared without them.
-void memory_rows(CheckResult& r, const json& base, const json& now, const CheckTolerances& tol) {
-  const json& br = base["memory"]["ranks"];
-  const json& nr = now["memory"]["ranks"];
-  for (size_t k = 0; k < br.size() && k < nr.size(); ++k) {
+void memory_rows(CheckResult& r, const Baseline& base, const Baseline& now, const CheckTolerances& tol) {
+  for (size_t k = 0; k < base.ranks.size() && k < now.ranks.size(); ++k) {
+    const BaselineRank &b = base.ranks[k], &n = now.ranks[k];
     const std::string at = "memory.rank" + std::to_string(k) + ".";
-    for (const auto& [cat, v] : br[k]["by_category"].items())
-      bytes_row(r, at + cat, v.get<int64_t>(), integer_or(nr[k]["by_category"], cat.c_str(), 0), tol);
-    if (br[k].contains("host") && br[k]["host"].is_object())
-      for (const auto& [kind, v] : br[k]["host"].items())
-        bytes_row(r, at + "host_" + kind, v.get<int64_t>(),
-                  nr[k].contains("host") ? integer_or(nr[k]["host"], kind.c_str(), 0) : 0, tol,
+    for (const auto& [cat, v] : b.by_category) bytes_row(r, at + cat, v, bytes_of(n.by_category, cat), tol);
+    if (b.host)
+      for (const auto& [kind, v] : *b.host)
+        bytes_row(r, at + "host_" + kind, v, n.host ? bytes_of(*n.host, kind) : 0, tol,
                   kind == "pinned" ? "page-locked host memory (offload pin_memory)" : "");
-    growth_rows(r, at, br[k].value("growth", json()), nr[k].value("growth", json()), tol);
+    growth_rows(r, at, b, &n, tol);
   }
+}
+
+// Where a config value came from, with the release that set a default ("since DeepSpeed 0.19.5 (...)").
+std::string origin(const BaselineConfigValue* e) {
+  if (!e) return "absent";
+  const std::string source = e->source.is_string() ? e->source.get<std::string>() : "?";
+  return source + (e->note.is_string() && !e->note.get<std::string>().empty() ? " (" + e->note.get<std::string>() + ")" : "");
 }
 
 // The effective DeepSpeed config, key by key: a value that differs fails, with where each
 // came from (a release's default, the file, a flag, "auto"), so an upgrade that changes a
 // default is named as the change it is. One passing row when nothing differs.
-void config_rows(CheckResult& r, const json& base, const json& now) {
-  const json b = base.value("effective_config", json()), n = now.value("effective_config", json());
-  if (!b.is_object() || !n.is_object()) return;
+void config_rows(CheckResult& r, const Baseline& base, const Baseline& now) {
+  if (!base.effective_config || !now.effective_config) return;
   int same = 0;
-  for (const auto& [key, was] : b.items()) {
-    const json is = n.value(key, json());
-    if (is.is_object() && is.value("value", json()) == was.value("value", json())) {
+  for (const auto& [key, was] : *base.effective_config) {
+    const auto it = now.effective_config->find(key);
+    const BaselineConfigValue* is = it == now.effective_config->end() ? nullptr : &it->second;
+    if (is && is->value == was.value) {
       ++same;
       continue;
     }
-    // Where each value came from, with the release that set a default ("since DeepSpeed 0.19.5 (...)").
-    auto origin = [](const json& e) {
-      if (!e.is_object()) return std::string("absent");
-      const json note = e.value("note", json());
-      return e.value("source", std::string("?")) + (note.is_string() && !note.get<std::string>().empty()
-                                                        ? " (" + note.get<std::string>() + ")" : "");
-    };
-    r.rows.push_back({"config." + key, was.value("value", json()), is.is_object() ? is.value("value", json()) : json(),
-                      "exact", false, "source " + origin(was) + " -> " + origin(is) + "; zrepro config --config ... shows each value"});
+    r.rows.push_back({"config." + key, was.value, is ? is->value : json(), "exact", false,
+                      "source " + origin(&was) + " -> " + origin(is) + "; zrepro config --config ... shows each value"});
   }
   r.rows.push_back({"config (effective keys unchanged)", same, same, "exact", true, ""});
 }
 
-void trajectory_rows(CheckResult& r, const json& base, const json& now, const CheckTolerances& tol) {
-  const double t = loss_tolerance(base.value("precision", "fp32")) * tol.loss_scale;
-  for (const auto& [key, scale] : {std::pair<const char*, double>{"loss", 1.0}, {"grad_norm", 3.0}}) {
-    const json& a = base[key];
-    const json& b = now[key];
+void trajectory_rows(CheckResult& r, const Baseline& base, const Baseline& now, const CheckTolerances& tol) {
+  const double t = loss_tolerance(base.precision.value_or("fp32")) * tol.loss_scale;
+  using Steps = std::vector<std::optional<double>> Baseline::*;
+  for (const auto& [key, member, scale] : {std::tuple<const char*, Steps, double>{"loss", &Baseline::loss, 1.0},
+                                           {"grad_norm", &Baseline::grad_norm, 3.0}}) {
+    const auto &a = base.*member, &b = now.*member;
     double worst = 0;
     int64_t at = -1;
     for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-      if (!a[i].is_number() || !b[i].is_number()) {  // a skipped step's grad norm is null
+      if (!a[i] || !b[i]) {  // a skipped step's grad norm is null
         if (a[i] != b[i]) worst = INFINITY, at = static_cast<int64_t>(i);
         continue;
       }
-      const double x = a[i].get<double>(), y = b[i].get<double>();
-      const double rel = std::fabs(y - x) / std::max(std::fabs(x), 1e-12);
+      const double rel = std::fabs(*b[i] - *a[i]) / std::max(std::fabs(*a[i]), 1e-12);
       if (rel > worst) worst = rel, at = static_cast<int64_t>(i);
     }
-    r.rows.push_back({std::string(key) + " (worst step)", at >= 0 ? a[at] : json(nullptr), at >= 0 ? b[at] : json(nullptr),
-                      fmt(t * scale) + " relative", worst <= t * scale,
+    r.rows.push_back({std::string(key) + " (worst step)", at >= 0 ? json_of(a[at]) : json(nullptr),
+                      at >= 0 ? json_of(b[at]) : json(nullptr), fmt(t * scale) + " relative", worst <= t * scale,
                       at >= 0 ? "step " + std::to_string(at) + ", relative difference " + fmt(worst) : ""});
   }
 }
 
 // [Note: step time against the machine]: the allowed ratio widens with the spread both runs
 // measured (a loaded machine's steps and kernel timings scatter more); advisory unless gated.
-void time_rows(CheckResult& r, const json& base, const json& now, const CheckTolerances& tol) {
-  const double a = number_or(base["time"], "ratio", 0.0), b = number_or(now["time"], "ratio", 0.0);
-  if (a <= 0 || b <= 0) return;
-  const double spread = number_or(base["time"], "spread", 0.0) + number_or(now["time"], "spread", 0.0);
-  const double allowed = std::max(tol.time_ratio, 1 + 2 * spread);
-  const bool within = b <= allowed * a;
-  const std::string basis = "calibration " + fmt(number_or(now["time"], "calibration_s", 0.0)) + " s now (" +
-                            now["time"].value("source", std::string("?")) + "), " +
-                            fmt(number_or(base["time"], "calibration_s", 0.0)) + " s then (" +
-                            base["time"].value("source", std::string("?")) + "); spreads " +
-                            fmt(number_or(base["time"], "spread", 0.0)) + " then, " +
-                            fmt(number_or(now["time"], "spread", 0.0)) + " now";
-  r.rows.push_back({"step time / calibration", a, b, "<= " + fmt(allowed) + "x", within || !tol.time_gate,
-                    "now " + fmt(b / a) + "x the baseline; " + basis +
+void time_rows(CheckResult& r, const Baseline& base, const Baseline& now, const CheckTolerances& tol) {
+  const BaselineTime &a = base.time, &b = now.time;
+  if (a.ratio <= 0 || b.ratio <= 0) return;
+  const double allowed = std::max(tol.time_ratio, 1 + 2 * (a.spread + b.spread));
+  const bool within = b.ratio <= allowed * a.ratio;
+  const std::string basis = "calibration " + fmt(b.calibration_s) + " s now (" + b.source + "), " + fmt(a.calibration_s) +
+                            " s then (" + a.source + "); spreads " + fmt(a.spread) + " then, " + fmt(b.spread) + " now";
+  r.rows.push_back({"step time / calibration", a.ratio, b.ratio, "<= " + fmt(allowed) + "x", within || !tol.time_gate,
+                    "now " + fmt(b.ratio / a.ratio) + "x the baseline; " + basis +
                         (tol.time_gate ? "" : within ? "" : "; advisory (--time-gate fails on it)"),
                     tol.time_gate ? RowKind::figure : RowKind::advisory, ""});
 }
 
-void plan_rows(CheckResult& r, const json& base, const json& now, const CheckTolerances& tol) {
-  const double a = number_or(base, "plan_over_measured", 0.0), b = number_or(now, "plan_over_measured", 0.0);
+void plan_rows(CheckResult& r, const Baseline& base, const Baseline& now, const CheckTolerances& tol) {
+  const double a = base.plan_over_measured.value_or(0), b = now.plan_over_measured.value_or(0);
   if (a <= 0 || b <= 0) return;
   r.rows.push_back({"planned / measured peak", a, b, "+-" + fmt(tol.plan_ratio), std::fabs(b - a) <= tol.plan_ratio,
                     std::fabs(b - a) <= tol.plan_ratio
@@ -163,17 +156,15 @@ void plan_rows(CheckResult& r, const json& base, const json& now, const CheckTol
 // A run's arguments as flag -> value ("--steps 3", "--steps=3"; a flag without a value is
 // "true"; a repeated flag's values joined by ","). --config is left out: its file is
 // compared by content, wherever it lies.
-std::map<std::string, std::string> flags_of(const json& args) {
+std::map<std::string, std::string> flags_of(const std::vector<std::string>& args) {
   std::map<std::string, std::string> m;
-  if (!args.is_array()) return m;
   for (size_t i = 0; i < args.size(); ++i) {
-    if (!args[i].is_string()) continue;
-    std::string a = args[i].get<std::string>(), v = "true";
+    std::string a = args[i], v = "true";
     if (a.rfind("--", 0) != 0) continue;
     if (const size_t eq = a.find('='); eq != std::string::npos) {
       v = a.substr(eq + 1), a = a.substr(0, eq);
-    } else if (i + 1 < args.size() && args[i + 1].is_string() && args[i + 1].get<std::string>().rfind("--", 0) != 0) {
-      v = args[++i].get<std::string>();
+    } else if (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) {
+      v = args[++i];
     }
     if (a == "--config") continue;
     m[a] = m.count(a) ? m[a] + "," + v : v;
@@ -193,15 +184,15 @@ void flatten(const json& j, const std::string& prefix, std::map<std::string, jso
 // What each run was asked, first: a flag or config key that differs means the run is not
 // the baseline's job, and the figures below follow from that, not from an upgrade.
 // --deepspeed-version is a version (reported with the versions), not an input.
-void input_rows(CheckResult& r, const json& base, const json& now) {
-  const json bi = base.value("inputs", json()), ni = now.value("inputs", json());
-  if (!bi.is_object() || !ni.is_object()) {
+void input_rows(CheckResult& r, const Baseline& base, const Baseline& now) {
+  if (!base.inputs || !now.inputs) {
     r.rows.push_back({"inputs", nullptr, nullptr, "exact", true,
-                      "not compared: " + std::string(bi.is_object() ? "the run" : "the baseline") +
+                      "not compared: " + std::string(base.inputs ? "the run" : "the baseline") +
                           " keeps no inputs (written by an older zrepro)", RowKind::input, ""});
     return;
   }
-  const auto fa = flags_of(bi.value("args", json())), fb = flags_of(ni.value("args", json()));
+  const BaselineInputs &bi = *base.inputs, &ni = *now.inputs;
+  const auto fa = flags_of(bi.args), fb = flags_of(ni.args);
   std::map<std::string, bool> keys;
   for (const auto& [k, v] : fa) keys[k] = true;
   for (const auto& [k, v] : fb) keys[k] = true;
@@ -216,7 +207,7 @@ void input_rows(CheckResult& r, const json& base, const json& now) {
     r.rows.push_back({"input " + k, a, b, "exact", false, "the run was asked differently (null: not given)",
                       RowKind::input, ""});
   }
-  const json ca = bi.value("config", json()), cb = ni.value("config", json());
+  const json &ca = bi.config, &cb = ni.config;
   if (ca.is_object() && cb.is_object()) {
     std::map<std::string, json> ka, kb;
     flatten(ca, "", ka), flatten(cb, "", kb);
@@ -228,7 +219,8 @@ void input_rows(CheckResult& r, const json& base, const json& now) {
         continue;
       }
       r.rows.push_back({"input config " + k, v, n, "exact", false,
-                        "the config file (" + ni.value("config_file", std::string("?")) + ") differs from the baseline's",
+                        "the config file (" + (ni.config_file.is_string() ? ni.config_file.get<std::string>() : "?") +
+                            ") differs from the baseline's",
                         RowKind::input, ""});
     }
   }
@@ -239,63 +231,94 @@ void input_rows(CheckResult& r, const json& base, const json& now) {
 
 bool calibrated_in_run(const Summary& s) { return s.time && s.time->calibration; }
 
-json make_baseline(const Summary& s, double check_time_calibration_s, const std::string& from) {
-  json b = {{"zrepro_baseline", 1},
-            {"from", from},
-            {"status", s.status},
-            {"world_size", json_of(s.world_size)},
-            {"zero_stage", json_of(s.zero_stage)},
-            {"precision", json_of(s.precision)},
-            {"deepspeed_version", json_of(s.deepspeed_version)},
-            {"skipped_steps", json_of(s.skipped_steps)},
-            {"env", s.env},
-            {"inputs", s.inputs},
-            {"model", s.model.is_object() ? s.model.value("name", json()) : json(nullptr)}};
-  json loss = json::array(), gn = json::array();
-  for (const SummaryStep& st : s.steps) loss.push_back(json_of(st.loss)), gn.push_back(json_of(st.grad_norm));
-  b["steps"] = loss.size();
-  b["loss"] = loss, b["grad_norm"] = gn;
-  json ranks = json::array();
-  if (s.memory)
-    for (const SummaryRankMemory& r : s.memory->ranks)
-      ranks.push_back({{"rank", r.rank},
-                       {"by_category", r.category_peaks},
-                       {"host", {{"pinned", r.host_pinned_bytes}, {"pageable", r.host_pageable_bytes}}},
-                       {"growth", r.growth_bytes_per_step.empty() ? json(nullptr) : json(r.growth_bytes_per_step)}});
-  const int64_t peak = s.peak_bytes();
-  b["memory"] = {{"ranks", ranks}, {"peak_bytes", peak}};
-  json comm = json::object();
-  if (s.comm)
-    for (const auto& [op, v] : s.comm->bytes_per_step)
-      if (v) comm[op] = *v;
-  b["comm_bytes_per_step"] = comm;
-  json config = json::object();  // key -> {value, source}: the effective config (DsConfig::effective_json)
-  if (s.effective_config.is_object())
-    for (const auto& e : s.effective_config.value("entries", json::array()))
-      if (e.is_object() && e.contains("key"))
-        config[e["key"].get<std::string>()] = {{"value", e.value("value", json())}, {"source", e.value("source", json())},
-                                               {"note", e.value("note", json())}};
-  b["effective_config"] = config;
-  const json planned = s.memory ? s.memory->planned : json();
-  const int64_t planned_peak = planned.is_object() ? planned.value("peak_bytes", int64_t(0)) : 0;
-  if (peak > 0 && planned_peak > 0) b["plan_over_measured"] = static_cast<double>(planned_peak) / static_cast<double>(peak);
+namespace {
+
+BaselineTime time_of(const Summary& s, double check_time_calibration_s) {
   if (calibrated_in_run(s)) {
     const SummaryCalibration& c = *s.time->calibration;
-    b["time"] = {{"step_s_median", c.step_s_median}, {"calibration_s", c.median_s}, {"ratio", c.step_over_calibration},
-                 {"spread", c.spread + c.step_spread},
-                 {"source", "during the run, " + std::to_string(c.samples) + " samples"}};
-  } else {
-    const double step = s.time && s.time->step_s_median ? *s.time->step_s_median : 0.0;
-    const double k = check_time_calibration_s;
-    b["time"] = {{"step_s_median", step}, {"calibration_s", k}, {"ratio", k > 0 ? step / k : 0.0}, {"spread", 0.0},
-                 {"source", "at check time, not during the run (a summary from an older zrepro)"}};
+    return {c.step_s_median, c.median_s, c.step_over_calibration, c.spread + c.step_spread,
+            "during the run, " + std::to_string(c.samples) + " samples"};
   }
+  const double step = s.time && s.time->step_s_median ? *s.time->step_s_median : 0.0;
+  const double k = check_time_calibration_s;
+  return {step, k, k > 0 ? step / k : 0.0, 0.0, "at check time, not during the run (a summary from an older zrepro)"};
+}
+
+// The effective config's entries (DsConfig::effective_json) as key -> value and source.
+std::map<std::string, BaselineConfigValue> config_of(const json& effective) {
+  std::map<std::string, BaselineConfigValue> config;
+  if (effective.is_object())
+    for (const auto& e : effective.value("entries", json::array()))
+      if (e.is_object() && e.contains("key"))
+        config[e["key"].get<std::string>()] = {e.value("value", json()), e.value("source", json()), e.value("note", json())};
+  return config;
+}
+
+}  // namespace
+
+Baseline make_baseline(const Summary& s, double check_time_calibration_s, const std::string& from) {
+  Baseline b;
+  b.from = from, b.status = s.status;
+  b.world_size = s.world_size, b.zero_stage = s.zero_stage, b.skipped_steps = s.skipped_steps;
+  b.precision = s.precision, b.deepspeed_version = s.deepspeed_version;
+  if (s.model.is_object()) b.model = optional_of<std::string>(s.model, "name");
+  b.env = s.env;
+  if (s.inputs.is_object() && s.inputs.contains("args"))
+    b.inputs = BaselineInputs{s.inputs["args"].get<std::vector<std::string>>(), s.inputs.value("config_file", json()),
+                              s.inputs.value("config", json())};
+  for (const SummaryStep& st : s.steps) b.loss.push_back(st.loss), b.grad_norm.push_back(st.grad_norm);
+  b.steps = static_cast<int64_t>(s.steps.size());
+  if (s.memory)
+    for (const SummaryRankMemory& r : s.memory->ranks) {
+      BaselineRank br{r.rank, r.category_peaks, SummaryCategories{{"pinned", r.host_pinned_bytes}, {"pageable", r.host_pageable_bytes}}, std::nullopt};
+      if (!r.growth_bytes_per_step.empty()) br.growth = r.growth_bytes_per_step;
+      b.ranks.push_back(br);
+    }
+  b.peak_bytes = s.peak_bytes();
+  if (s.comm)
+    for (const auto& [op, v] : s.comm->bytes_per_step)
+      if (v) b.comm_bytes_per_step[op] = *v;
+  b.effective_config = config_of(s.effective_config);
+  const auto planned = s.planned();
+  if (b.peak_bytes > 0 && planned && planned->peak_bytes > 0)
+    b.plan_over_measured = static_cast<double>(planned->peak_bytes) / static_cast<double>(b.peak_bytes);
+  b.time = time_of(s, check_time_calibration_s);
   return b;
+}
+
+json Baseline::to_json() const {
+  json loss_j = json::array(), gn_j = json::array(), ranks_j = json::array(), config = json::object();
+  for (size_t i = 0; i < loss.size(); ++i) loss_j.push_back(json_of(loss[i]));
+  for (const auto& g : grad_norm) gn_j.push_back(json_of(g));
+  for (const auto& r : ranks) {
+    json rj = {{"rank", r.rank}, {"by_category", categories_json(r.by_category)},
+               {"growth", r.growth ? json(*r.growth) : json(nullptr)}};
+    if (r.host) rj["host"] = categories_json(*r.host);
+    ranks_j.push_back(rj);
+  }
+  json j = {{"zrepro_baseline", kBaselineVersion}, {"from", from},
+            {"status", status},                    {"world_size", json_of(world_size)},
+            {"zero_stage", json_of(zero_stage)},   {"precision", json_of(precision)},
+            {"deepspeed_version", json_of(deepspeed_version)}, {"skipped_steps", json_of(skipped_steps)},
+            {"env", env},                          {"model", json_of(model)},
+            {"inputs", inputs ? json{{"args", inputs->args}, {"config_file", inputs->config_file}, {"config", inputs->config}}
+                              : json(nullptr)},
+            {"steps", steps},                      {"loss", loss_j},
+            {"grad_norm", gn_j},                   {"memory", {{"ranks", ranks_j}, {"peak_bytes", peak_bytes}}},
+            {"comm_bytes_per_step", comm_bytes_per_step},
+            {"time", {{"step_s_median", time.step_s_median}, {"calibration_s", time.calibration_s}, {"ratio", time.ratio},
+                      {"spread", time.spread}, {"source", time.source}}}};
+  if (effective_config) {
+    for (const auto& [k, v] : *effective_config) config[k] = {{"value", v.value}, {"source", v.source}, {"note", v.note}};
+    j["effective_config"] = config;
+  }
+  if (plan_over_measured) j["plan_over_measured"] = *plan_over_measured;
+  return j;
 }
 
 namespace {
 
-// A baseline's keys read with errors that name them (validate_baseline).
+// A baseline's keys read with errors that name them (Baseline::from_json).
 struct BaselineShape {
   using Is = bool (json::*)() const noexcept;
   const std::string& path;
@@ -344,61 +367,121 @@ struct BaselineShape {
     if (b.contains("plan_over_measured") && !b["plan_over_measured"].is_number())
       refuse("plan_over_measured", b["plan_over_measured"], "a ratio");
   }
+  // The setup's scalars: absent or null, or of their type.
+  void scalars(const json& b) const {
+    for (const char* k : {"world_size", "zero_stage", "skipped_steps"})
+      if (b.contains(k) && !b[k].is_null() && !b[k].is_number_integer()) refuse(k, b[k], "a whole number or null");
+    for (const char* k : {"status", "from", "precision", "deepspeed_version", "model"})
+      if (b.contains(k) && !b[k].is_null() && !b[k].is_string()) refuse(k, b[k], "a string or null");
+  }
+  void check(const json& b) const {
+    if (!b.is_object()) refuse("the file", b, "a JSON object (a zrepro baseline)");
+    const json version = b.value("zrepro_baseline", json());
+    if (!version.is_number_integer() || version.get<int64_t>() != kBaselineVersion)
+      refuse("\"zrepro_baseline\" (the format version)", version, std::to_string(kBaselineVersion));
+    need(b, "", "steps", &json::is_number_integer, "a whole number of steps");
+    for (const char* k : {"loss", "grad_norm"})
+      for (const auto& x : need(b, "", k, &json::is_array, "an array of per-step values"))
+        if (!x.is_number() && !x.is_null()) refuse(std::string(k) + "[...]", x, "numbers (null for a skipped step)");
+    memory(b);
+    map_of(b, "", "comm_bytes_per_step", &json::is_number, "bytes", false);
+    const json& time = need(b, "", "time", &json::is_object, "an object with step_s_median, calibration_s and ratio");
+    for (const char* k : {"step_s_median", "calibration_s", "ratio"}) need(time, "time.", k, &json::is_number, "seconds");
+    optional_parts(b);
+    scalars(b);
+  }
 };
+
+std::vector<std::optional<double>> per_step(const json& a) {
+  std::vector<std::optional<double>> v;
+  for (const auto& x : a) v.push_back(x.is_null() ? std::nullopt : std::optional<double>(x.get<double>()));
+  return v;
+}
+
+BaselineRank rank_of(const json& r) {
+  BaselineRank br;
+  br.rank = r.value("rank", 0);
+  br.by_category = categories_of(r.at("by_category"));
+  if (r.contains("host") && r["host"].is_object()) br.host = categories_of(r["host"]);
+  if (r.contains("growth") && r["growth"].is_object()) br.growth = r["growth"].get<std::map<std::string, double>>();
+  return br;
+}
+
+BaselineTime baseline_time_of(const json& t) {
+  return {t.at("step_s_median").get<double>(), t.at("calibration_s").get<double>(), t.at("ratio").get<double>(),
+          optional_of<double>(t, "spread").value_or(0), optional_of<std::string>(t, "source").value_or("?")};
+}
 
 }  // namespace
 
-void validate_baseline(const json& b, const std::string& path) {
-  const BaselineShape shape{path};
-  if (!b.is_object()) shape.refuse("the file", b, "a JSON object (a zrepro baseline)");
-  const json version = b.value("zrepro_baseline", json());
-  if (!version.is_number_integer() || version.get<int64_t>() != kBaselineVersion)
-    shape.refuse("\"zrepro_baseline\" (the format version)", version, std::to_string(kBaselineVersion));
-  shape.need(b, "", "steps", &json::is_number_integer, "a whole number of steps");
-  for (const char* k : {"loss", "grad_norm"})
-    for (const auto& x : shape.need(b, "", k, &json::is_array, "an array of per-step values"))
-      if (!x.is_number() && !x.is_null()) shape.refuse(std::string(k) + "[...]", x, "numbers (null for a skipped step)");
-  shape.memory(b);
-  shape.map_of(b, "", "comm_bytes_per_step", &json::is_number, "bytes", false);
-  const json& time = shape.need(b, "", "time", &json::is_object, "an object with step_s_median, calibration_s and ratio");
-  for (const char* k : {"step_s_median", "calibration_s", "ratio"}) shape.need(time, "time.", k, &json::is_number, "seconds");
-  shape.optional_parts(b);
+Baseline Baseline::from_json(const json& j, const std::string& path) {
+  BaselineShape{path}.check(j);
+  Baseline b;
+  b.from = optional_of<std::string>(j, "from").value_or("");
+  b.status = optional_of<std::string>(j, "status").value_or("");
+  b.world_size = optional_of<int64_t>(j, "world_size");
+  b.zero_stage = optional_of<int64_t>(j, "zero_stage");
+  b.skipped_steps = optional_of<int64_t>(j, "skipped_steps");
+  b.precision = optional_of<std::string>(j, "precision");
+  b.deepspeed_version = optional_of<std::string>(j, "deepspeed_version");
+  b.model = optional_of<std::string>(j, "model");
+  b.env = j.value("env", json());
+  if (j.contains("inputs") && !j["inputs"].is_null())
+    b.inputs = BaselineInputs{j["inputs"]["args"].get<std::vector<std::string>>(), j["inputs"].value("config_file", json()),
+                              j["inputs"].value("config", json())};
+  b.steps = j["steps"].get<int64_t>();
+  b.loss = per_step(j["loss"]), b.grad_norm = per_step(j["grad_norm"]);
+  for (const auto& r : j["memory"]["ranks"]) b.ranks.push_back(rank_of(r));
+  b.peak_bytes = j["memory"]["peak_bytes"].get<int64_t>();
+  b.comm_bytes_per_step = j["comm_bytes_per_step"].get<std::map<std::string, double>>();
+  if (j.contains("effective_config")) {
+    b.effective_config.emplace();
+    for (const auto& [k, e] : j["effective_config"].items())
+      (*b.effective_config)[k] = {e["value"], e.value("source", json()), e.value("note", json())};
+  }
+  b.plan_over_measured = optional_of<double>(j, "plan_over_measured");
+  b.time = baseline_time_of(j["time"]);
+  return b;
 }
 
-CheckResult check_against(const json& base, const json& now, const CheckTolerances& tol) {
+namespace {
+
+// What changed underneath: reported, never failed on.
+void version_rows(CheckResult& r, const Baseline& base, const Baseline& now) {
+  const auto was = Environment::from_json(base.env).versions(), is = Environment::from_json(now.env).versions();
+  for (size_t i = 0; i < was.size(); ++i)
+    if (was[i].second != is[i].second)
+      r.rows.push_back({"env." + was[i].first, json_of(was[i].second), json_of(is[i].second), "reported", true, "changed",
+                        RowKind::version, ""});
+  if (base.deepspeed_version != now.deepspeed_version)
+    r.rows.push_back({"deepspeed_version", json_of(base.deepspeed_version), json_of(now.deepspeed_version), "reported", true,
+                      "changed: zrepro config --diff-versions names what the profile changes", RowKind::version, ""});
+}
+
+}  // namespace
+
+CheckResult check_against(const Baseline& base, const Baseline& now, const CheckTolerances& tol) {
   CheckResult r;
   input_rows(r, base, now);
-  for (const char* k : {"world_size", "zero_stage", "precision", "model"})
-    exact(r, std::string("setup.") + k, base.value(k, json()), now.value(k, json()),
-          "a different setup is not comparable: check the same config and flags");
-  exact(r, "status", base.value("status", json()), now.value("status", json()));
-  exact(r, "steps", base.value("steps", json()), now.value("steps", json()));
-  exact(r, "skipped_steps", base.value("skipped_steps", json()), now.value("skipped_steps", json()));
+  const char* setup = "a different setup is not comparable: check the same config and flags";
+  exact(r, "setup.world_size", json_of(base.world_size), json_of(now.world_size), setup);
+  exact(r, "setup.zero_stage", json_of(base.zero_stage), json_of(now.zero_stage), setup);
+  exact(r, "setup.precision", json_of(base.precision), json_of(now.precision), setup);
+  exact(r, "setup.model", json_of(base.model), json_of(now.model), setup);
+  exact(r, "status", base.status, now.status);
+  exact(r, "steps", base.steps, now.steps);
+  exact(r, "skipped_steps", json_of(base.skipped_steps), json_of(now.skipped_steps));
   memory_rows(r, base, now, tol);
   config_rows(r, base, now);
-  const json comm = base.value("comm_bytes_per_step", json::object());  // items() of a temporary dangles
-  for (const auto& [op, v] : comm.items()) {
-    exact(r, "comm.bytes_per_step." + op, v, now["comm_bytes_per_step"].value(op, json()));
+  for (const auto& [op, v] : base.comm_bytes_per_step) {
+    const auto it = now.comm_bytes_per_step.find(op);
+    exact(r, "comm.bytes_per_step." + op, v, it == now.comm_bytes_per_step.end() ? json() : json(it->second));
     r.rows.back().unit = "bytes";
   }
   trajectory_rows(r, base, now, tol);
   time_rows(r, base, now, tol);
   plan_rows(r, base, now, tol);
-  // What changed underneath: reported, never failed on.
-  const json be = base.value("env", json::object()), ne = now.value("env", json::object());
-  auto at = [](const json& e, const char* pointer) {
-    const json::json_pointer p(pointer);
-    return e.is_object() && e.contains(p) ? e.at(p) : json();
-  };
-  for (const char* p : {"/libtorch/version", "/nccl/version", "/cuda/runtime", "/mpi", "/cpu/model", "/zrepro/commit"})
-    if (at(be, p) != at(ne, p)) {
-      std::string name = std::string("env") + p;
-      std::replace(name.begin(), name.end(), '/', '.');
-      r.rows.push_back({name, at(be, p), at(ne, p), "reported", true, "changed", RowKind::version, ""});
-    }
-  if (base.value("deepspeed_version", json()) != now.value("deepspeed_version", json()))
-    r.rows.push_back({"deepspeed_version", base["deepspeed_version"], now["deepspeed_version"], "reported", true,
-                      "changed: zrepro config --diff-versions names what the profile changes", RowKind::version, ""});
+  version_rows(r, base, now);
   return r;
 }
 

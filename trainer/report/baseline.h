@@ -23,6 +23,8 @@
 // Versions (LibTorch, DeepSpeed profile, NCCL, CUDA, MPI, CPU, zrepro) are reported when
 // they changed, never failed on: they are what the check is for.
 #pragma once
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,19 +47,60 @@ struct CheckTolerances {
 // The baseline format this zrepro writes and reads ("zrepro_baseline").
 constexpr int kBaselineVersion = 1;
 
+// [Note: one baseline type] A baseline file is a Baseline: written only by to_json, read
+// only through from_json (which refuses a file of another format or shape, naming the key);
+// check_against compares two of them field by field. Keys a baseline saved by an older
+// zrepro lacks (host bytes, growth, inputs, the effective config, plan_over_measured) are
+// nullopt and compared without.
+struct BaselineRank {
+  int rank = 0;
+  SummaryCategories by_category;                         // each category's own peak
+  std::optional<SummaryCategories> host;                 // "pinned", "pageable"
+  std::optional<std::map<std::string, double>> growth;   // bytes per step after warm-up; null with too few steps
+};
+// An effective-config entry (DsConfig::effective_json): the value and where it came from.
+struct BaselineConfigValue {
+  nlohmann::json value, source, note;
+};
+struct BaselineTime {
+  double step_s_median = 0, calibration_s = 0, ratio = 0, spread = 0;
+  std::string source;  // during the run, or at check time
+};
+// What the run was asked (summary.json's inputs, app/run_spec.h run_inputs).
+struct BaselineInputs {
+  std::vector<std::string> args;
+  nlohmann::json config_file, config;  // the file's path and its JSON as written; null when unknown
+};
+struct Baseline {
+  std::string from, status;
+  std::optional<int64_t> world_size, zero_stage, skipped_steps;
+  std::optional<std::string> precision, deepspeed_version, model;
+  nlohmann::json env;  // `zrepro env --json` of the run, read through Environment::from_json (environment.h)
+  std::optional<BaselineInputs> inputs;
+  int64_t steps = 0;
+  std::vector<std::optional<double>> loss, grad_norm;  // per step; null: not finite
+  std::vector<BaselineRank> ranks;
+  int64_t peak_bytes = 0;
+  std::map<std::string, double> comm_bytes_per_step;
+  std::optional<std::map<std::string, BaselineConfigValue>> effective_config;
+  std::optional<double> plan_over_measured;
+  BaselineTime time;
+
+  nlohmann::json to_json() const;
+  // Throws ConfigError, naming `path`, the key, what it holds and what was expected, unless
+  // `j` is one this zrepro reads: version kBaselineVersion, every key check_against
+  // compares present with its type.
+  static Baseline from_json(const nlohmann::json& j, const std::string& path);
+};
+
 // A run's summary -> a baseline. Step time is taken against the calibration the run timed
 // ([Note: step time against the machine]); a summary without one (an older zrepro's) is
 // taken against check_time_calibration_s, timed now, and the baseline says so. A failed
 // run's summary (an OOM at init: no steps, no times) gives a baseline of that failure,
 // whose figures are the failure's.
-nlohmann::json make_baseline(const Summary& summary, double check_time_calibration_s, const std::string& from);
+Baseline make_baseline(const Summary& summary, double check_time_calibration_s, const std::string& from);
 // The summary holds the run's own calibration (make_baseline needs no check-time one).
 bool calibrated_in_run(const Summary& summary);
-
-// Throws ConfigError, naming `path`, the key, what it holds and what was expected, unless
-// `baseline` is one this zrepro reads: version kBaselineVersion, every key check_against
-// compares present with its type.
-void validate_baseline(const nlohmann::json& baseline, const std::string& path);
 
 // What a row is about: an input (what the run was asked), a figure that must not move, a
 // version (reported), an advisory figure (reported; step time without --time-gate).
@@ -87,6 +130,6 @@ struct CheckResult {
 };
 
 // Both sides are baselines (make_baseline of the run being checked, with this invocation's calibration).
-CheckResult check_against(const nlohmann::json& baseline, const nlohmann::json& now, const CheckTolerances& tol);
+CheckResult check_against(const Baseline& baseline, const Baseline& now, const CheckTolerances& tol);
 
 }  // namespace zrepro

@@ -36,6 +36,13 @@ TEST(Env, JsonHasEveryFieldWithThisMachinesValues) {
   if (e["cuda"]["gpus"].empty()) {
     EXPECT_TRUE(e["cuda"]["note"].is_string()) << e["cuda"].dump();
   }
+  // [Note: one environment type]: the JSON reads back as itself, and the human block is the type's text.
+  const zrepro::Environment typed = zrepro::Environment::from_json(e);
+  EXPECT_EQ(typed.to_json(), e) << nlohmann::json::diff(e, typed.to_json()).dump();
+  const auto text = zrepro_test::zrepro_cmd("env", 60, false);
+  ASSERT_EQ(text.code, 0) << text.output;
+  for (const char* row : {"\n  libtorch.......... ", "\n  planner tapes..... recorded with LibTorch ", "\n  host memory....... ", "\n  cpu............... "})
+    EXPECT_NE(text.output.find(row), std::string::npos) << row << "\n" << text.output;
 }
 
 TEST(Env, VersionLineAndHumanBlock) {

@@ -23,7 +23,7 @@ Summary summary() {
             "zrepro": {"commit": "abc"}},
     "steps": [{"step": 0, "loss": 4.8, "grad_norm": 2.0, "loss_scale": 1, "skipped": false, "lr": 0.001},
               {"step": 1, "loss": 4.6, "grad_norm": 1.9, "loss_scale": 1, "skipped": false, "lr": 0.001}],
-    "memory": {"device_capacity_bytes": null, "planned": {"peak_bytes": 1010000},
+    "memory": {"device_capacity_bytes": null, "planned": {"verdict": "fits", "oom_phase": null, "peak_bytes": 1010000, "peak_phase": "backward"},
                "ranks": [{"rank": 0, "peak_bytes": 1000000, "peak_phase": "backward", "peak_reserved_bytes": 1000000,
                           "by_category": {}, "model_states": {}, "phases": [], "host_pinned_bytes": 0,
                           "host_pageable_bytes": 0, "comm_wait_s": 0,
@@ -48,18 +48,22 @@ const CheckRow* row(const CheckResult& r, const std::string& metric) {
 }
 
 TEST(Baseline, KeepsTheFiguresThatMustNotMove) {
-  const json b = make_baseline(summary(), 0.01, "run");
-  EXPECT_EQ(b["steps"], 2);
-  EXPECT_EQ(b["memory"]["peak_bytes"], 1000000);
-  EXPECT_EQ(b["memory"]["ranks"][1]["by_category"]["grads"], 190000);
-  EXPECT_EQ(b["comm_bytes_per_step"]["all_reduce"], 800000);
-  EXPECT_DOUBLE_EQ(b["time"]["ratio"].get<double>(), 50.0);
-  EXPECT_DOUBLE_EQ(b["plan_over_measured"].get<double>(), 1.01);
+  const Baseline b = make_baseline(summary(), 0.01, "run");
+  EXPECT_EQ(b.steps, 2);
+  EXPECT_EQ(b.peak_bytes, 1000000);
+  EXPECT_EQ(b.ranks[1].by_category.at("grads"), 190000);
+  EXPECT_EQ(b.comm_bytes_per_step.at("all_reduce"), 800000);
+  EXPECT_DOUBLE_EQ(b.time.ratio, 50.0);
+  EXPECT_DOUBLE_EQ(b.plan_over_measured.value(), 1.01);
   EXPECT_TRUE(check_against(b, b, {}).passed());
+  // [Note: one baseline type]: the file reads back as what was written.
+  const json file = b.to_json();
+  EXPECT_EQ(Baseline::from_json(file, "b.json").to_json(), file);
+  EXPECT_EQ(file["zrepro_baseline"], kBaselineVersion);
 }
 
 TEST(Baseline, EachFigureFailsPastItsToleranceOnly) {
-  const json base = make_baseline(summary(), 0.01, "run");
+  const Baseline base = make_baseline(summary(), 0.01, "run");
   auto moved = [&](const std::function<void(Summary&)>& change, double calib = 0.01) {
     Summary s = summary();
     change(s);
@@ -108,11 +112,10 @@ TEST(Baseline, EachFigureFailsPastItsToleranceOnly) {
   EXPECT_NE(pin->note.find("source default (DeepSpeed 0.19.4's default) -> default"), std::string::npos) << pin->note;
   EXPECT_TRUE(row(check_against(base, base, {}), "config (effective keys unchanged)")->ok);
   // A baseline saved before host bytes and the config were kept is still read and compared.
-  json old = base;
+  json old = base.to_json();
   old.erase("effective_config");
   for (auto& r : old["memory"]["ranks"]) r.erase("host");
-  validate_baseline(old, "old.json");
-  EXPECT_TRUE(check_against(old, make_baseline(summary(), 0.01, "now"), {}).passed());
+  EXPECT_TRUE(check_against(Baseline::from_json(old, "old.json"), make_baseline(summary(), 0.01, "now"), {}).passed());
   // The planner drifting from the measured peak (stale tapes after a LibTorch upgrade).
   const CheckResult plan = moved([](Summary& s) { s.memory->planned["peak_bytes"] = 1100000; });
   EXPECT_FALSE(row(plan, "planned / measured peak")->ok);
@@ -120,7 +123,7 @@ TEST(Baseline, EachFigureFailsPastItsToleranceOnly) {
 }
 
 TEST(Baseline, VersionChangesAreReportedNotFailed) {
-  const json base = make_baseline(summary(), 0.01, "run");
+  const Baseline base = make_baseline(summary(), 0.01, "run");
   Summary s = summary();
   s.env["libtorch"]["version"] = "2.15.0";
   s.deepspeed_version = "0.19.5";
@@ -140,12 +143,11 @@ TEST(Baseline, StepTimeIsTheRunsOwnRatioWithASpreadDerivedTolerance) {
     s.time->calibration = SummaryCalibration{"k", 5, 9, 0.001, spread / 2, ratio * 0.001, spread / 2, ratio};
     return s;
   };
-  const json base = make_baseline(calibrated(100, 0.1), 999.0, "run");  // the check-time figure is not used
-  EXPECT_DOUBLE_EQ(base["time"]["ratio"].get<double>(), 100);
-  EXPECT_DOUBLE_EQ(base["time"]["spread"].get<double>(), 0.1);
-  EXPECT_NE(base["time"]["source"].get<std::string>().find("during the run"), std::string::npos);
-  EXPECT_NE(make_baseline(summary(), 0.01, "run")["time"]["source"].get<std::string>().find("at check time"),
-            std::string::npos);
+  const Baseline base = make_baseline(calibrated(100, 0.1), 999.0, "run");  // the check-time figure is not used
+  EXPECT_DOUBLE_EQ(base.time.ratio, 100);
+  EXPECT_DOUBLE_EQ(base.time.spread, 0.1);
+  EXPECT_NE(base.time.source.find("during the run"), std::string::npos);
+  EXPECT_NE(make_baseline(summary(), 0.01, "run").time.source.find("at check time"), std::string::npos);
   CheckTolerances gate;
   gate.time_gate = true;
   auto time_ok = [&](double ratio, double spread) {
@@ -167,7 +169,7 @@ TEST(Baseline, DifferingInputsAreReportedFirstAsInputs) {
     return make_baseline(s, 0.01, "x");
   };
   const json cfg = {{"train_micro_batch_size_per_gpu", "auto"}, {"zero_optimization", {{"stage", 2}}}};
-  const json base = with_inputs({"--config", "/a/ds.json", "--micro-batch", "2", "--grad-accum=2", "--steps", "4"}, cfg);
+  const Baseline base = with_inputs({"--config", "/a/ds.json", "--micro-batch", "2", "--grad-accum=2", "--steps", "4"}, cfg);
   const CheckResult same =
       check_against(base, with_inputs({"--config", "/elsewhere/ds.json", "--micro-batch", "2", "--grad-accum", "2",
                                        "--steps", "4", "--deepspeed-version", "0.19.4"}, cfg), {});
@@ -190,9 +192,9 @@ TEST(Baseline, DifferingInputsAreReportedFirstAsInputs) {
   ASSERT_NE(row(file, "input config zero_optimization.stage"), nullptr);
   EXPECT_FALSE(row(file, "input config zero_optimization.stage")->ok);
   // A baseline from before inputs were kept: said, not failed.
-  json old = base;
+  json old = base.to_json();
   old.erase("inputs");
-  EXPECT_TRUE(check_against(old, base, {}).passed());
+  EXPECT_TRUE(check_against(Baseline::from_json(old, "old.json"), base, {}).passed());
 }
 
 // Issue 31: a leak shows as growth per step after warm-up; the check fails on the
@@ -203,7 +205,7 @@ TEST(Baseline, MemoryGrowthPerStepFailsOnALeak) {
     for (auto& r : s.memory->ranks) r.growth_bytes_per_step = {{"activations", activations}, {"total", activations}};
     return make_baseline(s, 0.01, "x");
   };
-  const json base = growing(0);
+  const Baseline base = growing(0);
   EXPECT_TRUE(check_against(base, growing(2048), {}).passed()) << "under the 4 KiB/step floor";
   const CheckResult leak = check_against(base, growing(65536), {});
   EXPECT_FALSE(leak.passed());
@@ -240,12 +242,12 @@ Summary failed_summary() {
 // `zrepro check` in an nlohmann assertion, exit 134), and comparing a failed run with a
 // good baseline is a regression (status), not a crash.
 TEST(Baseline, AFailedRunsSummaryGivesABaselineOfThatFailure) {
-  const json b = make_baseline(failed_summary(), 0.01, "run");
-  EXPECT_EQ(b["status"], "oom");
-  EXPECT_EQ(b["steps"], 0);
-  EXPECT_EQ(b["memory"]["peak_bytes"], 0);
-  EXPECT_EQ(b["memory"]["ranks"][0]["by_category"], json({{"params", 1000}}));
-  EXPECT_NO_THROW(validate_baseline(b, "b.json"));
+  const Baseline b = make_baseline(failed_summary(), 0.01, "run");
+  EXPECT_EQ(b.status, "oom");
+  EXPECT_EQ(b.steps, 0);
+  EXPECT_EQ(b.peak_bytes, 0);
+  EXPECT_EQ(b.ranks[0].by_category, SummaryCategories({{"params", 1000}}));
+  EXPECT_NO_THROW(Baseline::from_json(b.to_json(), "b.json"));
   const CheckResult r = check_against(make_baseline(summary(), 0.01, "run"), b, CheckTolerances{});
   EXPECT_FALSE(r.passed());
   ASSERT_NE(row(r, "status"), nullptr);
@@ -255,11 +257,11 @@ TEST(Baseline, AFailedRunsSummaryGivesABaselineOfThatFailure) {
 // Issue 33: a baseline file is read only when it is one this zrepro wrote: its format
 // version, and every compared key with its type; else exit 2 naming the key.
 TEST(Baseline, AMalformedOrUnknownBaselineIsRefusedNamingTheKey) {
-  const json good = make_baseline(summary(), 0.01, "run");
-  EXPECT_NO_THROW(validate_baseline(good, "b.json"));
+  const json good = make_baseline(summary(), 0.01, "run").to_json();
+  EXPECT_NO_THROW(Baseline::from_json(good, "b.json"));
   auto refused = [](json b, const std::string& key) {
     try {
-      validate_baseline(b, "b.json");
+      Baseline::from_json(b, "b.json");
     } catch (const ConfigError& e) {
       EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find("b.json"), std::string::npos) << e.what();
@@ -282,5 +284,12 @@ TEST(Baseline, AMalformedOrUnknownBaselineIsRefusedNamingTheKey) {
   b = good;
   b["time"].erase("ratio");
   EXPECT_TRUE(refused(b, "time.ratio"));
+  // Issue 61 item 5: a field of the wrong type is refused by name (it aborted a whole suite).
+  b = good;
+  b["world_size"] = "two";
+  EXPECT_TRUE(refused(b, "world_size"));
+  b = good;
+  b["precision"] = 16;
+  EXPECT_TRUE(refused(b, "precision"));
   EXPECT_TRUE(refused(json::array(), "the file"));
 }
