@@ -69,6 +69,9 @@ for name in sorted(os.listdir(tmp)):
         e = {"rc": int(open(d).read())}
         try:
             e["plan"] = json.load(open(os.path.join(tmp, base + ".json")))
+            # Where the GPU record lies is the checkout's path, not behaviour.
+            for k in ("record", "replan"):
+                (e["plan"].get("gpu_fidelity") or {}).pop(k, None)
         except Exception as x:
             e["plan"] = f"unreadable: {x}"
         snap[base] = e

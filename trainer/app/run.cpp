@@ -74,11 +74,11 @@ void RunState::write_summary_or_throw(const std::string& status, json failure, s
   in.calibration = calibration.to_json(step_s);
   in.inputs = inputs;
   if (status != "ok") in.unfinished = DeviceMemory::instance().take_windows();
-  json summary = build_summary(in);
-  if (summary["comm"].is_object() && (vranks || (ranks && ranks->comm)) && comm().compares_labels()) {
+  Summary summary = build_summary(in);
+  if (summary.comm && (vranks || (ranks && ranks->comm)) && comm().compares_labels()) {
     // [Note: collectives that paired different parameters] (zero/comm/communicator.h)
     const Communicator::LabelMismatches lm = comm().label_mismatches();
-    summary["comm"]["paired_different_parameters"] = {
+    summary.comm->paired_different_parameters = {
         {"count", lm.count}, {"first", lm.first.empty() ? json(nullptr) : json(lm.first)}};
   }
   if (own_view_of_many) return publish_rank_view(spec.out_dir, rank, world, summary);

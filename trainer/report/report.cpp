@@ -36,10 +36,9 @@ double median(std::vector<double> v) {
 std::string summary_text(const json& summary) { return json_text(summary) + "\n"; }
 
 
-void write_summary_and_report(const std::string& dir, const json& summary) {
-  write_file_atomic(dir + "/summary.json", summary_text(summary));
-  const Summary typed = Summary::from_json(summary);
-  write_file_atomic(dir + "/report.html", html_report(typed, run_lanes(dir, failing_ranks(typed))));
+void write_summary_and_report(const std::string& dir, const Summary& summary) {
+  write_file_atomic(dir + "/summary.json", summary_text(summary.to_json()));
+  write_file_atomic(dir + "/report.html", html_report(summary, run_lanes(dir, failing_ranks(summary))));
 }
 
 MetricsWriter::MetricsWriter(const std::string& dir)
@@ -229,38 +228,6 @@ std::optional<std::array<double, kNumMemCategories + 1>> growth_per_step(const s
   return slope;
 }
 
-json memory_rank_json(const RankReport& r) {
-  json at_peak = json::object(), peaks = json::object(), phases = json::array(), growth = json::object();
-  if (r.growth)
-    for (int c = 0; c <= kNumMemCategories; ++c)
-      growth[c < kNumMemCategories ? mem_category_name(static_cast<MemCategory>(c)) : "total"] = (*r.growth)[c];
-  for (int c = 0; c < kNumMemCategories; ++c) {
-    at_peak[mem_category_name(static_cast<MemCategory>(c))] = r.device.by_category_at_peak[c];
-    peaks[mem_category_name(static_cast<MemCategory>(c))] = r.device.category_peaks[c];
-  }
-  // [Note: phase peaks]: the phases the run entered, in Phase order.
-  for (int p = 0; p < kNumPhases; ++p)
-    if (r.device.phases.allocated[p] > 0 || r.device.phases.reserved[p] > 0)
-      phases.push_back({{"phase", phase_name(static_cast<Phase>(p))},
-                        {"peak_bytes", r.device.phases.allocated[p]},
-                        {"peak_reserved_bytes", r.device.phases.reserved[p]}});
-  return {{"rank", r.rank},
-          {"peak_bytes", r.device.peak},
-          {"peak_phase", phase_name(r.device.peak_phase)},
-          {"peak_reserved_bytes", r.device.peak_reserved},
-          {"by_category", at_peak},
-          {"category_peaks", peaks},
-          {"phases", phases},
-          {"model_states", {{"params", r.memory.params},
-                            {"grads", r.memory.grads},
-                            {"optimizer_states", r.memory.optimizer_states}}},
-          {"host_pinned_bytes", r.memory.host_pinned},
-          {"host_pageable_bytes", r.memory.host_pageable},
-          {"comm_wait_s", r.comm_wait_s},
-          {"alloc_retries", r.device.alloc_retries},
-          {"growth_bytes_per_step", growth}};
-}
-
 // [Note: who is the straggler] A collective finishes when its last rank arrives, so the
 // rank the others wait for waits least itself. Its peers' mean wait minus its own is the
 // time it cost them.
@@ -314,10 +281,11 @@ std::string memory_line(const MemorySnapshot& m) {
 
 namespace {
 
-// Per collective type: calls, bytes (ZeRO convention) and time per step, and
-// nccl-tests bandwidths from the whole-run totals of rank 0.
-json comm_json(const std::vector<StepRecord>& steps, int world) {
-  json per_step = json::object(), ops = json::object();
+// Per collective type: bytes per step (ZeRO convention) and, in ops, calls, bytes and time
+// per step with nccl-tests bandwidths from the whole-run totals of rank 0.
+SummaryComm comm_of(const std::vector<StepRecord>& steps, int world, double modelled_busbw_gbps) {
+  SummaryComm c;
+  c.ops = json::object();
   CommStats total;
   for (const auto& s : steps)
     for (int i = 0; i < kNumCollOps; ++i) {
@@ -329,15 +297,16 @@ json comm_json(const std::vector<StepRecord>& steps, int world) {
   const double n = steps.empty() ? 1.0 : static_cast<double>(steps.size());
   for (CollOp op : {CollOp::all_reduce, CollOp::reduce_scatter, CollOp::all_gather, CollOp::broadcast}) {
     const OpStats& t = total[op];
-    per_step[coll_op_name(op)] = steps.empty() ? json(nullptr) : json(static_cast<double>(t.bytes) / n);
+    c.bytes_per_step[coll_op_name(op)] = steps.empty() ? std::nullopt : std::optional<double>(static_cast<double>(t.bytes) / n);
     const double algbw = t.seconds > 0 ? static_cast<double>(t.array_bytes) / t.seconds / 1e9 : 0;
-    ops[coll_op_name(op)] = {{"calls_per_step", static_cast<double>(t.calls) / n},
-                             {"bytes_per_step", static_cast<double>(t.bytes) / n},
-                             {"seconds_per_step", t.seconds / n},
-                             {"algbw_GBps", t.seconds > 0 ? json(algbw) : json(nullptr)},
-                             {"busbw_GBps", t.seconds > 0 ? json(algbw * busbw_factor(op, world)) : json(nullptr)}};
+    c.ops[coll_op_name(op)] = {{"calls_per_step", static_cast<double>(t.calls) / n},
+                               {"bytes_per_step", static_cast<double>(t.bytes) / n},
+                               {"seconds_per_step", t.seconds / n},
+                               {"algbw_GBps", t.seconds > 0 ? json(algbw) : json(nullptr)},
+                               {"busbw_GBps", t.seconds > 0 ? json(algbw * busbw_factor(op, world)) : json(nullptr)}};
   }
-  return {{"bytes_per_step", per_step}, {"ops", ops}};
+  if (modelled_busbw_gbps > 0) c.modelled_busbw_GBps = modelled_busbw_gbps;
+  return c;
 }
 
 // What offload moved over the host link per rank, how long the link was busy and
@@ -376,7 +345,6 @@ json offload_json(const DsConfig& c, const SummaryInput& in, const std::vector<R
 
 namespace {
 
-// The run's setting: schema, status, world, precision, device, model, env, data, batch.
 // --zero-to-fp32's consolidation (trainer/checkpoint/zero_to_fp32.h), or null.
 json fp32_export_json(const TrainResult* r) {
   if (!r || !r->fp32_export) return nullptr;
@@ -391,81 +359,101 @@ json fp32_export_json(const TrainResult* r) {
           {"mapped_bytes", e.mapped_bytes}};
 }
 
-json summary_setting(const SummaryInput& in) {
-  json s;
-  s["schema"] = kSummarySchema;
-  s["status"] = in.status;
-  const DsConfig* c = in.config;
-  s["world_size"] = c ? json(c->world_size) : json(nullptr);
-  s["zero_stage"] = c ? json(c->zero.stage) : json(nullptr);
-  s["precision"] = c ? json(precision_name(c->precision)) : json(nullptr);
-  s["deepspeed_version"] = c ? json(c->deepspeed_version) : json(nullptr);  // the release whose semantics resolved the config
-  s["device"] = in.device.empty() ? json(nullptr) : json(in.device);
-  s["model"] = in.model ? in.model->to_json() : json(nullptr);
-  if (in.model && in.model->moe() && c) {  // how this run's ZeRO fetched them (leaf_modules.h)
+}  // namespace
+
+namespace {
+
+// The run's setting: schema, status, world, precision, device, model, env, data, batch
+// and checkpoints (the parts other modules own as their JSON: summary.h).
+json data_json(const SummaryInput& in) {
+  if (!in.model) return nullptr;
+  // The loss a perfect model approaches on the synthetic Markov data.
+  json d = {{"kind", "markov"}, {"entropy_floor_nats", MarkovData::entropy_floor()}};
+  if (!in.train) return d;
+  const LossNormalizationRow& n = loss_normalization_row(in.train->loss_normalization);
+  d["seq_len_dist"] = in.train->seq_len_dist.spec();
+  d["loss_normalization"] = {{"kind", n.name}, {"as", n.transformers}};
+  const LoaderOptions& l = in.train->loader;
+  // The loader's own pin_memory: input batches only, never the offload buffers.
+  d["loader"] = {{"workers", l.workers},
+                 {"prefetch_factor", l.prefetch_factor},
+                 {"sample_ms_emulated", l.sample_ms},
+                 {"pin_memory", l.pin_memory},
+                 {"pinned_bytes_peak", in.result ? json(in.result->input_pinned_peak) : json(nullptr)}};
+  return d;
+}
+
+json model_json(const SummaryInput& in) {
+  if (!in.model) return nullptr;
+  json m = in.model->to_json();
+  if (in.model->moe() && in.config) {  // how this run's ZeRO fetched them (leaf_modules.h)
     try {
-      const ExpertFetch f = expert_fetch(*in.model, c->zero);
-      s["model"]["experts"]["fetched"] = f.one_by_one ? "expert by expert" : "with their block";
-      s["model"]["experts"]["fetched_why"] = f.why;
+      const ExpertFetch f = expert_fetch(*in.model, in.config->zero);
+      m["experts"]["fetched"] = f.one_by_one ? "expert by expert" : "with their block";
+      m["experts"]["fetched_why"] = f.why;
     } catch (const ConfigError&) {
       // The leaf names were refused: the summary's failure says why.
     }
   }
-  s["env"] = in.env;
-  if (!in.virtual_ranks.is_null()) s["virtual_ranks"] = in.virtual_ranks;
-  if (!in.config_mismatch.empty()) s["config_mismatch"] = in.config_mismatch;
-  // The loss a perfect model approaches on the synthetic Markov data.
-  s["data"] = in.model ? json{{"kind", "markov"}, {"entropy_floor_nats", MarkovData::entropy_floor()}} : json(nullptr);
-  if (in.train && s["data"].is_object()) {
-    const LossNormalizationRow& n = loss_normalization_row(in.train->loss_normalization);
-    s["data"]["seq_len_dist"] = in.train->seq_len_dist.spec();
-    s["data"]["loss_normalization"] = {{"kind", n.name}, {"as", n.transformers}};
-    const LoaderOptions& l = in.train->loader;
-    // The loader's own pin_memory: input batches only, never the offload buffers.
-    s["data"]["loader"] = {{"workers", l.workers},
-                           {"prefetch_factor", l.prefetch_factor},
-                           {"sample_ms_emulated", l.sample_ms},
-                           {"pin_memory", l.pin_memory},
-                           {"pinned_bytes_peak", in.result ? json(in.result->input_pinned_peak) : json(nullptr)}};
+  return m;
+}
+
+// --save-every / --resume: what was saved and what the run resumed from.
+json checkpoint_json(const SummaryInput& in) {
+  if (!in.train || (in.train->save_every <= 0 && in.train->resume_dir.empty())) return nullptr;
+  json saved = json::array();
+  json resumed = nullptr;
+  if (in.result) {
+    for (const auto& c : in.result->saved)
+      saved.push_back({{"step", c.step}, {"folder", c.folder}, {"seconds", c.seconds},
+                       {"consolidated_16bit_host_bytes", c.consolidated_host_bytes}});
+    if (in.result->resumed)
+      resumed = {{"folder", in.result->resumed->folder}, {"tag", in.result->resumed->tag},
+                 {"step", in.result->resumed->step}, {"universal", in.result->resumed->universal}};
   }
-  s["batch"] = c ? json{{"micro", c->micro_batch}, {"grad_accum", c->grad_accum}, {"global", c->train_batch_size}}
-                 : json(nullptr);
-  if (in.train && (in.train->save_every > 0 || !in.train->resume_dir.empty())) {
-    json saved = json::array();
-    json resumed = nullptr;
-    if (in.result) {
-      for (const auto& c2 : in.result->saved)
-        saved.push_back({{"step", c2.step}, {"folder", c2.folder}, {"seconds", c2.seconds},
-                         {"consolidated_16bit_host_bytes", c2.consolidated_host_bytes}});
-      if (in.result->resumed)
-        resumed = {{"folder", in.result->resumed->folder}, {"tag", in.result->resumed->tag},
-                   {"step", in.result->resumed->step}, {"universal", in.result->resumed->universal}};
-    }
-    s["checkpoint"] = {{"format", "DeepSpeed 0.19.8 ZeRO checkpoint (engine.save_checkpoint's files)"},
-                       {"save_every", in.train->save_every > 0 ? json(in.train->save_every) : json(nullptr)},
-                       {"save_dir", in.train->save_dir.empty() ? json(nullptr) : json(in.train->save_dir)},
-                       {"saved", saved},
-                       {"resumed", resumed},
-                       {"zero_to_fp32", fp32_export_json(in.result)}};
+  return {{"format", "DeepSpeed 0.19.8 ZeRO checkpoint (engine.save_checkpoint's files)"},
+          {"save_every", in.train->save_every > 0 ? json(in.train->save_every) : json(nullptr)},
+          {"save_dir", in.train->save_dir.empty() ? json(nullptr) : json(in.train->save_dir)},
+          {"saved", saved},
+          {"resumed", resumed},
+          {"zero_to_fp32", fp32_export_json(in.result)}};
+}
+
+Summary typed_setting(const SummaryInput& in) {
+  Summary s;
+  s.schema = kSummarySchema;
+  s.status = in.status;
+  if (const DsConfig* c = in.config) {
+    s.world_size = c->world_size, s.zero_stage = c->zero.stage, s.precision = precision_name(c->precision);
+    s.deepspeed_version = c->deepspeed_version;  // the release whose semantics resolved the config
+    s.batch = SummaryBatch{c->micro_batch, c->grad_accum, c->train_batch_size};
+    s.effective_config = c->effective_json();
   }
+  if (!in.device.empty()) s.device = in.device;
+  s.model = model_json(in);
+  s.env = in.env;
+  s.virtual_ranks = in.virtual_ranks;
+  if (!in.config_mismatch.empty()) s.config_mismatch = in.config_mismatch;
+  s.data = data_json(in);
+  s.checkpoint = checkpoint_json(in);
+  s.inputs = in.inputs;
+  if (in.scale_down) s.scale_down = in.scale_down->to_json();
   return s;
 }
 
-// summary.json's steps: step_json without the per-step detail metrics.jsonl keeps.
-json summary_steps(const TrainResult& result) {
-  json steps = json::array();
-  for (const auto& r : result.steps) {
-    json j = step_json(r);
-    for (const char* k : {"time_s", "comm_bytes", "memory", "offload"}) j.erase(k);
-    j["step_s"] = r.step_s;
-    if (j["replicas_identical"].is_null()) j.erase("replicas_identical");
-    steps.push_back(j);
-  }
+std::optional<double> finite(double v) { return std::isfinite(v) ? std::optional<double>(v) : std::nullopt; }
+
+// summary.json's steps: what metrics.jsonl has of each step without its detail.
+std::vector<SummaryStep> typed_steps(const TrainResult& result) {
+  std::vector<SummaryStep> steps;
+  for (const auto& r : result.steps)
+    steps.push_back({r.step, finite(r.loss), finite(r.grad_norm), r.loss_scale, r.skipped, r.lr, r.step_s,
+                     r.replicas_identical < 0 ? std::nullopt : std::optional<bool>(r.replicas_identical == 1)});
   return steps;
 }
 
 // The median step, throughput, the time by part, each rank's times and the straggler.
-json summary_time(const SummaryInput& in, const std::vector<RankReport>& ranks) {
+SummaryTime typed_time(const SummaryInput& in, const std::vector<RankReport>& ranks) {
   std::vector<double> st;
   double fwd = 0, bwd = 0, opt = 0, data = 0, wait = 0, copy = 0;
   for (const auto& r : in.result->steps) {
@@ -475,35 +463,33 @@ json summary_time(const SummaryInput& in, const std::vector<RankReport>& ranks) 
   }
   const double med = median(st);
   const double tokens = in.config && in.model ? static_cast<double>(in.config->train_batch_size * in.model->seq) : 0;
-  json time = {{"step_s_median", st.empty() ? json(nullptr) : json(med)},
-               {"tokens_per_s", med > 0 ? json(tokens / med) : json(nullptr)},
-               {"breakdown_s",
-                {{"forward", fwd}, {"backward", bwd}, {"comm_wait", wait}, {"optimizer", opt},
-                 {"offload_copy", copy}, {"data_wait", data}}}};
-  json tr = json::array();
-  for (const auto& r : ranks) tr.push_back({{"rank", r.rank}, {"comm_wait_s", r.comm_wait_s}, {"step_s", r.step_s}});
-  time["ranks"] = tr;
-  time["straggler"] = straggler_json(ranks);
-  time["calibration"] = in.calibration;
-  return time;
+  SummaryTime t;
+  if (!st.empty()) t.step_s_median = med;
+  if (med > 0) t.tokens_per_s = tokens / med;
+  t.breakdown_s = {{"forward", fwd}, {"backward", bwd}, {"comm_wait", wait}, {"optimizer", opt},
+                   {"offload_copy", copy}, {"data_wait", data}};
+  for (const auto& r : ranks) t.ranks.push_back({r.rank, r.comm_wait_s, r.step_s});
+  t.straggler = straggler_json(ranks);
+  t.calibration = SummaryCalibration::from_json(in.calibration);
+  return t;
 }
 
-}  // namespace
+SummaryCategories by_category(const std::array<int64_t, kNumMemCategories>& bytes) {
+  SummaryCategories c;
+  for (int i = 0; i < kNumMemCategories; ++i) c[mem_category_name(static_cast<MemCategory>(i))] = bytes[i];
+  return c;
+}
 
 // [Note: phase windows] as memory.timeline: rank 0's (the reporting rank's) peak per step
 // and phase, with the categories at that peak; the failing step's phases last, marked
 // unfinished. At most kTimelinePoints: the first and last halves of a longer run.
 constexpr size_t kTimelinePoints = 400;
 
-json memory_timeline(const SummaryInput& in) {
-  json points = json::array();
+std::vector<SummaryTimelinePoint> typed_timeline(const SummaryInput& in) {
+  std::vector<SummaryTimelinePoint> points;
   auto add = [&](int64_t step, const PhaseWindow& w, bool unfinished) {
     if (w.peak <= 0) return;  // a device the tracking allocator does not see (CUDA)
-    json cats = json::object();
-    for (int c = 0; c < kNumMemCategories; ++c) cats[mem_category_name(static_cast<MemCategory>(c))] = w.by_category[c];
-    json p = {{"step", step}, {"phase", phase_name(w.phase)}, {"peak_bytes", w.peak}, {"by_category", cats}};
-    if (unfinished) p["unfinished"] = true;
-    points.push_back(p);
+    points.push_back({step, phase_name(w.phase), w.peak, by_category(w.by_category), unfinished});
   };
   for (const StepRecord& r : in.result->steps)
     for (const PhaseWindow& w : r.windows) add(r.step, w, false);
@@ -511,41 +497,58 @@ json memory_timeline(const SummaryInput& in) {
   // Only the phase it failed in is unfinished; the phases before it completed.
   for (size_t i = 0; i < in.unfinished.size(); ++i) add(next, in.unfinished[i], i + 1 == in.unfinished.size());
   if (points.size() <= kTimelinePoints) return points;
-  json kept = json::array();
   const size_t half = kTimelinePoints / 2;
-  for (size_t i = 0; i < half; ++i) kept.push_back(points[i]);
-  for (size_t i = points.size() - half; i < points.size(); ++i) kept.push_back(points[i]);
+  std::vector<SummaryTimelinePoint> kept(points.begin(), points.begin() + half);
+  kept.insert(kept.end(), points.end() - half, points.end());
   return kept;
 }
 
-json build_summary(const SummaryInput& in) {
-  json s = summary_setting(in);
+
+}  // namespace
+
+SummaryRankMemory rank_memory(const RankReport& r) {
+  SummaryRankMemory m;
+  m.rank = r.rank, m.peak_bytes = r.device.peak, m.peak_phase = phase_name(r.device.peak_phase);
+  m.peak_reserved_bytes = r.device.peak_reserved;
+  m.by_category = by_category(r.device.by_category_at_peak);
+  m.category_peaks = by_category(r.device.category_peaks);
+  m.model_states = {{"params", r.memory.params}, {"grads", r.memory.grads}, {"optimizer_states", r.memory.optimizer_states}};
+  // [Note: phase peaks]: the phases the run entered, in Phase order.
+  for (int p = 0; p < kNumPhases; ++p)
+    if (r.device.phases.allocated[p] > 0 || r.device.phases.reserved[p] > 0)
+      m.phases.push_back({phase_name(static_cast<Phase>(p)), r.device.phases.allocated[p], r.device.phases.reserved[p]});
+  m.host_pinned_bytes = r.memory.host_pinned, m.host_pageable_bytes = r.memory.host_pageable;
+  m.comm_wait_s = r.comm_wait_s;
+  m.alloc_retries = r.device.alloc_retries;
+  if (r.growth)
+    for (int c = 0; c <= kNumMemCategories; ++c)
+      m.growth_bytes_per_step[c < kNumMemCategories ? mem_category_name(static_cast<MemCategory>(c)) : "total"] = (*r.growth)[c];
+  return m;
+}
+
+Summary build_summary(const SummaryInput& in) {
+  Summary s = typed_setting(in);
   const DsConfig* c = in.config;
-  json time = nullptr, memory = nullptr;
   // Every rank's report, or rank 0's own when it ran alone.
   std::vector<RankReport> ranks = in.ranks;
   if (ranks.empty() && in.result) ranks.push_back(rank_report(0, *in.result, MemorySnapshot{}));
-  s["steps"] = in.result ? summary_steps(*in.result) : json::array();
   if (in.result) {
-    time = summary_time(in, ranks);
-    json rj = json::array();
-    for (const auto& r : ranks) rj.push_back(memory_rank_json(r));
-    memory = {{"device_capacity_bytes", ranks[0].device.capacity > 0 ? json(ranks[0].device.capacity) : json(nullptr)},
-              {"ranks", rj},
-              {"timeline", memory_timeline(in)}};
-    s["skipped_steps"] = in.result->skipped_steps;
+    s.steps = typed_steps(*in.result);
+    s.skipped_steps = in.result->skipped_steps;
+    s.time = typed_time(in, ranks);
+    SummaryMemory memory;
+    if (ranks[0].device.capacity > 0) memory.device_capacity_bytes = ranks[0].device.capacity;
+    for (const auto& r : ranks) memory.ranks.push_back(rank_memory(r));
+    memory.timeline = typed_timeline(in);
+    s.memory = memory;
+    s.comm = comm_of(in.result->steps, c ? c->world_size : 1, in.modelled_busbw_gbps);
   }
-  s["time"] = time;
-  s["memory"] = memory;
-  if (in.planned) s["memory"]["planned"] = in.planned->to_json();
-  s["comm"] = in.result ? comm_json(in.result->steps, c ? c->world_size : 1) : json(nullptr);
-  if (s["comm"].is_object())
-    s["comm"]["modelled_busbw_GBps"] = in.modelled_busbw_gbps > 0 ? json(in.modelled_busbw_gbps) : json(nullptr);
-  s["offload"] = c && in.result ? offload_json(*c, in, ranks) : json(nullptr);
-  s["failure"] = in.failure;
-  s["effective_config"] = c ? c->effective_json() : json(nullptr);
-  s["inputs"] = in.inputs;
-  if (in.scale_down) s["scale_down"] = in.scale_down->to_json();
+  if (in.planned) {
+    if (!s.memory) s.memory.emplace();
+    s.memory->planned = in.planned->to_json();
+  }
+  if (c && in.result) s.offload = offload_json(*c, in, ranks);
+  if (in.failure.is_object()) s.failure = SummaryFailure::from_json(in.failure);
   return s;
 }
 

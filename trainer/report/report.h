@@ -25,7 +25,7 @@ namespace zrepro {
 // config's) replaced, never thrown on.
 std::string summary_text(const nlohmann::json& summary);
 // DIR/summary.json and DIR/report.html from one summary, each written atomically.
-void write_summary_and_report(const std::string& dir, const nlohmann::json& summary);
+void write_summary_and_report(const std::string& dir, const Summary& summary);
 
 // Appends step lines to DIR/metrics.jsonl.partial (flushed per line, so a killed
 // run leaves evidence) and renames it to DIR/metrics.jsonl on close(). A write that
@@ -66,7 +66,7 @@ RankReport rank_report(int rank, const TrainResult& r, const MemorySnapshot& dev
 // states); none with fewer than kGrowthMinSteps steps after them. A leak is a positive slope.
 inline constexpr int kGrowthWarmupSteps = 2, kGrowthMinSteps = 3;
 std::optional<std::array<double, kNumMemCategories + 1>> growth_per_step(const std::vector<StepRecord>& steps);
-nlohmann::json memory_rank_json(const RankReport& r);
+SummaryRankMemory rank_memory(const RankReport& r);  // memory.ranks[] of the summary
 // The rank the others wait for: every rank's time in collectives, and when the spread is
 // more than a quarter of the mean total step time, the least-waiting rank named as the straggler
 // ({"rank", "others_wait_s", "own_wait_s"}); null on one rank or without such a spread.
@@ -106,7 +106,7 @@ struct SummaryInput {
   nlohmann::json inputs;       // what the run was asked (Summary::inputs), or null
   std::vector<PhaseWindow> unfinished;  // a failed run: the failing step's phases so far ([Note: phase windows])
 };
-nlohmann::json build_summary(const SummaryInput& in);
+Summary build_summary(const SummaryInput& in);
 
 // [Note: summary schema] (summary.h): kSummarySchema, checked by read_summary.
 // The summary at path, typed; none when the file is missing or not JSON (a run that

@@ -288,6 +288,10 @@ json Summary::to_json() const {
   return j;
 }
 
+std::optional<SummaryCalibration> SummaryCalibration::from_json(const json& j) { return calibration_of(j); }
+
+SummaryFailure SummaryFailure::from_json(const json& j) { return failure_of(j); }
+
 SummaryPlanned SummaryPlanned::from_json(const json& j) {
   SummaryPlanned p;
   p.verdict = j.at("verdict").get<std::string>();

@@ -1,5 +1,5 @@
-// summary.json as one C++ type. [Note: one summary type] `zrepro run` writes the JSON
-// (build_summary, report.h); every reader (check's baseline, ab, verify, report.html, the
+// summary.json as one C++ type. [Note: one summary type] `zrepro run` builds a Summary
+// (build_summary, report.h) and writes its to_json; every reader (check's baseline, ab, verify, report.html, the
 // merge of the ranks' views) takes it through read_summary (report.h) into a Summary and
 // reads fields, not string keys: a field renamed or removed is a compile error in the
 // reader, not a silent null. to_json gives back the same JSON, field for field
@@ -110,6 +110,8 @@ struct SummaryFailure {
   // The kind's own fields: an OOM's bytes and planned fixes, a hang's diagnosis, an
   // interruption's signal and vanished peers.
   nlohmann::json details = nlohmann::json::object();
+  // A failure record (make_failure's six fields, the kind's own, a merged failure's views).
+  static SummaryFailure from_json(const nlohmann::json& j);
 };
 
 struct SummaryRankTime {
@@ -124,6 +126,8 @@ struct SummaryCalibration {
   double median_s = 0, spread = 0;            // the kernel's median and relative spread
   double step_s_median = 0, step_spread = 0;  // the steps after warm-up
   double step_over_calibration = 0;
+  // StepCalibration::to_json's object; nullopt for null.
+  static std::optional<SummaryCalibration> from_json(const nlohmann::json& j);
 };
 
 struct SummaryTime {

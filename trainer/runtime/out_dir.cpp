@@ -151,8 +151,8 @@ void seal_out_dir(const std::string& dir) {
   write_manifest_file(dir, present);
 }
 
-void publish_rank_view(const std::string& dir, int rank, int world, const nlohmann::json& own) {
-  write_file_atomic(dir + "/summary_rank" + std::to_string(rank) + ".json", summary_text(own));
+void publish_rank_view(const std::string& dir, int rank, int world, const Summary& own) {
+  write_file_atomic(dir + "/summary_rank" + std::to_string(rank) + ".json", summary_text(own.to_json()));
   const std::string lock_path = dir + "/.views.lock";
   const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) throw IoError("cannot create " + lock_path + " to merge the ranks' summaries");
@@ -161,9 +161,9 @@ void publish_rank_view(const std::string& dir, int rank, int world, const nlohma
     std::vector<std::optional<Summary>> views(static_cast<size_t>(world));
     for (int r = 0; r < world; ++r) {
       const std::string path = dir + "/summary_rank" + std::to_string(r) + ".json";
-      views[r] = r == rank ? std::optional<Summary>(Summary::from_json(own)) : read_summary(path);
+      views[r] = r == rank ? std::optional<Summary>(own) : read_summary(path);
     }
-    write_summary_and_report(dir, merge_rank_views(views, world)->to_json());
+    write_summary_and_report(dir, *merge_rank_views(views, world));
   } catch (...) {
     ::close(fd);
     throw;

@@ -16,6 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "trainer/report/summary.h"
+
 namespace zrepro {
 
 // The names a run writes in its --out (files and folders), which claim_out_dir moves aside.
@@ -34,6 +36,6 @@ void seal_out_dir(const std::string& dir);
 // then, under dir/.views.lock, merges every rank's view present into dir/summary.json and
 // dir/report.html ([Note: every rank's view], trainer/report/rank_views.h). Throws
 // IoError when a write fails.
-void publish_rank_view(const std::string& dir, int rank, int world, const nlohmann::json& own);
+void publish_rank_view(const std::string& dir, int rank, int world, const Summary& own);
 
 }  // namespace zrepro

@@ -41,7 +41,7 @@ TEST(MemoryGrowth, TravelsInTheRanksPackedReport) {
   EXPECT_NEAR((*b.growth)[static_cast<int>(MemCategory::activations)], 512, 1e-6);
   r.steps.resize(2);
   EXPECT_FALSE(RankReport::unpack(rank_report(0, r, MemorySnapshot{}).pack().data()).growth.has_value());
-  EXPECT_NEAR(memory_rank_json(b)["growth_bytes_per_step"]["activations"].get<double>(), 512, 1e-6);
+  EXPECT_NEAR(rank_memory(b).growth_bytes_per_step.at("activations"), 512, 1e-6);
 }
 
 }  // namespace
