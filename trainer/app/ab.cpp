@@ -150,6 +150,20 @@ struct AbRequest {
 };
 
 // The flags checked into a request (ConfigError naming the flag).
+// A measured symptom needs what it measures: timing needs real processes, anything but a
+// failure needs runs, not plans.
+void check_expectation_fits(const AbRequest& q) {
+  const Expectation& expect = q.expect;
+  const bool timing = expect.kind == Expectation::Kind::scaling ||
+                      ((expect.kind == Expectation::Kind::less || expect.kind == Expectation::Kind::more) &&
+                       expect.key.find("bytes") == std::string::npos);
+  if (q.virtual_ranks && timing)
+    throw ConfigError("--virtual with --expect " + expect.text + ": virtual ranks share one process's cores, so "
+                      "their timing is not the job's; run real processes (drop --virtual)");
+  if (q.plan_only && expect.kind != Expectation::Kind::failure)
+    throw ConfigError("--expect " + expect.text + " needs runs: the planner answers only whether a side fits (drop --plan-only)");
+}
+
 AbRequest ab_request_from(const cxxopts::ParseResult& r) {
   if (launched_by_mpi()) throw ConfigError("zrepro ab starts its runs itself: run it without mpirun (use --ranks)");
   if (!r.count("a-config")) throw ConfigError("--a: missing. Give side A's config: zrepro ab --a before.json --b after.json");
@@ -171,15 +185,7 @@ AbRequest ab_request_from(const cxxopts::ParseResult& r) {
   q.plan_only = r.count("plan-only") > 0;
   q.expect = parse_expectation(r["expect"].as<std::string>());
   q.virtual_ranks = r.count("virtual") > 0;
-  const Expectation& expect = q.expect;
-  const bool timing = expect.kind == Expectation::Kind::scaling ||
-                      ((expect.kind == Expectation::Kind::less || expect.kind == Expectation::Kind::more) &&
-                       expect.key.find("bytes") == std::string::npos);
-  if (q.virtual_ranks && timing)
-    throw ConfigError("--virtual with --expect " + expect.text + ": virtual ranks share one process's cores, so "
-                      "their timing is not the job's; run real processes (drop --virtual)");
-  if (q.plan_only && expect.kind != Expectation::Kind::failure)
-    throw ConfigError("--expect " + expect.text + " needs runs: the planner answers only whether a side fits (drop --plan-only)");
+  check_expectation_fits(q);
   q.common = q.plan_only ? plan_flags(r.unmatched()) : r.unmatched();
   q.out = r["out"].as<std::string>();
   return q;

@@ -121,6 +121,69 @@ static void check_save_target(const std::string& path, const std::vector<std::st
                       [](const std::string& t) { return t.find("\"zrepro_baseline\"") != std::string::npos; });
 }
 
+namespace {
+
+// What `zrepro check` was asked, from its flags: a suite (or its baselines to save), or one
+// run (a folder, run arguments, or the baseline's stored inputs) saved or compared.
+struct CheckRequest {
+  CheckTolerances tol;
+  std::optional<std::string> suite;  // --suite or --save-suite DIR
+  bool save_suite = false;
+  std::optional<std::string> save, baseline, run;
+  std::vector<std::string> run_args;
+  std::string work, junit;  // junit: "" for none
+  bool json = false;
+};
+
+CheckRequest check_request_from(const cxxopts::ParseResult& r, const std::vector<std::string>& run_args) {
+  CheckRequest q;
+  q.tol = check_tolerances(r);
+  q.work = r["work"].as<std::string>();
+  q.json = r.count("json") > 0;
+  q.junit = r.count("junit") ? r["junit"].as<std::string>() : "";
+  q.run_args = run_args;
+  for (auto [flag, field] : {std::pair<const char*, std::optional<std::string>*>{"save", &q.save}, {"baseline", &q.baseline},
+                             {"run", &q.run}})
+    if (r.count(flag)) *field = r[flag].as<std::string>();
+  if (r.count("suite") || r.count("save-suite")) {
+    if (r.count("suite") + r.count("save-suite") > 1 || q.baseline || q.save || q.run || !run_args.empty())
+      throw ConfigError("--suite DIR / --save-suite DIR: give one of them alone, not with --baseline, --save, --run "
+                        "or run arguments: each config's arguments are DIR/NAME.args");
+    q.save_suite = r.count("save-suite") > 0;
+    q.suite = r[q.save_suite ? "save-suite" : "suite"].as<std::string>();
+    return q;
+  }
+  if (q.save.has_value() == q.baseline.has_value())
+    throw ConfigError("zrepro check: give --save B.json (make a baseline) or --baseline B.json (compare), one of the two");
+  if (q.run && !run_args.empty()) throw ConfigError("--run and run arguments after --: give one");
+  if (!q.run && run_args.empty() && !q.baseline)
+    throw ConfigError("--run DIR or -- RUN ARGS: which run to take the figures from");
+  return q;
+}
+
+// One run's check: the baseline read and checked before any run starts (a missing file
+// costs nothing), the run's figures, then saved or compared.
+int run_check(const CheckRequest& q) {
+  if (q.save) check_save_target(*q.save, q.run_args);
+  Baseline base;
+  if (q.baseline) base = read_baseline(*q.baseline);
+  const std::string dir = q.run                 ? *q.run
+                          : !q.run_args.empty() ? run_into(q.work, q.run_args)
+                                                : run_into(q.work, stored_args(base, *q.baseline, q.work));
+  const Baseline now = baseline_of_run(dir, "--run");
+  if (q.save) {
+    write_json_file(*q.save, now.to_json());
+    print_saved(*q.save, now);
+    return kExitOk;
+  }
+  const CheckResult res = check_against(base, now, q.tol);
+  std::cout << (q.json ? json_text(res.to_json()) + "\n" : res.table());
+  if (!q.junit.empty()) write_file_atomic(q.junit, junit_xml("zrepro check", {{*q.baseline, res, ""}}));
+  return res.passed() ? kExitOk : kExitCheckRegressed;
+}
+
+}  // namespace
+
 int check_command(int argc, char** argv) {
   cxxopts::Options o("zrepro check", "Regression test after an upgrade: save a run's figures as a baseline, or "
                                      "compare a run with one (exit 11 when something moved past its tolerance).");
@@ -147,45 +210,9 @@ int check_command(int argc, char** argv) {
       break;
     }
   return command_main(o, own, argv, [&](const cxxopts::ParseResult& r) -> int {
-    const CheckTolerances tol = check_tolerances(r);
-    if (r.count("suite") || r.count("save-suite")) {
-      if (r.count("suite") + r.count("save-suite") > 1 || r.count("baseline") || r.count("save") || r.count("run") ||
-          !run_args.empty())
-        throw ConfigError("--suite DIR / --save-suite DIR: give one of them alone, not with --baseline, --save, --run "
-                          "or run arguments: each config's arguments are DIR/NAME.args");
-      const bool save = r.count("save-suite") > 0;
-      return check_suite(r[save ? "save-suite" : "suite"].as<std::string>(), save, r["work"].as<std::string>(), tol,
-                         r.count("json") > 0, r.count("junit") ? r["junit"].as<std::string>() : "");
-    }
-    if (r.count("save") == r.count("baseline"))
-      throw ConfigError("zrepro check: give --save B.json (make a baseline) or --baseline B.json (compare), one of the two");
-    if (r.count("run") && !run_args.empty()) throw ConfigError("--run and run arguments after --: give one");
-    if (r.count("save")) check_save_target(r["save"].as<std::string>(), run_args);
-    // The baseline is read and checked before any run starts (a missing file costs nothing).
-    Baseline base;
-    if (r.count("baseline")) base = read_baseline(r["baseline"].as<std::string>());
-    const std::string work = r["work"].as<std::string>();
-    std::string dir;
-    if (r.count("run")) {
-      dir = r["run"].as<std::string>();
-    } else if (!run_args.empty()) {
-      dir = run_into(work, run_args);
-    } else if (r.count("baseline")) {
-      dir = run_into(work, stored_args(base, r["baseline"].as<std::string>(), work));
-    } else {
-      throw ConfigError("--run DIR or -- RUN ARGS: which run to take the figures from");
-    }
-    const Baseline now = baseline_of_run(dir, "--run");
-    if (r.count("save")) {
-      write_json_file(r["save"].as<std::string>(), now.to_json());
-      print_saved(r["save"].as<std::string>(), now);
-      return kExitOk;
-    }
-    const CheckResult res = check_against(base, now, tol);
-    std::cout << (r.count("json") ? json_text(res.to_json()) + "\n" : res.table());
-    if (r.count("junit"))
-      write_file_atomic(r["junit"].as<std::string>(), junit_xml("zrepro check", {{r["baseline"].as<std::string>(), res, ""}}));
-    return res.passed() ? kExitOk : kExitCheckRegressed;
+    const CheckRequest q = check_request_from(r, run_args);
+    if (q.suite) return check_suite(*q.suite, q.save_suite, q.work, q.tol, q.json, q.junit);
+    return run_check(q);
   });
 }
 

@@ -186,6 +186,9 @@ json load_scenario(const std::string& path) {
   return s;
 }
 
+int run_fixes(const std::string& folder, const std::string& name, const json& s, const std::string& ranks,
+              const std::string& out, const std::vector<std::string>& ab_flags);
+
 int run_scenario(const std::string& dir, const std::string& name, const std::optional<std::string>& ranks,
                  const std::string& out, const std::vector<std::string>& ab_flags) {
   const std::string folder = dir + "/" + name;
@@ -208,14 +211,19 @@ int run_scenario(const std::string& dir, const std::string& name, const std::opt
               << ")" << std::endl;
     return code;
   }
-  // Several candidate fixes: each against A, in its own folder; A's outcome is the same in each.
+  return run_fixes(folder, name, s, ranks.value_or(rank_list), out, ab_flags);
+}
+
+// Several candidate fixes: each against A, in its own folder; A's outcome is the same in each.
+int run_fixes(const std::string& folder, const std::string& name, const json& s, const std::string& ranks,
+              const std::string& out, const std::vector<std::string>& ab_flags) {
   int best = kExitAbNoFailure;
   std::string verified, not_verified, mechanisms;
   for (size_t i = 0; i < s["fixes"].size(); ++i) {
     const json& fix = s["fixes"][i];
     const std::string fix_name = fix.value("name", fix["config"].get<std::string>());
     std::cout << "[zrepro scenario] fix " << i + 1 << "/" << s["fixes"].size() << ": " << fix_name << std::endl;
-    int code = run_ab(folder, s, fix, ranks.value_or(rank_list), out + "/fix_" + std::to_string(i + 1), ab_flags);
+    int code = run_ab(folder, s, fix, ranks, out + "/fix_" + std::to_string(i + 1), ab_flags);
     // A relative expectation (slower:, less:, ...) compares A with this fix: no difference
     // means this fix is not verified. A failure expectation: A itself did not fail.
     const std::string expect = s.value("expect", "failure");

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "device/base/errors.h"
+#include "tests/support/doc_fields.h"
 #include "trainer/report/ab.h"
 #include "trainer/report/ab_doc.h"
 
@@ -20,26 +21,10 @@ namespace {
 
 const std::string kAbPage = std::string(ZREPRO_SOURCE_DIR).append("/docs/reference/ab-json.md");
 
-// Every leaf path: objects to their fields, lists of objects to their first element as a[].
-void walk(const json& v, const std::string& path, std::set<std::string>& out) {
-  if (v.is_object() && !v.empty()) {
-    for (const auto& [k, x] : v.items()) walk(x, path.empty() ? k : path + "." + k, out);
-  } else if (v.is_array() && !v.empty() && v[0].is_object()) {
-    walk(v[0], path + "[]", out);
-  } else {
-    out.insert(path);
-  }
-}
-
-bool starred(const std::string& f) { return f.size() > 2 && f.compare(f.size() - 2, 2, ".*") == 0; }
-
 bool covered(const std::string& path) {
   for (const auto& d : ab_field_docs())
-    for (const auto& f : d.fields) {
-      if (f == path) return true;
-      const std::string root = starred(f) ? f.substr(0, f.size() - 2) : "";
-      if (!root.empty() && (path == root || path.compare(0, root.size() + 1, root + ".") == 0)) return true;
-    }
+    for (const auto& f : d.fields)
+      if (zrepro_test::names_path(f, path)) return true;
   return false;
 }
 
@@ -55,7 +40,7 @@ TEST(AbDoc, ReadsBackAsWritten) {
   AbRow bare;
   bare.side = "B", bare.status = "no summary";
   std::set<std::string> full, lean;
-  walk(ab_example().rows[0].to_json(), "", full);
+  zrepro_test::leaf_paths(ab_example().rows[0].to_json(), "", full);
   const json bare_json = bare.to_json();
   for (const auto& [k, v] : bare_json.items()) lean.insert(k);
   for (const auto& p : full) EXPECT_TRUE(lean.count(p.substr(0, p.find_first_of(".["))) > 0) << p;
@@ -77,20 +62,17 @@ TEST(AbDoc, EveryExpectFigureIsARowField) {
 
 TEST(AbDoc, EveryFieldOfTheTypeHasItsRow) {
   std::set<std::string> paths;
-  walk(ab_example().to_json(), "", paths);
+  zrepro_test::leaf_paths(ab_example().to_json(), "", paths);
   EXPECT_GT(paths.size(), 60u);
   for (const auto& p : paths) EXPECT_TRUE(covered(p)) << "AbDocument writes `" << p << "` and ab_field_docs() has no row for it";
 }
 
 TEST(AbDoc, EveryRowNamesAFieldTheTypeWrites) {
   std::set<std::string> paths;
-  walk(ab_example().to_json(), "", paths);
+  zrepro_test::leaf_paths(ab_example().to_json(), "", paths);
   for (const auto& d : ab_field_docs())
     for (const auto& f : d.fields) {
-      const std::string root = starred(f) ? f.substr(0, f.size() - 2) : f;
-      const bool found = std::any_of(paths.begin(), paths.end(), [&](const std::string& p) {
-        return p == root || (starred(f) && p.compare(0, root.size() + 1, root + ".") == 0);
-      });
+      const bool found = std::any_of(paths.begin(), paths.end(), [&](const std::string& p) { return zrepro_test::names_path(f, p); });
       EXPECT_TRUE(found) << "the row `" << f << "` names a field AbDocument does not write";
     }
 }

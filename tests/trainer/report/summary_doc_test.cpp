@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "tests/support/doc_fields.h"
 #include "trainer/report/summary_doc.h"
 
 using namespace zrepro;
@@ -17,28 +18,11 @@ namespace {
 
 const std::string kSummaryPage = std::string(ZREPRO_SOURCE_DIR).append("/docs/reference/summary-json.md");
 
-// Every leaf path: objects to their fields, lists to their first element as a[], an empty
-// object or list (a module-owned part in the example) as itself.
-void walk(const json& v, const std::string& path, std::set<std::string>& out) {
-  if (v.is_object() && !v.empty()) {
-    for (const auto& [k, x] : v.items()) walk(x, path.empty() ? k : path + "." + k, out);
-  } else if (v.is_array() && !v.empty() && v[0].is_object()) {
-    walk(v[0], path + "[]", out);
-  } else {
-    out.insert(path);
-  }
-}
-
 // A row covers a path when it names it, or names a.b.* above it.
 bool covered(const std::string& path) {
   for (const auto& d : summary_field_docs())
-    for (const auto& f : d.fields) {
-      if (f == path) return true;
-      if (f.size() > 2 && f.compare(f.size() - 2, 2, ".*") == 0) {
-        const std::string root = f.substr(0, f.size() - 2);
-        if (path == root || path.compare(0, root.size() + 1, root + ".") == 0) return true;
-      }
-    }
+    for (const auto& f : d.fields)
+      if (zrepro_test::names_path(f, path)) return true;
   return false;
 }
 
@@ -46,22 +30,18 @@ bool covered(const std::string& path) {
 
 TEST(SummaryDoc, EveryFieldOfTheTypeHasItsRow) {
   std::set<std::string> paths;
-  walk(summary_example().to_json(), "", paths);
+  zrepro_test::leaf_paths(summary_example().to_json(), "", paths);
   EXPECT_GT(paths.size(), 50u);
   for (const auto& p : paths) EXPECT_TRUE(covered(p)) << "Summary writes `" << p << "` and summary_field_docs() has no row for it";
 }
 
 TEST(SummaryDoc, EveryTypedRowNamesAFieldTheTypeWrites) {
   std::set<std::string> paths;
-  walk(summary_example().to_json(), "", paths);
+  zrepro_test::leaf_paths(summary_example().to_json(), "", paths);
   for (const auto& d : summary_field_docs()) {
     if (!d.owner.empty()) continue;  // a module-owned part: real runs check it (SummaryReference)
     for (const auto& f : d.fields) {
-      const bool star = f.size() > 2 && f.compare(f.size() - 2, 2, ".*") == 0;
-      const std::string root = star ? f.substr(0, f.size() - 2) : f;
-      const bool found = std::any_of(paths.begin(), paths.end(), [&](const std::string& p) {
-        return p == root || (star && p.compare(0, root.size() + 1, root + ".") == 0);
-      });
+      const bool found = std::any_of(paths.begin(), paths.end(), [&](const std::string& p) { return zrepro_test::names_path(f, p); });
       EXPECT_TRUE(found) << "the row `" << f << "` is typed, and the Summary type does not write it";
     }
   }
