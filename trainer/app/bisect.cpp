@@ -52,7 +52,7 @@ struct Bisect {
   std::string precision = "fp32";
   std::string good;
   std::string model;  // what every release trained: "tiny-llama (llama, 102720 parameters)"
-  std::optional<json> good_summary;  // zrepro as the good release: its run also exported the inputs
+  std::optional<Summary> good_summary;  // zrepro as the good release: its run also exported the inputs
 };
 
 // The user's --config as JSON (read_user_file names the flag for a folder or an unreadable path).
@@ -64,8 +64,8 @@ json read_config(const std::string& path) {
 
 // zrepro as release V on the same inputs: OUT/zrepro-V. The good release's run also exports
 // the inputs, and its refusal is the user's (ConfigError); beside another release a refusal
-// is zrepro's answer for that release ({"status": "refused", ...}).
-std::optional<json> run_zrepro(Bisect& b, const std::string& release, bool export_inputs) {
+// is zrepro's answer for that release (its error line). None: no summary (killed).
+std::optional<ReleaseFigures> run_zrepro(Bisect& b, const std::string& release, bool export_inputs) {
   const std::string dir = b.out + "/zrepro-" + release;
   fs::remove_all(dir);
   std::vector<std::string> args = {"run",     "--config", b.config, "--out", dir, "--deepspeed-version", release,
@@ -81,11 +81,12 @@ std::optional<json> run_zrepro(Bisect& b, const std::string& release, bool expor
     std::string line, error;
     while (std::getline(log, line))
       if (line.find("] error: ") != std::string::npos) error = line.substr(line.find("] error: ") + 9);
-    return json{{"status", "refused"}, {"failure", {{"message", error}}}};
+    return zrepro_refusal(error);
   }
-  const json summary = read_json_file(dir + "/summary.json");
-  if (summary.is_null()) return std::nullopt;
-  return summary;
+  const std::optional<Summary> summary = read_summary(dir + "/summary.json");
+  if (!summary) return std::nullopt;
+  if (export_inputs) b.good_summary = summary;
+  return figures_from_zrepro(*summary);
 }
 
 // What zrepro as this release differs in from the release (empty: it agrees or did not run).
@@ -112,8 +113,10 @@ Judged& judge(Bisect& b, const std::string& release, const ReleaseFigures* good)
   // bisect skip` (its message is in the table; a refusal of the config is judged).
   if (j.ds.outcome == "unavailable" || j.ds.outcome == "failed") return skip(j.ds.outcome + ": " + j.ds.message);
   j.verdict = good && !moved(*good, j.ds, b.tol).empty() ? Verdict::kMoved : Verdict::kGood;
-  const auto s = release == b.good ? b.good_summary : run_zrepro(b, release, false);
-  if (s) j.zrepro = figures_from_zrepro(*s);
+  if (release == b.good && b.good_summary)
+    j.zrepro = figures_from_zrepro(*b.good_summary);
+  else if (release != b.good)
+    j.zrepro = run_zrepro(b, release, false);
   j.zrepro_diff = zrepro_differs(b, j);
   std::cout << "[zrepro bisect] DeepSpeed " << release << ": " << (good ? verdict_name(j.verdict) : "the good release")
             << (j.ds.outcome == "ran" ? "" : " (" + j.ds.outcome + ")") << (j.from_cache ? " (cached)" : "") << std::endl;
@@ -266,16 +269,17 @@ std::vector<std::string> window(const std::string& good, const std::string& bad,
 // zrepro as the good release: the inputs every release trains on, the config DeepSpeed gets.
 void prepare(Bisect& b, const std::string& good, const json& user) {
   b.good = good;
-  const auto summary = b.good_summary = run_zrepro(b, good, true);
-  if (!summary || summary->value("status", "") != "ok")
+  run_zrepro(b, good, true);
+  const std::optional<Summary>& summary = b.good_summary;
+  if (!summary || summary->status != "ok")
     throw ConfigError("--config " + b.config + ": zrepro could not train it as DeepSpeed " + good + " (see " + b.out +
                       "/zrepro-" + good + ".log); bisect needs a config that trains");
-  b.precision = summary->value("precision", "fp32");
-  const json model = summary->value("model", json::object());
+  b.precision = summary->precision.value_or("fp32");
+  const json model = summary->model.is_object() ? summary->model : json::object();  // ModelSpec::to_json
   b.model = model.value("name", "?") + " (" + model.value("family", "?") + ", " +
             std::to_string(model.value("params", int64_t{0})) + " parameters)";
-  b.stage = summary->value("zero_stage", 0);
-  const json resolved = summary->value("effective_config", json::object()).value("resolved", json::object());
+  b.stage = static_cast<int>(summary->zero_stage.value_or(0));
+  const json resolved = summary->effective_config.value("resolved", json::object());  // DsConfig::effective_json
   // [Note: an output never replaces an input]: the config DeepSpeed gets is bisect's own file,
   // never the user's (a --out that is the config's folder), nor a file bisect did not write.
   const std::string ds_config = b.out + "/deepspeed_config.json";

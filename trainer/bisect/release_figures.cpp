@@ -103,16 +103,26 @@ ReleaseFigures figures_from_deepspeed(const json& record, const std::string& log
   return f;
 }
 
-ReleaseFigures figures_from_zrepro(const json& summary) {
+ReleaseFigures figures_from_zrepro(const Summary& summary) {
   ReleaseFigures f;
-  const std::string status = summary.value("status", "");
-  if (status != "ok") {
-    f.outcome = status == "refused" ? "refused" : "failed";
-    f.message = summary.contains("failure") ? summary["failure"].value("message", status) : status;
+  if (summary.status != "ok") {
+    f.outcome = summary.status == "config_error" ? "refused" : "failed";
+    f.message = summary.failure && !summary.failure->message.empty() ? summary.failure->message : summary.status;
   }
-  for (const json& s : summary.value("steps", json::array())) {
-    f.steps.push_back(step_figures(s));
+  for (const SummaryStep& s : summary.steps) {
+    StepFigures st;
+    st.loss = s.loss.value_or(NAN);
+    st.grad_norm = s.grad_norm;
+    st.skipped = s.skipped;
+    f.steps.push_back(st);
   }
+  return f;
+}
+
+ReleaseFigures zrepro_refusal(const std::string& message) {
+  ReleaseFigures f;
+  f.outcome = "refused";
+  f.message = message;
   return f;
 }
 

@@ -19,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "trainer/report/summary.h"
+
 namespace zrepro {
 
 struct StepFigures {
@@ -47,9 +49,12 @@ Tolerance default_tolerance(const std::string& precision);
 
 // ds_run.py's record (deepspeed.json). A missing or cut record is a failure with `log_tail`.
 ReleaseFigures figures_from_deepspeed(const nlohmann::json& record, const std::string& log_tail);
-// zrepro's summary.json: steps only (zrepro's categories are not DeepSpeed's; the
-// conformance record compares bytes).
-ReleaseFigures figures_from_zrepro(const nlohmann::json& summary);
+// zrepro's summary: steps only (zrepro's categories are not DeepSpeed's; the conformance
+// record compares bytes). A config zrepro refused (status config_error) is "refused", as a
+// release's refusal is; any other failure "failed".
+ReleaseFigures figures_from_zrepro(const Summary& summary);
+// zrepro refused the config before writing a summary (exit 2): its error line.
+ReleaseFigures zrepro_refusal(const std::string& message);
 
 // What moved from a to b, one line each ("step 1 grad norm 1.434 -> 0.7802 (-45.6%)");
 // empty when they agree. With steps_only the bytes are not compared (zrepro beside a

@@ -35,6 +35,37 @@ TEST(ReleaseFigures, ReadsDeepSpeedsRecord) {
   EXPECT_EQ(figures_from_deepspeed(json(), "Killed").message, "Killed");
 }
 
+// zrepro beside a release, from its typed summary: a config zrepro refused (status
+// config_error, exit 2) is a refusal, as a release's is, so a release that refuses too agrees
+// with it; a run that failed otherwise is a failure; a run's steps are its figures.
+TEST(ReleaseFigures, ReadsZreprosSummary) {
+  Summary refused;
+  refused.status = "config_error";
+  SummaryFailure why;
+  why.kind = "config_error", why.message = "zero stage 2 requires an optimizer";
+  refused.failure = why;
+  const ReleaseFigures r = figures_from_zrepro(refused);
+  EXPECT_EQ(r.outcome, "refused");
+  EXPECT_EQ(r.message, "zero stage 2 requires an optimizer");
+  EXPECT_TRUE(moved(figures_from_deepspeed({{"refused", "AssertionError: zero stage 2 requires an optimizer"}}, ""), r,
+                    Tolerance{}, true).empty());
+  Summary oom;
+  oom.status = "oom";
+  EXPECT_EQ(figures_from_zrepro(oom).outcome, "failed");
+  EXPECT_EQ(figures_from_zrepro(oom).message, "oom");
+  Summary ran;
+  ran.status = "ok";
+  ran.steps = {SummaryStep{0, 4.866, 1.434, 1, false, 1e-3, 0.1, std::nullopt},
+               SummaryStep{1, std::nullopt, std::nullopt, 1, true, 1e-3, 0.1, std::nullopt}};
+  const ReleaseFigures f = figures_from_zrepro(ran);
+  EXPECT_EQ(f.outcome, "ran");
+  ASSERT_EQ(f.steps.size(), 2u);
+  EXPECT_DOUBLE_EQ(f.steps[0].loss, 4.866);
+  EXPECT_TRUE(f.steps[1].skipped);
+  EXPECT_FALSE(f.steps[1].grad_norm.has_value());
+  EXPECT_EQ(zrepro_refusal("stage 4").outcome, "refused");
+}
+
 TEST(ReleaseFigures, SaysWhatMovedPastTheTolerance) {
   const Tolerance fp32 = default_tolerance("fp32");
   const ReleaseFigures a = figures_from_deepspeed(ds_record(4.866347, 1.434137), "");
