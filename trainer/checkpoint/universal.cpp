@@ -97,12 +97,29 @@ int64_t adam_step_of(const IValue& step) {
   return step.isInt() ? step.toInt() : static_cast<int64_t>(step.toTensor().item<double>());
 }
 
+namespace {
+
+// [Note: names from files are data] A parameter's name in a checkpoint becomes a folder
+// under zero/ (ds_to_universal's layout), read and written by that name. A name that is not
+// one plain path component ('/' or '\\' in it, ".", "..", empty, a NUL byte) would reach
+// outside the folder, so it is refused here, where names are read, naming the file.
+const std::string& folder_name(const std::string& name, const std::string& file) {
+  const bool plain = !name.empty() && name != "." && name != ".." && name.find_first_of(std::string("/\\\0", 3)) == std::string::npos;
+  if (!plain)
+    throw ConfigError(file + ": the parameter name \"" + name.substr(0, 80) + "\" is not a plain name (ds_to_universal "
+                      "makes a folder of each name: this one would lie outside the output folder); the checkpoint is "
+                      "damaged or was not written by DeepSpeed");
+  return name;
+}
+
+}  // namespace
+
 std::vector<CheckpointParam> saved_params(const c10::impl::GenericDict& model_states, const std::string& file) {
   std::vector<CheckpointParam> out;
   for (const IValue& g : dict_at(model_states, "param_shapes", file).toList())
     for (const auto& kv : g.toGenericDict()) {
       CheckpointParam p;
-      p.name = kv.key().toStringRef();
+      p.name = folder_name(kv.key().toStringRef(), file);
       p.shape = kv.value().toIntVector();
       p.numel = 1;
       for (int64_t d : p.shape) p.numel *= d;
@@ -186,7 +203,7 @@ UniversalConversion convert_to_universal(const std::string& input_folder, const 
   if (s.layout.module_holds_values) {
     // Module entries no optimizer state covers (a tied head): their 16-bit values as fp32.
     for (const auto& kv : dict_at(s.model_states, "module", s.model_files[0]).toGenericDict()) {
-      const std::string dir = zero + "/" + kv.key().toStringRef();
+      const std::string dir = zero + "/" + folder_name(kv.key().toStringRef(), s.model_files[0]);
       if (fs::exists(dir + "/fp32.pt")) continue;
       fs::create_directories(dir);
       c10::impl::GenericDict d = str_dict();

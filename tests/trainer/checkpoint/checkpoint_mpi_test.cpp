@@ -450,3 +450,32 @@ TEST(Checkpoint, FromDeepSpeedRewritesACheckpointDeepSpeedWroteForResume) {
     EXPECT_EQ(full.summary["steps"][i + 2]["grad_norm"].get<double>(), res.summary["steps"][i]["grad_norm"].get<double>());
   }
 }
+
+// Issue 61 item 4, [Note: names from files are data] (trainer/checkpoint/universal.cpp): a
+// checkpoint whose parameter name is a path ("../../escaped") is refused by to-universal
+// (exit 2, the file and the name named), and nothing is written outside --output-folder.
+TEST(Checkpoint, AParameterNameIsNeverAPathOutOfTheOutputFolder) {
+  const std::string save = testing::TempDir() + "/ck_names";
+  std::filesystem::remove_all(save);
+  const RunResult run = zrepro_run("ck_names", R"({"train_batch_size": 2, "zero_optimization": {"stage": 2}})",
+                                   "--model tiny-llama --seq 16 --steps 2 --save-every 2 --save-dir " + save);
+  ASSERT_EQ(run.code, 0) << run.output;
+  const std::string in = save + "/global_step2", file = in + "/mp_rank_00_model_states.pt";
+  c10::impl::GenericDict states = zrepro::read_pt(file).toGenericDict();
+  c10::List<c10::IValue> shapes = states.at("param_shapes").toList();
+  const c10::impl::GenericDict group = shapes.get(0).toGenericDict();
+  c10::impl::GenericDict renamed(group.keyType(), group.valueType());
+  for (const auto& kv : group)
+    renamed.insert(renamed.empty() ? c10::IValue(std::string("../../escaped")) : kv.key(), kv.value());
+  shapes.set(0, renamed);
+  states.insert_or_assign("param_shapes", shapes);
+  zrepro::write_pt(file, states, true);
+  const std::string out = save + "/out/universal";
+  const Process conv =
+      zrepro_cmd("checkpoint to-universal --input-folder " + in + " --output-folder " + out + " --inject-missing-state");
+  EXPECT_EQ(conv.code, 2) << conv.output;
+  EXPECT_NE(conv.output.find("the parameter name \"../../escaped\" is not a plain name"), std::string::npos) << conv.output;
+  EXPECT_NE(conv.output.find("mp_rank_00_model_states.pt"), std::string::npos) << conv.output;
+  EXPECT_FALSE(std::filesystem::exists(save + "/out/escaped"));
+  EXPECT_FALSE(std::filesystem::exists(save + "/escaped"));
+}
