@@ -154,7 +154,7 @@ AbFailure failure_of(const SummaryFailure& f) {
   out.needed_bytes = optional_of<int64_t>(f.details, "needed_bytes");
   out.memlock_limit_bytes = optional_of<int64_t>(f.details, "memlock_limit_bytes");
   out.locked_bytes = optional_of<int64_t>(f.details, "locked_bytes");
-  if (f.details.contains("hang") && f.details["hang"].is_object()) out.hang = HangDiagnosis::from_json(f.details["hang"]);
+  out.hang = hang_in(f.details);
   return out;
 }
 

@@ -244,13 +244,11 @@ BaselineTime time_of(const Summary& s, double check_time_calibration_s) {
   return {step, k, k > 0 ? step / k : 0.0, 0.0, "at check time, not during the run (a summary from an older zrepro)"};
 }
 
-// The effective config's entries (DsConfig::effective_json) as key -> value and source.
-std::map<std::string, BaselineConfigValue> config_of(const json& effective) {
+// The effective config's entries as key -> value and source.
+std::map<std::string, BaselineConfigValue> config_of(const Summary& s) {
   std::map<std::string, BaselineConfigValue> config;
-  if (effective.is_object())
-    for (const auto& e : effective.value("entries", json::array()))
-      if (e.is_object() && e.contains("key"))
-        config[e["key"].get<std::string>()] = {e.value("value", json()), e.value("source", json()), e.value("note", json())};
+  for (const SummaryConfigEntry& e : s.config_entries())
+    config[e.key] = {e.value, e.source, e.note ? json(*e.note) : json(nullptr)};
   return config;
 }
 
@@ -278,7 +276,7 @@ Baseline make_baseline(const Summary& s, double check_time_calibration_s, const 
   if (s.comm)
     for (const auto& [op, v] : s.comm->bytes_per_step)
       if (v) b.comm_bytes_per_step[op] = *v;
-  b.effective_config = config_of(s.effective_config);
+  b.effective_config = config_of(s);
   const auto planned = s.planned();
   if (b.peak_bytes > 0 && planned && planned->peak_bytes > 0)
     b.plan_over_measured = static_cast<double>(planned->peak_bytes) / static_cast<double>(b.peak_bytes);

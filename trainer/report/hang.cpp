@@ -78,6 +78,11 @@ json HangDiagnosis::to_json() const {
   return {{"seq", seq}, {"culprit_ranks", culprits}, {"kind", kind}, {"text", text}, {"suspects", s}, {"ranks", rv}};
 }
 
+std::optional<HangDiagnosis> hang_in(const json& details) {
+  if (!details.is_object() || !details.contains("hang") || !details["hang"].is_object()) return std::nullopt;
+  return HangDiagnosis::from_json(details["hang"]);
+}
+
 HangDiagnosis HangDiagnosis::from_json(const json& j) {
   HangDiagnosis d;
   d.seq = j.at("seq").get<int64_t>();

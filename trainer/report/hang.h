@@ -4,6 +4,7 @@
 // or a different op / size / dtype) and names the culprit, writes
 // OUT/hang_report.json and summary.json (status "hang"), and every rank exits 4.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,10 @@ struct HangDiagnosis {
   // nlohmann::json::exception on a wrong shape.
   static HangDiagnosis from_json(const nlohmann::json& j);
 };
+
+// A failure's hang diagnosis (summary.json failure.hang: a failure record's own fields, the
+// kind's details), nullopt when it has none.
+std::optional<HangDiagnosis> hang_in(const nlohmann::json& failure_details);
 
 // per_rank[r]: rank r's flight entries (empty when its dump is missing). gas:
 // micro-steps per step, to recognise a collective issued from an extra micro-step.

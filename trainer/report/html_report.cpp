@@ -58,7 +58,6 @@ std::string pct(const json& v) {
   return b;
 }
 
-bool nonzero(const json& v) { return v.is_number() && v.get<double>() != 0; }
 
 // Loss per step on honest axes (svg_chart.h); skipped steps as red dots at their loss.
 std::string loss_svg(const std::vector<SummaryStep>& steps) {
@@ -141,7 +140,7 @@ void failure_section(std::ostringstream& o, const SummaryFailure& f) {
       << " (diagnosis checkpoint: " << esc(f.checkpoint) << ")<p>" << esc(f.message) << "</p><p><b>Hint:</b> "
       << esc(f.hint) << "</p></div>";
   if (f.views) views_section(o, *f.views);
-  if (f.details.contains("hang") && f.details["hang"].is_object()) hang_section(o, HangDiagnosis::from_json(f.details["hang"]));
+  if (const auto hang = hang_in(f.details)) hang_section(o, *hang);
 }
 
 // Each rank's peak by category, the columns that are zero on every rank left out.
@@ -213,33 +212,31 @@ void offload_section(std::ostringstream& o, const SummaryOffload& off) {
 
 // --save-every / --resume / --zero-to-fp32 (summary.json "checkpoint"): what was saved,
 // what the run resumed from, the offline consolidation and the host memory each put on rank 0.
-void checkpoint_section(std::ostringstream& o, json& ck) {
-  o << "<h2>Checkpoints (" << esc(str(ck["format"])) << ")</h2><table><tr><th>saved after step</th><th>folder</th>"
+void checkpoint_section(std::ostringstream& o, const SummaryCheckpoint& ck) {
+  o << "<h2>Checkpoints (" << esc(ck.format) << ")</h2><table><tr><th>saved after step</th><th>folder</th>"
     << "<th>seconds</th><th>16-bit model on rank 0's host</th></tr>";
-  for (auto& c : ck["saved"])
-    o << "<tr><td>" << str(c["step"]) << "</td><td>" << esc(str(c["folder"])) << "</td><td>" << str(c["seconds"])
-      << "</td><td>" << bytes(c["consolidated_16bit_host_bytes"]) << "</td></tr>";
+  for (const auto& c : ck.saved)
+    o << "<tr><td>" << c.step << "</td><td>" << esc(c.folder) << "</td><td>" << str(json(c.seconds)) << "</td><td>"
+      << bytes(c.consolidated_16bit_host_bytes) << "</td></tr>";
   o << "</table>";
-  if (ck["resumed"].is_object())
-    o << "<p>Resumed from " << esc(str(ck["resumed"]["folder"])) << " (tag " << esc(str(ck["resumed"]["tag"]))
-      << ", " << str(ck["resumed"]["step"]) << " steps done"
-      << (ck["resumed"].value("universal", false) ? ", universal checkpoint: any world size" : "") << ").</p>";
-  const json z = ck.value("zero_to_fp32", json());
-  if (z.is_object())
-    o << "<p>zero_to_fp32 (" << esc(str(z["mode"])) << ") of " << esc(str(z["tag"])) << ": " << z["files"].size()
-      << " file(s); DeepSpeed's anonymous host memory at its peak " << bytes(z["peak_anon_host_bytes"])
-      << ", beside " << bytes(z["mapped_bytes"]) << " of mapped fp32 partitions (file-backed).</p>";
+  if (ck.resumed)
+    o << "<p>Resumed from " << esc(ck.resumed->folder) << " (tag " << esc(ck.resumed->tag) << ", " << ck.resumed->step
+      << " steps done" << (ck.resumed->universal ? ", universal checkpoint: any world size" : "") << ").</p>";
+  if (const auto& z = ck.zero_to_fp32)
+    o << "<p>zero_to_fp32 (" << esc(z->mode) << ") of " << esc(z->tag) << ": " << z->files
+      << " file(s); DeepSpeed's anonymous host memory at its peak " << bytes(z->peak_anon_host_bytes) << ", beside "
+      << bytes(z->mapped_bytes) << " of mapped fp32 partitions (file-backed).</p>";
 }
 
 // Rank 0's collectives per step; ops never called are left out, and so is the table
 // when none was (one rank).
-void comm_section(std::ostringstream& o, json ops) {
+void comm_section(std::ostringstream& o, const std::map<std::string, SummaryCommOp>& ops) {
   std::ostringstream rows;
-  for (auto& [op, v] : ops.items()) {
-    if (!nonzero(v["calls_per_step"])) continue;
-    rows << "<tr><td>" << op << "</td><td>" << str(v["calls_per_step"]) << "</td><td>" << bytes(v["bytes_per_step"])
-         << "</td><td>" << str(v["seconds_per_step"]) << "</td><td>" << str(v["algbw_GBps"]) << "</td><td>"
-         << str(v["busbw_GBps"]) << "</td></tr>";
+  for (const auto& [op, v] : ops) {
+    if (v.calls_per_step == 0) continue;
+    rows << "<tr><td>" << op << "</td><td>" << str(json(v.calls_per_step)) << "</td><td>" << bytes(v.bytes_per_step)
+         << "</td><td>" << str(json(v.seconds_per_step)) << "</td><td>" << str(json_of(v.algbw_GBps)) << "</td><td>"
+         << str(json_of(v.busbw_GBps)) << "</td></tr>";
   }
   if (rows.str().empty()) return;
   o << "<h2>Collectives (rank 0, per step)</h2><table><tr><th>op</th><th>calls</th><th>bytes</th><th>seconds</th>"
@@ -260,12 +257,12 @@ void time_section(std::ostringstream& o, const SummaryTime& t) {
   o << "</table>";
 }
 
-void config_section(std::ostringstream& o, json& ec) {
+void config_section(std::ostringstream& o, const std::vector<SummaryConfigEntry>& entries) {
   o << "<h2>Effective DeepSpeed config</h2><details><summary>every value with its source</summary><table>"
     << "<tr><th>key</th><th>value</th><th>source</th></tr>";
-  for (auto& e : ec["entries"])
-    o << "<tr><td>" << esc(str(e["key"])) << "</td><td>" << esc(str(e["value"])) << "</td><td>"
-      << esc(str(e["source"])) << (e.contains("note") ? ": " + esc(str(e["note"])) : "") << "</td></tr>";
+  for (const auto& e : entries)
+    o << "<tr><td>" << esc(e.key) << "</td><td>" << esc(str(e.value)) << "</td><td>" << esc(e.source)
+      << (e.note ? ": " + esc(*e.note) : "") << "</td></tr>";
   o << "</table></details>";
 }
 
@@ -277,14 +274,12 @@ void job_table(std::ostringstream& o, const Summary& s) {
                                               {"precision", json_of(s.precision)},
                                               {"device", json_of(s.device)}};
   for (const auto& [k, v] : job) o << "<tr><th>" << k << "</th><td>" << esc(str(v)) << "</td></tr>";
-  json m = s.model;  // ModelSpec::to_json
-  if (m.is_object())
-    o << "<tr><th>model</th><td>" << esc(str(m["name"])) << ": " << m["params"] << " params, " << m["layers"]
-      << " layers, hidden " << m["hidden"] << ", seq " << m["seq"] << "</td></tr>";
-  json v = s.virtual_ranks;
-  if (v.is_object())
-    o << "<tr><th>ranks</th><td>" << v["world_size"] << " virtual ranks in one process, reported as rank "
-      << v["as_rank"] << ", data rule " << esc(str(v["data_rule"])) << " (" << esc(str(v["note"])) << ")</td></tr>";
+  if (const auto m = s.model_sizes())
+    o << "<tr><th>model</th><td>" << esc(m->name) << ": " << m->params << " params, " << m->layers << " layers, hidden "
+      << m->hidden << ", seq " << m->seq << "</td></tr>";
+  if (const auto v = s.virtual_figures())
+    o << "<tr><th>ranks</th><td>" << v->world_size << " virtual ranks in one process, reported as rank " << v->as_rank
+      << ", data rule " << esc(v->data_rule) << " (" << esc(v->note) << ")</td></tr>";
   if (s.batch)
     o << "<tr><th>batch</th><td>micro " << s.batch->micro << " x gas " << s.batch->grad_accum << " = global "
       << s.batch->global << "</td></tr>";
@@ -380,9 +375,8 @@ std::string html_report(const Summary& s, const std::vector<Lane>& lanes) {
   if (!ok) lanes_section(o, lanes, true);  // a failure: where each rank stood, next to it
   if (!s.steps.empty()) {
     o << "<h2>Loss</h2>";
-    json d = s.data;
-    if (d.is_object())
-      o << "<p>A perfect model reaches " << str(d["entropy_floor_nats"]) << " nats on this data; red dots: "
+    if (const auto floor = s.entropy_floor_nats())
+      o << "<p>A perfect model reaches " << str(json(*floor)) << " nats on this data; red dots: "
         << "skipped (overflow) steps.</p>";
     o << loss_svg(s.steps);
   }
@@ -393,12 +387,10 @@ std::string html_report(const Summary& s, const std::vector<Lane>& lanes) {
   // Offload and scale-down through their views ([Note: typed views of module-owned parts]).
   if (const auto sd = s.scaled()) scale_down_section(o, *sd);
   if (const auto off = s.offloaded()) offload_section(o, *off);
-  json extra = {{"effective_config", s.effective_config}};
-  json ck = s.checkpoint;
-  if (ck.is_object()) checkpoint_section(o, ck);
-  if (s.comm && s.comm->ops.is_object()) comm_section(o, s.comm->ops);
+  if (const auto ck = s.checkpoints()) checkpoint_section(o, *ck);
+  if (s.comm) comm_section(o, s.comm->op_figures());
   if (s.time && s.time->step_s_median) time_section(o, *s.time);  // no table of dashes for a run that never stepped
-  if (extra["effective_config"].is_object()) config_section(o, extra["effective_config"]);
+  if (s.effective_config.is_object()) config_section(o, s.config_entries());
   o << "</body></html>\n";
   return o.str();
 }

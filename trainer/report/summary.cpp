@@ -350,6 +350,62 @@ std::optional<SummaryOffload> Summary::offloaded() const {
   return SummaryOffload::from_json(offload);
 }
 
+SummaryCheckpoint SummaryCheckpoint::from_json(const json& j) {
+  SummaryCheckpoint c;
+  c.format = j.at("format").get<std::string>();
+  for (const auto& x : j.at("saved"))
+    c.saved.push_back({x.at("step").get<int64_t>(), x.at("folder").get<std::string>(), x.at("seconds").get<double>(),
+                       x.at("consolidated_16bit_host_bytes").get<int64_t>()});
+  const json& r = j.at("resumed");
+  if (r.is_object())
+    c.resumed = Resumed{r.at("folder").get<std::string>(), r.at("tag").get<std::string>(), r.at("step").get<int64_t>(),
+                        r.value("universal", false)};
+  const json z = j.value("zero_to_fp32", json());
+  if (z.is_object())
+    c.zero_to_fp32 = ZeroToFp32{z.at("mode").get<std::string>(), z.at("tag").get<std::string>(), z.at("files").size(),
+                                z.at("peak_anon_host_bytes").get<int64_t>(), z.at("mapped_bytes").get<int64_t>()};
+  return c;
+}
+
+std::map<std::string, SummaryCommOp> SummaryComm::op_figures() const {
+  std::map<std::string, SummaryCommOp> out;
+  if (!ops.is_object()) return out;
+  for (const auto& [op, v] : ops.items())
+    out[op] = {v.at("calls_per_step").get<double>(), v.at("bytes_per_step").get<double>(),
+               v.at("seconds_per_step").get<double>(), optional_of<double>(v, "algbw_GBps"), optional_of<double>(v, "busbw_GBps")};
+  return out;
+}
+
+std::optional<SummaryCheckpoint> Summary::checkpoints() const {
+  if (!checkpoint.is_object()) return std::nullopt;
+  return SummaryCheckpoint::from_json(checkpoint);
+}
+
+std::vector<SummaryConfigEntry> Summary::config_entries() const {
+  std::vector<SummaryConfigEntry> out;
+  if (!effective_config.is_object()) return out;
+  for (const auto& e : effective_config.value("entries", json::array()))
+    out.push_back({e.at("key").get<std::string>(), e.value("value", json()), e.at("source").get<std::string>(),
+                   optional_of<std::string>(e, "note")});
+  return out;
+}
+
+std::optional<SummaryModelSizes> Summary::model_sizes() const {
+  if (!model.is_object()) return std::nullopt;
+  return SummaryModelSizes{model.at("name").get<std::string>(), model.at("params").get<int64_t>(),
+                           model.at("layers").get<int64_t>(), model.at("hidden").get<int64_t>(), model.at("seq").get<int64_t>()};
+}
+
+std::optional<SummaryVirtualRanks> Summary::virtual_figures() const {
+  if (!virtual_ranks.is_object()) return std::nullopt;
+  return SummaryVirtualRanks{virtual_ranks.at("world_size").get<int64_t>(), virtual_ranks.at("as_rank").get<int64_t>(),
+                             virtual_ranks.at("data_rule").get<std::string>(), virtual_ranks.value("note", std::string())};
+}
+
+std::optional<double> Summary::entropy_floor_nats() const {
+  return data.is_object() ? optional_of<double>(data, "entropy_floor_nats") : std::nullopt;
+}
+
 const SummaryRankMemory* Summary::rank_memory(int rank) const {
   if (!memory) return nullptr;
   for (const auto& r : memory->ranks)

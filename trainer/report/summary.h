@@ -138,6 +138,12 @@ struct SummaryTime {
   std::optional<SummaryCalibration> calibration = std::nullopt;  // null without a step past warm-up
 };
 
+// One collective of comm.ops (report.cpp comm_of): rank 0's figures per step.
+struct SummaryCommOp {
+  double calls_per_step = 0, bytes_per_step = 0, seconds_per_step = 0;
+  std::optional<double> algbw_GBps, busbw_GBps;  // null without time in it
+};
+
 struct SummaryComm {
   std::map<std::string, std::optional<double>> bytes_per_step;  // by collective; null without a step
   nlohmann::json ops;  // per collective: calls, bytes and seconds per step, algbw_GBps, busbw_GBps
@@ -145,6 +151,7 @@ struct SummaryComm {
   // {count, first}: same-sized collectives the ranks issued for different parameters
   // (zero/comm/communicator.h); null where the run had no communicator to ask.
   nlohmann::json paired_different_parameters;
+  std::map<std::string, SummaryCommOp> op_figures() const;  // ops, through its view
 };
 
 // [Note: typed views of module-owned parts] Summary keeps the parts another module writes
@@ -193,6 +200,51 @@ struct SummaryOffload {
   static SummaryOffload from_json(const nlohmann::json& j);
 };
 
+// checkpoint (report.cpp checkpoint_json): what --save-every saved, what --resume resumed
+// from, --zero-to-fp32's consolidation.
+struct SummaryCheckpoint {
+  std::string format;
+  struct Saved {
+    int64_t step = 0;
+    std::string folder;
+    double seconds = 0;
+    int64_t consolidated_16bit_host_bytes = 0;
+  };
+  std::vector<Saved> saved;
+  struct Resumed {
+    std::string folder, tag;
+    int64_t step = 0;
+    bool universal = false;
+  };
+  std::optional<Resumed> resumed;
+  struct ZeroToFp32 {
+    std::string mode, tag;
+    size_t files = 0;
+    int64_t peak_anon_host_bytes = 0, mapped_bytes = 0;
+  };
+  std::optional<ZeroToFp32> zero_to_fp32;
+  static SummaryCheckpoint from_json(const nlohmann::json& j);
+};
+
+// effective_config.entries[] (DsConfig::effective_json): a key, its value, where it came from.
+struct SummaryConfigEntry {
+  std::string key;
+  nlohmann::json value;
+  std::string source;
+  std::optional<std::string> note;
+};
+
+// The model's sizes (ModelSpec::to_json) and --world-size's virtual ranks (run.cpp), as the
+// report's header shows them.
+struct SummaryModelSizes {
+  std::string name;
+  int64_t params = 0, layers = 0, hidden = 0, seq = 0;
+};
+struct SummaryVirtualRanks {
+  int64_t world_size = 0, as_rank = 0;
+  std::string data_rule, note;
+};
+
 struct SummaryBatch {
   int64_t micro = 0, grad_accum = 0, global = 0;
 };
@@ -228,6 +280,11 @@ struct Summary {
   std::optional<SummaryPlanned> planned() const;  // memory.planned
   std::optional<SummaryScaleDown> scaled() const;
   std::optional<SummaryOffload> offloaded() const;
+  std::optional<SummaryCheckpoint> checkpoints() const;
+  std::vector<SummaryConfigEntry> config_entries() const;  // empty before the config resolved
+  std::optional<SummaryModelSizes> model_sizes() const;
+  std::optional<SummaryVirtualRanks> virtual_figures() const;
+  std::optional<double> entropy_floor_nats() const;  // data's: the lowest loss the synthetic data allows
 
   const SummaryRankMemory* rank_memory(int rank) const;  // nullptr when not reported
   int64_t peak_bytes() const;                            // the highest rank's peak (0: none)

@@ -28,7 +28,8 @@ TEST(HtmlReport, BytesArePeopleSizedSharesArePercentagesAndZeroTablesAreLeftOut)
                {"ranks", {{{"rank", 0}, {"d2h_bytes", 3145728}, {"h2d_bytes", 0}, {"copy_s", 1.0},
                            {"exposed_s", 0.1}, {"overlap_ratio", 0.9}, {"device_busy_fraction", 0.95},
                            {"host_pinned_bytes", 1024}, {"host_pageable_bytes", 0}}}}};
-  s.comm = SummaryComm{{}, {{"all_reduce", {{"calls_per_step", 0.0}, {"bytes_per_step", 0.0}}}}, std::nullopt, nlohmann::json()};
+  s.comm = SummaryComm{{}, {{"all_reduce", {{"calls_per_step", 0.0}, {"bytes_per_step", 0.0}, {"seconds_per_step", 0.0},
+                                                {"algbw_GBps", nullptr}, {"busbw_GBps", nullptr}}}}, std::nullopt, nlohmann::json()};
   s.time = SummaryTime{0.5, 100.0, {{"forward", 3.0}, {"backward", 1.0}, {"comm_wait", 0.0}}, {}, nullptr};
   const std::string html = html_report(s);
   EXPECT_TRUE(has(html, "<td>1.50 GiB</td><td>37.5%</td>")) << html;  // rank 0's peak, of capacity
