@@ -2,6 +2,7 @@
 // write a figure that may be unknown); optional_of: the way back, a key absent or null
 // as nullopt.
 #pragma once
+#include <cmath>
 #include <optional>
 
 #include <nlohmann/json.hpp>
@@ -12,6 +13,9 @@ template <class T>
 nlohmann::json json_of(const std::optional<T>& v) {
   return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
 }
+
+// A figure JSON can carry: the value when finite, else unknown (JSON has no NaN or inf).
+inline std::optional<double> finite_value(double v) { return std::isfinite(v) ? std::optional<double>(v) : std::nullopt; }
 
 template <class T>
 std::optional<T> optional_of(const nlohmann::json& j, const char* key) {

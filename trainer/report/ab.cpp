@@ -34,10 +34,9 @@ std::string bytes(double b) { return std::isfinite(b) ? format_bytes(static_cast
 // Memory figures of a row from the peak of the highest rank, the lowest rank's peak and
 // the capacity (0: none).
 void memory_figures(double hi, double lo, double cap, std::optional<SummaryCategories> cats, AbRow& row) {
-  auto finite = [](double v) { return std::isfinite(v) ? std::optional<double>(v) : std::nullopt; };
   row.capacity_bytes = std::isfinite(cap) && cap > 0 ? std::optional<double>(cap) : std::nullopt;
-  row.peak_bytes_max = finite(hi);
-  row.peak_bytes_spread = finite(hi - lo);
+  row.peak_bytes_max = finite_value(hi);
+  row.peak_bytes_spread = finite_value(hi - lo);
   row.peak_share_of_capacity = std::isfinite(hi) && cap > 0 ? std::optional<double>(hi / cap) : std::nullopt;
   row.by_category = std::move(cats);
 }

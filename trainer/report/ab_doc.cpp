@@ -169,17 +169,17 @@ AbEquivalence equivalence_of(const json& j) {
 
 }  // namespace ab_doc
 
-using namespace ab_doc;
-
 std::string AbRow::label() const { return side + " x" + std::to_string(ranks); }
 
 std::optional<double> AbRow::figure(const std::string& key) const {
+  using namespace ab_doc;
   for (const auto& [name, member] : row_numbers())
     if (key == name) return this->*member;
   return std::nullopt;
 }
 
 json AbRow::to_json() const {
+  using namespace ab_doc;
   json j = {{"side", side},
             {"ranks", ranks},
             {"exit_code", exit_code},
@@ -200,6 +200,7 @@ json AbRow::to_json() const {
 }
 
 AbRow AbRow::from_json(const json& j) {
+  using namespace ab_doc;
   AbRow r;
   r.side = j.at("side").get<std::string>();
   r.ranks = j.at("ranks").get<int>();
@@ -221,6 +222,7 @@ AbRow AbRow::from_json(const json& j) {
 }
 
 json AbDocument::to_json() const {
+  using namespace ab_doc;
   json rs = json::array(), cs = json::array(), es = json::array();
   for (const auto& r : rows) rs.push_back(r.to_json());
   for (const auto& c : comparisons) cs.push_back(comparison_json(c));
@@ -232,6 +234,7 @@ json AbDocument::to_json() const {
 }
 
 AbDocument AbDocument::from_json(const json& j) {
+  using namespace ab_doc;
   const std::string schema = j.is_object() ? j.value("schema", "") : "";
   if (schema != kAbSchema)
     throw ConfigError("ab.json: schema \"" + schema + "\", this zrepro reads " + kAbSchema +

@@ -116,9 +116,8 @@ void machine_rows(std::ostringstream& o, const Environment& e) {
 
 }  // namespace environment_doc
 
-using namespace environment_doc;
-
 json Environment::to_json() const {
+  using namespace environment_doc;
   json gpus_j = json::array();
   for (const auto& g : gpus)
     gpus_j.push_back({{"name", g.name}, {"total_bytes", g.total_bytes}, {"compute_capability", g.compute_capability}});
@@ -144,6 +143,7 @@ json Environment::to_json() const {
 }
 
 Environment Environment::from_json(const json& j) {
+  using namespace environment_doc;
   Environment e;
   const json& z = member(j, "zrepro");
   e.zrepro_version = maybe<std::string>(z, "version");
@@ -170,6 +170,7 @@ Environment Environment::from_json(const json& j) {
 }
 
 std::string Environment::text() const {
+  using namespace environment_doc;
   std::ostringstream o;
   o << "zrepro environment\n";
   row(o, "zrepro", shown(zrepro_version) + " (commit " + shown(zrepro_commit) + ")");

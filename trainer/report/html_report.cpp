@@ -87,7 +87,8 @@ int64_t category(const SummaryRankMemory& r, const char* name) {
 // factor: the scale-down's parameter factor (bars at target scale), 1 otherwise.
 std::string memory_svg(const SummaryMemory& memory, double factor) {
   std::vector<BarRow> rows;
-  const double planned = memory.planned.is_object() ? static_cast<double>(SummaryPlanned::from_json(memory.planned).peak_bytes) : -1;
+  const auto plan = memory.plan();
+  const double planned = plan ? static_cast<double>(plan->peak_bytes) : -1;
   for (const auto& r : memory.ranks) {
     BarRow b{"rank " + std::to_string(r.rank), std::to_string(r.rank), {}, planned, false};
     for (const char* c : kCategories) b.segments.push_back({c, factor * static_cast<double>(category(r, c))});
@@ -180,11 +181,9 @@ void memory_section(std::ostringstream& o, const SummaryMemory& m, double factor
       << " time(s) on the rank with the most: memory pressure, the last sign before an OOM (DeepSpeed's ZeRO-3 "
          "warns \"pytorch allocator cache flushes since last step\"; on a GPU each flush synchronises the device). "
          "A smaller micro-batch or expandable segments remove it (scenario allocator-pressure).</p>";
-  if (m.planned.is_object()) {
-    const SummaryPlanned pl = SummaryPlanned::from_json(m.planned);
-    o << "<p>Planner (zrepro plan) for this run: peak " << bytes(pl.peak_bytes) << " in phase " << esc(pl.peak_phase)
-      << ", verdict " << esc(pl.verdict) << ".</p>";
-  }
+  if (const auto pl = m.plan())
+    o << "<p>Planner (zrepro plan) for this run: peak " << bytes(pl->peak_bytes) << " in phase " << esc(pl->peak_phase)
+      << ", verdict " << esc(pl->verdict) << ".</p>";
 }
 
 void scale_down_section(std::ostringstream& o, const SummaryScaleDown& sd) {

@@ -23,7 +23,7 @@ using json = nlohmann::json;
 
 namespace {
 // JSON has no NaN/inf: non-finite numbers become null.
-json finite_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+json finite_or_null(double v) { return json_of(finite_value(v)); }
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -341,10 +341,6 @@ json offload_json(const DsConfig& c, const SummaryInput& in, const std::vector<R
           {"ranks", rj}};
 }
 
-}  // namespace
-
-namespace {
-
 // --zero-to-fp32's consolidation (trainer/checkpoint/zero_to_fp32.h), or null.
 json fp32_export_json(const TrainResult* r) {
   if (!r || !r->fp32_export) return nullptr;
@@ -359,15 +355,9 @@ json fp32_export_json(const TrainResult* r) {
           {"mapped_bytes", e.mapped_bytes}};
 }
 
-}  // namespace
-
-namespace {
-
-// The run's setting: schema, status, world, precision, device, model, env, data, batch
-// and checkpoints (the parts other modules own as their JSON: summary.h).
+// The loss a perfect model approaches on the data, and how it was fed.
 json data_json(const SummaryInput& in) {
   if (!in.model) return nullptr;
-  // The loss a perfect model approaches on the synthetic Markov data.
   json d = {{"kind", "markov"}, {"entropy_floor_nats", MarkovData::entropy_floor()}};
   if (!in.train) return d;
   const LossNormalizationRow& n = loss_normalization_row(in.train->loss_normalization);
@@ -419,6 +409,8 @@ json checkpoint_json(const SummaryInput& in) {
           {"zero_to_fp32", fp32_export_json(in.result)}};
 }
 
+// The run's setting: schema, status, world, precision, device, model, env, data, batch
+// and checkpoints (the parts other modules own stay their JSON: summary.h).
 Summary typed_setting(const SummaryInput& in) {
   Summary s;
   s.schema = kSummarySchema;
@@ -441,13 +433,11 @@ Summary typed_setting(const SummaryInput& in) {
   return s;
 }
 
-std::optional<double> finite(double v) { return std::isfinite(v) ? std::optional<double>(v) : std::nullopt; }
-
 // summary.json's steps: what metrics.jsonl has of each step without its detail.
 std::vector<SummaryStep> typed_steps(const TrainResult& result) {
   std::vector<SummaryStep> steps;
   for (const auto& r : result.steps)
-    steps.push_back({r.step, finite(r.loss), finite(r.grad_norm), r.loss_scale, r.skipped, r.lr, r.step_s,
+    steps.push_back({r.step, finite_value(r.loss), finite_value(r.grad_norm), r.loss_scale, r.skipped, r.lr, r.step_s,
                      r.replicas_identical < 0 ? std::nullopt : std::optional<bool>(r.replicas_identical == 1)});
   return steps;
 }

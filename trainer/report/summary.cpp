@@ -335,10 +335,12 @@ SummaryOffload SummaryOffload::from_json(const json& j) {
   return o;
 }
 
-std::optional<SummaryPlanned> Summary::planned() const {
-  if (!memory || !memory->planned.is_object()) return std::nullopt;
-  return SummaryPlanned::from_json(memory->planned);
+std::optional<SummaryPlanned> SummaryMemory::plan() const {
+  if (!planned.is_object()) return std::nullopt;
+  return SummaryPlanned::from_json(planned);
 }
+
+std::optional<SummaryPlanned> Summary::planned() const { return memory ? memory->plan() : std::nullopt; }
 
 std::optional<SummaryScaleDown> Summary::scaled() const {
   if (!scale_down.is_object()) return std::nullopt;

@@ -81,11 +81,14 @@ struct SummaryTimelinePoint {
   bool unfinished = false;  // the failing step's
 };
 
+struct SummaryPlanned;  // below, with the other views
+
 struct SummaryMemory {
   std::optional<int64_t> device_capacity_bytes;  // null: no capacity
   std::vector<SummaryRankMemory> ranks;
   std::vector<SummaryTimelinePoint> timeline;  // rank 0's peak per step and phase
   nlohmann::json planned;  // zrepro plan's figures for this run; null when not planned (absent in the file)
+  std::optional<SummaryPlanned> plan() const;  // planned, through its view
 };
 
 // One rank's own view of a multi-process failure (failure.ranks[]; [Note: every rank's
