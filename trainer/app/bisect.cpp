@@ -15,6 +15,7 @@
 #include <map>
 
 #include "trainer/app/cli.h"
+#include "trainer/bisect/bisect_doc.h"
 #include "trainer/bisect/bisection.h"
 #include "trainer/bisect/deepspeed_config.h"
 #include "trainer/bisect/release_env.h"
@@ -193,31 +194,54 @@ std::vector<const VersionChange*> changes_between(const json& config, const std:
   return out;
 }
 
+// What every bisect.json says besides the search's answer: the inputs and tolerances.
+BisectDocument document_of(const Bisect& b, const std::vector<std::string>& releases, const std::string& torch) {
+  BisectDocument d;
+  d.config = b.config, d.good = releases.front(), d.bad = releases.back();
+  d.tolerance = b.tol, d.ranks = b.ranks, d.steps = b.steps, d.torch = torch, d.model = b.model;
+  d.inputs_key = b.inputs.key;
+  return d;
+}
+
+// Every judged release as bisect.json carries it, oldest first.
+std::vector<BisectRelease> judged_rows(const Bisect& b, const std::vector<std::string>& releases) {
+  std::vector<BisectRelease> rows;
+  for (const std::string& r : releases) {
+    const auto it = b.judged.find(r);
+    if (it == b.judged.end()) continue;
+    const Judged& j = it->second;
+    rows.push_back({r, verdict_name(j.verdict), j.why, j.from_cache, j.ds, j.zrepro,
+                    j.zrepro_diff.empty() ? std::nullopt : std::optional<std::string>(j.zrepro_diff)});
+  }
+  return rows;
+}
+
+void write_document(const Bisect& b, const BisectDocument& d) {
+  write_file_atomic(b.out + "/bisect.json", json_text(d.to_json()) + "\n");
+  std::cout << "[zrepro bisect] " << b.out << "/bisect.json" << std::endl;
+}
+
 // Prints the verdict and writes OUT/bisect.json; returns the exit code.
 int report(Bisect& b, const std::vector<std::string>& releases, const Bisection& found, const json& user) {
   const ReleaseFigures& good = b.judged[releases.front()].ds;
   const std::string last_good = releases[found.last_good], first = releases[found.first_moved];
   std::cout << "\n[zrepro bisect] releases judged (oldest first), each against " << releases.front() << ":\n";
-  json rows = json::array();
-  std::vector<std::string> differs;
-  for (const std::string& r : releases) {
-    if (!b.judged.count(r)) continue;
-    const Judged& j = b.judged[r];
-    std::cout << row(b, j) << "\n";
-    const std::string& diff = j.zrepro_diff;
-    if (!diff.empty()) differs.push_back(r);
-    rows.push_back({{"release", r}, {"verdict", verdict_name(j.verdict)}, {"why", j.why}, {"from_cache", j.from_cache},
-                    {"deepspeed", to_json(j.ds)}, {"zrepro", j.zrepro ? to_json(*j.zrepro) : json(nullptr)},
-                    {"zrepro_differs", diff.empty() ? json(nullptr) : json(diff)}});
+  BisectDocument d = document_of(b, releases, good.torch);
+  d.judged = judged_rows(b, releases);
+  for (const BisectRelease& r : d.judged) {
+    std::cout << row(b, b.judged.at(r.release)) << "\n";
+    if (r.zrepro_differs) d.zrepro_differs_at.push_back(r.release);
   }
-  if (!differs.empty()) {
+  if (!d.zrepro_differs_at.empty()) {
     std::cout << "  zrepro under the profile of";
-    for (const std::string& r : differs) std::cout << " " << r;
+    for (const std::string& r : d.zrepro_differs_at) std::cout << " " << r;
     std::cout << " differs from the real release: zrepro does not model what changed there (a conformance "
                  "finding for zrepro, not a regression in your job; its figures for those releases are not "
                  "DeepSpeed's)\n";
   }
-  const std::vector<std::string> diff = moved(b.judged[last_good].ds, b.judged[first].ds, b.tol);
+  d.outcome = found.exact() ? "first moved" : "in window";
+  d.last_good = last_good, d.first_moved = first, d.exact = found.exact();
+  d.moved = moved(b.judged[last_good].ds, b.judged[first].ds, b.tol);
   std::cout << "\n[zrepro bisect] " << (found.exact() ? "first release whose figures moved: " + first
                                                       : "the figures moved in one of " + last_good + " .. " + first)
             << " (last good: " << last_good << ")\n";
@@ -227,15 +251,14 @@ int report(Bisect& b, const std::vector<std::string>& releases, const Bisection&
     std::cout << "\n";
   }
   std::cout << "  what moved from " << last_good << " to " << first << ":\n";
-  for (const std::string& d : diff) std::cout << "    " << d << "\n";
-  json changes = json::array();
+  for (const std::string& m : d.moved) std::cout << "    " << m << "\n";
   const auto between = changes_between(user, last_good, first);
   std::cout << "  the version table's changes in (" << last_good << ", " << first << "] that touch this config:"
             << (between.empty() ? " none (a change the table does not know: read the release notes)" : "") << "\n";
   for (const VersionChange* c : between) {
     std::cout << "    " << c->since << " " << c->kind << " " << c->key << ": " << c->effect
               << (c->pr.empty() ? "" : " (" + c->pr + ")") << "\n";
-    changes.push_back({{"since", c->since}, {"kind", c->kind}, {"key", c->key}, {"effect", c->effect}, {"pr", c->pr}});
+    d.version_table_changes.push_back({c->since, c->kind, c->key, c->effect, c->pr});
   }
   std::cout << "  release notes: https://github.com/deepspeedai/DeepSpeed/releases/tag/v" << first
             << " (pip's install of DeepSpeed carries no changelog)\n";
@@ -245,14 +268,7 @@ int report(Bisect& b, const std::vector<std::string>& releases, const Bisection&
             << b.tol.numerics << " relative on loss and grad norm, " << b.tol.bytes
             << " on bytes by category and collective bytes, skipped steps exact; a CPU run shows numerics, "
                "bytes of model states and collectives, not GPU kernels or CUDA memory\n";
-  write_file_atomic(b.out + "/bisect.json",
-                    json_text({{"config", b.config}, {"good", releases.front()}, {"bad", releases.back()},
-                               {"last_good", last_good}, {"first_moved", first}, {"exact", found.exact()},
-                               {"moved", diff}, {"version_table_changes", changes}, {"judged", rows},
-                               {"tolerance", {{"numerics", b.tol.numerics}, {"bytes", b.tol.bytes}}},
-                               {"ranks", b.ranks}, {"steps", b.steps}, {"torch", good.torch}, {"model", b.model},
-                               {"inputs_key", b.inputs.key}, {"zrepro_differs_at", differs}}) + "\n");
-  std::cout << "[zrepro bisect] " << b.out << "/bisect.json" << std::endl;
+  write_document(b, d);
   return kExitOk;
 }
 
@@ -306,8 +322,10 @@ int bisect_releases(Bisect& b, const std::vector<std::string>& releases, const j
     std::cout << "[zrepro bisect] " << releases.front() << " and " << releases.back()
               << " give the same figures within the tolerance: nothing to bisect (a change that came and went "
                  "between them is not seen: bisect a narrower window)\n";
-    write_file_atomic(b.out + "/bisect.json", json_text({{"good", releases.front()}, {"bad", releases.back()},
-                                                         {"moved", nullptr}, {"torch", good.torch}}) + "\n");
+    BisectDocument d = document_of(b, releases, good.torch);
+    d.outcome = "no move";
+    d.judged = judged_rows(b, {releases.front(), releases.back()});
+    write_document(b, d);
     return kExitAbNoFailure;
   }
   const Bisection found = bisect(releases.size(), [&](size_t i) { return judge(b, releases[i], &good).verdict; });

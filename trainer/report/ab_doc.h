@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "trainer/report/field_doc.h"
 #include "trainer/report/gpu_fidelity.h"
 #include "trainer/report/hang.h"
 #include "trainer/report/summary.h"
@@ -133,11 +134,7 @@ struct AbDocument {
 };
 
 // docs/reference/ab-json.md: one row per field path, rendered with the schema.
-struct AbFieldDoc {
-  std::vector<std::string> fields;  // paths: a.b, a[].b, a.* for everything under a
-  std::string meaning;
-};
-const std::vector<AbFieldDoc>& ab_field_docs();
+const std::vector<FieldDoc>& ab_field_docs();
 AbDocument ab_example();  // every field set, one element per list
 std::string ab_reference_page();
 

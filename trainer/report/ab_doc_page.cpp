@@ -8,7 +8,7 @@ namespace zrepro {
 
 namespace {
 
-std::vector<AbFieldDoc> ab_docs() {
+std::vector<FieldDoc> ab_docs() {
   return {
       {{"schema"}, std::string("`") + kAbSchema + "`: what this page describes"},
       {{"plan_only"}, "`--plan-only`: the sides are `zrepro plan --json` outputs, not runs"},
@@ -57,8 +57,8 @@ std::vector<AbFieldDoc> ab_docs() {
 
 }  // namespace
 
-const std::vector<AbFieldDoc>& ab_field_docs() {
-  static const std::vector<AbFieldDoc> docs = ab_docs();
+const std::vector<FieldDoc>& ab_field_docs() {
+  static const std::vector<FieldDoc> docs = ab_docs();
   return docs;
 }
 
@@ -103,12 +103,7 @@ std::string ab_reference_page() {
        "--gtest_filter=AbDoc.*` rewrites it).\n\n"
     << "`schema` is `" << kAbSchema << "`; a reader refuses another schema. The number changes when a field is "
        "removed or changes meaning; added fields keep it.\n\n"
-    << "| field | meaning |\n|---|---|\n";
-  for (const auto& d : ab_field_docs()) {
-    std::string names;
-    for (const auto& f : d.fields) names += (names.empty() ? "`" : ", `") + f + "`";
-    o << "| " << names << " | " << d.meaning << " |\n";
-  }
+    << field_table_markdown(ab_field_docs());
   return o.str();
 }
 

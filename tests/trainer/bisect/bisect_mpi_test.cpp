@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "tests/support/process.h"
+#include "trainer/bisect/bisect_doc.h"
 
 namespace {
 
@@ -17,9 +18,9 @@ namespace fs = std::filesystem;
 const std::string kRecorded = std::string(ZREPRO_SOURCE_DIR).append("/tests/data/bisect/");
 const std::string kData = kRecorded + "zero2-regression";
 
-nlohmann::json read(const std::string& path) {
+zrepro::BisectDocument read(const std::string& path) {
   std::ifstream in(path);
-  return nlohmann::json::parse(in);
+  return zrepro::BisectDocument::from_json(nlohmann::json::parse(in));
 }
 
 // bisect with the recorded cache (copied: a replay must not need to write to it) and no
@@ -47,13 +48,31 @@ TEST(Bisect, ReplaysARecordedBisectOfTheZero2RegressionOffline) {
   // zrepro beside: it trains as the releases before 0.17.6 (a conformance finding, not the user's).
   EXPECT_NE(r.output.find("zrepro as 0.17.5: agrees"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("zrepro as 0.17.6: DIFFERS"), std::string::npos) << r.output;
-  const nlohmann::json j = read(testing::TempDir() + "/zrepro_bisect_replay/out/bisect.json");
-  EXPECT_EQ(j["first_moved"], "0.17.6");
-  EXPECT_EQ(j["last_good"], "0.17.5");
-  EXPECT_TRUE(j["exact"].get<bool>());
+  const zrepro::BisectDocument d = read(testing::TempDir() + "/zrepro_bisect_replay/out/bisect.json");
+  EXPECT_EQ(d.outcome, "first moved");
+  EXPECT_EQ(d.first_moved, "0.17.6");
+  EXPECT_EQ(d.last_good, "0.17.5");
+  EXPECT_TRUE(d.exact);
   // Binary search: the ends and 4 releases of the 18 between them.
-  EXPECT_EQ(j["judged"].size(), 6u);
-  for (const auto& row : j["judged"]) EXPECT_TRUE(row["from_cache"].get<bool>()) << row["release"];
+  ASSERT_EQ(d.judged.size(), 6u);
+  for (const auto& row : d.judged) EXPECT_TRUE(row.from_cache) << row.release;
+  EXPECT_EQ(d.judged.front().release, "0.16.0");
+  EXPECT_EQ(d.zrepro_differs_at, std::vector<std::string>({"0.17.6", "0.18.2"}));
+}
+
+// Good and bad on the same side of the change: nothing to bisect (exit 7), and bisect.json
+// has the same shape, the window's ends null and both releases' figures.
+TEST(Bisect, SaysThereIsNothingToBisectWhenTheEndsAgree) {
+  const auto r = offline_bisect("bisect_same", "--good 0.16.0 --bad 0.17.5");
+  ASSERT_EQ(r.code, 7) << r.output;
+  EXPECT_NE(r.output.find("give the same figures within the tolerance: nothing to bisect"), std::string::npos)
+      << r.output;
+  const zrepro::BisectDocument d = read(testing::TempDir() + "/zrepro_bisect_same/out/bisect.json");
+  EXPECT_EQ(d.outcome, "no move");
+  EXPECT_FALSE(d.first_moved.has_value());
+  ASSERT_EQ(d.judged.size(), 2u);
+  EXPECT_EQ(d.judged[1].release, "0.17.5");
+  EXPECT_EQ(d.judged[1].verdict, "good");
 }
 
 // gradient_clipping's default became 1.0 in 0.19.3 (DeepSpeed #8068), recorded with a

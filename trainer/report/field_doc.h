@@ -1,0 +1,29 @@
+// A generated reference page's field table (docs/reference/ab-json.md, bisect-json.md):
+// one row per group of field paths and what they mean, rendered as a markdown table. The
+// tests check a document type's table against the paths its example writes
+// (tests/support/doc_fields.h).
+#pragma once
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace zrepro {
+
+struct FieldDoc {
+  std::vector<std::string> fields;  // paths: a.b, a[].b, a.* for everything under a
+  std::string meaning;
+};
+
+// "| field | meaning |" and one line per row, the paths in backquotes.
+inline std::string field_table_markdown(const std::vector<FieldDoc>& docs) {
+  std::ostringstream o;
+  o << "| field | meaning |\n|---|---|\n";
+  for (const auto& d : docs) {
+    std::string names;
+    for (const auto& f : d.fields) names += (names.empty() ? "`" : ", `") + f + "`";
+    o << "| " << names << " | " << d.meaning << " |\n";
+  }
+  return o.str();
+}
+
+}  // namespace zrepro
