@@ -291,11 +291,10 @@ void prepare(Bisect& b, const std::string& good, const json& user) {
     throw ConfigError("--config " + b.config + ": zrepro could not train it as DeepSpeed " + good + " (see " + b.out +
                       "/zrepro-" + good + ".log); bisect needs a config that trains");
   b.precision = summary->precision.value_or("fp32");
-  const json model = summary->model.is_object() ? summary->model : json::object();  // ModelSpec::to_json
-  b.model = model.value("name", "?") + " (" + model.value("family", "?") + ", " +
-            std::to_string(model.value("params", int64_t{0})) + " parameters)";
+  const SummaryModelSizes model = summary->model_sizes().value_or(SummaryModelSizes{"?", "?"});
+  b.model = model.name + " (" + model.family + ", " + std::to_string(model.params) + " parameters)";
   b.stage = static_cast<int>(summary->zero_stage.value_or(0));
-  const json resolved = summary->effective_config.value("resolved", json::object());  // DsConfig::effective_json
+  const json resolved = summary->resolved_config();
   // [Note: an output never replaces an input]: the config DeepSpeed gets is bisect's own file,
   // never the user's (a --out that is the config's folder), nor a file bisect did not write.
   const std::string ds_config = b.out + "/deepspeed_config.json";

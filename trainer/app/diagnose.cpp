@@ -23,6 +23,7 @@
 #include "trainer/app/reproduction.h"
 #include "trainer/app/scenario.h"
 #include "trainer/runtime/subprocess.h"
+#include "device/base/json_optional.h"
 #include "trainer/config/user_file.h"
 #include "trainer/diagnose/diagnose.h"
 #include "trainer/diagnose/flight_recorder.h"
@@ -51,7 +52,7 @@ constexpr const char* kDefaultReadLimit = "64MiB";
 // [Note: Flight Recorder dumps] A folder of dumps (TORCH_NCCL_DEBUG_INFO_TEMP_FILE<rank>),
 // or one dump: each rank's last collective, the rank from the file name's trailing digits
 // (else its place in the folder). None when the path is a text log.
-std::optional<std::vector<json>> flight_recorder_rows(const std::string& path) {
+std::optional<std::vector<WatchdogEntry>> flight_recorder_rows(const std::string& path) {
   namespace fs = std::filesystem;
   std::vector<std::string> files;
   if (fs::is_directory(path)) {
@@ -67,7 +68,7 @@ std::optional<std::vector<json>> flight_recorder_rows(const std::string& path) {
   } else {
     return std::nullopt;
   }
-  std::vector<json> rows;
+  std::vector<WatchdogEntry> rows;
   for (size_t k = 0; k < files.size(); ++k) {
     const std::string bytes = read_user_file("LOG", files[k], "a Flight Recorder dump or a text log");
     const std::string name = fs::path(files[k]).filename().string();
@@ -152,22 +153,23 @@ json plan_job(const std::vector<std::string>& plan_args) {
   return read_json_file(out);
 }
 
-// The planner's view of the user's setup against what the log showed.
-json planner_check(const Diagnosis& d, const json& p) {
-  if (!p.is_object()) return nullptr;
-  if (p.contains("refused"))  // agrees when the log shows DeepSpeed refusing the config too
-    return {{"planned_verdict", "refused"}, {"agrees", d.checkpoint == "config"}, {"refused", p["refused"]}};
-  const bool planned_oom = p.value("verdict", "") == "oom";
-  const bool log_oom = d.checkpoint == "zero-stage" || d.numbers.contains("request_bytes");
-  const std::string log_phase = d.numbers.value("phase", std::string());
-  json c = {{"planned_verdict", p.value("verdict", "")},
-            {"planned_phase", p.value("oom_phase", json())},
-            {"planned_peak_bytes", p.value("peak_bytes", json())},
-            {"capacity_bytes", p.value("device_capacity_bytes", json())},
-            {"log_phase", log_phase.empty() ? json(nullptr) : json(log_phase)}};
-  const bool phase_agrees = log_phase.empty() || !p.value("oom_phase", json()).is_string() ||
-                            p["oom_phase"].get<std::string>() == log_phase;
-  c["agrees"] = planned_oom == log_oom && (!planned_oom || phase_agrees);
+// The planner's view of the user's setup against what the log showed. The plan is `zrepro
+// plan --json`'s output (MemoryPlan::to_json) or {"refused": message}.
+PlannerCheck planner_check(const Diagnosis& d, const json& p) {
+  PlannerCheck c;
+  if (p.contains("refused")) {  // agrees when the log shows DeepSpeed refusing the config too
+    c.planned_verdict = "refused", c.agrees = d.checkpoint == "config", c.refused = p["refused"].get<std::string>();
+    return c;
+  }
+  c.planned_verdict = p.value("verdict", "");
+  c.planned_phase = optional_of<std::string>(p, "oom_phase");
+  c.planned_peak_bytes = optional_of<int64_t>(p, "peak_bytes");
+  c.capacity_bytes = optional_of<int64_t>(p, "device_capacity_bytes");
+  c.log_phase = d.numbers.oom_phase();
+  const bool planned_oom = c.planned_verdict == "oom";
+  const bool log_oom = d.checkpoint == "zero-stage" || d.numbers.request_bytes.has_value();
+  const bool phase_agrees = !c.log_phase || !c.planned_phase || *c.planned_phase == *c.log_phase;
+  c.agrees = planned_oom == log_oom && (!planned_oom || phase_agrees);
   return c;
 }
 
@@ -243,8 +245,8 @@ std::vector<std::string> job_plan_args(const cxxopts::ParseResult& r, const Diag
   if (r.count("world-size")) args.insert(args.end(), {"--world-size", std::to_string(r["world-size"].as<int>())});
   if (r.count("device-memory"))
     args.insert(args.end(), {"--device-memory", r["device-memory"].as<std::string>()});
-  else if (d.numbers.value("capacity_bytes", int64_t(0)) > 0)
-    args.insert(args.end(), {"--device-memory", std::to_string(d.numbers["capacity_bytes"].get<int64_t>())});
+  else if (d.numbers.capacity_bytes.value_or(0) > 0)
+    args.insert(args.end(), {"--device-memory", std::to_string(*d.numbers.capacity_bytes)});
   if (r.count("job-args")) {  // flags plan and run both take: the job's model, batch, checkpointing
     const auto job = words("--job-args", r["job-args"].as<std::string>());
     args.insert(args.end(), job.begin(), job.end());
@@ -253,14 +255,14 @@ std::vector<std::string> job_plan_args(const cxxopts::ParseResult& r, const Diag
 }
 
 // The diagnosis on the terminal: what was read, the diagnosis, the planner's agreement.
-void print_diagnosis(const Diagnosis& d, const json& j, LogKind kind, const std::string& cut_note) {
-  if (!cut_note.empty()) std::cout << "[zrepro diagnose] " << cut_note << "\n";
+void print_diagnosis(const Diagnosis& d, LogKind kind) {
+  if (d.read.log_read) std::cout << "[zrepro diagnose] " << *d.read.log_read << "\n";
   if (kind == LogKind::utf16) std::cout << "[zrepro diagnose] the log is UTF-16: read as such\n";
   std::cout << d.to_text();
-  if (j.contains("planner") && j["planner"].is_object())
-    std::cout << "  planner: " << j["planner"]["planned_verdict"].get<std::string>()
-              << (j["planner"]["agrees"].get<bool>() ? " (agrees with the log)" : " (does NOT agree with the log)")
-              << " " << json_text(j["planner"], -1) << "\n";
+  if (d.planner)
+    std::cout << "  planner: " << d.planner->planned_verdict
+              << (d.planner->agrees ? " (agrees with the log)" : " (does NOT agree with the log)") << " "
+              << json_text(d.to_json()["planner"], -1) << "\n";
 }
 
 // What --write-scenario needs, and one LOG, checked before the log is read.
@@ -292,10 +294,9 @@ int diagnose(const cxxopts::Options& o, const cxxopts::ParseResult& r) {
   check_diagnose_flags(r);
   const json user_config = r.count("config") ? read_user_config(r["config"].as<std::string>()) : json();
   if (const auto rows = flight_recorder_rows(path)) {
-    const Diagnosis d = diagnose_flight_recorder(*rows);
-    json j = d.to_json();
-    j["flight_recorder_ranks"] = rows->size();
-    std::cout << (r.count("json") ? json_text(j) + "\n" : "[zrepro diagnose] " + std::to_string(rows->size()) +
+    Diagnosis d = diagnose_flight_recorder(*rows);
+    d.read.flight_recorder_ranks = static_cast<int64_t>(rows->size());
+    std::cout << (r.count("json") ? json_text(d.to_json()) + "\n" : "[zrepro diagnose] " + std::to_string(rows->size()) +
                                                           " Flight Recorder dump(s) in " + path + "\n" + d.to_text());
     return d.scenario.empty() && d.cause.empty() ? kExitAbNoFailure : kExitOk;
   }
@@ -311,20 +312,19 @@ int diagnose(const cxxopts::Options& o, const cxxopts::ParseResult& r) {
   const std::string cut_note = log.cut ? "the log is " + format_bytes(log.total) + " decompressed, above --read-limit: read "
                                              "its first " + format_bytes(log.head) + " and last " + format_bytes(log.tail)
                                        : "";
-  const Diagnosis d = diagnose_log(log.text, user_config);
-  json j = d.to_json();
-  j["log_bytes"] = log.total;
-  j["log_encoding"] = log_kind_name(kind);
-  if (log.cut) j["log_read"] = cut_note;
+  Diagnosis d = diagnose_log(log.text, user_config);
+  d.read.log_bytes = log.total;
+  d.read.log_encoding = log_kind_name(kind);
+  if (log.cut) d.read.log_read = cut_note;
   json plan;
   if (r.count("config")) {
     plan = plan_job(job_plan_args(r, d));
-    j["planner"] = planner_check(d, plan);
+    d.planner = planner_check(d, plan);
   }
   if (r.count("json"))
-    std::cout << json_text(j) << std::endl;
+    std::cout << json_text(d.to_json()) << std::endl;
   else
-    print_diagnosis(d, j, kind, cut_note);
+    print_diagnosis(d, kind);
   if (r.count("write-scenario")) return write_and_run(d, path, r, user_config, plan);
   return d.scenario.empty() ? kExitAbNoFailure : kExitOk;
 }

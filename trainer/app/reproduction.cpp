@@ -91,8 +91,8 @@ std::vector<std::string> shared_args(const Diagnosis& d, const json& templ, cons
     std::string capacity;
     if (job.device_memory) {
       capacity = *job.device_memory;
-    } else if (d.numbers.value("capacity_bytes", int64_t(0)) > 0) {
-      capacity = std::to_string(d.numbers["capacity_bytes"].get<int64_t>());
+    } else if (d.numbers.capacity_bytes.value_or(0) > 0) {
+      capacity = std::to_string(*d.numbers.capacity_bytes);
       notes.push_back("the device capacity is the log's (" + capacity + " bytes, from the OOM message)");
     } else {
       throw ConfigError("--device-memory: missing, and the log prints no device capacity; add --device-memory "
@@ -101,7 +101,7 @@ std::vector<std::string> shared_args(const Diagnosis& d, const json& templ, cons
     const int64_t template_steps = steps_in(args);
     args = without_scale_flags(args);
     args.insert(args.begin(), {"--target-model", *job.model, "--target-device-memory", capacity});
-    const int64_t completed = d.numbers.value("completed_steps", int64_t(0));
+    const int64_t completed = d.numbers.completed_steps.value_or(0);
     set_steps(args, std::min<int64_t>(std::max<int64_t>(template_steps, completed + 2), 50));
     notes.push_back("scale-down: the job's model " + *job.model + " on " + capacity +
                     " runs as a toy that keeps each memory category's share of the device (summary.json "
@@ -113,9 +113,9 @@ std::vector<std::string> shared_args(const Diagnosis& d, const json& templ, cons
 
 json ranks_for(const Diagnosis& d, const json& templ, const JobSetup& job, std::vector<std::string>& notes) {
   if (job.world_size) return json::array({*job.world_size});
-  if (d.numbers.contains("world_size")) {
-    notes.push_back("the world size is the log's (" + d.numbers["world_size"].dump() + ")");
-    return json::array({d.numbers["world_size"]});
+  if (d.numbers.world_size) {
+    notes.push_back("the world size is the log's (" + std::to_string(*d.numbers.world_size) + ")");
+    return json::array({*d.numbers.world_size});
   }
   notes.push_back("the job's world size was not given (--world-size): the catalogue's rank counts " +
                   templ["ranks"].dump() + " are used");
@@ -126,11 +126,12 @@ json ranks_for(const Diagnosis& d, const json& templ, const JobSetup& job, std::
 // saving world size when the log names it ("--ranks" of each step).
 json setup_for(const Diagnosis& d, const json& templ, std::vector<std::string>& notes) {
   json steps = templ["setup"];
-  if (!d.numbers.contains("saved_world_size")) return steps;
+  if (!d.numbers.saved_world_size) return steps;
+  const std::string saved = std::to_string(*d.numbers.saved_world_size);
   for (auto& step : steps)
     for (size_t i = 0; i + 1 < step["args"].size(); ++i)
-      if (step["args"][i] == "--ranks") step["args"][i + 1] = d.numbers["saved_world_size"].dump();
-  notes.push_back("the checkpoint is saved on the log's saving world size (" + d.numbers["saved_world_size"].dump() +
+      if (step["args"][i] == "--ranks") step["args"][i + 1] = saved;
+  notes.push_back("the checkpoint is saved on the log's saving world size (" + saved +
                   " ranks) by the setup steps");
   return steps;
 }

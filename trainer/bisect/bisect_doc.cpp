@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "device/base/errors.h"
-#include "trainer/config/json_optional.h"
+#include "device/base/json_optional.h"
 
 namespace zrepro {
 

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "trainer/bisect/release_figures.h"
-#include "trainer/report/field_doc.h"
+#include "device/base/field_doc.h"
 
 namespace zrepro {
 

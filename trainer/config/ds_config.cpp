@@ -2,7 +2,7 @@
 // get() consumes a key, resolves file / flag / "auto" / default in that order and
 // records the entry; finish() reports what was left unconsumed as unknown keys.
 #include "trainer/config/ds_config.h"
-#include "trainer/config/json_optional.h"
+#include "device/base/json_optional.h"
 
 #include "trainer/config/ds_versions.h"
 

@@ -18,21 +18,21 @@ namespace {
 // names are those of summary.json's failure.checkpoint (kFailures in report.cpp).
 // The model states' share of the device before the failure: zrepro's scale-down table, or
 // DeepSpeed's MA line against the capacity from the OOM message. -1 when unknown.
-double model_states_share(const json& n) {
-  if (n.contains("model_states_share")) return n["model_states_share"].get<double>();
-  if (n.contains("allocated_gb_before_failure") && n.value("capacity_bytes", int64_t(0)) > 0)
-    return n["allocated_gb_before_failure"].get<double>() * 1e9 / static_cast<double>(n["capacity_bytes"].get<int64_t>());
+double model_states_share(const LogFigures& n) {
+  if (n.model_states_share) return *n.model_states_share;
+  if (n.allocated_gb_before_failure && n.capacity_bytes.value_or(0) > 0)
+    return *n.allocated_gb_before_failure * 1e9 / static_cast<double>(*n.capacity_bytes);
   return -1;
 }
 
 // Bytes the device holds outside this process's PyTorch allocator: capacity - free -
 // what PyTorch reserved (allocated + reserved-but-unallocated, or 1.x's "reserved in
 // total"). -1 when the message does not say.
-int64_t held_outside_pytorch(const json& n) {
-  const int64_t cap = n.value("capacity_bytes", int64_t(-1)), free = n.value("free_bytes", int64_t(-1));
-  int64_t reserved = n.value("reserved_bytes", int64_t(-1));
-  if (reserved < 0 && n.contains("allocated_bytes") && n.contains("reserved_unallocated_bytes"))
-    reserved = n["allocated_bytes"].get<int64_t>() + n["reserved_unallocated_bytes"].get<int64_t>();
+int64_t held_outside_pytorch(const LogFigures& n) {
+  const int64_t cap = n.capacity_bytes.value_or(-1), free = n.free_bytes.value_or(-1);
+  int64_t reserved = n.reserved_bytes.value_or(-1);
+  if (reserved < 0 && n.allocated_bytes && n.reserved_unallocated_bytes)
+    reserved = *n.allocated_bytes + *n.reserved_unallocated_bytes;
   if (cap <= 0 || free < 0 || reserved < 0) return -1;
   return cap - free - reserved;
 }
@@ -40,10 +40,10 @@ int64_t held_outside_pytorch(const json& n) {
 // An OOM that is not the caching allocator running out under the model: a pinned host
 // allocation, or a device mostly held by something else. True when decided.
 bool decide_oom_elsewhere(const Scan& s, Diagnosis& d) {
-  const json& n = s.numbers;
+  const LogFigures& n = s.numbers;
   const bool outside_allocator = s.found.count("cuda_error_oom") && !s.found.count("oom");
-  if (n.value("pinned_allocation_oom", false) || outside_allocator) {
-    const bool seen = n.value("pinned_allocation_oom", false);
+  if (n.pinned_allocation_oom.value_or(false) || outside_allocator) {
+    const bool seen = n.pinned_allocation_oom.value_or(false);
     d.checkpoint = "pinned-memory", d.cause = "pinned-host-oom", d.confidence = seen ? "strong" : "likely";
     d.scenario = s.found.count("pinned_memory") ? "memlock-limit" : "";
     d.reason = seen ? "\"CUDA error: out of memory\" raised by a pinned (page-locked) host allocation a few frames above: "
@@ -57,7 +57,7 @@ bool decide_oom_elsewhere(const Scan& s, Diagnosis& d) {
                   "less host memory per process: fewer ranks per node, or offload only the optimizer"};
     return true;
   }
-  const int64_t outside = held_outside_pytorch(n), cap = n.value("capacity_bytes", int64_t(0));
+  const int64_t outside = held_outside_pytorch(n), cap = n.capacity_bytes.value_or(0);
   if (outside > 0 && cap > 0 && outside >= cap / 5 && outside >= (int64_t(2) << 30)) {
     d.checkpoint = "zero-stage", d.cause = "memory-outside-pytorch", d.confidence = "likely";
     d.reason = "the OOM message's figures leave " + std::to_string(outside >> 20) + " MiB of the device (" +
@@ -116,10 +116,10 @@ std::vector<std::string> oom_fixes(const std::string& cause) {
 // The caching allocator's OOM, from what the message's figures and ZeRO's own records say:
 // fragmentation, the optimizer's partitioning, a bucket, model states filling the device,
 // ZeRO-3's live parameters. False when they say none of these.
-bool decide_oom_by_figures(const json& n, const std::string& phase, Diagnosis& d) {
-  const int64_t req = n.value("request_bytes", int64_t(-1)), stranded = n.value("reserved_unallocated_bytes", int64_t(-1));
-  const int64_t cap = n.value("capacity_bytes", int64_t(0));
-  const std::string category = n.value("category", std::string());
+bool decide_oom_by_figures(const LogFigures& n, const std::string& phase, Diagnosis& d) {
+  const int64_t req = n.request_bytes.value_or(-1), stranded = n.reserved_unallocated_bytes.value_or(-1);
+  const int64_t cap = n.capacity_bytes.value_or(0);
+  const std::string category = n.category.value_or("");
   const bool bucket_sized = req > 0 && (std::llabs(req - 2000000000LL) < 50000000 || std::llabs(req - 1000000000LL) < 25000000);
   // Fragmentation: the stranded bytes exceed the request and are a real share of the device
   // (127 MiB stranded on an 8 GiB card beside a 90 MiB request is a full device, not a
@@ -127,7 +127,7 @@ bool decide_oom_by_figures(const json& n, const std::string& phase, Diagnosis& d
   if (req > 0 && stranded > req && (cap <= 0 || stranded >= cap / 20)) {
     d.scenario = "fragmentation", d.cause = "fragmentation", d.confidence = "strong";
     d.reason = "the allocator holds more reserved-but-unallocated memory than the request: the free memory is fragmented";
-  } else if (category == "optimizer_states" && n.value("zero_stage", 0) == 2) {
+  } else if (category == "optimizer_states" && n.zero_stage.value_or(0) == 2) {
     // DeepSpeed creates Adam's moments in the first step: under ZeRO-2 the states and the
     // gradients are already partitioned there, and what every rank still holds whole is
     // its 16-bit parameters.
@@ -146,7 +146,7 @@ bool decide_oom_by_figures(const json& n, const std::string& phase, Diagnosis& d
     d.reason = "the model states alone took " + std::to_string(static_cast<int64_t>(std::min(100 * model_states_share(n), 1e9))) +
                "% of the device before the failing allocation: the parameters (and below stage 3 every rank's full "
                "16-bit copy) leave no room";
-  } else if (n.value("zero_stage", 0) == 3 && n.value("completed_steps", int64_t(0)) >= 1 &&
+  } else if (n.zero_stage.value_or(0) == 3 && n.completed_steps.value_or(0) >= 1 &&
              (phase == "forward" || phase == "backward")) {
     d.scenario = "zero3-live-params", d.cause = "zero3-live-params", d.confidence = "likely";
     d.reason = "under ZeRO-3 the OOM comes after a completed step: layers kept gathered between their forward and "
@@ -159,9 +159,9 @@ bool decide_oom_by_figures(const json& n, const std::string& phase, Diagnosis& d
 
 // The caching allocator's OOM by where it came (the traceback's frames), or, with no
 // frame, by the request's size against the device.
-void decide_oom_by_phase(const json& n, const std::string& phase, Diagnosis& d) {
-  const int64_t req = n.value("request_bytes", int64_t(-1)), cap = n.value("capacity_bytes", int64_t(0));
-  const std::string category = n.value("category", std::string());
+void decide_oom_by_phase(const LogFigures& n, const std::string& phase, Diagnosis& d) {
+  const int64_t req = n.request_bytes.value_or(-1), cap = n.capacity_bytes.value_or(0);
+  const std::string category = n.category.value_or("");
   if (category == "activations") {
     d.scenario = "first-batch-activations", d.cause = "activations", d.confidence = "strong";
     d.reason = "model states fit; the activations of one micro-batch do not";
@@ -190,10 +190,10 @@ void decide_oom_by_phase(const json& n, const std::string& phase, Diagnosis& d) 
 }
 
 void decide_oom(const Scan& s, Diagnosis& d) {
-  const json& n = s.numbers;
+  const LogFigures& n = s.numbers;
   if (decide_oom_elsewhere(s, d)) return;
   d.checkpoint = "zero-stage";
-  const std::string phase = n.value("phase", n.value("phase_hint", std::string()));
+  const std::string phase = n.oom_phase().value_or("");
   if (!decide_oom_by_figures(n, phase, d)) decide_oom_by_phase(n, phase, d);
   const std::vector<std::pair<std::string, std::string>> others = {
       {"first-batch-activations", "the OOM on the first forward/backward; activation checkpointing fixes it"},
@@ -205,23 +205,6 @@ void decide_oom(const Scan& s, Diagnosis& d) {
     if (name != d.scenario) d.alternatives.push_back(name + ": " + tell);
   d.try_next = oom_fixes(d.cause);
 }
-
-// Each timer's share of fwd + bwd + step (bwd_allreduce is part of bwd), from DeepSpeed's
-// global timers, else its micro-step ones; null unless forward and backward both took time
-// and the total is a finite number (a cut or garbled timer line says nothing about speed).
-}  // namespace
-
-json wall_clock_shares(const json& n) {
-  const json w = n.value("wall_clock_ms", json::object());
-  const std::string p = w.contains("fwd") || w.contains("step") ? "" : "micro_";
-  const double fwd = w.value(p + "fwd", 0.0), bwd = w.value(p + "bwd", 0.0), step = w.value(p + "step", 0.0);
-  const double total = fwd + bwd + step;
-  if (!(fwd > 0) || !(bwd > 0) || !std::isfinite(total)) return nullptr;
-  return {{"fwd", fwd / total}, {"bwd", bwd / total}, {"bwd_allreduce", w.value(p + "bwd_allreduce", 0.0) / total},
-          {"step", step / total}};
-}
-
-namespace {
 
 std::string pct(double share) {
   return std::isfinite(share) ? std::to_string(static_cast<int>(100 * std::clamp(share, 0.0, 1.0) + 0.5)) + "%" : "?";
@@ -235,16 +218,16 @@ std::string pct(double share) {
 // on the host in step); without offload, on collectives (stage 3 gathers in forward, the
 // gradient all-reduce in backward). Without a baseline run one log can only say "likely".
 bool decide_speed(const Scan& s, Diagnosis& d) {
-  const json sh = wall_clock_shares(s.numbers);
-  if (!sh.is_object()) return false;
-  const double fwd = sh["fwd"], bwd = sh["bwd"], step = sh["step"], allreduce = sh["bwd_allreduce"];
+  const std::optional<WallClockShares> sh = s.numbers.wall_clock_shares();
+  if (!sh) return false;
+  const double fwd = sh->fwd, bwd = sh->bwd, step = sh->step, allreduce = sh->bwd_allreduce;
   std::string odd;  // the phase out of proportion
   if (step >= 0.5) odd = "the optimizer step takes " + pct(step) + " of the step time";
   else if (fwd > bwd) odd = "forward takes longer than backward (" + pct(fwd) + " vs " + pct(bwd) + "; compute alone makes backward about twice forward)";
   else if (bwd > 4 * fwd) odd = "backward takes " + std::to_string(static_cast<int64_t>(std::min(bwd / fwd, 1e6) + 0.5)) + "x forward (compute alone: about 2x)";
-  const json& cfg = s.numbers.value("config", json::object());  // --config, when given
-  const bool offload = s.found.count("offload_cpu") > 0 || cfg.value("offload", false);
-  const bool pageable = s.found.count("offload_pageable") > 0 || (cfg.value("offload", false) && !cfg.value("pin_memory", true));
+  const JobConfigFacts& cfg = s.numbers.config;  // --config, when given
+  const bool offload = s.found.count("offload_cpu") > 0 || cfg.offload;
+  const bool pageable = s.found.count("offload_pageable") > 0 || (cfg.offload && cfg.pin_memory_off);
   if (step >= 0.5) {
     // The step is the optimizer: with offload_optimizer, DeepSpeedCPUAdam on the host.
     d.checkpoint = "offload-target", d.cause = "host-optimizer", d.confidence = "likely";
@@ -275,7 +258,7 @@ bool decide_speed(const Scan& s, Diagnosis& d) {
     return true;
   }
   // Without offload: the all-reduce itself, or stage 3's gathers stretching forward.
-  if (allreduce >= 0.4 || (!offload && fwd > bwd && s.numbers.value("zero_stage", 0) == 3)) {
+  if (allreduce >= 0.4 || (!offload && fwd > bwd && s.numbers.zero_stage.value_or(0) == 3)) {
     d.checkpoint = "communication", d.confidence = "likely", d.scenario = "more-ranks-no-speedup", d.cause = "comm-bound";
     d.reason = (allreduce >= 0.4 ? "the gradient all-reduce takes " + pct(allreduce) + " of the step time" : odd) +
                " (DeepSpeed's timers) without offload: the phase waits on collectives, so the interconnect, not "
@@ -295,15 +278,15 @@ bool decide_speed(const Scan& s, Diagnosis& d) {
 // usually settling in the thousands. They are a failure when the scale keeps falling: to a
 // small value (<= 128) step after step, or every step at scale 1 ("Attempted loss scale:
 // 1, reducing to 1": nothing left to halve), or DeepSpeed's "already at minimum" exit.
-bool fp16_failing(const json& n) {
-  return n.value("overflows_at_scale_1", 0) >= 2 ||
-         (n.value("overflow_steps", 0) >= 3 && n.value("min_attempted_loss_scale", 1e300) <= 128);
+bool fp16_failing(const LogFigures& n) {
+  return n.overflows_at_scale_1.value_or(0) >= 2 ||
+         (n.overflow_steps.value_or(0) >= 3 && n.min_attempted_loss_scale.value_or(1e300) <= 128);
 }
 
 void decide_fp16(const Scan& s, Diagnosis& d) {
-  const json& n = s.numbers;
-  const double low = n.value("min_attempted_loss_scale", 1e300);
-  const int at_one = n.value("overflows_at_scale_1", 0), overflows = n.value("overflow_steps", 0);
+  const LogFigures& n = s.numbers;
+  const double low = n.min_attempted_loss_scale.value_or(1e300);
+  const int64_t at_one = n.overflows_at_scale_1.value_or(0), overflows = n.overflow_steps.value_or(0);
   d.checkpoint = "numerics", d.scenario = "fp16-overflow";
   if (s.found.count("loss_scale_minimum")) {
     d.cause = "fp16-scale-minimum", d.confidence = "strong";
@@ -335,14 +318,14 @@ struct WatchdogView {
   bool same_seq_other_op = false;    // ranks issued different collectives at one SeqNum
   bool same_seq_other_size = false;  // the same collective with different sizes
 };
-WatchdogView watchdog_view(const json& w) {
+WatchdogView watchdog_view(const std::vector<WatchdogEntry>& w) {
   WatchdogView v;
-  for (const auto& a : w) {
-    v.seqs.insert(a.value("seq", int64_t(-1)));
-    for (const auto& b : w) {
-      if (a.value("seq", -1) != b.value("seq", -1)) continue;
-      if (a.value("op", std::string()) != b.value("op", std::string())) v.same_seq_other_op = true;
-      else if (a.value("numel_in", -1) != b.value("numel_in", -1) || a.value("numel_out", -1) != b.value("numel_out", -1))
+  for (const WatchdogEntry& a : w) {
+    v.seqs.insert(a.seq.value_or(-1));
+    for (const WatchdogEntry& b : w) {
+      if (a.seq.value_or(-1) != b.seq.value_or(-1)) continue;
+      if (a.op.value_or("") != b.op.value_or("")) v.same_seq_other_op = true;
+      else if (a.numel_in.value_or(-1) != b.numel_in.value_or(-1) || a.numel_out.value_or(-1) != b.numel_out.value_or(-1))
         v.same_seq_other_size = true;
     }
   }
@@ -363,12 +346,12 @@ std::vector<std::string> hang_fixes(const std::string& cause) {
 
 void decide_hang(const Scan& s, Diagnosis& d) {
   auto has = [&](const char* id) { return s.found.count(id) > 0; };
-  const json w = s.numbers.value("watchdog", json::array());
+  const std::vector<WatchdogEntry>& w = s.numbers.watchdog;
   const WatchdogView v = watchdog_view(w);
   const std::set<int64_t>& seqs = v.seqs;
   const bool same_seq_other_size = v.same_seq_other_size && !v.same_seq_other_op;
-  const std::string op = s.numbers.value("collective_op", std::string());
-  const int64_t seq = s.numbers.value("collective_seq", int64_t(-1));
+  const std::string op = s.numbers.collective_op.value_or("");
+  const int64_t seq = s.numbers.collective_seq.value_or(-1);
   const bool gather = op.find("ALLGATHER") != std::string::npos || op.find("_ALLGATHER") != std::string::npos;
   d.checkpoint = "communication";
   // A forward some ranks ran alone comes first: its gathers can meet the others' gathers too.
@@ -396,7 +379,7 @@ void decide_hang(const Scan& s, Diagnosis& d) {
                      "different parameters, as data-dependent modules (MoE routing, conditional branches) do"
                    : "ZeRO-3 re-traced its prefetch order (\"Invalidate trace cache\") and a gather never completed: the "
                      "ranks run data-dependent modules (MoE routing, conditional branches)";
-  } else if (w.size() == 1 && gather && (has("eval_work") || s.numbers.value("zero_stage", 0) == 3 || s.ranks.size() <= 1)) {
+  } else if (w.size() == 1 && gather && (has("eval_work") || s.numbers.zero_stage.value_or(0) == 3 || s.numbers.ranks_seen.size() <= 1)) {
     d.scenario = has("generate_work") ? "generate-early-eos" : "rank0-eval-hang";
     d.cause = "rank-alone-in-collective", d.confidence = "likely";
     d.reason = "one rank alone timed out in an all-gather: under ZeRO-3 it ran forward work the others never joined "
@@ -432,9 +415,7 @@ bool decide_setup(const Scan& s, Diagnosis& d) {
   if (has("trainer_mismatch")) {
     d.checkpoint = "config", d.cause = "trainer-config-mismatch", d.confidence = "strong";
     std::string keys;
-    const json mismatched = s.numbers.value("trainer_mismatch", json::object());
-    for (const auto& [k, v] : mismatched.items())
-      keys += (keys.empty() ? "" : ", ") + k + (v.is_string() ? "=" + v.get<std::string>() : std::string());
+    for (const auto& [k, v] : s.numbers.trainer_mismatch) keys += (keys.empty() ? "" : ", ") + k + "=" + v;
     d.reason = "the Hugging Face Trainer refused DeepSpeed values the config sets explicitly that differ from its "
                "TrainingArguments" + (keys.empty() ? std::string() : " (" + keys + ")") +
                "; under `accelerate launch` the accelerate config's deepspeed_config keys (gradient_accumulation_steps, "
@@ -480,7 +461,7 @@ bool decide_batch_triple(const Scan&, Diagnosis& d) {
 
 // [Note: zero_to_fp32's host memory] (trainer/checkpoint/zero_to_fp32.h).
 bool decide_consolidation_host_oom(const Scan& s, Diagnosis& d) {
-  const bool zero12 = s.numbers.value("zero_stage", 3) < 3;
+  const bool zero12 = s.numbers.zero_stage.value_or(3) < 3;
   d.checkpoint = "host-memory", d.scenario = "consolidate-host-oom", d.cause = "zero-to-fp32-host-oom";
   d.confidence = "strong";
   d.reason = std::string("the kernel killed DeepSpeed's zero_to_fp32 for host memory while it consolidated a ZeRO "
@@ -503,7 +484,7 @@ bool decide_consolidation_host_oom(const Scan& s, Diagnosis& d) {
 }
 
 bool gathers_16bit_on_save(const Scan& s) {
-  return has(s, "save_gather") || s.numbers.value("config", json::object()).value("gather_16bit_on_save", false);
+  return has(s, "save_gather") || s.numbers.config.gather_16bit_on_save;
 }
 
 // [Note: the 16-bit consolidation at save] (trainer/checkpoint/ds_checkpoint.h).
@@ -523,12 +504,15 @@ bool decide_save_gather_host_oom(const Scan& s, Diagnosis& d) {
   return true;
 }
 
+// A whole figure as the reason quotes it; "?" when the log did not say it.
+std::string figure_text(const std::optional<int64_t>& v) { return v ? std::to_string(*v) : "?"; }
+
 bool decide_resume_world_size(const Scan& s, Diagnosis& d) {
   d.checkpoint = "config", d.scenario = "resume-world-size-change", d.cause = "checkpoint-world-size";
   d.confidence = "strong";
   d.reason = "load_checkpoint refused a ZeRO checkpoint saved at another data-parallel world size (" +
-             s.numbers.value("saved_world_size", json("?")).dump() + " ranks, resumed on " +
-             s.numbers.value("world_size", json("?")).dump() + "): each rank's optimizer file holds a partition "
+             figure_text(s.numbers.saved_world_size) + " ranks, resumed on " + figure_text(s.numbers.world_size) +
+             "): each rank's optimizer file holds a partition "
              "cut for the saving world size";
   d.try_next = {"convert it: python deepspeed/checkpoint/ds_to_universal.py --input_folder DIR/global_stepN "
                 "--output_folder DIR/global_stepN_universal --inject_missing_state (or zrepro checkpoint "
@@ -539,7 +523,7 @@ bool decide_resume_world_size(const Scan& s, Diagnosis& d) {
 
 bool decide_pinned_memory(const Scan& s, Diagnosis& d) {
   // --config without a pin_memory key: the pinning came from 0.19.5's new default.
-  const bool unset = s.numbers.value("config", json::object()).value("pin_memory_unset", false);
+  const bool unset = s.numbers.config.pin_memory_unset;
   d.checkpoint = "pinned-memory", d.confidence = "strong", d.cause = "pinned-host-oom";
   d.scenario = unset ? "upgrade-pinned-default" : "memlock-limit";
   d.reason = unset ? "pinning the offload buffers failed at init, and the config sets no pin_memory: DeepSpeed >= "
@@ -555,7 +539,7 @@ bool decide_pinned_memory(const Scan& s, Diagnosis& d) {
 bool decide_cache_flushes(const Scan& s, Diagnosis& d) {
   d.checkpoint = "zero-stage", d.cause = "allocator-cache-flushes", d.confidence = "likely";
   d.scenario = "allocator-pressure";
-  const int64_t n = s.numbers.value("allocator_cache_flushes", int64_t(0));
+  const int64_t n = s.numbers.allocator_cache_flushes.value_or(0);
   d.reason = "ZeRO-3 reports the PyTorch allocator flushing its cache between steps" +
              (n > 0 ? " (" + std::to_string(n) + " in the last step it logged)" : std::string()) +
              ": memory runs so close to capacity that the caching allocator frees its cached segments and retries "
@@ -576,12 +560,12 @@ bool decide_straggler(const Scan&, Diagnosis& d) {
 
 // Timer lines with no phase out of proportion: nothing to name, the shares said.
 bool decide_timers_in_proportion(const Scan& s, Diagnosis& d) {
-  const json sh = wall_clock_shares(s.numbers);
+  const std::optional<WallClockShares> sh = s.numbers.wall_clock_shares();
   d.confidence = "none";
   d.reason = "no known fingerprint: DeepSpeed's timers show no phase out of proportion" +
-             (sh.is_object() ? " (fwd " + pct(sh["fwd"]) + ", bwd " + pct(sh["bwd"]) + " of which all-reduce " +
-                                   pct(sh["bwd_allreduce"]) + ", step " + pct(sh["step"]) + ")"
-                             : std::string());
+             (sh ? " (fwd " + pct(sh->fwd) + ", bwd " + pct(sh->bwd) + " of which all-reduce " + pct(sh->bwd_allreduce) +
+                       ", step " + pct(sh->step) + ")"
+                 : std::string());
   return true;
 }
 

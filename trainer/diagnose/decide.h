@@ -3,8 +3,6 @@
 // needs and what it decides, walked in order until one decides. A new cause is a row of
 // that table (and its decide function), not a branch in the walk.
 #pragma once
-#include <nlohmann/json.hpp>
-
 #include "trainer/diagnose/diagnose.h"
 #include "trainer/diagnose/evidence.h"
 
@@ -14,7 +12,5 @@ namespace zrepro::diagnosis {
 void decide(const Scan& s, Diagnosis& d);
 // A hang's kind from what each rank waited in (also for Flight Recorder dumps).
 void decide_hang(const Scan& s, Diagnosis& d);
-// DeepSpeed's timer line as shares of the step ({fwd, bwd, bwd_allreduce, step}), or null.
-nlohmann::json wall_clock_shares(const nlohmann::json& numbers);
 
 }  // namespace zrepro::diagnosis

@@ -9,20 +9,47 @@
 //
 // The room: log_text.h (a log's bytes as text), evidence.h (the fingerprint table and the
 // scan that finds its lines and numbers), decide.h (the decision, a walk over its rule
-// table in the diagnosis order), this file (the answer), flight_recorder.h (NCCL's Flight
+// table in the diagnosis order), log_figures.h (the figures a log carries), this file (the answer), flight_recorder.h (NCCL's Flight
 // Recorder dumps as rows) and wall_clock.h (DeepSpeed's timer line, written by run).
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "device/base/field_doc.h"
+#include "trainer/diagnose/log_figures.h"
+
 namespace zrepro {
+
+// [Note: diagnose schema] as [Note: ab schema] (trainer/report/ab_doc.h): `zrepro diagnose
+// --json` says which schema it follows; Diagnosis::from_json refuses another.
+constexpr const char* kDiagnoseSchema = "zrepro.diagnose/1";
 
 struct Evidence {
   std::string fingerprint;  // oom, overflow, loss_scale_minimum, watchdog_timeout, ...
   int line = 0;             // 1-based
   std::string text;         // the line, trimmed to 300 characters
+};
+
+// What `zrepro diagnose` read (trainer/app/diagnose.cpp): a text log's decompressed size,
+// its encoding and, above --read-limit, what of it was read; or how many Flight Recorder
+// dumps.
+struct LogRead {
+  std::optional<int64_t> log_bytes;
+  std::optional<std::string> log_encoding, log_read;
+  std::optional<int64_t> flight_recorder_ranks;
+};
+
+// With --config: the planner's answer for the job (`zrepro plan --json`) against what the
+// log showed.
+struct PlannerCheck {
+  std::string planned_verdict;  // the plan's verdict (fits, oom, pinned-memory), or refused
+  bool agrees = false;
+  std::optional<std::string> refused;  // the planner refused the config: its message (then nothing else)
+  std::optional<std::string> planned_phase, log_phase;
+  std::optional<int64_t> planned_peak_bytes, capacity_bytes;
 };
 
 struct Diagnosis {
@@ -42,10 +69,21 @@ struct Diagnosis {
   std::vector<std::string> try_next;      // fixes to verify, most likely first
   std::vector<Evidence> evidence;         // every fingerprint line (at most 12 per kind)
   std::vector<Evidence> closest;          // no fingerprint: error-looking lines
-  nlohmann::json numbers = nlohmann::json::object();
+  LogFigures numbers;  // written as `numbers`: [Note: a log's figures are typed]
+  LogRead read;        // written beside the diagnosis's own fields
+  std::optional<PlannerCheck> planner;
+  // [Note: one diagnose type] `zrepro diagnose --json` is this type's to_json, and a reader
+  // takes it back through from_json (ConfigError on another schema, nlohmann::json's
+  // exception on a wrong shape); docs/reference/diagnose-json.md is generated from
+  // diagnose_field_docs() and checked against diagnose_example().
   nlohmann::json to_json() const;
+  static Diagnosis from_json(const nlohmann::json& j);
   std::string to_text() const;
 };
+
+const std::vector<FieldDoc>& diagnose_field_docs();
+Diagnosis diagnose_example();  // every field set, one element per list
+std::string diagnose_reference_page();
 
 // job_config: the job's DeepSpeed config when known (--config). Its ZeRO stage and offload
 // settings stand in for the config print, which DeepSpeed >= 0.19 leaves out at its
@@ -53,8 +91,7 @@ struct Diagnosis {
 Diagnosis diagnose_log(const std::string& text, const nlohmann::json& job_config = nullptr);
 
 // [Note: Flight Recorder dumps] (trainer/diagnose/flight_recorder.h): each rank's last collective, one row
-// per rank ({rank, seq, op, numel_in, numel_out, state, entries, file}), diagnosed as the
-// watchdog's lines are: the hang's kind from what the ranks waited in.
-Diagnosis diagnose_flight_recorder(const std::vector<nlohmann::json>& rows);
+// per rank, diagnosed as the watchdog's lines are: the hang's kind from what the ranks waited in.
+Diagnosis diagnose_flight_recorder(const std::vector<WatchdogEntry>& rows);
 
 }  // namespace zrepro

@@ -106,9 +106,9 @@ std::optional<int64_t> whole(const std::string& digits) {
   }
 }
 
-// n[key] = the number, or nothing when it is not one.
-void set_whole(json& n, const char* key, const std::string& digits) {
-  if (const auto v = whole(digits)) n[key] = *v;
+// figure = the number, or nothing when it is not one.
+void set_whole(std::optional<int64_t>& figure, const std::string& digits) {
+  if (const auto v = whole(digits)) figure = *v;
 }
 
 double parse_number(const std::string& s) {
@@ -119,29 +119,31 @@ double parse_number(const std::string& s) {
   }
 }
 
-// The figures of a PyTorch OOM message (any version since 1.x) into numbers.
-void read_oom_numbers(const std::string& line, json& n) {
-  static const std::pair<const char*, std::regex> fields[] = {
-      {"request_bytes", std::regex(R"(Tried to allocate ([0-9.]+) ?([KMGT]i?B|bytes))")},
-      {"capacity_bytes", std::regex(R"(total capacity of ([0-9.]+) ?([KMGT]i?B|bytes))")},
-      {"free_bytes", std::regex(R"(of which ([0-9.]+) ?([KMGT]i?B|bytes) is free|([0-9.]+) ?([KMGT]i?B|bytes) free)")},
-      {"reserved_unallocated_bytes",
+// The figures of a PyTorch OOM message (any version since 1.x) into numbers: the first
+// pattern that gives a figure sets it.
+void read_oom_numbers(const std::string& line, LogFigures& n) {
+  using Bytes = std::optional<int64_t> LogFigures::*;
+  static const std::pair<Bytes, std::regex> fields[] = {
+      {&LogFigures::request_bytes, std::regex(R"(Tried to allocate ([0-9.]+) ?([KMGT]i?B|bytes))")},
+      {&LogFigures::capacity_bytes, std::regex(R"(total capacity of ([0-9.]+) ?([KMGT]i?B|bytes))")},
+      {&LogFigures::free_bytes, std::regex(R"(of which ([0-9.]+) ?([KMGT]i?B|bytes) is free|([0-9.]+) ?([KMGT]i?B|bytes) free)")},
+      {&LogFigures::reserved_unallocated_bytes,
        std::regex(R"(([0-9.]+) ?([KMGT]i?B|bytes) is reserved by PyTorch but unallocated)")},
-      {"allocated_bytes", std::regex(R"(([0-9.]+) ?([KMGT]i?B|bytes) is allocated by PyTorch|([0-9.]+) ?([KMGT]i?B|bytes) already allocated)")},
+      {&LogFigures::allocated_bytes, std::regex(R"(([0-9.]+) ?([KMGT]i?B|bytes) is allocated by PyTorch|([0-9.]+) ?([KMGT]i?B|bytes) already allocated)")},
       // PyTorch 1.x: "(GPU 0; 15.78 GiB total capacity; 14.22 GiB already allocated; 1.75 MiB free; 14.31 GiB reserved in total by PyTorch)"
-      {"capacity_bytes", std::regex(R"(([0-9.]+) ?([KMGT]i?B|bytes) total capacity)")},
-      {"reserved_bytes", std::regex(R"(([0-9.]+) ?([KMGT]i?B|bytes) reserved in total by PyTorch)")},
-      {"process_bytes", std::regex(R"(this process has ([0-9.]+) ?([KMGT]i?B|bytes) memory in use)")}};
-  for (const auto& [key, re] : fields) {
+      {&LogFigures::capacity_bytes, std::regex(R"(([0-9.]+) ?([KMGT]i?B|bytes) total capacity)")},
+      {&LogFigures::reserved_bytes, std::regex(R"(([0-9.]+) ?([KMGT]i?B|bytes) reserved in total by PyTorch)")},
+      {&LogFigures::process_bytes, std::regex(R"(this process has ([0-9.]+) ?([KMGT]i?B|bytes) memory in use)")}};
+  for (const auto& [figure, re] : fields) {
     std::smatch m;
-    if (n.contains(key) || !std::regex_search(line, m, re)) continue;
+    if (n.*figure || !std::regex_search(line, m, re)) continue;
     const int g = m[1].matched ? 1 : 3;
     const int64_t b = parse_printed_bytes(m[g].str(), m[g + 1].str());
-    if (b >= 0) n[key] = b;
+    if (b >= 0) n.*figure = b;
   }
   std::smatch m;
   static const std::regex cat(R"(\(category (\w+), phase (\w+)\))");
-  if (!n.contains("phase") && std::regex_search(line, m, cat)) n["category"] = m[1].str(), n["phase"] = m[2].str();
+  if (!n.phase && std::regex_search(line, m, cat)) n.category = m[1].str(), n.phase = m[2].str();
 }
 
 // Where in training a line of a traceback is: DeepSpeed's frames name the phase. Python
@@ -163,37 +165,6 @@ std::string phase_hint_of(const std::string& line) {
 }
 
 
-void note_rank(const std::string& line, Scan& s) {
-  static const std::regex rank(R"((?:^|\[)\s*[Rr]ank\s*(\d+)\s*[\]:])");
-  std::smatch m;
-  if (std::regex_search(line, m, rank)) {
-    const std::optional<int64_t> r = whole(m[1].str());
-    if (!r || *r > std::numeric_limits<int>::max()) return;  // no rank a job has
-    const int rank = static_cast<int>(*r);
-    if (std::find(s.ranks.begin(), s.ranks.end(), rank) == s.ranks.end()) s.ranks.push_back(rank);
-  }
-}
-
-// "| fwd: 24.59 | bwd: 62.84 | ... | step: 2.15": the global timers summed over every line
-// (DeepSpeed resets them at each print); the *_microstep timers only when no global ones.
-void read_wall_clock(const std::string& fields, json& n) {
-  static const std::regex pair(R"((\w+):\s*([0-9.]+))");
-  json& w = n["wall_clock_ms"];
-  if (!w.is_object()) w = json::object();
-  for (auto it = std::sregex_iterator(fields.begin(), fields.end(), pair); it != std::sregex_iterator(); ++it) {
-    std::string name = (*it)[1].str();
-    const bool micro = name.size() > 10 && name.compare(name.size() - 10, 10, "_microstep") == 0;
-    if (micro) name = name.substr(0, name.size() - 10);
-    // DeepSpeed's timer names up to about 0.5: forward, backward, backward_allreduce, step.
-    static const std::map<std::string, std::string> old_names = {
-        {"forward", "fwd"}, {"backward", "bwd"}, {"backward_allreduce", "bwd_allreduce"}};
-    if (const auto it = old_names.find(name); it != old_names.end()) name = it->second;
-    if (name != "fwd" && name != "bwd" && name != "bwd_allreduce" && name != "step") continue;
-    const std::string key = (micro ? "micro_" : "") + name;
-    w[key] = w.value(key, 0.0) + parse_number((*it)[2].str());
-  }
-}
-
 // The rank a line speaks for ("[rank3]:", "[Rank 3]"), or -1.
 int rank_of(const std::string& line) {
   static const std::regex rank(R"((?:^|\[)\s*[Rr]ank\s*(\d+)\s*[\]:])");
@@ -203,85 +174,127 @@ int rank_of(const std::string& line) {
   return r && *r <= std::numeric_limits<int>::max() ? static_cast<int>(*r) : -1;
 }
 
+void note_rank(const std::string& line, Scan& s) {
+  const int rank = rank_of(line);
+  std::vector<int>& seen = s.numbers.ranks_seen;
+  if (rank >= 0 && std::find(seen.begin(), seen.end(), rank) == seen.end()) seen.push_back(rank);
+}
+
+// "| fwd: 24.59 | bwd: 62.84 | ... | step: 2.15": the global timers summed over every line
+// (DeepSpeed resets them at each print); the *_microstep timers only when no global ones.
+void read_wall_clock(const std::string& fields, LogFigures& n) {
+  static const std::regex pair(R"((\w+):\s*([0-9.]+))");
+  std::map<std::string, double>& w = n.wall_clock_ms ? *n.wall_clock_ms : n.wall_clock_ms.emplace();
+  for (auto it = std::sregex_iterator(fields.begin(), fields.end(), pair); it != std::sregex_iterator(); ++it) {
+    std::string name = (*it)[1].str();
+    const bool micro = name.size() > 10 && name.compare(name.size() - 10, 10, "_microstep") == 0;
+    if (micro) name = name.substr(0, name.size() - 10);
+    // DeepSpeed's timer names up to about 0.5: forward, backward, backward_allreduce, step.
+    static const std::map<std::string, std::string> old_names = {
+        {"forward", "fwd"}, {"backward", "bwd"}, {"backward_allreduce", "bwd_allreduce"}};
+    if (const auto it = old_names.find(name); it != old_names.end()) name = it->second;
+    if (name != "fwd" && name != "bwd" && name != "bwd_allreduce" && name != "step") continue;
+    w[(micro ? "micro_" : "") + name] += parse_number((*it)[2].str());
+  }
+}
+
 // [Note: every rank's watchdog line] A hang's causes differ in what each rank waited in:
 // the same SeqNum with different sizes (the ranks gathered different parameters), one
 // rank ahead (different SeqNums: one issued more collectives), one rank alone timing out
 // (it ran extra work the others never joined). Every rank's (SeqNum, OpType, NumelIn,
 // NumelOut) is kept in numbers.watchdog, one entry per rank; the first names the
 // collective (collective_seq, collective_op, timeout_ms, ran_ms).
-void read_watchdog_line(const std::string& line, json& n) {
+void read_watchdog_line(const std::string& line, LogFigures& n) {
   static const std::regex seq(R"(SeqNum=(\d+))"), op(R"(OpType=(\w+))"), to(R"(Timeout\(ms\)=(\d+))"),
       ran(R"(ran for (\d+) milliseconds)"), in(R"(NumelIn=(\d+))"), out(R"(NumelOut=(\d+))");
   std::smatch k;
-  json w = {{"rank", rank_of(line)}};
-  if (std::regex_search(line, k, seq)) set_whole(w, "seq", k[1].str());
-  if (std::regex_search(line, k, op)) w["op"] = k[1].str();
-  if (std::regex_search(line, k, in)) set_whole(w, "numel_in", k[1].str());
-  if (std::regex_search(line, k, out)) set_whole(w, "numel_out", k[1].str());
-  json& all = n["watchdog"];
-  if (!all.is_array()) all = json::array();
-  const bool seen = std::any_of(all.begin(), all.end(), [&](const json& x) { return x["rank"] == w["rank"]; });
+  WatchdogEntry w;
+  w.rank = rank_of(line);
+  if (std::regex_search(line, k, seq)) set_whole(w.seq, k[1].str());
+  if (std::regex_search(line, k, op)) w.op = k[1].str();
+  if (std::regex_search(line, k, in)) set_whole(w.numel_in, k[1].str());
+  if (std::regex_search(line, k, out)) set_whole(w.numel_out, k[1].str());
+  std::vector<WatchdogEntry>& all = n.watchdog;
+  const bool seen = std::any_of(all.begin(), all.end(), [&](const WatchdogEntry& x) { return x.rank == w.rank; });
   if (!seen && all.size() < 64) all.push_back(w);
-  if (n.contains("collective_seq")) return;  // the first rank's report names the collective
-  if (w.contains("seq")) n["collective_seq"] = w["seq"];
-  if (w.contains("op")) n["collective_op"] = w["op"];
-  if (std::regex_search(line, k, to)) set_whole(n, "timeout_ms", k[1].str());
-  if (std::regex_search(line, k, ran)) set_whole(n, "ran_ms", k[1].str());
+  if (n.collective_seq) return;  // the first rank's report names the collective
+  n.collective_seq = w.seq;
+  if (w.op) n.collective_op = w.op;
+  if (std::regex_search(line, k, to)) set_whole(n.timeout_ms, k[1].str());
+  if (std::regex_search(line, k, ran)) set_whole(n.ran_ms, k[1].str());
+}
+
+// DeepSpeed's see_memory_usage line before the failure: what the model states took, and
+// every such line in order (the job's device memory over its set-up and steps, GB as
+// DeepSpeed prints them; the label is the see_memory_usage line just before, if any).
+void read_memory_line(const std::smatch& m, Scan& s) {
+  if (!s.found.count("oom")) s.numbers.allocated_gb_before_failure = parse_number(m[1].str());
+  if (s.numbers.memory_timeline.size() < 200)
+    s.numbers.memory_timeline.push_back({s.last_line, s.last_label, parse_number(m[1].str()), parse_number(m[2].str()),
+                                         parse_number(m[3].str()), parse_number(m[4].str())});
+}
+
+void read_overflow(const std::smatch& m, LogFigures& n) {
+  n.overflow_steps = n.overflow_steps.value_or(0) + 1;
+  if (!m[2].matched) return;
+  const double scale = parse_number(m[2].str());
+  n.last_attempted_loss_scale = scale;
+  if (scale >= 0 && scale < n.min_attempted_loss_scale.value_or(1e300)) n.min_attempted_loss_scale = scale;
+  if (scale >= 0 && scale <= 1) n.overflows_at_scale_1 = n.overflows_at_scale_1.value_or(0) + 1;
+}
+
+// What a matched fingerprint's line adds to the figures, by the fingerprint's id.
+using FigureReader = void (*)(const std::smatch& m, const std::string& line, Scan& s);
+const std::map<std::string, FigureReader>& figure_readers() {
+  static const std::map<std::string, FigureReader> r = {
+      {"oom", [](const std::smatch&, const std::string& line, Scan& s) { read_oom_numbers(line, s.numbers); }},
+      {"batch_assertion",
+       [](const std::smatch& m, const std::string&, Scan& s) {
+         set_whole(s.numbers.train_batch_size, m[1].str());
+         set_whole(s.numbers.micro_batch, m[2].str());
+         set_whole(s.numbers.grad_accum, m[3].str());
+         set_whole(s.numbers.world_size, m[4].str());
+       }},
+      {"zero_to_fp32",
+       [](const std::smatch& m, const std::string&, Scan& s) {
+         if (!m[1].matched) return;
+         set_whole(s.numbers.zero_stage, m[1].str());
+         set_whole(s.numbers.world_size, m[2].str());
+       }},
+      {"checkpoint_world_size",
+       [](const std::smatch& m, const std::string&, Scan& s) {
+         set_whole(s.numbers.saved_world_size, m[1].str());
+         set_whole(s.numbers.world_size, m[2].str());
+       }},
+      {"overflow", [](const std::smatch& m, const std::string&, Scan& s) { read_overflow(m, s.numbers); }},
+      {"cache_flush",
+       [](const std::smatch& m, const std::string&, Scan& s) { set_whole(s.numbers.allocator_cache_flushes, m[1].str()); }},
+      {"trainer_mismatch_key",
+       [](const std::smatch& m, const std::string&, Scan& s) { s.numbers.trainer_mismatch[m[1].str()] = m[2].str(); }},
+      {"watchdog_timeout", [](const std::smatch&, const std::string& line, Scan& s) { read_watchdog_line(line, s.numbers); }},
+      {"memory_line", [](const std::smatch& m, const std::string&, Scan& s) { read_memory_line(m, s); }},
+      {"model_state_share",
+       [](const std::smatch& m, const std::string&, Scan& s) {
+         s.numbers.model_states_share = s.numbers.model_states_share.value_or(0.0) + parse_number(m[3].str()) / 100.0;
+       }},
+      {"zero_stage",
+       [](const std::smatch& m, const std::string&, Scan& s) {
+         set_whole(s.numbers.zero_stage, m[1].matched ? m[1].str() : m[2].matched ? m[2].str() : m[3].str());
+       }},
+      // DeepSpeed's step=N lines count before the failure; zrepro's "(N steps completed)" describes it.
+      {"completed_steps",
+       [](const std::smatch& m, const std::string&, Scan& s) {
+         if (m[2].matched) set_whole(s.numbers.completed_steps, m[2].str());
+         else if (!s.found.count("oom")) set_whole(s.numbers.completed_steps, m[1].str());
+       }},
+      {"straggler", [](const std::smatch& m, const std::string&, Scan& s) { set_whole(s.numbers.straggler_rank, m[1].str()); }},
+      {"wall_clock", [](const std::smatch& m, const std::string&, Scan& s) { read_wall_clock(m[1].str(), s.numbers); }},
+  };
+  return r;
 }
 
 void read_fingerprint_numbers(const std::string& id, const std::smatch& m, const std::string& line, Scan& s) {
-  json& n = s.numbers;
-  if (id == "oom") {
-    read_oom_numbers(line, n);
-  } else if (id == "batch_assertion") {
-    set_whole(n, "train_batch_size", m[1].str());
-    set_whole(n, "micro_batch", m[2].str());
-    set_whole(n, "grad_accum", m[3].str());
-    set_whole(n, "world_size", m[4].str());
-  } else if (id == "zero_to_fp32" && m[1].matched) {
-    set_whole(n, "zero_stage", m[1].str());
-    set_whole(n, "world_size", m[2].str());
-  } else if (id == "checkpoint_world_size") {
-    set_whole(n, "saved_world_size", m[1].str());
-    set_whole(n, "world_size", m[2].str());
-  } else if (id == "overflow") {
-    n["overflow_steps"] = n.value("overflow_steps", 0) + 1;
-    if (m[2].matched) {
-      const double scale = parse_number(m[2].str());
-      n["last_attempted_loss_scale"] = scale;
-      if (scale >= 0 && scale < n.value("min_attempted_loss_scale", 1e300)) n["min_attempted_loss_scale"] = scale;
-      if (scale >= 0 && scale <= 1) n["overflows_at_scale_1"] = n.value("overflows_at_scale_1", 0) + 1;
-    }
-  } else if (id == "cache_flush") {
-    set_whole(n, "allocator_cache_flushes", m[1].str());
-  } else if (id == "trainer_mismatch_key") {
-    if (!n.contains("trainer_mismatch")) n["trainer_mismatch"] = json::object();
-    n["trainer_mismatch"][m[1].str()] = m[2].str();
-  } else if (id == "watchdog_timeout") {
-    read_watchdog_line(line, n);
-  } else if (id == "memory_line") {
-    // DeepSpeed's see_memory_usage before the failure: what the model states took.
-    if (!s.found.count("oom")) n["allocated_gb_before_failure"] = parse_number(m[1].str());
-    // Every such line, in order: the job's device memory over its set-up and steps (GB as
-    // DeepSpeed prints them; the label is the see_memory_usage line just before, if any).
-    json& t = n["memory_timeline"];
-    if (!t.is_array()) t = json::array();
-    if (t.size() < 200)
-      t.push_back({{"line", s.last_line}, {"label", s.last_label}, {"MA_GB", parse_number(m[1].str())}, {"Max_MA_GB", parse_number(m[2].str())},
-                   {"CA_GB", parse_number(m[3].str())}, {"Max_CA_GB", parse_number(m[4].str())}});
-  } else if (id == "model_state_share") {
-    n["model_states_share"] = n.value("model_states_share", 0.0) + parse_number(m[3].str()) / 100.0;
-  } else if (id == "zero_stage") {
-    set_whole(n, "zero_stage", m[1].matched ? m[1].str() : m[2].matched ? m[2].str() : m[3].str());
-  } else if (id == "completed_steps") {
-    // DeepSpeed's step=N lines count before the failure; zrepro's "(N steps completed)" describes it.
-    if (m[2].matched) set_whole(n, "completed_steps", m[2].str());
-    else if (!s.found.count("oom")) set_whole(n, "completed_steps", m[1].str());
-  } else if (id == "straggler") {
-    set_whole(n, "straggler_rank", m[1].str());
-  } else if (id == "wall_clock") {
-    read_wall_clock(m[1].str(), n);
-  }
+  if (const auto it = figure_readers().find(id); it != figure_readers().end()) it->second(m, line, s);
 }
 
 // Where the scan is within the log: the phase the last traceback frame named, the last
@@ -322,13 +335,13 @@ bool match_line(const std::string& line, Scan& s, ScanState& st) {
     if (ev.size() < 12) ev.push_back({f.id, st.no, trimmed(line)});
     read_fingerprint_numbers(f.id, m, line, s);
     const std::string id = f.id;
-    if ((id == "oom" || id == "cuda_error_oom") && !st.last_hint.empty() && !s.numbers.contains("phase_hint"))
-      s.numbers["phase_hint"] = st.last_hint;
+    if ((id == "oom" || id == "cuda_error_oom") && !st.last_hint.empty() && !s.numbers.phase_hint)
+      s.numbers.phase_hint = st.last_hint;
     if (id == "oom") st.oom_follow = 3;
     if (id == "pinned_frame") st.last_pinned = st.no;
     // A CUDA OOM raised within a traceback's few frames of a pinned host allocation.
     if (id == "cuda_error_oom" && st.last_pinned > 0 && st.no - st.last_pinned <= 12)
-      s.numbers["pinned_allocation_oom"] = true;
+      s.numbers.pinned_allocation_oom = true;
   }
   return matched;
 }

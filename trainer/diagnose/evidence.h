@@ -18,9 +18,8 @@ using json = nlohmann::json;
 
 struct Scan {
   std::map<std::string, std::vector<Evidence>> found;
-  json numbers = json::object();
+  LogFigures numbers;  // the figures the matched lines carry, and the ranks seen
   std::vector<Evidence> error_lines;
-  std::vector<int> ranks;
   int last_line = 0;         // the line being read, then the log's last
   std::string last_label;    // the text of DeepSpeed's last see_memory_usage label line
 };

@@ -73,7 +73,7 @@ json read_flight_recorder(const std::string& bytes, const std::string& path) {
   return dump;
 }
 
-std::optional<json> flight_recorder_row(const json& dump, int rank, const std::string& file) {
+std::optional<WatchdogEntry> flight_recorder_row(const json& dump, int rank, const std::string& file) {
   const json* last = nullptr;
   if (!dump.contains("entries") || !dump["entries"].is_array()) return std::nullopt;
   for (const auto& e : dump.at("entries"))  // a reference: `last` points into it
@@ -86,14 +86,17 @@ std::optional<json> flight_recorder_row(const json& dump, int rank, const std::s
   op = op.substr(op.find(':') == std::string::npos ? 0 : op.find(':') + 1);
   op.erase(std::remove(op.begin(), op.end(), '_'), op.end());
   std::transform(op.begin(), op.end(), op.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
-  return json{{"rank", rank},
-              {"seq", (*last)["collective_seq_id"]},
-              {"op", op},
-              {"numel_in", numel(last->value("input_sizes", json()))},
-              {"numel_out", numel(last->value("output_sizes", json()))},
-              {"state", last->value("state", json())},
-              {"entries", dump["entries"].size()},
-              {"file", file}};
+  WatchdogEntry row;
+  row.rank = rank;
+  row.seq = (*last)["collective_seq_id"].get<int64_t>();
+  row.op = op;
+  row.numel_in = numel(last->value("input_sizes", json()));
+  row.numel_out = numel(last->value("output_sizes", json()));
+  const json state = last->value("state", json());
+  row.recorded = WatchdogEntry::Recorded{state.is_string() ? std::optional<std::string>(state.get<std::string>())
+                                                           : std::nullopt,
+                                         static_cast<int64_t>(dump["entries"].size()), file};
+  return row;
 }
 
 }  // namespace zrepro

@@ -17,6 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "trainer/diagnose/log_figures.h"
+
 namespace zrepro {
 
 // The file's bytes start as a pickle (protocol 2 or later): a candidate dump.
@@ -25,8 +27,9 @@ bool looks_like_pickle(const std::string& bytes);
 // naming `path` when it is a pickle but not one this reader understands or not a Flight
 // Recorder dump (no "entries").
 nlohmann::json read_flight_recorder(const std::string& bytes, const std::string& path);
-// One rank's row, as diagnose's watchdog rows: {rank, seq, op, numel_in, numel_out, state,
-// entries, file}; seq the highest collective_seq_id of its non-p2p entries. None without one.
-std::optional<nlohmann::json> flight_recorder_row(const nlohmann::json& dump, int rank, const std::string& file);
+// One rank's row, as diagnose's watchdog rows (log_figures.h), with the entry's state, the
+// dump's entry count and its file; seq the highest collective_seq_id of its non-p2p
+// entries. None without one.
+std::optional<WatchdogEntry> flight_recorder_row(const nlohmann::json& dump, int rank, const std::string& file);
 
 }  // namespace zrepro

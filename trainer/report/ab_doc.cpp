@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "device/base/errors.h"
-#include "trainer/config/json_optional.h"
+#include "device/base/json_optional.h"
 
 namespace zrepro {
 

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "trainer/report/field_doc.h"
+#include "device/base/field_doc.h"
 #include "trainer/report/gpu_fidelity.h"
 #include "trainer/report/hang.h"
 #include "trainer/report/summary.h"

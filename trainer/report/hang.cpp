@@ -1,7 +1,7 @@
 // See hang.h.
 #include "trainer/report/hang.h"
 
-#include "trainer/config/json_optional.h"
+#include "device/base/json_optional.h"
 
 #include <algorithm>
 #include <map>

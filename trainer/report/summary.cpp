@@ -394,8 +394,13 @@ std::vector<SummaryConfigEntry> Summary::config_entries() const {
 
 std::optional<SummaryModelSizes> Summary::model_sizes() const {
   if (!model.is_object()) return std::nullopt;
-  return SummaryModelSizes{model.at("name").get<std::string>(), model.at("params").get<int64_t>(),
+  return SummaryModelSizes{model.at("name").get<std::string>(), model.value("family", std::string()),
+                           model.at("params").get<int64_t>(),
                            model.at("layers").get<int64_t>(), model.at("hidden").get<int64_t>(), model.at("seq").get<int64_t>()};
+}
+
+json Summary::resolved_config() const {
+  return effective_config.is_object() ? effective_config.value("resolved", json::object()) : json::object();
 }
 
 std::optional<SummaryVirtualRanks> Summary::virtual_figures() const {

@@ -20,7 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "trainer/config/json_optional.h"
+#include "device/base/json_optional.h"
 
 namespace zrepro {
 
@@ -240,7 +240,7 @@ struct SummaryConfigEntry {
 // The model's sizes (ModelSpec::to_json) and --world-size's virtual ranks (run.cpp), as the
 // report's header shows them.
 struct SummaryModelSizes {
-  std::string name;
+  std::string name, family;
   int64_t params = 0, layers = 0, hidden = 0, seq = 0;
 };
 struct SummaryVirtualRanks {
@@ -286,6 +286,9 @@ struct Summary {
   std::optional<SummaryCheckpoint> checkpoints() const;
   std::vector<SummaryConfigEntry> config_entries() const;  // empty before the config resolved
   std::optional<SummaryModelSizes> model_sizes() const;
+  // The DeepSpeed config as the run resolved it (DsConfig::effective_json's `resolved`): a
+  // config, JSON by nature; an empty object before the config resolved.
+  nlohmann::json resolved_config() const;
   std::optional<SummaryVirtualRanks> virtual_figures() const;
   std::optional<double> entropy_floor_nats() const;  // data's: the lowest loss the synthetic data allows
 

@@ -19,7 +19,7 @@ zrepro::Diagnosis diagnosis(const std::string& checkpoint, const std::string& sc
   zrepro::Diagnosis d;
   d.checkpoint = checkpoint, d.scenario = scenario, d.confidence = "strong", d.reason = "a reason";
   d.evidence.push_back({"oom", 7, "CUDA out of memory. Tried to allocate 2.00 GiB"});
-  d.numbers = std::move(numbers);
+  d.numbers = zrepro::LogFigures::from_json(numbers);
   return d;
 }
 

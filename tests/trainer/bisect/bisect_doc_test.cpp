@@ -20,7 +20,7 @@ namespace {
 
 const std::string kBisectPage = std::string(ZREPRO_SOURCE_DIR).append("/docs/reference/bisect-json.md");
 
-std::set<std::string> example_paths() {
+std::set<std::string> bisect_example_paths() {
   std::set<std::string> paths;
   zrepro_test::leaf_paths(bisect_example().to_json(), "", paths);
   return paths;
@@ -53,7 +53,7 @@ TEST(BisectDoc, RefusesAnotherSchema) {
 }
 
 TEST(BisectDoc, EveryFieldHasItsRowAndEveryRowAField) {
-  const std::set<std::string> paths = example_paths();
+  const std::set<std::string> paths = bisect_example_paths();
   EXPECT_GT(paths.size(), 20u);
   for (const auto& p : paths) {
     const bool covered = std::any_of(bisect_field_docs().begin(), bisect_field_docs().end(), [&](const FieldDoc& d) {

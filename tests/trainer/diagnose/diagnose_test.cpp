@@ -52,8 +52,8 @@ TEST(Diagnose, EvidenceNamesLinesAndRanks) {
   ASSERT_GE(d.evidence.size(), 2u);
   EXPECT_EQ(d.evidence[0].line, 2);
   EXPECT_EQ(d.evidence[0].fingerprint, "watchdog_timeout");
-  EXPECT_EQ(d.numbers.value("ranks_seen", json()), json({0, 2, 5})) << "rank prefixes [rankN]: and [Rank N]";
-  EXPECT_EQ(d.numbers.value("ran_ms", json()), 1800087);
+  EXPECT_EQ(d.numbers.ranks_seen, std::vector<int>({0, 2, 5})) << "rank prefixes [rankN]: and [Rank N]";
+  EXPECT_EQ(d.numbers.ran_ms, 1800087);
   EXPECT_NE(d.to_text().find("zrepro scenario run mismatched-collectives"), std::string::npos);
 }
 
@@ -63,7 +63,7 @@ TEST(Diagnose, OverflowLinesAloneAreTheNormalScaleSearch) {
       "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 32768, reducing to 16384\nstep 3 loss 2.1\n");
   EXPECT_TRUE(d.scenario.empty());
   EXPECT_NE(d.reason.find("normal search"), std::string::npos);
-  EXPECT_EQ(d.numbers.value("overflow_steps", json()), 2);
+  EXPECT_EQ(d.numbers.overflow_steps, 2);
 }
 
 // Inputs the log fuzzer made (tests/data/fuzz/log/: timer lines cut or garbled, once
@@ -79,13 +79,14 @@ TEST(Diagnose, ACutTimerLineSaysNothingAboutSpeed) {
   const Diagnosis big_rank = diagnose_log("[rank99999999999999999999999]: torch.OutOfMemoryError: CUDA out of memory. "
                                          "Tried to allocate 2.00 GiB\n[rank3]: step=9999999999999999999999 loss=1\n");
   EXPECT_EQ(big_rank.scenario.empty(), false) << big_rank.to_json().dump();
-  EXPECT_FALSE(big_rank.numbers.contains("completed_steps")) << big_rank.numbers.dump();
+  EXPECT_FALSE(big_rank.numbers.completed_steps.has_value()) << big_rank.numbers.to_json().dump();
   const Diagnosis no_fwd = diagnose_log("[Rank 0] time (ms) | bwd: 1398.20 | bwd_allreduce: 1045.49 | step: 44.10\n");
-  EXPECT_TRUE(no_fwd.numbers.value("wall_clock_shares", json()).is_null()) << no_fwd.numbers.dump();
+  EXPECT_FALSE(no_fwd.numbers.wall_clock_shares().has_value()) << no_fwd.numbers.to_json().dump();
+  EXPECT_TRUE(no_fwd.to_json()["numbers"].at("wall_clock_shares").is_null()) << "said, as null, beside the timers";
   EXPECT_NE(no_fwd.scenario, "more-ranks-no-speedup");
   const std::string line = "[Rank 0] time (ms) | fwd: 1.0 | bwd: 1" + std::string(308, '0') + " | step: 1\n";
   const Diagnosis huge = diagnose_log(line + line);  // summed past the largest double
-  EXPECT_TRUE(huge.numbers.value("wall_clock_shares", json()).is_null()) << huge.numbers.dump();
+  EXPECT_FALSE(huge.numbers.wall_clock_shares().has_value()) << huge.numbers.to_json().dump();
   EXPECT_NO_THROW(huge.to_json().dump());
 }
 
@@ -117,7 +118,8 @@ TEST(Diagnose, TheJobsConfigStandsInForTheConfigPrint) {
   const Diagnosis without = diagnose_log(timers);
   EXPECT_TRUE(without.scenario.empty()) << without.reason;
   EXPECT_EQ(without.closest.size(), 1u) << "the timer line is the closest";
-  EXPECT_NEAR(without.numbers["wall_clock_shares"]["bwd_allreduce"].get<double>(), 60.0 / 740.0, 1e-9);
+  ASSERT_TRUE(without.numbers.wall_clock_shares().has_value());
+  EXPECT_NEAR(without.numbers.wall_clock_shares()->bwd_allreduce, 60.0 / 740.0, 1e-9);
 }
 
 // Issue 33: what a log's bytes are before diagnosis: UTF-16 (BOM, or a NUL every other
@@ -171,11 +173,11 @@ TEST(Diagnose, PrintableKeepsUtf8AndReplacesControlAndInvalidBytes) {
 TEST(Diagnose, SeeMemoryUsageLinesBecomeATimeline) {
   const Diagnosis d = diagnose_log(read(std::string(ZREPRO_SOURCE_DIR) +
                                         "/tests/data/diagnose_corpus/memlog_01_nvme_offload_pinned_host_oom.log"));
-  const json& t = d.numbers["memory_timeline"];
+  const std::vector<MemoryLine>& t = d.numbers.memory_timeline;
   ASSERT_GE(t.size(), 3u);
-  EXPECT_EQ(t[0]["label"], "DeepSpeedZeRoOffload initialize [begin]");
-  EXPECT_DOUBLE_EQ(t[0]["MA_GB"].get<double>(), 0.12);
-  EXPECT_EQ(t[2]["label"], "Before creating fp16 partitions");
+  EXPECT_EQ(t[0].label, "DeepSpeedZeRoOffload initialize [begin]");
+  EXPECT_DOUBLE_EQ(t[0].ma_gb, 0.12);
+  EXPECT_EQ(t[2].label, "Before creating fp16 partitions");
   EXPECT_NE(d.to_text().find("memory (DeepSpeed's see_memory_usage, "), std::string::npos) << d.to_text();
 }
 

@@ -19,8 +19,8 @@ using json = nlohmann::json;
 
 const std::string kDumps = std::string(ZREPRO_SOURCE_DIR).append("/tests/data/flight_recorder/");
 
-std::vector<json> rows(const std::string& kind) {
-  std::vector<json> r;
+std::vector<WatchdogEntry> rows(const std::string& kind) {
+  std::vector<WatchdogEntry> r;
   for (int rank : {0, 1}) {
     const std::string file = kDumps + kind + "/rank_" + std::to_string(rank);
     const std::string b = zrepro_test::read_text(file);
@@ -31,13 +31,14 @@ std::vector<json> rows(const std::string& kind) {
 }
 
 TEST(FlightRecorder, EachRanksLastCollectiveFromARealDump) {
-  const std::vector<json> r = rows("mismatched");
-  EXPECT_EQ(r[0]["seq"], 4);
-  EXPECT_EQ(r[0]["op"], "ALLGATHER");
-  EXPECT_EQ(r[0]["numel_in"], 1024);
-  EXPECT_EQ(r[0]["numel_out"], 2048);
-  EXPECT_EQ(r[0]["entries"], 4u);
-  EXPECT_EQ(r[1]["op"], "ALLREDUCE") << "rank 1's extra reduction";
+  const std::vector<WatchdogEntry> r = rows("mismatched");
+  EXPECT_EQ(r[0].seq, 4);
+  EXPECT_EQ(r[0].op, "ALLGATHER");
+  EXPECT_EQ(r[0].numel_in, 1024);
+  EXPECT_EQ(r[0].numel_out, 2048);
+  ASSERT_TRUE(r[0].recorded.has_value());
+  EXPECT_EQ(r[0].recorded->entries, 4);
+  EXPECT_EQ(r[1].op, "ALLREDUCE") << "rank 1's extra reduction";
 }
 
 // One rank issued a different collective at the same sequence number: mismatched; the

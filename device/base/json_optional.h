@@ -1,6 +1,7 @@
 // json_of: an optional value as JSON, its value or null (how configs and summaries
 // write a figure that may be unknown); optional_of: the way back, a key absent or null
-// as nullopt.
+// as nullopt. In device/base, below every layer: every room's output type reads and
+// writes its optional figures with them.
 #pragma once
 #include <cmath>
 #include <optional>

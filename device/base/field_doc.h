@@ -1,7 +1,8 @@
-// A generated reference page's field table (docs/reference/ab-json.md, bisect-json.md):
+// A generated reference page's field table (docs/reference/ab-json.md, bisect-json.md, diagnose-json.md):
 // one row per group of field paths and what they mean, rendered as a markdown table. The
 // tests check a document type's table against the paths its example writes
-// (tests/support/doc_fields.h).
+// (tests/support/doc_fields.h). Lives in device/base, below every layer, so that each room's
+// output type (report's, bisect's, diagnose's) generates its page beside itself.
 #pragma once
 #include <sstream>
 #include <string>

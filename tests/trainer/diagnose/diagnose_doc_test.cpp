@@ -1,0 +1,99 @@
+// [Note: one diagnose type] (trainer/diagnose/diagnose.h): `zrepro diagnose --json` reads
+// back as what was written (a real log's too), another schema is refused, and
+// docs/reference/diagnose-json.md is the page generated from the type's field table.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "device/base/errors.h"
+#include "tests/support/doc_fields.h"
+#include "trainer/diagnose/diagnose.h"
+
+using namespace zrepro;
+using json = nlohmann::json;
+
+namespace {
+
+const std::string kDiagnosePage = std::string(ZREPRO_SOURCE_DIR).append("/docs/reference/diagnose-json.md");
+
+// The planner's refusal: the one shape the example (a plan) does not write.
+Diagnosis refused_example() {
+  Diagnosis d = diagnose_example();
+  PlannerCheck said;
+  said.planned_verdict = "refused", said.agrees = true, said.refused = "zero stage 2 requires an optimizer";
+  d.planner = said;
+  return d;
+}
+
+std::set<std::string> diagnose_example_paths() {
+  std::set<std::string> paths;
+  zrepro_test::leaf_paths(diagnose_example().to_json(), "", paths);
+  zrepro_test::leaf_paths(refused_example().to_json(), "", paths);
+  return paths;
+}
+
+}  // namespace
+
+TEST(DiagnoseDoc, ReadsBackAsWritten) {
+  const json written = diagnose_example().to_json();
+  EXPECT_EQ(Diagnosis::from_json(written).to_json(), written);
+  // Nothing named: the diagnosis's own fields all there, numbers empty.
+  Diagnosis none;
+  none.confidence = "none", none.reason = "no known fingerprint";
+  const json j = none.to_json();
+  for (const char* k : {"schema", "checkpoint", "scenario", "cause", "confidence", "reason", "alternatives", "try_next",
+                        "numbers", "evidence", "closest"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_TRUE(j.at("numbers").empty());
+  EXPECT_EQ(Diagnosis::from_json(j).to_json(), j);
+  // The planner refused the config: its message, and no plan figures.
+  const json r = refused_example().to_json();
+  EXPECT_FALSE(r["planner"].contains("planned_phase"));
+  EXPECT_EQ(Diagnosis::from_json(r).to_json(), r);
+  // A real log's diagnosis, with its timers, watchdog lines and ranks.
+  const std::string log =
+      "[rank0]:[E ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation timeout: "
+      "WorkNCCL(SeqNum=42, OpType=ALLGATHER, NumelIn=1024, NumelOut=2048, Timeout(ms)=600000) ran for 600012 "
+      "milliseconds before timing out.\n[Rank 0] time (ms) | fwd: 10.0 | bwd: 20.0 | step: 5.0\n";
+  const json real = diagnose_log(log).to_json();
+  EXPECT_EQ(Diagnosis::from_json(real).to_json(), real);
+  EXPECT_EQ(real["numbers"]["watchdog"][0]["seq"], 42);
+}
+
+TEST(DiagnoseDoc, RefusesAnotherSchema) {
+  json j = diagnose_example().to_json();
+  j["schema"] = "zrepro.diagnose/0";
+  EXPECT_THROW(Diagnosis::from_json(j), ConfigError);
+  j.erase("schema");  // a bisect.json written before the schema
+  EXPECT_THROW(Diagnosis::from_json(j), ConfigError);
+}
+
+TEST(DiagnoseDoc, EveryFieldHasItsRowAndEveryRowAField) {
+  const std::set<std::string> paths = diagnose_example_paths();
+  EXPECT_GT(paths.size(), 20u);
+  for (const auto& p : paths) {
+    const bool covered = std::any_of(diagnose_field_docs().begin(), diagnose_field_docs().end(), [&](const FieldDoc& d) {
+      return std::any_of(d.fields.begin(), d.fields.end(), [&](const std::string& f) { return zrepro_test::names_path(f, p); });
+    });
+    EXPECT_TRUE(covered) << "Diagnosis writes `" << p << "` and diagnose_field_docs() has no row for it";
+  }
+  for (const auto& d : diagnose_field_docs())
+    for (const auto& f : d.fields) {
+      const bool found = std::any_of(paths.begin(), paths.end(), [&](const std::string& p) { return zrepro_test::names_path(f, p); });
+      EXPECT_TRUE(found) << "the row `" << f << "` names a field Diagnosis does not write";
+    }
+}
+
+TEST(DiagnoseDoc, ThePageIsTheGeneratedText) {
+  const std::string page = diagnose_reference_page();
+  if (const char* w = std::getenv("ZREPRO_WRITE_DIAGNOSE_DOC"); w && std::string(w) == "1") std::ofstream(kDiagnosePage) << page;
+  std::ifstream in(kDiagnosePage);
+  std::stringstream have;
+  have << in.rdbuf();
+  EXPECT_EQ(have.str(), page) << kDiagnosePage << " differs from the generated page: "
+                              << "`ZREPRO_WRITE_DIAGNOSE_DOC=1 build/zrepro_unit_tests --gtest_filter=DiagnoseDoc.*` rewrites it";
+}
