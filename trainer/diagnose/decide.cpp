@@ -217,60 +217,73 @@ std::string pct(double share) {
 // parameters in forward; offload_optimizer copies gradients out in backward and runs Adam
 // on the host in step); without offload, on collectives (stage 3 gathers in forward, the
 // gradient all-reduce in backward). Without a baseline run one log can only say "likely".
+// The phase out of proportion, in words ("" when none).
+std::string out_of_proportion(const WallClockShares& sh) {
+  if (sh.step >= 0.5) return "the optimizer step takes " + pct(sh.step) + " of the step time";
+  if (sh.fwd > sh.bwd)
+    return "forward takes longer than backward (" + pct(sh.fwd) + " vs " + pct(sh.bwd) +
+           "; compute alone makes backward about twice forward)";
+  if (sh.bwd > 4 * sh.fwd)
+    return "backward takes " + std::to_string(static_cast<int64_t>(std::min(sh.bwd / sh.fwd, 1e6) + 0.5)) +
+           "x forward (compute alone: about 2x)";
+  return "";
+}
+
+// The step is the optimizer: with offload_optimizer, DeepSpeedCPUAdam on the host.
+void name_host_optimizer(const std::string& odd, bool offload, Diagnosis& d) {
+  d.checkpoint = "offload-target", d.cause = "host-optimizer", d.confidence = "likely";
+  d.reason = odd + " (DeepSpeed's timers)" +
+             (offload ? std::string(" with CPU offload on: the optimizer runs on the host (DeepSpeedCPUAdam), and its speed, "
+                                    "not the copies, sets the pace")
+                      : std::string(", and the log does not say whether the job offloads (give --config): with CPU "
+                                    "offload the host's Adam sets the pace; without, a very large or CPU-bound optimizer"));
+  d.alternatives = {"offload-link-bottleneck: forward or backward out of proportion instead (the copies, not Adam)",
+                    "pageable-copies: offload pin_memory false (synchronous copies)"};
+  d.try_next = {"ds_report: cpu_adam built for this CPU's SIMD (AVX512 / AVX2; DS_BUILD_CPU_ADAM=1 at install), and "
+                "enough cores per rank for its threads", "zrepro bench adam (the host Adam's speed on this machine)",
+                "keep the optimizer on the device if it fits (zrepro plan)"};
+}
+
+void name_offload_link(const std::string& odd, bool pageable, Diagnosis& d) {
+  d.checkpoint = "offload-target", d.confidence = "likely";
+  d.scenario = pageable ? "pageable-copies" : "offload-link-bottleneck";
+  d.cause = pageable ? "pageable-copies" : "offload-link";
+  d.reason = odd + " (DeepSpeed's timers) with CPU offload on: the phase waits on the host link" +
+             (pageable ? ", and the offload buffers are pageable, so every copy is synchronous" : "");
+  d.alternatives = {pageable ? "offload-link-bottleneck: pinned buffers and still slow; the link itself is the limit"
+                             : "pageable-copies: offload pin_memory false in the config print (synchronous copies)",
+                    "a CPU-bound optimizer: the step, not forward/backward, out of proportion (zrepro bench adam)"};
+  d.try_next = {pageable ? "offload pin_memory true (pinned buffers: asynchronous copies)"
+                         : "keep the parameters on the device (drop offload_param), or fewer micro-steps per step",
+                "zrepro ab --expect slower:R between the offload config and one without it"};
+}
+
+// Without offload: the all-reduce itself, or stage 3's gathers stretching forward.
+void name_comm_bound(const std::string& odd, double allreduce, Diagnosis& d) {
+  d.checkpoint = "communication", d.confidence = "likely", d.scenario = "more-ranks-no-speedup", d.cause = "comm-bound";
+  d.reason = (allreduce >= 0.4 ? "the gradient all-reduce takes " + pct(allreduce) + " of the step time" : odd) +
+             " (DeepSpeed's timers) without offload: the phase waits on collectives, so the interconnect, not "
+             "compute, sets the pace";
+  d.alternatives = {"straggler: one rank slow, the others wait in the all-reduce (\"is the straggler\" in zrepro's log)",
+                    "data-starvation: a rank's loader late; the wait shows as collective time on the others"};
+  d.try_next = {"a lower ZeRO stage (stage 3 gathers parameters in every forward and backward)",
+                "more gradient accumulation per optimizer step (fewer all-reduces per sample)",
+                "zrepro ab --expect scaling:E at 1 and N ranks"};
+}
+
 bool decide_speed(const Scan& s, Diagnosis& d) {
   const std::optional<WallClockShares> sh = s.numbers.wall_clock_shares();
   if (!sh) return false;
-  const double fwd = sh->fwd, bwd = sh->bwd, step = sh->step, allreduce = sh->bwd_allreduce;
-  std::string odd;  // the phase out of proportion
-  if (step >= 0.5) odd = "the optimizer step takes " + pct(step) + " of the step time";
-  else if (fwd > bwd) odd = "forward takes longer than backward (" + pct(fwd) + " vs " + pct(bwd) + "; compute alone makes backward about twice forward)";
-  else if (bwd > 4 * fwd) odd = "backward takes " + std::to_string(static_cast<int64_t>(std::min(bwd / fwd, 1e6) + 0.5)) + "x forward (compute alone: about 2x)";
+  const std::string odd = out_of_proportion(*sh);
   const JobConfigFacts& cfg = s.numbers.config;  // --config, when given
   const bool offload = s.found.count("offload_cpu") > 0 || cfg.offload;
   const bool pageable = s.found.count("offload_pageable") > 0 || (cfg.offload && cfg.pin_memory_off);
-  if (step >= 0.5) {
-    // The step is the optimizer: with offload_optimizer, DeepSpeedCPUAdam on the host.
-    d.checkpoint = "offload-target", d.cause = "host-optimizer", d.confidence = "likely";
-    d.reason = odd + " (DeepSpeed's timers)" +
-               (offload ? std::string(" with CPU offload on: the optimizer runs on the host (DeepSpeedCPUAdam), and its speed, "
-                                      "not the copies, sets the pace")
-                        : std::string(", and the log does not say whether the job offloads (give --config): with CPU "
-                                      "offload the host's Adam sets the pace; without, a very large or CPU-bound optimizer"));
-    d.alternatives = {"offload-link-bottleneck: forward or backward out of proportion instead (the copies, not Adam)",
-                      "pageable-copies: offload pin_memory false (synchronous copies)"};
-    d.try_next = {"ds_report: cpu_adam built for this CPU's SIMD (AVX512 / AVX2; DS_BUILD_CPU_ADAM=1 at install), and "
-                  "enough cores per rank for its threads", "zrepro bench adam (the host Adam's speed on this machine)",
-                  "keep the optimizer on the device if it fits (zrepro plan)"};
-    return true;
-  }
-  if (offload && !odd.empty()) {
-    d.checkpoint = "offload-target", d.confidence = "likely";
-    d.scenario = pageable ? "pageable-copies" : "offload-link-bottleneck";
-    d.cause = pageable ? "pageable-copies" : "offload-link";
-    d.reason = odd + " (DeepSpeed's timers) with CPU offload on: the phase waits on the host link" +
-               (pageable ? ", and the offload buffers are pageable, so every copy is synchronous" : "");
-    d.alternatives = {pageable ? "offload-link-bottleneck: pinned buffers and still slow; the link itself is the limit"
-                               : "pageable-copies: offload pin_memory false in the config print (synchronous copies)",
-                      "a CPU-bound optimizer: the step, not forward/backward, out of proportion (zrepro bench adam)"};
-    d.try_next = {pageable ? "offload pin_memory true (pinned buffers: asynchronous copies)"
-                           : "keep the parameters on the device (drop offload_param), or fewer micro-steps per step",
-                  "zrepro ab --expect slower:R between the offload config and one without it"};
-    return true;
-  }
-  // Without offload: the all-reduce itself, or stage 3's gathers stretching forward.
-  if (allreduce >= 0.4 || (!offload && fwd > bwd && s.numbers.zero_stage.value_or(0) == 3)) {
-    d.checkpoint = "communication", d.confidence = "likely", d.scenario = "more-ranks-no-speedup", d.cause = "comm-bound";
-    d.reason = (allreduce >= 0.4 ? "the gradient all-reduce takes " + pct(allreduce) + " of the step time" : odd) +
-               " (DeepSpeed's timers) without offload: the phase waits on collectives, so the interconnect, not "
-               "compute, sets the pace";
-    d.alternatives = {"straggler: one rank slow, the others wait in the all-reduce (\"is the straggler\" in zrepro's log)",
-                      "data-starvation: a rank's loader late; the wait shows as collective time on the others"};
-    d.try_next = {"a lower ZeRO stage (stage 3 gathers parameters in every forward and backward)",
-                  "more gradient accumulation per optimizer step (fewer all-reduces per sample)",
-                  "zrepro ab --expect scaling:E at 1 and N ranks"};
-    return true;
-  }
-  return false;
+  const bool stage3 = s.numbers.zero_stage.value_or(0) == 3;
+  if (sh->step >= 0.5) name_host_optimizer(odd, offload, d);
+  else if (offload && !odd.empty()) name_offload_link(odd, pageable, d);
+  else if (sh->bwd_allreduce >= 0.4 || (!offload && sh->fwd > sh->bwd && stage3)) name_comm_bound(odd, sh->bwd_allreduce, d);
+  else return false;
+  return true;
 }
 
 // [Note: reading fp16's loss scale] OVERFLOW lines are normal at the start of fp16
@@ -340,62 +353,112 @@ std::vector<std::string> hang_fixes(const std::string& cause) {
   return t;
 }
 
+// What a hang's rules read: the log's evidence and what every rank waited in.
+struct HangFacts {
+  const Scan& s;
+  WatchdogView v;
+  std::string op;   // the collective the first rank's report names
+  int64_t seq = -1;
+  bool has(const char* id) const { return s.found.count(id) > 0; }
+  bool gather() const { return op.find("ALLGATHER") != std::string::npos; }
+  // The same SeqNum with the same op and different sizes.
+  bool other_size() const { return v.same_seq_other_size && !v.same_seq_other_op; }
+  size_t reports() const { return s.numbers.watchdog.size(); }
+};
+
+void name_hang(Diagnosis& d, const char* scenario, const char* cause, const char* confidence, std::string reason) {
+  d.scenario = scenario, d.cause = cause, d.confidence = confidence, d.reason = std::move(reason);
+}
+
+// A forward some ranks ran alone comes first: its gathers can meet the others' gathers too.
+void hang_forward_alone(const HangFacts& f, Diagnosis& d) {
+  name_hang(d, f.has("generate_work") ? "generate-early-eos" : "rank0-eval-hang", "rank-alone-in-collective", "strong",
+            "a forward ran on some ranks only (evaluation on rank 0, or generation a rank left at its own end of "
+            "sequence): under ZeRO-3 its all-gathers met the other ranks' next collectives");
+}
+
+void hang_divergent_met(const HangFacts&, Diagnosis& d) {
+  name_hang(d, "moe-divergent-gathers", "divergent-zero3-gathers", "strong",
+            "the ranks met in all-gathers of different sizes: under ZeRO-3 they fetched different parameters, as "
+            "data-dependent modules (MoE routing, conditional branches) do");
+}
+
+void hang_mismatched(const HangFacts& f, Diagnosis& d) {
+  name_hang(d, "mismatched-collectives", "mismatched-collectives", "strong",
+            f.has("collective_mismatch") || f.v.same_seq_other_op
+                ? "ranks issued different collectives at the same sequence number (one rank ran an extra micro-step "
+                  "or skipped one)"
+                : "the ranks timed out at different sequence numbers: one issued more collectives than another (an "
+                  "extra micro-step, an uneven last batch)");
+}
+
+void hang_divergent_waiting(const HangFacts& f, Diagnosis& d) {
+  name_hang(d, "moe-divergent-gathers", "divergent-zero3-gathers", f.other_size() ? "strong" : "likely",
+            f.other_size()
+                ? "the ranks wait in the same collective (one SeqNum) with different sizes: under ZeRO-3 they gathered "
+                  "different parameters, as data-dependent modules (MoE routing, conditional branches) do"
+                : "ZeRO-3 re-traced its prefetch order (\"Invalidate trace cache\") and a gather never completed: the "
+                  "ranks run data-dependent modules (MoE routing, conditional branches)");
+}
+
+void hang_alone(const HangFacts& f, Diagnosis& d) {
+  name_hang(d, f.has("generate_work") ? "generate-early-eos" : "rank0-eval-hang", "rank-alone-in-collective", "likely",
+            "one rank alone timed out in an all-gather: under ZeRO-3 it ran forward work the others never joined "
+            "(evaluation, generation or saving on one rank only)");
+}
+
+void hang_preprocessing(const HangFacts& f, Diagnosis& d) {
+  name_hang(d, "", "slow-preprocessing", "likely",
+            f.has("store_timeout")
+                ? "the ranks timed out waiting for rank 0 to create the NCCL communicator (the TCP store's get): rank 0 "
+                  "was still busy before its first collective - preprocessing or loading - or had crashed"
+                : "a collective at SeqNum " + std::to_string(f.seq) + " (before training started) timed out while the "
+                  "log shows dataset preprocessing: one rank was still preparing data when the others waited for it");
+}
+
+void hang_unknown(const HangFacts&, Diagnosis& d) {
+  name_hang(d, "mismatched-collectives", "mismatched-collectives", "likely",
+            "a collective never completed: a rank is waiting in a collective its peers did not issue (give every "
+            "rank's log: the ranks' SeqNums and sizes tell the causes apart)");
+}
+
 // [Note: every rank's watchdog line] (read_watchdog_line): the hang's kind from what each
-// rank waited in, and from what the log shows around it.
+// rank waited in, and from what the log shows around it; the first rule that applies names it.
+struct HangRule {
+  bool (*applies)(const HangFacts&);
+  void (*decide)(const HangFacts&, Diagnosis&);
+};
+const std::vector<HangRule>& hang_rules() {
+  static const std::vector<HangRule> r = {
+      {[](const HangFacts& f) { return f.has("collective_mismatch") && f.has("forward_alone"); }, hang_forward_alone},
+      {[](const HangFacts& f) { return f.has("collective_mismatch") && f.has("divergent_gathers"); }, hang_divergent_met},
+      {[](const HangFacts& f) { return f.has("collective_mismatch") || f.v.seqs.size() > 1 || f.v.same_seq_other_op; },
+       hang_mismatched},
+      {[](const HangFacts& f) { return f.other_size() || (f.has("trace_cache") && (f.gather() || f.reports() == 0)); },
+       hang_divergent_waiting},
+      {[](const HangFacts& f) {
+         const bool stage3 = f.s.numbers.zero_stage.value_or(0) == 3, one_rank = f.s.numbers.ranks_seen.size() <= 1;
+         return f.reports() == 1 && f.gather() && (f.has("eval_work") || stage3 || one_rank);
+       },
+       hang_alone},
+      {[](const HangFacts& f) { return (f.has("preprocessing") && f.seq >= 0 && f.seq <= 20) || f.has("store_timeout"); },
+       hang_preprocessing},
+      {[](const HangFacts&) { return true; }, hang_unknown},
+  };
+  return r;
+}
+
 }  // namespace
 
 void decide_hang(const Scan& s, Diagnosis& d) {
-  auto has = [&](const char* id) { return s.found.count(id) > 0; };
-  const std::vector<WatchdogEntry>& w = s.numbers.watchdog;
-  const WatchdogView v = watchdog_view(w);
-  const std::set<int64_t>& seqs = v.seqs;
-  const bool same_seq_other_size = v.same_seq_other_size && !v.same_seq_other_op;
-  const std::string op = s.numbers.collective_op.value_or("");
-  const int64_t seq = s.numbers.collective_seq.value_or(-1);
-  const bool gather = op.find("ALLGATHER") != std::string::npos || op.find("_ALLGATHER") != std::string::npos;
+  const HangFacts f{s, watchdog_view(s.numbers.watchdog), s.numbers.collective_op.value_or(""),
+                    s.numbers.collective_seq.value_or(-1)};
   d.checkpoint = "communication";
-  // A forward some ranks ran alone comes first: its gathers can meet the others' gathers too.
-  if (has("collective_mismatch") && has("forward_alone")) {
-    d.scenario = has("generate_work") ? "generate-early-eos" : "rank0-eval-hang";
-    d.cause = "rank-alone-in-collective", d.confidence = "strong";
-    d.reason = "a forward ran on some ranks only (evaluation on rank 0, or generation a rank left at its own end of "
-               "sequence): under ZeRO-3 its all-gathers met the other ranks' next collectives";
-  } else if (has("collective_mismatch") && has("divergent_gathers")) {
-    d.scenario = "moe-divergent-gathers", d.cause = "divergent-zero3-gathers", d.confidence = "strong";
-    d.reason = "the ranks met in all-gathers of different sizes: under ZeRO-3 they fetched different parameters, as "
-               "data-dependent modules (MoE routing, conditional branches) do";
-  } else if (has("collective_mismatch") || seqs.size() > 1 || v.same_seq_other_op) {
-    d.scenario = "mismatched-collectives", d.cause = "mismatched-collectives", d.confidence = "strong";
-    d.reason = has("collective_mismatch") || v.same_seq_other_op
-                   ? "ranks issued different collectives at the same sequence number (one rank ran an extra micro-step "
-                     "or skipped one)"
-                   : "the ranks timed out at different sequence numbers: one issued more collectives than another (an "
-                     "extra micro-step, an uneven last batch)";
-  } else if (same_seq_other_size || (has("trace_cache") && (gather || w.empty()))) {
-    d.scenario = "moe-divergent-gathers";
-    d.cause = "divergent-zero3-gathers", d.confidence = same_seq_other_size ? "strong" : "likely";
-    d.reason = same_seq_other_size
-                   ? "the ranks wait in the same collective (one SeqNum) with different sizes: under ZeRO-3 they gathered "
-                     "different parameters, as data-dependent modules (MoE routing, conditional branches) do"
-                   : "ZeRO-3 re-traced its prefetch order (\"Invalidate trace cache\") and a gather never completed: the "
-                     "ranks run data-dependent modules (MoE routing, conditional branches)";
-  } else if (w.size() == 1 && gather && (has("eval_work") || s.numbers.zero_stage.value_or(0) == 3 || s.numbers.ranks_seen.size() <= 1)) {
-    d.scenario = has("generate_work") ? "generate-early-eos" : "rank0-eval-hang";
-    d.cause = "rank-alone-in-collective", d.confidence = "likely";
-    d.reason = "one rank alone timed out in an all-gather: under ZeRO-3 it ran forward work the others never joined "
-               "(evaluation, generation or saving on one rank only)";
-  } else if ((has("preprocessing") && seq >= 0 && seq <= 20) || has("store_timeout")) {
-    d.cause = "slow-preprocessing", d.confidence = "likely";
-    d.reason = has("store_timeout")
-                   ? "the ranks timed out waiting for rank 0 to create the NCCL communicator (the TCP store's get): rank 0 "
-                     "was still busy before its first collective - preprocessing or loading - or had crashed"
-                   : "a collective at SeqNum " + std::to_string(seq) + " (before training started) timed out while the log "
-                     "shows dataset preprocessing: one rank was still preparing data when the others waited for it";
-  } else {
-    d.scenario = "mismatched-collectives", d.cause = "mismatched-collectives", d.confidence = "likely";
-    d.reason = "a collective never completed: a rank is waiting in a collective its peers did not issue (give every "
-               "rank's log: the ranks' SeqNums and sizes tell the causes apart)";
-  }
+  for (const HangRule& r : hang_rules())
+    if (r.applies(f)) {
+      r.decide(f, d);
+      break;
+    }
   d.alternatives = {"straggler: a slow but live rank; the run is slow, not stuck, and the collectives do complete",
                     "slow-preprocessing: a low SeqNum while one rank still maps or tokenizes the dataset",
                     "divergent-zero3-gathers: one SeqNum, different NumelIn/NumelOut across ranks (MoE under ZeRO-3)"};
