@@ -124,6 +124,30 @@ double last_activity(const std::vector<FlightEntry>& entries) {
   return t;
 }
 
+// The rank that stopped issuing collectives first, when its last activity lags the newest
+// rank's by more than 1 s, and the words that say so.
+std::optional<std::pair<int, std::string>> lagging_rank(const std::vector<std::vector<FlightEntry>>& per_rank) {
+  int oldest = -1;
+  double newest = 0, oldest_t = 0;
+  for (int r = 0; r < static_cast<int>(per_rank.size()); ++r) {
+    if (per_rank[r].empty()) continue;
+    const double t = last_activity(per_rank[r]);
+    newest = std::max(newest, t);
+    if (oldest < 0 || t < oldest_t) oldest = r, oldest_t = t;
+  }
+  if (oldest < 0 || newest - oldest_t <= 1.0) return std::nullopt;
+  return std::make_pair(oldest, "its last collective activity is " + std::to_string(newest - oldest_t).substr(0, 5) +
+                                    " s older than the other ranks' (it stopped issuing collectives first)");
+}
+
+std::string culprit_evidence(const HangDiagnosis& d) {
+  const std::string at = " collective #" + std::to_string(d.seq);
+  if (d.kind == "missing") return "never issued" + at;
+  if (d.kind == "mismatch") return "issued a different collective at" + at;
+  if (d.kind == "stuck") return "waits in" + at + " (it may be the victim of a slower peer)";
+  return "named by the flight dumps";
+}
+
 // Orders the suspects (see [Note: hang suspects]) and makes culprits their ranks.
 void rank_suspects(HangDiagnosis& d, const std::vector<std::vector<FlightEntry>>& per_rank,
                    const std::vector<int>& no_dump) {
@@ -134,27 +158,10 @@ void rank_suspects(HangDiagnosis& d, const std::vector<std::vector<FlightEntry>>
   };
   for (int r : no_dump)
     add(r, "no flight dump: it never answered (frozen, killed, or blocked outside a collective)");
-  // The oldest last activity among the ranks that dumped, when it lags the newest by > 1 s.
-  int oldest = -1;
-  double newest = 0, oldest_t = 0;
-  for (int r = 0; r < static_cast<int>(per_rank.size()); ++r) {
-    if (per_rank[r].empty()) continue;
-    const double t = last_activity(per_rank[r]);
-    newest = std::max(newest, t);
-    if (oldest < 0 || t < oldest_t) oldest = r, oldest_t = t;
-  }
-  const bool lags = oldest >= 0 && newest - oldest_t > 1.0;
-  const std::string lag = lags ? "its last collective activity is " + std::to_string(newest - oldest_t).substr(0, 5) +
-                                     " s older than the other ranks' (it stopped issuing collectives first)"
-                               : "";
-  if (lags && d.kind == "stuck") add(oldest, lag);
-  const std::string at = " collective #" + std::to_string(d.seq);
-  for (int r : d.culprits)
-    add(r, d.kind == "missing"    ? "never issued" + at
-           : d.kind == "mismatch" ? "issued a different collective at" + at
-           : d.kind == "stuck"    ? "waits in" + at + " (it may be the victim of a slower peer)"
-                                  : "named by the flight dumps");
-  if (lags) add(oldest, lag);
+  const auto lag = lagging_rank(per_rank);
+  if (lag && d.kind == "stuck") add(lag->first, lag->second);
+  for (int r : d.culprits) add(r, culprit_evidence(d));
+  if (lag) add(lag->first, lag->second);
   d.culprits.clear();
   for (const auto& s : d.suspects) d.culprits.push_back(s.rank);
   if (d.suspects.empty()) return;
@@ -189,75 +196,110 @@ std::vector<HangDiagnosis::RankView> rank_views(const std::vector<std::vector<Fl
 
 }  // namespace
 
+namespace {
+
+// Every rank's entries by sequence number, and what one sequence number shows across them.
+struct HangScan {
+  const std::vector<std::vector<FlightEntry>>& per_rank;
+  int64_t gas = 1;
+  std::vector<std::map<int64_t, const FlightEntry*>> by_seq;
+  std::vector<int> no_dump;
+  int64_t lo = 0, hi = -1;  // the sequence numbers every dump may hold
+
+  const FlightEntry& at(int rank, int64_t k) const { return *by_seq[rank].at(k); }
+};
+
+HangScan scan_dumps(const std::vector<std::vector<FlightEntry>>& per_rank, int64_t gas) {
+  HangScan h{per_rank, gas, std::vector<std::map<int64_t, const FlightEntry*>>(per_rank.size()), {}, 0, -1};
+  for (int r = 0; r < static_cast<int>(per_rank.size()); ++r) {
+    if (per_rank[r].empty()) {
+      h.no_dump.push_back(r);
+      continue;
+    }
+    for (const auto& e : per_rank[r]) h.by_seq[r][e.seq] = &e;
+    h.lo = std::max(h.lo, per_rank[r].front().seq);
+    h.hi = std::max(h.hi, per_rank[r].back().seq);
+  }
+  return h;
+}
+
+// Collective k: the ranks that dumped and lack it, and the others by what they issued.
+struct SeqView {
+  std::vector<int> missing;
+  std::map<std::string, std::vector<int>> sigs;
+};
+SeqView view_of(const HangScan& h, int64_t k) {
+  SeqView v;
+  for (int r = 0; r < static_cast<int>(h.per_rank.size()); ++r) {
+    if (h.per_rank[r].empty()) continue;
+    const auto it = h.by_seq[r].find(k);
+    if (it == h.by_seq[r].end()) v.missing.push_back(r);
+    else v.sigs[signature(*it->second)].push_back(r);
+  }
+  return v;
+}
+
+void explain_missing(const HangScan& h, int64_t k, const SeqView& v, HangDiagnosis& d, std::ostream& os) {
+  d.kind = "missing";
+  d.culprits = v.missing;
+  os << "not all ranks joined collective #" << k << ": missing rank(s) " << rank_list(v.missing) << ". ";
+  for (auto& [sig, ranks] : v.sigs) os << "Rank(s) " << rank_list(ranks) << " issued " << describe_flight_entry(h.at(ranks[0], k)) << ". ";
+}
+
+// Culprit: a minority signature; on a tie, the rank whose collective came from a
+// micro-step the configuration does not have.
+void explain_mismatch(const HangScan& h, int64_t k, const SeqView& v, HangDiagnosis& d, std::ostream& os) {
+  d.kind = "mismatch";
+  size_t best = 0;
+  for (auto& [sig, ranks] : v.sigs) best = std::max(best, ranks.size());
+  size_t largest = 0;  // signatures with the most ranks
+  for (auto& [sig, ranks] : v.sigs) largest += ranks.size() == best;
+  for (auto& [sig, ranks] : v.sigs) {
+    const bool minority = ranks.size() < best;
+    const bool extra = h.at(ranks[0], k).micro_step >= h.gas;
+    if (minority || (largest > 1 && extra)) d.culprits.insert(d.culprits.end(), ranks.begin(), ranks.end());
+  }
+  os << "ranks disagree on collective #" << k << ": ";
+  for (auto& [sig, ranks] : v.sigs) os << "rank(s) " << rank_list(ranks) << " issued " << describe_flight_entry(h.at(ranks[0], k)) << "; ";
+}
+
+// False when every rank completed collective k.
+bool explain_stuck(const HangScan& h, int64_t k, const SeqView& v, HangDiagnosis& d, std::ostream& os) {
+  std::vector<int> stuck;
+  for (auto& [sig, ranks] : v.sigs)
+    for (int r : ranks)
+      if (h.at(r, k).state != FlightEntry::completed) stuck.push_back(r);
+  if (stuck.empty()) return false;
+  d.kind = "stuck";
+  d.culprits = stuck;
+  os << "every rank issued collective #" << k << " " << describe_flight_entry(h.at(v.sigs.begin()->second[0], k))
+     << " but rank(s) " << rank_list(stuck) << " never completed it (a peer is slow or blocked elsewhere). ";
+  return true;
+}
+
+}  // namespace
+
 HangDiagnosis diagnose_hang(const std::vector<std::vector<FlightEntry>>& per_rank, int64_t gas) {
   HangDiagnosis d;
   d.ranks = rank_views(per_rank);
-  const int n = static_cast<int>(per_rank.size());
-  std::vector<std::map<int64_t, const FlightEntry*>> by_seq(n);
-  int64_t lo = 0, hi = -1;
-  std::vector<int> no_dump;
-  for (int r = 0; r < n; ++r) {
-    if (per_rank[r].empty()) { no_dump.push_back(r); continue; }
-    for (const auto& e : per_rank[r]) by_seq[r][e.seq] = &e;
-    lo = std::max(lo, per_rank[r].front().seq);
-    hi = std::max(hi, per_rank[r].back().seq);
-  }
-  for (int64_t k = lo; k <= hi; ++k) {
-    std::vector<int> missing;
-    std::map<std::string, std::vector<int>> sigs;
-    for (int r = 0; r < n; ++r) {
-      if (per_rank[r].empty()) continue;
-      auto it = by_seq[r].find(k);
-      if (it == by_seq[r].end()) missing.push_back(r);
-      else sigs[signature(*it->second)].push_back(r);
-    }
+  const HangScan h = scan_dumps(per_rank, gas);
+  for (int64_t k = h.lo; k <= h.hi; ++k) {
+    const SeqView v = view_of(h, k);
     std::ostringstream os;
-    if (!missing.empty()) {
-      d.seq = k;
-      d.kind = "missing";
-      d.culprits = missing;
-      os << "not all ranks joined collective #" << k << ": missing rank(s) " << rank_list(missing) << ". ";
-      for (auto& [sig, ranks] : sigs) os << "Rank(s) " << rank_list(ranks) << " issued " << describe_flight_entry(*by_seq[ranks[0]][k]) << ". ";
-    } else if (sigs.size() > 1) {
-      d.seq = k;
-      d.kind = "mismatch";
-      // Culprit: a minority signature; on a tie, the rank whose collective came
-      // from a micro-step the configuration does not have.
-      size_t best = 0;
-      for (auto& [sig, ranks] : sigs) best = std::max(best, ranks.size());
-      std::vector<int> majority_count;
-      for (auto& [sig, ranks] : sigs)
-        if (ranks.size() == best) majority_count.push_back(ranks[0]);
-      for (auto& [sig, ranks] : sigs) {
-        const bool minority = ranks.size() < best;
-        const bool extra = by_seq[ranks[0]][k]->micro_step >= gas;
-        if (minority || (majority_count.size() > 1 && extra)) d.culprits.insert(d.culprits.end(), ranks.begin(), ranks.end());
-      }
-      os << "ranks disagree on collective #" << k << ": ";
-      for (auto& [sig, ranks] : sigs) os << "rank(s) " << rank_list(ranks) << " issued " << describe_flight_entry(*by_seq[ranks[0]][k]) << "; ";
-    } else {
-      bool all_done = true;
-      std::vector<int> stuck;
-      for (auto& [sig, ranks] : sigs)
-        for (int r : ranks)
-          if (by_seq[r][k]->state != FlightEntry::completed) all_done = false, stuck.push_back(r);
-      if (all_done) continue;
-      d.seq = k;
-      d.kind = "stuck";
-      d.culprits = stuck;
-      os << "every rank issued collective #" << k << " " << describe_flight_entry(*by_seq[sigs.begin()->second[0]][k])
-         << " but rank(s) " << rank_list(stuck) << " never completed it (a peer is slow or blocked elsewhere). ";
-    }
-    if (!no_dump.empty()) os << "No flight dump from rank(s) " << rank_list(no_dump) << ".";
+    if (!v.missing.empty()) explain_missing(h, k, v, d, os);
+    else if (v.sigs.size() > 1) explain_mismatch(h, k, v, d, os);
+    else if (!explain_stuck(h, k, v, d, os)) continue;
+    d.seq = k;
+    if (!h.no_dump.empty()) os << "No flight dump from rank(s) " << rank_list(h.no_dump) << ".";
     d.text = os.str();
-    rank_suspects(d, per_rank, no_dump);
+    rank_suspects(d, per_rank, h.no_dump);
     return d;
   }
   d.kind = "unknown";
-  d.text = no_dump.empty() ? "every recorded collective matched and completed on all ranks"
-                           : "no flight dump from rank(s) " + rank_list(no_dump) + "; they may be the ones stuck";
+  d.text = h.no_dump.empty() ? "every recorded collective matched and completed on all ranks"
+                             : "no flight dump from rank(s) " + rank_list(h.no_dump) + "; they may be the ones stuck";
   d.culprits.clear();
-  rank_suspects(d, per_rank, no_dump);
+  rank_suspects(d, per_rank, h.no_dump);
   return d;
 }
 
