@@ -429,37 +429,73 @@ const std::string& metric_key(const std::string& text, const std::string& key) {
 
 }  // namespace
 
+namespace expect_forms {
+
+const char* kForms =
+    "failure, refused, slower:R, less:KEY:R, more:KEY:R, present:KEY, scaling:E or differs:loss|grad_norm:TOL";
+
+double factor(const std::string& text, const std::string& v) {
+  char* end = nullptr;
+  const double f = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !(f > 0))
+    throw ConfigError("--expect \"" + text + "\": \"" + v + "\" is not a positive number (expected " + kForms + ")");
+  return f;
+}
+
+// One form of --expect: its first word, how many colon-separated parts it takes, and what
+// it makes of them.
+struct Form {
+  const char* word;
+  size_t parts;
+  void (*read)(const std::string& text, const std::vector<std::string>& parts, Expectation& e);
+};
+
+const std::vector<Form>& forms() {
+  using Kind = Expectation::Kind;
+  using Parts = std::vector<std::string>;
+  static const std::vector<Form> f = {
+      {"failure", 1, [](const std::string&, const Parts&, Expectation& e) { e.kind = Kind::failure; }},
+      {"refused", 1, [](const std::string&, const Parts&, Expectation& e) { e.kind = Kind::refused; }},
+      {"slower", 2,
+       [](const std::string& t, const Parts& p, Expectation& e) {
+         e.kind = Kind::more, e.key = "step_s_median", e.factor = factor(t, p[1]);
+       }},
+      {"less", 3,
+       [](const std::string& t, const Parts& p, Expectation& e) {
+         e.kind = Kind::less, e.key = metric_key(t, p[1]), e.factor = factor(t, p[2]);
+       }},
+      {"more", 3,
+       [](const std::string& t, const Parts& p, Expectation& e) {
+         e.kind = Kind::more, e.key = metric_key(t, p[1]), e.factor = factor(t, p[2]);
+       }},
+      {"present", 2,
+       [](const std::string& t, const Parts& p, Expectation& e) { e.kind = Kind::present, e.key = metric_key(t, p[1]); }},
+      {"scaling", 2,
+       [](const std::string& t, const Parts& p, Expectation& e) {
+         e.kind = Kind::scaling, e.key = "tokens_per_s", e.factor = factor(t, p[1]);
+       }},
+      {"differs", 3,
+       [](const std::string& t, const Parts& p, Expectation& e) {
+         if (p[1] != "loss" && p[1] != "grad_norm") throw ConfigError("--expect: got \"" + t + "\", expected " + kForms);
+         e.kind = Kind::differs, e.key = p[1], e.factor = factor(t, p[2]);
+       }},
+  };
+  return f;
+}
+
+}  // namespace expect_forms
+
 Expectation parse_expectation(const std::string& text) {
-  const char* forms =
-      "failure, refused, slower:R, less:KEY:R, more:KEY:R, present:KEY, scaling:E or differs:loss|grad_norm:TOL";
+  using namespace expect_forms;
   const std::vector<std::string> parts = split_colons(text);
   Expectation e;
   e.text = text;
-  auto factor = [&](const std::string& v) {
-    char* end = nullptr;
-    const double f = std::strtod(v.c_str(), &end);
-    if (v.empty() || *end != '\0' || !(f > 0))
-      throw ConfigError("--expect \"" + text + "\": \"" + v + "\" is not a positive number (expected " + forms + ")");
-    return f;
-  };
-  using Kind = Expectation::Kind;
-  const std::string& k = parts[0];
-  if ((k == "failure" || k == "refused") && parts.size() == 1) {
-    e.kind = k == "failure" ? Kind::failure : Kind::refused;
-  } else if (k == "slower" && parts.size() == 2) {
-    e.kind = Kind::more, e.key = "step_s_median", e.factor = factor(parts[1]);
-  } else if ((k == "less" || k == "more") && parts.size() == 3) {
-    e.kind = k == "less" ? Kind::less : Kind::more, e.key = metric_key(text, parts[1]), e.factor = factor(parts[2]);
-  } else if (k == "present" && parts.size() == 2) {
-    e.kind = Kind::present, e.key = metric_key(text, parts[1]);
-  } else if (k == "scaling" && parts.size() == 2) {
-    e.kind = Kind::scaling, e.key = "tokens_per_s", e.factor = factor(parts[1]);
-  } else if (k == "differs" && parts.size() == 3 && (parts[1] == "loss" || parts[1] == "grad_norm")) {
-    e.kind = Kind::differs, e.key = parts[1], e.factor = factor(parts[2]);
-  } else {
-    throw ConfigError("--expect: got \"" + text + "\", expected " + forms);
-  }
-  return e;
+  for (const Form& f : forms())
+    if (parts[0] == f.word && parts.size() == f.parts) {
+      f.read(text, parts, e);
+      return e;
+    }
+  throw ConfigError("--expect: got \"" + text + "\", expected " + kForms);
 }
 
 // How a run that left no summary ended: its exit status, and for a signal what usually

@@ -67,42 +67,59 @@ void read_replan(GpuFidelity& f) {
 
 }  // namespace
 
+namespace {
+
+// One case of a GPU record: every phase's error widens its phase's range; the case's peak
+// error (the largest plan against the largest DeepSpeed figure) is returned, none when the
+// case has no DeepSpeed figure.
+std::optional<double> read_case(const json& c, GpuFidelity& f, std::map<std::string, bool>& first_phase) {
+  double plan = 0, ds = 0;
+  for (const auto& row : c.value("phases", json::array())) {
+    const json p = row.value("plan", json()), d = row.value("deepspeed", json());
+    if (!p.is_number() || !d.is_number() || d.get<double>() <= 0) continue;
+    plan = std::max(plan, p.get<double>()), ds = std::max(ds, d.get<double>());
+    const std::string phase = row.value("phase", std::string("?"));
+    if (!first_phase.count(phase)) first_phase[phase] = true;
+    widen(f.by_phase[phase], (p.get<double>() - d.get<double>()) / d.get<double>(), first_phase[phase]);
+  }
+  if (ds <= 0) return std::nullopt;
+  const json v = c.value("deepspeed", json::object()).value("versions", json::object());
+  if (v.is_object() && v.value("deepspeed", json()).is_string()) f.deepspeed = v["deepspeed"];
+  return (plan - ds) / ds;
+}
+
+// A record's file (conformance/results/gpu/*.json), none when it holds no case.
+std::optional<GpuFidelity> read_record(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  const json rec = json::parse(in, nullptr, false);
+  if (!rec.is_object() || !rec.value("cases", json()).is_array()) return std::nullopt;
+  GpuFidelity f;
+  f.record = path.string();
+  const json m = rec.value("machine", json::object());
+  f.machine = m.value("gpu", std::string("?")) + ", torch " + m.value("torch", std::string("?"));
+  f.recorded = rec.value("recorded", std::string("?"));
+  bool first_peak = true;
+  std::map<std::string, bool> first_phase;
+  for (const auto& c : rec["cases"])
+    if (const auto peak = read_case(c, f, first_phase)) {
+      widen(f.peak, *peak, first_peak);
+      ++f.cases;
+    }
+  if (f.cases == 0) return std::nullopt;
+  return f;
+}
+
+}  // namespace
+
 std::optional<GpuFidelity> load_gpu_fidelity(const std::string& dir_arg) {
   const char* env = std::getenv("ZREPRO_GPU_RECORDS");
   const std::string dir = env && *env ? env : dir_arg;
   std::error_code ec;
-  std::vector<std::filesystem::path> files;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
-    if (e.path().extension() == ".json") files.push_back(e.path());
-  std::optional<GpuFidelity> best;
-  for (const auto& path : files) {
-    std::ifstream in(path);
-    const json rec = json::parse(in, nullptr, false);
-    if (!rec.is_object() || !rec.value("cases", json()).is_array()) continue;
-    GpuFidelity f;
-    f.record = path.string();
-    const json m = rec.value("machine", json::object());
-    f.machine = m.value("gpu", std::string("?")) + ", torch " + m.value("torch", std::string("?"));
-    f.recorded = rec.value("recorded", std::string("?"));
-    bool first_peak = true;
-    std::map<std::string, bool> first_phase;
-    for (const auto& c : rec["cases"]) {
-      double plan = 0, ds = 0;
-      for (const auto& row : c.value("phases", json::array())) {
-        const json p = row.value("plan", json()), d = row.value("deepspeed", json());
-        if (!p.is_number() || !d.is_number() || d.get<double>() <= 0) continue;
-        plan = std::max(plan, p.get<double>()), ds = std::max(ds, d.get<double>());
-        const std::string phase = row.value("phase", std::string("?"));
-        if (!first_phase.count(phase)) first_phase[phase] = true;
-        widen(f.by_phase[phase], (p.get<double>() - d.get<double>()) / d.get<double>(), first_phase[phase]);
-      }
-      if (ds <= 0) continue;
-      widen(f.peak, (plan - ds) / ds, first_peak);
-      ++f.cases;
-      const json v = c.value("deepspeed", json::object()).value("versions", json::object());
-      if (v.is_object() && v.value("deepspeed", json()).is_string()) f.deepspeed = v["deepspeed"];
-    }
-    if (f.cases > 0 && (!best || f.recorded > best->recorded)) best = f;
+  std::optional<GpuFidelity> best;  // the newest record
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().extension() != ".json") continue;
+    const std::optional<GpuFidelity> f = read_record(e.path());
+    if (f && (!best || f->recorded > best->recorded)) best = f;
   }
   if (best) read_replan(*best);
   return best;

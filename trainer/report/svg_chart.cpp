@@ -57,60 +57,93 @@ std::string tick_label(double v, double step) {
   return b;
 }
 
-std::string line_chart(const std::vector<Series>& series, const LineChart& c) {
-  const int L = 78, R = 170, T = 12, B = 44;
-  const int pw = c.width - L - R, ph = c.height - T - B;
+namespace line_plot {
+
+// The plot area inside the chart (margins for the axis labels and the legend) and its axes.
+struct Plot {
+  static constexpr int L = 78, R = 170, T = 12, B = 44;
+  int pw = 0, ph = 0;
+  Axis xa, ya;
+  double X(double x) const { return L + pw * (x - xa.lo) / (xa.hi - xa.lo); }
+  double Y(double y) const { return T + ph * (ya.hi - y) / (ya.hi - ya.lo); }
+};
+
+struct Range {
   double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
+};
+
+// The finite points' extent (ylo not finite: no data).
+Range data_range(const std::vector<Series>& series) {
+  Range r;
   for (const Series& s : series)
     for (const auto& [x, y] : s.points)
-      if (std::isfinite(y)) xlo = std::min(xlo, x), xhi = std::max(xhi, x), ylo = std::min(ylo, y), yhi = std::max(yhi, y);
+      if (std::isfinite(y)) r.xlo = std::min(r.xlo, x), r.xhi = std::max(r.xhi, x), r.ylo = std::min(r.ylo, y), r.yhi = std::max(r.yhi, y);
+  return r;
+}
+
+double tick_step(const Axis& a) { return a.ticks.size() > 1 ? a.ticks[1] - a.ticks[0] : 1; }
+
+void draw_axes(std::ostream& o, const Plot& p, const LineChart& c) {
+  const int L = Plot::L, T = Plot::T;
+  for (double t : p.ya.ticks)
+    o << "<line x1='" << L << "' x2='" << L + p.pw << "' y1='" << num(p.Y(t)) << "' y2='" << num(p.Y(t))
+      << "' stroke='#e0e0e0'/><text class='ytick' x='" << L - 4 << "' y='" << num(p.Y(t) + 4)
+      << "' font-size='11' text-anchor='end'>" << tick_label(t, tick_step(p.ya)) << "</text>";
+  for (double t : p.xa.ticks)
+    o << "<line x1='" << num(p.X(t)) << "' x2='" << num(p.X(t)) << "' y1='" << T + p.ph << "' y2='" << T + p.ph + 4
+      << "' stroke='#666'/><text class='xtick' x='" << num(p.X(t)) << "' y='" << T + p.ph + 16
+      << "' font-size='11' text-anchor='middle'>" << tick_label(t, tick_step(p.xa)) << "</text>";
+  o << "<rect x='" << L << "' y='" << T << "' width='" << p.pw << "' height='" << p.ph << "' fill='none' stroke='#666'/>"
+    << "<text x='" << L + p.pw / 2 << "' y='" << c.height - 6 << "' font-size='12' text-anchor='middle'>"
+    << html_escape(c.x_label) << "</text><text transform='rotate(-90)' x='" << -(T + p.ph / 2) << "' y='14' font-size='12' "
+    << "text-anchor='middle'>" << html_escape(c.y_label) << "</text>";
+}
+
+// One series and its legend entry (the legend's row `legend`); false when it has no
+// finite point (nothing drawn).
+bool draw_series(std::ostream& o, const Plot& p, const Series& s, const std::string& col, int legend) {
+  std::string pts;
+  int n = 0;
+  for (const auto& [x, y] : s.points)
+    if (std::isfinite(y)) pts += num(p.X(x)) + "," + num(p.Y(y)) + " ", ++n;
+  if (n == 0) return false;
+  o << "<g class='series' data-name='" << html_escape(s.name) << "'>";
+  if (n > 1 && !s.dots_only) o << "<polyline fill='none' stroke='" << col << "' stroke-width='2' points='" << pts << "'/>";
+  for (const auto& [x, y] : s.points)
+    if (std::isfinite(y) && (n <= 40 || s.dots_only))
+      o << "<circle cx='" << num(p.X(x)) << "' cy='" << num(p.Y(y)) << "' r='" << (s.dots_only ? 4 : 2.5) << "' fill='" << col << "'/>";
+  o << "</g><rect x='" << Plot::L + p.pw + 12 << "' y='" << Plot::T + 4 + 16 * legend << "' width='12' height='3' fill='"
+    << col << "'/><text class='legend' x='" << Plot::L + p.pw + 28 << "' y='" << Plot::T + 9 + 16 * legend
+    << "' font-size='11'>" << html_escape(s.name) << "</text>";
+  return true;
+}
+
+}  // namespace line_plot
+
+std::string line_chart(const std::vector<Series>& series, const LineChart& c) {
+  using line_plot::Plot;
+  Plot p;
+  p.pw = c.width - Plot::L - Plot::R, p.ph = c.height - Plot::T - Plot::B;
+  line_plot::Range r = line_plot::data_range(series);
   std::ostringstream o;
   o << "<svg class='chart' width='" << c.width << "' height='" << c.height << "' role='img' aria-label='"
     << html_escape(c.title) << "'";
-  if (!std::isfinite(ylo)) return o.str() + "><text x='10' y='20' font-size='12'>no data</text></svg>";
-  if (xhi - xlo < 1) xhi = xlo + 1;
-  const Axis xa = nice_axis(xlo, xhi, 8, false, c.x_integer), ya = nice_axis(ylo, yhi, 5, c.y_from_zero);
-  o << " data-xmin='" << xa.lo << "' data-xmax='" << xa.hi << "' data-ymin='" << ya.lo << "' data-ymax='" << ya.hi << "'>";
-  auto X = [&](double x) { return L + pw * (x - xa.lo) / (xa.hi - xa.lo); };
-  auto Y = [&](double y) { return T + ph * (ya.hi - y) / (ya.hi - ya.lo); };
-  const double xs = xa.ticks.size() > 1 ? xa.ticks[1] - xa.ticks[0] : 1, ys = ya.ticks.size() > 1 ? ya.ticks[1] - ya.ticks[0] : 1;
-  for (double t : ya.ticks)
-    o << "<line x1='" << L << "' x2='" << L + pw << "' y1='" << num(Y(t)) << "' y2='" << num(Y(t))
-      << "' stroke='#e0e0e0'/><text class='ytick' x='" << L - 4 << "' y='" << num(Y(t) + 4)
-      << "' font-size='11' text-anchor='end'>" << tick_label(t, ys) << "</text>";
-  for (double t : xa.ticks)
-    o << "<line x1='" << num(X(t)) << "' x2='" << num(X(t)) << "' y1='" << T + ph << "' y2='" << T + ph + 4
-      << "' stroke='#666'/><text class='xtick' x='" << num(X(t)) << "' y='" << T + ph + 16
-      << "' font-size='11' text-anchor='middle'>" << tick_label(t, xs) << "</text>";
-  o << "<rect x='" << L << "' y='" << T << "' width='" << pw << "' height='" << ph << "' fill='none' stroke='#666'/>"
-    << "<text x='" << L + pw / 2 << "' y='" << c.height - 6 << "' font-size='12' text-anchor='middle'>"
-    << html_escape(c.x_label) << "</text><text transform='rotate(-90)' x='" << -(T + ph / 2) << "' y='14' font-size='12' "
-    << "text-anchor='middle'>" << html_escape(c.y_label) << "</text>";
+  if (!std::isfinite(r.ylo)) return o.str() + "><text x='10' y='20' font-size='12'>no data</text></svg>";
+  if (r.xhi - r.xlo < 1) r.xhi = r.xlo + 1;
+  p.xa = nice_axis(r.xlo, r.xhi, 8, false, c.x_integer), p.ya = nice_axis(r.ylo, r.yhi, 5, c.y_from_zero);
+  o << " data-xmin='" << p.xa.lo << "' data-xmax='" << p.xa.hi << "' data-ymin='" << p.ya.lo << "' data-ymax='" << p.ya.hi
+    << "'>";
+  line_plot::draw_axes(o, p, c);
   int k = 0, legend = 0;
   std::vector<std::string> empty;
   for (const Series& s : series) {
     const std::string col = s.color.empty() ? kPalette[k++ % 7] : s.color;
-    std::string pts;
-    int n = 0;
-    for (const auto& [x, y] : s.points)
-      if (std::isfinite(y)) pts += num(X(x)) + "," + num(Y(y)) + " ", ++n;
-    if (n == 0) {
-      empty.push_back(s.name);
-      continue;
-    }
-    o << "<g class='series' data-name='" << html_escape(s.name) << "'>";
-    if (n > 1 && !s.dots_only) o << "<polyline fill='none' stroke='" << col << "' stroke-width='2' points='" << pts << "'/>";
-    for (const auto& [x, y] : s.points)
-      if (std::isfinite(y) && (n <= 40 || s.dots_only))
-        o << "<circle cx='" << num(X(x)) << "' cy='" << num(Y(y)) << "' r='" << (s.dots_only ? 4 : 2.5) << "' fill='" << col << "'/>";
-    o << "</g><rect x='" << L + pw + 12 << "' y='" << T + 4 + 16 * legend << "' width='12' height='3' fill='" << col
-      << "'/><text class='legend' x='" << L + pw + 28 << "' y='" << T + 9 + 16 * legend << "' font-size='11'>"
-      << html_escape(s.name) << "</text>";
-    ++legend;
+    if (line_plot::draw_series(o, p, s, col, legend)) ++legend;
+    else empty.push_back(s.name);
   }
   for (const std::string& e : empty)
-    o << "<text class='nodata' x='" << L + pw + 12 << "' y='" << T + 9 + 16 * legend++ << "' font-size='11' fill='#888'>"
-      << html_escape(e) << ": no data</text>";
+    o << "<text class='nodata' x='" << Plot::L + p.pw + 12 << "' y='" << Plot::T + 9 + 16 * legend++
+      << "' font-size='11' fill='#888'>" << html_escape(e) << ": no data</text>";
   return o.str() + "</svg>";
 }
 
