@@ -533,55 +533,64 @@ void load_precision(Loader& L, Section& top, DsConfig& c) {
   c.precision = fp16_on ? Precision::fp16 : bf16_on ? Precision::bf16 : Precision::fp32;
 }
 
+// optimizer.params.betas: a pair resolved as two values, so that "auto" maps onto two flags
+// (--adam-beta1/--adam-beta2) and a flag can override either.
+void load_betas(Loader& L, Section& p, OptimizerConfig& o) {
+  const OptimizerConfig d;
+  const json* b = p.raw("betas");
+  p.consume("betas");
+  const std::string path = p.path("betas");
+  const bool is_auto = b && *b == "auto";
+  if (b && !is_auto && (!b->is_array() || b->size() != 2 || !(*b)[0].is_number() || !(*b)[1].is_number()))
+    L.fail(path, "expected [beta1, beta2] or \"auto\", got " + b->dump());
+  Source src = Source::default_;
+  auto pick = [&](int i, double def) {
+    const std::string key = path + "." + std::to_string(i);
+    if (auto ov = L.overrides.find(key); ov != L.overrides.end()) {
+      src = Source::flag;
+      return ov->second.value.get<double>();
+    }
+    if (is_auto) {
+      if (src != Source::flag) src = Source::auto_;
+      if (L.autos.count(key)) return L.autos.at(key).value.get<double>();
+      L.fail(path, Loader::accelerate_refusal(path));
+    }
+    if (!b) return def;
+    if (src == Source::default_) src = Source::file;
+    return (*b)[i].get<double>();
+  };
+  o.beta1 = pick(0, d.beta1);
+  o.beta2 = pick(1, d.beta2);
+  L.record(path, json::array({o.beta1, o.beta2}), src, src == Source::auto_ ? "from --adam-beta1/--adam-beta2" : "");
+}
+
+// "Adam" or "AdamW" in any case, spelt as DeepSpeed's names.
+std::string optimizer_type(Loader& L, Section& opt, const std::string& type) {
+  std::string lower;
+  for (char ch : type) lower += static_cast<char>(std::tolower(ch));
+  if (lower == "adam") return "Adam";
+  if (lower == "adamw") return "AdamW";
+  L.fail(opt.path("type"), "\"" + type + "\" is not an optimizer zrepro emulates; expected \"Adam\" or \"AdamW\"");
+  return type;
+}
+
 void load_optimizer(Loader& L, Section& top, DsConfig& c) {
   Section opt = top.sub("optimizer");
-  OptimizerConfig d;
-  c.optimizer.type = opt.get<std::string>("type", d.type);
-  std::string lower;
-  for (char ch : c.optimizer.type) lower += static_cast<char>(std::tolower(ch));
-  if (lower == "adam") c.optimizer.type = "Adam";
-  else if (lower == "adamw") c.optimizer.type = "AdamW";
-  else
-    L.fail(opt.path("type"), "\"" + c.optimizer.type +
-                                 "\" is not an optimizer zrepro emulates; expected \"Adam\" or \"AdamW\"");
+  const OptimizerConfig d;
+  OptimizerConfig& o = c.optimizer;
+  o.type = optimizer_type(L, opt, opt.get<std::string>("type", d.type));
   Section p = opt.sub("params");
-  c.optimizer.lr = p.get<double>("lr", d.lr);
-  // betas is a pair: resolve it as two values so that "auto" maps onto two flags.
-  {
-    const json* b = p.raw("betas");
-    p.consume("betas");
-    const std::string path = p.path("betas");
-    const bool is_auto = b && *b == "auto";
-    if (b && !is_auto && (!b->is_array() || b->size() != 2 || !(*b)[0].is_number() || !(*b)[1].is_number()))
-      L.fail(path, "expected [beta1, beta2] or \"auto\", got " + b->dump());
-    Source src = Source::default_;
-    auto pick = [&](int i, double def) {
-      const std::string key = path + "." + std::to_string(i);
-      if (auto ov = L.overrides.find(key); ov != L.overrides.end()) { src = Source::flag; return ov->second.value.get<double>(); }
-      if (is_auto) {
-        if (src != Source::flag) src = Source::auto_;
-        if (L.autos.count(key)) return L.autos.at(key).value.get<double>();
-        L.fail(path, Loader::accelerate_refusal(path));
-      }
-      if (b) { if (src == Source::default_) src = Source::file; return (*b)[i].get<double>(); }
-      return def;
-    };
-    c.optimizer.beta1 = pick(0, d.beta1);
-    c.optimizer.beta2 = pick(1, d.beta2);
-    L.record(path, json::array({c.optimizer.beta1, c.optimizer.beta2}), src,
-             src == Source::auto_ ? "from --adam-beta1/--adam-beta2" : "");
-  }
-  c.optimizer.eps = p.get<double>("eps", d.eps);
-  c.optimizer.weight_decay = p.get<double>("weight_decay", d.weight_decay);
-  c.optimizer.adam_w_mode = p.get<bool>("adam_w_mode", true);
-  if (c.optimizer.type == "AdamW") c.optimizer.adam_w_mode = true;
-  c.optimizer.bias_correction = p.get<bool>("bias_correction", true);
+  o.lr = p.get<double>("lr", d.lr);
+  load_betas(L, p, o);
+  o.eps = p.get<double>("eps", d.eps);
+  o.weight_decay = p.get<double>("weight_decay", d.weight_decay);
+  o.adam_w_mode = p.get<bool>("adam_w_mode", true) || o.type == "AdamW";
+  o.bias_correction = p.get<bool>("bias_correction", true);
   p.get<bool>("torch_adam", false);
-  require(L, c.optimizer.lr >= 0, p.path("lr"), "must be >= 0");
-  require(L, c.optimizer.beta1 >= 0 && c.optimizer.beta1 < 1 && c.optimizer.beta2 >= 0 && c.optimizer.beta2 < 1,
-          p.path("betas"), "each beta must be in [0, 1)");
-  require(L, c.optimizer.eps > 0, p.path("eps"), "must be > 0");
-  require(L, c.optimizer.weight_decay >= 0, p.path("weight_decay"), "must be >= 0");
+  require(L, o.lr >= 0, p.path("lr"), "must be >= 0");
+  require(L, o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, p.path("betas"), "each beta must be in [0, 1)");
+  require(L, o.eps > 0, p.path("eps"), "must be > 0");
+  require(L, o.weight_decay >= 0, p.path("weight_decay"), "must be >= 0");
   p.finish({"amsgrad", "fused", "foreach", "capturable", "maximize", "differentiable"});
   opt.finish();
 }

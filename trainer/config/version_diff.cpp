@@ -56,6 +56,40 @@ json changes_between(const std::string& key, const std::string& a, const std::st
   return out;
 }
 
+// A refusal: the values of the side that loads are not differences; the reason is, with
+// the table's entries that the refusal names and that one release has and the other not.
+json refusal_changes(const Side& sa, const Side& sb, const std::string& va, const std::string& vb) {
+  const std::string& which = sa.refused.is_null() ? vb : va;
+  const std::string msg = (sa.refused.is_null() ? sb.refused : sa.refused).get<std::string>();
+  const auto in_one = [&](const VersionChange& c) {
+    return compare_versions(c.since, which) <= 0 && (compare_versions(c.since, va) > 0) != (compare_versions(c.since, vb) > 0);
+  };
+  json out = json::array();
+  for (const auto& c : version_changes()) {
+    const bool refusing_kind = c.kind == "removed" || c.kind == "strict" || c.kind == "behaviour";
+    if (refusing_kind && msg.find(": " + c.key) != std::string::npos && in_one(c))
+      out.push_back({{"key", c.key}, {"since", c.since}, {"pr", c.pr}, {"effect", c.effect}});
+  }
+  return out;
+}
+
+// Every key whose value or source differs between the sides (settings of an unused
+// offload block on both sides left out).
+json value_differences(const Side& sa, const Side& sb, const std::string& va, const std::string& vb) {
+  std::set<std::string> keys;
+  for (const auto& [k, v] : sa.entries) keys.insert(k);
+  for (const auto& [k, v] : sb.entries) keys.insert(k);
+  json out = json::array();
+  for (const auto& k : keys) {
+    const json ea = sa.entries.count(k) ? sa.entries.at(k) : json(nullptr);
+    const json eb = sb.entries.count(k) ? sb.entries.at(k) : json(nullptr);
+    const bool same = ea.is_object() && eb.is_object() && ea["value"] == eb["value"] && ea["source"] == eb["source"];
+    if (same || (inside_unused_offload(k, sa) && inside_unused_offload(k, sb))) continue;
+    out.push_back({{"key", k}, {"a", ea}, {"b", eb}, {"changes", changes_between(k, va, vb)}});
+  }
+  return out;
+}
+
 }  // namespace
 
 json diff_config_versions(const std::string& path, ConfigFlags flags, const std::string& a, const std::string& b) {
@@ -63,27 +97,10 @@ json diff_config_versions(const std::string& path, ConfigFlags flags, const std:
   const Side sa = resolve(path, flags, va), sb = resolve(path, flags, vb);
   json diff = {{"config", path}, {"a", va}, {"b", vb}, {"refused", {{"a", sa.refused}, {"b", sb.refused}}},
                {"differences", json::array()}, {"warnings", {{"a", sa.warnings}, {"b", sb.warnings}}}};
-  if (!sa.refused.is_null() || !sb.refused.is_null()) {
-    // A refusal: the values of the side that loads are not differences; the reason is.
-    const std::string& which = sa.refused.is_null() ? vb : va;
-    const std::string msg = (sa.refused.is_null() ? sb.refused : sa.refused).get<std::string>();
-    diff["refusal_changes"] = json::array();
-    for (const auto& c : version_changes())
-      if ((c.kind == "removed" || c.kind == "strict" || c.kind == "behaviour") && msg.find(": " + c.key) != std::string::npos &&
-          compare_versions(c.since, which) <= 0 && (compare_versions(c.since, va) > 0) != (compare_versions(c.since, vb) > 0))
-        diff["refusal_changes"].push_back({{"key", c.key}, {"since", c.since}, {"pr", c.pr}, {"effect", c.effect}});
-    return diff;
-  }
-  std::set<std::string> keys;
-  for (const auto& [k, v] : sa.entries) keys.insert(k);
-  for (const auto& [k, v] : sb.entries) keys.insert(k);
-  for (const auto& k : keys) {
-    const json ea = sa.entries.count(k) ? sa.entries.at(k) : json(nullptr);
-    const json eb = sb.entries.count(k) ? sb.entries.at(k) : json(nullptr);
-    const bool same = ea.is_object() && eb.is_object() && ea["value"] == eb["value"] && ea["source"] == eb["source"];
-    if (same || (inside_unused_offload(k, sa) && inside_unused_offload(k, sb))) continue;
-    diff["differences"].push_back({{"key", k}, {"a", ea}, {"b", eb}, {"changes", changes_between(k, va, vb)}});
-  }
+  if (!sa.refused.is_null() || !sb.refused.is_null())
+    diff["refusal_changes"] = refusal_changes(sa, sb, va, vb);
+  else
+    diff["differences"] = value_differences(sa, sb, va, vb);
   return diff;
 }
 
