@@ -962,17 +962,11 @@ static std::string checkpoint_host_line(const MemoryPlan& p, const JobSpec& req)
   return os.str();
 }
 
-std::string format_plan(const MemoryPlan& p, const JobSpec& req) {
+namespace plan_text {
+
+// The phase table: a row per phase and the peak, bytes by category.
+std::string phase_table(const MemoryPlan& p) {
   std::ostringstream os;
-  const ModelSpec& m = req.model;
-  os << "[zrepro plan] model " << m.name << " (" << m.param_count() << " params, " << m.layers << " layers, hidden "
-     << m.hidden << ", seq " << m.seq << ", vocab " << m.vocab << "), zero_stage " << p.zero_stage << ", "
-     << precision_name(req.cfg.precision) << ", world_size " << p.world_size << ", micro " << req.cfg.micro_batch
-     << " x gas " << req.cfg.grad_accum << (req.activation_checkpointing ? ", activation checkpointing" : "") << "\n";
-  os << "[zrepro plan] assumed: " << m.assumptions() << "\n";
-  os << "predicted device memory per rank (every rank the same)";
-  if (p.capacity > 0) os << ", capacity " << format_bytes(p.capacity);
-  os << "\n\n";
   char line[256];
   std::snprintf(line, sizeof line, "  %-10s %12s", "phase", "peak");
   os << line;
@@ -992,48 +986,83 @@ std::string format_plan(const MemoryPlan& p, const JobSpec& req) {
   };
   for (const auto& ph : p.phases) row(phase_name(ph.phase), ph.peak, ph.by_category);
   row("PEAK", p.peak_bytes, p.by_category);
-  int64_t states = 0;
-  for (int64_t b : p.model_states) states += b;
-  os << "\n  peak in phase " << phase_name(p.peak_phase) << "; model states " << format_bytes(states) << " (params "
-     << format_bytes(p.model_states[0]) << ", grads " << format_bytes(p.model_states[1]) << ", optimizer_states "
-     << format_bytes(p.model_states[2]) << ")";
-  if (p.host_bytes > 0) os << "; host " << format_bytes(p.host_bytes) << " (cpu checkpoints)";
-  os << "\n";
-  if (p.host_pinned_bytes > 0 || p.host_pageable_bytes > 0) {
-    os << "  offload host memory per rank: " << format_bytes(p.host_pinned_bytes) << " pinned, "
-       << format_bytes(p.host_pageable_bytes) << " pageable";
-    if (p.host_pinned_bytes > 0 && req.cpu_device) {
-      if (!p.pinned_fits)
-        os << "\n  pinned-memory: this machine may lock only " << format_bytes(p.memlock_available) << " (ulimit -l "
-           << p.memlock_limit / 1024 << " KiB, CAP_IPC_LOCK not held): the run would fail at init. Raise ulimit -l "
-           << "or set pin_memory false";
-      else
-        os << " (fits this machine's memlock limit)";
-    }
-    os << "\n";
+  return os.str();
+}
+
+// Offload's host memory per rank, against this machine's memlock limit ("" without offload).
+std::string offload_host_line(const MemoryPlan& p, const JobSpec& req) {
+  if (p.host_pinned_bytes <= 0 && p.host_pageable_bytes <= 0) return "";
+  std::ostringstream os;
+  os << "  offload host memory per rank: " << format_bytes(p.host_pinned_bytes) << " pinned, "
+     << format_bytes(p.host_pageable_bytes) << " pageable";
+  if (p.host_pinned_bytes > 0 && req.cpu_device) {
+    if (!p.pinned_fits)
+      os << "\n  pinned-memory: this machine may lock only " << format_bytes(p.memlock_available) << " (ulimit -l "
+         << p.memlock_limit / 1024 << " KiB, CAP_IPC_LOCK not held): the run would fail at init. Raise ulimit -l "
+         << "or set pin_memory false";
+    else
+      os << " (fits this machine's memlock limit)";
   }
-  if (req.saves_checkpoints) os << checkpoint_host_line(p, req);
-  if (!p.not_planned.empty()) os << "  not planned: " << p.not_planned << "\n";
+  return os.str() + "\n";
+}
+
+// The verdict against the capacity ("" without one).
+std::string verdict_line(const MemoryPlan& p, const JobSpec& req) {
+  std::ostringstream os;
   if (!p.pinned_fits) {
     os << "  verdict: fails at init: offload needs " << format_bytes(p.host_pinned_bytes) << " of pinned host memory, "
        << "this machine may lock " << format_bytes(p.memlock_available) << "\n";
-  } else if (p.capacity > 0) {
-    if (p.fits && p.binds_on_reserved)
-      os << "  verdict: fits (binding on reserved bytes, as PyTorch's caching allocator does: reserved peak "
-         << format_bytes(p.reserved_peak_bytes) << ", " << format_bytes(p.capacity - p.reserved_peak_bytes)
-         << " to spare; allocated peak " << format_bytes(p.peak_bytes) << ")\n";
-    else if (p.fits)
-      os << "  verdict: fits (" << format_bytes(p.capacity - p.peak_bytes) << " to spare at the peak)\n";
-    else
-      os << oom_verdict(p, req);
-    if (p.fits) os << caching_line(p);
+    return os.str();
   }
+  if (p.capacity <= 0) return "";
+  if (p.fits && p.binds_on_reserved)
+    os << "  verdict: fits (binding on reserved bytes, as PyTorch's caching allocator does: reserved peak "
+       << format_bytes(p.reserved_peak_bytes) << ", " << format_bytes(p.capacity - p.reserved_peak_bytes)
+       << " to spare; allocated peak " << format_bytes(p.peak_bytes) << ")\n";
+  else if (p.fits)
+    os << "  verdict: fits (" << format_bytes(p.capacity - p.peak_bytes) << " to spare at the peak)\n";
+  else
+    os << oom_verdict(p, req);
+  if (p.fits) os << caching_line(p);
+  return os.str();
+}
+
+std::string deepspeed_estimator_lines(const MemoryPlan& p) {
+  std::ostringstream os;
+  char line[256];
   os << "\nDeepSpeed's estimator for the same setting (model states only: no activations, buffers or gathers):\n";
   for (const auto& d : p.deepspeed) {
     std::snprintf(line, sizeof line, "  %-52s gpu %12s  cpu %12s   (%s)\n", d.setting.c_str(),
                   format_bytes(d.gpu_bytes).c_str(), format_bytes(d.cpu_bytes).c_str(), d.formula.c_str());
     os << line;
   }
+  return os.str();
+}
+
+}  // namespace plan_text
+
+std::string format_plan(const MemoryPlan& p, const JobSpec& req) {
+  using namespace plan_text;
+  std::ostringstream os;
+  const ModelSpec& m = req.model;
+  os << "[zrepro plan] model " << m.name << " (" << m.param_count() << " params, " << m.layers << " layers, hidden "
+     << m.hidden << ", seq " << m.seq << ", vocab " << m.vocab << "), zero_stage " << p.zero_stage << ", "
+     << precision_name(req.cfg.precision) << ", world_size " << p.world_size << ", micro " << req.cfg.micro_batch
+     << " x gas " << req.cfg.grad_accum << (req.activation_checkpointing ? ", activation checkpointing" : "") << "\n";
+  os << "[zrepro plan] assumed: " << m.assumptions() << "\n";
+  os << "predicted device memory per rank (every rank the same)";
+  if (p.capacity > 0) os << ", capacity " << format_bytes(p.capacity);
+  os << "\n\n" << phase_table(p);
+  int64_t states = 0;
+  for (int64_t b : p.model_states) states += b;
+  os << "\n  peak in phase " << phase_name(p.peak_phase) << "; model states " << format_bytes(states) << " (params "
+     << format_bytes(p.model_states[0]) << ", grads " << format_bytes(p.model_states[1]) << ", optimizer_states "
+     << format_bytes(p.model_states[2]) << ")";
+  if (p.host_bytes > 0) os << "; host " << format_bytes(p.host_bytes) << " (cpu checkpoints)";
+  os << "\n" << offload_host_line(p, req);
+  if (req.saves_checkpoints) os << checkpoint_host_line(p, req);
+  if (!p.not_planned.empty()) os << "  not planned: " << p.not_planned << "\n";
+  os << verdict_line(p, req) << deepspeed_estimator_lines(p);
   return os.str();
 }
 

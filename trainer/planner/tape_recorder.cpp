@@ -115,46 +115,61 @@ class Recorder {
     return events;
   }
 
-  // The events from the n-th mark `from` (index) to the next mark `to` (index), as a tape.
-  std::string cut(const std::vector<Event>& ev, const std::string& from, int64_t fi, int nth, const std::string& to,
-                  int64_t ti, bool backward, std::vector<std::string>& problems) const {
+  // The index of the n-th mark `from` (index), ev.size() when there is none.
+  static size_t nth_mark(const std::vector<Event>& ev, const std::string& from, int64_t fi, int nth) {
     size_t i = 0;
     for (int seen = 0; i < ev.size(); ++i)
       if (ev[i].kind == 'M' && ev[i].what == from && ev[i].index == fi && seen++ == nth) break;
+    return i;
+  }
+
+  // A segment being cut: where it starts (for the problems' words) and its tokens so far.
+  struct Segment {
+    const std::string& from;
+    int64_t fi;
+    bool backward;
+    std::vector<std::string>& problems;
+    std::vector<std::string> toks;
+  };
+
+  // Event i (an allocation or a free) into the segment's tape; returns the index of the
+  // last event it consumed (a scratch buffer's free goes with its allocation).
+  size_t take(const std::vector<Event>& ev, size_t i, Segment& s) const {
+    const Event& e = ev[i];
+    if (e.bytes <= 16) return i;  // scalars
+    auto it = by_bytes_.find(e.bytes);
+    if (it == by_bytes_.end()) {
+      // A buffer freed as soon as it was allocated (oneDNN's scratch) is left out.
+      if (e.kind == 'A' && i + 1 < ev.size() && ev[i + 1].kind == 'F' && ev[i + 1].bytes == e.bytes) return i + 1;
+      s.problems.push_back(s.from + " " + std::to_string(s.fi) + ": " + std::string(1, e.kind) + " " +
+                           std::to_string(e.bytes) + " bytes is no symbol");
+      return i;
+    }
+    // The previous layer's parameter gradients, freed once its use delivered them,
+    // lead the segment: the planner frees them at that layer's reduce.
+    const bool param = is_param_token(it->second);
+    if (e.kind == 'F' && param && s.toks.empty()) return i;
+    if (e.kind == 'A' && param && !s.backward) s.problems.push_back(s.from + ": a parameter-gradient size allocated in forward");
+    s.toks.push_back((e.kind == 'A' ? "+" : "-") + it->second);
+    return i;
+  }
+
+  // The events from the n-th mark `from` (index) to the next mark `to` (index), as a tape.
+  std::string cut(const std::vector<Event>& ev, const std::string& from, int64_t fi, int nth, const std::string& to,
+                  int64_t ti, bool backward, std::vector<std::string>& problems) const {
+    size_t i = nth_mark(ev, from, fi, nth);
     if (i == ev.size()) {
       problems.push_back("no mark " + from + " " + std::to_string(fi));
       return "";
     }
-    std::vector<std::string> toks;
-    std::vector<int64_t> sizes;
+    Segment s{from, fi, backward, problems, {}};
     for (++i; i < ev.size(); ++i) {
       const Event& e = ev[i];
-      if (e.kind == 'M') {
-        if (e.what == to && (e.index == ti || ti == kAny)) break;
-        continue;
-      }
-      if (e.bytes <= 16) continue;  // scalars
-      auto it = by_bytes_.find(e.bytes);
-      if (it == by_bytes_.end()) {
-        // A buffer freed as soon as it was allocated (oneDNN's scratch) is left out.
-        if (e.kind == 'A' && i + 1 < ev.size() && ev[i + 1].kind == 'F' && ev[i + 1].bytes == e.bytes) {
-          ++i;
-          continue;
-        }
-        problems.push_back(from + " " + std::to_string(fi) + ": " + std::string(1, e.kind) + " " +
-                           std::to_string(e.bytes) + " bytes is no symbol");
-        continue;
-      }
-      // The previous layer's parameter gradients, freed once its use delivered them,
-      // lead the segment: the planner frees them at that layer's reduce.
-      if (e.kind == 'F' && is_param_token(it->second) && toks.empty()) continue;
-      if (e.kind == 'A' && is_param_token(it->second) && !backward) {
-        problems.push_back(from + ": a parameter-gradient size allocated in forward");
-      }
-      toks.push_back((e.kind == 'A' ? "+" : "-") + it->second);
+      if (e.kind != 'M') i = take(ev, i, s);
+      else if (e.what == to && (e.index == ti || ti == kAny)) break;
     }
     std::string out;
-    for (const auto& t : toks) out += (out.empty() ? "" : " ") + t;
+    for (const auto& t : s.toks) out += (out.empty() ? "" : " ") + t;
     return out;
   }
 
