@@ -72,44 +72,39 @@ CollOp parse_op(const std::string& s) {
   throw ConfigError("--op: got \"" + s + "\", expected all_reduce, reduce_scatter, all_gather, broadcast or all");
 }
 
-// One collective at one size (nccl-tests' row): checked once on fresh inputs, then timed
-// through zrepro's Communicator and through the raw MPI call of the same size.
-json bench_one(Communicator& comm, bool mpi, CollOp op, int64_t bytes, int iters, int warmup) {
-  const int rank = comm.rank(), ws = comm.world_size();
-  // S (nccl-tests): the whole array; each rank contributes S / ws to RS/AG.
-  const int64_t count = std::max<int64_t>(ws, bytes / 4 / ws * ws);
-  const bool split = op == CollOp::reduce_scatter || op == CollOp::all_gather;
-  torch::Tensor in = torch::empty({op == CollOp::all_gather ? count / ws : count});
-  torch::Tensor out = op == CollOp::all_reduce || op == CollOp::broadcast ? in
-                      : torch::empty({op == CollOp::reduce_scatter ? count / ws : count});
-  // The blocking form (a caller that waits at once: [Note: a collective on the caller])
-  // and the stream form (issued, then waited for, as overlapped buckets are).
-  auto ours = [&] {
-    switch (op) {
-      case CollOp::all_reduce: comm.all_reduce_wait(in, "bench"); break;
-      case CollOp::reduce_scatter: comm.reduce_scatter_wait(out, in, "bench"); break;
-      case CollOp::all_gather: comm.all_gather_wait(out, in, "bench"); break;
-      case CollOp::broadcast: comm.broadcast_wait(in, 0, "bench"); break;
-      case CollOp::barrier: break;
-    }
-  };
-  auto stream = [&] {
-    switch (op) {
-      case CollOp::all_reduce: comm.all_reduce(in, "bench")->wait(); break;
-      case CollOp::reduce_scatter: comm.reduce_scatter(out, in, "bench")->wait(); break;
-      case CollOp::all_gather: comm.all_gather(out, in, "bench")->wait(); break;
-      case CollOp::broadcast: comm.broadcast(in, 0, "bench")->wait(); break;
-      case CollOp::barrier: break;
-    }
-  };
-  auto raw = [&] {
-    if (mpi) raw_mpi_collective(op, out, in, 0);
-    else if (split) out.copy_(in);
-  };
-  // [Note: interleaved rounds] The three paths take turns in kRounds rounds of
-  // iters / kRounds calls each, and each reports the median round: a machine whose speed
-  // drifts during a row (a shared 2-core runner halved its raw MPI speed between two rows)
-  // then moves all three alike, and the ratios compare like with like.
+// The blocking form of a collective (a caller that waits at once: [Note: a collective on
+// the caller]) and the stream form (issued, then waited for, as overlapped buckets are).
+void issue_blocking(Communicator& comm, CollOp op, torch::Tensor& out, torch::Tensor& in) {
+  switch (op) {
+    case CollOp::all_reduce: comm.all_reduce_wait(in, "bench"); break;
+    case CollOp::reduce_scatter: comm.reduce_scatter_wait(out, in, "bench"); break;
+    case CollOp::all_gather: comm.all_gather_wait(out, in, "bench"); break;
+    case CollOp::broadcast: comm.broadcast_wait(in, 0, "bench"); break;
+    case CollOp::barrier: break;
+  }
+}
+
+void issue_stream(Communicator& comm, CollOp op, torch::Tensor& out, torch::Tensor& in) {
+  switch (op) {
+    case CollOp::all_reduce: comm.all_reduce(in, "bench")->wait(); break;
+    case CollOp::reduce_scatter: comm.reduce_scatter(out, in, "bench")->wait(); break;
+    case CollOp::all_gather: comm.all_gather(out, in, "bench")->wait(); break;
+    case CollOp::broadcast: comm.broadcast(in, 0, "bench")->wait(); break;
+    case CollOp::barrier: break;
+  }
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// [Note: interleaved rounds] The paths take turns in kRounds rounds of iters / kRounds
+// calls each, and each reports its median round: a machine whose speed drifts during a
+// row (a shared 2-core runner halved its raw MPI speed between two rows) then moves all
+// alike, and the ratios compare like with like. Seconds per call, per path.
+std::vector<double> interleaved_medians(Communicator& comm, bool mpi, const std::vector<std::function<void()>>& paths,
+                                        int iters) {
   constexpr int kRounds = 5;
   const int per_round = std::max(1, iters / kRounds);
   auto round = [&](const std::function<void()>& f) {
@@ -119,11 +114,30 @@ json bench_one(Communicator& comm, bool mpi, CollOp op, int64_t bytes, int iters
     const double t = std::chrono::duration<double>(Clock::now() - t0).count() / per_round;
     return mpi ? mpi_max(t) : t;
   };
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  const std::vector<std::function<void()>> paths = {ours, stream, raw};
+  std::vector<std::vector<double>> rounds(paths.size());
+  for (int k = 0; k < kRounds; ++k)
+    for (size_t p = 0; p < paths.size(); ++p) rounds[p].push_back(round(paths[p]));
+  std::vector<double> out;
+  for (const auto& r : rounds) out.push_back(median_of(r));
+  return out;
+}
+
+// One collective at one size (nccl-tests' row): checked once on fresh inputs, then timed
+// through zrepro's Communicator (both forms) and through the raw MPI call of the same size.
+json bench_one(Communicator& comm, bool mpi, CollOp op, int64_t bytes, int iters, int warmup) {
+  const int rank = comm.rank(), ws = comm.world_size();
+  // S (nccl-tests): the whole array; each rank contributes S / ws to RS/AG.
+  const int64_t count = std::max<int64_t>(ws, bytes / 4 / ws * ws);
+  const bool split = op == CollOp::reduce_scatter || op == CollOp::all_gather;
+  torch::Tensor in = torch::empty({op == CollOp::all_gather ? count / ws : count});
+  torch::Tensor out = op == CollOp::all_reduce || op == CollOp::broadcast ? in
+                      : torch::empty({op == CollOp::reduce_scatter ? count / ws : count});
+  const std::vector<std::function<void()>> paths = {
+      [&] { issue_blocking(comm, op, out, in); }, [&] { issue_stream(comm, op, out, in); },
+      [&] {
+        if (mpi) raw_mpi_collective(op, out, in, 0);
+        else if (split) out.copy_(in);
+      }};
   int64_t bad = 0;
   for (size_t p = 0; p < 2; ++p) {  // zrepro's two forms, each checked once on fresh inputs
     fill(op, out, in, rank);
@@ -132,21 +146,15 @@ json bench_one(Communicator& comm, bool mpi, CollOp op, int64_t bytes, int iters
   }
   for (const auto& f : paths)
     for (int i = 0; i < warmup; ++i) f();
-  std::vector<double> r_ours, r_stream, r_raw;
-  for (int k = 0; k < kRounds; ++k) {
-    r_ours.push_back(round(ours));
-    r_stream.push_back(round(stream));
-    r_raw.push_back(round(raw));
-  }
-  const double t_ours = median(r_ours), t_stream = median(r_stream), t_raw = median(r_raw);
+  const std::vector<double> t = interleaved_medians(comm, mpi, paths, iters);
+  const double t_ours = t[0], t_stream = t[1], t_raw = t[2];
   const double S = static_cast<double>(count) * 4;
   const double factor = busbw_factor(op, ws);
-  json row = {{"op", coll_op_name(op)}, {"bytes", S}, {"count", count}, {"ranks", ws},
-              {"time_us", t_ours * 1e6}, {"algbw_GBps", S / t_ours / 1e9}, {"busbw_GBps", S / t_ours / 1e9 * factor},
-              {"wrong", bad}, {"raw_time_us", t_raw * 1e6}, {"raw_algbw_GBps", S / t_raw / 1e9},
-              {"raw_busbw_GBps", S / t_raw / 1e9 * factor}, {"ratio", t_raw / t_ours},
-              {"stream_time_us", t_stream * 1e6}, {"stream_ratio", t_raw / t_stream}};
-  return row;
+  return {{"op", coll_op_name(op)}, {"bytes", S}, {"count", count}, {"ranks", ws},
+          {"time_us", t_ours * 1e6}, {"algbw_GBps", S / t_ours / 1e9}, {"busbw_GBps", S / t_ours / 1e9 * factor},
+          {"wrong", bad}, {"raw_time_us", t_raw * 1e6}, {"raw_algbw_GBps", S / t_raw / 1e9},
+          {"raw_busbw_GBps", S / t_raw / 1e9 * factor}, {"ratio", t_raw / t_ours},
+          {"stream_time_us", t_stream * 1e6}, {"stream_ratio", t_raw / t_stream}};
 }
 
 }  // namespace
