@@ -145,8 +145,36 @@ std::string junit_xml(const std::string& suite, const std::vector<JUnitCase>& ca
   return o.str();
 }
 
+namespace suite_report {
+
+// A case's verdict in the suite's table: ERROR, SAVED, or the comparison's.
+std::string verdict_of(const JUnitCase& c, bool save) { return !c.error.empty() ? "ERROR" : save ? "SAVED" : c.result.verdict(); }
+
+json case_json(const JUnitCase& c, bool save) {
+  return {{"name", c.name}, {"verdict", verdict_of(c, save)}, {"error", c.error.empty() ? json(nullptr) : json(c.error)},
+          {"comparison", save || !c.error.empty() ? json(nullptr) : c.result.to_json()}};
+}
+
+// The case's line, and its moved figures when it regressed.
+std::string case_lines(const JUnitCase& c, bool save) {
+  char line[256];
+  std::snprintf(line, sizeof line, "  %-32s %-14s", c.name.c_str(), verdict_of(c, save).c_str());
+  std::string out = line + c.error + "\n";
+  if (c.error.empty() && !save && !c.result.passed()) out += c.result.table();
+  return out;
+}
+
+std::string closing_line(const std::string& dir, size_t n, int bad, bool save) {
+  const std::string verdict = bad == 0 ? (save ? "SAVED" : "PASS") : (save ? "ERROR" : "REGRESSION");
+  return "[zrepro check] suite " + dir + ": " + std::to_string(n) + " config(s), " + std::to_string(bad) +
+         (save ? " could not be saved" : " moved or could not run") + ": " + verdict + "\n";
+}
+
+}  // namespace suite_report
+
 int check_suite(const std::string& dir, bool save, const std::string& work, const CheckTolerances& tol, bool as_json,
                 const std::string& junit_path) {
+  using namespace suite_report;
   const std::vector<SuiteCase> cases = suite_cases(dir);
   for (const auto& c : cases) case_args(c);  // a wrong NAME.args is refused before any run
   std::vector<JUnitCase> done;
@@ -157,24 +185,15 @@ int check_suite(const std::string& dir, bool save, const std::string& work, cons
   }
   int bad = 0;
   json j = json::array();
-  std::ostringstream table;
+  std::string table;
   for (const auto& c : done) {
-    const std::string verdict = !c.error.empty() ? "ERROR" : save ? "SAVED" : c.result.verdict();
+    const std::string verdict = verdict_of(c, save);
     bad += verdict != "PASS" && verdict != "SAVED";
-    j.push_back({{"name", c.name}, {"verdict", verdict}, {"error", c.error.empty() ? json(nullptr) : json(c.error)},
-                 {"comparison", save || !c.error.empty() ? json(nullptr) : c.result.to_json()}});
-    char line[256];
-    std::snprintf(line, sizeof line, "  %-32s %-14s", c.name.c_str(), verdict.c_str());
-    table << line << (c.error.empty() ? "" : c.error) << "\n";
-    if (c.error.empty() && !save && !c.result.passed()) table << c.result.table();
+    j.push_back(case_json(c, save));
+    table += case_lines(c, save);
   }
-  if (as_json) {
-    std::cout << json_text({{"suite", dir}, {"passed", bad == 0}, {"cases", j}}) << "\n";
-  } else {
-    std::cout << table.str() << "[zrepro check] suite " << dir << ": " << done.size() << " config(s), " << bad
-              << (save ? " could not be saved" : " moved or could not run") << ": "
-              << (bad == 0 ? (save ? "SAVED" : "PASS") : (save ? "ERROR" : "REGRESSION")) << "\n";
-  }
+  if (as_json) std::cout << json_text({{"suite", dir}, {"passed", bad == 0}, {"cases", j}}) << "\n";
+  else std::cout << table << closing_line(dir, done.size(), bad, save);
   if (!junit_path.empty()) write_file_atomic(junit_path, junit_xml("zrepro check " + dir, done));
   return bad == 0 ? kExitOk : kExitCheckRegressed;
 }

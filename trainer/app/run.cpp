@@ -403,28 +403,33 @@ int train_and_report(RunState& s) {
   }
 }
 
+// The run from its flags to its exit code (--ranks: relaunched under mpirun first).
+int run_from_flags(RunState& s, int argc, char** argv) {
+  parse_run_spec(argc, argv, s.spec);
+  if (s.spec.help) {
+    std::cout << s.spec.help_text << std::endl;
+    return kExitOk;
+  }
+  if (s.spec.ranks) {
+    if (launched_by_mpi()) throw ConfigError("--ranks: already running under an MPI launcher; drop --ranks");
+    precheck_before_launch(s.spec, *s.spec.ranks);
+    relaunch_under_mpirun(*s.spec.ranks, {"run"}, argc, argv);
+  }
+  install_stop_signals();
+  s.inputs = run_inputs(s.spec, argc, argv);
+  set_up(s, &argc, &argv);
+  if (s.several_processes()) add_ranks_input(s.inputs, s.world);
+  s.topt.stop_signal = [&s] { return stop_signal_at_boundary(s); };
+  print_header(s);
+  return train_and_report(s);
+}
+
 }  // namespace
 
 int run_command(int argc, char** argv) {
   RunState s;
   try {
-    parse_run_spec(argc, argv, s.spec);
-    if (s.spec.help) {
-      std::cout << s.spec.help_text << std::endl;
-      return kExitOk;
-    }
-    if (s.spec.ranks) {
-      if (launched_by_mpi()) throw ConfigError("--ranks: already running under an MPI launcher; drop --ranks");
-      precheck_before_launch(s.spec, *s.spec.ranks);
-      relaunch_under_mpirun(*s.spec.ranks, {"run"}, argc, argv);
-    }
-    install_stop_signals();
-    s.inputs = run_inputs(s.spec, argc, argv);
-    set_up(s, &argc, &argv);
-    if (s.several_processes()) add_ranks_input(s.inputs, s.world);
-    s.topt.stop_signal = [&s] { return stop_signal_at_boundary(s); };
-    print_header(s);
-    return train_and_report(s);
+    return run_from_flags(s, argc, argv);
   } catch (const ConfigError& e) {
     if (!s.ranks) make_out_dir_quietly(s);
     return s.fail_with(FailureKind::config_error, "init", s.speaks() ? "[zrepro] error: " + std::string(e.what()) : "",
