@@ -63,7 +63,7 @@ ZeroEngine::ZeroEngine(const std::vector<LayerSpec>& layers, const std::vector<t
       policy_(stage_policy(cfg.zero.stage)),
       buffers_(cfg.buffers ? *cfg.buffers : buffer_policy(cfg.zero)),
       comm_(comm),
-      scaler_(cfg.loss_scale, cfg.precision == Precision::fp16),
+      scaler_(cfg.fp16, cfg.precision == Precision::fp16),
       schedule_(cfg.scheduler, cfg.optimizer.lr),
       observer_(observer) {
   torch::NoGradGuard no_grad;

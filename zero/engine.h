@@ -35,14 +35,9 @@
 
 namespace zrepro {
 
-struct EngineConfig {
-  Precision precision = Precision::fp32;
-  ZeroConfig zero;
-  OptimizerConfig optimizer;
-  SchedulerConfig scheduler;
-  LossScaleConfig loss_scale;
-  bool bf16_check_grad_overflow = true;
-  double gradient_clipping = 1.0;
+// The engine's configuration: a config's settings ([Note: what a config gives the engine],
+// zero_config.h) and what the run decides beside them.
+struct EngineConfig : EngineSettings {
   torch::ScalarType comm_dtype = torch::kFloat;
   torch::Device device = torch::kCPU;
   // Offload (zero.offload_optimizer / offload_param): the copy engine's host-link

@@ -118,4 +118,19 @@ struct SchedulerConfig {
   double cos_min_ratio = 0.0001;
 };
 
+// [Note: what a config gives the engine] The settings of a DeepSpeed config the engine is
+// made of. The config loader parses straight into them (DsConfig, trainer/config/
+// ds_config.h, is an EngineSettings with the rest of the file beside), and the engine's
+// configuration is one (EngineConfig, engine.h, adds what the run decides): no field is
+// copied from the config into the engine one by one.
+struct EngineSettings {
+  Precision precision = Precision::fp32;
+  ZeroConfig zero;
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  LossScaleConfig fp16;  // the loss scaler's (used under fp16 only)
+  bool bf16_check_grad_overflow = true;
+  double gradient_clipping = 1.0;
+};
+
 }  // namespace zrepro

@@ -102,7 +102,7 @@ json RunState::virtual_json() const {
   if (!vranks) return nullptr;
   json v = {{"world_size", world},
             {"as_rank", vranks->subject()},
-            {"data_rule", spec.same_data ? "same" : "distinct"},
+            {"data_rule", spec.train.same_data ? "same" : "distinct"},
             {"peers", vranks->stand_in() ? "stand-in" : "run"}};
   if (!vranks->stand_in()) {
     v["peer_host_bytes_peak"] = HostMemory::instance().peak_peer_bytes();
@@ -350,11 +350,11 @@ void consolidate_fp32(RunState& s) {
   if (sp.zero_to_fp32_dir.empty() || s.rank != 0) return;
   std::cout << "[zrepro] zero_to_fp32 (" << (sp.zero_to_fp32_api ? "get_fp32_state_dict_from_zero_checkpoint" :
                                               "zero_to_fp32.py --max_shard_size " + format_bytes(sp.zero_to_fp32_shard))
-            << ") of " << sp.save_dir << " into " << sp.zero_to_fp32_dir
-            << (sp.host_memory > 0 ? ", host memory " + format_bytes(sp.host_memory) + " (emulated)" : std::string())
+            << ") of " << sp.train.save_dir << " into " << sp.zero_to_fp32_dir
+            << (sp.train.host_memory > 0 ? ", host memory " + format_bytes(sp.train.host_memory) + " (emulated)" : std::string())
             << std::endl;
-  s.result.fp32_export = zero_to_fp32(sp.save_dir, sp.zero_to_fp32_dir, sp.zero_to_fp32_api, sp.zero_to_fp32_shard,
-                                      sp.host_memory);
+  s.result.fp32_export = zero_to_fp32(sp.train.save_dir, sp.zero_to_fp32_dir, sp.zero_to_fp32_api, sp.zero_to_fp32_shard,
+                                      sp.train.host_memory);
   const Fp32Export& e = *s.result.fp32_export;
   std::cout << "[zrepro] zero_to_fp32: " << e.parameters << " params " << e.numel << " elements in "
             << e.files.size() << " file(s); anonymous host memory at its peak " << format_bytes(e.peak_anon_bytes)
@@ -366,7 +366,7 @@ int train_and_report(RunState& s) {
   if (out && s.speaks()) s.metrics = std::make_unique<MetricsWriter>(s.spec.out_dir);
   if (s.spec.export_inputs && s.speaks())
     export_inputs(s.spec.out_dir + "/inputs", s.job.model,
-                  {s.spec.steps, s.job.cfg.micro_batch, s.job.cfg.grad_accum, s.world, s.spec.seed,
+                  {s.spec.train.steps, s.job.cfg.micro_batch, s.job.cfg.grad_accum, s.world, s.spec.train.seed,
                    s.topt.seq_len_dist, loss_normalization_row(s.topt.loss_normalization).name});
   const int64_t every = s.job.cfg.steps_per_print.value_or(s.spec.log_every);
   if (every <= 0) throw ConfigError("--log-every: must be > 0, got " + std::to_string(every));
@@ -389,11 +389,10 @@ int train_and_report(RunState& s) {
     if (s.rank == 0) print_done(s, "");
     s.progress.clear();
     if (s.rank == 0) {
-      const json straggler = straggler_json(reports);
-      if (straggler.is_object())
-        std::cout << "[zrepro] rank " << straggler["rank"] << " is the straggler: the other ranks waited "
-                  << fmt(straggler["others_wait_s"].get<double>()) << " s in collectives on average, it waited "
-                  << fmt(straggler["own_wait_s"].get<double>()) << " s\n";
+      if (const auto straggler = straggler_of(reports))
+        std::cout << "[zrepro] rank " << straggler->rank << " is the straggler: the other ranks waited "
+                  << fmt(straggler->others_wait_s) << " s in collectives on average, it waited "
+                  << fmt(straggler->own_wait_s) << " s\n";
     }
     if (s.rank == 0 && out) merge_rank_traces(s);
     if (s.speaks()) s.write_summary_or_throw("ok", nullptr, reports);  // an I/O failure ends the run as one

@@ -57,7 +57,7 @@ static ConfigFlags flags_for(const RunSpec& spec, const ModelSpec& m, int world)
   ConfigFlags f = spec.flags;
   f.hidden_size = m.hidden;
   f.world_size = world;
-  f.total_steps = spec.steps;
+  f.total_steps = spec.train.steps;
   return f;
 }
 
@@ -76,7 +76,7 @@ static void resolve_config(RunState& s) {
     sr.target.cfg = load_job_config(spec.config_path, flags_for(spec, sr.target.model, s.world));
     sr.target.world_size = s.world;
     sr.target.device_capacity = *spec.target_device_memory;
-    sr.target.activation_checkpointing = spec.activation_checkpointing;
+    sr.target.activation_checkpointing = spec.job.activation_checkpointing;
     if (spec.scale) sr.scale = *spec.scale;
     s.scaled = std::make_unique<ScaleDown>(scale_down(sr));
     if (const auto& band = gpu_band()) s.scaled->target_band = band_call(*band, band_inputs(s.scaled->target_plan)).to_json();
@@ -95,9 +95,6 @@ static void resolve_config(RunState& s) {
   s.job.world_size = s.world;
   s.job.rank = s.rank;  // ranks differ at stage 2 (DeepSpeed's whole-parameter gradient partition)
   s.job.device_capacity = s.capacity();
-  s.job.activation_checkpointing = spec.activation_checkpointing;
-  s.job.saves_checkpoints = spec.save_every > 0;
-  s.job.resumes = !spec.resume_dir.empty();
   // The conformance networks (conformance/ds_model.py): zrepro's GPT-2 toy with an untied
   // head, Hugging Face's LlamaForCausalLM (tied or not) and a Mixtral in transformers 4.x's
   // per-expert layout (MixtralForCausalLM4x), all with eager attention.
@@ -118,8 +115,8 @@ static void resolve_config(RunState& s) {
                       std::to_string(s.job.model.seq) + ": more than 2^31 tokens per micro-batch, past what one device "
                       "step can index; use a micro-batch of at most " +
                       std::to_string(std::numeric_limits<int32_t>::max() / (s.job.model.seq + 1)));
-  if (spec.dynamic_seq_min && (*spec.dynamic_seq_min < 1 || *spec.dynamic_seq_min > s.job.model.seq))
-    throw ConfigError("--dynamic-seq: got " + std::to_string(*spec.dynamic_seq_min) + ", expected 1.." +
+  if (spec.train.dynamic_seq_min > s.job.model.seq)
+    throw ConfigError("--dynamic-seq: got " + std::to_string(spec.train.dynamic_seq_min) + ", expected 1.." +
                       std::to_string(s.job.model.seq) + " (the model's sequence length)");
   s.topt.seq_len_dist = parse_seq_len_dist(spec.seq_len_dist, s.job.model.seq);
 }
@@ -218,15 +215,15 @@ static void derive_host_link(RunState& s) {
 
 // Each --inject names a rank of this world and a step of this run.
 static void check_injections(const RunSpec& spec, int world) {
-  for (size_t i = 0; i < spec.injections.size(); ++i) {
-    const Injection& inj = spec.injections[i];
+  for (size_t i = 0; i < spec.train.inject.size(); ++i) {
+    const Injection& inj = spec.train.inject[i];
     if (inj.rank >= world)
       throw ConfigError("--inject \"" + spec.inject_specs[i] + "\": rank " + std::to_string(inj.rank) +
                         " does not exist in a world of " + std::to_string(world));
-    if (inj.from >= spec.steps)
+    if (inj.from >= spec.train.steps)
       throw ConfigError("--inject \"" + spec.inject_specs[i] + "\": step " + std::to_string(inj.from) +
-                        " is past the run's --steps " + std::to_string(spec.steps) +
-                        " (injection steps count from 0: the last is " + std::to_string(spec.steps - 1) +
+                        " is past the run's --steps " + std::to_string(spec.train.steps) +
+                        " (injection steps count from 0: the last is " + std::to_string(spec.train.steps - 1) +
                         "); it would have no effect");
   }
 }
@@ -291,21 +288,9 @@ void set_up(RunState& s, int* argc, char*** argv) {
   s.world = s.comm().world_size();
   make_run_out_dir(s);
   start_virtual_ranks(s);
+  s.topt = spec.train;  // [Note: flags parse into what the run is made of] (run_spec.h)
   s.topt.comm = &s.comm();
-  s.topt.same_data = spec.same_data;
-  s.topt.rank_work = spec.rank_work;
-  s.topt.steps = spec.steps;
-  s.topt.seed = spec.seed;
-  s.topt.verify_replicas = spec.verify_replicas;
-  s.topt.dynamic_seq_min = spec.dynamic_seq_min.value_or(0);
-  s.topt.loader = spec.loader;
-  s.topt.loss_normalization = spec.loss_normalization;
-  s.topt.save_every = spec.save_every;
-  s.topt.save_dir = spec.save_dir;
-  s.topt.resume_dir = spec.resume_dir;
-  s.topt.host_memory = spec.host_memory;
-  s.job.host_link_gbps = spec.host_link_gbps;
-  s.job.pageable_ratio = spec.pageable_ratio;
+  s.job = spec.job;  // [Note: flags parse into what the run is made of] (run_spec.h)
   if (spec.memlock_limit) {
     for_flag("--memlock-limit", [&] { restrict_memlock(*spec.memlock_limit); });
     if (s.speaks())
@@ -314,10 +299,9 @@ void set_up(RunState& s, int* argc, char*** argv) {
   }
   set_compute_threads(spec.threads);
   check_injections(spec, s.world);
-  s.topt.inject = spec.injections;
   resolve_config(s);
-  if (spec.save_every > 0) check_checkpointable(s.job.cfg, "--save-every", spec.peers == Peers::stand_in);
-  if (!spec.resume_dir.empty()) check_checkpointable(s.job.cfg, "--resume", spec.peers == Peers::stand_in);
+  if (spec.train.save_every > 0) check_checkpointable(s.job.cfg, "--save-every", spec.peers == Peers::stand_in);
+  if (!spec.train.resume_dir.empty()) check_checkpointable(s.job.cfg, "--resume", spec.peers == Peers::stand_in);
   compare_rank_configs(s);
   if (s.world > 1 && !s.vranks && s.ranks->mpi) s.peers = gather_peers();
   install_device(s);
@@ -343,7 +327,7 @@ static void print_ranks_line(const RunState& s) {
   else if (s.vranks)
     std::cout << "[zrepro] virtual ranks: this process stands in for all " << s.world << " ranks (one thread, engine "
               << "and device-memory ledger each; collectives in-process); reporting as rank " << s.rank
-              << ", data rule " << (s.spec.same_data ? "same" : "distinct")
+              << ", data rule " << (s.spec.train.same_data ? "same" : "distinct")
               << "; memory and numerics are the N-rank job's, step times are not\n";
   if (!s.vranks && s.world > 1 && s.ranks->mpi && mpi_local_size() > cpu_slots())
     std::cout << "[zrepro] oversubscribed: " << mpi_local_size() << " ranks on " << cpu_slots()

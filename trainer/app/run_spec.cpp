@@ -195,7 +195,7 @@ std::string one_of(const cxxopts::ParseResult& r, const std::string& flag, std::
 
 // --data-rule, --peers, --peer-values and what each needs.
 void parse_peers(const cxxopts::ParseResult& r, RunSpec& s) {
-  s.same_data = one_of(r, "data-rule", {"distinct", "same"}) == "same";
+  s.train.same_data = one_of(r, "data-rule", {"distinct", "same"}) == "same";
   s.world_size = opt<int>(r, "world-size");
   s.peers = one_of(r, "peers", {"run", "stand-in"}) == "stand-in" ? Peers::stand_in : Peers::run;
   if (r.count("as-rank") && !s.world_size)
@@ -232,10 +232,10 @@ void parse_virtual(const cxxopts::ParseResult& r, RunSpec& s) {
   const int n = *s.world_size;
   if (s.peers == Peers::stand_in) {
     // [Note: what a stood-in peer contributes]: every rank's gradient is this rank's.
-    if (r.count("data-rule") && !s.same_data)
+    if (r.count("data-rule") && !s.train.same_data)
       throw ConfigError("--data-rule distinct with --peers stand-in: stood-in peers draw the subject's batches "
                         "(their gradients are its own); drop --data-rule or give --peers run");
-    s.same_data = true;
+    s.train.same_data = true;
   }
   const int cap = s.peers == Peers::stand_in ? kMaxStandInRanks : kMaxVirtualRanks;
   if (n < 1 || n > cap)
@@ -252,13 +252,13 @@ void parse_virtual(const cxxopts::ParseResult& r, RunSpec& s) {
 // What virtual ranks cannot stand in for (see [Note: what virtual ranks reproduce]).
 void check_virtual_limits(const RunSpec& s) {
   if (!s.world_size || *s.world_size == 1) return;
-  if (s.peers == Peers::stand_in && !s.injections.empty())
+  if (s.peers == Peers::stand_in && !s.train.inject.empty())
     throw ConfigError("--inject \"" + s.inject_specs[0] + "\" with --peers stand-in: the peers are not run, so a "
                       "fault cannot act on them or on what they send; give --peers run (up to " +
                       std::to_string(kMaxVirtualRanks) + " ranks) or --ranks");
-  for (size_t i = 0; i < s.injections.size(); ++i)
-    if (s.injections[i].changes_collectives())
-      throw ConfigError("--inject \"" + s.inject_specs[i] + "\": " + inject_kind_name(s.injections[i].kind) +
+  for (size_t i = 0; i < s.train.inject.size(); ++i)
+    if (s.train.inject[i].changes_collectives())
+      throw ConfigError("--inject \"" + s.inject_specs[i] + "\": " + inject_kind_name(s.train.inject[i].kind) +
                         " acts on time or on the collective sequence, which virtual ranks sharing one process do "
                         "not reproduce: run real processes, --ranks " + std::to_string(*s.world_size) +
                         " instead of --world-size " + std::to_string(*s.world_size));
@@ -295,30 +295,30 @@ void parse_target(const cxxopts::ParseResult& r, RunSpec& s) {
 
 // The emulated data loader (--loader-workers, --prefetch-factor, --sample-ms, --loader-pin-memory).
 void parse_loader(const cxxopts::ParseResult& r, RunSpec& s) {
-  s.loader.workers = r["loader-workers"].as<int>();
-  s.loader.prefetch_factor = r["prefetch-factor"].as<int>();
-  s.loader.sample_ms = r["sample-ms"].as<double>();
-  s.loader.pin_memory = r.count("loader-pin-memory") > 0;
-  if (s.loader.workers < 0 || s.loader.workers > 256)
-    throw ConfigError("--loader-workers: got " + std::to_string(s.loader.workers) + ", expected 0..256");
-  if (s.loader.prefetch_factor < 1)
-    throw ConfigError("--prefetch-factor: got " + std::to_string(s.loader.prefetch_factor) + ", expected >= 1");
-  if (s.loader.sample_ms < 0) throw ConfigError("--sample-ms: got " + fmt(s.loader.sample_ms) + ", expected >= 0");
+  s.train.loader.workers = r["loader-workers"].as<int>();
+  s.train.loader.prefetch_factor = r["prefetch-factor"].as<int>();
+  s.train.loader.sample_ms = r["sample-ms"].as<double>();
+  s.train.loader.pin_memory = r.count("loader-pin-memory") > 0;
+  if (s.train.loader.workers < 0 || s.train.loader.workers > 256)
+    throw ConfigError("--loader-workers: got " + std::to_string(s.train.loader.workers) + ", expected 0..256");
+  if (s.train.loader.prefetch_factor < 1)
+    throw ConfigError("--prefetch-factor: got " + std::to_string(s.train.loader.prefetch_factor) + ", expected >= 1");
+  if (s.train.loader.sample_ms < 0) throw ConfigError("--sample-ms: got " + fmt(s.train.loader.sample_ms) + ", expected >= 0");
 }
 
 // The modelled links and the collective timeout: host link (or its profile), pageable
 // ratio, interconnect, --comm-timeout, --memlock-limit.
 void parse_links(const cxxopts::ParseResult& r, RunSpec& s) {
-  s.host_link_gbps = r["host-link-gbps"].as<double>();
-  s.pageable_ratio = r["pageable-ratio"].as<double>();
+  s.job.host_link_gbps = r["host-link-gbps"].as<double>();
+  s.job.pageable_ratio = r["pageable-ratio"].as<double>();
   s.interconnect_gbps = r["interconnect-gbps"].as<double>();
   if (s.interconnect_gbps < 0) throw ConfigError("--interconnect-gbps: must be >= 0, got " + fmt(s.interconnect_gbps));
-  if (s.host_link_gbps < 0) throw ConfigError("--host-link-gbps: must be >= 0, got " + fmt(s.host_link_gbps));
+  if (s.job.host_link_gbps < 0) throw ConfigError("--host-link-gbps: must be >= 0, got " + fmt(s.job.host_link_gbps));
   s.host_link_profile = opt<std::string>(r, "host-link-profile");
   if (s.host_link_profile && r.count("host-link-gbps"))
     throw ConfigError("--host-link-profile and --host-link-gbps: give one");
-  if (s.pageable_ratio <= 0 || s.pageable_ratio > 1)
-    throw ConfigError("--pageable-ratio: must be in (0, 1], got " + fmt(s.pageable_ratio));
+  if (s.job.pageable_ratio <= 0 || s.job.pageable_ratio > 1)
+    throw ConfigError("--pageable-ratio: must be in (0, 1], got " + fmt(s.job.pageable_ratio));
   s.comm_timeout = r.count("comm-timeout") ? r["comm-timeout"].as<double>() : deepspeed_default_timeout_s();
   if (r.count("memlock-limit")) s.memlock_limit = parse_size("--memlock-limit", r["memlock-limit"].as<std::string>());
   positive("--comm-timeout", s.comm_timeout, "> 0 seconds");
@@ -344,15 +344,17 @@ void parse_checkpoint_flags(const cxxopts::ParseResult& r, RunSpec& s) {
     throw ConfigError(r.count("save-every") ? "--save-every: needs --save-dir DIR (where the checkpoints go)"
                                             : "--save-dir: needs --save-every N (after every N-th step)");
   if (r.count("save-every")) {
-    s.save_every = r["save-every"].as<int64_t>();
-    if (s.save_every <= 0)
-      throw ConfigError("--save-every: got " + std::to_string(s.save_every) + ", expected a step count >= 1");
-    s.save_dir = r["save-dir"].as<std::string>();
-    if (s.save_dir.empty()) throw ConfigError("--save-dir: got \"\", expected a folder");
+    s.train.save_every = r["save-every"].as<int64_t>();
+    if (s.train.save_every <= 0)
+      throw ConfigError("--save-every: got " + std::to_string(s.train.save_every) + ", expected a step count >= 1");
+    s.train.save_dir = r["save-dir"].as<std::string>();
+    if (s.train.save_dir.empty()) throw ConfigError("--save-dir: got \"\", expected a folder");
+    s.job.saves_checkpoints = true;
   }
   if (r.count("resume")) {
-    s.resume_dir = r["resume"].as<std::string>();
-    if (s.resume_dir.empty()) throw ConfigError("--resume: got \"\", expected the folder a checkpoint was saved in");
+    s.train.resume_dir = r["resume"].as<std::string>();
+    if (s.train.resume_dir.empty()) throw ConfigError("--resume: got \"\", expected the folder a checkpoint was saved in");
+    s.job.resumes = true;
   }
   if (r.count("zero-to-fp32")) {
     if (!r.count("save-every"))
@@ -370,10 +372,10 @@ void parse_checkpoint_flags(const cxxopts::ParseResult& r, RunSpec& s) {
       if (r.count(f)) throw ConfigError(std::string("--") + f + ": needs --zero-to-fp32 DIR");
   }
   if (r.count("host-memory")) {
-    if (s.zero_to_fp32_dir.empty() && s.save_every == 0)
+    if (s.zero_to_fp32_dir.empty() && s.train.save_every == 0)
       throw ConfigError("--host-memory: emulates rank 0's host for what the checkpoints put there (the 16-bit model "
                         "gathered at a save, --zero-to-fp32); add --save-every N --save-dir DIR");
-    s.host_memory = parse_size("--host-memory", r["host-memory"].as<std::string>());
+    s.train.host_memory = parse_size("--host-memory", r["host-memory"].as<std::string>());
   }
 }
 
@@ -392,9 +394,9 @@ void parse_process_flags(const cxxopts::ParseResult& r, RunSpec& s) {
 
 // Work on some ranks only cannot diverge where the peers are stood in for.
 void check_rank_work_with_peers(const RunSpec& s) {
-  if (s.peers == Peers::stand_in && (s.rank_work.eval_rank0_only || (s.rank_work.generate_tokens > 0 &&
-                                                                     !s.rank_work.synced_gpus)))
-    throw ConfigError(std::string(s.rank_work.eval_rank0_only ? "--eval-on-rank0" : "--generate without --synced-gpus") +
+  if (s.peers == Peers::stand_in && (s.train.rank_work.eval_rank0_only || (s.train.rank_work.generate_tokens > 0 &&
+                                                                     !s.train.rank_work.synced_gpus)))
+    throw ConfigError(std::string(s.train.rank_work.eval_rank0_only ? "--eval-on-rank0" : "--generate without --synced-gpus") +
                       " with --peers stand-in: stood-in peers do what the subject does, so a forward on some ranks "
                       "cannot diverge there; give --peers run (or --ranks N)");
 }
@@ -402,10 +404,10 @@ void check_rank_work_with_peers(const RunSpec& s) {
 // --loss-normalization, or what the Trainer's arguments say: a job whose arguments know
 // average_tokens_across_devices normalises by tokens.
 void parse_loss_normalization_flags(const cxxopts::ParseResult& r, RunSpec& s) {
-  s.loss_normalization = parse_loss_normalization(r["loss-normalization"].as<std::string>());
+  s.train.loss_normalization = parse_loss_normalization(r["loss-normalization"].as<std::string>());
   if (r.count("loss-normalization")) return;
   if (const std::optional<TrainingArgs> t = training_args_from(r); t && t->average_tokens_across_devices) {
-    s.loss_normalization = *t->average_tokens_across_devices ? LossNormalization::token : LossNormalization::token_per_rank;
+    s.train.loss_normalization = *t->average_tokens_across_devices ? LossNormalization::token : LossNormalization::token_per_rank;
     s.loss_normalization_from = std::string("the Trainer's average_tokens_across_devices=") +
                                 (*t->average_tokens_across_devices ? "true" : "false") + " (--training-args " + t->file + ")";
   }
@@ -414,15 +416,20 @@ void parse_loss_normalization_flags(const cxxopts::ParseResult& r, RunSpec& s) {
 // The training loop's own flags: device, steps, seed, threads, checks, what it exports.
 void parse_loop_flags(const cxxopts::ParseResult& r, RunSpec& s) {
   s.device = r["device"].as<std::string>();
-  s.steps = r["steps"].as<int64_t>();
-  if (s.steps <= 0) throw ConfigError("--steps: must be > 0, got " + std::to_string(s.steps));
-  s.seed = r["seed"].as<uint64_t>();
-  s.verify_replicas = r.count("verify-replicas") > 0;
-  s.activation_checkpointing = checkpointing_from(r);
+  s.train.steps = r["steps"].as<int64_t>();
+  if (s.train.steps <= 0) throw ConfigError("--steps: must be > 0, got " + std::to_string(s.train.steps));
+  s.train.seed = r["seed"].as<uint64_t>();
+  s.train.verify_replicas = r.count("verify-replicas") > 0;
+  s.job.activation_checkpointing = checkpointing_from(r);
   s.print_config = r.count("print-config") > 0;
   s.export_inputs = r.count("export-inputs") > 0;
   if (s.export_inputs && s.out_dir.empty()) throw ConfigError("--export-inputs: needs --out DIR (it writes DIR/inputs)");
-  s.dynamic_seq_min = opt<int64_t>(r, "dynamic-seq");
+  if (r.count("dynamic-seq")) {
+    s.train.dynamic_seq_min = r["dynamic-seq"].as<int64_t>();
+    if (s.train.dynamic_seq_min < 1)
+      throw ConfigError("--dynamic-seq: got " + std::to_string(s.train.dynamic_seq_min) +
+                        ", expected 1..the model's sequence length (the shortest batch's tokens)");
+  }
   s.seq_len_dist = r["seq-len-dist"].as<std::string>();
   s.threads = r["threads"].as<int>();
   if (s.threads <= 0 || s.threads > 256)
@@ -447,7 +454,7 @@ void parse_run_spec(int argc, char** argv, RunSpec& s) {
                       "zrepro run --help lists them)");
   parse_process_flags(r, s);
   parse_virtual(r, s);
-  parse_rank_work(r, s.rank_work);
+  parse_rank_work(r, s.train.rank_work);
   check_rank_work_with_peers(s);
   parse_loop_flags(r, s);
   parse_loss_normalization_flags(r, s);
@@ -457,14 +464,14 @@ void parse_run_spec(int argc, char** argv, RunSpec& s) {
   if (r.count("inject"))
     for (const auto& spec : r["inject"].as<std::vector<std::string>>()) {
       s.inject_specs.push_back(spec);
-      s.injections.push_back(parse_injection(spec));
+      s.train.inject.push_back(parse_injection(spec));
     }
   check_virtual_limits(s);
   s.config_path = opt<std::string>(r, "config");
   s.model = r["model"].as<std::string>();
   s.model_given = r.count("model") > 0;
   s.model_overrides = overrides_from(r);
-  s.flags = flags_from(r, ModelSpec{}, 1, s.steps);
+  s.flags = flags_from(r, ModelSpec{}, 1, s.train.steps);
   parse_target(r, s);
   parse_allocator(r, s);
 }

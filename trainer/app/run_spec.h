@@ -13,6 +13,7 @@
 
 #include "trainer/checkpoint/host_bytes.h"
 #include "trainer/config/ds_config.h"
+#include "trainer/config/job_spec.h"
 #include "trainer/config/model_spec.h"
 #include "trainer/loop/train.h"
 #include "trainer/loop/virtual_ranks.h"
@@ -25,11 +26,10 @@ struct RunSpec {
   std::optional<int> ranks;  // --ranks: relaunch under mpirun
   bool oversubscribe = false;  // --oversubscribe: more --ranks than cores, asked for
   // --world-size N: one process stands in for the N ranks (trainer/loop/virtual_ranks.h);
-  // --as-rank: the rank it reports as its own; --data-rule same: every rank draws rank 0's batches.
+  // --as-rank: the rank it reports as its own (--data-rule same: train.same_data).
   std::optional<int> world_size;
   int as_rank = 0;
   bool as_rank_most = false;  // --as-rank most: resolved at set-up (rank_holding_most)
-  bool same_data = false;
   Peers peers = Peers::run;  // --peers: every virtual rank runs, or the subject alone
   PeerValuesMode peer_values = PeerValuesMode::model;  // --peer-values, with --peers stand-in
 
@@ -44,29 +44,29 @@ struct RunSpec {
   std::optional<int64_t> target_device_memory;
   std::optional<double> scale;  // nullopt: auto
 
-  // Training.
-  int64_t steps = 50;
-  uint64_t seed = 1234;
+  // Training. [Note: flags parse into what the run is made of] The training loop's own
+  // flags are read straight into its TrainOptions (--steps, --seed, --verify-replicas,
+  // --loader-*, --eval-* and --generate, --loss-normalization, --data-rule, --inject,
+  // --save-every / --save-dir / --resume, --host-memory, --dynamic-seq); set-up takes it whole and adds
+  // what it resolves (the device, the communicator, the sequence lengths, the stop signal).
+  TrainOptions train;
+  // The job's own flags, read into the JobSpec the run is made of (set-up adds the model,
+  // the config, the world and the device): --activation-checkpointing, --host-link-gbps,
+  // --pageable-ratio, and whether it saves (--save-every) or resumes (--resume).
+  JobSpec job;
   std::string device = "cpu";
   int threads = 1;
-  bool verify_replicas = false, activation_checkpointing = false, print_config = false;
+  bool print_config = false;
   bool export_inputs = false;  // --export-inputs: OUT/inputs for an outside trainer
-  std::optional<int64_t> dynamic_seq_min;
   std::string seq_len_dist = "fixed";  // --seq-len-dist, checked against the model at set-up
-  LossNormalization loss_normalization = LossNormalization::mean;
   std::string loss_normalization_from;  // why, when not given: the Trainer's arguments
-  LoaderOptions loader;  // --loader-workers, --prefetch-factor, --sample-ms, --loader-pin-memory
-  RankWork rank_work;  // --eval-on-rank0 / --eval-on-all-ranks, --generate, --eos-prob, --synced-gpus
-  std::vector<std::string> inject_specs;
-  std::vector<Injection> injections;  // parsed; ranks checked at set-up
+  std::vector<std::string> inject_specs;  // as given; train.inject parsed (ranks checked at set-up)
 
   // The device and the host link.
   std::string allocator = "tracking";  // tracking | caching | plain
   std::optional<int64_t> device_memory;
   std::optional<std::string> memory_log;
-  double host_link_gbps = 0;
   std::optional<std::string> host_link_profile;
-  double pageable_ratio = 0.5;
   double interconnect_gbps = 0;  // --interconnect-gbps: modelled collective bus bandwidth (0: none)
   std::optional<int64_t> memlock_limit;  // --memlock-limit: RLIMIT_MEMLOCK to run under, without CAP_IPC_LOCK
 
@@ -74,15 +74,12 @@ struct RunSpec {
   double comm_timeout = 1800;
   int64_t log_every = 10;
   std::string out_dir;  // empty: no files
-  // --save-every N --save-dir DIR, --resume DIR (trainer/checkpoint/ds_checkpoint.h).
-  int64_t save_every = 0;
-  std::string save_dir, resume_dir;
   // --zero-to-fp32 DIR after the run (trainer/checkpoint/zero_to_fp32.h): the script's shards
-  // of --zero-to-fp32-shard, or the API's one state dict; --host-memory caps the host.
+  // of --zero-to-fp32-shard, or the API's one state dict; --host-memory (train.host_memory)
+  // caps the host.
   std::string zero_to_fp32_dir;
   bool zero_to_fp32_api = false;
   int64_t zero_to_fp32_shard = kZeroToFp32DefaultShardBytes;  // the script's --max_shard_size
-  int64_t host_memory = 0;                  // 0: not emulated
 };
 
 // Fills spec from argv; throws ConfigError naming the flag. The fields read before

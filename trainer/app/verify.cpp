@@ -96,9 +96,9 @@ std::string offload_config(const std::string& config, const std::string& out) {
 // split runs again under the other normalisation (token, or mean as the contrast).
 void add_normalisation_lines(Verify& v, const Summary& ref, const std::string& split_what,
                              std::vector<std::string> split_flags, double tol, std::vector<Line>& lines) {
-  const json data = ref.data.is_object() ? ref.data : json::object();
-  if (data.value("seq_len_dist", "fixed") == "fixed") return;
-  const std::string norm = data.contains("loss_normalization") ? data["loss_normalization"].value("kind", "mean") : "mean";
+  const SummaryData data = ref.data_figures().value_or(SummaryData{});
+  if (data.seq_len_dist == "fixed") return;
+  const std::string norm = data.loss_normalization;
   const std::string token_note =
       "token normalisation (the Trainer's num_items_in_batch): every split of the same samples has one gradient";
   const std::string mean_note =

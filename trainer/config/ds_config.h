@@ -67,20 +67,17 @@ struct ConfigFlags {
   std::optional<int64_t> trainer_total_steps;
 };
 
-struct DsConfig {
+// The settings the engine is made of are its base ([Note: what a config gives the engine],
+// zero/zero_config.h): precision, zero, optimizer, scheduler, fp16, bf16_check_grad_overflow,
+// gradient_clipping.
+struct DsConfig : EngineSettings {
   std::string file;  // where it was loaded from ("" for built-in)
   std::string deepspeed_version;  // the release whose semantics resolved it (trainer/config/ds_versions.h)
   int64_t train_batch_size = 0, micro_batch = 0, grad_accum = 0;
   int world_size = 1;
-  Precision precision = Precision::fp32;
-  LossScaleConfig fp16;
-  bool bf16_check_grad_overflow = true;
-  double gradient_clipping = 1.0;
   std::optional<int64_t> steps_per_print;
   std::string communication_data_type;  // resolved: fp32 | fp16 | bf16
   bool managed_gradient_accumulation = true;
-  OptimizerConfig optimizer;
-  SchedulerConfig scheduler;
   struct {
     bool partition_activations = false, contiguous_memory_optimization = false,
          cpu_checkpointing = false;
@@ -88,7 +85,6 @@ struct DsConfig {
   } activation_checkpointing;
   bool wall_clock_breakdown = false, memory_breakdown = false;
   bool load_universal = false;  // checkpoint.load_universal
-  ZeroConfig zero;
 
   std::vector<ConfigEntry> entries;   // every resolved value, in load order
   std::vector<std::string> warnings;  // deprecated keys, unknown keys, flag overrides

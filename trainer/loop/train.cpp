@@ -213,13 +213,7 @@ std::unique_ptr<ZeroEngine> make_engine(const JobSpec& job, const ModelSpec& mod
                                         Communicator& comm) {
   const DsConfig& cfg = job.cfg;
   EngineConfig ecfg;
-  ecfg.precision = cfg.precision;
-  ecfg.zero = cfg.zero;
-  ecfg.optimizer = cfg.optimizer;
-  ecfg.scheduler = cfg.scheduler;
-  ecfg.loss_scale = cfg.fp16;
-  ecfg.bf16_check_grad_overflow = cfg.bf16_check_grad_overflow;
-  ecfg.gradient_clipping = cfg.gradient_clipping;
+  static_cast<EngineSettings&>(ecfg) = cfg;  // [Note: what a config gives the engine]
   ecfg.comm_dtype = comm_dtype_of(cfg);
   ecfg.device = opts.device;
   ecfg.host_link_gbps = job.host_link_gbps;

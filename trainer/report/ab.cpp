@@ -142,7 +142,7 @@ void add_time_of(const Summary& s, AbRow& row) {
   row.offload_copy_share = share("offload_copy");
   row.data_wait_share = share("data_wait");
   for (const auto& r : t.ranks) row.comm_wait_s_max = std::max(row.comm_wait_s_max.value_or(r.comm_wait_s), r.comm_wait_s);
-  if (t.straggler.is_object()) row.straggler_rank = optional_of<int>(t.straggler, "rank");
+  if (t.straggler) row.straggler_rank = t.straggler->rank;
   offload_of(s, row);
 }
 

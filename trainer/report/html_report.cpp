@@ -374,8 +374,8 @@ std::string html_report(const Summary& s, const std::vector<Lane>& lanes) {
   if (!ok) lanes_section(o, lanes, true);  // a failure: where each rank stood, next to it
   if (!s.steps.empty()) {
     o << "<h2>Loss</h2>";
-    if (const auto floor = s.entropy_floor_nats())
-      o << "<p>A perfect model reaches " << str(json(*floor)) << " nats on this data; red dots: "
+    if (const auto data = s.data_figures())
+      o << "<p>A perfect model reaches " << str(json(data->entropy_floor_nats)) << " nats on this data; red dots: "
         << "skipped (overflow) steps.</p>";
     o << loss_svg(s.steps);
   }

@@ -231,8 +231,8 @@ std::optional<std::array<double, kNumMemCategories + 1>> growth_per_step(const s
 // [Note: who is the straggler] A collective finishes when its last rank arrives, so the
 // rank the others wait for waits least itself. Its peers' mean wait minus its own is the
 // time it cost them.
-json straggler_json(const std::vector<RankReport>& ranks) {
-  if (ranks.size() < 2) return nullptr;
+std::optional<SummaryStraggler> straggler_of(const std::vector<RankReport>& ranks) {
+  if (ranks.size() < 2) return std::nullopt;
   size_t slow = 0;
   double sum = 0, step = 0;
   for (size_t i = 0; i < ranks.size(); ++i) {
@@ -241,8 +241,8 @@ json straggler_json(const std::vector<RankReport>& ranks) {
   }
   const double others = (sum - ranks[slow].comm_wait_s) / static_cast<double>(ranks.size() - 1);
   const double mean_step_total = step / static_cast<double>(ranks.size());
-  if (others - ranks[slow].comm_wait_s <= 0.25 * mean_step_total) return nullptr;
-  return {{"rank", ranks[slow].rank}, {"others_wait_s", others}, {"own_wait_s", ranks[slow].comm_wait_s}};
+  if (others - ranks[slow].comm_wait_s <= 0.25 * mean_step_total) return std::nullopt;
+  return SummaryStraggler{ranks[slow].rank, others, ranks[slow].comm_wait_s};
 }
 
 std::string allocator_flush_line(int64_t flushes) {
@@ -459,7 +459,7 @@ SummaryTime typed_time(const SummaryInput& in, const std::vector<RankReport>& ra
   t.breakdown_s = {{"forward", fwd}, {"backward", bwd}, {"comm_wait", wait}, {"optimizer", opt},
                    {"offload_copy", copy}, {"data_wait", data}};
   for (const auto& r : ranks) t.ranks.push_back({r.rank, r.comm_wait_s, r.step_s});
-  t.straggler = straggler_json(ranks);
+  t.straggler = straggler_of(ranks);
   t.calibration = SummaryCalibration::from_json(in.calibration);
   return t;
 }

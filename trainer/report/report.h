@@ -70,7 +70,7 @@ SummaryRankMemory rank_memory(const RankReport& r);  // memory.ranks[] of the su
 // The rank the others wait for: every rank's time in collectives, and when the spread is
 // more than a quarter of the mean total step time, the least-waiting rank named as the straggler
 // ({"rank", "others_wait_s", "own_wait_s"}); null on one rank or without such a spread.
-nlohmann::json straggler_json(const std::vector<RankReport>& ranks);
+std::optional<SummaryStraggler> straggler_of(const std::vector<RankReport>& ranks);
 // DeepSpeed's see_memory_usage line: "MA 1.23 GB  Max_MA 2.34 GB  CA 2.50 GB  Max_CA 3 GB".
 std::string memory_line(const MemorySnapshot& m);
 // DeepSpeed's ZeRO-3 warning after a step whose allocations flushed the caching

@@ -99,7 +99,9 @@ SummaryTime time_of(const json& j) {
   for (const auto& [k, v] : j.at("breakdown_s").items()) t.breakdown_s[k] = v.get<double>();
   for (const auto& r : j.at("ranks"))
     t.ranks.push_back({r.at("rank").get<int>(), r.at("comm_wait_s").get<double>(), r.at("step_s").get<double>()});
-  t.straggler = j.value("straggler", json());
+  if (const json st = j.value("straggler", json()); st.is_object())
+    t.straggler = SummaryStraggler{st.at("rank").get<int>(), st.at("others_wait_s").get<double>(),
+                                   st.at("own_wait_s").get<double>()};
   t.calibration = calibration_of(j.value("calibration", json()));
   return t;
 }
@@ -109,7 +111,10 @@ json time_json(const SummaryTime& t) {
   for (const auto& [k, v] : t.breakdown_s) breakdown[k] = v;
   for (const auto& r : t.ranks) ranks.push_back({{"rank", r.rank}, {"comm_wait_s", r.comm_wait_s}, {"step_s", r.step_s}});
   return {{"step_s_median", json_of(t.step_s_median)}, {"tokens_per_s", json_of(t.tokens_per_s)},
-          {"breakdown_s", breakdown}, {"ranks", ranks}, {"straggler", t.straggler},
+          {"breakdown_s", breakdown}, {"ranks", ranks},
+          {"straggler", t.straggler ? json{{"rank", t.straggler->rank}, {"others_wait_s", t.straggler->others_wait_s},
+                                           {"own_wait_s", t.straggler->own_wait_s}}
+                                    : json(nullptr)},
           {"calibration", calibration_json(t.calibration)}};
 }
 
@@ -409,8 +414,13 @@ std::optional<SummaryVirtualRanks> Summary::virtual_figures() const {
                              virtual_ranks.at("data_rule").get<std::string>(), virtual_ranks.value("note", std::string())};
 }
 
-std::optional<double> Summary::entropy_floor_nats() const {
-  return data.is_object() ? optional_of<double>(data, "entropy_floor_nats") : std::nullopt;
+std::optional<SummaryData> Summary::data_figures() const {
+  if (!data.is_object()) return std::nullopt;
+  SummaryData d;
+  d.entropy_floor_nats = data.at("entropy_floor_nats").get<double>();
+  d.seq_len_dist = data.value("seq_len_dist", d.seq_len_dist);  // absent: a run that did not train
+  if (data.contains("loss_normalization")) d.loss_normalization = data.at("loss_normalization").at("kind").get<std::string>();
+  return d;
 }
 
 const SummaryRankMemory* Summary::rank_memory(int rank) const {

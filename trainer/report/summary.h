@@ -133,11 +133,18 @@ struct SummaryCalibration {
   static std::optional<SummaryCalibration> from_json(const nlohmann::json& j);
 };
 
+// The rank the others waited for ([Note: who is the straggler], report.cpp): their mean
+// collective wait and its own.
+struct SummaryStraggler {
+  int rank = 0;
+  double others_wait_s = 0, own_wait_s = 0;
+};
+
 struct SummaryTime {
   std::optional<double> step_s_median, tokens_per_s;  // null without a step
   std::map<std::string, double> breakdown_s;          // forward, backward, comm_wait, optimizer, offload_copy, data_wait
   std::vector<SummaryRankTime> ranks;
-  nlohmann::json straggler;  // null, or {rank, others_wait_s, own_wait_s}
+  std::optional<SummaryStraggler> straggler;  // null: no rank cost the others a quarter of a step
   std::optional<SummaryCalibration> calibration = std::nullopt;  // null without a step past warm-up
 };
 
@@ -248,6 +255,13 @@ struct SummaryVirtualRanks {
   std::string data_rule, note;
 };
 
+// The data (report.cpp data_json): the lowest loss the synthetic data allows, the samples'
+// lengths (--seq-len-dist) and the loss normalisation's kind.
+struct SummaryData {
+  double entropy_floor_nats = 0;
+  std::string seq_len_dist = "fixed", loss_normalization = "mean";
+};
+
 struct SummaryBatch {
   int64_t micro = 0, grad_accum = 0, global = 0;
 };
@@ -290,7 +304,7 @@ struct Summary {
   // config, JSON by nature; an empty object before the config resolved.
   nlohmann::json resolved_config() const;
   std::optional<SummaryVirtualRanks> virtual_figures() const;
-  std::optional<double> entropy_floor_nats() const;  // data's: the lowest loss the synthetic data allows
+  std::optional<SummaryData> data_figures() const;
 
   const SummaryRankMemory* rank_memory(int rank) const;  // nullptr when not reported
   int64_t peak_bytes() const;                            // the highest rank's peak (0: none)

@@ -38,7 +38,7 @@ std::vector<SummaryFieldDoc> field_docs() {
       {"Time", {"time.step_s_median", "time.tokens_per_s"}, "median step time and throughput (all ranks); null without a step", ""},
       {"Time", {"time.breakdown_s.*"}, "seconds of the whole run by part: `forward`, `backward`, `comm_wait`, `optimizer`, `offload_copy`, `data_wait`", ""},
       {"Time", {"time.ranks[].rank", "time.ranks[].step_s", "time.ranks[].comm_wait_s"}, "each rank's median step and collective wait", ""},
-      {"Time", {"time.straggler"}, "null, or the rank slower than the others and by how much (`rank`, `others_wait_s`, `own_wait_s`)", kReport},
+      {"Time", {"time.straggler.rank", "time.straggler.others_wait_s", "time.straggler.own_wait_s"}, "null, or the rank the others waited for: their mean collective wait and its own", ""},
       {"Time", {"time.calibration.kernel", "time.calibration.samples", "time.calibration.median_s", "time.calibration.spread"},
        "the calibration kernel timed between steps (this machine's speed during the run): what it is, how many timings, their median and relative spread (interquartile range over median); null without a step past warm-up", "loop/calibration.h"},
       {"Time", {"time.calibration.steps", "time.calibration.step_s_median", "time.calibration.step_spread", "time.calibration.step_over_calibration"},
@@ -142,7 +142,7 @@ Summary summary_example() {
   s.model = s.env = s.data = s.effective_config = json::object();
   s.steps = {SummaryStep{0, 2.0, 1.0, 1, false, 1e-3, 0.5, true}};
   s.skipped_steps = 0;
-  s.time = SummaryTime{0.1, 1000.0, {{"forward", 0.1}}, {SummaryRankTime{0, 0.01, 0.1}}, json::object(),
+  s.time = SummaryTime{0.1, 1000.0, {{"forward", 0.1}}, {SummaryRankTime{0, 0.01, 0.1}}, SummaryStraggler{1, 0.5, 0.1},
                        SummaryCalibration{"k", 5, 9, 0.001, 0.1, 0.1, 0.1, 100.0}};
   s.inputs = json{{"args", json::array({"--steps", "3"})}, {"config_file", "ds.json"}, {"config", json::object()}};
   SummaryRankMemory m;

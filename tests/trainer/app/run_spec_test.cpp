@@ -40,7 +40,7 @@ TEST(RunSpec, DefaultsAndValues) {
   const RunSpec d = parse_spec({"--config", "c.json"});
   EXPECT_EQ(*d.config_path, "c.json");
   EXPECT_EQ(d.model, "tiny");
-  EXPECT_EQ(d.steps, 50);
+  EXPECT_EQ(d.train.steps, 50);
   EXPECT_EQ(d.allocator, "tracking");
   EXPECT_FALSE(d.device_memory);
   EXPECT_FALSE(d.ranks);
@@ -49,14 +49,14 @@ TEST(RunSpec, DefaultsAndValues) {
                            "--inject", "inf-grad:1:2-", "--micro-batch", "2", "--activation-checkpointing",
                            "--dynamic-seq", "8", "--out", "o"});
   EXPECT_EQ(*s.ranks, 4);
-  EXPECT_EQ(s.steps, 3);
+  EXPECT_EQ(s.train.steps, 3);
   EXPECT_EQ(*s.device_memory, int64_t{2} << 30);
-  ASSERT_EQ(s.injections.size(), 1u);
-  EXPECT_EQ(s.injections[0].rank, 1);
-  EXPECT_EQ(s.injections[0].from, 2);
+  ASSERT_EQ(s.train.inject.size(), 1u);
+  EXPECT_EQ(s.train.inject[0].rank, 1);
+  EXPECT_EQ(s.train.inject[0].from, 2);
   EXPECT_EQ(*s.flags.micro_batch, 2);
-  EXPECT_TRUE(s.activation_checkpointing);
-  EXPECT_EQ(*s.dynamic_seq_min, 8);
+  EXPECT_TRUE(s.job.activation_checkpointing);
+  EXPECT_EQ(s.train.dynamic_seq_min, 8);
   EXPECT_EQ(s.out_dir, "o");
 }
 
@@ -117,10 +117,10 @@ TEST(RunSpec, LoaderMemlockAndInterconnectFlags) {
   const RunSpec s = parse_spec({"--config", "c.json", "--loader-workers", "4", "--prefetch-factor", "3", "--sample-ms", "2.5",
                            "--loader-pin-memory", "--memlock-limit", "64KiB", "--interconnect-gbps", "0.5",
                            "--device-memory", "a100-40gb"});
-  EXPECT_EQ(s.loader.workers, 4);
-  EXPECT_EQ(s.loader.prefetch_factor, 3);
-  EXPECT_DOUBLE_EQ(s.loader.sample_ms, 2.5);
-  EXPECT_TRUE(s.loader.pin_memory);
+  EXPECT_EQ(s.train.loader.workers, 4);
+  EXPECT_EQ(s.train.loader.prefetch_factor, 3);
+  EXPECT_DOUBLE_EQ(s.train.loader.sample_ms, 2.5);
+  EXPECT_TRUE(s.train.loader.pin_memory);
   EXPECT_EQ(*s.memlock_limit, 65536);
   EXPECT_DOUBLE_EQ(s.interconnect_gbps, 0.5);
   EXPECT_EQ(*s.device_memory, 40540LL * 1048576);
@@ -134,11 +134,11 @@ TEST(RunSpec, VirtualRanksFlags) {
   const RunSpec v = parse_spec({"--world-size", "8", "--as-rank", "7", "--data-rule", "same"});
   EXPECT_EQ(*v.world_size, 8);
   EXPECT_EQ(v.as_rank, 7);
-  EXPECT_TRUE(v.same_data);
+  EXPECT_TRUE(v.train.same_data);
   const RunSpec d = parse_spec({});
   EXPECT_FALSE(d.world_size.has_value());
   EXPECT_EQ(d.as_rank, 0);
-  EXPECT_FALSE(d.same_data);
+  EXPECT_FALSE(d.train.same_data);
   // Each refusal names the flag, the value and what to do.
   EXPECT_NE(spec_error_of({"--as-rank", "1"}).find("needs --world-size"), std::string::npos);
   EXPECT_NE(spec_error_of({"--world-size", "4", "--as-rank", "4"}).find("expected 0..3"), std::string::npos);
@@ -162,21 +162,21 @@ TEST(RunSpec, ThreadsAndRanksHaveUpperBounds) {
 // [Note: the loss of an accumulated step]: a Trainer job's arguments say which token
 // normalisation it runs; --loss-normalization given wins; bad names are refused.
 TEST(RunSpec, LossNormalisationFollowsTheTrainersArguments) {
-  EXPECT_EQ(parse_spec({"--config", "c.json"}).loss_normalization, LossNormalization::mean);
+  EXPECT_EQ(parse_spec({"--config", "c.json"}).train.loss_normalization, LossNormalization::mean);
   const std::string dir = testing::TempDir();
   std::ofstream(dir + "/ta_true.json") << R"({"per_device_train_batch_size": 2, "average_tokens_across_devices": true})";
   std::ofstream(dir + "/ta_false.json") << R"({"per_device_train_batch_size": 2, "average_tokens_across_devices": false})";
   std::ofstream(dir + "/ta_old.json") << R"({"per_device_train_batch_size": 2})";
   RunSpec s = parse_spec({"--config", "c.json", "--training-args", dir + "/ta_true.json"});
-  EXPECT_EQ(s.loss_normalization, LossNormalization::token);
+  EXPECT_EQ(s.train.loss_normalization, LossNormalization::token);
   EXPECT_NE(s.loss_normalization_from.find("average_tokens_across_devices=true"), std::string::npos);
-  EXPECT_EQ(parse_spec({"--config", "c.json", "--training-args", dir + "/ta_false.json"}).loss_normalization,
+  EXPECT_EQ(parse_spec({"--config", "c.json", "--training-args", dir + "/ta_false.json"}).train.loss_normalization,
             LossNormalization::token_per_rank);
   // A release whose arguments do not have the key: nothing is assumed beyond the default.
-  EXPECT_EQ(parse_spec({"--config", "c.json", "--training-args", dir + "/ta_old.json"}).loss_normalization,
+  EXPECT_EQ(parse_spec({"--config", "c.json", "--training-args", dir + "/ta_old.json"}).train.loss_normalization,
             LossNormalization::mean);
   EXPECT_EQ(parse_spec({"--config", "c.json", "--training-args", dir + "/ta_true.json", "--loss-normalization", "mean"})
-                .loss_normalization,
+                .train.loss_normalization,
             LossNormalization::mean);
   const std::string e = spec_error_of({"--config", "c.json", "--seq-len-dist", "uniform:4", "--loss-normalization", "sum"});
   EXPECT_NE(e.find("--loss-normalization: got \"sum\""), std::string::npos) << e;
@@ -184,16 +184,16 @@ TEST(RunSpec, LossNormalisationFollowsTheTrainersArguments) {
 
 TEST(RunSpec, EvaluationAndGenerationFlags) {
   const RunSpec e = parse_spec({"--config", "c.json", "--eval-on-rank0", "3"});
-  EXPECT_EQ(e.rank_work.eval_every, 3);
-  EXPECT_TRUE(e.rank_work.eval_rank0_only);
+  EXPECT_EQ(e.train.rank_work.eval_every, 3);
+  EXPECT_TRUE(e.train.rank_work.eval_rank0_only);
   const RunSpec all = parse_spec({"--config", "c.json", "--eval-on-all-ranks", "2"});
-  EXPECT_EQ(all.rank_work.eval_every, 2);
-  EXPECT_FALSE(all.rank_work.eval_rank0_only);
+  EXPECT_EQ(all.train.rank_work.eval_every, 2);
+  EXPECT_FALSE(all.train.rank_work.eval_rank0_only);
   const RunSpec g = parse_spec({"--config", "c.json", "--generate", "8", "--eos-prob", "0.25", "--synced-gpus"});
-  EXPECT_EQ(g.rank_work.generate_tokens, 8);
-  EXPECT_DOUBLE_EQ(g.rank_work.eos_prob, 0.25);
-  EXPECT_TRUE(g.rank_work.synced_gpus);
-  EXPECT_FALSE(parse_spec({"--config", "c.json"}).rank_work.any());
+  EXPECT_EQ(g.train.rank_work.generate_tokens, 8);
+  EXPECT_DOUBLE_EQ(g.train.rank_work.eos_prob, 0.25);
+  EXPECT_TRUE(g.train.rank_work.synced_gpus);
+  EXPECT_FALSE(parse_spec({"--config", "c.json"}).train.rank_work.any());
   for (const auto& [args, fragment] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--eval-on-rank0", "1", "--eval-on-all-ranks", "1"}, "--eval-on-rank0 with --eval-on-all-ranks"},
            {{"--eval-on-rank0", "0"}, "--eval-on-rank0: got 0"},

@@ -30,7 +30,7 @@ TEST(HtmlReport, BytesArePeopleSizedSharesArePercentagesAndZeroTablesAreLeftOut)
                            {"host_pinned_bytes", 1024}, {"host_pageable_bytes", 0}}}}};
   s.comm = SummaryComm{{}, {{"all_reduce", {{"calls_per_step", 0.0}, {"bytes_per_step", 0.0}, {"seconds_per_step", 0.0},
                                                 {"algbw_GBps", nullptr}, {"busbw_GBps", nullptr}}}}, std::nullopt, nlohmann::json()};
-  s.time = SummaryTime{0.5, 100.0, {{"forward", 3.0}, {"backward", 1.0}, {"comm_wait", 0.0}}, {}, nullptr};
+  s.time = SummaryTime{0.5, 100.0, {{"forward", 3.0}, {"backward", 1.0}, {"comm_wait", 0.0}}, {}, std::nullopt};
   const std::string html = html_report(s);
   EXPECT_TRUE(has(html, "<td>1.50 GiB</td><td>37.5%</td>")) << html;  // rank 0's peak, of capacity
   EXPECT_TRUE(has(html, "<td>512.00 MiB</td>"));                       // rank 1 shown too
