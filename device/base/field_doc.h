@@ -27,4 +27,14 @@ inline std::string field_table_markdown(const std::vector<FieldDoc>& docs) {
   return o.str();
 }
 
+// A reference page: its title, what the document is (the words before the table), the
+// schema rule and the field table. Every page generated from a type says the same about
+// its schema.
+inline std::string reference_page(const std::string& title, const std::string& intro, const std::string& schema,
+                                  const std::vector<FieldDoc>& docs) {
+  return "# " + title + "\n\n" + intro + "\n\n`schema` is `" + schema +
+         "`; a reader refuses another schema. The number changes when a field is removed or changes meaning; added "
+         "fields keep it.\n\n" + field_table_markdown(docs);
+}
+
 }  // namespace zrepro

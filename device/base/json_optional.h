@@ -6,7 +6,11 @@
 #include <cmath>
 #include <optional>
 
+#include <string>
+
 #include <nlohmann/json.hpp>
+
+#include "device/base/errors.h"
 
 namespace zrepro {
 
@@ -22,6 +26,16 @@ template <class T>
 std::optional<T> optional_of(const nlohmann::json& j, const char* key) {
   if (!j.contains(key) || j[key].is_null()) return std::nullopt;
   return j[key].get<T>();
+}
+
+// [Note: ab schema] and its siblings: a document says which schema it follows, and its
+// from_json refuses another (ConfigError naming the document, what it has, what this
+// zrepro reads and `redo`, what makes one it reads).
+inline void require_schema(const nlohmann::json& j, const char* expected, const std::string& document,
+                           const std::string& redo) {
+  const std::string schema = j.is_object() ? j.value("schema", "") : "";
+  if (schema != expected)
+    throw ConfigError(document + ": schema \"" + schema + "\", this zrepro reads " + expected + ": " + redo);
 }
 
 }  // namespace zrepro

@@ -2,10 +2,19 @@
 // ab_doc_test): the leaf paths of an output document's JSON, and whether a row's field
 // ("a.b", "a[].b", or "a.*" for everything under a) names a path.
 #pragma once
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
 #include <set>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "device/base/field_doc.h"
 
 namespace zrepro_test {
 
@@ -33,4 +42,34 @@ inline bool names_path(const std::string& field, const std::string& path) {
   return path == root || path.compare(0, root.size() + 1, root + ".") == 0;
 }
 
+inline bool any_names(const std::vector<zrepro::FieldDoc>& docs, const std::string& path) {
+  return std::any_of(docs.begin(), docs.end(), [&](const zrepro::FieldDoc& d) {
+    return std::any_of(d.fields.begin(), d.fields.end(), [&](const std::string& f) { return names_path(f, path); });
+  });
+}
+
+// Every path the type's examples write has a row in its field table, and every row names
+// a path they write.
+inline void expect_rows_match(const std::set<std::string>& paths, const std::vector<zrepro::FieldDoc>& docs,
+                              const std::string& type) {
+  for (const auto& p : paths) EXPECT_TRUE(any_names(docs, p)) << type << " writes `" << p << "` and its table has no row";
+  for (const auto& d : docs)
+    for (const auto& f : d.fields) {
+      const bool found = std::any_of(paths.begin(), paths.end(), [&](const std::string& p) { return names_path(f, p); });
+      EXPECT_TRUE(found) << "the row `" << f << "` names a field " << type << " does not write";
+    }
+}
+
+// The page in the repository is the generated text; with `env`=1 the test rewrites it.
+inline void expect_generated_page(const std::string& path, const std::string& page, const char* env,
+                                  const std::string& filter) {
+  if (const char* w = std::getenv(env); w && std::string(w) == "1") std::ofstream(path) << page;
+  std::ifstream in(path);
+  std::stringstream have;
+  have << in.rdbuf();
+  EXPECT_EQ(have.str(), page) << path << " differs from the generated page: `" << env
+                              << "=1 build/zrepro_unit_tests --gtest_filter=" << filter << "` rewrites it";
+}
+
 }  // namespace zrepro_test
+

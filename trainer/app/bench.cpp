@@ -174,6 +174,8 @@ int bench_comm(int argc, char** argv) {
     if (r.count("ranks")) relaunch_under_mpirun(r["ranks"].as<int>(), {"bench", "comm"}, argc, argv);
     const int64_t lo = parse_size("--min-bytes", r["min-bytes"].as<std::string>());
     const int64_t hi = parse_size("--max-bytes", r["max-bytes"].as<std::string>());
+    check_fits_host("--max-bytes", r["max-bytes"].as<std::string>(), 3.0 * static_cast<double>(hi),
+                    "per rank: the collective's input and output and MPI's own buffer of the largest size");
     const int iters = r["iters"].as<int>(), warmup = r["warmup"].as<int>();
     if (iters < 1 || warmup < 0) throw ConfigError("--iters must be >= 1 and --warmup >= 0");
     std::vector<CollOp> ops;
@@ -255,6 +257,9 @@ int bench_adam(int argc, char** argv) {
     omp_set_num_threads(threads);
     const bool as_json = r.count("json") > 0;
     json rows = json::array();
+    for (const auto& spec : r["sizes"].as<std::vector<std::string>>())  // every size checked before the first runs
+      check_fits_host("--sizes", spec, 46.0 * static_cast<double>(parse_size("--sizes", spec)),
+                      "46 bytes per parameter: fp32 p, g, m, v and a bf16 copy, torch's AdamW beside, the triad's arrays");
     if (!as_json)
       std::printf("# zrepro bench adam: %d thread(s); Adam moves 28 bytes/param (read p g m v, write p m v), "
                   "+2 with the bf16 copy; probe: that access pattern alone\n"

@@ -112,6 +112,10 @@ int bench_copy(int argc, char** argv) {
     const double link = r["host-link-gbps"].as<double>(), ratio = r["pageable-ratio"].as<double>();
     if (link < 0) throw ConfigError("--host-link-gbps: must be >= 0");
     if (ratio <= 0 || ratio > 1) throw ConfigError("--pageable-ratio: must be in (0, 1]");
+    const std::vector<std::string> sizes = r["sizes"].as<std::vector<std::string>>();
+    for (const auto& spec : sizes)  // every size checked before the first runs
+      check_fits_host("--sizes", spec, 3.0 * static_cast<double>(parse_size("--sizes", spec)),
+                      "3 buffers of the size: the device's, a pinned and a pageable one");
     set_compute_threads(1);
     HostMemory& host = HostMemory::instance();
     host.set_backend(dev.is_cuda() ? PinBackend::cuda : PinBackend::mlock);
@@ -124,7 +128,7 @@ int bench_copy(int argc, char** argv) {
                   dev.description.c_str(), link > 0 ? (fmt(link) + " GB/s").c_str() : "none", ratio, "size(B)", "dir",
                   "pinned", "pageable", "pg/pin", "memcpy", "pin/cpy");
     const CopyBench bench{dev, ce, host, reps, link, as_json};
-    for (const auto& spec : r["sizes"].as<std::vector<std::string>>()) bench_size(bench, parse_size("--sizes", spec), rows);
+    for (const auto& spec : sizes) bench_size(bench, parse_size("--sizes", spec), rows);
     const OverlapTimes ov = bench_overlap(bench);
     rows.push_back({{"overlap", {{"compute_s", ov.compute}, {"copies_s", ov.copies}, {"both_s", ov.both},
                                  {"overlap_efficiency", ov.efficiency}}}});

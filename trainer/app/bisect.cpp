@@ -58,7 +58,7 @@ struct Bisect {
 
 // The user's --config as JSON (read_user_file names the flag for a folder or an unreadable path).
 json read_config(const std::string& path) {
-  const json j = json::parse(read_user_file("--config", path, "a DeepSpeed JSON config file"), nullptr, false);
+  const json j = parse_user_json("--config " + path, read_user_file("--config", path, "a DeepSpeed JSON config file"));
   if (j.is_discarded() || !j.is_object()) throw ConfigError("--config: \"" + path + "\" is not a JSON object");
   return j;
 }

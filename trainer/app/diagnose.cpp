@@ -174,9 +174,7 @@ PlannerCheck planner_check(const Diagnosis& d, const json& p) {
 }
 
 json read_user_config(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError("--config: cannot read \"" + path + "\"");
-  json c = json::parse(in, nullptr, false);
+  json c = parse_user_json("--config " + path, read_user_file("--config", path, "the job's DeepSpeed JSON config"));
   if (c.is_discarded() || !c.is_object())
     throw ConfigError("--config: \"" + path + "\" is not a JSON object (zrepro config --config " + path + " names the error)");
   return c;

@@ -489,7 +489,9 @@ nlohmann::json run_inputs(const RunSpec& spec, int argc, char** argv) {
   }
   nlohmann::json config = nullptr;
   if (spec.config_path) try {
-      config = nlohmann::json::parse(read_user_file("--config", *spec.config_path, "a DeepSpeed JSON config"));
+      config = parse_user_json("--config " + *spec.config_path,
+                               read_user_file("--config", *spec.config_path, "a DeepSpeed JSON config"));
+      if (config.is_discarded()) config = nullptr;
     } catch (const std::exception&) {
       config = nullptr;  // set-up names the problem
     }

@@ -18,6 +18,7 @@
 #include "trainer/app/scenario.h"
 
 #include "trainer/app/cli.h"
+#include "trainer/config/user_file.h"
 #include "trainer/report/ab_doc.h"
 #include "trainer/report/report.h"
 #include "trainer/runtime/subprocess.h"
@@ -162,9 +163,7 @@ std::string scenarios_dir(const std::optional<std::string>& given) {
 }
 
 json load_scenario(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError(path + ": cannot read");
-  json s = json::parse(in, nullptr, false);
+  json s = parse_user_json(path, read_user_file("the scenario", path, "a scenario.json (configs/scenarios/NAME/)"));
   if (s.is_discarded() || !s.is_object()) throw ConfigError(path + ": not a JSON object");
   for (const char* key : {"name", "symptom", "a", "args", "ranks"})
     if (!s.contains(key)) throw ConfigError(path + ": key \"" + key + "\" missing");

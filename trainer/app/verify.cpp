@@ -19,6 +19,7 @@
 #include <iostream>
 
 #include "trainer/app/cli.h"
+#include "trainer/config/user_file.h"
 #include "trainer/runtime/subprocess.h"
 #include "trainer/report/ab.h"
 #include "trainer/report/report.h"
@@ -83,8 +84,7 @@ std::string sci(double v) {
 
 // The config with optimizer offload to the host switched on.
 std::string offload_config(const std::string& config, const std::string& out) {
-  std::ifstream in(config);
-  json c = json::parse(in, nullptr, false);
+  json c = parse_user_json("--config " + config, read_user_file("--config", config, "a DeepSpeed JSON config"));
   if (c.is_discarded() || !c.is_object()) throw ConfigError("--config: \"" + config + "\" is not a JSON object");
   c["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
   const std::string path = out + "/offload_config.json";

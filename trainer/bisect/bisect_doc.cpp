@@ -58,10 +58,7 @@ json BisectDocument::to_json() const {
 }
 
 BisectDocument BisectDocument::from_json(const json& j) {
-  const std::string schema = j.is_object() ? j.value("schema", "") : "";
-  if (schema != kBisectSchema)
-    throw ConfigError("bisect.json: schema \"" + schema + "\", this zrepro reads " + kBisectSchema +
-                      ": rerun the bisect with this zrepro (docs/reference/bisect-json.md)");
+  require_schema(j, kBisectSchema, "bisect.json", "rerun the bisect with this zrepro (docs/reference/bisect-json.md)");
   BisectDocument d;
   d.config = j.at("config").get<std::string>();
   d.good = j.at("good").get<std::string>();
@@ -137,19 +134,16 @@ BisectDocument bisect_example() {
 }
 
 std::string bisect_reference_page() {
-  std::ostringstream o;
-  o << "# bisect.json\n\n"
-    << "What `zrepro bisect` writes in its `--out` folder: the first DeepSpeed release whose figures on zrepro's toy "
+  return reference_page(
+      "bisect.json",
+      "What `zrepro bisect` writes in its `--out` folder: the first DeepSpeed release whose figures on zrepro's toy "
        "moved from the good release's, every release it judged with its figures and zrepro's under the release's "
        "profile, and what the search rests on. One C++ type, BisectDocument (trainer/bisect/bisect_doc.h), writes "
        "and reads it: every field below is always present, null where the search did not reach it. This page is "
        "generated from the type's field table (trainer/bisect/bisect_doc.cpp); "
        "tests/trainer/bisect/bisect_doc_test.cpp fails when a field of the type has no row or the page is not this "
-       "text (`ZREPRO_WRITE_BISECT_DOC=1 build/zrepro_unit_tests --gtest_filter=BisectDoc.*` rewrites it).\n\n"
-    << "`schema` is `" << kBisectSchema << "`; a reader refuses another schema. The number changes when a field is "
-       "removed or changes meaning; added fields keep it.\n\n"
-    << field_table_markdown(bisect_field_docs());
-  return o.str();
+       "text (`ZREPRO_WRITE_BISECT_DOC=1 build/zrepro_unit_tests --gtest_filter=BisectDoc.*` rewrites it).",
+      kBisectSchema, bisect_field_docs());
 }
 
 }  // namespace zrepro

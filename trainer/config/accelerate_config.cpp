@@ -47,16 +47,20 @@ json plain_scalar(const std::string& s) {
   return s;
 }
 
-json yaml_to_json(const YAML::Node& n) {
+// [Note: a user's file is bounded] (user_file.h): yaml-cpp keeps an alias as the node it
+// names, so a walk expands every alias (a "billion laughs" grows exponentially) and an
+// alias inside what it names never ends; the walk counts its depth and its values.
+json yaml_to_json(const YAML::Node& n, const std::string& what, int depth, int64_t& values) {
+  if (depth > kMaxUserNesting || ++values > kMaxUserValues) refuse_nesting(what);
   switch (n.Type()) {
     case YAML::NodeType::Map: {
       json o = json::object();
-      for (const auto& kv : n) o[kv.first.as<std::string>()] = yaml_to_json(kv.second);
+      for (const auto& kv : n) o[kv.first.as<std::string>()] = yaml_to_json(kv.second, what, depth + 1, values);
       return o;
     }
     case YAML::NodeType::Sequence: {
       json a = json::array();
-      for (const auto& v : n) a.push_back(yaml_to_json(v));
+      for (const auto& v : n) a.push_back(yaml_to_json(v, what, depth + 1, values));
       return a;
     }
     case YAML::NodeType::Scalar: return n.Tag() == "!" ? json(n.Scalar()) : plain_scalar(n.Scalar());
@@ -68,11 +72,12 @@ json yaml_to_json(const YAML::Node& n) {
 json parse_file(const std::string& path) {
   const std::string text = read_user_file(kFlag, path, "the accelerate config file (YAML, as `accelerate config` writes "
                                                        "it, e.g. ~/.cache/huggingface/accelerate/default_config.yaml)");
-  json j = json::parse(text, nullptr, false);
+  json j = parse_user_json(std::string(kFlag) + " " + path, text);
   if (!j.is_discarded()) return j;
 #ifdef ZREPRO_HAVE_YAML_CPP
   try {
-    return yaml_to_json(YAML::Load(text));
+    int64_t values = 0;
+    return yaml_to_json(YAML::Load(text), std::string(kFlag) + " " + path, 0, values);
   } catch (const YAML::Exception& e) {
     throw ConfigError(std::string(kFlag) + " " + path + ": not YAML or JSON (" + e.what() + ")");
   }

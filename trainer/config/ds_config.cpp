@@ -700,7 +700,8 @@ json parse_json(const std::string& text, const std::string& name) {
   // one object ("Duplicate keys in DeepSpeed config"); nlohmann would keep the last.
   std::vector<std::set<std::string>> open_objects;
   std::string duplicate;
-  const json::parser_callback_t keys = [&](int, json::parse_event_t ev, json& parsed) {
+  const json::parser_callback_t keys = [&](int depth, json::parse_event_t ev, json& parsed) {
+    if (depth > kMaxUserNesting) refuse_nesting(name);  // [Note: a user's file is bounded]
     if (ev == json::parse_event_t::object_start) open_objects.emplace_back();
     if (ev == json::parse_event_t::object_end && !open_objects.empty()) open_objects.pop_back();
     if (ev == json::parse_event_t::key && duplicate.empty() && !open_objects.empty() &&

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "trainer/config/user_file.h"
 
@@ -19,7 +20,9 @@ json read_json_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) return nullptr;
   try {
-    json j = json::parse(in, nullptr, false);
+    std::stringstream text;
+    text << in.rdbuf();
+    json j = parse_user_json(path, text.str());  // [Note: a user's file is bounded]
     return j.is_discarded() ? json(nullptr) : j;
   } catch (const std::ios_base::failure&) {
     return nullptr;

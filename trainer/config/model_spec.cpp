@@ -444,12 +444,8 @@ ModelSpec load_recorded(const std::string& path, const json& doc);
 
 ModelSpec load_hf_config(const std::string& path) {
   const std::string text = read_user_file("--model", path, "a preset name or a Hugging Face config.json");
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw ConfigError("--model " + path + ": malformed JSON (" + std::string(e.what()) + ")");
-  }
+  const json j = parse_user_json("--model " + path, text);
+  if (j.is_discarded()) throw ConfigError("--model " + path + ": malformed JSON (a Hugging Face config.json is JSON)");
   if (!j.is_object()) throw ConfigError("--model " + path + ": expected a JSON object (a Hugging Face config.json)");
   if (RecordedModel::is_recording(j)) return load_recorded(path, j);
   ModelSpec m;

@@ -118,8 +118,8 @@ void read_warmup(const json& j, const std::string& file, TrainingArgs& t) {
 }  // namespace
 
 TrainingArgs load_training_args(const std::string& path) {
-  const json j = json::parse(read_user_file("--training-args", path, "the JSON of the job's TrainingArguments"), nullptr,
-                             false);
+  const json j = parse_user_json("--training-args " + path,
+                                 read_user_file("--training-args", path, "the JSON of the job's TrainingArguments"));
   if (j.is_discarded() || !j.is_object())
     throw ConfigError("--training-args " + path + ": not a JSON object (trainer.args.to_json_string() writes one)");
   TrainingArgs t;

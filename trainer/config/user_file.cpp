@@ -27,6 +27,22 @@ std::string read_user_file(const std::string& flag, const std::string& path, con
   return text.str();
 }
 
+void refuse_nesting(const std::string& what) {
+  throw ConfigError(what + ": nested deeper than " + std::to_string(kMaxUserNesting) + " levels or more than " +
+                    std::to_string(kMaxUserValues) + " values once its aliases are expanded; a DeepSpeed, accelerate "
+                    "or model config is a few levels and keys deep: give the file the job really uses");
+}
+
+nlohmann::json parse_user_json(const std::string& what, const std::string& text,
+                               const nlohmann::json::parser_callback_t& callback) {
+  using json = nlohmann::json;
+  const json::parser_callback_t bounded = [&](int depth, json::parse_event_t ev, json& parsed) {
+    if (depth > kMaxUserNesting) refuse_nesting(what);
+    return callback ? callback(depth, ev, parsed) : true;
+  };
+  return json::parse(text, bounded, false);
+}
+
 void write_file_atomic(const std::string& path, const std::string& content) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   {

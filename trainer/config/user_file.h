@@ -10,11 +10,30 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace zrepro {
 
 // The whole text of path. `flag` names the flag that gave it and `expected` what it
 // should be ("a DeepSpeed JSON config file, e.g. configs/examples/stage0_fp32.json").
 std::string read_user_file(const std::string& flag, const std::string& path, const std::string& expected);
+
+// [Note: a user's file is bounded] What a user's file holds is bounded before anything walks
+// it: JSON nested deeper than kMaxUserNesting levels (a DeepSpeed config is at most 4, a
+// Hugging Face config.json 3) is refused, as is YAML that expands past kMaxUserValues
+// values (aliases: a "billion laughs") or refers to itself. nlohmann's parser is
+// iterative, but every later walk (dump, compare, copy) recurses: a config nested 100,000
+// deep ended `zrepro run` in SIGSEGV, and a 9-level alias YAML grew for minutes.
+constexpr int kMaxUserNesting = 64;
+constexpr int64_t kMaxUserValues = 1000000;
+
+// text as JSON: discarded (is_discarded()) when it is not JSON; ConfigError naming `what`
+// (the flag and the path) when it nests deeper than kMaxUserNesting. `callback`, when
+// given, sees every event as nlohmann's parser callback does.
+nlohmann::json parse_user_json(const std::string& what, const std::string& text,
+                               const nlohmann::json::parser_callback_t& callback = nullptr);
+// The ConfigError for a file past the bound, naming `what` and the bound it passed.
+[[noreturn]] void refuse_nesting(const std::string& what);
 
 // Writes content to path through a temporary file in the same folder, renamed once the
 // write and close succeeded: a reader sees the old file or the whole new one, never a

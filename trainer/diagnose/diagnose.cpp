@@ -146,10 +146,8 @@ json Diagnosis::to_json() const {
 
 Diagnosis Diagnosis::from_json(const json& j) {
   using namespace diagnose_detail;
-  const std::string schema = j.is_object() ? j.value("schema", "") : "";
-  if (schema != kDiagnoseSchema)
-    throw ConfigError("diagnosis JSON: schema \"" + schema + "\", this zrepro reads " + kDiagnoseSchema +
-                      ": diagnose the log again with this zrepro (docs/reference/diagnose-json.md)");
+  require_schema(j, kDiagnoseSchema, "diagnosis JSON",
+                 "diagnose the log again with this zrepro (docs/reference/diagnose-json.md)");
   Diagnosis d;
   d.checkpoint = text_or_empty(j, "checkpoint");
   d.scenario = text_or_empty(j, "scenario");

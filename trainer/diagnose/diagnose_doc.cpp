@@ -111,20 +111,17 @@ Diagnosis diagnose_example() {
 }
 
 std::string diagnose_reference_page() {
-  std::ostringstream o;
-  o << "# diagnose --json\n\n"
-    << "What `zrepro diagnose LOG --json` prints: the checkpoint, scenario and cause a failed job's log (or a folder "
+  return reference_page(
+      "diagnose --json",
+      "What `zrepro diagnose LOG --json` prints: the checkpoint, scenario and cause a failed job's log (or a folder "
        "of PyTorch Flight Recorder dumps) shows, how sure, why, what else it could be, what to try, the lines that "
        "show it and the figures they carry. One C++ type, Diagnosis (trainer/diagnose/diagnose.h) with its figures "
        "LogFigures (trainer/diagnose/log_figures.h), writes and reads it. The top-level fields are always present; "
        "`numbers` holds only the figures the log had. This page is generated from the type's field table "
        "(trainer/diagnose/diagnose_doc.cpp); tests/trainer/diagnose/diagnose_doc_test.cpp fails when a field of the "
        "type has no row or the page is not this text (`ZREPRO_WRITE_DIAGNOSE_DOC=1 build/zrepro_unit_tests "
-       "--gtest_filter=DiagnoseDoc.*` rewrites it).\n\n"
-    << "`schema` is `" << kDiagnoseSchema << "`; a reader refuses another schema. The number changes when a field is "
-       "removed or changes meaning; added fields keep it.\n\n"
-    << field_table_markdown(diagnose_field_docs());
-  return o.str();
+       "--gtest_filter=DiagnoseDoc.*` rewrites it).",
+      kDiagnoseSchema, diagnose_field_docs());
 }
 
 }  // namespace zrepro

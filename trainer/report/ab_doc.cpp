@@ -235,10 +235,7 @@ json AbDocument::to_json() const {
 
 AbDocument AbDocument::from_json(const json& j) {
   using namespace ab_doc;
-  const std::string schema = j.is_object() ? j.value("schema", "") : "";
-  if (schema != kAbSchema)
-    throw ConfigError("ab.json: schema \"" + schema + "\", this zrepro reads " + kAbSchema +
-                      ": rerun the comparison with this zrepro (docs/reference/ab-json.md)");
+  require_schema(j, kAbSchema, "ab.json", "rerun the comparison with this zrepro (docs/reference/ab-json.md)");
   AbDocument d;
   d.plan_only = j.at("plan_only").get<bool>();
   d.expect = j.at("expect").get<std::string>();

@@ -92,19 +92,16 @@ AbDocument ab_example() {
 }
 
 std::string ab_reference_page() {
-  std::ostringstream o;
-  o << "# ab.json\n\n"
-    << "What `zrepro ab` (and `zrepro scenario run`) writes beside ab.html: the verdict of side A (the failing "
+  return reference_page(
+      "ab.json",
+      "What `zrepro ab` (and `zrepro scenario run`) writes beside ab.html: the verdict of side A (the failing "
        "setup) against side B (the fix) at each rank count, what it rests on, and every run's figures. One C++ "
        "type, AbDocument (trainer/report/ab_doc.h), writes and reads it: every field below is always present, "
        "null where the run did not say. This page is generated from the type's field table "
        "(trainer/report/ab_doc_page.cpp); tests/trainer/report/ab_doc_test.cpp fails when a field of the type has "
        "no row or the page is not this text (`ZREPRO_WRITE_AB_DOC=1 build/zrepro_unit_tests "
-       "--gtest_filter=AbDoc.*` rewrites it).\n\n"
-    << "`schema` is `" << kAbSchema << "`; a reader refuses another schema. The number changes when a field is "
-       "removed or changes meaning; added fields keep it.\n\n"
-    << field_table_markdown(ab_field_docs());
-  return o.str();
+       "--gtest_filter=AbDoc.*` rewrites it).",
+      kAbSchema, ab_field_docs());
 }
 
 }  // namespace zrepro

@@ -30,3 +30,15 @@ TEST(Bench, CopyReportsPinnedPageableAndOverlap) {
   }
   EXPECT_GE(rows[2]["overlap"]["overlap_efficiency"].get<double>(), 0);
 }
+
+// Issue 61 item 5, [Note: a benchmark fits the host]: a size past this host's memory
+// aborted in LibTorch's allocation (exit 134); it is refused before anything is allocated.
+TEST(Bench, ASizePastThisHostIsRefusedBeforeItAllocates) {
+  for (const std::string cmd : {"bench copy --sizes 1M,2T --reps 1", "bench adam --sizes 1T --reps 1",
+                                "bench comm --max-bytes 2T --iters 1"}) {
+    const auto p = zrepro_test::zrepro_cmd(cmd, 60);
+    EXPECT_EQ(p.code, 2) << cmd << "\n" << p.output;
+    EXPECT_NE(p.output.find("available (MemAvailable); give a smaller size"), std::string::npos) << cmd << "\n" << p.output;
+    EXPECT_EQ(p.output.find("# zrepro bench"), std::string::npos) << "nothing ran first: " << p.output;
+  }
+}

@@ -86,6 +86,18 @@ TEST(Cli, BadConfigExitsTwoWithAConfigErrorSummary) {
   EXPECT_EQ(s["failure"]["kind"], "config_error");
 }
 
+// Issue 61 item 5, [Note: a user's file is bounded]: a config nested 100,000 deep ended
+// `zrepro run` in SIGSEGV (its summary's copy of the config was dumped recursively).
+TEST(Cli, AConfigNestedPastAnyConfigIsRefusedNotACrash) {
+  const std::string out = tmpdir("deep61");
+  const std::string cfg = write(out, "{\"train_micro_batch_size_per_gpu\": 2, \"x\": " + std::string(100000, '[') +
+                                         std::string(100000, ']') + "}");
+  const Result r = cli("run --config " + cfg + " --steps 1 --out " + out + "/o");
+  EXPECT_EQ(r.code, 2) << r.output.substr(0, 2000);
+  EXPECT_NE(r.output.find("nested deeper than 64 levels"), std::string::npos) << r.output.substr(0, 2000);
+  EXPECT_EQ(read_json(out + "/o/summary.json")["status"], "config_error");
+}
+
 TEST(Cli, MalformedJsonAndMissingFileAndBadFlagsExitTwo) {
   std::string dir = tmpdir("malformed");
   Result r = cli("run --config " + write(dir, "{\n \"train_batch_size\": 8\n \"x\": 1}") + " --steps 1");

@@ -55,25 +55,9 @@ TEST(BisectDoc, RefusesAnotherSchema) {
 TEST(BisectDoc, EveryFieldHasItsRowAndEveryRowAField) {
   const std::set<std::string> paths = bisect_example_paths();
   EXPECT_GT(paths.size(), 20u);
-  for (const auto& p : paths) {
-    const bool covered = std::any_of(bisect_field_docs().begin(), bisect_field_docs().end(), [&](const FieldDoc& d) {
-      return std::any_of(d.fields.begin(), d.fields.end(), [&](const std::string& f) { return zrepro_test::names_path(f, p); });
-    });
-    EXPECT_TRUE(covered) << "BisectDocument writes `" << p << "` and bisect_field_docs() has no row for it";
-  }
-  for (const auto& d : bisect_field_docs())
-    for (const auto& f : d.fields) {
-      const bool found = std::any_of(paths.begin(), paths.end(), [&](const std::string& p) { return zrepro_test::names_path(f, p); });
-      EXPECT_TRUE(found) << "the row `" << f << "` names a field BisectDocument does not write";
-    }
+  zrepro_test::expect_rows_match(paths, bisect_field_docs(), "BisectDocument");
 }
 
 TEST(BisectDoc, ThePageIsTheGeneratedText) {
-  const std::string page = bisect_reference_page();
-  if (const char* w = std::getenv("ZREPRO_WRITE_BISECT_DOC"); w && std::string(w) == "1") std::ofstream(kBisectPage) << page;
-  std::ifstream in(kBisectPage);
-  std::stringstream have;
-  have << in.rdbuf();
-  EXPECT_EQ(have.str(), page) << kBisectPage << " differs from the generated page: "
-                              << "`ZREPRO_WRITE_BISECT_DOC=1 build/zrepro_unit_tests --gtest_filter=BisectDoc.*` rewrites it";
+  zrepro_test::expect_generated_page(kBisectPage, bisect_reference_page(), "ZREPRO_WRITE_BISECT_DOC", "BisectDoc.*");
 }

@@ -197,3 +197,33 @@ TEST(AccelerateConfig, ATrainerScriptUnderAccelerateLaunchKeepsTheTrainersRules)
   EXPECT_EQ(c.precision, Precision::bf16);
   EXPECT_NE(acc_entry(c, "train_micro_batch_size_per_gpu")->note.find("Trainer"), std::string::npos);
 }
+
+// Issue 61 item 5, [Note: a user's file is bounded]: YAML whose aliases expand past any
+// config (a "billion laughs": 9 levels of 9 aliases, 387 million values) or name
+// themselves (an endless walk, once SIGSEGV), and JSON nested 100,000 deep, are refused
+// naming the file, at once and in bounded memory.
+TEST(AccelerateConfig, AHostileFileIsRefusedNotExpanded) {
+  if (!accelerate_yaml_supported()) GTEST_SKIP() << "built without yaml-cpp";
+  std::string laughs = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n";
+  std::string prev = "a";
+  for (const char* n : {"b", "c", "d", "e", "f", "g", "h", "i"}) {
+    laughs += std::string(n) + ": &" + n + " [*" + prev + ", *" + prev + ", *" + prev + ", *" + prev + ", *" + prev +
+              ", *" + prev + ", *" + prev + ", *" + prev + ", *" + prev + "]\n";
+    prev = n;
+  }
+  laughs += "distributed_type: DEEPSPEED\ndeepspeed_config: *i\n";
+  const std::string e1 = acc_refusal([&] { load_accelerate_config(acc_file("laughs.yaml", laughs)); });
+  EXPECT_NE(e1.find("laughs.yaml: nested deeper than 64 levels or more than 1000000 values"), std::string::npos) << e1;
+  const std::string self = "distributed_type: DEEPSPEED\ndeepspeed_config: &x\n  zero_stage: 2\n  again: *x\n";
+  const std::string e2 = acc_refusal([&] { load_accelerate_config(acc_file("self.yaml", self)); });
+  EXPECT_NE(e2.find("self.yaml: nested deeper than"), std::string::npos) << e2;
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string e3 = acc_refusal([&] { load_accelerate_config(acc_file("deep.json", "{\"a\": " + deep + "}")); });
+  EXPECT_NE(e3.find("deep.json: nested deeper than"), std::string::npos) << e3;
+  const std::string e4 = acc_refusal([&] {
+    load_ds_config(acc_file("deep_ds.json", "{\"train_micro_batch_size_per_gpu\": 1, \"x\": " + deep + "}"), ConfigFlags{});
+  });
+  EXPECT_NE(e4.find("deep_ds.json: nested deeper than"), std::string::npos) << e4;
+  // A config as deep as a real one reads.
+  EXPECT_EQ(acc_refusal([&] { load_accelerate_config(kDir + "trl_deepspeed_zero2.yaml"); }), "(accepted)");
+}

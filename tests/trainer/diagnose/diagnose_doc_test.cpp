@@ -75,25 +75,9 @@ TEST(DiagnoseDoc, RefusesAnotherSchema) {
 TEST(DiagnoseDoc, EveryFieldHasItsRowAndEveryRowAField) {
   const std::set<std::string> paths = diagnose_example_paths();
   EXPECT_GT(paths.size(), 20u);
-  for (const auto& p : paths) {
-    const bool covered = std::any_of(diagnose_field_docs().begin(), diagnose_field_docs().end(), [&](const FieldDoc& d) {
-      return std::any_of(d.fields.begin(), d.fields.end(), [&](const std::string& f) { return zrepro_test::names_path(f, p); });
-    });
-    EXPECT_TRUE(covered) << "Diagnosis writes `" << p << "` and diagnose_field_docs() has no row for it";
-  }
-  for (const auto& d : diagnose_field_docs())
-    for (const auto& f : d.fields) {
-      const bool found = std::any_of(paths.begin(), paths.end(), [&](const std::string& p) { return zrepro_test::names_path(f, p); });
-      EXPECT_TRUE(found) << "the row `" << f << "` names a field Diagnosis does not write";
-    }
+  zrepro_test::expect_rows_match(paths, diagnose_field_docs(), "Diagnosis");
 }
 
 TEST(DiagnoseDoc, ThePageIsTheGeneratedText) {
-  const std::string page = diagnose_reference_page();
-  if (const char* w = std::getenv("ZREPRO_WRITE_DIAGNOSE_DOC"); w && std::string(w) == "1") std::ofstream(kDiagnosePage) << page;
-  std::ifstream in(kDiagnosePage);
-  std::stringstream have;
-  have << in.rdbuf();
-  EXPECT_EQ(have.str(), page) << kDiagnosePage << " differs from the generated page: "
-                              << "`ZREPRO_WRITE_DIAGNOSE_DOC=1 build/zrepro_unit_tests --gtest_filter=DiagnoseDoc.*` rewrites it";
+  zrepro_test::expect_generated_page(kDiagnosePage, diagnose_reference_page(), "ZREPRO_WRITE_DIAGNOSE_DOC", "DiagnoseDoc.*");
 }
