@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <regex>
 
 #include "device/base/errors.h"
@@ -16,19 +17,45 @@ using c10::IValue;
 
 namespace {
 
-// The files of `folder` whose names match `pattern`, in rank order (the first number
-// after "rank_", as the script's natural sort puts them).
-std::vector<std::string> rank_files(const std::string& folder, const std::regex& pattern) {
-  std::vector<std::pair<int, std::string>> found;
+// The files of `folder` whose names match `pattern`, by rank (the first number after
+// "rank_", as the script's natural sort puts them).
+std::map<int, std::string> rank_files(const std::string& folder, const std::regex& pattern) {
+  std::map<int, std::string> found;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(folder, ec)) {
     const std::string name = e.path().filename().string();
     std::smatch m;
-    if (std::regex_match(name, m, pattern)) found.emplace_back(std::stoi(m[1].str()), e.path().string());
+    if (!std::regex_match(name, m, pattern)) continue;
+    try {
+      found[std::stoi(m[1].str())] = e.path().string();
+    } catch (const std::exception&) {  // a rank past int: no rank a checkpoint has
+      throw ConfigError(e.path().string() + ": the rank in its name is not a rank; a ZeRO checkpoint's files are "
+                        "zero_pp_rank_R_mp_rank_00_*.pt");
+    }
   }
-  std::sort(found.begin(), found.end());
+  return found;
+}
+
+// [Note: every rank's file] A ZeRO checkpoint is whole only with a file of each kind for
+// every one of the ranks that saved it (dp_world_size in the model states; each rank's
+// optimizer partition, and at stage 3 each rank's model states). A missing one is refused
+// naming it: read without it, the partitions left do not cover the model (once an abort,
+// exit 134), and DeepSpeed's own resume would fail on it.
+std::vector<std::string> every_rank(const std::map<int, std::string>& found, int world, const std::string& expected,
+                                    const std::string& in, const std::string& flag) {
   std::vector<std::string> out;
-  for (auto& f : found) out.push_back(f.second);
+  for (int r = 0; r < world; ++r) {
+    const auto it = found.find(r);
+    if (it == found.end())
+      throw ConfigError(flag + " " + in + ": " + expected + " of rank " + std::to_string(r) + " is missing: the checkpoint "
+                        "was saved on " + std::to_string(world) + " ranks and holds " + std::to_string(found.size()) +
+                        " such file(s); copy the whole global_stepN folder every rank wrote");
+    out.push_back(it->second);
+  }
+  if (!found.empty() && found.rbegin()->first >= world)
+    throw ConfigError(flag + " " + in + ": " + found.rbegin()->second + " is of rank " +
+                      std::to_string(found.rbegin()->first) + ", past the " + std::to_string(world) +
+                      " ranks the checkpoint was saved on; a tag folder holds one save");
   return out;
 }
 
@@ -45,25 +72,34 @@ SavedZero find_saved(const std::string& in, const std::string& flag) {
   if (!fs::is_directory(in, ec))
     throw ConfigError(flag + " " + in + ": no such folder; pass the tag folder of a ZeRO checkpoint "
                       "(DIR/global_stepN, the folder DIR/latest names)");
-  s.optim_files = rank_files(in, std::regex(R"((?:bf16_)?zero_pp_rank_(\d+)_mp_rank_00_optim_states\.pt)"));
-  if (s.optim_files.empty())
+  const std::map<int, std::string> optim =
+      rank_files(in, std::regex(R"((?:bf16_)?zero_pp_rank_(\d+)_mp_rank_00_optim_states\.pt)"));
+  if (optim.empty())
     throw ConfigError(flag + " " + in + ": can't find *_optim_states.pt files in directory '" + in +
                       "' (DeepSpeed's words): pass the tag folder of a ZeRO checkpoint (DIR/global_stepN)");
+  const std::string& first = optim.begin()->second;
   const c10::impl::GenericDict osd =
-      dict_at(read_pt(s.optim_files[0]).toGenericDict(), "optimizer_state_dict", s.optim_files[0]).toGenericDict();
+      dict_at(read_pt(first).toGenericDict(), "optimizer_state_dict", first).toGenericDict();
   auto zs = osd.find("zero_stage");
   s.stage = zs == osd.end() ? 1 : zero_stage_of(zs->value());
   if (!has_zero_checkpoint(s.stage))
-    throw ConfigError(flag + " " + in + ": " + s.optim_files[0] + " says zero_stage " + std::to_string(s.stage) +
+    throw ConfigError(flag + " " + in + ": " + first + " says zero_stage " + std::to_string(s.stage) +
                       "; a ZeRO checkpoint is of stage 1, 2 or 3");
-  s.world = static_cast<int>(s.optim_files.size());
-  s.layout = checkpoint_layout(s.stage, s.world);
-  s.model_files = rank_files(in, std::regex(s.layout.model_states_pattern()));
-  if (s.model_files.empty())
-    throw ConfigError(flag + " " + in + ": no model-states file (" +
-                      s.layout.model_states_file(0) +
+  // The model states of rank 0 say how many ranks saved it; without dp_world_size (an older
+  // DeepSpeed), the optimizer files found are the ranks.
+  const std::map<int, std::string> model = rank_files(in, std::regex(checkpoint_layout(s.stage, 1).model_states_pattern()));
+  if (!model.count(0))
+    throw ConfigError(flag + " " + in + ": no model-states file of rank 0 (" + checkpoint_layout(s.stage, 1).model_states_file(0) +
                       ") beside the optimizer files");
-  s.model_states = read_pt(s.model_files[0]).toGenericDict();
+  s.model_states = read_pt(model.at(0)).toGenericDict();
+  const auto saved = s.model_states.find("dp_world_size");
+  s.world = saved != s.model_states.end() && saved->value().isInt() ? static_cast<int>(saved->value().toInt())
+                                                                      : static_cast<int>(optim.size());
+  if (s.world < 1) throw ConfigError(flag + " " + in + ": " + model.at(0) + " says dp_world_size " + std::to_string(s.world));
+  s.layout = checkpoint_layout(s.stage, s.world);
+  s.optim_files = every_rank(optim, s.world, "the optimizer-states file", in, flag);
+  s.model_files = s.layout.per_rank_model_states ? every_rank(model, s.world, "the model-states file", in, flag)
+                                                 : std::vector<std::string>{model.at(0)};
   s.params = saved_params(s.model_states, s.model_files[0]);
   for (const CheckpointParam& p : s.params) s.numels.push_back(p.numel);
   return s;

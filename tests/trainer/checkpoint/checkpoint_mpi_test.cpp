@@ -479,3 +479,29 @@ TEST(Checkpoint, AParameterNameIsNeverAPathOutOfTheOutputFolder) {
   EXPECT_FALSE(std::filesystem::exists(save + "/out/escaped"));
   EXPECT_FALSE(std::filesystem::exists(save + "/escaped"));
 }
+
+// Issue 61 item 5, [Note: every rank's file]: a ZeRO-3 checkpoint of 2 ranks with one
+// rank's optimizer file gone ended to-universal in an abort (exit 134), and with one rank's
+// model states gone was converted without a word; each is refused naming the file's rank.
+TEST(Checkpoint, ToUniversalRefusesACheckpointMissingARanksFile) {
+  const std::string save = testing::TempDir() + "/ck_missing";
+  std::filesystem::remove_all(save);
+  const RunResult run = zrepro_run("ck_missing", R"({"train_batch_size": 4, "zero_optimization": {"stage": 3}})",
+                                   "--ranks 2 --model tiny --steps 2 --save-every 2 --save-dir " + save);
+  ASSERT_EQ(run.code, 0) << run.output;
+  for (const std::string gone : {"zero_pp_rank_1_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_model_states.pt"}) {
+    const std::string in = save + "/" + gone + "/global_step2";
+    std::filesystem::create_directories(save + "/" + gone);
+    std::filesystem::copy(save + "/global_step2", in, std::filesystem::copy_options::recursive);
+    std::filesystem::remove(in + "/" + gone);
+    const std::string out = save + "/" + gone + "/universal";
+    const Process conv = zrepro_cmd("checkpoint to-universal --input-folder " + in + " --output-folder " + out);
+    EXPECT_EQ(conv.code, 2) << gone << "\n" << conv.output;
+    EXPECT_NE(conv.output.find(std::string(gone.find("optim") != std::string::npos ? "the optimizer-states file"
+                                                                                   : "the model-states file") +
+                               " of rank 1 is missing: the checkpoint was saved on 2 ranks"),
+              std::string::npos)
+        << conv.output;
+    EXPECT_FALSE(std::filesystem::exists(out + "/zero")) << "nothing written";
+  }
+}
