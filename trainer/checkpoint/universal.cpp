@@ -6,6 +6,8 @@
 #include <map>
 #include <regex>
 
+#include <unistd.h>
+
 #include "device/base/errors.h"
 #include "trainer/checkpoint/pt_file.h"
 #include "trainer/config/user_file.h"
@@ -201,21 +203,35 @@ SavedZero read_saved_zero(const std::string& folder, const std::string& flag, bo
   return s;
 }
 
-UniversalConversion convert_to_universal(const std::string& input_folder, const std::string& output_folder,
-                                         bool inject_missing_state) {
-  const SavedZero s = read_saved_zero(input_folder, "--input-folder");
-  if (s.layout.universal_asks_checkpoint_info && !inject_missing_state) {
-    const c10::impl::GenericDict& ms = s.model_states;
-    auto info = ms.find("universal_checkpoint_info");
-    if (info == ms.end() || info->value().isNone())
-      throw ConfigError("--input-folder " + input_folder + ": ds_to_universal.py stops here: \"Required "
-                        "universal_checkpoint_info state is missing in checkpoint. Verify that client creates this "
-                        "state.\" Only Megatron-DeepSpeed's models record it; for any other model pass "
-                        "--inject-missing-state (the script's --inject_missing_state)");
+namespace universal_out {
+
+// [Note: a conversion writes a new folder] to-universal writes its output whole under a
+// temporary name beside --output-folder and renames it into place once every file is
+// written: a reader (a resume with load_universal) sees the old folder or the new one. An
+// existing --output-folder is replaced only when it holds nothing but an earlier
+// conversion (zero/ and model-states files); anything else in it is the user's, and the
+// conversion is refused naming it ([Note: an output never replaces an input]). A stale
+// earlier conversion is never mixed with the new one (a parameter it held would be kept).
+void check_output_folder(const std::string& out) {
+  std::error_code ec;
+  if (!fs::exists(out, ec)) return;
+  if (!fs::is_directory(out, ec))
+    throw ConfigError("--output-folder " + out + ": a file, not a folder; give a new folder for the universal checkpoint");
+  static const std::regex model_states(R"(.*model_states\.pt)");
+  for (const auto& e : fs::directory_iterator(out, ec)) {
+    const std::string name = e.path().filename().string();
+    const bool ours = (name == "zero" && e.is_directory()) || (e.is_regular_file() && std::regex_match(name, model_states));
+    if (!ours)
+      throw ConfigError("--output-folder " + out + ": holds \"" + name + "\", which no conversion writes; give a new "
+                        "folder (nothing a conversion did not write is replaced)");
   }
+}
+
+// Every parameter's fp32 value and moments (and step) under zero/NAME/, the module entries
+// no optimizer state covers, and the optimizer's global state; the values written.
+int64_t write_states(const SavedZero& s, const std::string& zero) {
   const torch::Tensor all[3] = {s.master, s.exp_avg, s.exp_avg_sq};
   const char* state_names[3] = {"fp32", "exp_avg", "exp_avg_sq"};
-  const std::string zero = output_folder + "/zero";
   int64_t offset = 0;
   for (const CheckpointParam& p : s.params) {
     const std::string dir = zero + "/" + p.name;
@@ -248,19 +264,57 @@ UniversalConversion convert_to_universal(const std::string& input_folder, const 
     }
   }
   write_pt(zero + "/optimizer_state.pt", global_state(s.first_optimizer, s.layout, s.optim_files[0]));
-  for (const std::string& f : s.model_files)
-    write_file_atomic(output_folder + "/" + fs::path(f).filename().string(),
-                      read_user_file("--input-folder", f, "a DeepSpeed model-states file"));
+  return offset;
+}
+
+// The temporary folder, removed unless it was renamed into place.
+struct Staging {
+  std::string dir;
+  bool placed = false;
+  ~Staging() {
+    std::error_code ec;
+    if (!placed) fs::remove_all(dir, ec);
+  }
+};
+
+}  // namespace universal_out
+
+UniversalConversion convert_to_universal(const std::string& input_folder, const std::string& output_folder,
+                                         bool inject_missing_state) {
+  using namespace universal_out;
+  const SavedZero s = read_saved_zero(input_folder, "--input-folder");
+  if (s.layout.universal_asks_checkpoint_info && !inject_missing_state) {
+    const c10::impl::GenericDict& ms = s.model_states;
+    auto info = ms.find("universal_checkpoint_info");
+    if (info == ms.end() || info->value().isNone())
+      throw ConfigError("--input-folder " + input_folder + ": ds_to_universal.py stops here: \"Required "
+                        "universal_checkpoint_info state is missing in checkpoint. Verify that client creates this "
+                        "state.\" Only Megatron-DeepSpeed's models record it; for any other model pass "
+                        "--inject-missing-state (the script's --inject_missing_state)");
+  }
   const fs::path out = fs::path(output_folder).lexically_normal();
-  const fs::path leaf = out.has_filename() ? out.filename() : out.parent_path().filename();
-  const fs::path root = out.has_filename() ? out.parent_path() : out.parent_path().parent_path();
-  write_file_atomic((root.empty() ? fs::path(".") : root).string() + "/latest_universal", leaf.string());
+  const std::string target = (out.has_filename() ? out : out.parent_path()).string();
+  check_output_folder(target);
+  Staging staging{target + ".tmp." + std::to_string(::getpid())};
+  fs::remove_all(staging.dir);
+  const int64_t numel = write_states(s, staging.dir + "/zero");
+  for (const std::string& f : s.model_files)
+    write_file_atomic(staging.dir + "/" + fs::path(f).filename().string(),
+                      read_user_file("--input-folder", f, "a DeepSpeed model-states file"));
+  std::error_code ec;
+  fs::remove_all(target, ec);  // an earlier conversion only (check_output_folder)
+  fs::rename(staging.dir, target, ec);
+  if (ec) throw IoError("cannot rename " + staging.dir + " to " + target + ": " + ec.message());
+  staging.placed = true;
+  const fs::path root = fs::path(target).parent_path();
+  write_file_atomic((root.empty() ? fs::path(".") : root).string() + "/latest_universal",
+                    fs::path(target).filename().string());
   UniversalConversion c;
   c.output_folder = output_folder;
   c.stage = s.stage;
   c.world = s.world;
   c.parameters = static_cast<int64_t>(s.params.size());
-  c.numel = offset;
+  c.numel = numel;
   return c;
 }
 

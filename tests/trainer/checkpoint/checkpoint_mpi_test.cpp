@@ -505,3 +505,30 @@ TEST(Checkpoint, ToUniversalRefusesACheckpointMissingARanksFile) {
     EXPECT_FALSE(std::filesystem::exists(out + "/zero")) << "nothing written";
   }
 }
+
+// Issue 61 item 3, [Note: a conversion writes a new folder]: to-universal into a folder
+// holding the user's files mixed its output with them; now refused, nothing touched. Into
+// an earlier conversion it replaces it whole (a stale parameter of the earlier one gone).
+TEST(Checkpoint, ToUniversalNeverMixesItsOutputWithAFolderItDidNotWrite) {
+  const std::string save = testing::TempDir() + "/ck_outdir";
+  std::filesystem::remove_all(save);
+  const RunResult run = zrepro_run("ck_outdir", R"({"train_batch_size": 2, "zero_optimization": {"stage": 3}})",
+                                   "--model tiny --steps 2 --save-every 2 --save-dir " + save);
+  ASSERT_EQ(run.code, 0) << run.output;
+  const std::string in = save + "/global_step2", mine = save + "/mine", out = save + "/universal";
+  std::filesystem::create_directories(mine + "/zero");
+  std::ofstream(mine + "/notes.txt") << "mine";
+  const Process refused = zrepro_cmd("checkpoint to-universal --input-folder " + in + " --output-folder " + mine);
+  EXPECT_EQ(refused.code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("holds \"notes.txt\", which no conversion writes"), std::string::npos) << refused.output;
+  EXPECT_TRUE(std::filesystem::is_empty(mine + "/zero"));
+  ASSERT_EQ(zrepro_cmd("checkpoint to-universal --input-folder " + in + " --output-folder " + out).code, 0);
+  std::filesystem::create_directories(out + "/zero/stale.weight");
+  const Process again = zrepro_cmd("checkpoint to-universal --input-folder " + in + " --output-folder " + out);
+  EXPECT_EQ(again.code, 0) << again.output;
+  EXPECT_FALSE(std::filesystem::exists(out + "/zero/stale.weight"));
+  EXPECT_TRUE(std::filesystem::exists(out + "/zero/optimizer_state.pt"));
+  EXPECT_EQ(zrepro_test::read_text(save + "/latest_universal"), "universal");
+  for (const auto& e : std::filesystem::directory_iterator(save))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << "no staging folder left: " << e.path();
+}
