@@ -10,6 +10,7 @@
 #include "device/cuda_memory.h"
 #include "offload/host_memory.h"
 #include "trainer/checkpoint/ds_checkpoint.h"
+#include "trainer/checkpoint/zero_to_fp32.h"
 #include "trainer/app/cli.h"
 #include "trainer/app/env.h"
 #include "trainer/app/run_state.h"
@@ -301,6 +302,7 @@ void set_up(RunState& s, int* argc, char*** argv) {
   check_injections(spec, s.world);
   resolve_config(s);
   if (spec.train.save_every > 0) check_checkpointable(s.job.cfg, "--save-every", spec.peers == Peers::stand_in);
+  if (!spec.zero_to_fp32_dir.empty()) check_fp32_folder(spec.zero_to_fp32_dir);  // [Note: the consolidation's folder]
   if (!spec.train.resume_dir.empty()) check_checkpointable(s.job.cfg, "--resume", spec.peers == Peers::stand_in);
   compare_rank_configs(s);
   if (s.world > 1 && !s.vranks && s.ranks->mpi) s.peers = gather_peers();

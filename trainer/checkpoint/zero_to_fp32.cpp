@@ -1,6 +1,7 @@
 // See zero_to_fp32.h.
 #include "trainer/checkpoint/zero_to_fp32.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 
@@ -36,7 +37,38 @@ void charge(int64_t anon, int64_t capacity, const Fp32Export& e, const std::stri
           " (emulated: --host-memory); the shell prints \"Killed\" and nothing is written");
 }
 
+// The files an earlier consolidation wrote into out_dir (its manifest's list; empty without one).
+std::vector<std::string> earlier_files(const std::string& out_dir) {
+  const std::string manifest = out_dir + "/" + kFp32Manifest;
+  if (!std::filesystem::exists(manifest)) return {};
+  const nlohmann::json j = parse_user_json(manifest, read_user_file("--zero-to-fp32", manifest, "zrepro's list of the files it wrote"));
+  if (!j.is_object() || !j.value("files", nlohmann::json()).is_array())
+    throw ConfigError("--zero-to-fp32 " + out_dir + ": " + manifest + " is not the list zrepro writes; give a new folder");
+  std::vector<std::string> files;
+  for (const auto& f : j["files"]) {
+    const std::string name = f.is_string() ? f.get<std::string>() : "";
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+      throw ConfigError("--zero-to-fp32 " + out_dir + ": " + manifest + " lists \"" + f.dump() + "\", not a file name");
+    files.push_back(name);
+  }
+  return files;
+}
+
 }  // namespace
+
+void check_fp32_folder(const std::string& out_dir) {
+  std::error_code ec;
+  if (!std::filesystem::exists(out_dir, ec)) return;
+  if (!std::filesystem::is_directory(out_dir, ec))
+    throw ConfigError("--zero-to-fp32 " + out_dir + ": a file, not a folder; give the folder the weights go into");
+  const std::vector<std::string> ours = earlier_files(out_dir);
+  for (const auto& e : std::filesystem::directory_iterator(out_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name != kFp32Manifest && std::find(ours.begin(), ours.end(), name) == ours.end())
+      throw ConfigError("--zero-to-fp32 " + out_dir + ": holds \"" + name + "\", which no consolidation by zrepro wrote "
+                        "there; give a new folder (a file zrepro did not write is never replaced)");
+  }
+}
 
 Fp32Export zero_to_fp32(const std::string& save_dir, const std::string& out_dir, bool api, int64_t max_shard_bytes,
                         int64_t host_capacity) {
@@ -69,11 +101,20 @@ Fp32Export zero_to_fp32(const std::string& save_dir, const std::string& out_dir,
   auto sp = s.model_states.find("shared_params");
   if (sp != s.model_states.end() && sp->value().isGenericDict()) shared = sp->value().toGenericDict();
   std::error_code ec;
+  check_fp32_folder(out_dir);
+  for (const std::string& f : earlier_files(out_dir)) std::filesystem::remove(out_dir + "/" + f, ec);
   std::filesystem::create_directories(out_dir, ec);
   if (ec) throw IoError("cannot create " + out_dir + ": " + ec.message());
   // [Note: zero_to_fp32's host memory]: the API merges everything at once; the script one
   // shard at a time.
   const std::vector<Fp32Shard> shards = split_fp32_shards(bytes, api ? 0 : max_shard_bytes);
+  // The manifest first, listing every file about to be written: a consolidation cut short
+  // leaves files the next one knows as its own.
+  std::vector<std::string> planned;
+  for (size_t i = 0; i < shards.size(); ++i) planned.push_back(shard_name(i, shards.size()));
+  if (shards.size() > 1) planned.push_back("pytorch_model.bin.index.json");
+  write_file_atomic(out_dir + "/" + kFp32Manifest, nlohmann::json({{"written_by", "zrepro run --zero-to-fp32"},
+                                                                   {"tag", e.tag}, {"files", planned}}).dump(2) + "\n");
   nlohmann::json weight_map = nlohmann::json::object();
   for (size_t i = 0; i < shards.size(); ++i) {
     // Stages 1-2: the whole flat, concatenated first, whatever the mode ([Note: zero_to_fp32's

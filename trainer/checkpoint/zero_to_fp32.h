@@ -47,4 +47,14 @@ struct Fp32Export {
 Fp32Export zero_to_fp32(const std::string& save_dir, const std::string& out_dir, bool api, int64_t max_shard_bytes,
                         int64_t host_capacity);
 
+// [Note: the consolidation's folder] The weights go into a folder that holds nothing but
+// what an earlier consolidation wrote: a new folder, or one whose files are all listed in
+// its kFp32Manifest (written by zero_to_fp32 beside the weights). Those files are removed
+// before the new ones are written, so no stale pytorch_model.bin is left beside new
+// shards, and a file the manifest does not list (a user's pytorch_model.bin, their
+// config.json) is never replaced: ConfigError naming it, checked at set-up before the run
+// trains and again before writing.
+constexpr const char* kFp32Manifest = "zero_to_fp32_files.json";
+void check_fp32_folder(const std::string& out_dir);
+
 }  // namespace zrepro

@@ -532,3 +532,27 @@ TEST(Checkpoint, ToUniversalNeverMixesItsOutputWithAFolderItDidNotWrite) {
   for (const auto& e : std::filesystem::directory_iterator(save))
     EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << "no staging folder left: " << e.path();
 }
+
+// Issue 61 item 3, [Note: the consolidation's folder]: --zero-to-fp32 wrote over a user's
+// pytorch_model.bin, and a consolidation into sharded files left the earlier whole one
+// beside them. A folder with a file zrepro did not write is refused at set-up, before the
+// run trains; an earlier consolidation's files are replaced, none left stale.
+TEST(Checkpoint, ZeroToFp32NeverReplacesAUsersFileNorLeavesAStaleOne) {
+  const std::string dir = zrepro_test::fresh_dir("ck_z2f_folder");
+  const std::string cfg = R"({"train_batch_size": 2, "zero_optimization": {"stage": 3}})";
+  const std::string base = "--model tiny --steps 2 --save-every 2 --save-dir " + dir + "/ck";
+  std::filesystem::create_directories(dir + "/users");
+  std::ofstream(dir + "/users/pytorch_model.bin") << "the user's weights";
+  const RunResult refused = zrepro_run("ck_z2f_users", cfg, base + " --zero-to-fp32 " + dir + "/users");
+  EXPECT_EQ(refused.code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("holds \"pytorch_model.bin\", which no consolidation by zrepro wrote"), std::string::npos)
+      << refused.output;
+  EXPECT_TRUE(refused.summary["steps"].empty()) << "refused before training";
+  EXPECT_EQ(zrepro_test::read_text(dir + "/users/pytorch_model.bin"), "the user's weights");
+  ASSERT_EQ(zrepro_run("ck_z2f_whole", cfg, base + " --zero-to-fp32 " + dir + "/fp32").code, 0);
+  ASSERT_TRUE(std::filesystem::exists(dir + "/fp32/pytorch_model.bin"));
+  const RunResult sharded = zrepro_run("ck_z2f_sharded", cfg, base + " --zero-to-fp32 " + dir + "/fp32 --zero-to-fp32-shard 40KB");
+  ASSERT_EQ(sharded.code, 0) << sharded.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/fp32/pytorch_model.bin")) << "the earlier whole file is not left stale";
+  EXPECT_TRUE(std::filesystem::exists(dir + "/fp32/pytorch_model.bin.index.json"));
+}
