@@ -94,6 +94,22 @@ std::vector<std::string> earlier_outputs(const std::string& dir) {
   return moved;
 }
 
+// OUT/previous/ is replaced only when all it holds is an earlier run's: its manifest and the
+// names that manifest lists. A file the user put there is never deleted.
+void check_previous(const std::string& dir) {
+  const fs::path previous = fs::path(dir) / "previous";
+  bool zrepro_made = false;
+  const std::vector<std::string> listed = manifest_names(previous.string(), zrepro_made);
+  if (!zrepro_made) refuse_foreign(dir, "previous", "holds no zrepro manifest (it is not an earlier run's)");
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(previous, ec)) {
+    const std::string name = e.path().filename().string();
+    const std::string key = is_rank_view(name) ? kRankViews : name;
+    if (name != kManifest && std::find(listed.begin(), listed.end(), key) == listed.end())
+      refuse_foreign(dir, "previous/" + name, "is not one of the earlier run's files (its manifest does not list it)");
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> claim_out_dir(const std::string& dir) {
@@ -115,11 +131,7 @@ std::vector<std::string> claim_out_dir(const std::string& dir) {
   std::vector<std::string> moved = earlier_outputs(dir);
   std::error_code ec;
   const fs::path previous = fs::path(dir) / "previous";
-  if (!moved.empty() && fs::exists(previous)) {
-    bool zrepro_made = false;
-    manifest_names(previous, zrepro_made);
-    if (!zrepro_made) refuse_foreign(dir, "previous", "holds no zrepro manifest (it is not an earlier run's)");
-  }
+  if (!moved.empty() && fs::exists(previous)) check_previous(dir);
   // This run owns the output names from here on (the manifest goes aside with the rest).
   auto write_manifest = [&] {
     std::vector<std::string> names = run_output_names();

@@ -7,7 +7,8 @@
 // [Note: only zrepro's files move] A run records the names it owns in OUT/.zrepro-outputs
 // (the manifest). The next run moves only what a manifest names (a folder without one,
 // from before manifests: only zrepro's plain files, never a folder), and replaces
-// OUT/previous/ only when it holds a manifest, i.e. zrepro made it. An entry of the user's
+// OUT/previous/ only when it holds a manifest, i.e. zrepro made it, and nothing that manifest
+// does not list (a file the user put there). An entry of the user's
 // with a name a run writes (an `inputs/` folder, a `previous/` of their own) is never
 // moved or deleted: the run refuses with exit 2 and names it.
 #pragma once

@@ -338,6 +338,25 @@ TEST(Cli, TheUsersFilesInOutAreNeverMovedOrDeleted) {
 // check of a failed run and of a malformed or missing baseline (refused before any run),
 // diagnose --json of non-UTF-8 bytes, config --json of a non-UTF-8 file name, a baseline
 // to a read-only place (exit 12), --write-scenario "".
+// Issue 61 item 3, [Note: only zrepro's files move]: a file the user put in OUT/previous/
+// was deleted when the next run replaced previous/; now that run refuses, naming it.
+TEST(Cli, AUsersFileInPreviousIsNeverDeleted) {
+  const std::string out = tmpdir("previous61");
+  const std::string cfg = write(out, R"({"train_micro_batch_size_per_gpu": 2})");
+  const std::string run = "run --config " + cfg + " --model tiny --steps 1 --out " + out + "/o";
+  ASSERT_EQ(cli(run).code, 0);
+  ASSERT_EQ(cli(run).code, 0);  // the first run's files now in o/previous/
+  ASSERT_TRUE(std::filesystem::exists(out + "/o/previous/summary.json"));
+  std::ofstream(out + "/o/previous/my_notes.txt") << "mine";
+  const Result third = cli(run);
+  EXPECT_EQ(third.code, 2) << third.output;
+  EXPECT_NE(third.output.find("\"previous/my_notes.txt\" is not one of the earlier run's files"), std::string::npos)
+      << third.output;
+  EXPECT_EQ(zrepro_test::read_text(out + "/o/previous/my_notes.txt"), "mine");
+  std::filesystem::remove(out + "/o/previous/my_notes.txt");
+  EXPECT_EQ(cli(run).code, 0) << "previous/ holding only the earlier run's files is replaced";
+}
+
 TEST(Cli, OddInputToTheNewerCommandsEndsWithAnExitCodeNotAnAbort) {
   const std::string out = tmpdir("odd33");
   const std::string cfg = write(out, R"({"train_micro_batch_size_per_gpu": 2})");
