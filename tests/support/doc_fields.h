@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "device/base/errors.h"
 #include "device/base/field_doc.h"
 
 namespace zrepro_test {
@@ -71,5 +72,13 @@ inline void expect_generated_page(const std::string& path, const std::string& pa
                               << "=1 build/zrepro_unit_tests --gtest_filter=" << filter << "` rewrites it";
 }
 
-}  // namespace zrepro_test
+// A document of another schema, or of none (written before schemas), is refused.
+template <class Document>
+void expect_refuses_other_schema(nlohmann::json j) {
+  j["schema"] = "zrepro.other/0";
+  EXPECT_THROW(Document::from_json(j), zrepro::ConfigError);
+  j.erase("schema");
+  EXPECT_THROW(Document::from_json(j), zrepro::ConfigError);
+}
 
+}  // namespace zrepro_test

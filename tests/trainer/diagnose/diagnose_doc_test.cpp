@@ -65,11 +65,7 @@ TEST(DiagnoseDoc, ReadsBackAsWritten) {
 }
 
 TEST(DiagnoseDoc, RefusesAnotherSchema) {
-  json j = diagnose_example().to_json();
-  j["schema"] = "zrepro.diagnose/0";
-  EXPECT_THROW(Diagnosis::from_json(j), ConfigError);
-  j.erase("schema");  // a bisect.json written before the schema
-  EXPECT_THROW(Diagnosis::from_json(j), ConfigError);
+  zrepro_test::expect_refuses_other_schema<Diagnosis>(diagnose_example().to_json());
 }
 
 TEST(DiagnoseDoc, EveryFieldHasItsRowAndEveryRowAField) {
