@@ -24,6 +24,7 @@
 #include "trainer/report/inputs_export.h"
 #include "trainer/runtime/out_dir.h"
 #include "zero/comm/mpi_communicator.h"
+#include "zero/schedule/stage_policy.h"
 
 namespace zrepro {
 
@@ -203,7 +204,8 @@ StepCallback step_logger(RunState& s, int64_t every) {
       s.progress.clear();
       std::cout << scale_log << "\n";
     }
-    if (s.job.cfg.zero.stage == 3 && r.memory.alloc_retries > *flushes_seen) {
+    // DeepSpeed's stage-3 optimizer (the one that shards parameters) prints the flushes.
+    if (stage_policy(s.job.cfg.zero.stage).shard_params() && r.memory.alloc_retries > *flushes_seen) {
       s.progress.clear();
       std::cout << "[deepspeed] " << allocator_flush_line(r.memory.alloc_retries - *flushes_seen) << "\n";
       *flushes_seen = r.memory.alloc_retries;

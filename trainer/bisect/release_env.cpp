@@ -16,6 +16,7 @@
 #include "trainer/config/json_file.h"
 #include "trainer/config/user_file.h"
 #include "trainer/runtime/subprocess.h"
+#include "zero/schedule/stage_policy.h"
 
 #ifndef ZREPRO_CONFORMANCE_DIR
 #define ZREPRO_CONFORMANCE_DIR "conformance"
@@ -141,7 +142,8 @@ std::optional<std::string> cpu_refusal(const std::string& release, int stage) {
     return "DeepSpeed " + release + "'s CPU accelerator needs Intel's intel_extension_for_pytorch and "
            "oneccl_bindings_for_pytorch, native packages tied to an older torch (0.15.0 is the oldest release that "
            "runs on a plain CPU torch)";
-  if (stage == 3 && compare_versions(release, "0.16.0") < 0 && std::system("command -v numactl >/dev/null 2>&1") != 0)
+  const bool stage3 = StagePolicy::valid(stage) && stage_policy(stage).shard_params();  // DeepSpeed's stage3.py
+  if (stage3 && compare_versions(release, "0.16.0") < 0 && std::system("command -v numactl >/dev/null 2>&1") != 0)
     return "DeepSpeed " + release + " at ZeRO-3 calls numactl on the CPU accelerator (utils/numa.py), which this "
            "machine does not have (apt-get install numactl)";
   return std::nullopt;

@@ -191,7 +191,7 @@ void input_rows(CheckResult& r, const Baseline& base, const Baseline& now) {
                           " keeps no inputs (written by an older zrepro)", RowKind::input, ""});
     return;
   }
-  const BaselineInputs &bi = *base.inputs, &ni = *now.inputs;
+  const SummaryInputs &bi = *base.inputs, &ni = *now.inputs;
   const auto fa = flags_of(bi.args), fb = flags_of(ni.args);
   std::map<std::string, bool> keys;
   for (const auto& [k, v] : fa) keys[k] = true;
@@ -261,9 +261,7 @@ Baseline make_baseline(const Summary& s, double check_time_calibration_s, const 
   b.precision = s.precision, b.deepspeed_version = s.deepspeed_version;
   if (s.model.is_object()) b.model = optional_of<std::string>(s.model, "name");
   b.env = s.env;
-  if (s.inputs.is_object() && s.inputs.contains("args"))
-    b.inputs = BaselineInputs{s.inputs["args"].get<std::vector<std::string>>(), s.inputs.value("config_file", json()),
-                              s.inputs.value("config", json())};
+  b.inputs = s.run_inputs();
   for (const SummaryStep& st : s.steps) b.loss.push_back(st.loss), b.grad_norm.push_back(st.grad_norm);
   b.steps = static_cast<int64_t>(s.steps.size());
   if (s.memory)
@@ -425,8 +423,7 @@ Baseline Baseline::from_json(const json& j, const std::string& path) {
   b.model = optional_of<std::string>(j, "model");
   b.env = j.value("env", json());
   if (j.contains("inputs") && !j["inputs"].is_null())
-    b.inputs = BaselineInputs{j["inputs"]["args"].get<std::vector<std::string>>(), j["inputs"].value("config_file", json()),
-                              j["inputs"].value("config", json())};
+    b.inputs = SummaryInputs::from_json(j["inputs"]);
   b.steps = j["steps"].get<int64_t>();
   b.loss = per_step(j["loss"]), b.grad_norm = per_step(j["grad_norm"]);
   for (const auto& r : j["memory"]["ranks"]) b.ranks.push_back(rank_of(r));

@@ -66,17 +66,12 @@ struct BaselineTime {
   double step_s_median = 0, calibration_s = 0, ratio = 0, spread = 0;
   std::string source;  // during the run, or at check time
 };
-// What the run was asked (summary.json's inputs, app/run_spec.h run_inputs).
-struct BaselineInputs {
-  std::vector<std::string> args;
-  nlohmann::json config_file, config;  // the file's path and its JSON as written; null when unknown
-};
 struct Baseline {
   std::string from, status;
   std::optional<int64_t> world_size, zero_stage, skipped_steps;
   std::optional<std::string> precision, deepspeed_version, model;
   nlohmann::json env;  // `zrepro env --json` of the run, read through Environment::from_json (environment.h)
-  std::optional<BaselineInputs> inputs;
+  std::optional<SummaryInputs> inputs;  // what the run was asked (summary.json's inputs)
   int64_t steps = 0;
   std::vector<std::optional<double>> loss, grad_norm;  // per step; null: not finite
   std::vector<BaselineRank> ranks;

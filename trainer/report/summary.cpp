@@ -414,6 +414,15 @@ std::optional<SummaryVirtualRanks> Summary::virtual_figures() const {
                              virtual_ranks.at("data_rule").get<std::string>(), virtual_ranks.value("note", std::string())};
 }
 
+SummaryInputs SummaryInputs::from_json(const json& j) {
+  return {j.at("args").get<std::vector<std::string>>(), j.value("config_file", json()), j.value("config", json())};
+}
+
+std::optional<SummaryInputs> Summary::run_inputs() const {
+  if (!inputs.is_object() || !inputs.contains("args")) return std::nullopt;
+  return SummaryInputs::from_json(inputs);
+}
+
 std::optional<SummaryData> Summary::data_figures() const {
   if (!data.is_object()) return std::nullopt;
   SummaryData d;

@@ -262,6 +262,14 @@ struct SummaryData {
   std::string seq_len_dist = "fixed", loss_normalization = "mean";
 };
 
+// What the run was asked (`inputs`, app/run_spec.h run_inputs): its arguments, the config
+// file's path and its JSON as written (null when unknown).
+struct SummaryInputs {
+  std::vector<std::string> args;
+  nlohmann::json config_file, config;
+  static SummaryInputs from_json(const nlohmann::json& j);
+};
+
 struct SummaryBatch {
   int64_t micro = 0, grad_accum = 0, global = 0;
 };
@@ -305,6 +313,7 @@ struct Summary {
   nlohmann::json resolved_config() const;
   std::optional<SummaryVirtualRanks> virtual_figures() const;
   std::optional<SummaryData> data_figures() const;
+  std::optional<SummaryInputs> run_inputs() const;  // none in a summary written before inputs were kept
 
   const SummaryRankMemory* rank_memory(int rank) const;  // nullptr when not reported
   int64_t peak_bytes() const;                            // the highest rank's peak (0: none)
