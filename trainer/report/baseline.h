@@ -30,6 +30,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "device/base/field_doc.h"
 #include "trainer/report/summary.h"
 
 namespace zrepro {
@@ -87,6 +88,12 @@ struct Baseline {
   // compares present with its type.
   static Baseline from_json(const nlohmann::json& j, const std::string& path);
 };
+
+// docs/reference/baseline-json.md: the baseline's field table, an example with every field
+// set (what the table must cover, tests/trainer/report/baseline_test.cpp) and the page.
+const std::vector<FieldDoc>& baseline_field_docs();
+Baseline baseline_example();
+std::string baseline_reference_page();
 
 // A run's summary -> a baseline. Step time is taken against the calibration the run timed
 // ([Note: step time against the machine]); a summary without one (an older zrepro's) is

@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "device/base/errors.h"
+#include "tests/support/doc_fields.h"
 
 namespace {
 
@@ -292,4 +293,20 @@ TEST(Baseline, AMalformedOrUnknownBaselineIsRefusedNamingTheKey) {
   b["precision"] = 16;
   EXPECT_TRUE(refused(b, "precision"));
   EXPECT_TRUE(refused(json::array(), "the file"));
+}
+
+// [Note: one baseline type]: the baseline reads back as written, and
+// docs/reference/baseline-json.md is the page generated from the type's field table.
+TEST(BaselineDoc, ReadsBackAsWrittenAndEveryFieldHasItsRow) {
+  const nlohmann::json written = baseline_example().to_json();
+  EXPECT_EQ(Baseline::from_json(written, "example.json").to_json(), written);
+  std::set<std::string> paths;
+  zrepro_test::leaf_paths(written, "", paths);
+  EXPECT_GT(paths.size(), 20u);
+  zrepro_test::expect_rows_match(paths, baseline_field_docs(), "Baseline");
+}
+
+TEST(BaselineDoc, ThePageIsTheGeneratedText) {
+  zrepro_test::expect_generated_page(std::string(ZREPRO_SOURCE_DIR).append("/docs/reference/baseline-json.md"),
+                                     baseline_reference_page(), "ZREPRO_WRITE_BASELINE_DOC", "BaselineDoc.*");
 }
