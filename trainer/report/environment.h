@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "device/base/field_doc.h"
+
 namespace zrepro {
 
 struct EnvGpu {
@@ -60,5 +62,11 @@ struct Environment {
   // The versions a check reports when they changed, by name ("libtorch.version", ...).
   std::vector<std::pair<std::string, std::optional<std::string>>> versions() const;
 };
+
+// docs/reference/env-json.md: the field table of `zrepro env --json` (and a summary's and a
+// baseline's env), an example with every field set, and the page.
+const std::vector<FieldDoc>& environment_field_docs();
+Environment environment_example();
+std::string environment_reference_page();
 
 }  // namespace zrepro

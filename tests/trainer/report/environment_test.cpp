@@ -3,6 +3,7 @@
 // versions a check reports come from the typed fields.
 #include <gtest/gtest.h>
 
+#include "tests/support/doc_fields.h"
 #include "trainer/report/environment.h"
 
 using namespace zrepro;
@@ -46,4 +47,17 @@ TEST(Environment, WritesAndReadsEveryField) {
   ASSERT_EQ(v.size(), 6u);
   EXPECT_EQ(v[0].first, "libtorch.version");
   EXPECT_EQ(v[0].second, "2.15.0");
+}
+
+// [Note: one environment type]: docs/reference/env-json.md is the page generated from the
+// type's field table, and every field the type writes has its row.
+TEST(EnvDoc, EveryFieldHasItsRowAndThePageIsTheGeneratedText) {
+  const nlohmann::json written = environment_example().to_json();
+  EXPECT_EQ(Environment::from_json(written).to_json(), written);
+  std::set<std::string> paths;
+  zrepro_test::leaf_paths(written, "", paths);
+  EXPECT_GT(paths.size(), 20u);
+  zrepro_test::expect_rows_match(paths, environment_field_docs(), "Environment");
+  zrepro_test::expect_generated_page(std::string(ZREPRO_SOURCE_DIR).append("/docs/reference/env-json.md"),
+                                     environment_reference_page(), "ZREPRO_WRITE_ENV_DOC", "EnvDoc.*");
 }
