@@ -131,7 +131,7 @@ LogText read_log(const std::string& path, int64_t limit) {
 }
 
 // `zrepro plan --json` for the job (a child: the planner's errors come back as exit 2).
-json plan_job(const std::vector<std::string>& plan_args) {
+PlanAnswer plan_job(const std::vector<std::string>& plan_args) {
   std::vector<std::string> args = {"plan", "--json"};
   args.insert(args.end(), plan_args.begin(), plan_args.end());
   // A private folder (mkdtemp: 0700, unpredictable), removed however this ends.
@@ -148,23 +148,25 @@ json plan_job(const std::vector<std::string>& plan_args) {
   try {
     run_self_or_refuse("the plan for --config", args, out);
   } catch (const ConfigError& e) {  // the planner refuses what DeepSpeed would refuse at init
-    return {{"refused", e.what()}};
+    PlanAnswer refused;
+    refused.refused = e.what();
+    return refused;
   }
-  return read_json_file(out);
+  return PlanAnswer::from_json(read_json_file(out));
 }
 
-// The planner's view of the user's setup against what the log showed. The plan is `zrepro
-// plan --json`'s output (MemoryPlan::to_json) or {"refused": message}.
-PlannerCheck planner_check(const Diagnosis& d, const json& p) {
+// The planner's view of the user's setup against what the log showed.
+PlannerCheck planner_check(const Diagnosis& d, const PlanAnswer& a) {
   PlannerCheck c;
-  if (p.contains("refused")) {  // agrees when the log shows DeepSpeed refusing the config too
-    c.planned_verdict = "refused", c.agrees = d.checkpoint == "config", c.refused = p["refused"].get<std::string>();
+  if (a.refused || !a.plan) {  // agrees when the log shows DeepSpeed refusing the config too
+    c.planned_verdict = "refused", c.agrees = d.checkpoint == "config", c.refused = a.refused.value_or("");
     return c;
   }
-  c.planned_verdict = p.value("verdict", "");
-  c.planned_phase = optional_of<std::string>(p, "oom_phase");
-  c.planned_peak_bytes = optional_of<int64_t>(p, "peak_bytes");
-  c.capacity_bytes = optional_of<int64_t>(p, "device_capacity_bytes");
+  const SummaryPlanned& p = *a.plan;
+  c.planned_verdict = p.verdict;
+  c.planned_phase = p.oom_phase;
+  c.planned_peak_bytes = p.peak_bytes;
+  c.capacity_bytes = p.device_capacity_bytes;
   c.log_phase = d.numbers.oom_phase();
   const bool planned_oom = c.planned_verdict == "oom";
   const bool log_oom = d.checkpoint == "zero-stage" || d.numbers.request_bytes.has_value();
@@ -182,7 +184,7 @@ json read_user_config(const std::string& path) {
 
 // --write-scenario DIR [--run]: the reproduction written, then (with --run) run.
 int write_and_run(const Diagnosis& d, const std::string& log, const cxxopts::ParseResult& r, const json& user_config,
-                  const json& plan) {
+                  const PlanAnswer& plan) {
   if (!r.count("config")) throw ConfigError("--write-scenario: needs --config (the job's DeepSpeed config is side A)");
   if (d.scenario.empty()) {
     std::cout << "[zrepro diagnose] no known fingerprint: no reproduction written" << std::endl;
@@ -314,7 +316,7 @@ int diagnose(const cxxopts::Options& o, const cxxopts::ParseResult& r) {
   d.read.log_bytes = log.total;
   d.read.log_encoding = log_kind_name(kind);
   if (log.cut) d.read.log_read = cut_note;
-  json plan;
+  PlanAnswer plan;
   if (r.count("config")) {
     plan = plan_job(job_plan_args(r, d));
     d.planner = planner_check(d, plan);

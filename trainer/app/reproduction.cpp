@@ -137,26 +137,26 @@ json setup_for(const Diagnosis& d, const json& templ, std::vector<std::string>& 
 }
 
 // An OOM's fixes: the planner's for the job, those predicted to fit first (at most three).
-std::vector<CandidateFix> planned_fixes(const json& user_config, const json& plan, std::vector<std::string>& notes) {
+std::vector<CandidateFix> planned_fixes(const json& user_config, const PlanAnswer& plan, std::vector<std::string>& notes) {
   std::vector<CandidateFix> out;
-  const json fixes = plan.is_object() ? plan.value("fixes", json::array()) : json::array();
-  if (fixes.empty()) throw ConfigError("the planner proposed no fix for this setup (zrepro plan --json has no \"fixes\")");
-  bool any_fits = false;
-  for (const auto& f : fixes) any_fits = any_fits || f.value("fits", false);
+  if (plan.fixes.empty())
+    throw ConfigError("the planner proposed no fix for this setup (zrepro plan --json has no \"fixes\")");
+  const bool any_fits =
+      std::any_of(plan.fixes.begin(), plan.fixes.end(), [](const FixPrediction& f) { return f.fits; });
   if (!any_fits)
     notes.push_back("the planner predicts none of the usual fixes fits alone; the two with the lowest peak are tried");
-  for (const auto& f : fixes) {
-    if (out.size() == (any_fits ? 3u : 2u) || (any_fits && !f.value("fits", false))) break;
+  for (const FixPrediction& f : plan.fixes) {
+    if (out.size() == (any_fits ? 3u : 2u) || (any_fits && !f.fits)) break;
     CandidateFix c;
-    c.name = f.value("fix", std::string("fix"));
+    c.name = f.fix;
     char share[32];
-    std::snprintf(share, sizeof share, "%.0f%%", 100 * f.value("peak_share", 0.0));
-    c.why = std::string("the planner predicts it ") + (f.value("fits", false) ? "fits" : "does NOT fit") +
-            " (peak " + share + " of the device)";
+    std::snprintf(share, sizeof share, "%.0f%%", 100 * f.peak_share);
+    c.why = std::string("the planner predicts it ") + (f.fits ? "fits" : "does NOT fit") + " (peak " + share +
+            " of the device)";
     c.config = user_config;
-    if (f.contains("config_patch") && f["config_patch"].is_object()) c.config.merge_patch(f["config_patch"]);
-    c.args = strings(f.value("args", json::array()));
-    c.planner = {{"fits", f.value("fits", false)}, {"peak_share", f.value("peak_share", 0.0)}};
+    if (f.config_patch.is_object()) c.config.merge_patch(f.config_patch);
+    c.args = f.args;
+    c.planner = {{"fits", f.fits}, {"peak_share", f.peak_share}};
     out.push_back(std::move(c));
   }
   return out;
@@ -286,9 +286,20 @@ std::string readme(const Reproduction& r, const Diagnosis& d, const std::string&
 
 }  // namespace
 
+PlanAnswer PlanAnswer::from_json(const json& j) {
+  PlanAnswer a;
+  if (j.contains("refused")) {
+    a.refused = j.at("refused").get<std::string>();
+    return a;
+  }
+  a.plan = SummaryPlanned::from_json(j);
+  for (const auto& f : j.value("fixes", json::array())) a.fixes.push_back(FixPrediction::from_json(f));
+  return a;
+}
+
 Reproduction build_reproduction(const Diagnosis& d, const std::string& name, const std::string& log_path,
                                 const json& templ,
-                                const json& user_config, const JobSetup& job, const json& plan) {
+                                const json& user_config, const JobSetup& job, const PlanAnswer& plan) {
   if (d.scenario.empty())
     throw ConfigError("--write-scenario: the log has no known fingerprint, so there is no scenario to write");
   if (!user_config.is_object()) throw ConfigError("--config: the DeepSpeed config is not a JSON object");

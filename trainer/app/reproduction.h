@@ -20,8 +20,22 @@
 #include <nlohmann/json.hpp>
 
 #include "trainer/diagnose/diagnose.h"
+#include "trainer/planner/fixes.h"
+#include "trainer/report/summary.h"
 
 namespace zrepro {
+
+// What diagnose reads of `zrepro plan --json` for the job (run as a child): the planner's
+// refusal of the config (what DeepSpeed refuses at init), or its verdict and figures (the
+// view summary.json's memory.planned is read through) and the fixes it predicts (listed
+// whenever there is a capacity).
+struct PlanAnswer {
+  std::optional<std::string> refused;
+  std::optional<SummaryPlanned> plan;
+  std::vector<FixPrediction> fixes;
+  // MemoryPlan::to_json with plan.cpp's additions; nlohmann::json::exception on a wrong shape.
+  static PlanAnswer from_json(const nlohmann::json& j);
+};
 
 // The failed job, as far as the user told diagnose.
 struct JobSetup {
@@ -47,12 +61,12 @@ struct Reproduction {
   std::string readme;
 };
 
-// name: the folder's; templ: the catalogue's scenario.json for d.scenario; plan: `zrepro plan --json` for the
-// job (null when not planned). Throws ConfigError naming the missing flag (an OOM needs
+// name: the folder's; templ: the catalogue's scenario.json for d.scenario; plan: what the planner
+// answered for the job (empty when not asked). Throws ConfigError naming the missing flag (an OOM needs
 // --model) or why no reproduction can be written (no scenario matched).
 Reproduction build_reproduction(const Diagnosis& d, const std::string& name, const std::string& log_path,
                                 const nlohmann::json& templ,
-                                const nlohmann::json& user_config, const JobSetup& job, const nlohmann::json& plan);
+                                const nlohmann::json& user_config, const JobSetup& job, const PlanAnswer& plan);
 
 // DIR/{scenario.json, ds_config.json, fix_N.json, README.md}: written to DIR.tmp-PID and
 // renamed; an existing DIR is an error (exit 2), nothing is overwritten.

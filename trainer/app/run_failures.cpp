@@ -47,8 +47,7 @@ bool wait_for(const std::function<bool()>& ready, double seconds) {
   std::error_code ec;
   std::filesystem::create_directories(flight, ec);
   write_file_atomic(flight + "/rank" + std::to_string(s.rank) + ".json",
-                    json{{"rank", s.rank}, {"reason", reason}, {"entries", flight_json(s.comm().recorder().snapshot())}}
-                        .dump(1));
+                    FlightDump{s.rank, reason, s.comm().recorder().snapshot()}.to_json().dump(1));
   if (s.rank == 0) {
     if (s.metrics) s.metrics->close();  // the training thread is blocked in a collective
     auto dump = [&](int k) { return flight + "/rank" + std::to_string(k) + ".json"; };
@@ -60,7 +59,7 @@ bool wait_for(const std::function<bool()>& ready, double seconds) {
     std::vector<std::vector<FlightEntry>> all(s.world);
     for (int k = 0; k < s.world; ++k) {
       std::ifstream in(dump(k));
-      if (in) all[k] = flight_from_json(json::parse(in).at("entries"));
+      if (in) all[k] = FlightDump::from_json(json::parse(in)).entries;
     }
     const HangDiagnosis d = diagnose_hang(all, s.job.cfg.grad_accum);
     // A mismatch caught by the collective signatures ([Note: collective signatures])

@@ -4,6 +4,7 @@
 // completion), a "copy" lane (offload's device<->host copies) and a device-memory counter. Timestamps are wall-clock microseconds so
 // the ranks line up.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,27 @@
 #include "zero/comm/flight_recorder.h"
 
 namespace zrepro {
+
+// [Note: one trace event type] trace.json follows Chrome's trace event format (what
+// Perfetto and chrome://tracing open): {"traceEvents": [...]}, each event a span ("X",
+// with a duration), a counter ("C") or a lane's name ("M"). Every event is written
+// through TraceEvent::to_json and read back (report.html's swimlanes, run_lanes.h)
+// through from_json. Its args are the format's free-form details; arg_text reads one.
+struct TraceEvent {
+  std::string name, cat;   // cat: compute | comm | copy, "" for counters and names
+  std::string ph = "X";    // X span, C counter, M metadata (process_name, thread_name)
+  double ts_us = 0, dur_us = 0;  // microseconds since the epoch; dur for spans only
+  int pid = 0;                   // the rank
+  std::optional<int> tid;        // the lane; counters have none
+  nlohmann::json args;           // null: none
+  nlohmann::json to_json() const;
+  static TraceEvent from_json(const nlohmann::json& j);  // nlohmann::json::exception on a wrong shape
+  // args[key] as text (a string as itself, a number as written), "" when absent.
+  std::string arg_text(const char* key) const;
+};
+
+// The events of a trace.json (its traceEvents, or a bare list of events).
+std::vector<TraceEvent> trace_events_of(const nlohmann::json& trace);
 
 class TraceRecorder {
  public:

@@ -25,6 +25,22 @@ nlohmann::json FixPrediction::to_json() const {
           {"trainer_args", trainer_args}, {"cost", cost}, {"cost_rank", cost_rank}, {"parts", parts}};
 }
 
+FixPrediction FixPrediction::from_json(const nlohmann::json& j) {
+  FixPrediction f;
+  f.fix = j.at("fix").get<std::string>();
+  f.flags = j.at("flags").get<std::string>();
+  f.fits = j.at("fits").get<bool>();
+  f.peak_bytes = j.at("peak_bytes").get<int64_t>();
+  f.peak_share = j.at("peak_share").get<double>();
+  f.config_patch = j.at("config_patch");
+  f.args = j.at("args").get<std::vector<std::string>>();
+  f.trainer_args = j.at("trainer_args").get<std::string>();
+  f.cost = j.at("cost").get<std::string>();
+  f.cost_rank = j.at("cost_rank").get<int>();
+  f.parts = j.at("parts").get<int>();
+  return f;
+}
+
 namespace {
 
 using json = nlohmann::json;

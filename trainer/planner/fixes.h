@@ -35,6 +35,7 @@ struct FixPrediction {
   int cost_rank = 0;               // cheaper first: 1 (buckets) .. 6 (optimizer offload); a pair: the sum
   int parts = 1;                   // 2: two fixes together (none fitted alone)
   nlohmann::json to_json() const;
+  static FixPrediction from_json(const nlohmann::json& j);  // nlohmann::json::exception on a wrong shape
 };
 
 // The fixes that apply to req (one already in place is left out), planned; those that

@@ -54,6 +54,12 @@ std::vector<FlightEntry> flight_from_json(const json& j) {
   return out;
 }
 
+json FlightDump::to_json() const { return {{"rank", rank}, {"reason", reason}, {"entries", flight_json(entries)}}; }
+
+FlightDump FlightDump::from_json(const json& j) {
+  return {j.at("rank").get<int>(), j.at("reason").get<std::string>(), flight_from_json(j.at("entries"))};
+}
+
 std::string describe_flight_entry(const FlightEntry& e) {
   std::ostringstream os;
   os << coll_op_name(e.op) << "(" << e.dtype << ", in " << e.in_numel << ", out " << e.out_numel << ") ["

@@ -16,6 +16,16 @@ namespace zrepro {
 
 nlohmann::json flight_json(const std::vector<FlightEntry>& entries);
 std::vector<FlightEntry> flight_from_json(const nlohmann::json& j);
+
+// One rank's OUT/flight/rank<r>.json: its flight recorder when the watchdog fired, and why.
+// Written by the hanging rank, read by rank 0's diagnosis and report.html's swimlanes.
+struct FlightDump {
+  int rank = 0;
+  std::string reason;
+  std::vector<FlightEntry> entries;
+  nlohmann::json to_json() const;
+  static FlightDump from_json(const nlohmann::json& j);  // nlohmann::json::exception on a wrong shape
+};
 // "all_gather(BFloat16, in 4096, out 8192) [unshard embed.wte, step 1 micro-step 1, started]"
 std::string describe_flight_entry(const FlightEntry& e);
 

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <map>
 
+#include "trainer/loop/trace.h"
+
 namespace zrepro {
 
 namespace {
@@ -38,28 +40,25 @@ void window(std::vector<Lane>& lanes, double from) {
 }  // namespace
 
 std::vector<Lane> lanes_from_trace(const json& trace, const std::set<int>& failing) {
-  const json events = trace.is_object() ? trace.value("traceEvents", json::array()) : trace;
+  const std::vector<TraceEvent> events = trace_events_of(trace);
   std::map<std::pair<int, int>, std::string> lane_names;  // (pid, tid) -> compute | comm | copy
-  for (const auto& e : events)
-    if (e.value("ph", "") == "M" && e.value("name", "") == "thread_name")
-      lane_names[{e.value("pid", 0), e.value("tid", 0)}] = e["args"].value("name", "");
+  for (const TraceEvent& e : events)
+    if (e.ph == "M" && e.name == "thread_name") lane_names[{e.pid, e.tid.value_or(0)}] = e.arg_text("name");
   std::map<std::pair<int, int>, Lane> by_lane;
   std::vector<double> step_ends;  // rank 0's
-  for (const auto& e : events) {
-    if (e.value("ph", "") != "X") continue;
-    const int pid = e.value("pid", 0), tid = e.value("tid", 0);
-    const std::string lane = lane_names.count({pid, tid}) ? lane_names[{pid, tid}] : "lane " + std::to_string(tid);
-    const std::string name = e.value("name", "");
-    const double t0 = e.value("ts", 0.0) * 1e-6, t1 = t0 + e.value("dur", 0.0) * 1e-6;
-    Lane& l = by_lane[{pid, tid}];
-    l.label = "rank " + std::to_string(pid) + " " + lane;
-    l.highlight = failing.count(pid) > 0;
-    const json args = e.value("args", json());
-    std::string tip = name;
-    if (args.is_object() && args.contains("label")) tip += " " + args["label"].get<std::string>();
-    if (args.is_object() && args.contains("step")) tip += " (step " + args["step"].dump() + ")";
-    l.spans.push_back({t0, t1, name, tip, span_color(lane, name), false});
-    if (pid == 0 && lane == "compute" && name == "step") step_ends.push_back(t1);
+  for (const TraceEvent& e : events) {
+    if (e.ph != "X") continue;
+    const int tid = e.tid.value_or(0);
+    const std::string lane = lane_names.count({e.pid, tid}) ? lane_names[{e.pid, tid}] : "lane " + std::to_string(tid);
+    const double t0 = e.ts_us * 1e-6, t1 = t0 + e.dur_us * 1e-6;
+    Lane& l = by_lane[{e.pid, tid}];
+    l.label = "rank " + std::to_string(e.pid) + " " + lane;
+    l.highlight = failing.count(e.pid) > 0;
+    std::string tip = e.name;
+    if (const std::string label = e.arg_text("label"); !label.empty()) tip += " " + label;
+    if (const std::string step = e.arg_text("step"); !step.empty()) tip += " (step " + step + ")";
+    l.spans.push_back({t0, t1, e.name, tip, span_color(lane, e.name), false});
+    if (e.pid == 0 && lane == "compute" && e.name == "step") step_ends.push_back(t1);
   }
   std::vector<Lane> lanes;
   for (auto& [k, l] : by_lane) lanes.push_back(std::move(l));
@@ -69,24 +68,21 @@ std::vector<Lane> lanes_from_trace(const json& trace, const std::set<int>& faili
   return lanes;
 }
 
-std::vector<Lane> lanes_from_flight(const std::vector<json>& dumps, const std::set<int>& failing) {
+std::vector<Lane> lanes_from_flight(const std::vector<FlightDump>& dumps, const std::set<int>& failing) {
   std::vector<Lane> lanes;
   double latest = 0;
-  for (const json& d : dumps)
-    for (const auto& e : d.value("entries", json::array()))
-      latest = std::max({latest, e.value("t_started", 0.0), e.value("t_completed", 0.0)});
-  for (const json& d : dumps) {
-    const int rank = d.value("rank", 0);
-    Lane l{"rank " + std::to_string(rank) + " comm", {}, failing.count(rank) > 0};
-    for (const auto& e : d.value("entries", json::array())) {
-      const double t0 = e.value("t_started", e.value("t_scheduled", 0.0));
-      if (t0 <= 0) continue;
-      const std::string state = e.value("state", "");
-      const bool open = state != "completed";
-      const double t1 = e.value("t_completed", 0.0) > 0 && state == "completed" ? e["t_completed"].get<double>() : latest;
-      l.spans.push_back({t0, std::max(t0, t1), e.value("op", ""),
-                         "#" + std::to_string(e.value("seq", 0)) + " " + e.value("op", "") + " " + e.value("label", "") +
-                             " (" + state + ")",
+  for (const FlightDump& d : dumps)
+    for (const FlightEntry& e : d.entries) latest = std::max({latest, e.t_started, e.t_completed});
+  for (const FlightDump& d : dumps) {
+    Lane l{"rank " + std::to_string(d.rank) + " comm", {}, failing.count(d.rank) > 0};
+    for (const FlightEntry& e : d.entries) {
+      const double t0 = e.t_started;
+      if (t0 <= 0) continue;  // scheduled, never started
+      const bool open = e.state != FlightEntry::completed;
+      const double t1 = !open && e.t_completed > 0 ? e.t_completed : latest;
+      const std::string op = coll_op_name(e.op);
+      l.spans.push_back({t0, std::max(t0, t1), op,
+                         "#" + std::to_string(e.seq) + " " + op + " " + e.label + " (" + flight_state_name(e.state) + ")",
                          "#ef6c00", open});
     }
     lanes.push_back(std::move(l));
@@ -105,14 +101,14 @@ std::vector<Lane> run_lanes(const std::string& dir, const std::set<int>& failing
       std::ifstream in(trace);
       return lanes_from_trace(json::parse(in), failing);
     }
-    std::vector<json> dumps;
+    std::vector<FlightDump> dumps;
     if (fs::is_directory(dir + "/flight", ec))
       for (const auto& e : fs::directory_iterator(dir + "/flight", ec))
         if (e.path().extension() == ".json") {
           std::ifstream in(e.path());
-          dumps.push_back(json::parse(in));
+          dumps.push_back(FlightDump::from_json(json::parse(in)));
         }
-    std::sort(dumps.begin(), dumps.end(), [](const json& a, const json& b) { return a.value("rank", 0) < b.value("rank", 0); });
+    std::sort(dumps.begin(), dumps.end(), [](const FlightDump& a, const FlightDump& b) { return a.rank < b.rank; });
     return lanes_from_flight(dumps, failing);
   } catch (const json::exception&) {
     return {};  // a trace cut short: the page is drawn without lanes

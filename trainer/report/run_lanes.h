@@ -12,13 +12,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "trainer/report/hang.h"
 #include "trainer/report/svg_chart.h"
 
 namespace zrepro {
 
 // failing: ranks whose lanes are highlighted.
 std::vector<Lane> lanes_from_trace(const nlohmann::json& trace, const std::set<int>& failing);
-std::vector<Lane> lanes_from_flight(const std::vector<nlohmann::json>& dumps, const std::set<int>& failing);
+std::vector<Lane> lanes_from_flight(const std::vector<FlightDump>& dumps, const std::set<int>& failing);
 // The lanes of the run in `dir` (trace.json, else flight/); empty when neither is there
 // or the trace is too large to draw (kMaxTraceBytes).
 std::vector<Lane> run_lanes(const std::string& dir, const std::set<int>& failing);

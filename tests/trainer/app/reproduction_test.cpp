@@ -32,14 +32,23 @@ const json kOomTemplate = json::parse(R"({
 const json kUserConfig = json::parse(R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2,
   "bf16": {"enabled": true}, "zero_optimization": {"stage": 2}})");
 
-// `zrepro plan --json` "fixes", as plan.cpp writes them (FixPrediction::to_json).
-const json kPlan = json::parse(R"({"verdict": "oom", "fixes": [
-  {"fix": "optimizer offload to the host", "fits": true, "peak_share": 0.51, "args": [],
-   "config_patch": {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": true}}}},
-  {"fix": "activation checkpointing", "fits": true, "peak_share": 0.8, "args": ["--activation-checkpointing"],
-   "config_patch": null},
-  {"fix": "ZeRO stage 3", "fits": false, "peak_share": 1.2, "args": [],
-   "config_patch": {"zero_optimization": {"stage": 3}}}]})");
+// What the planner answers for an OOM: its fixes, as plan.cpp writes them (FixPrediction::to_json)
+// and diagnose reads them back (PlanAnswer::from_json).
+zrepro::PlanAnswer oom_plan() {
+  json fixes = json::array();
+  auto fix = [&](const std::string& name, bool fits, double share, json patch, std::vector<std::string> args) {
+    zrepro::FixPrediction f;
+    f.fix = name, f.fits = fits, f.peak_share = share, f.config_patch = std::move(patch), f.args = std::move(args);
+    fixes.push_back(f.to_json());
+  };
+  fix("optimizer offload to the host", true, 0.51,
+      json::parse(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": true}}})"), {});
+  fix("activation checkpointing", true, 0.8, nullptr, {"--activation-checkpointing"});
+  fix("ZeRO stage 3", false, 1.2, json::parse(R"({"zero_optimization": {"stage": 3}})"), {});
+  return zrepro::PlanAnswer::from_json({{"verdict", "oom"}, {"oom_phase", "backward"}, {"peak_bytes", 5},
+                                         {"peak_phase", "backward"}, {"fixes", fixes}});
+}
+const zrepro::PlanAnswer kPlan = oom_plan();
 
 zrepro::JobSetup job(std::optional<std::string> model = "gpt3-6.7b", std::optional<int> ws = 4) {
   return {model, ws, std::string("a100-40gb"), {}};
@@ -77,8 +86,8 @@ TEST(Reproduction, OomRunsTheJobsScaleDownWithThePlannersFittingFixesAsPatchedCo
 }
 
 TEST(Reproduction, OomWithoutAFittingFixTriesTheTwoLowestPeaksAndSaysSo) {
-  json plan = kPlan;
-  for (auto& f : plan["fixes"]) f["fits"] = false;
+  zrepro::PlanAnswer plan = kPlan;
+  for (auto& f : plan.fixes) f.fits = false;
   const auto r = zrepro::build_reproduction(diagnosis("zero-stage", "zero2-params-dont-fit"), "rep", "job.log",
                                             kOomTemplate, kUserConfig, job(), plan);
   EXPECT_EQ(r.fixes.size(), 2u);
@@ -103,7 +112,7 @@ TEST(Reproduction, OomNeedsTheModelAndACapacityButTakesTheLogsCapacity) {
                                           kOomTemplate, kUserConfig, j, kPlan),
                ConfigError)
       << "no capacity given and none in the log";
-  EXPECT_THROW(zrepro::build_reproduction(d, "rep", "job.log", kOomTemplate, kUserConfig, job(), json()), ConfigError)
+  EXPECT_THROW(zrepro::build_reproduction(d, "rep", "job.log", kOomTemplate, kUserConfig, job(), zrepro::PlanAnswer{}), ConfigError)
       << "no plan: no fixes to verify";
 }
 
@@ -115,7 +124,7 @@ TEST(Reproduction, BatchTripleFixSolvesForAccumulationAtTheLogsWorldSize) {
   const json cfg = {{"train_batch_size", 64}, {"train_micro_batch_size_per_gpu", 4}, {"gradient_accumulation_steps", 4}};
   const auto d = diagnosis("config", "mismatched-batch-triple", {{"world_size", 2}});
   zrepro::JobSetup none{std::nullopt, std::nullopt, std::nullopt, {}};
-  const auto r = zrepro::build_reproduction(d, "rep", "job.log", kBatchTemplate, cfg, none, json());
+  const auto r = zrepro::build_reproduction(d, "rep", "job.log", kBatchTemplate, cfg, none, zrepro::PlanAnswer{});
   EXPECT_EQ(r.scenario["ranks"], json({2}));
   ASSERT_EQ(r.fixes.size(), 1u);
   EXPECT_EQ(r.fixes[0].config["gradient_accumulation_steps"], 8);  // 64 = 4 x 8 x 2
@@ -124,24 +133,24 @@ TEST(Reproduction, BatchTripleFixSolvesForAccumulationAtTheLogsWorldSize) {
   // Not divisible: drop train_batch_size and let DeepSpeed derive it.
   json odd = cfg;
   odd["train_batch_size"] = 63;
-  const auto r2 = zrepro::build_reproduction(d, "rep", "job.log", kBatchTemplate, odd, none, json());
+  const auto r2 = zrepro::build_reproduction(d, "rep", "job.log", kBatchTemplate, odd, none, zrepro::PlanAnswer{});
   EXPECT_FALSE(r2.fixes[0].config.contains("train_batch_size"));
 }
 
 TEST(Reproduction, NumericsAndPinningFixesEditTheConfig) {
   json tmpl = kBatchTemplate;
   const json fp16 = {{"fp16", {{"enabled", true}}}, {"train_micro_batch_size_per_gpu", 2}};
-  const auto r = zrepro::build_reproduction(diagnosis("numerics", "fp16-overflow"), "rep", "l", tmpl, fp16, job(), json());
+  const auto r = zrepro::build_reproduction(diagnosis("numerics", "fp16-overflow"), "rep", "l", tmpl, fp16, job(), zrepro::PlanAnswer{});
   EXPECT_FALSE(r.fixes[0].config.contains("fp16"));
   EXPECT_EQ(r.fixes[0].config["bf16"]["enabled"], true);
 
   const json pinned = {{"zero_optimization", {{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}, {"pin_memory", true}}}}}};
-  const auto p = zrepro::build_reproduction(diagnosis("pinned-memory", "memlock-limit"), "rep", "l", tmpl, pinned, job(), json());
+  const auto p = zrepro::build_reproduction(diagnosis("pinned-memory", "memlock-limit"), "rep", "l", tmpl, pinned, job(), zrepro::PlanAnswer{});
   EXPECT_EQ(p.fixes[0].config["zero_optimization"]["offload_optimizer"]["pin_memory"], false);
   EXPECT_FALSE(p.fixes[0].config["zero_optimization"].contains("offload_param")) << "only the sections present";
   // No offload section: nothing in the config to change, and the template's fix is another config.
   EXPECT_THROW(zrepro::build_reproduction(diagnosis("pinned-memory", "memlock-limit"), "rep", "l", tmpl,
-                                          json{{"zero_optimization", {{"stage", 2}}}}, job(), json()),
+                                          json{{"zero_optimization", {{"stage", 2}}}}, job(), zrepro::PlanAnswer{}),
                ConfigError);
 }
 
@@ -150,7 +159,7 @@ TEST(Reproduction, ACauseOutsideTheConfigKeepsTheCataloguesInjectionAndFixFlags)
     "a": {"config": "ds_config.json", "args": ["--inject", "gas-mismatch:1"]}, "b": {"config": "ds_config.json", "args": []},
     "args": ["--steps", "3", "--comm-timeout", "3"], "ranks": [2]})");
   const auto r = zrepro::build_reproduction(diagnosis("communication", "mismatched-collectives"), "rep", "l", tmpl,
-                                            kUserConfig, job(std::nullopt, 2), json());
+                                            kUserConfig, job(std::nullopt, 2), zrepro::PlanAnswer{});
   EXPECT_EQ(r.scenario["a"]["args"], json({"--inject", "gas-mismatch:1"}));
   ASSERT_EQ(r.fixes.size(), 1u);
   EXPECT_EQ(r.fixes[0].config, kUserConfig);

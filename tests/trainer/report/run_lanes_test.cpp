@@ -3,6 +3,7 @@
 // highlighted.
 #include <gtest/gtest.h>
 
+#include "trainer/loop/trace.h"
 #include "trainer/report/run_lanes.h"
 
 using namespace zrepro;
@@ -38,13 +39,18 @@ TEST(RunLanes, TheTraceIsWindowedToTheLastTwoSteps) {
 }
 
 TEST(RunLanes, AHangsFlightDumpsShowTheCollectiveThatNeverCompleted) {
-  auto entry = [](int seq, const std::string& state, double t0, double t1) {
-    return json{{"seq", seq}, {"op", "all_reduce"}, {"label", "bucket"}, {"state", state}, {"t_started", t0},
-                {"t_completed", t1}};
+  auto entry = [](int seq, FlightEntry::State state, double t0, double t1) {
+    FlightEntry e;
+    e.seq = seq, e.op = CollOp::all_reduce, e.label = "bucket", e.state = state, e.t_started = t0, e.t_completed = t1;
+    return e;
   };
-  const std::vector<json> dumps = {
-      {{"rank", 0}, {"entries", {entry(0, "completed", 100.0, 100.5), entry(1, "failed", 101.0, 0.0)}}},
-      {{"rank", 1}, {"entries", {entry(0, "completed", 100.0, 100.5), entry(1, "completed", 100.6, 102.0)}}}};
+  // Written and read as the ranks write them (FlightDump's to_json and from_json).
+  std::vector<FlightDump> dumps;
+  for (const FlightDump& d :
+       {FlightDump{0, "timeout", {entry(0, FlightEntry::completed, 100.0, 100.5), entry(1, FlightEntry::failed, 101.0, 0.0)}},
+        FlightDump{1, "timeout",
+                   {entry(0, FlightEntry::completed, 100.0, 100.5), entry(1, FlightEntry::completed, 100.6, 102.0)}}})
+    dumps.push_back(FlightDump::from_json(json::parse(d.to_json().dump())));
   const std::vector<Lane> lanes = lanes_from_flight(dumps, {0});
   ASSERT_EQ(lanes.size(), 2u);
   EXPECT_TRUE(lanes[0].highlight);
@@ -53,4 +59,28 @@ TEST(RunLanes, AHangsFlightDumpsShowTheCollectiveThatNeverCompleted) {
   EXPECT_EQ(lanes[0].spans[1].t1, 102.0) << "drawn to the latest activity";
   EXPECT_FALSE(lanes[1].spans[1].open);
   EXPECT_TRUE(run_lanes("/nonexistent-dir", {}).empty());
+}
+
+// [Note: one trace event type]: what TraceRecorder writes is what the swimlanes read back.
+TEST(RunLanes, TheRecordersEventsReadBackAsTheyWereWritten) {
+  TraceRecorder r0(0);
+  r0.span("forward", 100.0, 100.5, json{{"step", 3}});
+  r0.memory(100.2, 7, 9);
+  FlightEntry c;
+  c.op = CollOp::all_gather, c.state = FlightEntry::completed, c.t_started = 100.1, c.t_completed = 100.3,
+  c.label = "unshard h.0";
+  r0.add_collectives({c});
+  const json trace = merge_traces({r0.events()});
+  const std::vector<TraceEvent> back = trace_events_of(trace);
+  ASSERT_EQ(back.size(), trace["traceEvents"].size());
+  for (size_t i = 0; i < back.size(); ++i) EXPECT_EQ(back[i].to_json(), trace["traceEvents"][i]) << i;
+  EXPECT_EQ(back[4].ph, "X");
+  EXPECT_EQ(back[4].arg_text("step"), "3");
+  EXPECT_FALSE(back[5].tid.has_value()) << "a counter has no lane";
+  const std::vector<Lane> lanes = lanes_from_trace(trace, {});
+  ASSERT_EQ(lanes.size(), 2u);
+  EXPECT_EQ(lanes[0].label, "rank 0 compute");
+  EXPECT_EQ(lanes[0].spans[0].tooltip, "forward (step 3)");
+  EXPECT_EQ(lanes[1].label, "rank 0 comm");
+  EXPECT_EQ(lanes[1].spans[0].tooltip, "all_gather unshard h.0 (step -1)");
 }
