@@ -70,16 +70,15 @@ bool wait_for(const std::function<bool()>& ready, double seconds) {
                            : "[zrepro] Watchdog caught collective operation timeout: ")
               << reason << "\n"
               << "[zrepro] hang diagnosis: " << d.text << std::endl;
-    json report{{"reason", reason}, {"timeout_s", timeout}, {"diagnosis", d.to_json()}};
+    const HangReport report{reason, timeout, d, s.config_mismatch};
     std::string configs;  // the ranks' differing config keys, if any: the likely cause
     for (const auto& line : s.config_mismatch) configs += (configs.empty() ? "" : "; ") + line;
     if (!configs.empty()) {
-      report["config_mismatch"] = s.config_mismatch;
       std::cerr << "[zrepro] the ranks ran different configs: " << configs << std::endl;
     }
     if (!out.empty()) {
       try {
-        write_file_atomic(out + "/hang_report.json", report.dump(2));
+        write_file_atomic(out + "/hang_report.json", report.to_json().dump(2));
       } catch (const std::exception& e) {
         std::cerr << "[zrepro] could not write hang_report.json: " << e.what() << std::endl;
       }

@@ -110,6 +110,21 @@ HangDiagnosis HangDiagnosis::from_json(const json& j) {
   return d;
 }
 
+json HangReport::to_json() const {
+  json j{{"reason", reason}, {"timeout_s", timeout_s}, {"diagnosis", diagnosis.to_json()}};
+  if (!config_mismatch.empty()) j["config_mismatch"] = config_mismatch;
+  return j;
+}
+
+HangReport HangReport::from_json(const json& j) {
+  HangReport r;
+  r.reason = j.at("reason").get<std::string>();
+  r.timeout_s = j.at("timeout_s").get<double>();
+  r.diagnosis = HangDiagnosis::from_json(j.at("diagnosis"));
+  if (j.contains("config_mismatch")) r.config_mismatch = j.at("config_mismatch").get<std::vector<std::string>>();
+  return r;
+}
+
 namespace {
 
 

@@ -62,6 +62,17 @@ struct HangDiagnosis {
   static HangDiagnosis from_json(const nlohmann::json& j);
 };
 
+// OUT/hang_report.json, rank 0's when the watchdog fired: why, after how long, the
+// diagnosis, and the keys where the ranks' effective configs differ (the likely cause).
+struct HangReport {
+  std::string reason;
+  double timeout_s = 0;
+  HangDiagnosis diagnosis;
+  std::vector<std::string> config_mismatch;  // absent in the file when the ranks agree
+  nlohmann::json to_json() const;
+  static HangReport from_json(const nlohmann::json& j);  // nlohmann::json::exception on a wrong shape
+};
+
 // A failure's hang diagnosis (summary.json failure.hang: a failure record's own fields, the
 // kind's details), nullopt when it has none.
 std::optional<HangDiagnosis> hang_in(const nlohmann::json& failure_details);

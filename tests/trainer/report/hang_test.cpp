@@ -38,6 +38,14 @@ TEST(HangDiagnosis, NamesTheRankThatIssuedADifferentCollective) {
   // Two ranks: a tie, broken by the collective from a micro-step the config does not have.
   std::vector<std::vector<FlightEntry>> two = {ranks[0], ranks[2]};
   EXPECT_EQ(diagnose_hang(two, 1).culprits, std::vector<int>{1});
+  // hang_report.json reads back as rank 0 wrote it, the differing config keys with it.
+  const HangReport report{"timeout", 20, d, {"rank 1: gradient_accumulation_steps=2, others 1"}};
+  const HangReport back = HangReport::from_json(nlohmann::json::parse(report.to_json().dump()));
+  EXPECT_EQ(back.to_json(), report.to_json());
+  EXPECT_EQ(back.diagnosis.culprits, std::vector<int>{2});
+  EXPECT_EQ(back.config_mismatch, report.config_mismatch);
+  const HangReport agreeing{"timeout", 20, d, {}};
+  EXPECT_FALSE(agreeing.to_json().contains("config_mismatch")) << "absent when the ranks agree";
 }
 
 TEST(HangDiagnosis, MissingAndStuckRanks) {
