@@ -250,7 +250,7 @@ int ab_command(int argc, char** argv) {
       const AbRequest q = ab_request_from(r);
       out_dir = q.out;
       return with_out_dir(q.out, "zrepro ab", [&] { return run_ab(q); });
-    }, side_flag_help);
+    }, side_flag_help, Words::the_command_reads_them);
   } catch (const Interrupted& e) {
     return ab_interrupted(out_dir, e);
   }

@@ -426,7 +426,7 @@ int bisect_command(int argc, char** argv) {
       b.runner = std::make_unique<ReleaseRunner>(paths, torch, b.out);
       return bisect_releases(b, releases, user);
     });
-  });
+  }, nullptr, Words::the_command_reads_them);
 }
 
 }  // namespace zrepro

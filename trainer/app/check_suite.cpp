@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "device/base/errors.h"
+#include "device/base/utf8.h"
 #include "trainer/app/check.h"
 #include "trainer/app/cli.h"
 #include "trainer/config/user_file.h"
@@ -97,7 +98,12 @@ JUnitCase run_case(const SuiteCase& c, bool save, const std::string& work, const
   return out;
 }
 
-std::string xml_escaped(const std::string& s) {
+// Valid UTF-8 (a name's other bytes become U+FFFD, as do U+FFFE and U+FFFF: XML 1.0 allows
+// no others), escaped.
+std::string xml_escaped(const std::string& raw) {
+  std::string s = valid_utf8(raw);
+  for (const char* never : {"\xEF\xBF\xBE", "\xEF\xBF\xBF"})
+    for (size_t at = s.find(never); at != std::string::npos; at = s.find(never, at)) s.replace(at, 3, "\xEF\xBF\xBD");
   std::string o;
   for (const char ch : s) {
     switch (ch) {

@@ -150,12 +150,25 @@ std::string require_config(const std::optional<std::string>& path) {
 
 std::string require_config(const cxxopts::ParseResult& r) { return require_config(opt<std::string>(r, "config")); }
 
+int64_t steps_from(const cxxopts::ParseResult& r) {
+  const int64_t steps = r["steps"].as<int64_t>();
+  if (steps <= 0) throw ConfigError("--steps: must be > 0, got " + std::to_string(steps));
+  return steps;
+}
+
+std::optional<int64_t> save_every_from(const cxxopts::ParseResult& r) {
+  if (!r.count("save-every")) return std::nullopt;
+  const int64_t every = r["save-every"].as<int64_t>();
+  if (every <= 0) throw ConfigError("--save-every: got " + std::to_string(every) + ", expected a step count >= 1");
+  return every;
+}
+
 // Parses argv, turning cxxopts errors into ConfigError (exit 2).
 int command_main(cxxopts::Options& o, int argc, char** argv,
                  const std::function<int(const cxxopts::ParseResult&)>& body,
-                 const std::function<std::string(std::string)>& help_text) {
+                 const std::function<std::string(std::string)>& help_text, Words words) {
   try {
-    const cxxopts::ParseResult r = parse(o, argc, argv);
+    const cxxopts::ParseResult r = parse(o, argc, argv, words);
     if (r.count("help")) {
       std::cout << (help_text ? help_text(o.help()) : o.help()) << std::endl;
       return kExitOk;
@@ -167,9 +180,20 @@ int command_main(cxxopts::Options& o, int argc, char** argv,
   }
 }
 
-cxxopts::ParseResult parse(cxxopts::Options& o, int argc, char** argv) {
+namespace cli_words {
+
+cxxopts::ParseResult refuse_stray(const cxxopts::Options& o, cxxopts::ParseResult r, Words words) {
+  if (words == Words::refused && !r.unmatched().empty() && !r.count("help"))
+    throw ConfigError(o.program() + ": \"" + r.unmatched().front() + "\" is not an option (options start with --; a "
+                      "flag's value is given once); " + o.program() + " --help lists them");
+  return r;
+}
+
+}  // namespace cli_words
+
+cxxopts::ParseResult parse(cxxopts::Options& o, int argc, char** argv, Words words) {
   try {
-    return o.parse(argc, argv);
+    return cli_words::refuse_stray(o, o.parse(argc, argv), words);
   } catch (const cxxopts::exceptions::incorrect_argument_type& e) {
     // cxxopts names the bad value only (for a list, the bad element): find the flag
     // it was given to.
@@ -307,12 +331,12 @@ int config_command(int argc, char** argv) {
       const auto v = r["diff-versions"].as<std::vector<std::string>>();
       if (v.size() != 2) throw ConfigError("--diff-versions: expected two releases, e.g. --diff-versions 0.19.4,0.19.5");
       const nlohmann::json d = diff_config_versions(
-          require_config(r), flags_from(r, model, r["world-size"].as<int>(), r["steps"].as<int64_t>()), v[0], v[1]);
+          require_config(r), flags_from(r, model, r["world-size"].as<int>(), steps_from(r)), v[0], v[1]);
       std::cout << (r.count("json") ? json_text(d) + "\n" : format_version_diff(d));
       return kExitOk;
     }
     DsConfig cfg = load_job_config(opt<std::string>(r, "config"), flags_from(r, model, r["world-size"].as<int>(),
-                                                               r["steps"].as<int64_t>()));
+                                                               steps_from(r)));
     if (r.count("json"))
       std::cout << json_text(cfg.effective_json()) << std::endl;
     else

@@ -47,9 +47,19 @@ std::optional<TrainingArgs> training_args_from(const cxxopts::ParseResult& r);
 ModelSpec model_from(const cxxopts::ParseResult& r);
 ConfigFlags flags_from(const cxxopts::ParseResult& r, const ModelSpec& m, int world_size, int64_t steps);
 std::string require_config(const cxxopts::ParseResult& r);
+// --steps (> 0) and --save-every (a step count >= 1, nullopt when not given), read alike by
+// run and plan ([Note: plan and run refuse alike], trainer/config/job_spec.h).
+int64_t steps_from(const cxxopts::ParseResult& r);
+std::optional<int64_t> save_every_from(const cxxopts::ParseResult& r);
 std::string require_config(const std::optional<std::string>& path);  // --config, or the error naming it
+// [Note: a stray word is refused] A word that is no option and no value (a flag's value
+// given twice, an option typed without --, a second LOG) is refused naming it, exit 2, never
+// ignored. A command that reads such words itself (ab's, bisect's and verify's flags for
+// the runs, diagnose's LOG, scenario's NAME, run's own check) says so with
+// Words::the_command_reads_them.
+enum class Words { refused, the_command_reads_them };
 // Parses argv; cxxopts errors become ConfigError naming the flag (exit 2).
-cxxopts::ParseResult parse(cxxopts::Options& o, int argc, char** argv);
+cxxopts::ParseResult parse(cxxopts::Options& o, int argc, char** argv, Words words = Words::refused);
 // [Note: one command prologue] Every command's start: its options parsed from argv,
 // --help printing them (exit 0), and a ConfigError from parsing or from `body` said as
 // "[<program>] error: MESSAGE" (exit 2). body returns the command's exit code; other
@@ -57,7 +67,7 @@ cxxopts::ParseResult parse(cxxopts::Options& o, int argc, char** argv);
 // help_text, when given, rewrites --help's text (ab spells its --a-config as --a).
 int command_main(cxxopts::Options& o, int argc, char** argv,
                  const std::function<int(const cxxopts::ParseResult&)>& body,
-                 const std::function<std::string(std::string)>& help_text = nullptr);
+                 const std::function<std::string(std::string)>& help_text = nullptr, Words words = Words::refused);
 std::string fmt(double v, int prec = 4);
 // SIZE: plain bytes or a number with a unit: K/KiB/M/MiB/G/GiB/T/TiB (powers of 1024)
 // or KB/MB/GB/TB (powers of 1000), e.g. 512MiB, 2GiB, 80GB. Throws ConfigError naming flag.

@@ -333,7 +333,8 @@ int diagnose(const cxxopts::Options& o, const cxxopts::ParseResult& r) {
 
 int diagnose_command(int argc, char** argv) {
   cxxopts::Options o = diagnose_options();
-  return command_main(o, argc, argv, [&](const cxxopts::ParseResult& r) { return diagnose(o, r); });
+  return command_main(o, argc, argv, [&](const cxxopts::ParseResult& r) { return diagnose(o, r); }, nullptr,
+                      Words::the_command_reads_them);
 }
 
 }  // namespace zrepro

@@ -51,14 +51,15 @@ JobSpec plan_request_from(const cxxopts::ParseResult& r) {
                         "--world-size " + std::to_string(req.world_size) + " (nodes x GPUs per node = world size)");
   }
   req.model = model_from(r);
-  req.cfg = load_job_config(opt<std::string>(r, "config"), flags_from(r, req.model, req.world_size, r["steps"].as<int64_t>()));
+  req.cfg = load_job_config(opt<std::string>(r, "config"), flags_from(r, req.model, req.world_size, steps_from(r)));
   if (r.count("device-memory")) req.device_capacity = parse_device_memory("--device-memory", r["device-memory"].as<std::string>());
   req.activation_checkpointing = checkpointing_from(r);
-  req.saves_checkpoints = r.count("save-every") > 0;
+  req.saves_checkpoints = save_every_from(r).has_value();
   req.resumes = r.count("resume") > 0;
   const std::string device = r["device"].as<std::string>();
   if (device != "cpu" && device != "cuda") throw ConfigError("--device: got \"" + device + "\", expected cpu or cuda");
   req.cpu_device = device == "cpu";
+  check_job(req);  // [Note: plan and run refuse alike]
   return req;
 }
 

@@ -109,13 +109,7 @@ static void resolve_config(RunState& s) {
                       "untied LM head, Hugging Face's LlamaForCausalLM and a 4.x-layout Mixtral, with eager attention; got " +
                       std::string(family_name(em.family)) + " (" + em.model_type + ")" + (em.tied ? ", tied" : "") + ", " +
                       attention_name(em.attention) + " (use --model tiny, small, tiny-llama or tiny-mixtral)");
-  // LibTorch indexes some kernels with 32 bits: a micro-batch past that is refused here,
-  // not left to fail inside a kernel.
-  if (s.job.cfg.micro_batch > std::numeric_limits<int32_t>::max() / std::max<int64_t>(s.job.model.seq + 1, 1))
-    throw ConfigError("train_micro_batch_size_per_gpu: got " + std::to_string(s.job.cfg.micro_batch) + " with sequence " +
-                      std::to_string(s.job.model.seq) + ": more than 2^31 tokens per micro-batch, past what one device "
-                      "step can index; use a micro-batch of at most " +
-                      std::to_string(std::numeric_limits<int32_t>::max() / (s.job.model.seq + 1)));
+  check_job(s.job);  // [Note: plan and run refuse alike]
   if (spec.train.dynamic_seq_min > s.job.model.seq)
     throw ConfigError("--dynamic-seq: got " + std::to_string(spec.train.dynamic_seq_min) + ", expected 1.." +
                       std::to_string(s.job.model.seq) + " (the model's sequence length)");

@@ -344,9 +344,7 @@ void parse_checkpoint_flags(const cxxopts::ParseResult& r, RunSpec& s) {
     throw ConfigError(r.count("save-every") ? "--save-every: needs --save-dir DIR (where the checkpoints go)"
                                             : "--save-dir: needs --save-every N (after every N-th step)");
   if (r.count("save-every")) {
-    s.train.save_every = r["save-every"].as<int64_t>();
-    if (s.train.save_every <= 0)
-      throw ConfigError("--save-every: got " + std::to_string(s.train.save_every) + ", expected a step count >= 1");
+    s.train.save_every = *save_every_from(r);
     s.train.save_dir = r["save-dir"].as<std::string>();
     if (s.train.save_dir.empty()) throw ConfigError("--save-dir: got \"\", expected a folder");
     s.job.saves_checkpoints = true;
@@ -416,8 +414,7 @@ void parse_loss_normalization_flags(const cxxopts::ParseResult& r, RunSpec& s) {
 // The training loop's own flags: device, steps, seed, threads, checks, what it exports.
 void parse_loop_flags(const cxxopts::ParseResult& r, RunSpec& s) {
   s.device = r["device"].as<std::string>();
-  s.train.steps = r["steps"].as<int64_t>();
-  if (s.train.steps <= 0) throw ConfigError("--steps: must be > 0, got " + std::to_string(s.train.steps));
+  s.train.steps = steps_from(r);
   s.train.seed = r["seed"].as<uint64_t>();
   s.train.verify_replicas = r.count("verify-replicas") > 0;
   s.job.activation_checkpointing = checkpointing_from(r);
@@ -441,7 +438,7 @@ void parse_loop_flags(const cxxopts::ParseResult& r, RunSpec& s) {
 
 void parse_run_spec(int argc, char** argv, RunSpec& s) {
   cxxopts::Options o = run_options();
-  auto r = parse(o, argc, argv);
+  auto r = parse(o, argc, argv, Words::the_command_reads_them);
   if (r.count("help")) {
     s.help = true;
     s.help_text = o.help();

@@ -264,6 +264,10 @@ int scenario_command(int argc, char** argv) {
     const std::string dir = scenarios_dir(opt<std::string>(r, "dir"));
     const std::string action = r["action"].as<std::string>();
     if (action == "list") {
+      if (r.count("name") || !r.unmatched().empty())
+        throw ConfigError("zrepro scenario list: takes no name, got \"" +
+                          (r.count("name") ? r["name"].as<std::string>() : r.unmatched().front()) +
+                          "\" (zrepro scenario run NAME runs one)");
       for (const auto& n : names(dir))
         std::cout << n << ": " << load_scenario(dir + "/" + n + "/scenario.json")["symptom"].get<std::string>() << "\n";
       return kExitOk;
@@ -282,7 +286,7 @@ int scenario_command(int argc, char** argv) {
       if (r.count(f)) ab_flags.push_back(std::string("--") + f);
     return run_scenario(dir, name, opt<std::string>(r, "ranks"),
                         r.count("out") ? r["out"].as<std::string>() : "scenario_out/" + name, ab_flags);
-  });
+  }, nullptr, Words::the_command_reads_them);
 }
 
 }  // namespace zrepro

@@ -221,7 +221,7 @@ int verify_command(int argc, char** argv) {
                 << std::endl;
       return all ? kExitOk : kExitVerifyFailed;
     });
-  });
+  }, nullptr, Words::the_command_reads_them);
 }
 
 }  // namespace zrepro

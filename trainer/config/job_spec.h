@@ -57,4 +57,11 @@ struct JobSpec {
   bool binds_on_reserved() const { return !cpu_device || emulated_caching_allocator; }
 };
 
+// [Note: plan and run refuse alike] What `zrepro run` refuses in a job, `zrepro plan` refuses
+// too (a plan of a job that cannot start is no answer): a micro-batch of more tokens than
+// one device step can index (LibTorch indexes some kernels with 32 bits), leaf module
+// classes that name no module of the model (DeepSpeed's set_z3_leaf_modules raises).
+// ConfigError naming the key or flag, the value and the fix.
+void check_job(const JobSpec& job);
+
 }  // namespace zrepro

@@ -83,28 +83,68 @@ std::string moe_block_module(const ModelSpec& m, int64_t b) {
   return "model.layers." + std::to_string(b) + (mixtral(m) ? ".block_sparse_moe" : ".mlp");
 }
 
-// set_z3_leaf_modules(model, classes) raises ValueError when no module of the model is
-// of any of the classes (deepspeed/utils/z3_leaf_module.py, raise_if_not_found): the
-// script dies before training, so the run refuses.
-static void check_api_classes(const ModelSpec& m, const ZeroConfig::LeafModules& leaf) {
-  const auto& api = leaf.api_classes;
-  if (api.empty()) return;
+namespace leaf_classes {
+
+// A dense model's module classes, short and module-qualified: its Hugging Face family's
+// (transformers.models.<type>.modeling_<type>) and the torch.nn modules inside them.
+std::vector<std::string> dense_module_classes(const ModelSpec& m) {
+  const bool gpt2 = m.model_type == "gpt2";
+  const std::string p = gpt2                        ? "GPT2"
+                        : m.model_type == "qwen2"   ? "Qwen2"
+                        : m.model_type == "mistral" ? "Mistral"
+                                                    : "Llama";
+  std::vector<std::string> family =
+      gpt2 ? std::vector<std::string>{"GPT2Block", "GPT2MLP", "GPT2Attention", "GPT2Model", "GPT2LMHeadModel"}
+           : std::vector<std::string>{p + "DecoderLayer", p + "MLP",   p + "Attention",
+                                      p + "RMSNorm",      p + "Model", p + "ForCausalLM", p + "RotaryEmbedding"};
+  std::vector<std::string> out;
+  for (const auto& c : family) out.push_back(c), out.push_back(hf_module(m) + c);
+  for (const char* c : {"torch.nn.modules.linear.Linear", "torch.nn.modules.sparse.Embedding",
+                        "torch.nn.modules.container.ModuleList", "torch.nn.modules.dropout.Dropout",
+                        gpt2 ? "torch.nn.modules.normalization.LayerNorm" : "torch.nn.modules.activation.SiLU"}) {
+    const std::string q = c;
+    out.push_back(q), out.push_back(q.substr(q.rfind('.') + 1));
+  }
+  if (gpt2) out.push_back("Conv1D"), out.push_back("transformers.pytorch_utils.Conv1D");
+  return out;
+}
+
+bool has_class(const ModelSpec& m, const std::string& c) {
+  if (!m.moe()) {
+    const auto dense = dense_module_classes(m);
+    return std::find(dense.begin(), dense.end(), c) != dense.end();
+  }
   for (int64_t b = 0; b < m.layers; ++b)
     for (const Holder& h : holders(m, b))
-      for (const auto& c : api)
-        if (c == h.cls || c == h.qualified) return;
+      if (c == h.cls || c == h.qualified) return true;
+  return false;
+}
+
+}  // namespace leaf_classes
+
+// Only the classes the script names (set_z3_leaf_modules, --z3-leaf-modules) raise: the
+// config's leaf_module entries that match nothing are warned about (unmatched_entries).
+void check_leaf_module_classes(const ModelSpec& m, const ZeroConfig& z) {
+  const auto& api = z.leaf_module.api_classes;
+  if (api.empty()) return;
+  for (const auto& c : api)
+    if (leaf_classes::has_class(m, c)) return;
   std::string list;
   for (const auto& c : api) list += (list.empty() ? "'" : ", '") + c + "'";
+  const std::string expected =
+      m.moe() ? "the MoE block's class, " + moe_block_class(m) + " (or " + moe_block_qualified_class(m) +
+                    "), or its decoder layer's"
+              : "a module class of this dense model, e.g. " + leaf_classes::dense_module_classes(m).front() +
+                    " (a leaf module matters for MoE experts; a dense model needs none)";
   throw ConfigError("--z3-leaf-modules: none of the classes [" + list + "] is a module of " + m.name +
                     " (DeepSpeed's set_z3_leaf_modules raises \"ValueError: No modules of type [" + list +
-                    "] found in model\" here); expected the MoE block's class, " + moe_block_class(m) + " (or " +
-                    moe_block_qualified_class(m) + "), or its decoder layer's");
+                    "] found in model\" here); expected " + expected);
 }
 
 ExpertFetch expert_fetch(const ModelSpec& m, const ZeroConfig& z) {
   ExpertFetch f;
   if (!m.moe()) return f;
-  check_api_classes(m, z.leaf_module);
+  check_leaf_module_classes(m, z);
   f.unmatched = unmatched_entries(m, z.leaf_module);
   if (!StagePolicy{z.stage}.shard_params()) {
     f.why = "with their block: ZeRO stage " + std::to_string(z.stage) + " keeps whole parameters on every rank and "

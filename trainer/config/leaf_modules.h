@@ -41,6 +41,13 @@ ExpertFetch expert_fetch(const ModelSpec& m, const ZeroConfig& z);
 // m with expert_groups as expert_fetch decides (m itself for a dense model).
 ModelSpec with_expert_fetch(const ModelSpec& m, const ZeroConfig& z);
 
+// set_z3_leaf_modules(model, classes) raises ValueError when no module of the model is of
+// any of the classes (deepspeed/utils/z3_leaf_module.py): the script dies before training,
+// so run and plan refuse, naming the classes the model has. A dense model's modules are
+// its Hugging Face family's (LlamaDecoderLayer, LlamaMLP, ..., GPT2Block, ...) and
+// torch.nn's; a MoE model's, those that hold its experts.
+void check_leaf_module_classes(const ModelSpec& m, const ZeroConfig& z);
+
 // --z3-leaf-modules "A,B": the classes set_z3_leaf_modules would be given, added to the
 // config's (DeepSpeed's API adds to what the config flagged).
 void add_leaf_classes(ZeroConfig& z, const std::string& flag_value);

@@ -7,20 +7,11 @@
 #include <optional>
 #include <stdexcept>
 
+#include "device/base/utf8.h"
+
 namespace zrepro {
 
 namespace {
-
-// The length of the valid UTF-8 sequence at text[i] (0: none).
-size_t utf8_length(const std::string& text, size_t i) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char c = b(i);
-  const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-  if (n == 0 || i + n > text.size()) return 0;
-  for (size_t k = 1; k < n; ++k)
-    if ((b(i + k) & 0xC0) != 0x80) return 0;
-  return n;
-}
 
 void append_utf8(std::string& out, uint32_t cp) {
   if (cp < 0x80) {

@@ -132,7 +132,14 @@ void trajectory_rows(CheckResult& r, const Baseline& base, const Baseline& now, 
 // measured (a loaded machine's steps and kernel timings scatter more); advisory unless gated.
 void time_rows(CheckResult& r, const Baseline& base, const Baseline& now, const CheckTolerances& tol) {
   const BaselineTime &a = base.time, &b = now.time;
-  if (a.ratio <= 0 || b.ratio <= 0) return;
+  if (a.ratio <= 0 || b.ratio <= 0) {  // under --time-gate a time not measured is no pass
+    if (tol.time_gate)
+      r.rows.push_back({"step time / calibration", a.ratio, b.ratio, "measured on both sides", false,
+                        std::string("--time-gate: the step time was not measured ") +
+                            (a.ratio <= 0 ? "in the baseline" : "in this run") + ", so it cannot be judged",
+                        RowKind::figure, ""});
+    return;
+  }
   const double allowed = std::max(tol.time_ratio, 1 + 2 * (a.spread + b.spread));
   const bool within = b.ratio <= allowed * a.ratio;
   const std::string basis = "calibration " + fmt(b.calibration_s) + " s now (" + b.source + "), " + fmt(a.calibration_s) +
@@ -382,7 +389,11 @@ struct BaselineShape {
     memory(b);
     map_of(b, "", "comm_bytes_per_step", &json::is_number, "bytes", false);
     const json& time = need(b, "", "time", &json::is_object, "an object with step_s_median, calibration_s and ratio");
-    for (const char* k : {"step_s_median", "calibration_s", "ratio"}) need(time, "time.", k, &json::is_number, "seconds");
+    for (const char* k : {"step_s_median", "calibration_s", "ratio"})
+      if (need(time, "time.", k, &json::is_number, "seconds").get<double>() < 0)  // a negative ratio skipped --time-gate
+        refuse(std::string("time.") + k, time[k], "a time or ratio >= 0 (0: not measured)");
+    if (time.contains("spread") && !time["spread"].is_null() && (!time["spread"].is_number() || time["spread"].get<double>() < 0))
+      refuse("time.spread", time["spread"], "a relative spread >= 0");
     optional_parts(b);
     scalars(b);
   }

@@ -516,6 +516,34 @@ TEST(Cli, StrayWordsPathsAndRangesAreRefusedWithTheirReason) {
   EXPECT_NE(r.output.find("from 1 byte to 1 PiB"), std::string::npos) << r.output;
 }
 
+// Issue 61 item 8: a stray word is refused by every command ([Note: a stray word is
+// refused]), and plan refuses what run refuses ([Note: plan and run refuse alike]): a step
+// count or save interval below 1, a micro-batch past what a device step indexes, leaf
+// module classes that name no module of a dense model (DeepSpeed raises there too).
+TEST(Cli, EveryCommandRefusesAStrayWordAndPlanRefusesWhatRunRefuses) {
+  const std::string out = tmpdir("stray_all");
+  const std::string cfg = write(out, R"({"train_micro_batch_size_per_gpu": 2})");
+  for (const std::string& c : std::vector<std::string>{"plan --config " + cfg, "check --suite " + out,
+                              "config --config " + cfg, "env", "doctor --config " + cfg, "scenario list",
+                              "bench copy --sizes 1K"}) {
+    const Result r = cli(c + " stray");
+    EXPECT_EQ(r.code, 2) << c << "\n" << r.output;
+    EXPECT_NE(r.output.find("\"stray\""), std::string::npos) << c << "\n" << r.output;
+  }
+  for (const auto& [flags, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--steps 0", "--steps: must be > 0"},
+           {"--save-every 0", "--save-every: got 0"},
+           {"--micro-batch 100000000000", "more than 2^31 tokens per micro-batch"},
+           {"--z3-leaf-modules NoSuchBlock", "none of the classes ['NoSuchBlock'] is a module of tiny"}}) {
+    for (const std::string& cmd : std::vector<std::string>{"plan", "run --out " + out + "/o"}) {
+      const Result r = cli(cmd + " --config " + cfg + " " + flags + (cmd != "plan" && flags.rfind("--save-every", 0) == 0 ? " --save-dir " + out + "/c" : ""));
+      EXPECT_EQ(r.code, 2) << cmd << " " << flags << "\n" << r.output;
+      EXPECT_NE(r.output.find(says), std::string::npos) << cmd << " " << flags << "\n" << r.output;
+    }
+  }
+  EXPECT_EQ(cli("plan --config " + cfg + " --z3-leaf-modules GPT2Block").code, 0) << "a module the model has";
+}
+
 // Issue 14: SIGINT / SIGTERM stop the run at the next step boundary with a summary
 // (status interrupted, the steps done), report.html and metrics.jsonl; exit 130 / 143.
 // The signal goes only once the run logs a step: a background job of a non-interactive

@@ -157,6 +157,18 @@ TEST(Baseline, StepTimeIsTheRunsOwnRatioWithASpreadDerivedTolerance) {
   EXPECT_TRUE(time_ok(140, 0.1)) << "1.4x < 1.5x";
   EXPECT_FALSE(time_ok(160, 0.1)) << "1.6x > max(1.5, 1 + 2 x 0.2)";
   EXPECT_TRUE(time_ok(160, 0.5)) << "a spread of 0.6 allows 2.2x";
+  // Issue 61 item 8: under --time-gate a side without a measured step time fails the row,
+  // where it skipped it (a baseline edited to a ratio of 0 or below turned the gate off).
+  Baseline unmeasured = base;
+  unmeasured.time.ratio = 0;
+  const CheckRow* r = row(check_against(unmeasured, make_baseline(calibrated(100, 0.1), 0, "now"), gate),
+                          "step time / calibration");
+  ASSERT_NE(r, nullptr);
+  EXPECT_FALSE(r->ok);
+  EXPECT_NE(r->note.find("not measured in the baseline"), std::string::npos) << r->note;
+  EXPECT_EQ(row(check_against(unmeasured, make_baseline(calibrated(100, 0.1), 0, "now"), {}), "step time / calibration"),
+            nullptr)
+      << "advisory without the gate: nothing to say";
 }
 
 // Issue 31: the run's inputs come first. A baseline saved with --micro-batch 2
@@ -285,6 +297,12 @@ TEST(Baseline, AMalformedOrUnknownBaselineIsRefusedNamingTheKey) {
   b = good;
   b["time"].erase("ratio");
   EXPECT_TRUE(refused(b, "time.ratio"));
+  b = good;
+  b["time"]["ratio"] = -1;  // issue 61 item 8: it switched --time-gate off
+  EXPECT_TRUE(refused(b, "time.ratio"));
+  b = good;
+  b["time"]["spread"] = -0.5;
+  EXPECT_TRUE(refused(b, "time.spread"));
   // Issue 61 item 5: a field of the wrong type is refused by name (it aborted a whole suite).
   b = good;
   b["world_size"] = "two";
