@@ -1,11 +1,13 @@
 // See device_memory.h.
 #include "device/device_memory.h"
 
+#include "device/base/errors.h"
 #include "device/cuda_memory.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -124,11 +126,24 @@ void DeviceMemory::note_alloc(Ledger& l, int category, int64_t bytes) const {
 }
 
 void DeviceMemory::log_to(const std::string& path, int owner) {
+  close_log();
   std::lock_guard<std::mutex> lock(mu_);
-  if (log_) std::fclose(log_);
   log_ = path.empty() ? nullptr : std::fopen(path.c_str(), "w");
   log_owner_ = owner;
+  log_path_ = path;
   if (!path.empty() && !log_) throw std::runtime_error("cannot write the memory log " + path);
+}
+
+void DeviceMemory::close_log() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!log_) return;
+  const bool failed = std::fflush(log_) != 0 || std::ferror(log_) != 0;
+  const int err = errno;
+  const bool closed = std::fclose(log_) == 0;
+  log_ = nullptr;
+  if (failed || !closed)
+    throw IoError("the memory log " + log_path_ + " could not be written whole (" + std::strerror(err) +
+                  "): it is cut short; free space there and run again");
 }
 
 void DeviceMemory::mark(const char* what, int64_t index) const {

@@ -130,6 +130,9 @@ class DeviceMemory : public c10::Allocator {
   // category phase allocated_after" (how gpt_memory.cpp's tapes were derived; redo
   // it after a LibTorch upgrade). Empty path: stop.
   void log_to(const std::string& path, int owner = 0);
+  // Ends the log (nothing when none): IoError naming the file when any of it could not be
+  // written (a full disk, a quota), so a cut log never ends a run that says it succeeded.
+  void close_log();
   // A line "M what" in that log (nothing when not logging): where the model and the
   // engine are, for the tape recorder (tests/trainer/planner/tapes_test.cpp).
   void mark(const char* what, int64_t index) const;
@@ -194,6 +197,7 @@ class DeviceMemory : public c10::Allocator {
   mutable std::unordered_map<void*, Block> blocks_;
   bool caching_ = false;
   std::FILE* log_ = nullptr;
+  std::string log_path_;
   int log_owner_ = 0;  // the memory log follows one ledger
 };
 

@@ -157,6 +157,11 @@ int RunState::fail(FailureKind kind, json failure, int exit_code) {
   } catch (const std::exception& e) {
     std::cerr << "[zrepro] could not close metrics.jsonl: " << e.what() << std::endl;
   }
+  try {
+    DeviceMemory::instance().close_log();
+  } catch (const std::exception& e) {
+    std::cerr << "[zrepro] " << e.what() << std::endl;
+  }
   write_trace_so_far();  // first: report.html draws its lanes from it
   write_summary(row.status, std::move(failure), {}, false);
   // With peers, never finalize MPI on a failure (peers may be inside a collective
@@ -338,6 +343,7 @@ int train_virtual_and_report(RunState& s, const StepCallback& on_step) {
   s.result = std::move(o.results[s.rank]);
   consolidate_fp32(s);
   if (s.metrics) s.metrics->close();
+  DeviceMemory::instance().close_log();  // a cut --memory-log ends the run as an I/O failure
   print_done(s, " (virtual ranks: " + std::to_string(s.world) + ")");
   if (s.result.stand_in) print_stand_in_check(*s.result.stand_in);
   if (out) write_file_atomic(s.spec.out_dir + "/trace.json", one_rank_trace(s.rank, s.trace_events()).dump());
@@ -397,6 +403,7 @@ int train_and_report(RunState& s) {
                   << fmt(straggler->own_wait_s) << " s\n";
     }
     if (s.rank == 0 && out) merge_rank_traces(s);
+    DeviceMemory::instance().close_log();  // a cut --memory-log ends the run as an I/O failure
     if (s.speaks()) s.write_summary_or_throw("ok", nullptr, reports);  // an I/O failure ends the run as one
     return kExitOk;
   } catch (const CommError& e) {

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <set>
 
 #include "trainer/app/scenario.h"
 
@@ -179,9 +180,20 @@ json load_scenario(const std::string& path) {
   } else {
     throw ConfigError(path + ": key \"b\" (the fix) or a non-empty \"fixes\" list missing");
   }
-  for (const auto& step : s.value("setup", json::array()))
-    if (!step.is_object() || !step.value("args", json()).is_array() || step["args"].empty())
+  for (const auto& step : s.value("setup", json::array())) {
+    if (!step.is_object() || !step.value("args", json()).is_array() || step["args"].empty() ||
+        !step["args"][0].is_string())
       throw ConfigError(path + ": each \"setup\" step must be {\"why\": ..., \"args\": [zrepro command line]}");
+    // [Note: a setup step makes inputs] A step makes what the sides read (a checkpoint, its
+    // conversion, a plan): a step that ran a scenario (or diagnose --run, or ab) could run
+    // this one again, without bound.
+    const std::string command = step["args"][0].get<std::string>();
+    static const std::set<std::string> makes_inputs = {"run", "checkpoint", "plan", "config", "record-model"};
+    if (!makes_inputs.count(command))
+      throw ConfigError(path + ": a \"setup\" step runs zrepro " + command + ", expected one that makes the sides' "
+                        "inputs (run, checkpoint, plan, config, record-model): a step that runs scenarios or sides "
+                        "could run this scenario again, without end");
+  }
   return s;
 }
 

@@ -516,6 +516,21 @@ TEST(Cli, StrayWordsPathsAndRangesAreRefusedWithTheirReason) {
   EXPECT_NE(r.output.find("from 1 byte to 1 PiB"), std::string::npos) << r.output;
 }
 
+// Issue 61 item 6: a scenario whose setup runs a scenario (itself) recursed without end;
+// a setup step is refused unless it makes inputs ([Note: a setup step makes inputs]).
+TEST(Cli, AScenarioWhoseSetupRunsAScenarioIsRefusedNotRecursed) {
+  const std::string out = tmpdir("recurse");
+  std::filesystem::create_directories(out + "/cat/loop");
+  write(out + "/cat/loop", R"({"train_micro_batch_size_per_gpu": 2})");
+  std::ofstream(out + "/cat/loop/scenario.json") << R"({"name": "loop", "symptom": "s", "args": [], "ranks": [1],
+    "a": {"config": "ds_config.json"}, "b": {"config": "ds_config.json"},
+    "setup": [{"why": "again", "args": ["scenario", "run", "loop", "--dir", "{scenario}/.."]}]})";
+  const Result r = cli("scenario run loop --dir " + out + "/cat --out " + out + "/o");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("a \"setup\" step runs zrepro scenario"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(out + "/o/setup_1.log")) << "nothing ran";
+}
+
 // Issue 61 item 8: a stray word is refused by every command ([Note: a stray word is
 // refused]), and plan refuses what run refuses ([Note: plan and run refuse alike]): a step
 // count or save interval below 1, a micro-batch past what a device step indexes, leaf
@@ -607,6 +622,23 @@ TEST(Cli, SignalsToAbReachItsRunAndLeaveNoProcess) {
 
 // Issue 14: outputs that cannot be written (here a 2 KiB file size limit, as a full disk)
 // end the run as an I/O failure, exit 12; no final name holds a partial file, no .tmp stays.
+// Issue 61 item 6: a --memory-log cut short (a full disk, a file size limit) ended the run
+// "ok", exit 0; the run now ends as an I/O failure naming the log, with its summary.
+TEST(Cli, AMemoryLogCutShortEndsTheRunAsAnIoFailure) {
+  const std::string out = tmpdir("memlog_cut");
+  const std::string cfg = write(out, R"({"train_micro_batch_size_per_gpu": 2})");
+  // 300 blocks per file (150 KiB in dash's 512-byte blocks, 300 KiB in bash's): the run's own
+  // outputs fit, 60 steps of the memory log (about 750 KB) do not.
+  const Result r = zrepro_test::shell("ulimit -f 300; " + std::string(ZREPRO_BIN).append(" run --config ") + cfg +
+                                      " --model tiny --steps 60 --out " + out + "/o --memory-log " + out +
+                                      "/mem.log 2>&1; echo \"exit=$?\"");
+  EXPECT_NE(r.output.find("exit=12"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the memory log " + out + "/mem.log could not be written whole"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(read_json(out + "/o/summary.json")["status"], "io_error");
+  EXPECT_FALSE(std::filesystem::exists(out + "/o/trace")) << "the ranks' traces were merged first";
+}
+
 TEST(Cli, AnOutputThatCannotBeWrittenEndsTheRunAsAnIoFailure) {
   const std::string out = tmpdir("fsize");
   const std::string cfg = write(out, R"({"train_micro_batch_size_per_gpu": 2})");
