@@ -10,19 +10,26 @@
 
 namespace zrepro {
 
+// The sequence's length from its lead byte c (0: c leads none).
+inline size_t utf8_lead_length(unsigned char c) {
+  return c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+}
+
+// A multi-byte sequence of n bytes led by c, d is the code point's shortest form and in
+// range: no overlong form, no surrogate, nothing past U+10FFFF.
+inline bool utf8_in_range(unsigned char c, unsigned char d, size_t n) {
+  if (n == 2) return c >= 0xC2;
+  if (n == 3) return !(c == 0xE0 && d < 0xA0) && !(c == 0xED && d >= 0xA0);
+  return !(c == 0xF0 && d < 0x90) && !(c == 0xF4 && d >= 0x90) && c <= 0xF4;
+}
+
 inline size_t utf8_length(const std::string& text, size_t i) {
   const auto b = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char c = b(i);
-  const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+  const size_t n = utf8_lead_length(b(i));
   if (n == 0 || i + n > text.size()) return 0;
   for (size_t k = 1; k < n; ++k)
     if ((b(i + k) & 0xC0) != 0x80) return 0;
-  if (n == 1) return 1;
-  // The code point's shortest form and range: no overlong form, surrogate or value past U+10FFFF.
-  const unsigned char d = b(i + 1);
-  if (n == 2) return c >= 0xC2 ? 2 : 0;
-  if (n == 3) return (c == 0xE0 && d < 0xA0) || (c == 0xED && d >= 0xA0) ? 0 : 3;
-  return (c == 0xF0 && d < 0x90) || (c == 0xF4 && d >= 0x90) || c > 0xF4 ? 0 : 4;
+  return n == 1 || utf8_in_range(b(i), b(i + 1), n) ? n : 0;
 }
 
 inline std::string valid_utf8(const std::string& text) {
