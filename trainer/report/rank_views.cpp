@@ -20,16 +20,31 @@ SummaryRankView failure_line(int rank, const Summary& view) {
   return line;
 }
 
+// [Note: the cause is the headline] A rank interrupted because a peer vanished (mpirun ends
+// every rank once one ends) shows the consequence; the peer that ended first with its own
+// failure (a refused file, an OOM) shows the cause. The lowest rank with a failure other than
+// an interruption is the base; the lowest rank when every view is an interruption.
+int headline_rank(const std::vector<std::optional<Summary>>& views) {
+  int first = -1;
+  for (int r = 0; r < static_cast<int>(views.size()); ++r) {
+    if (!views[r]) continue;
+    if (first < 0) first = r;
+    if (views[r]->status != "interrupted") return r;
+  }
+  return first;
+}
+
 }  // namespace
 
 std::optional<Summary> merge_rank_views(const std::vector<std::optional<Summary>>& views, int world) {
   std::optional<Summary> merged;
   SummaryRankViews listed;
   std::map<int, SummaryRankMemory> memory;  // rank -> that rank's own memory record
+  const int base = headline_rank(views);
+  if (base >= 0) merged = *views[base];
   for (int r = 0; r < static_cast<int>(views.size()); ++r) {
     if (!views[r]) continue;
     const Summary& v = *views[r];
-    if (!merged) merged = v;
     listed.ranks.push_back(failure_line(r, v));
     listed.reported.push_back(r);
     if (const SummaryRankMemory* m = v.rank_memory(r)) memory[r] = *m;

@@ -5,7 +5,8 @@
 // merges every view present into summary.json under a lock: no rank waits for another,
 // so whichever order mpirun ends the ranks in, summary.json and report.html hold every
 // view written so far (the last rank to write sees them all). The base is the lowest
-// rank's view; failure.ranks lists each view's failure, memory.ranks each rank's own
+// rank's view that shows a cause, not an interruption ([Note: the cause is the headline],
+// rank_views.cpp); failure.ranks lists each view's failure, memory.ranks each rank's own
 // memory record. A hang is different: rank 0 gathers the flight dumps and writes alone.
 #pragma once
 #include <optional>

@@ -184,6 +184,23 @@ TEST(Checkpoint, WhatDeepSpeedRefusesIsRefusedWithItsMessage) {
   EXPECT_EQ(unreadable.code, 2) << unreadable.output;
   EXPECT_NE(unreadable.output.find("mp_rank_00_model_states.pt: not a PyTorch .pt file LibTorch can read"),
             std::string::npos) << unreadable.output;
+  // Issue 61 item 6: one rank's damaged file on a two-rank ZeRO-3 resume. That rank alone
+  // reads it and refuses it; its message reaches the terminal and is the summary's headline,
+  // where the user saw only rank 0's "rank 1 vanished" ([Note: the cause is the headline]).
+  const std::string save3 = testing::TempDir() + "/ck_refuse3";
+  std::filesystem::remove_all(save3);
+  const RunResult three = zrepro_run("ck_three", ckpt_config(3, "fp32"),
+                                     "--ranks 2 --model tiny --seq 8 --steps 1 --save-every 1 --save-dir " + save3);
+  ASSERT_EQ(three.code, 0) << three.output;
+  const std::string damaged = save3 + "/global_step1/zero_pp_rank_1_mp_rank_00_optim_states.pt";
+  std::ofstream(damaged, std::ios::trunc) << "cut";
+  const RunResult one_rank =
+      zrepro_run("ck_cut", ckpt_config(3, "fp32"), "--ranks 2 --model tiny --seq 8 --steps 3 --resume " + save3);
+  EXPECT_EQ(one_rank.code, 2) << one_rank.output;
+  EXPECT_NE(one_rank.output.find("[zrepro] rank 1: error: " + damaged + ": not a PyTorch .pt file"), std::string::npos)
+      << one_rank.output;
+  EXPECT_EQ(one_rank.summary["status"], "config_error") << one_rank.summary.dump(1);
+  EXPECT_EQ(one_rank.summary["failure"]["rank"], 1);
 }
 
 // A checkpoint that cannot be written (a 300 KiB file size limit, as a full disk; tiny's

@@ -44,11 +44,16 @@ TEST(RankViews, TheLowestRanksViewIsTheBaseAndEveryViewIsListed) {
   EXPECT_EQ(Summary::from_json(j).to_json(), j);
 }
 
+// [Note: the cause is the headline]: rank 0, interrupted because rank 1 vanished, is listed
+// with its status; rank 1's own failure (issue 61 item 6: a damaged file only it read) is the
+// summary's headline. Every view an interruption: the lowest rank's.
 TEST(RankViews, AViewWithoutAFailureIsListedWithItsStatus) {
   auto ok = Summary::from_json({{"status", "interrupted"}});
   const auto merged = merge_rank_views({ok, view(1, "forward", 900)}, 2);
   ASSERT_TRUE(merged && merged->failure && merged->failure->views);
-  EXPECT_EQ(merged->status, "interrupted");
+  EXPECT_EQ(merged->status, "oom");
+  EXPECT_EQ(merged->failure->rank, 1);
+  EXPECT_EQ(merge_rank_views({ok, ok}, 2)->status, "interrupted");
   EXPECT_EQ(merged->failure->views->ranks[0].status, "interrupted");
   EXPECT_FALSE(merged->failure->views->ranks[0].kind);
   const json j = merged->to_json();
