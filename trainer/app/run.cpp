@@ -428,6 +428,7 @@ int run_from_flags(RunState& s, int argc, char** argv) {
   set_up(s, &argc, &argv);
   if (s.several_processes()) add_ranks_input(s.inputs, s.world);
   s.topt.stop_signal = [&s] { return stop_signal_at_boundary(s); };
+  s.topt.signal_seen = stop_signal_received;
   print_header(s);
   return train_and_report(s);
 }

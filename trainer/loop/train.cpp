@@ -335,13 +335,27 @@ MicroWeights step_weights(Loop& l, int64_t step, const StepFaults& f) {
   return micro_weights(l.opts.loss_normalization, f.gas, run, world, tokens, global);
 }
 
+// An injected straggler's delay, slept in slices: a stop signal ends it (Interrupted) rather
+// than the whole delay ([Note: stopping on a signal], trainer/runtime/liveness.h).
+void injected_delay(const TrainOptions& opts, double ms, int64_t step) {
+  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
+  for (auto now = Clock::now(); now < until; now = Clock::now()) {
+    if (const int sig = opts.signal_seen ? opts.signal_seen() : 0)
+      throw Interrupted(sig, std::string(sig == SIGTERM ? "SIGTERM" : "SIGINT") + " inside step " +
+                                 std::to_string(step + 1) + " of " + std::to_string(opts.steps) +
+                                 ", in the injected straggler delay: stopped there, the step unfinished");
+    const Clock::duration slice = std::chrono::milliseconds(50);
+    std::this_thread::sleep_for(std::min<Clock::duration>(until - now, slice));
+  }
+}
+
 // Micro-step t of step `step`: load, forward, backward (the loss times its normalisation
 // divisor, the loss scale and any loss-spike factor). Returns the micro-batch's loss (its
 // mean, or its sum under a token normalisation).
 double micro_step(Loop& l, StepRecord& rec, const StepFaults& f, int64_t t, double scale, const MicroWeights& w,
                   const StepObserver& obs) {
   l.engine.begin_micro_step(rec.step, t, f.gas);
-  if (f.straggle_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(f.straggle_ms));
+  if (f.straggle_ms > 0) injected_delay(l.opts, f.straggle_ms, rec.step);
   auto t0 = Clock::now();
   const double w_data = wall_seconds();
   torch::Tensor batch = l.loader.next().to(l.opts.device, /*non_blocking=*/l.opts.loader.pin_memory);

@@ -91,6 +91,10 @@ struct TrainOptions {
   // SIGTERM) ends the run there with Interrupted; 0 goes on. The answer must be the same
   // on every rank (run.cpp agrees it across processes).
   std::function<int()> stop_signal;
+  // This process's stop signal now, without agreement (0: none): an injected delay inside a
+  // step (--inject straggler) ends at it, so a run held there is not deaf to SIGTERM until a
+  // second signal kills it without a summary ([Note: stopping on a signal]).
+  std::function<int()> signal_seen;
   // Checkpoints (trainer/checkpoint/ds_checkpoint.h): DeepSpeed's ZeRO checkpoint into
   // save_dir after every save_every-th step (0: none), and a resume from resume_dir's
   // latest tag, which continues at the step after it (steps counts from the start).

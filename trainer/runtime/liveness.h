@@ -46,8 +46,10 @@ std::string describe_peers(const std::vector<Peer>& peers);
 // [Note: stopping on a signal] SIGINT and SIGTERM only set a flag; the training loop asks
 // for it at every step boundary (TrainOptions::stop_signal), all processes agree on it
 // with one tiny all-reduce, and the run ends through the failure table: summary.json
-// with status "interrupted" and the steps done, report.html, exit 128 + signal. A second
-// signal takes the default action (the process ends at once).
+// with status "interrupted" and the steps done, report.html, exit 128 + signal. A wait the
+// run itself put inside a step (an injected straggler's delay) ends at the signal, with the
+// same summary (TrainOptions::signal_seen). A second signal takes the default action (the
+// process ends at once).
 void install_stop_signals();
 int stop_signal_received();  // 0, or the first SIGINT / SIGTERM
 const char* signal_name(int sig);  // "SIGINT" / "SIGTERM"

@@ -594,6 +594,24 @@ TEST(Cli, SignalsEndTheRunAtAStepBoundaryWithItsSummary) {
   }
 }
 
+// Issue 61 item 6: a run held inside a step (a 10-minute injected straggler delay) heard
+// SIGTERM only at the step's end, and a scheduler's second signal killed it without a
+// summary; the delay now ends at the signal, with the interrupted summary, exit 143.
+TEST(Cli, ARunHeldInsideAStepStopsAtTheSignalWithItsSummary) {
+  const std::string out = tmpdir("sig_in_step");
+  const std::string cfg = write(out, R"({"train_micro_batch_size_per_gpu": 2})");
+  const Result r = zrepro_test::shell(std::string(ZREPRO_BIN).append(" run --config ") + cfg +
+                                      " --model tiny --steps 3 --inject straggler:0:600000 --out " + out + "/o > " + out +
+                                      "/log 2>&1 & pid=$!; for i in $(seq 1200); do grep -q 'batch:' " + out +
+                                      "/log && break; sleep 0.1; done; sleep 1; kill -TERM $pid; for i in $(seq 600); "
+                                      "do kill -0 $pid 2>/dev/null || break; sleep 0.1; done; kill -9 $pid 2>/dev/null; "
+                                      "wait $pid; echo $?");
+  EXPECT_EQ(std::atoi(r.output.c_str()), 143) << zrepro_test::read_text(out + "/log");
+  const json s = read_json(out + "/o/summary.json");
+  EXPECT_EQ(s["status"], "interrupted");
+  EXPECT_NE(s["failure"]["message"].get<std::string>().find("SIGTERM inside step 1 of 3"), std::string::npos) << s.dump(1);
+}
+
 // [Note: no orphan] (trainer/runtime/subprocess.h): SIGTERM or SIGINT to a command that runs
 // zrepro children (ab here; check, verify, scenario and doctor share run_self) reaches the
 // running child once, the child stops at its step boundary with its summary, the command
