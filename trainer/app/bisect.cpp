@@ -23,6 +23,7 @@
 #include "trainer/config/user_file.h"
 #include "trainer/report/report.h"
 #include "trainer/runtime/subprocess.h"
+#include "trainer/runtime/torch_python.h"
 #include "zero/comm/mpi_communicator.h"
 
 namespace zrepro {
@@ -417,6 +418,8 @@ int bisect_command(int argc, char** argv) {
 
       BisectPaths paths{opt<std::string>(r, "cache").value_or(default_bisect_cache()),
                         opt<std::string>(r, "python").value_or(default_bisect_python()), conformance_scripts_dir()};
+      std::cout << "[zrepro bisect] asking " << paths.python << " for its torch (up to " << python_probe_timeout_s()
+                << " s)" << std::endl;
       const std::string torch = python_torch_version(paths.python, b.out + "/python.log");
       std::cout << "[zrepro bisect] " << releases.size() << " releases " << releases.front() << " .. "
                 << releases.back() << "; DeepSpeed runs on "

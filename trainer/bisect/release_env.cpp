@@ -16,6 +16,7 @@
 #include "trainer/config/json_file.h"
 #include "trainer/config/user_file.h"
 #include "trainer/runtime/subprocess.h"
+#include "trainer/runtime/torch_python.h"
 #include "zero/schedule/stage_policy.h"
 
 #ifndef ZREPRO_CONFORMANCE_DIR
@@ -201,8 +202,9 @@ bool ReleaseRunner::install(const std::string& release, std::string& why) {
                         "--target", tmp, "deepspeed==" + release},
                        {}, log, "installing DeepSpeed " + release);
   if (rc == 0)
-    rc = run_program({paths_.python, "-c", kImportCheck}, {{"PYTHONPATH", tmp}, {"DS_ACCELERATOR", "cpu"}},
-                     log + ".import");
+    rc = run_program(under_probe_timeout({paths_.python, "-c", kImportCheck}),
+                     {{"PYTHONPATH", tmp}, {"DS_ACCELERATOR", "cpu"}}, log + ".import",
+                     "importing DeepSpeed " + release);  // [Note: a Python that never answers]
   const std::string spec = marked(log + ".import", "ZREPRO_TORCH_SPEC");
   if (rc == 0 && spec.size() > 3 && spec.compare(spec.size() - 3, 3, " no") == 0) {
     fs::remove_all(tmp);

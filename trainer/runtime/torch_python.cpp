@@ -21,9 +21,28 @@ std::string env(const char* name) {
 
 }  // namespace
 
+int python_probe_timeout_s() {
+  const std::string v = env("ZREPRO_PROBE_TIMEOUT_S");
+  char* end = nullptr;
+  const long s = v.empty() ? 0 : std::strtol(v.c_str(), &end, 10);
+  return s > 0 && end && *end == '\0' ? static_cast<int>(std::min(s, 86400L)) : 120;
+}
+
+std::vector<std::string> under_probe_timeout(std::vector<std::string> argv) {
+  argv.insert(argv.begin(), {"timeout", "--kill-after=5", std::to_string(python_probe_timeout_s())});
+  return argv;
+}
+
 std::string python_torch_version(const std::string& python, const std::string& log) {
   if (python.empty()) return "";
-  if (run_program({python, "-c", "import torch; print('ZREPRO_TORCH', torch.__version__)"}, {}, log) != 0) return "";
+  const int rc = run_program(under_probe_timeout({python, "-c", "import torch; print('ZREPRO_TORCH', torch.__version__)"}),
+                             {}, log);
+  if (rc == 124 || rc == 137) {  // timeout's own codes: it did not answer
+    std::ofstream(log, std::ios::app) << "zrepro: " << python << " did not answer within " << python_probe_timeout_s()
+                                      << " s (ZREPRO_PROBE_TIMEOUT_S sets the wait)\n";
+    return "";
+  }
+  if (rc != 0) return "";
   std::ifstream in(log);
   const std::string marker = "ZREPRO_TORCH ";
   for (std::string l; std::getline(in, l);)

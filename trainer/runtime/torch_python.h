@@ -9,11 +9,21 @@
 // ~/.cache/zrepro/torch-venv) that scripts/setup.sh makes when python3 has no torch.
 #pragma once
 #include <string>
+#include <vector>
 
 namespace zrepro {
 
+// [Note: a Python that never answers] Asking a Python for its torch (or a release's
+// environment for its DeepSpeed) waits at most python_probe_timeout_s() (120 s, a cold
+// `import torch` on a slow disk takes a few tens; $ZREPRO_PROBE_TIMEOUT_S sets it): a
+// wrapper that hangs, an interpreter waiting on a lock or on stdin, is then treated as no
+// Python, its log saying it did not answer, never waited on for good.
+int python_probe_timeout_s();
+// argv under coreutils' timeout at python_probe_timeout_s() (SIGKILL 5 s later).
+std::vector<std::string> under_probe_timeout(std::vector<std::string> argv);
+
 // The torch version of `python` ("2.15.0+cu132", a path or a name on PATH); "" when it
-// cannot be run or has no torch. Its output goes to `log`.
+// cannot be run, has no torch or does not answer in time. Its output goes to `log`.
 std::string python_torch_version(const std::string& python, const std::string& log);
 
 struct TorchPython {

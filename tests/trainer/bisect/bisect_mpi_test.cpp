@@ -5,6 +5,7 @@
 // zrepro's own runs are 2 ranks under mpirun, hence the mpi label.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -186,6 +187,25 @@ TEST(Bisect, AReleaseWhoseTorchRequirementExcludesThisTorchIsRefused) {
             std::string::npos)
       << r.output;
   EXPECT_FALSE(fs::exists(dir + "/cache/envs/deepspeed-0.16.0+torch-2.15.0+fake")) << "a refused install is not kept";
+}
+
+// Issue 61 item 2: a Python that never answers was waited on forever. It is asked with a
+// timeout ([Note: a Python that never answers]), said before it is asked, and then taken for
+// no Python: the recorded releases replay from the cache.
+TEST(Bisect, APythonThatNeverAnswersIsNotWaitedOnForever) {
+  const std::string dir = zrepro_test::fresh_dir("bisect_hung_python");
+  fs::copy(kData + "/cache", dir + "/cache", fs::copy_options::recursive);
+  std::ofstream(dir + "/python") << "#!/bin/sh\nexec sleep 600\n";
+  fs::permissions(dir + "/python", fs::perms::owner_all);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = zrepro_test::shell("ZREPRO_PROBE_TIMEOUT_S=2 " + std::string(ZREPRO_BIN) + " bisect --config " + kData +
+                                    "/ds_config.json --good 0.16.0 --bad 0.18.2 --cache " + dir + "/cache --python " +
+                                    dir + "/python --out " + dir + "/out 2>&1");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 120) << r.output;
+  EXPECT_NE(r.output.find("asking " + dir + "/python for its torch (up to 2 s)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("cached runs only"), std::string::npos) << r.output;
+  EXPECT_NE(zrepro_test::read_text(dir + "/out/python.log").find("did not answer within 2 s"), std::string::npos);
 }
 
 TEST(Bisect, RefusesWhatCannotRunHereWithTheReason) {
