@@ -465,10 +465,17 @@ int run_command(int argc, char** argv) {
                        "free space in --out (or raise its quota / file size limit) and run again; no output holds a "
                        "partial file under its final name");
   } catch (const HostMemoryExhausted& e) {
+    // Each place the host runs out has its own cause and fix: the 16-bit gather at a save,
+    // or the offline consolidation of a checkpoint that was written whole.
+    const bool at_save = e.phase == "save";
     return s.fail_with(FailureKind::oom, e.phase, "[zrepro] rank " + std::to_string(s.rank) + ": " + e.what(), e.what(),
-                       "zero_to_fp32.py with a smaller --max_shard_size (one shard merged at a time, DeepSpeed >= "
-                       "0.16.0) instead of get_fp32_state_dict_from_zero_checkpoint, or a host with more RAM than "
-                       "the fp32 model (4 bytes per parameter); the checkpoint itself is intact",
+                       at_save ? "set stage3_gather_16bit_weights_on_model_save false (the ZeRO checkpoint keeps every "
+                                 "rank's shard; consolidate it offline with zero_to_fp32.py), or give rank 0 more host "
+                                 "memory than the whole 16-bit model (2 bytes per parameter in bf16/fp16); this save "
+                                 "wrote no checkpoint: rank 0 was killed in the gather, before it"
+                               : "zero_to_fp32.py with a smaller --max_shard_size (one shard merged at a time, DeepSpeed "
+                                 ">= 0.16.0) instead of get_fp32_state_dict_from_zero_checkpoint, or a host with more RAM "
+                                 "than the fp32 model (4 bytes per parameter); the checkpoint itself is intact",
                        {{"checkpoint", "host-memory"}});
   } catch (const HostShortfall& e) {
     return s.fail_with(FailureKind::oom, "host", "[zrepro] rank " + std::to_string(s.rank) + ": " + e.what(), e.what(),

@@ -56,9 +56,9 @@ std::vector<std::string> earlier_files(const std::string& out_dir) {
 
 }  // namespace
 
-void check_fp32_folder(const std::string& out_dir) {
+std::vector<std::string> check_fp32_folder(const std::string& out_dir) {
   std::error_code ec;
-  if (!std::filesystem::exists(out_dir, ec)) return;
+  if (!std::filesystem::exists(out_dir, ec)) return {};
   if (!std::filesystem::is_directory(out_dir, ec))
     throw ConfigError("--zero-to-fp32 " + out_dir + ": a file, not a folder; give the folder the weights go into");
   const std::vector<std::string> ours = earlier_files(out_dir);
@@ -68,6 +68,7 @@ void check_fp32_folder(const std::string& out_dir) {
       throw ConfigError("--zero-to-fp32 " + out_dir + ": holds \"" + name + "\", which no consolidation by zrepro wrote "
                         "there; give a new folder (a file zrepro did not write is never replaced)");
   }
+  return ours;
 }
 
 Fp32Export zero_to_fp32(const std::string& save_dir, const std::string& out_dir, bool api, int64_t max_shard_bytes,
@@ -101,8 +102,7 @@ Fp32Export zero_to_fp32(const std::string& save_dir, const std::string& out_dir,
   auto sp = s.model_states.find("shared_params");
   if (sp != s.model_states.end() && sp->value().isGenericDict()) shared = sp->value().toGenericDict();
   std::error_code ec;
-  check_fp32_folder(out_dir);
-  for (const std::string& f : earlier_files(out_dir)) std::filesystem::remove(out_dir + "/" + f, ec);
+  for (const std::string& f : check_fp32_folder(out_dir)) std::filesystem::remove(out_dir + "/" + f, ec);
   std::filesystem::create_directories(out_dir, ec);
   if (ec) throw IoError("cannot create " + out_dir + ": " + ec.message());
   // [Note: zero_to_fp32's host memory]: the API merges everything at once; the script one

@@ -55,6 +55,7 @@ Fp32Export zero_to_fp32(const std::string& save_dir, const std::string& out_dir,
 // config.json) is never replaced: ConfigError naming it, checked at set-up before the run
 // trains and again before writing.
 constexpr const char* kFp32Manifest = "zero_to_fp32_files.json";
-void check_fp32_folder(const std::string& out_dir);
+// Returns the files an earlier consolidation listed there (to be replaced whole).
+std::vector<std::string> check_fp32_folder(const std::string& out_dir);
 
 }  // namespace zrepro

@@ -33,6 +33,18 @@ std::string only_tag(const std::string& from, const std::string& tag, const std:
   return to;
 }
 
+// A run that saves DeepSpeed's checkpoint into TempDir()/NAME (emptied first): `flags`
+// and --save-dir there. The folder, and the run to assert on.
+struct Saved {
+  std::string dir;
+  RunResult run;
+};
+Saved saved_checkpoint(const std::string& name, const std::string& config, const std::string& flags) {
+  const std::string dir = testing::TempDir() + "/" + name;
+  std::filesystem::remove_all(dir);
+  return {dir, zrepro_run(name, config, flags + " --save-dir " + dir)};
+}
+
 }  // namespace
 
 TEST(Checkpoint, AResumedRunContinuesTheLossCurveBitForBit) {
@@ -151,9 +163,7 @@ TEST(Checkpoint, UnderTheTrainersScheduleAResumeContinuesTheLr) {
 }
 
 TEST(Checkpoint, WhatDeepSpeedRefusesIsRefusedWithItsMessage) {
-  const std::string save = testing::TempDir() + "/ck_refuse";
-  std::filesystem::remove_all(save);
-  const RunResult two = zrepro_run("ck_two", ckpt_config(2, "fp32"), "--ranks 2 --model tiny --seq 8 --steps 1 --save-every 1 --save-dir " + save);
+  const auto [save, two] = saved_checkpoint("ck_refuse", ckpt_config(2, "fp32"), "--ranks 2 --model tiny --seq 8 --steps 1 --save-every 1");
   ASSERT_EQ(two.code, 0) << two.output;
   // Another world size: DeepSpeed's ZeRORuntimeException, and the universal checkpoint named.
   const RunResult one = zrepro_run("ck_one", ckpt_config(2, "fp32"), "--model tiny --seq 8 --steps 3 --resume " + save);
@@ -187,10 +197,8 @@ TEST(Checkpoint, WhatDeepSpeedRefusesIsRefusedWithItsMessage) {
   // Issue 61 item 6: one rank's damaged file on a two-rank ZeRO-3 resume. That rank alone
   // reads it and refuses it; its message reaches the terminal and is the summary's headline,
   // where the user saw only rank 0's "rank 1 vanished" ([Note: the cause is the headline]).
-  const std::string save3 = testing::TempDir() + "/ck_refuse3";
-  std::filesystem::remove_all(save3);
-  const RunResult three = zrepro_run("ck_three", ckpt_config(3, "fp32"),
-                                     "--ranks 2 --model tiny --seq 8 --steps 1 --save-every 1 --save-dir " + save3);
+  const auto [save3, three] =
+      saved_checkpoint("ck_refuse3", ckpt_config(3, "fp32"), "--ranks 2 --model tiny --seq 8 --steps 1 --save-every 1");
   ASSERT_EQ(three.code, 0) << three.output;
   const std::string damaged = save3 + "/global_step1/zero_pp_rank_1_mp_rank_00_optim_states.pt";
   std::ofstream(damaged, std::ios::trunc) << "cut";
@@ -399,6 +407,7 @@ TEST(Checkpoint, ZeroToFp32ConsolidatesTheModelAndModelsItsHostMemory) {
   EXPECT_EQ(api.summary["failure"]["phase"], "consolidate");
   EXPECT_NE(api.output.find("Out of memory: Killed process"), std::string::npos) << api.output;
   EXPECT_FALSE(std::filesystem::exists(dir + "/fp32_api/pytorch_model.bin"));
+  EXPECT_NE(api.summary["failure"]["hint"].get<std::string>().find("--max_shard_size"), std::string::npos);
   // Refused: nothing to consolidate, a host capacity with nothing to apply it to.
   EXPECT_EQ(zrepro_run("ck_z2f_no_save", cfg, "--model tiny --steps 1 --zero-to-fp32 " + dir + "/x").code, 2);
   EXPECT_EQ(zrepro_run("ck_z2f_no_z2f", cfg, "--model tiny --steps 1 --host-memory 1GB").code, 2);
@@ -409,6 +418,11 @@ TEST(Checkpoint, ZeroToFp32ConsolidatesTheModelAndModelsItsHostMemory) {
   EXPECT_EQ(at_save.code, 3) << at_save.output;
   EXPECT_EQ(at_save.summary["failure"]["phase"], "save");
   EXPECT_FALSE(std::filesystem::exists(dir + "/ck_save/latest"));
+  // Issue 60: its own hint, not the consolidation's ("the checkpoint itself is intact" when
+  // none was written).
+  const std::string hint = at_save.summary["failure"]["hint"];
+  EXPECT_NE(hint.find("stage3_gather_16bit_weights_on_model_save false"), std::string::npos) << hint;
+  EXPECT_EQ(hint.find("intact"), std::string::npos) << hint;
 }
 
 // [Note: a checkpoint DeepSpeed wrote] (trainer/app/checkpoint.cpp): a checkpoint real
@@ -472,10 +486,8 @@ TEST(Checkpoint, FromDeepSpeedRewritesACheckpointDeepSpeedWroteForResume) {
 // checkpoint whose parameter name is a path ("../../escaped") is refused by to-universal
 // (exit 2, the file and the name named), and nothing is written outside --output-folder.
 TEST(Checkpoint, AParameterNameIsNeverAPathOutOfTheOutputFolder) {
-  const std::string save = testing::TempDir() + "/ck_names";
-  std::filesystem::remove_all(save);
-  const RunResult run = zrepro_run("ck_names", R"({"train_batch_size": 2, "zero_optimization": {"stage": 2}})",
-                                   "--model tiny-llama --seq 16 --steps 2 --save-every 2 --save-dir " + save);
+  const auto [save, run] = saved_checkpoint("ck_names", R"({"train_batch_size": 2, "zero_optimization": {"stage": 2}})",
+                                            "--model tiny-llama --seq 16 --steps 2 --save-every 2");
   ASSERT_EQ(run.code, 0) << run.output;
   const std::string in = save + "/global_step2", file = in + "/mp_rank_00_model_states.pt";
   c10::impl::GenericDict states = zrepro::read_pt(file).toGenericDict();
@@ -501,10 +513,8 @@ TEST(Checkpoint, AParameterNameIsNeverAPathOutOfTheOutputFolder) {
 // rank's optimizer file gone ended to-universal in an abort (exit 134), and with one rank's
 // model states gone was converted without a word; each is refused naming the file's rank.
 TEST(Checkpoint, ToUniversalRefusesACheckpointMissingARanksFile) {
-  const std::string save = testing::TempDir() + "/ck_missing";
-  std::filesystem::remove_all(save);
-  const RunResult run = zrepro_run("ck_missing", R"({"train_batch_size": 4, "zero_optimization": {"stage": 3}})",
-                                   "--ranks 2 --model tiny --steps 2 --save-every 2 --save-dir " + save);
+  const auto [save, run] = saved_checkpoint("ck_missing", R"({"train_batch_size": 4, "zero_optimization": {"stage": 3}})",
+                                            "--ranks 2 --model tiny --steps 2 --save-every 2");
   ASSERT_EQ(run.code, 0) << run.output;
   for (const std::string gone : {"zero_pp_rank_1_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_model_states.pt"}) {
     const std::string in = save + "/" + gone + "/global_step2";
@@ -527,10 +537,8 @@ TEST(Checkpoint, ToUniversalRefusesACheckpointMissingARanksFile) {
 // holding the user's files mixed its output with them; now refused, nothing touched. Into
 // an earlier conversion it replaces it whole (a stale parameter of the earlier one gone).
 TEST(Checkpoint, ToUniversalNeverMixesItsOutputWithAFolderItDidNotWrite) {
-  const std::string save = testing::TempDir() + "/ck_outdir";
-  std::filesystem::remove_all(save);
-  const RunResult run = zrepro_run("ck_outdir", R"({"train_batch_size": 2, "zero_optimization": {"stage": 3}})",
-                                   "--model tiny --steps 2 --save-every 2 --save-dir " + save);
+  const auto [save, run] = saved_checkpoint("ck_outdir", R"({"train_batch_size": 2, "zero_optimization": {"stage": 3}})",
+                                            "--model tiny --steps 2 --save-every 2");
   ASSERT_EQ(run.code, 0) << run.output;
   const std::string in = save + "/global_step2", mine = save + "/mine", out = save + "/universal";
   std::filesystem::create_directories(mine + "/zero");
