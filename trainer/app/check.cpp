@@ -15,6 +15,7 @@
 #include "trainer/config/user_file.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <iostream>
 
@@ -164,6 +165,7 @@ CheckRequest check_request_from(const cxxopts::ParseResult& r, const std::vector
 // One run's check: the baseline read and checked before any run starts (a missing file
 // costs nothing), the run's figures, then saved or compared.
 int run_check(const CheckRequest& q) {
+  const auto t0 = std::chrono::steady_clock::now();
   if (q.save) check_save_target(*q.save, q.run_args);
   Baseline base;
   if (q.baseline) base = read_baseline(*q.baseline);
@@ -178,7 +180,11 @@ int run_check(const CheckRequest& q) {
   }
   const CheckResult res = check_against(base, now, q.tol);
   std::cout << (q.json ? json_text(res.to_json()) + "\n" : res.table());
-  if (!q.junit.empty()) write_file_atomic(q.junit, junit_xml("zrepro check", {{*q.baseline, res, ""}}));
+  if (!q.junit.empty()) {
+    JUnitCase c{*q.baseline, res, "", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), dir,
+                q.run ? *q.run + "/summary.json" : q.work + "/run.log"};
+    write_file_atomic(q.junit, junit_xml("zrepro check", {c}));
+  }
   return res.passed() ? kExitOk : kExitCheckRegressed;
 }
 

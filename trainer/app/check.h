@@ -35,9 +35,14 @@ struct JUnitCase {
   std::string name;
   CheckResult result;
   std::string error;
+  double seconds = 0;           // how long the case took (its run and the comparison)
+  std::string run_dir, log;     // where its run wrote, and its log ("" when it never ran)
 };
 // JUnit XML (the <testsuites>/<testsuite>/<testcase> form Jenkins, GitLab and GitHub
-// test reporters read): a moved case is a <failure> holding its table, an error an <error>.
+// test reporters read): every case with its time and a <system-out> naming its run folder
+// and log and holding the rows compared (a passing case too); a moved case is a <failure>
+// whose message is the cause in one line (CheckResult::headline) and whose text is the
+// table; an error an <error>.
 std::string junit_xml(const std::string& suite, const std::vector<JUnitCase>& cases);
 
 }  // namespace zrepro

@@ -68,7 +68,13 @@ std::vector<std::string> case_args(const SuiteCase& c) {
 // One case: run it, then save its baseline or compare with it. A case that cannot run is
 // an error of that case, not of the suite.
 JUnitCase run_case(const SuiteCase& c, bool save, const std::string& work, const CheckTolerances& tol) {
-  JUnitCase out{c.name, {}, ""};
+  JUnitCase out{c.name, {}, "", 0, "", ""};
+  const auto t0 = std::chrono::steady_clock::now();
+  struct Timed {  // the case's time, however it ends
+    JUnitCase& c;
+    std::chrono::steady_clock::time_point t0;
+    ~Timed() { c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+  } timed{out, t0};
   try {
     Baseline base;
     if (!save) {
@@ -83,6 +89,7 @@ JUnitCase run_case(const SuiteCase& c, bool save, const std::string& work, const
     std::vector<std::string> args = {"run"};
     for (const auto& a : case_args(c)) args.push_back(a);
     args.insert(args.end(), {"--out", dir + "/run"});
+    out.run_dir = dir + "/run", out.log = dir + "/run.log";
     const int code = run_self(args, dir + "/run.log", c.name);
     std::cerr << "[zrepro check] " << c.name << ": zrepro run exit " << code << ", log " << dir << "/run.log" << std::endl;
     const Baseline now = baseline_of_run(dir + "/run", "--suite " + c.name);
@@ -120,6 +127,19 @@ std::string xml_escaped(const std::string& raw) {
   return o;
 }
 
+std::string junit_time(double seconds) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3f", seconds);
+  return b;
+}
+
+// What a CI shows beside a case: where its run wrote, and what was compared.
+std::string system_out(const JUnitCase& c) {
+  std::string s = c.run_dir.empty() ? "no run\n" : "run folder: " + c.run_dir + "\nlog: " + c.log + "\n";
+  if (c.error.empty() && !c.result.rows.empty()) s += std::to_string(c.result.rows.size()) + " rows compared:\n" + c.result.table();
+  return s;
+}
+
 }  // namespace
 
 std::string junit_xml(const std::string& suite, const std::vector<JUnitCase>& cases) {
@@ -128,24 +148,22 @@ std::string junit_xml(const std::string& suite, const std::vector<JUnitCase>& ca
     if (!c.error.empty()) ++errors;
     else if (!c.result.passed()) ++failures;
   }
+  double total = 0;
+  for (const auto& c : cases) total += c.seconds;
   std::ostringstream o;
+  const std::string counts = "\" tests=\"" + std::to_string(cases.size()) + "\" failures=\"" + std::to_string(failures) +
+                             "\" errors=\"" + std::to_string(errors) + "\" time=\"" + junit_time(total) + "\">\n";
   o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-    << "<testsuites name=\"" << xml_escaped(suite) << "\" tests=\"" << cases.size() << "\" failures=\"" << failures
-    << "\" errors=\"" << errors << "\">\n"
-    << "  <testsuite name=\"" << xml_escaped(suite) << "\" tests=\"" << cases.size() << "\" failures=\"" << failures
-    << "\" errors=\"" << errors << "\">\n";
+    << "<testsuites name=\"" << xml_escaped(suite) << counts << "  <testsuite name=\"" << xml_escaped(suite) << counts;
   for (const auto& c : cases) {
-    o << "    <testcase classname=\"zrepro.check\" name=\"" << xml_escaped(c.name) << "\"";
-    if (!c.error.empty()) {
-      o << ">\n      <error message=\"" << xml_escaped(c.error) << "\" type=\"error\"/>\n    </testcase>\n";
-    } else if (!c.result.passed()) {
-      o << ">\n      <failure message=\"" << xml_escaped(c.result.verdict() + ": " + std::to_string(c.result.failures()) +
-                                                  " figure(s) moved past their tolerance")
-        << "\" type=\"" << xml_escaped(c.result.verdict()) << "\">" << xml_escaped(c.result.table())
-        << "</failure>\n    </testcase>\n";
-    } else {
-      o << "/>\n";
-    }
+    o << "    <testcase classname=\"zrepro.check\" name=\"" << xml_escaped(c.name) << "\" time=\"" << junit_time(c.seconds)
+      << "\">\n";
+    if (!c.error.empty())
+      o << "      <error message=\"" << xml_escaped(c.error) << "\" type=\"error\"/>\n";
+    else if (!c.result.passed())
+      o << "      <failure message=\"" << xml_escaped(c.result.headline()) << "\" type=\"" << xml_escaped(c.result.verdict())
+        << "\">" << xml_escaped(c.result.table()) << "</failure>\n";
+    o << "      <system-out>" << xml_escaped(system_out(c)) << "</system-out>\n    </testcase>\n";
   }
   o << "  </testsuite>\n</testsuites>\n";
   return o.str();

@@ -517,6 +517,22 @@ std::string CheckResult::verdict() const {
   return passed() ? "PASS" : inputs_differ() ? "INPUTS DIFFER" : "REGRESSION";
 }
 
+std::string CheckResult::headline() const {
+  if (passed()) return verdict();
+  const bool inputs = inputs_differ();
+  const auto first = std::find_if(rows.begin(), rows.end(), [&](const CheckRow& x) {
+    return !x.ok && (!inputs || x.kind == RowKind::input);
+  });
+  auto text = [&](const json& v) {
+    if (v.is_number() && first->unit.rfind("bytes", 0) == 0) return format_bytes(v.get<int64_t>());
+    return v.is_string() ? v.get<std::string>() : v.dump();
+  };
+  std::string s = verdict() + ": " + first->metric + " " + text(first->baseline) + " -> " + text(first->now) +
+                  (first->tolerance.empty() ? "" : " (tolerance " + first->tolerance + ")");
+  if (failures() > 1) s += "; " + std::to_string(failures() - 1) + " more row(s) moved";
+  return s;
+}
+
 json CheckResult::to_json() const {
   json rj = json::array();
   for (const auto& x : rows)

@@ -129,6 +129,10 @@ struct CheckResult {
   // one-line verdict: PASS, REGRESSION, or INPUTS DIFFER.
   std::string table() const;
   std::string verdict() const;
+  // The cause in one line, for a CI's failure message: the verdict, the first input that
+  // differs (else the first figure that moved) with its two values and tolerance, and how
+  // many more moved ("PASS" when nothing did).
+  std::string headline() const;
 };
 
 // Both sides are baselines (make_baseline of the run being checked, with this invocation's calibration).

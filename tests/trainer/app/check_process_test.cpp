@@ -189,8 +189,13 @@ TEST(Check, ASuiteChecksEachConfigWithItsOwnArgumentsAndWritesJUnit) {
       << after.output;
   const std::string xml = zrepro_test::read_text(dir + "/after.xml");
   EXPECT_NE(xml.find("tests=\"4\" failures=\"1\" errors=\"1\""), std::string::npos) << xml;
-  EXPECT_NE(xml.find("name=\"zero3_offload\">\n      <failure message=\"REGRESSION"), std::string::npos) << xml;
-  EXPECT_NE(xml.find("<testcase classname=\"zrepro.check\" name=\"fp16\"/>"), std::string::npos) << xml;
+  // Issue 60: the failure's message is its cause (the first figure that moved, both values);
+  // every case has its time and, in <system-out>, its run folder, log and the rows compared.
+  EXPECT_NE(xml.find("<failure message=\"REGRESSION: memory.rank0.host_"), std::string::npos) << xml;
+  EXPECT_NE(xml.find("<testcase classname=\"zrepro.check\" name=\"fp16\" time=\""), std::string::npos) << xml;
+  EXPECT_NE(xml.find("<system-out>run folder: " + dir + "/work/fp16/run\nlog: "), std::string::npos)
+      << xml;
+  EXPECT_NE(xml.find("rows compared:"), std::string::npos) << xml;
 
   write(suite, "fp16.args", "--model tiny --out x");
   const auto bad = zrepro_test::zrepro_cmd("check --suite " + suite + work);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "device/base/utf8.h"
+#include "device/device_memory.h"
 
 namespace {
 
@@ -13,11 +14,20 @@ TEST(CheckJUnit, CountsCasesFailuresAndErrorsAndEscapesText) {
   CheckResult pass, moved;
   pass.rows.push_back({"steps", 4, 4, "exact", true, ""});
   moved.rows.push_back({"memory.rank0.params", 1000, 9000, "2%", false, "a <big> & \"odd\" move", RowKind::figure, "bytes"});
-  const std::string xml = junit_xml("zrepro check suite/", {{"a", pass, ""}, {"b", moved, ""}, {"c", {}, "no baseline <x>"}});
+  moved.rows.push_back({"loss (worst step)", 4.1, 4.3, "0.01 relative", false, "", RowKind::figure, ""});
+  const std::string xml = junit_xml("zrepro check suite/", {{"a", pass, "", 1.5, "w/a/run", "w/a/run.log"},
+                                                            {"b", moved, "", 2.25, "w/b/run", "w/b/run.log"},
+                                                            {"c", {}, "no baseline <x>", 0, "", ""}});
   EXPECT_EQ(xml.rfind("<?xml version=\"1.0\" encoding=\"UTF-8\"?>", 0), 0u);
-  EXPECT_NE(xml.find("<testsuite name=\"zrepro check suite/\" tests=\"3\" failures=\"1\" errors=\"1\">"), std::string::npos) << xml;
-  EXPECT_NE(xml.find("<testcase classname=\"zrepro.check\" name=\"a\"/>"), std::string::npos) << xml;
-  EXPECT_NE(xml.find("<failure message=\"REGRESSION: 1 figure(s) moved past their tolerance\" type=\"REGRESSION\">"),
+  EXPECT_NE(xml.find("<testsuite name=\"zrepro check suite/\" tests=\"3\" failures=\"1\" errors=\"1\" time=\"3.750\">"),
+            std::string::npos) << xml;
+  // Issue 60: every case has its time and, in <system-out>, its run folder, log and what was
+  // compared (a passing case too); a failure's message is its cause, not a count.
+  EXPECT_NE(xml.find("<testcase classname=\"zrepro.check\" name=\"a\" time=\"1.500\">\n      <system-out>run folder: "
+                     "w/a/run\nlog: w/a/run.log\n1 rows compared:"),
+            std::string::npos) << xml;
+  EXPECT_NE(xml.find("<failure message=\"REGRESSION: memory.rank0.params " + format_bytes(1000) + " -&gt; " +
+                     format_bytes(9000) + " (tolerance 2%); 1 more row(s) moved\" type=\"REGRESSION\">"),
             std::string::npos) << xml;
   EXPECT_NE(xml.find("a &lt;big&gt; &amp; &quot;odd&quot; move"), std::string::npos) << xml;
   EXPECT_NE(xml.find("<error message=\"no baseline &lt;x&gt;\" type=\"error\"/>"), std::string::npos) << xml;
@@ -29,7 +39,7 @@ TEST(CheckJUnit, CountsCasesFailuresAndErrorsAndEscapesText) {
 // is now U+FFFD and the document is well-formed UTF-8.
 TEST(CheckJUnit, ANameThatIsNoUtf8StillGivesWellFormedXml) {
   const std::string name = "caf\xE9 \xC0\xAF \xED\xA0\x80 \xEF\xBF\xBF \xE2\x82\xAC";
-  const std::string xml = junit_xml("suite", {{name, {}, "no baseline for caf\xE9"}});
+  const std::string xml = junit_xml("suite", {{name, {}, "no baseline for caf\xE9", 0, "", ""}});
   for (size_t i = 0; i < xml.size();) {
     const size_t n = utf8_length(xml, i);
     ASSERT_GT(n, 0u) << "byte " << i << " starts no UTF-8 sequence:\n" << xml;
