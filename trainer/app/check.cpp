@@ -182,7 +182,7 @@ int run_check(const CheckRequest& q) {
   std::cout << (q.json ? json_text(res.to_json()) + "\n" : res.table());
   if (!q.junit.empty()) {
     JUnitCase c{*q.baseline, res, "", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), dir,
-                q.run ? *q.run + "/summary.json" : q.work + "/run.log"};
+                q.run ? "" : q.work + "/run.log"};  // --run: a folder the user ran, no log of check's
     write_file_atomic(q.junit, junit_xml("zrepro check", {c}));
   }
   return res.passed() ? kExitOk : kExitCheckRegressed;

@@ -36,7 +36,7 @@ struct JUnitCase {
   CheckResult result;
   std::string error;
   double seconds = 0;           // how long the case took (its run and the comparison)
-  std::string run_dir, log;     // where its run wrote, and its log ("" when it never ran)
+  std::string run_dir, log;     // where its run wrote, and its log ("" when it never ran, or ran without check)
 };
 // JUnit XML (the <testsuites>/<testsuite>/<testcase> form Jenkins, GitLab and GitHub
 // test reporters read): every case with its time and a <system-out> naming its run folder

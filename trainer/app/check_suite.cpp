@@ -135,7 +135,8 @@ std::string junit_time(double seconds) {
 
 // What a CI shows beside a case: where its run wrote, and what was compared.
 std::string system_out(const JUnitCase& c) {
-  std::string s = c.run_dir.empty() ? "no run\n" : "run folder: " + c.run_dir + "\nlog: " + c.log + "\n";
+  std::string s = c.run_dir.empty() ? "no run\n" : "run folder: " + c.run_dir + "\n";
+  if (!c.log.empty()) s += "log: " + c.log + "\n";
   if (c.error.empty() && !c.result.rows.empty()) s += std::to_string(c.result.rows.size()) + " rows compared:\n" + c.result.table();
   return s;
 }

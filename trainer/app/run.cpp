@@ -443,9 +443,10 @@ int run_command(int argc, char** argv) {
     if (!s.ranks) make_out_dir_quietly(s);
     // Every process says its own refusal (a damaged file of one rank is refused by that rank
     // alone; rank 0 sees only that its peer vanished).
-    const std::string who = s.speaks() ? "" : s.several_processes() ? "rank " + std::to_string(s.rank) + ": " : "-";
-    return s.fail_with(FailureKind::config_error, "init", who == "-" ? "" : "[zrepro] " + who + "error: " + e.what(),
-                       e.what(), "fix the flag, key or file named above");
+    const std::string line = s.speaks()               ? "[zrepro] error: " + std::string(e.what())
+                             : s.several_processes() ? "[zrepro] rank " + std::to_string(s.rank) + ": error: " + e.what()
+                                                     : "";
+    return s.fail_with(FailureKind::config_error, "init", line, e.what(), "fix the flag, key or file named above");
   } catch (const c10::OutOfMemoryError& e) {
     return oom_failure(s, e);
   } catch (const PinnedMemoryError& e) {

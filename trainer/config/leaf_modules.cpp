@@ -143,8 +143,7 @@ void check_leaf_module_classes(const ModelSpec& m, const ZeroConfig& z) {
 
 ExpertFetch expert_fetch(const ModelSpec& m, const ZeroConfig& z) {
   ExpertFetch f;
-  if (!m.moe()) return f;
-  check_leaf_module_classes(m, z);
+  if (!m.moe()) return f;  // the classes the script names are checked once, by check_job
   f.unmatched = unmatched_entries(m, z.leaf_module);
   if (!StagePolicy{z.stage}.shard_params()) {
     f.why = "with their block: ZeRO stage " + std::to_string(z.stage) + " keeps whole parameters on every rank and "

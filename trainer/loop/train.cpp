@@ -335,13 +335,15 @@ MicroWeights step_weights(Loop& l, int64_t step, const StepFaults& f) {
   return micro_weights(l.opts.loss_normalization, f.gas, run, world, tokens, global);
 }
 
+std::string stop_name(int sig) { return sig == SIGTERM ? "SIGTERM" : "SIGINT"; }
+
 // An injected straggler's delay, slept in slices: a stop signal ends it (Interrupted) rather
 // than the whole delay ([Note: stopping on a signal], trainer/runtime/liveness.h).
 void injected_delay(const TrainOptions& opts, double ms, int64_t step) {
   const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
   for (auto now = Clock::now(); now < until; now = Clock::now()) {
     if (const int sig = opts.signal_seen ? opts.signal_seen() : 0)
-      throw Interrupted(sig, std::string(sig == SIGTERM ? "SIGTERM" : "SIGINT") + " inside step " +
+      throw Interrupted(sig, stop_name(sig) + " inside step " +
                                  std::to_string(step + 1) + " of " + std::to_string(opts.steps) +
                                  ", in the injected straggler delay: stopped there, the step unfinished");
     const Clock::duration slice = std::chrono::milliseconds(50);
@@ -442,7 +444,7 @@ void save_if_due(const JobSpec& job, const ModelSpec& spec, const TrainOptions& 
 void stop_if_asked(const TrainOptions& opts, int64_t step) {
   if (!opts.stop_signal || step + 1 >= opts.steps) return;
   if (const int sig = opts.stop_signal())
-    throw Interrupted(sig, std::string(sig == SIGTERM ? "SIGTERM" : "SIGINT") + " after step " +
+    throw Interrupted(sig, stop_name(sig) + " after step " +
                                std::to_string(step + 1) + " of " + std::to_string(opts.steps) +
                                ": stopped at the step boundary");
 }

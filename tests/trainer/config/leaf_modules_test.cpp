@@ -135,7 +135,7 @@ TEST(LeafModules, ApiClassesThatMatchNoModuleAreRefusedAsDeepSpeedRaises) {
   for (int stage : {2, 3}) {
     const DsConfig c = parse_zero("\"stage\": " + std::to_string(stage), f);
     try {
-      expert_fetch(m, c.zero);
+      check_leaf_module_classes(m, c.zero);  // check_job's, for run and plan alike
       FAIL() << stage;
     } catch (const ConfigError& e) {
       const std::string what = e.what();
@@ -146,6 +146,7 @@ TEST(LeafModules, ApiClassesThatMatchNoModuleAreRefusedAsDeepSpeedRaises) {
     }
   }
   f.z3_leaf_modules = "MixtralSparseMoEBlock,MixtralDecoderLayer";
+  EXPECT_NO_THROW(check_leaf_module_classes(m, parse_zero(R"("stage": 3)", f).zero));
   EXPECT_FALSE(expert_fetch(m, parse_zero(R"("stage": 3)", f).zero).one_by_one);
   // The same class in the config: DeepSpeed (apply_zero_leaf_module_config) does not raise.
   EXPECT_NO_THROW(expert_fetch(m, stage3({"MixtralSparseMoEBlock"})));
