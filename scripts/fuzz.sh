@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# libFuzzer under ASan + UBSan on one of two targets, built into build-fuzz/ with clang
+# libFuzzer under ASan + UBSan on one of three targets, built into build-fuzz/ with clang
 # (coverage on every library):
 #   config  the config loader and the `zrepro run` flag parser (fuzz/config_fuzz.cpp),
 #           seeded with every DeepSpeed config in the repository and a few flag lines; a
 #           ConfigError is a refusal, anything else that escapes is a bug;
+#   yaml    the accelerate config reader (`--accelerate-config`, fuzz/yaml_fuzz.cpp), seeded
+#           with the accelerate configs in the repository and the YAML inputs that once
+#           crashed it (aliases, "billion laughs", deep nesting); a ConfigError is a refusal;
 #   log     the log reader of `zrepro diagnose` (fuzz/log_fuzz.cpp), seeded with the
 #           diagnose corpus of logs; nothing may escape.
 # Runs RUNS inputs and prints libFuzzer's summary. A crash, a sanitizer report or an escaped
 # exception stops it with the input saved as build-fuzz/crash-*.
-# usage: scripts/fuzz.sh [runs] [jobs] [config|log]   (default 1000000 runs over 1 job of
+# usage: scripts/fuzz.sh [runs] [jobs] [config|yaml|log]   (default 1000000 runs over 1 job of
 #        the config target, each job runs/jobs; needs clang, as Debian's clang)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-1000000}; jobs=${2:-1}; target=${3:-config}; per_job=$((runs / jobs))
-case "$target" in config|log) ;; *) echo "fuzz: got target \"$target\", expected config or log" >&2; exit 2 ;; esac
+case "$target" in config|yaml|log) ;; *) echo "fuzz: got target \"$target\", expected config, yaml or log" >&2; exit 2 ;; esac
 dir=${ZREPRO_FUZZ_BUILD_DIR:-build-fuzz}
 command -v clang++ > /dev/null || { echo "fuzz: clang++ not found (apt-get install clang)" >&2; exit 2; }
 torch_cmake=$(scripts/torch-prefix.sh --cmake-args)  # the LibTorch scripts/setup.sh builds against
@@ -34,6 +37,11 @@ if [ "$target" = config ]; then
          "--device-memory 40GB --grad-accum 4" "--model small --lr 3e-4" "--steps 5 --data-rule same --as-rank 1")
   for k in "${!flags[@]}"; do
     { echo "${flags[$k]}"; cat configs/examples/hf_auto_zero2.json; } > "$corpus/flags_$k"
+  done
+elif [ "$target" = yaml ]; then
+  for f in $(git ls-files 'configs/examples/accelerate/*' 'tests/*.yaml' 'tests/*.yml'); do
+    i=$((i + 1))
+    head -c 8192 "$f" > "$corpus/seed_$i"
   done
 else
   for f in $(git ls-files 'tests/trainer/diagnose/diagnose_logs/*.log' 'configs/scenarios/*/*.log'); do

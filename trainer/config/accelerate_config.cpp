@@ -69,9 +69,7 @@ json yaml_to_json(const YAML::Node& n, const std::string& what, int depth, int64
 }
 #endif
 
-json parse_file(const std::string& path) {
-  const std::string text = read_user_file(kFlag, path, "the accelerate config file (YAML, as `accelerate config` writes "
-                                                       "it, e.g. ~/.cache/huggingface/accelerate/default_config.yaml)");
+json parse_text(const std::string& path, const std::string& text) {
   json j = parse_user_json(std::string(kFlag) + " " + path, text);
   if (!j.is_discarded()) return j;
 #ifdef ZREPRO_HAVE_YAML_CPP
@@ -184,7 +182,13 @@ bool accelerate_yaml_supported() {
 }
 
 AccelerateConfig load_accelerate_config(const std::string& path) {
-  const json j = parse_file(path);
+  return parse_accelerate_config(path, read_user_file(kFlag, path, "the accelerate config file (YAML, as `accelerate "
+                                                                   "config` writes it, e.g. "
+                                                                   "~/.cache/huggingface/accelerate/default_config.yaml)"));
+}
+
+AccelerateConfig parse_accelerate_config(const std::string& path, const std::string& text) {
+  const json j = parse_text(path, text);
   if (!j.is_object())
     throw ConfigError(std::string(kFlag) + " " + path + ": expected a mapping of accelerate config keys (as `accelerate "
                       "config` writes), got " + j.dump().substr(0, 80));

@@ -57,6 +57,9 @@ struct AccelerateConfig {
 // Throws ConfigError naming --accelerate-config, the key, the value and what was expected.
 // YAML needs yaml-cpp in the build; JSON always reads.
 AccelerateConfig load_accelerate_config(const std::string& path);
+// The same on the file's text (PATH names it in messages): what load_accelerate_config does
+// after reading the file, and what fuzz/yaml_fuzz.cpp drives.
+AccelerateConfig parse_accelerate_config(const std::string& path, const std::string& text);
 // Whether this build reads YAML (yaml-cpp found at configure time).
 bool accelerate_yaml_supported();
 
