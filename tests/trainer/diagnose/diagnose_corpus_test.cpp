@@ -103,10 +103,13 @@ struct Score {
   }
 };
 
-Score score(const std::vector<Case>& cases, bool held_out) {
+// in_deepspeed: only the logs whose thread established a cause zrepro names (not a refusal),
+// where a refusal is no longer the right answer: the score that does not flatter.
+Score score(const std::vector<Case>& cases, bool held_out, bool in_deepspeed = false) {
   Score sc;
   for (const auto& c : cases) {
     if (c.held_out != held_out) continue;
+    if (in_deepspeed && c.entry["expected"].value("refuse", false)) continue;
     ++sc.logs;
     if (c.named) ++sc.named;
     else if (answered(c.got)) ++sc.wrong;
@@ -133,7 +136,8 @@ std::string page(const std::vector<Case>& cases) {
     << "- The logs the rules were written from (tests/data/diagnose_corpus/): " << score(cases, false).text() << ".\n"
     << "- **Held out** (tests/data/diagnose_corpus/heldout/: collected after the rules were frozen, never used to "
        "write a rule or tune one; the measure of what diagnose does on a log nobody here has read): "
-    << score(cases, true).text() << ".\n\n"
+    << score(cases, true).text() << "; of those whose cause is one zrepro names (a refusal is right for the rest): "
+    << score(cases, true, true).text() << ".\n\n"
     << "| class | named | logs | held out: named | held out: logs |\n|---|---|---|---|---|\n";
   for (const auto& [cls, v] : by_class)
     o << "| " << cls << " | " << v[0] << " | " << v[1] << " | " << v[2] << " | " << v[3] << " |\n";
@@ -155,7 +159,7 @@ std::string page(const std::vector<Case>& cases) {
 
 TEST(DiagnoseCorpus, EveryLogIsNamedOrMissedAsRecorded) {
   const std::vector<Case> cases = corpus();
-  ASSERT_GE(cases.size(), 40u) << "the corpus holds at least 40 real logs";
+  ASSERT_GE(cases.size(), 85u) << "the corpus holds at least 85 real logs";
   for (const auto& c : cases) {
     const json record = c.entry.value("diagnosis", json::object());
     ASSERT_TRUE(record.contains("named")) << c.file << ": no diagnosis record";
