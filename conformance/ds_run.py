@@ -42,6 +42,17 @@ def grad_norm_now(model):
     return math.sqrt(total)
 
 
+def trainer_optimizer(params, spec):
+    """The optimizer a Hugging Face Trainer brings to a config without "optimizer" (zrepro's
+    [Note: the optimizer the Trainer brings], trainer/bisect/deepspeed_config.h): torch AdamW,
+    or DeepSpeedCPUAdam where Accelerate swaps it in under an optimizer offload."""
+    kwargs = dict(lr=spec["lr"], betas=tuple(spec["betas"]), eps=spec["eps"], weight_decay=spec["weight_decay"])
+    if spec["type"] == "DeepSpeedCPUAdam":
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+        return DeepSpeedCPUAdam(params, adamw_mode=True, **kwargs)
+    return torch.optim.AdamW(params, **kwargs)
+
+
 def write_record(path, record):
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -66,12 +77,16 @@ def main():
     if layout["batch"]["world"] != world:
         raise SystemExit(f"inputs were exported for {layout['batch']['world']} ranks, this run has {world}")
     config = json.load(open(a.config))
+    trainer = config.pop("zrepro_trainer_optimizer", None)  # the Trainer's optimizer, when the file has none
+    client = trainer_optimizer(model.ordered, trainer) if trainer else None
+    lr_by_step = trainer["lr_by_step"] if trainer else []
     if rank == a.extra_micro_step_rank:
         # This rank's config says one more accumulation step (equal optimizer steps).
         config["gradient_accumulation_steps"] += 1
         config.pop("train_batch_size", None)
     try:
-        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.ordered, config=config)
+        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.ordered, optimizer=client,
+                                               config=config)
     except Exception as e:  # the release refuses the config: say so in the record (zrepro bisect reads it)
         if rank == 0:
             write_record(a.out, {"refused": f"{type(e).__name__}: {e}".strip()[:2000],
@@ -110,6 +125,9 @@ def main():
         losses, norm = [], None
         COUNTER.enabled = True
         skipped_before = engine.skipped_steps
+        if lr_by_step:  # the Trainer's lr of this step, as zrepro's run had it
+            for group in client.param_groups:
+                group["lr"] = lr_by_step[min(step, len(lr_by_step) - 1)]
         if token:  # num_items_in_batch: this rank's scored targets of the step, summed over the ranks
             n = torch.tensor([float(sum(int((micro_batch(tokens, layout, step, t, rank)[1] != -100).sum())
                                         for t in range(micro_steps)))], dtype=torch.float64)

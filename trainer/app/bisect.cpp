@@ -302,7 +302,14 @@ void prepare(Bisect& b, const std::string& good, const json& user) {
   check_output_target("--out", ds_config, {b.config}, [](const std::string& t) {
     return t.find("\"train_micro_batch_size_per_gpu\"") != std::string::npos;
   });
-  write_json_file(ds_config, config_for_deepspeed(user, resolved));
+  std::vector<double> lr_by_step;  // [Note: the optimizer the Trainer brings]
+  for (const SummaryStep& s : summary->steps) lr_by_step.push_back(s.lr);
+  write_json_file(ds_config, config_for_deepspeed(user, resolved, lr_by_step));
+  if (!user.contains("optimizer"))
+    std::cout << "[zrepro bisect] no \"optimizer\" in " << b.config
+              << ": every release gets the Trainer's, as zrepro trained it (torch AdamW, or DeepSpeedCPUAdam under an "
+                 "optimizer offload; lr, betas, eps and weight decay as summary.json's effective_config says"
+              << (user.contains("scheduler") ? "" : "; the lr of each step as zrepro's run had it") << ")\n";
   b.inputs.config = ds_config;
   b.inputs.inputs = b.out + "/zrepro-" + good + "/inputs";
   b.inputs.ranks = b.ranks;

@@ -135,6 +135,27 @@ TEST(Bisect, ReplaysARecordedBisectOfAZero3CollectiveOffline) {
   EXPECT_EQ(r.output.find("0.17.6 behaviour zero_optimization.stage"), std::string::npos) << r.output;
 }
 
+// Issue 62 item 3, [Note: the optimizer the Trainer brings]: LLaMA-Factory's ds_z2_config.json
+// as it ships (no "optimizer", no "scheduler": the Trainer brings them) once stopped every
+// release with "zero stage 2 requires an optimizer". Recorded with --micro-batch 8
+// --grad-accum 2 (tests/data/bisect/README.md), it trains under both releases with the
+// Trainer's AdamW and names 0.17.6 (DeepSpeed #7718), as the config with an optimizer does.
+TEST(Bisect, ReplaysABisectOfAConfigWithoutAnOptimizerAsLlamaFactoryShipsIt) {
+  const auto r = offline_bisect("bisect_lf", "--good 0.17.5 --bad 0.17.6 --model tiny --micro-batch 8 --grad-accum 2",
+                                true, kRecorded + "llamafactory-z2");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("no \"optimizer\" in"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("every release gets the Trainer's, as zrepro trained it"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("first release whose figures moved: 0.17.6 (last good: 0.17.5)"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("requires an optimizer"), std::string::npos) << r.output;
+  const nlohmann::json ds =
+      nlohmann::json::parse(zrepro_test::read_text(testing::TempDir() + "/zrepro_bisect_lf/out/deepspeed_config.json"));
+  EXPECT_FALSE(ds.contains("optimizer"));
+  EXPECT_EQ(ds["zrepro_trainer_optimizer"]["type"], "AdamW");
+  EXPECT_EQ(ds["zrepro_trainer_optimizer"]["lr_by_step"].size(), 3u);
+}
+
 // [Note: no orphan] Ctrl-C during a release's run: the run (here a stand-in Python whose
 // run sleeps in a background child that ignores SIGINT, as a non-interactive shell's
 // background jobs do) is stopped, the bisect ends with 130 and no process is left.

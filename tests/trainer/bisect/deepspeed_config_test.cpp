@@ -37,10 +37,37 @@ TEST(DeepSpeedConfigForARelease, FillsAutoAsTheTrainerDoesAndLeavesUnsetKeysUnse
   EXPECT_FALSE(ds["bf16"].contains("check_grad_overflow"));
   // A config without "auto" goes as written.
   const json plain = json::parse(R"({"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": 8,
-                                     "gradient_accumulation_steps": 2})");
+                                     "gradient_accumulation_steps": 2, "optimizer": {"type": "Adam"}})");
   json expect = plain;
   expect["train_batch_size"] = 32;
   EXPECT_EQ(config_for_deepspeed(plain, resolved), expect);
+}
+
+// [Note: the optimizer the Trainer brings]: LLaMA-Factory's ds_z2_config.json has no
+// "optimizer" and no "scheduler"; DeepSpeed alone refuses it at every release. Each release
+// gets the optimizer zrepro trained with and zrepro's lr of each step; a file with its own
+// "scheduler" keeps it; an optimizer offload gets DeepSpeedCPUAdam unless the file forbids it.
+TEST(DeepSpeedConfigForARelease, AConfigWithoutAnOptimizerGetsTheTrainersAsZreproTrainedIt) {
+  const json user = json::parse(R"({"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+                                    "zero_optimization": {"stage": 2}})");
+  const json resolved = json::parse(R"({
+    "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "betas": [0.9, 0.95], "eps": 1e-08, "weight_decay": 0.1}},
+    "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "none"}},
+    "gradient_accumulation_steps": 1, "train_micro_batch_size_per_gpu": 2, "train_batch_size": 4})");
+  const json ds = config_for_deepspeed(user, resolved, {0.001, 0.0005});
+  EXPECT_FALSE(ds.contains("optimizer"));  // DeepSpeed's own optimizer would be another code path
+  EXPECT_EQ(ds["zero_allow_untested_optimizer"], true);
+  EXPECT_EQ(ds[kTrainerOptimizerKey], json::parse(R"({"type": "AdamW", "lr": 0.001, "betas": [0.9, 0.95], "eps": 1e-08,
+                                                      "weight_decay": 0.1, "lr_by_step": [0.001, 0.0005]})"));
+  json scheduled = user;
+  scheduled["scheduler"] = {{"type", "WarmupLR"}};
+  EXPECT_EQ(config_for_deepspeed(scheduled, resolved, {0.001, 0.0005})[kTrainerOptimizerKey]["lr_by_step"], json::array());
+  json offload = resolved;
+  offload["zero_optimization"]["offload_optimizer"]["device"] = "cpu";
+  EXPECT_EQ(config_for_deepspeed(user, offload)[kTrainerOptimizerKey]["type"], "DeepSpeedCPUAdam");
+  json forbid = user;
+  forbid["zero_force_ds_cpu_optimizer"] = false;
+  EXPECT_EQ(config_for_deepspeed(forbid, offload)[kTrainerOptimizerKey]["type"], "AdamW");
 }
 
 }  // namespace
