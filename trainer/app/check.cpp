@@ -6,6 +6,7 @@
 //   zrepro check --baseline B.json --run DIR      compare a run folder with the baseline
 //   zrepro check --baseline B.json -- RUN ARGS    run, then compare
 //   zrepro check --suite DIR [--save]             every config in DIR (check_suite.cpp)
+//   zrepro check --deepspeed OLD,NEW -- RUN ARGS  the config under two real releases (check_releases.cpp)
 // Step time is compared as a ratio to a calibration kernel the run timed between its steps
 // ([Note: step time against the machine]), advisory unless --time-gate. Exit 0 when
 // nothing moved past its tolerance, 11 when something did (or the inputs differ), 2 on bad
@@ -132,6 +133,7 @@ struct CheckRequest {
   bool save_suite = false;
   std::optional<std::string> save, baseline, run;
   std::vector<std::string> run_args;
+  std::optional<std::string> deepspeed;  // --deepspeed OLD,NEW ([Note: check against the real releases])
   std::string work, junit;  // junit: "" for none
   bool json = false;
 };
@@ -146,6 +148,13 @@ CheckRequest check_request_from(const cxxopts::ParseResult& r, const std::vector
   for (auto [flag, field] : {std::pair<const char*, std::optional<std::string>*>{"save", &q.save}, {"baseline", &q.baseline},
                              {"run", &q.run}})
     if (r.count(flag)) *field = r[flag].as<std::string>();
+  if (r.count("deepspeed")) {
+    if (r.count("suite") || r.count("save-suite") || q.baseline || q.save || q.run)
+      throw ConfigError("--deepspeed OLD,NEW: give it with the run's arguments after -- (its --config), not with "
+                        "--suite, --save, --baseline or --run: the two releases are the baseline and the run");
+    q.deepspeed = r["deepspeed"].as<std::string>();
+    return q;
+  }
   if (r.count("suite") || r.count("save-suite")) {
     if (r.count("suite") + r.count("save-suite") > 1 || q.baseline || q.save || q.run || !run_args.empty())
       throw ConfigError("--suite DIR / --save-suite DIR: give one of them alone, not with --baseline, --save, --run "
@@ -199,6 +208,7 @@ int check_command(int argc, char** argv) {
       ("run", "a finished run folder (zrepro run --out DIR); or give run arguments after --", cxxopts::value<std::string>())
       ("suite", "compare every DeepSpeed config in this folder (DIR/NAME.json, its arguments DIR/NAME.args) with its baseline DIR/baselines/NAME.json", cxxopts::value<std::string>())
       ("save-suite", "run every config in this folder and write its baseline into DIR/baselines/", cxxopts::value<std::string>())
+      ("deepspeed", "OLD,NEW: train the config given after -- under both real DeepSpeed releases on this CPU (zrepro bisect's drivers and cache) and fail on any figure that moved", cxxopts::value<std::string>())
       ("work", "where the runs zrepro check starts write", cxxopts::value<std::string>()->default_value("check_out"))
       ("memory-tol", "relative tolerance of peak memory per rank and category", cxxopts::value<double>()->default_value("0.02"))
       ("time-tol", "least step-time ratio (per calibration) allowed against the baseline's; the runs' measured spreads may widen it", cxxopts::value<double>()->default_value("1.5"))
@@ -217,6 +227,7 @@ int check_command(int argc, char** argv) {
     }
   return command_main(o, own, argv, [&](const cxxopts::ParseResult& r) -> int {
     const CheckRequest q = check_request_from(r, run_args);
+    if (q.deepspeed) return check_releases(*q.deepspeed, q.run_args, q.work, q.json, q.junit);
     if (q.suite) return check_suite(*q.suite, q.save_suite, q.work, q.tol, q.json, q.junit);
     return run_check(q);
   });

@@ -29,6 +29,22 @@ Baseline read_baseline(const std::string& path);
 int check_suite(const std::string& dir, bool save, const std::string& work, const CheckTolerances& tol, bool as_json,
                 const std::string& junit_path);
 
+// [Note: check against the real releases] `zrepro check --deepspeed OLD,NEW -- --config
+// ds.json RUN ARGS` is the upgrade test against DeepSpeed itself, not against zrepro's model
+// of it: zrepro trains the config once (its weights and batches fixed, --export-inputs),
+// then each real release trains the same inputs on this CPU through zrepro bisect's drivers
+// and cache (trainer/bisect/release_env.h), and every figure bisect compares (the outcome,
+// each step's loss, grad norm and skipped flag, bytes by category per rank and phase,
+// collective bytes per step) is a row, OLD as the baseline and NEW as now, under bisect's
+// tolerances ([Note: what counts as a move], release_figures.h). Exit 11 when one moved,
+// naming the figure and the release; the version table's entries between the two that
+// touch the config are reported beside. Offline once the cache holds both releases' runs
+// (a CI warms it with one run, then keeps ~/.cache/zrepro/bisect or --cache DIR).
+struct BisectDocument;
+CheckResult releases_compared(const BisectDocument& d, const std::string& older, const std::string& newer);
+int check_releases(const std::string& pair, const std::vector<std::string>& run_args, const std::string& work,
+                   bool as_json, const std::string& junit);
+
 // One case of a JUnit report: its name, its comparison, and an error (a case that could
 // not run or had no baseline) when not empty.
 struct JUnitCase {

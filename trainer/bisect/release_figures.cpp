@@ -49,15 +49,32 @@ bool within(double a, double b, double rel) {
   return std::fabs(a - b) <= rel * std::max(std::fabs(a), std::fabs(b)) + 1e-12;
 }
 
+// A compared figure with numbers on both sides: "step 1 grad norm 1.434 -> 0.7802 (-45.6%)".
+FigureRow numeric_row(const std::string& figure, double a, double b, const std::string& unit, double rel) {
+  FigureRow r{figure, a, b, unit, within(a, b, rel), ""};
+  r.text = figure + " " + num(a) + " -> " + num(b) + (unit.empty() ? "" : " " + unit) + change(a, b);
+  return r;
+}
+
 void compare_maps(const std::map<std::string, double>& a, const std::map<std::string, double>& b, double rel,
-                  const std::string& unit, std::vector<std::string>& out) {
+                  const std::string& unit, std::vector<FigureRow>& out) {
   for (const auto& [k, va] : a) {
     const auto it = b.find(k);
-    const double vb = it == b.end() ? 0 : it->second;
-    if (!within(va, vb, rel)) out.push_back(k + " " + num(va) + " -> " + num(vb) + " " + unit + change(va, vb));
+    out.push_back(numeric_row(k, va, it == b.end() ? 0 : it->second, unit, rel));
   }
   for (const auto& [k, vb] : b)
-    if (!a.count(k) && !within(0, vb, rel)) out.push_back(k + " 0 -> " + num(vb) + " " + unit);
+    if (!a.count(k)) out.push_back(numeric_row(k, 0, vb, unit, rel));
+}
+
+// One step's rows: skipped, loss, and the grad norm where both runs applied the step.
+void compare_step(size_t i, const StepFigures& x, const StepFigures& y, double rel, std::vector<FigureRow>& out) {
+  const std::string step = "step " + std::to_string(i + 1);
+  const auto applied = [](bool skipped) { return skipped ? "skipped" : "applied"; };
+  out.push_back({step + " skipped", applied(x.skipped), applied(y.skipped), "", x.skipped == y.skipped,
+                 step + (y.skipped ? " applied -> skipped (overflow)" : " skipped -> applied")});
+  out.push_back(numeric_row(step + " loss", x.loss, y.loss, "", rel));
+  if (!x.skipped && !y.skipped && x.grad_norm && y.grad_norm)
+    out.push_back(numeric_row(step + " grad norm", *x.grad_norm, *y.grad_norm, "", rel));
 }
 
 }  // namespace
@@ -126,31 +143,29 @@ ReleaseFigures zrepro_refusal(const std::string& message) {
   return f;
 }
 
-std::vector<std::string> moved(const ReleaseFigures& a, const ReleaseFigures& b, const Tolerance& tol,
-                               bool steps_only, size_t limit) {
-  std::vector<std::string> out;
-  if (a.outcome != b.outcome) {
-    out.push_back("outcome " + a.outcome + " -> " + b.outcome + (b.message.empty() ? "" : ": " + b.message));
-    return out;
-  }
-  if (a.outcome != "ran") return out;  // two refusals (or failures) agree
-  if (a.steps.size() != b.steps.size())
-    out.push_back("steps " + std::to_string(a.steps.size()) + " -> " + std::to_string(b.steps.size()));
-  for (size_t i = 0; i < std::min(a.steps.size(), b.steps.size()); ++i) {
-    const StepFigures &x = a.steps[i], &y = b.steps[i];
-    const std::string step = "step " + std::to_string(i + 1);
-    if (x.skipped != y.skipped)
-      out.push_back(step + (y.skipped ? " applied -> skipped (overflow)" : " skipped -> applied"));
-    if (!within(x.loss, y.loss, tol.numerics))
-      out.push_back(step + " loss " + num(x.loss) + " -> " + num(y.loss) + change(x.loss, y.loss));
-    if (!x.skipped && !y.skipped && x.grad_norm && y.grad_norm && !within(*x.grad_norm, *y.grad_norm, tol.numerics))
-      out.push_back(step + " grad norm " + num(*x.grad_norm) + " -> " + num(*y.grad_norm) +
-                    change(*x.grad_norm, *y.grad_norm));
-  }
+std::vector<FigureRow> compare_figures(const ReleaseFigures& a, const ReleaseFigures& b, const Tolerance& tol,
+                                       bool steps_only) {
+  // [Note: what counts as a move]
+  std::vector<FigureRow> out;
+  out.push_back({"outcome", a.outcome, b.outcome, "", a.outcome == b.outcome,
+                 "outcome " + a.outcome + " -> " + b.outcome + (b.message.empty() ? "" : ": " + b.message)});
+  if (a.outcome != b.outcome || a.outcome != "ran") return out;  // two refusals (or failures) agree
+  out.push_back({"steps", a.steps.size(), b.steps.size(), "", a.steps.size() == b.steps.size(),
+                 "steps " + std::to_string(a.steps.size()) + " -> " + std::to_string(b.steps.size())});
+  for (size_t i = 0; i < std::min(a.steps.size(), b.steps.size()); ++i)
+    compare_step(i, a.steps[i], b.steps[i], tol.numerics, out);
   if (!steps_only) {
     compare_maps(a.bytes, b.bytes, tol.bytes, "B", out);
     compare_maps(a.comm_bytes, b.comm_bytes, tol.bytes, "B sent", out);
   }
+  return out;
+}
+
+std::vector<std::string> moved(const ReleaseFigures& a, const ReleaseFigures& b, const Tolerance& tol,
+                               bool steps_only, size_t limit) {
+  std::vector<std::string> out;
+  for (const FigureRow& r : compare_figures(a, b, tol, steps_only))
+    if (!r.ok) out.push_back(r.text);
   if (out.size() > limit) {
     const size_t more = out.size() - limit;
     out.resize(limit);

@@ -56,6 +56,20 @@ ReleaseFigures figures_from_zrepro(const Summary& summary);
 // zrepro refused the config before writing a summary (exit 2): its error line.
 ReleaseFigures zrepro_refusal(const std::string& message);
 
+// One figure compared: its name ("step 1 grad norm", "rank 0 init grads", "step 2
+// all_gather"), a's and b's values, whether they agree, and the line that says the move.
+struct FigureRow {
+  std::string figure;
+  nlohmann::json a, b;  // numbers, or words ("applied", "ran")
+  std::string unit;     // "B", "B sent" or ""
+  bool ok = true;
+  std::string text;  // "step 1 grad norm 1.434137 -> 0.7802409 (-45.6%)"
+};
+// Every figure a and b are compared on, in order: the outcome, the steps, then each step's
+// skipped, loss and grad norm, then (unless steps_only) the bytes by category and the
+// collective bytes. Only the outcome when the two did not both run.
+std::vector<FigureRow> compare_figures(const ReleaseFigures& a, const ReleaseFigures& b, const Tolerance& tol,
+                                       bool steps_only = false);
 // What moved from a to b, one line each ("step 1 grad norm 1.434 -> 0.7802 (-45.6%)");
 // empty when they agree. With steps_only the bytes are not compared (zrepro beside a
 // release). At most `limit` lines, then "... and N more".

@@ -156,6 +156,41 @@ TEST(Bisect, ReplaysABisectOfAConfigWithoutAnOptimizerAsLlamaFactoryShipsIt) {
   EXPECT_EQ(ds["zrepro_trainer_optimizer"]["lr_by_step"].size(), 3u);
 }
 
+// Issue 62 item 1, [Note: check against the real releases]: `check --deepspeed OLD,NEW` on
+// LLaMA-Factory's config as it ships fails (exit 11) on 0.17.6's ZeRO-2 gradients, every
+// moved figure a FAIL row naming the release, the version table's #7718 beside, JUnit with
+// the headline; the same check across releases that agree passes. Offline: both replay the
+// recorded caches (no Python).
+zrepro_test::Process offline_check(const std::string& name, const std::string& pair, const std::string& data,
+                                   const std::string& run_flags) {
+  const std::string dir = zrepro_test::fresh_dir(name);
+  fs::copy(data + "/cache", dir + "/cache", fs::copy_options::recursive);
+  return zrepro_test::zrepro_cmd("check --deepspeed " + pair + " --work " + dir + "/work --junit " + dir +
+                                     "/junit.xml -- --config " + data + "/ds_config.json --cache " + dir +
+                                     "/cache --python /nonexistent/python " + run_flags,
+                                 300);
+}
+
+TEST(CheckReleases, FailsOnTheZero2ChangeOfTheRealReleasesOnAConfigAsLlamaFactoryShipsIt) {
+  const auto r = offline_check("check_lf", "0.17.5,0.17.6", kRecorded + "llamafactory-z2",
+                               "--model tiny --micro-batch 8 --grad-accum 2");
+  ASSERT_EQ(r.code, 11) << r.output;
+  EXPECT_NE(r.output.find("FAIL step 1 grad norm"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("moved in DeepSpeed 0.17.6"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("DeepSpeed#7718"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("REGRESSION"), std::string::npos) << r.output;
+  const std::string xml = zrepro_test::read_text(testing::TempDir() + "/zrepro_check_lf/junit.xml");
+  EXPECT_NE(xml.find("name=\"DeepSpeed 0.17.5 -&gt; 0.17.6: "), std::string::npos) << xml;
+  EXPECT_NE(xml.find("<failure message=\"REGRESSION: step 1 grad norm 1.43"), std::string::npos) << xml;
+  const auto same = offline_check("check_same", "0.16.0,0.17.5", kData, "");
+  ASSERT_EQ(same.code, 0) << same.output;
+  EXPECT_NE(same.output.find("0 moved past their tolerance"), std::string::npos) << same.output;
+  // A window given the wrong way round is refused before anything runs.
+  const auto wrong = offline_check("check_wrong", "0.17.6,0.17.5", kData, "");
+  EXPECT_EQ(wrong.code, 2) << wrong.output;
+  EXPECT_NE(wrong.output.find("expected two DeepSpeed releases, the older first"), std::string::npos) << wrong.output;
+}
+
 // [Note: no orphan] Ctrl-C during a release's run: the run (here a stand-in Python whose
 // run sleeps in a background child that ignores SIGINT, as a non-interactive shell's
 // background jobs do) is stopped, the bisect ends with 130 and no process is left.
