@@ -149,11 +149,12 @@ CheckRequest check_request_from(const cxxopts::ParseResult& r, const std::vector
                              {"run", &q.run}})
     if (r.count(flag)) *field = r[flag].as<std::string>();
   if (r.count("deepspeed")) {
-    if (r.count("suite") || r.count("save-suite") || q.baseline || q.save || q.run)
-      throw ConfigError("--deepspeed OLD,NEW: give it with the run's arguments after -- (its --config), not with "
-                        "--suite, --save, --baseline or --run: the two releases are the baseline and the run");
     q.deepspeed = r["deepspeed"].as<std::string>();
-    return q;
+    if (r.count("save-suite") || q.baseline || q.save || q.run || (r.count("suite") && !run_args.empty()))
+      throw ConfigError("--deepspeed OLD,NEW: give it with the run's arguments after -- (its --config) or with "
+                        "--suite DIR, not with --save-suite, --save, --baseline or --run: the two releases are the "
+                        "baseline and the run");
+    if (!r.count("suite")) return q;
   }
   if (r.count("suite") || r.count("save-suite")) {
     if (r.count("suite") + r.count("save-suite") > 1 || q.baseline || q.save || q.run || !run_args.empty())
@@ -227,8 +228,8 @@ int check_command(int argc, char** argv) {
     }
   return command_main(o, own, argv, [&](const cxxopts::ParseResult& r) -> int {
     const CheckRequest q = check_request_from(r, run_args);
+    if (q.suite) return check_suite(*q.suite, q.save_suite, q.work, q.tol, q.json, q.junit, q.deepspeed);
     if (q.deepspeed) return check_releases(*q.deepspeed, q.run_args, q.work, q.json, q.junit);
-    if (q.suite) return check_suite(*q.suite, q.save_suite, q.work, q.tol, q.json, q.junit);
     return run_check(q);
   });
 }

@@ -1,6 +1,7 @@
 // `zrepro check` and its suite: regression checks a CI runs after an upgrade
 // (trainer/report/baseline.h says what is compared and how much it may move).
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,8 +27,10 @@ Baseline read_baseline(const std::string& path);
 // baseline; --suite runs each the same way and compares it with its baseline, so an "auto"
 // config and an explicit fp16 one each keep their own flags. One table, --json, --junit;
 // exit 11 if any case moved or could not run, 2 when the folder itself is wrong.
+// With `deepspeed` (OLD,NEW) each config is checked under the two real releases instead of
+// against its baseline ([Note: check against the real releases]).
 int check_suite(const std::string& dir, bool save, const std::string& work, const CheckTolerances& tol, bool as_json,
-                const std::string& junit_path);
+                const std::string& junit_path, const std::optional<std::string>& deepspeed = std::nullopt);
 
 // [Note: check against the real releases] `zrepro check --deepspeed OLD,NEW -- --config
 // ds.json RUN ARGS` is the upgrade test against DeepSpeed itself, not against zrepro's model
@@ -42,6 +45,15 @@ int check_suite(const std::string& dir, bool save, const std::string& work, cons
 // (a CI warms it with one run, then keeps ~/.cache/zrepro/bisect or --cache DIR).
 struct BisectDocument;
 CheckResult releases_compared(const BisectDocument& d, const std::string& older, const std::string& newer);
+// One config under the two releases: the rows, where bisect wrote (its folder and log), its
+// exit (0 compared; another: the runs did not finish).
+struct ReleasesRun {
+  std::string name;  // "DeepSpeed OLD -> NEW: CONFIG"
+  CheckResult result;
+  std::string run_dir, log;
+  int code = 0;
+};
+ReleasesRun run_releases(const std::string& pair, const std::vector<std::string>& run_args, const std::string& work);
 int check_releases(const std::string& pair, const std::vector<std::string>& run_args, const std::string& work,
                    bool as_json, const std::string& junit);
 

@@ -61,9 +61,7 @@ CheckResult releases_compared(const BisectDocument& d, const std::string& older,
   return res;
 }
 
-int check_releases(const std::string& pair, const std::vector<std::string>& run_args, const std::string& work,
-                   bool as_json, const std::string& junit) {
-  const auto t0 = std::chrono::steady_clock::now();
+ReleasesRun run_releases(const std::string& pair, const std::vector<std::string>& run_args, const std::string& work) {
   const auto [older, newer] = release_pair(pair);
   std::string config;
   std::vector<std::string> args = {"bisect", "--good", older, "--bad", newer, "--out", work + "/deepspeed"};
@@ -76,24 +74,34 @@ int check_releases(const std::string& pair, const std::vector<std::string>& run_
     throw ConfigError("--deepspeed: give the config to check after --: zrepro check --deepspeed " + pair +
                       " -- --config ds.json [--model M --micro-batch N ...]");
   make_out_dir(work);
-  const std::string log = work + "/deepspeed.log";
+  ReleasesRun r;
+  r.name = "DeepSpeed " + older + " -> " + newer + ": " + config;
+  r.run_dir = work + "/deepspeed", r.log = work + "/deepspeed.log";
   std::cerr << "[zrepro check] " << config << " under DeepSpeed " << older << " and " << newer
-            << " (zrepro bisect's drivers and cache; log " << log << ")" << std::endl;
-  const int code = run_self_or_refuse("the runs of DeepSpeed " + older + " and " + newer, args, log);
-  if (code != kExitOk && code != kExitAbNoFailure) {  // bisect: 0 moved, 7 the two agree; else it did not finish
-    std::cerr << "[zrepro check] the runs of DeepSpeed " << older << " and " << newer << " did not finish (exit " << code
-              << "): " << log << std::endl;
-    return code;
+            << " (zrepro bisect's drivers and cache; log " << r.log << ")" << std::endl;
+  r.code = run_self_or_refuse("the runs of DeepSpeed " + older + " and " + newer, args, r.log);
+  if (r.code != kExitOk && r.code != kExitAbNoFailure) return r;  // bisect: 0 moved, 7 the two agree
+  r.result = releases_compared(BisectDocument::from_json(read_json_file(r.run_dir + "/bisect.json")), older, newer);
+  r.code = kExitOk;
+  return r;
+}
+
+int check_releases(const std::string& pair, const std::vector<std::string>& run_args, const std::string& work,
+                   bool as_json, const std::string& junit) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const ReleasesRun r = run_releases(pair, run_args, work);
+  if (r.code != kExitOk) {
+    std::cerr << "[zrepro check] the runs of the two releases did not finish (exit " << r.code << "): " << r.log
+              << std::endl;
+    return r.code;
   }
-  const BisectDocument d = BisectDocument::from_json(read_json_file(work + "/deepspeed/bisect.json"));
-  const CheckResult res = releases_compared(d, older, newer);
-  std::cout << (as_json ? json_text(res.to_json()) + "\n" : res.table());
+  std::cout << (as_json ? json_text(r.result.to_json()) + "\n" : r.result.table());
   if (!junit.empty()) {
-    JUnitCase c{"DeepSpeed " + older + " -> " + newer + ": " + config, res, "",
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), work + "/deepspeed", log};
+    JUnitCase c{r.name, r.result, "", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                r.run_dir, r.log};
     write_file_atomic(junit, junit_xml("zrepro check", {c}));
   }
-  return res.passed() ? kExitOk : kExitCheckRegressed;
+  return r.result.passed() ? kExitOk : kExitCheckRegressed;
 }
 
 }  // namespace zrepro

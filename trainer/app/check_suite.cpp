@@ -67,7 +67,16 @@ std::vector<std::string> case_args(const SuiteCase& c) {
 
 // One case: run it, then save its baseline or compare with it. A case that cannot run is
 // an error of that case, not of the suite.
-JUnitCase run_case(const SuiteCase& c, bool save, const std::string& work, const CheckTolerances& tol) {
+// A case under two real releases ([Note: check against the real releases]): no baseline.
+void run_releases_case(const SuiteCase& c, const std::string& pair, const std::string& work, JUnitCase& out) {
+  const ReleasesRun r = run_releases(pair, case_args(c), work + "/" + c.name);
+  out.run_dir = r.run_dir, out.log = r.log;
+  if (r.code != kExitOk) out.error = "the runs of the two releases did not finish (exit " + std::to_string(r.code) + ")";
+  else out.result = r.result;
+}
+
+JUnitCase run_case(const SuiteCase& c, bool save, const std::string& work, const CheckTolerances& tol,
+                   const std::optional<std::string>& deepspeed) {
   JUnitCase out{c.name, {}, "", 0, "", ""};
   const auto t0 = std::chrono::steady_clock::now();
   struct Timed {  // the case's time, however it ends
@@ -76,6 +85,10 @@ JUnitCase run_case(const SuiteCase& c, bool save, const std::string& work, const
     ~Timed() { c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
   } timed{out, t0};
   try {
+    if (deepspeed) {
+      run_releases_case(c, *deepspeed, work, out);
+      return out;
+    }
     Baseline base;
     if (!save) {
       if (!fs::exists(c.baseline)) {
@@ -198,7 +211,7 @@ std::string closing_line(const std::string& dir, size_t n, int bad, bool save) {
 }  // namespace suite_report
 
 int check_suite(const std::string& dir, bool save, const std::string& work, const CheckTolerances& tol, bool as_json,
-                const std::string& junit_path) {
+                const std::string& junit_path, const std::optional<std::string>& deepspeed) {
   using namespace suite_report;
   const std::vector<SuiteCase> cases = suite_cases(dir);
   for (const auto& c : cases) case_args(c);  // a wrong NAME.args is refused before any run
@@ -206,7 +219,7 @@ int check_suite(const std::string& dir, bool save, const std::string& work, cons
   for (size_t k = 0; k < cases.size(); ++k) {
     std::cerr << "[zrepro check] suite " << dir << ": " << (save ? "saving " : "checking ") << cases[k].name << " ("
               << k + 1 << "/" << cases.size() << ")" << std::endl;
-    done.push_back(run_case(cases[k], save, work, tol));
+    done.push_back(run_case(cases[k], save, work, tol, deepspeed));
   }
   int bad = 0;
   json j = json::array();

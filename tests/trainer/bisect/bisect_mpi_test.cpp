@@ -185,6 +185,22 @@ TEST(CheckReleases, FailsOnTheZero2ChangeOfTheRealReleasesOnAConfigAsLlamaFactor
   const auto same = offline_check("check_same", "0.16.0,0.17.5", kData, "");
   ASSERT_EQ(same.code, 0) << same.output;
   EXPECT_NE(same.output.find("0 moved past their tolerance"), std::string::npos) << same.output;
+  // In a suite: each config of the folder under the two releases, one JUnit case each.
+  const std::string suite = zrepro_test::fresh_dir("check_suite_lf");
+  fs::copy(kRecorded + "llamafactory-z2/cache", suite + "/cache", fs::copy_options::recursive);
+  fs::create_directories(suite + "/configs");
+  fs::copy_file(kRecorded + "llamafactory-z2/ds_config.json", suite + "/configs/llamafactory_z2.json");
+  std::ofstream(suite + "/configs/llamafactory_z2.args")
+      << "--model tiny --micro-batch 8 --grad-accum 2  # as the Trainer's arguments\n--cache " << suite
+      << "/cache --python /nonexistent/python\n";
+  const auto s = zrepro_test::zrepro_cmd("check --suite " + suite + "/configs --deepspeed 0.17.5,0.17.6 --work " + suite +
+                                             "/work --junit " + suite + "/junit.xml",
+                                         300);
+  ASSERT_EQ(s.code, 11) << s.output;
+  EXPECT_NE(s.output.find("llamafactory_z2"), std::string::npos) << s.output;
+  EXPECT_NE(s.output.find("FAIL step 1 grad norm"), std::string::npos) << s.output;
+  EXPECT_NE(zrepro_test::read_text(suite + "/junit.xml").find("<failure message=\"REGRESSION: step 1 grad norm"),
+            std::string::npos);
   // A window given the wrong way round is refused before anything runs.
   const auto wrong = offline_check("check_wrong", "0.17.6,0.17.5", kData, "");
   EXPECT_EQ(wrong.code, 2) << wrong.output;
