@@ -3,6 +3,8 @@
 // both forms.
 #include "trainer/config/accelerate_config.h"
 
+#include "device/base/utf8.h"
+
 #include <algorithm>
 #include <cctype>
 
@@ -50,12 +52,15 @@ json plain_scalar(const std::string& s) {
 // [Note: a user's file is bounded] (user_file.h): yaml-cpp keeps an alias as the node it
 // names, so a walk expands every alias (a "billion laughs" grows exponentially) and an
 // alias inside what it names never ends; the walk counts its depth and its values.
+// yaml-cpp passes any bytes through where JSON's parser refuses invalid UTF-8: keys and
+// scalars are made valid here (U+FFFD), so no later message or output can fail on them.
 json yaml_to_json(const YAML::Node& n, const std::string& what, int depth, int64_t& values) {
   if (depth > kMaxUserNesting || ++values > kMaxUserValues) refuse_nesting(what);
   switch (n.Type()) {
     case YAML::NodeType::Map: {
       json o = json::object();
-      for (const auto& kv : n) o[kv.first.as<std::string>()] = yaml_to_json(kv.second, what, depth + 1, values);
+      for (const auto& kv : n)
+        o[valid_utf8(kv.first.as<std::string>())] = yaml_to_json(kv.second, what, depth + 1, values);
       return o;
     }
     case YAML::NodeType::Sequence: {
@@ -63,7 +68,7 @@ json yaml_to_json(const YAML::Node& n, const std::string& what, int depth, int64
       for (const auto& v : n) a.push_back(yaml_to_json(v, what, depth + 1, values));
       return a;
     }
-    case YAML::NodeType::Scalar: return n.Tag() == "!" ? json(n.Scalar()) : plain_scalar(n.Scalar());
+    case YAML::NodeType::Scalar: return n.Tag() == "!" ? json(valid_utf8(n.Scalar())) : plain_scalar(valid_utf8(n.Scalar()));
     default: return nullptr;
   }
 }
