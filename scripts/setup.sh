@@ -11,7 +11,7 @@ if [ "${1:-}" = --build-dir ]; then build_dir=${2:?--build-dir needs a folder}; 
 
 packages=(build-essential cmake ninja-build pkg-config libopenmpi-dev openmpi-bin
           libcxxopts-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev zlib1g-dev
-          libyaml-cpp-dev)
+          libyaml-cpp-dev libre2-dev)
 # Debian's LibTorch only when asked for; otherwise a venv needs python3's venv module.
 if [ "${ZREPRO_LIBTORCH:-}" = debian ]; then
   packages+=(libtorch-dev libopenblas0-pthread)

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -26,6 +27,7 @@
 #include "device/base/json_optional.h"
 #include "trainer/config/user_file.h"
 #include "trainer/diagnose/diagnose.h"
+#include "trainer/diagnose/evidence.h"
 #include "trainer/diagnose/flight_recorder.h"
 #include "trainer/diagnose/log_text.h"
 #include "trainer/report/report.h"
@@ -92,13 +94,114 @@ std::optional<std::vector<WatchdogEntry>> flight_recorder_rows(const std::string
   return rows;
 }
 
-LogText read_log(const std::string& path, int64_t limit) {
-  const int64_t kLogHead = limit / 8, kLogTail = limit - limit / 8;
+// [Note: a log read as a stream] (trainer/diagnose/evidence.h): a text log is read through
+// zlib in 64 KiB chunks and handed to the scanner one line at a time, NUL bytes dropped
+// ([Note: NUL bytes in a log]); nothing holds the file, so memory stays flat whatever its
+// size and every line is read. A line longer than 1 MiB (a log without newlines) is cut
+// there. Its first 64 KiB decide what it is (normalise_log): binary is refused, UTF-16 (a
+// Windows tool's small log) is read whole as before, up to --read-limit.
+struct StreamedLog {
+  LogKind kind = LogKind::empty;
+  int64_t total = 0;  // decompressed bytes
+  diagnosis::Scan scan;
+  std::string note;  // what of a UTF-16 log above --read-limit was read
+};
+
+gzFile open_log(const std::string& path) {
   // "-": standard input (plain or gzip, as zlib tells them apart).
   if (path != "-" && !std::filesystem::is_regular_file(path))
     throw ConfigError("LOG: \"" + path + "\" is not a readable file");
   gzFile f = path == "-" ? gzdopen(::dup(STDIN_FILENO), "rb") : gzopen(path.c_str(), "rb");
   if (!f) throw ConfigError("LOG: cannot open \"" + path + "\"");
+  return f;
+}
+
+void close_log(gzFile f, int last, const std::string& path) {
+  int err = 0;
+  const std::string msg = gzerror(f, &err);  // gzclose frees gzerror's string: copied first
+  gzclose(f);
+  if (last < 0 || err < 0) throw ConfigError("LOG: \"" + path + "\" is a damaged gzip file (" + msg + ")");
+}
+
+// Splits chunks into lines for the scanner; true once a byte other than NUL was seen.
+class LineFeeder {
+ public:
+  explicit LineFeeder(diagnosis::LogScanner& s) : scanner_(s) {}
+  void feed(const char* data, size_t n) {
+    for (size_t i = 0; i < n;) {
+      const char* nl = static_cast<const char*>(std::memchr(data + i, '\n', n - i));
+      const size_t end = nl ? static_cast<size_t>(nl - data) : n;
+      append(data + i, end - i);
+      if (nl) flush();
+      i = end + (nl ? 1 : 0);
+    }
+  }
+  void finish() {
+    if (!line_.empty()) flush();
+  }
+  bool saw_text() const { return text_; }
+
+ private:
+  static constexpr size_t kMaxLine = 1 << 20;
+  void append(const char* p, size_t n) {
+    n = std::min(n, kMaxLine - std::min(kMaxLine, line_.size()));
+    if (!std::memchr(p, '\0', n)) {
+      line_.append(p, n), text_ = text_ || n > 0;
+      return;
+    }
+    for (size_t k = 0; k < n; ++k)
+      if (p[k] != '\0') line_.push_back(p[k]), text_ = true;
+  }
+  void flush() {
+    scanner_.line(std::move(line_));
+    line_.clear();
+  }
+  diagnosis::LogScanner& scanner_;
+  std::string line_;
+  bool text_ = false;
+};
+
+LogText read_log(const std::string& path, int64_t limit);
+
+StreamedLog stream_log(const std::string& path, int64_t limit) {
+  gzFile f = open_log(path);
+  StreamedLog log;
+  std::vector<char> buf(1 << 16);
+  int n = 0;
+  size_t head = 0;  // the first 64 KiB decide the kind
+  while (head < buf.size() && (n = gzread(f, buf.data() + head, static_cast<unsigned>(buf.size() - head))) > 0)
+    head += static_cast<size_t>(n);
+  std::string probe(buf.data(), head);
+  log.kind = normalise_log(probe);
+  if (log.kind == LogKind::utf16 || log.kind == LogKind::binary || (n < 0 && head == 0)) {
+    close_log(f, n, path);
+    if (log.kind != LogKind::utf16) return log;
+    LogText whole = read_log(path, limit);
+    normalise_log(whole.text);
+    log.total = whole.total, log.scan = diagnosis::scan(whole.text);
+    if (whole.cut)
+      log.note = "the log is " + format_bytes(whole.total) + " decompressed UTF-16, above --read-limit: read its first " +
+                 format_bytes(whole.head) + " and last " + format_bytes(whole.tail);
+    return log;
+  }
+  diagnosis::LogScanner scanner;
+  LineFeeder lines(scanner);
+  lines.feed(buf.data(), head);
+  log.total = static_cast<int64_t>(head);
+  while (n > 0 && (n = gzread(f, buf.data(), static_cast<unsigned>(buf.size()))) > 0) {
+    log.total += n;
+    lines.feed(buf.data(), static_cast<size_t>(n));
+  }
+  close_log(f, n, path);
+  lines.finish();
+  log.kind = lines.saw_text() ? LogKind::text : LogKind::empty;
+  log.scan = scanner.finish();
+  return log;
+}
+
+LogText read_log(const std::string& path, int64_t limit) {
+  const int64_t kLogHead = limit / 8, kLogTail = limit - limit / 8;
+  gzFile f = open_log(path);
   LogText log;
   std::string tail;  // the last kLogTail bytes after the head, kept by trimming in large steps
   std::vector<char> buf(1 << 16);
@@ -116,10 +219,7 @@ LogText read_log(const std::string& path, int64_t limit) {
       log.cut = true;
     }
   }
-  int err = 0;
-  const std::string msg = gzerror(f, &err);  // gzclose frees gzerror's string: copied first
-  gzclose(f);
-  if (n < 0 || err < 0) throw ConfigError("LOG: \"" + path + "\" is a damaged gzip file (" + msg + ")");
+  close_log(f, n, path);
   if (static_cast<int64_t>(tail.size()) > kLogTail) {
     tail.erase(0, tail.size() - static_cast<size_t>(kLogTail));
     log.cut = true;
@@ -229,7 +329,7 @@ cxxopts::Options diagnose_options() {
       ("run", "with --write-scenario: reproduce it and verify each fix (zrepro scenario run)")
       ("out", "with --run: output folder (default DIR/out)", cxxopts::value<std::string>())
       ("scenarios-dir", "the scenario catalogue (default configs/scenarios)", cxxopts::value<std::string>())
-      ("read-limit", "the most of the log held (decompressed): its first eighth and last seven eighths",
+      ("read-limit", "a UTF-16 log (read whole, not streamed): the most of it held, its first eighth and last seven eighths",
        cxxopts::value<std::string>()->default_value(kDefaultReadLimit))
       ("json", "print the diagnosis as JSON")
       ("h,help", "show this help");
@@ -300,8 +400,8 @@ int diagnose(const cxxopts::Options& o, const cxxopts::ParseResult& r) {
                                                           " Flight Recorder dump(s) in " + path + "\n" + d.to_text());
     return d.scenario.empty() && d.cause.empty() ? kExitAbNoFailure : kExitOk;
   }
-  LogText log = read_log(path, parse_size("--read-limit", r["read-limit"].as<std::string>()));
-  const LogKind kind = normalise_log(log.text);
+  StreamedLog log = stream_log(path, parse_size("--read-limit", r["read-limit"].as<std::string>()));
+  const LogKind kind = log.kind;
   if (kind == LogKind::binary)
     throw ConfigError("LOG: \"" + path + "\" is binary, not a text log (NUL bytes, or a tenth of its start neither "
                       "text nor terminal control); give the job's text output (a .gz of it is read as such)");
@@ -309,13 +409,10 @@ int diagnose(const cxxopts::Options& o, const cxxopts::ParseResult& r) {
     std::cout << "[zrepro diagnose] LOG \"" << path << "\" is empty: nothing to diagnose" << std::endl;
     return kExitAbNoFailure;
   }
-  const std::string cut_note = log.cut ? "the log is " + format_bytes(log.total) + " decompressed, above --read-limit: read "
-                                             "its first " + format_bytes(log.head) + " and last " + format_bytes(log.tail)
-                                       : "";
-  Diagnosis d = diagnose_log(log.text, user_config);
+  Diagnosis d = diagnose_scan(std::move(log.scan), user_config);
   d.read.log_bytes = log.total;
   d.read.log_encoding = log_kind_name(kind);
-  if (log.cut) d.read.log_read = cut_note;
+  if (!log.note.empty()) d.read.log_read = log.note;
   PlanAnswer plan;
   if (r.count("config")) {
     plan = plan_job(job_plan_args(r, d));

@@ -40,8 +40,9 @@ void add_config_facts(const json& job_config, LogFigures& n) {
 
 }  // namespace diagnose_detail
 
-Diagnosis diagnose_log(const std::string& text, const json& job_config) {
-  Scan s = scan(text);
+Diagnosis diagnose_log(const std::string& text, const json& job_config) { return diagnose_scan(scan(text), job_config); }
+
+Diagnosis diagnose_scan(Scan s, const json& job_config) {
   if (job_config.is_object()) diagnose_detail::add_config_facts(job_config, s.numbers);
   Diagnosis d;
   decide(s, d);

@@ -89,6 +89,11 @@ std::string diagnose_reference_page();
 // settings stand in for the config print, which DeepSpeed >= 0.19 leaves out at its
 // default log level (WARNING).
 Diagnosis diagnose_log(const std::string& text, const nlohmann::json& job_config = nullptr);
+// The same on a log already scanned line by line ([Note: a log read as a stream], evidence.h).
+namespace diagnosis {
+struct Scan;
+}
+Diagnosis diagnose_scan(diagnosis::Scan s, const nlohmann::json& job_config = nullptr);
 
 // [Note: Flight Recorder dumps] (trainer/diagnose/flight_recorder.h): each rank's last collective, one row
 // per rank, diagnosed as the watchdog's lines are: the hang's kind from what the ranks waited in.

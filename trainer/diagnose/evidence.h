@@ -24,7 +24,31 @@ struct Scan {
   std::string last_label;    // the text of DeepSpeed's last see_memory_usage label line
 };
 
-// Reads the log line by line.
+// [Note: a log read as a stream] The log is read one line at a time and what a line adds
+// is kept bounded (at most 12 lines per fingerprint, 5 closest lines, 200 memory lines, 64
+// ranks' watchdog lines, 1024 ranks), so a scan holds the same memory for a log of 1 MB or
+// of 10 GB and every line of it is read: trainer/app/diagnose.cpp streams a file (plain or
+// gzip) through it without holding it.
+class LogScanner {
+ public:
+  void line(std::string line);  // the next line, without its newline
+  Scan finish();                // what the lines showed (the scanner is spent)
+
+ private:
+  // Where the scan is within the log: the phase the last traceback frame named, the last
+  // pinned-allocation frame, the previous lines (for a message wrapped over three), the
+  // lines left that may carry the figures of an OOM message wrapped after its first line.
+  struct Position {
+    int no = 0, last_pinned = 0, oom_follow = 0;
+    std::string last_hint, prev, prev2;  // the two lines before, as read
+    bool batch_words = false, prev_batch_words = false;  // one of the last two lines / the last names a *_size
+  };
+  bool match_line(const std::string& line, const std::vector<int>& hit);
+  Scan s_;
+  Position at_;
+};
+
+// A whole text, line by line (tests, the fuzzer, a UTF-16 log converted whole).
 Scan scan(const std::string& text);
 
 }  // namespace zrepro::diagnosis
