@@ -5,7 +5,7 @@
 #   scripts/gpu-bundle.sh            -> .gpu-bundle/ (ignored by git; ~10 MiB)
 #     debs/   the Debian packages the build and the runs need and what they load:
 #             OpenMPI (headers, mpirun, the libraries and their own dependencies:
-#             PMIx, hwloc, libevent, UCX, libfabric, verbs), cxxopts, nlohmann-json,
+#             PMIx, hwloc, libevent, UCX, libfabric, verbs), cxxopts, nlohmann-json, RE2,
 #             GoogleTest, zlib's headers. Unpacked there into a private prefix, never
 #             into / (scripts/gpu-prefix.sh).
 #     wheels/ DeepSpeed (built here without ops: its ops are JIT-built there with the
@@ -27,7 +27,7 @@ debs=(libopenmpi-dev libopenmpi3 openmpi-bin openmpi-common
       libpmix2 libhwloc15 libevent-core-2.1-7 libevent-pthreads-2.1-7 libfabric1 libucx0
       libibverbs1 librdmacm1 libnl-3-200 libnl-route-3-200 libpsm2-2 libpsm-infinipath1
       libnuma1 libmunge2
-      libcxxopts-dev nlohmann-json3-dev libgtest-dev zlib1g-dev)
+      libcxxopts-dev nlohmann-json3-dev libgtest-dev zlib1g-dev libre2-dev libre2-9)
 # Python packages DeepSpeed needs that the GPU image does not have (its image lists
 # torch, numpy, ninja, packaging, psutil, py-cpuinfo, tqdm, msgpack, einops, nvidia-ml-py).
 py_extra=(hjson pydantic pydantic-core annotated-types typing-inspection typing-extensions)
