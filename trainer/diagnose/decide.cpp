@@ -178,7 +178,8 @@ void decide_oom_by_phase(const LogFigures& n, const std::string& phase, Diagnosi
   } else if (phase.empty() && req > 0 && cap > 0 && req >= cap / 8) {
     d.scenario = "zero2-params-dont-fit", d.cause = "model-states-at-init", d.confidence = "likely";
     d.reason = "phase unknown (no traceback frame); one request of " + std::to_string(req >> 20) + " MiB, " +
-               std::to_string(100 * req / cap) + "% of the device, is a flat partition or whole-model buffer, not one "
+               std::to_string(std::llround(100.0 * static_cast<double>(req) / static_cast<double>(cap))) +
+               "% of the device, is a flat partition or whole-model buffer, not one "
                "layer's activations";
   } else {
     d.scenario = "first-batch-activations", d.cause = "activations", d.confidence = "likely";

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <string_view>
 
 #include <re2/re2.h>
 #include <re2/set.h>
@@ -225,10 +226,19 @@ std::string phase_hint_of(const std::string& line, const std::vector<bool>& extr
 }
 
 // The rank a line speaks for ("[rank3]:", "[Rank 3]"), or -1.
+// The pattern runs only near each "ank" of the line (a window of 64 bytes from 16 before it:
+// RE2 keeps the whole line as context, so ^ still means the line's start), not over the
+// whole line: most lines of a multi-rank log carry a "[rankN]:" prefix.
 int rank_of(const std::string& line) {
-  Groups m;
-  if (line.find("ank") == std::string::npos || !search(re(R"((?:^|\[)\s*[Rr]ank\s*(\d+)\s*[\]:])"), line, m)) return -1;
-  const std::optional<int64_t> r = whole(m.str(1));
+  static const RE2& rank = re(R"((?:^|\[)\s*[Rr]ank\s*(\d+)\s*[\]:])");
+  re2::StringPiece digits[2];
+  bool found = false;
+  for (size_t at = line.find("ank"); at != std::string::npos && !found; at = line.find("ank", at + 1)) {
+    const size_t from = at > 16 ? at - 16 : 0, to = std::min(line.size(), at + 48);
+    found = rank.Match(line, from, to, RE2::UNANCHORED, digits, 2);
+  }
+  if (!found) return -1;
+  const std::optional<int64_t> r = whole(std::string(digits[1].data(), digits[1].size()));
   return r && *r <= std::numeric_limits<int>::max() ? static_cast<int>(*r) : -1;
 }
 
@@ -350,8 +360,17 @@ const std::map<std::string, FigureReader>& figure_readers() {
   return r;
 }
 
-void read_fingerprint_numbers(const std::string& id, const Groups& m, const std::string& line, Scan& s) {
-  if (const auto it = figure_readers().find(id); it != figure_readers().end()) it->second(m, line, s);
+// Each fingerprint's reader (null: its line carries no figure), by table index, looked up once.
+const std::vector<FigureReader>& readers_by_index() {
+  static const std::vector<FigureReader> r = [] {
+    std::vector<FigureReader> v;
+    for (const Fingerprint& f : fingerprints()) {
+      const auto it = figure_readers().find(f.id);
+      v.push_back(it == figure_readers().end() ? nullptr : it->second);
+    }
+    return v;
+  }();
+  return r;
 }
 
 // A line without a terminal box's borders (rich / typer tracebacks draw "│ ... │").
@@ -393,8 +412,8 @@ void hits_of(const std::string& line, LineHits& h) {
 // Every fingerprint the set found on one line (each id once); true when one matched.
 bool LogScanner::match_line(const std::string& line, const std::vector<int>& hit) {
   bool matched = false;
-  std::vector<std::string> ids;
-  Groups m;
+  std::vector<std::string_view> ids;  // each id once (two rows may share one)
+  static thread_local Groups m;
   for (const int i : hit) {
     const Fingerprint& f = fingerprints()[static_cast<size_t>(i)];
     if (*f.needle && line.find(f.needle) == std::string::npos) continue;
@@ -402,10 +421,10 @@ bool LogScanner::match_line(const std::string& line, const std::vector<int>& hit
     if (!search(*Compiled::get().fingerprint[static_cast<size_t>(i)], line, m)) continue;
     matched = true;
     ids.push_back(f.id);
-    auto& ev = s_.found[f.id];
-    if (ev.size() < 12) ev.push_back({f.id, at_.no, trimmed(line)});
-    read_fingerprint_numbers(f.id, m, line, s_);
     const std::string id = f.id;
+    auto& ev = s_.found[id];
+    if (ev.size() < 12) ev.push_back({id, at_.no, trimmed(line)});
+    if (const FigureReader read = readers_by_index()[static_cast<size_t>(i)]) read(m, line, s_);
     if ((id == "oom" || id == "cuda_error_oom") && !at_.last_hint.empty() && !s_.numbers.phase_hint)
       s_.numbers.phase_hint = at_.last_hint;
     if (id == "oom") at_.oom_follow = 3;
@@ -436,7 +455,7 @@ void LogScanner::line(std::string line) {
   // traceback): the lines joined without their box borders, only where one of them names
   // the batch (the join costs copies no other line needs).
   const bool batch_words = line.find("_size") != std::string::npos;
-  if (!matched && !s_.found.count("batch_assertion") && (batch_words || at_.batch_words)) {
+  if (!matched && (batch_words || at_.batch_words) && !s_.found.count("batch_assertion")) {
     const std::string joined = unboxed(at_.prev2) + " " + unboxed(at_.prev) + " " + unboxed(line);
     if (joined.find("train_batch_size is not") != std::string::npos && joined.find("world_size") != std::string::npos) {
       LineHits j;
@@ -445,7 +464,7 @@ void LogScanner::line(std::string line) {
     }
   }
   at_.batch_words = batch_words || at_.prev_batch_words, at_.prev_batch_words = batch_words;
-  at_.prev2 = std::move(at_.prev), at_.prev = line;
+  at_.prev2.swap(at_.prev), at_.prev.assign(line);  // assign: the buffer is reused, no allocation per line
   if (!matched && s_.error_lines.size() < 5 && h.extra[static_cast<size_t>(Extra::errorish)])
     s_.error_lines.push_back({"closest", at_.no, trimmed(line)});
 }

@@ -101,6 +101,16 @@ TEST(Diagnose, PrintedSizesBecomeBytes) {
   EXPECT_EQ(parse_printed_bytes("1", "parsecs"), -1);
 }
 
+// The log fuzzer's (2026-12-07): a request of 1.3e9 GiB on a 79 GiB device made "100 *
+// request / capacity" overflow int64 (undefined behaviour). The share is a double now.
+TEST(Diagnose, AHugeRequestGivesItsShareOfTheDeviceWithoutOverflow) {
+  const Diagnosis d = diagnose_log(
+      "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1306553305.10 GiB. GPU 0 has a total capacity of "
+      "79.15 GiB of which 10.04 GiB is free.\n");
+  EXPECT_EQ(d.cause, "model-states-at-init");
+  EXPECT_NE(d.reason.find(", 1650730644% of the device"), std::string::npos) << d.reason;  // 100 x 1306553305.10 / 79.15
+}
+
 // DeepSpeed 0.19 prints no config at its default log level: the job's --config says
 // whether it offloads. The same timer lines read as pageable copies with a pageable
 // offload config, and as no fingerprint without one (the all-reduce is 10%, no stage 3).
