@@ -138,6 +138,25 @@ struct CheckRequest {
   bool json = false;
 };
 
+// The suite or the two releases, when asked: true when q is complete.
+bool suite_or_releases(const cxxopts::ParseResult& r, CheckRequest& q) {
+  if (r.count("deepspeed")) {
+    q.deepspeed = r["deepspeed"].as<std::string>();
+    if (r.count("save-suite") || q.baseline || q.save || q.run || (r.count("suite") && !q.run_args.empty()))
+      throw ConfigError("--deepspeed OLD,NEW: give it with the run's arguments after -- (its --config) or with "
+                        "--suite DIR, not with --save-suite, --save, --baseline or --run: the two releases are the "
+                        "baseline and the run");
+    if (!r.count("suite")) return true;
+  }
+  if (!r.count("suite") && !r.count("save-suite")) return false;
+  if (r.count("suite") + r.count("save-suite") > 1 || q.baseline || q.save || q.run || !q.run_args.empty())
+    throw ConfigError("--suite DIR / --save-suite DIR: give one of them alone, not with --baseline, --save, --run "
+                      "or run arguments: each config's arguments are DIR/NAME.args");
+  q.save_suite = r.count("save-suite") > 0;
+  q.suite = r[q.save_suite ? "save-suite" : "suite"].as<std::string>();
+  return true;
+}
+
 CheckRequest check_request_from(const cxxopts::ParseResult& r, const std::vector<std::string>& run_args) {
   CheckRequest q;
   q.tol = check_tolerances(r);
@@ -148,22 +167,7 @@ CheckRequest check_request_from(const cxxopts::ParseResult& r, const std::vector
   for (auto [flag, field] : {std::pair<const char*, std::optional<std::string>*>{"save", &q.save}, {"baseline", &q.baseline},
                              {"run", &q.run}})
     if (r.count(flag)) *field = r[flag].as<std::string>();
-  if (r.count("deepspeed")) {
-    q.deepspeed = r["deepspeed"].as<std::string>();
-    if (r.count("save-suite") || q.baseline || q.save || q.run || (r.count("suite") && !run_args.empty()))
-      throw ConfigError("--deepspeed OLD,NEW: give it with the run's arguments after -- (its --config) or with "
-                        "--suite DIR, not with --save-suite, --save, --baseline or --run: the two releases are the "
-                        "baseline and the run");
-    if (!r.count("suite")) return q;
-  }
-  if (r.count("suite") || r.count("save-suite")) {
-    if (r.count("suite") + r.count("save-suite") > 1 || q.baseline || q.save || q.run || !run_args.empty())
-      throw ConfigError("--suite DIR / --save-suite DIR: give one of them alone, not with --baseline, --save, --run "
-                        "or run arguments: each config's arguments are DIR/NAME.args");
-    q.save_suite = r.count("save-suite") > 0;
-    q.suite = r[q.save_suite ? "save-suite" : "suite"].as<std::string>();
-    return q;
-  }
+  if (suite_or_releases(r, q)) return q;
   if (q.save.has_value() == q.baseline.has_value())
     throw ConfigError("zrepro check: give --save B.json (make a baseline) or --baseline B.json (compare), one of the two");
   if (q.run && !run_args.empty()) throw ConfigError("--run and run arguments after --: give one");
