@@ -155,46 +155,6 @@ std::string row(const Bisect& b, const Judged& j) {
   return s;
 }
 
-// The config's value at a dotted key (null when unset).
-json value_at(const json& config, const std::string& key) {
-  const json* node = &config;
-  size_t at = 0;
-  for (;;) {
-    const size_t dot = key.find('.', at);
-    const std::string part = key.substr(at, dot == std::string::npos ? std::string::npos : dot - at);
-    if (!node->is_object() || !node->contains(part)) return json();
-    node = &(*node)[part];
-    if (dot == std::string::npos) return *node;
-    at = dot + 1;
-  }
-}
-
-bool key_set(const json& config, const std::string& key) { return !value_at(config, key).is_null(); }
-
-// A behaviour's condition ("when": {"zero_optimization.stage": 2}) holds for the config.
-bool condition_holds(const json& config, const json& when) {
-  if (!when.is_object()) return true;
-  for (const auto& [key, value] : when.items())
-    if (value_at(config, key) != value) return false;
-  return true;
-}
-
-// The version table's changes in (last_good, first_moved] that touch this config: a key it
-// sets, a default it leaves to the release, a behaviour of a block it has (and whose
-// "when" it meets).
-std::vector<const VersionChange*> changes_between(const json& config, const std::string& after,
-                                                  const std::string& upto) {
-  std::vector<const VersionChange*> out;
-  for (const VersionChange& c : version_changes()) {
-    if (compare_versions(c.since, after) <= 0 || compare_versions(c.since, upto) > 0) continue;
-    const std::string block = c.key.substr(0, c.key.find('.'));
-    const bool touches = key_set(config, c.key) || (c.kind == "default" && !key_set(config, c.key)) ||
-                         (c.kind == "behaviour" && key_set(config, block));
-    if (touches && condition_holds(config, c.when)) out.push_back(&c);
-  }
-  return out;
-}
-
 // What every bisect.json says besides the search's answer: the inputs and tolerances.
 BisectDocument document_of(const Bisect& b, const std::vector<std::string>& releases, const std::string& torch) {
   BisectDocument d;
@@ -253,7 +213,7 @@ int report(Bisect& b, const std::vector<std::string>& releases, const Bisection&
   }
   std::cout << "  what moved from " << last_good << " to " << first << ":\n";
   for (const std::string& m : d.moved) std::cout << "    " << m << "\n";
-  const auto between = changes_between(user, last_good, first);
+  const auto between = changes_touching(user, last_good, first);
   std::cout << "  the version table's changes in (" << last_good << ", " << first << "] that touch this config:"
             << (between.empty() ? " none (a change the table does not know: read the release notes)" : "") << "\n";
   for (const VersionChange* c : between) {

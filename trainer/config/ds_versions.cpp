@@ -59,6 +59,47 @@ std::string cite(const VersionChange& c) { return c.pr.empty() ? "" : " (" + c.p
 }  // namespace
 
 const std::vector<VersionChange>& version_changes() { return table().changes; }
+
+namespace {
+
+// The config's value at a dotted key (null when unset).
+nlohmann::json value_at(const nlohmann::json& config, const std::string& key) {
+  const nlohmann::json* node = &config;
+  size_t at = 0;
+  for (;;) {
+    const size_t dot = key.find('.', at);
+    const std::string part = key.substr(at, dot == std::string::npos ? std::string::npos : dot - at);
+    if (!node->is_object() || !node->contains(part)) return nullptr;
+    node = &(*node)[part];
+    if (dot == std::string::npos) return *node;
+    at = dot + 1;
+  }
+}
+
+bool key_set(const nlohmann::json& config, const std::string& key) { return !value_at(config, key).is_null(); }
+
+// A behaviour's condition ("when": {"zero_optimization.stage": 2}) holds for the config.
+bool condition_holds(const nlohmann::json& config, const nlohmann::json& when) {
+  if (!when.is_object()) return true;
+  for (const auto& [key, value] : when.items())
+    if (value_at(config, key) != value) return false;
+  return true;
+}
+
+}  // namespace
+
+std::vector<const VersionChange*> changes_touching(const nlohmann::json& config, const std::string& after,
+                                                   const std::string& upto) {
+  std::vector<const VersionChange*> out;
+  for (const VersionChange& c : version_changes()) {
+    if (compare_versions(c.since, after) <= 0 || compare_versions(c.since, upto) > 0) continue;
+    const std::string block = c.key.substr(0, c.key.find('.'));
+    const bool touches = key_set(config, c.key) || (c.kind == "default" && !key_set(config, c.key)) ||
+                         (c.kind == "behaviour" && key_set(config, block));
+    if (touches && condition_holds(config, c.when)) out.push_back(&c);
+  }
+  return out;
+}
 const std::vector<std::string>& deepspeed_releases() { return table().releases; }
 const std::string& newest_deepspeed_version() { return table().releases.back(); }
 

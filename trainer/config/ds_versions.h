@@ -32,6 +32,12 @@ const std::vector<VersionChange>& version_changes();
 const std::vector<std::string>& deepspeed_releases();
 const std::string& newest_deepspeed_version();
 
+// The table's changes in (after, upto] that touch a config (the file as written): a key it
+// sets, a default it leaves to the release, a behaviour of a block it has and whose "when"
+// it meets. What bisect names beside a release and config --diff-versions prints.
+std::vector<const VersionChange*> changes_touching(const nlohmann::json& config, const std::string& after,
+                                                   const std::string& upto);
+
 // -1, 0, 1 numerically by dotted parts.
 int compare_versions(const std::string& a, const std::string& b);
 // V itself when it is a known release; ConfigError naming `flag`, V and the range otherwise.

@@ -7,6 +7,7 @@
 
 #include "device/base/errors.h"
 #include "trainer/config/ds_versions.h"
+#include "trainer/config/user_file.h"
 
 namespace zrepro {
 
@@ -90,6 +91,20 @@ json value_differences(const Side& sa, const Side& sb, const std::string& va, co
   return out;
 }
 
+// What the engine does differently between the releases for this config (the table's
+// behaviour entries: no value shows them), e.g. 0.17.6's ZeRO-2 gradients (#7718).
+json behaviour_changes(const std::string& path, const std::string& a, const std::string& b) {
+  const std::string& lo = compare_versions(a, b) <= 0 ? a : b;
+  const std::string& hi = compare_versions(a, b) <= 0 ? b : a;
+  const json config = parse_user_json("--config " + path, read_user_file("--config", path, "a DeepSpeed JSON config file"));
+  json out = json::array();
+  if (!config.is_object()) return out;
+  for (const VersionChange* c : changes_touching(config, lo, hi))
+    if (c->kind == "behaviour")
+      out.push_back({{"key", c->key}, {"since", c->since}, {"pr", c->pr}, {"effect", c->effect}});
+  return out;
+}
+
 }  // namespace
 
 json diff_config_versions(const std::string& path, ConfigFlags flags, const std::string& a, const std::string& b) {
@@ -101,6 +116,7 @@ json diff_config_versions(const std::string& path, ConfigFlags flags, const std:
     diff["refusal_changes"] = refusal_changes(sa, sb, va, vb);
   else
     diff["differences"] = value_differences(sa, sb, va, vb);
+  diff["behaviour"] = behaviour_changes(path, va, vb);
   return diff;
 }
 
@@ -125,6 +141,13 @@ std::string format_version_diff(const json& d) {
       o << "      " << c["kind"].get<std::string>() << " since " << c["since"].get<std::string>() << " ("
         << c["pr"].get<std::string>() << "): " << c["effect"].get<std::string>() << "\n";
   }
+  const json behaviour = d.value("behaviour", json::array());
+  if (!behaviour.empty())
+    o << "  what the engine does differently for this config (the version table's behaviour entries; no value "
+         "shows them; zrepro check --deepspeed " << a << "," << b << " runs both releases):\n";
+  for (const auto& c : behaviour)
+    o << "      " << c["key"].get<std::string>() << " since " << c["since"].get<std::string>() << " ("
+      << c["pr"].get<std::string>() << "): " << c["effect"].get<std::string>() << "\n";
   return o.str();
 }
 

@@ -237,6 +237,21 @@ TEST(DeepSpeedVersions, DiffNamesWhatChangedAndWhy) {
   EXPECT_NE(format_version_diff(r).find("REFUSES"), std::string::npos);
 }
 
+// Issue 62: an engine change no value shows (0.17.6's ZeRO-2 gradients, #7718) is printed for
+// a config it applies to (LLaMA-Factory's ds_z2_config.json), not "no effective value differs"
+// alone; a ZeRO-3 config, which #7718 does not touch, gets none.
+TEST(DeepSpeedVersions, DiffPrintsTheEngineChangesThatApplyToTheConfig) {
+  const std::string lf = std::string(ZREPRO_SOURCE_DIR) + "/conformance/configs/llamafactory_ds_z2_config.json";
+  const json d = diff_config_versions(lf, {}, "0.17.5", "0.17.6");
+  ASSERT_FALSE(d["behaviour"].empty()) << d.dump(2);
+  EXPECT_EQ(d["behaviour"][0]["since"], "0.17.6");
+  EXPECT_NE(d["behaviour"][0]["pr"].get<std::string>().find("#7718"), std::string::npos);
+  EXPECT_NE(format_version_diff(d).find("what the engine does differently for this config"), std::string::npos);
+  const std::string z3 = ::testing::TempDir() + "/zrepro_version_diff_z3.json";
+  std::ofstream(z3) << with("zero_optimization", {{"stage", 3}}).dump();
+  EXPECT_TRUE(diff_config_versions(z3, {}, "0.17.5", "0.17.6")["behaviour"].empty());
+}
+
 }  // namespace
 
 namespace {
