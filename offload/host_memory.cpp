@@ -67,7 +67,7 @@ MemlockInfo memlock_info() {
   return info;
 }
 
-void restrict_memlock(int64_t bytes) {
+int64_t restrict_memlock(int64_t bytes) {
   rlimit rl{};
   if (::getrlimit(RLIMIT_MEMLOCK, &rl) != 0) throw std::runtime_error(std::string("getrlimit: ") + std::strerror(errno));
   rl.rlim_cur = static_cast<rlim_t>(bytes);
@@ -78,6 +78,7 @@ void restrict_memlock(int64_t bytes) {
   if (::syscall(SYS_capget, &head, data) != 0) throw std::runtime_error(std::string("capget: ") + std::strerror(errno));
   data[kCapIpcLock / 32].effective &= ~(1u << (kCapIpcLock % 32));
   if (::syscall(SYS_capset, &head, data) != 0) throw std::runtime_error(std::string("capset: ") + std::strerror(errno));
+  return static_cast<int64_t>(rl.rlim_cur);
 }
 
 PinnedMemoryError::PinnedMemoryError(const std::string& what, int64_t n, const MemlockInfo& i)

@@ -26,9 +26,10 @@ struct MemlockInfo {
 };
 MemlockInfo memlock_info();
 // Runs the rest of this process as a container's non-root user: RLIMIT_MEMLOCK (soft)
-// lowered to `bytes` and CAP_IPC_LOCK dropped from the effective set. Throws
-// std::runtime_error when the kernel refuses either.
-void restrict_memlock(int64_t bytes);
+// lowered to `bytes` (no higher than the hard limit: the soft limit set is returned) and
+// CAP_IPC_LOCK dropped from the effective set. Throws std::runtime_error when the kernel
+// refuses either.
+int64_t restrict_memlock(int64_t bytes);
 
 struct PinnedMemoryError : std::runtime_error {
   PinnedMemoryError(const std::string& what, int64_t needed, const MemlockInfo& info);

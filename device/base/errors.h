@@ -28,6 +28,10 @@ enum ExitCode : int {
   kExitCheckRegressed = 11,
   // An output file could not be written (full disk, file size limit, I/O error).
   kExitIo = 12,
+  // Out of host memory: the emulated kernel OOM killer at a save or a consolidation
+  // (--host-memory), a host allocation that failed, or a run refused before it would not
+  // fit in this host. Not the device's 3: the fix is another one.
+  kExitHostOom = 13,
   // Stopped by SIGINT (130) or SIGTERM (143): 128 + the signal, as a shell reports it.
   kExitInterrupted = 130,
 };

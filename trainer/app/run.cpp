@@ -229,7 +229,7 @@ StepCallback step_logger(RunState& s, int64_t every) {
       if (s.job.cfg.wall_clock_breakdown) std::cout << clock->line_and_reset() << "\n";
     }
     std::cout << std::flush;
-    s.progress.update(r, steps);
+    s.progress.update(r, steps, s.speaks());
   };
 }
 
@@ -334,10 +334,12 @@ int train_virtual_and_report(RunState& s, const StepCallback& on_step) {
     try {
       std::rethrow_exception(o.error);
     } catch (const CommError& e) {
-      return s.fail_with(FailureKind::hang, "collective",
-                         "[zrepro] virtual rank " + std::to_string(s.rank) + ": " + e.what(), e.what(),
-                         "the virtual ranks issued different collectives or one stopped answering; run real "
-                         "processes (--ranks) for a hang diagnosis");
+      std::string message = e.what();
+      const std::string hint = hang_hint(s, message,
+                                         "the virtual ranks issued different collectives or one stopped answering; "
+                                         "run real processes (--ranks) for a hang diagnosis");
+      return s.fail_with(FailureKind::hang, "collective", "[zrepro] virtual rank " + std::to_string(s.rank) + ": " + message,
+                         message, hint);
     }
   }
   s.result = std::move(o.results[s.rank]);
@@ -357,12 +359,12 @@ void consolidate_fp32(RunState& s) {
   const RunSpec& sp = s.spec;
   if (sp.zero_to_fp32_dir.empty() || s.rank != 0) return;
   std::cout << "[zrepro] zero_to_fp32 (" << (sp.zero_to_fp32_api ? "get_fp32_state_dict_from_zero_checkpoint" :
-                                              "zero_to_fp32.py --max_shard_size " + format_bytes(sp.zero_to_fp32_shard))
+                                              "zero_to_fp32.py --max_shard_size " + format_bytes(s.zero_to_fp32_shard))
             << ") of " << sp.train.save_dir << " into " << sp.zero_to_fp32_dir
-            << (sp.train.host_memory > 0 ? ", host memory " + format_bytes(sp.train.host_memory) + " (emulated)" : std::string())
+            << (s.topt.host_memory > 0 ? ", host memory " + format_bytes(s.topt.host_memory) + " (emulated)" : std::string())
             << std::endl;
-  s.result.fp32_export = zero_to_fp32(sp.train.save_dir, sp.zero_to_fp32_dir, sp.zero_to_fp32_api, sp.zero_to_fp32_shard,
-                                      sp.train.host_memory);
+  s.result.fp32_export = zero_to_fp32(sp.train.save_dir, sp.zero_to_fp32_dir, sp.zero_to_fp32_api, s.zero_to_fp32_shard,
+                                      s.topt.host_memory);
   const Fp32Export& e = *s.result.fp32_export;
   std::cout << "[zrepro] zero_to_fp32: " << e.parameters << " params " << e.numel << " elements in "
             << e.files.size() << " file(s); anonymous host memory at its peak " << format_bytes(e.peak_anon_bytes)
@@ -376,6 +378,7 @@ int train_and_report(RunState& s) {
     export_inputs(s.spec.out_dir + "/inputs", s.job.model,
                   {s.spec.train.steps, s.job.cfg.micro_batch, s.job.cfg.grad_accum, s.world, s.spec.train.seed,
                    s.topt.seq_len_dist, loss_normalization_row(s.topt.loss_normalization).name});
+  s.progress.start(s.topt.steps, s.speaks());
   const int64_t every = s.job.cfg.steps_per_print.value_or(s.spec.log_every);
   if (every <= 0) throw ConfigError("--log-every: must be > 0, got " + std::to_string(every));
   s.trace = std::make_unique<TraceRecorder>(s.rank);
@@ -469,7 +472,8 @@ int run_command(int argc, char** argv) {
     // Each place the host runs out has its own cause and fix: the 16-bit gather at a save,
     // or the offline consolidation of a checkpoint that was written whole.
     const bool at_save = e.phase == "save";
-    return s.fail_with(FailureKind::oom, e.phase, "[zrepro] rank " + std::to_string(s.rank) + ": " + e.what(), e.what(),
+    const std::string what = e.what() + s.at_target("--host-memory");
+    return s.fail_with(FailureKind::host_oom, e.phase, "[zrepro] rank " + std::to_string(s.rank) + ": " + what, what,
                        at_save ? "set stage3_gather_16bit_weights_on_model_save false (the ZeRO checkpoint keeps every "
                                  "rank's shard; consolidate it offline with zero_to_fp32.py), or give rank 0 more host "
                                  "memory than the whole 16-bit model (2 bytes per parameter in bf16/fp16); this save "
@@ -479,7 +483,7 @@ int run_command(int argc, char** argv) {
                                  "than the fp32 model (4 bytes per parameter); the checkpoint itself is intact",
                        {{"checkpoint", "host-memory"}});
   } catch (const HostShortfall& e) {
-    return s.fail_with(FailureKind::oom, "host", "[zrepro] rank " + std::to_string(s.rank) + ": " + e.what(), e.what(),
+    return s.fail_with(FailureKind::host_oom, "host", "[zrepro] rank " + std::to_string(s.rank) + ": " + e.what(), e.what(),
                        "the CPU-emulated device holds its bytes in host memory: emulate the target's capacity "
                        "(--device-memory SIZE: the run then stops where the device would), scale the job down "
                        "(--target-model with a toy), or use fewer ranks on this host");

@@ -14,6 +14,7 @@
 #include "offload/host_memory.h"
 #include "trainer/app/cli.h"
 #include "trainer/app/run_state.h"
+#include "trainer/config/leaf_modules.h"
 #include "trainer/planner/fixes.h"
 #include "trainer/report/hang.h"
 #include "zero/comm/mpi_communicator.h"
@@ -34,6 +35,29 @@ bool wait_for(const std::function<bool()>& ready, double seconds) {
 }
 
 }  // namespace
+
+// A hang's own cause and fix. [Note: which experts a rank fetches] (trainer/config/
+// leaf_modules.h): under ZeRO-3 a MoE model whose experts are fetched one by one issues,
+// on each rank, the gathers of the experts its tokens picked. Ranks whose routers differ
+// issue different collectives; no rank is at fault, and before the sizes differ (the hang)
+// the ranks may pair different experts of one size without anything noticing. That is
+// said, with the count, and the fix is the leaf module, not "the same micro-steps".
+std::string hang_hint(RunState& s, std::string& message, const std::string& otherwise) {
+  const bool moe_one_by_one = s.have_model && s.have_cfg && s.job.model.moe() &&
+                              stage_policy(s.job.cfg.zero.stage).shard_params() &&
+                              expert_fetch(s.job.model, s.job.cfg.zero).one_by_one;
+  if (!moe_one_by_one) return otherwise;
+  const Communicator::LabelMismatches lm = s.comm().label_mismatches();
+  if (lm.count > 0)
+    message += " Before it, " + std::to_string(lm.count) + " collective(s) paired different experts' parameters of "
+               "one size across ranks (first: " + lm.first + "): nothing stopped them, and each rank assembled a mix.";
+  message += " No single rank is at fault: the ranks' routers sent their tokens to different experts.";
+  return "MoE experts fetched one by one under ZeRO-3: each rank gathers the experts its own tokens picked, so ranks "
+         "whose routers differ issue different all-gathers (and, where sizes agree, silently pair different experts' "
+         "shards). Fetch the MoE block as one unit: zero_optimization.leaf_module.classes naming it (DeepSpeed >= "
+         "0.18.0's default for Hugging Face's Mixtral and Qwen2-MoE blocks), or deepspeed.utils.set_z3_leaf_modules "
+         "before it (zrepro run --z3-leaf-modules CLASS); the moe-divergent-gathers scenario shows both sides";
+}
 
 [[noreturn]] void on_hang(RunState& s, const std::string& reason) {
   static std::atomic<bool> once{false};
@@ -83,13 +107,14 @@ bool wait_for(const std::function<bool()>& ready, double seconds) {
         std::cerr << "[zrepro] could not write hang_report.json: " << e.what() << std::endl;
       }
     }
+    std::string message =
+        reason + ". " + d.text + (configs.empty() ? "" : " The ranks ran different configs: " + configs + ".");
+    const std::string hint =
+        hang_hint(s, message, "ranks issued different collectives (per-rank gradient accumulation, a rank that stops "
+                              "early or skips a forward): make every rank run the same micro-steps; see flight/ and "
+                              "hang_report.json");
     json failure = make_failure(FailureKind::hang, d.culprits.empty() ? s.rank : d.culprits.front(),
-                                 "collective #" + std::to_string(d.seq),
-                                 reason + ". " + d.text +
-                                     (configs.empty() ? "" : " The ranks ran different configs: " + configs + "."),
-                                 "ranks issued different collectives (per-rank gradient accumulation, a rank that "
-                                 "stops early or skips a forward): make every rank run the same micro-steps; see "
-                                 "flight/ and hang_report.json");
+                                "collective #" + std::to_string(d.seq), message, hint);
     failure["hang"] = d.to_json();  // suspects and every rank's collective position, for report.html
     s.write_summary(failure_row(FailureKind::hang).status, std::move(failure), {}, true);
   } else {
@@ -117,7 +142,9 @@ int oom_failure(RunState& s, const c10::OutOfMemoryError& e) {
   s.progress.clear();
   DeviceMemory& mem = DeviceMemory::instance();
   const MemorySnapshot at = s.dev.device.is_cuda() ? device_memory_snapshot(s.dev.device) : mem.at_oom();
-  const std::string msg = mem.last_oom().empty() ? e.what_without_backtrace() : mem.last_oom();
+  // The allocator's message is the toy's; under scale-down the target's plan follows it.
+  const std::string msg = (mem.last_oom().empty() ? e.what_without_backtrace() : mem.last_oom()) +
+                          (s.scaled ? " [the toy's figures; " + s.scaled->target_verdict() + "]" : "");
   std::cerr << "[zrepro] rank " << s.rank << ": torch.OutOfMemoryError: " << msg << std::endl;
   std::cerr << "[zrepro] rank " << s.rank << ": out of memory in step " << s.result.steps.size() << " ("
             << s.result.steps.size() << " steps completed)" << std::endl;
@@ -131,11 +158,13 @@ int oom_failure(RunState& s, const c10::OutOfMemoryError& e) {
   failure["reserved_bytes"] = at.reserved;  // caching emulation: segments; reserved - allocated is stranded
   failure["request_bytes"] = at.request;
   failure["step"] = static_cast<int64_t>(s.result.steps.size());  // the optimizer step that was running
-  // Which of the usual fixes the planner predicts would fit (CPU-emulated device).
+  // Which of the usual fixes the planner predicts would fit (CPU-emulated device): under
+  // scale-down the target's, so each patch and peak is in the user's units (a toy's
+  // stage3_max_live_parameters is no value to put in their config).
   if (s.have_cfg && s.have_model && s.dev.device.is_cpu() && s.capacity() > 0) {
     std::vector<FixPrediction> fixes;
     try {
-      fixes = predict_fixes(plan_request(s));
+      fixes = predict_fixes(s.scaled ? s.scaled->target_job : plan_request(s));
     } catch (const std::exception& e) {  // a failure report must not fail: say it and go on
       std::cerr << "[zrepro] could not plan the fixes: " << e.what() << std::endl;
     }
@@ -143,9 +172,11 @@ int oom_failure(RunState& s, const c10::OutOfMemoryError& e) {
     for (const auto& f : fixes)
       fj.push_back(f.to_json());
     failure["planned_fixes"] = fj;
+    failure["planned_fixes_scale"] = s.scaled ? "target" : "run";
     if (!fixes.empty()) {
-      failure["hint"] = failure["hint"].get<std::string>() + " " + format_fixes(fixes) + ".";
-      if (s.speaks()) std::cerr << "[zrepro] " << format_fixes(fixes) << std::endl;
+      failure["hint"] = failure["hint"].get<std::string>() + " " + (s.scaled ? "At target scale, " : "") +
+                        format_fixes(fixes) + ".";
+      if (s.speaks()) std::cerr << "[zrepro] " << (s.scaled ? "at target scale, " : "") << format_fixes(fixes) << std::endl;
     }
   }
   return s.fail(FailureKind::oom, failure);
@@ -154,8 +185,9 @@ int oom_failure(RunState& s, const c10::OutOfMemoryError& e) {
 int pinned_failure(RunState& s, const PinnedMemoryError& e) {
   s.progress.clear();
   const std::string note = s.have_cfg ? pin_memory_default_note(s.job.cfg) : "";
-  std::cerr << "[zrepro] rank " << s.rank << ": " << e.what() << note << std::endl;
-  json failure = make_failure(FailureKind::pinned_memory, s.rank, "init", e.what() + note,
+  const std::string what = e.what() + s.at_target("--memlock-limit");
+  std::cerr << "[zrepro] rank " << s.rank << ": " << what << note << std::endl;
+  json failure = make_failure(FailureKind::pinned_memory, s.rank, "init", what + note,
                               "raise the memlock limit (ulimit -l), or set pin_memory false for offload "
                               "(pageable buffers: synchronous, slower copies)");
   failure["needed_bytes"] = e.needed;
@@ -196,7 +228,7 @@ int interrupted_failure(RunState& s, const Interrupted& e) {
 
 // A host allocation failed (the model or a buffer is larger than this machine's memory).
 int host_oom_failure(RunState& s, const std::string& what) {
-  return s.fail_with(FailureKind::oom, "host", "[zrepro] rank " + std::to_string(s.rank) + ": a host allocation failed",
+  return s.fail_with(FailureKind::host_oom, "host", "[zrepro] rank " + std::to_string(s.rank) + ": a host allocation failed",
                      "a host memory allocation failed (" + what + ")",
                      "the model or a buffer is larger than this machine's memory: check --model, --vocab, --hidden "
                      "and the micro-batch");

@@ -78,8 +78,12 @@ static void resolve_config(RunState& s) {
     sr.target.world_size = s.world;
     sr.target.device_capacity = *spec.target_device_memory;
     sr.target.activation_checkpointing = spec.job.activation_checkpointing;
+    sr.target.saves_checkpoints = spec.job.saves_checkpoints;
     if (spec.scale) sr.scale = *spec.scale;
     s.scaled = std::make_unique<ScaleDown>(scale_down(sr));
+    s.scaled->limits = limits_at_target(*s.scaled, s.scaled->toy_cfg.zero.stage,
+                                        {spec.train.host_memory, spec.memlock_limit, spec.train.save_every > 0,
+                                         !spec.zero_to_fp32_dir.empty(), spec.zero_to_fp32_api, spec.zero_to_fp32_shard});
     if (const auto& band = gpu_band()) s.scaled->target_band = band_call(*band, band_inputs(s.scaled->target_plan)).to_json();
     s.job.model = s.scaled->toy;
     s.job.cfg = s.scaled->toy_cfg;
@@ -114,6 +118,28 @@ static void resolve_config(RunState& s) {
     throw ConfigError("--dynamic-seq: got " + std::to_string(spec.train.dynamic_seq_min) + ", expected 1.." +
                       std::to_string(s.job.model.seq) + " (the model's sequence length)");
   s.topt.seq_len_dist = parse_seq_len_dist(spec.seq_len_dist, s.job.model.seq);
+}
+
+// The limits the run was given, applied once: as given, or under scale-down the toy's
+// share of each ([Note: a limit the user gives is the target's], scale_down.h).
+static void apply_limits(RunState& s) {
+  const RunSpec& spec = s.spec;
+  auto toy = [&](const char* flag, int64_t given) {
+    const TargetLimit* l = s.scaled ? s.scaled->limit(flag) : nullptr;
+    return l ? l->toy_limit : given;
+  };
+  s.topt.host_memory = toy("--host-memory", spec.train.host_memory);
+  s.zero_to_fp32_shard = toy("--zero-to-fp32-shard", spec.zero_to_fp32_shard);
+  if (!spec.memlock_limit) return;
+  const int64_t memlock = toy("--memlock-limit", *spec.memlock_limit);
+  const int64_t set = for_flag("--memlock-limit", [&] { return restrict_memlock(memlock); });
+  if (!s.speaks()) return;
+  std::cout << "[zrepro] memlock: ulimit -l " << set / 1024 << " KiB without CAP_IPC_LOCK (--memlock-limit"
+            << (memlock != *spec.memlock_limit ? " " + format_bytes(*spec.memlock_limit) + " at target scale" : "")
+            << "), as a container's non-root user\n";
+  if (set < memlock)
+    std::cout << "[zrepro] warning: --memlock-limit: this machine's hard limit (ulimit -Hl) is " << set / 1024
+              << " KiB, below the " << memlock / 1024 << " KiB asked; the run is limited to it\n";
 }
 
 JobSpec plan_request(const RunState& s) {
@@ -286,15 +312,10 @@ void set_up(RunState& s, int* argc, char*** argv) {
   s.topt = spec.train;  // [Note: flags parse into what the run is made of] (run_spec.h)
   s.topt.comm = &s.comm();
   s.job = spec.job;  // [Note: flags parse into what the run is made of] (run_spec.h)
-  if (spec.memlock_limit) {
-    for_flag("--memlock-limit", [&] { restrict_memlock(*spec.memlock_limit); });
-    if (s.speaks())
-      std::cout << "[zrepro] memlock: ulimit -l " << *spec.memlock_limit / 1024
-                << " KiB without CAP_IPC_LOCK (--memlock-limit), as a container's non-root user\n";
-  }
   set_compute_threads(spec.threads);
   check_injections(spec, s.world);
   resolve_config(s);
+  apply_limits(s);
   if (spec.train.save_every > 0) check_checkpointable(s.job.cfg, "--save-every", spec.peers == Peers::stand_in);
   if (!spec.zero_to_fp32_dir.empty()) check_fp32_folder(spec.zero_to_fp32_dir);  // [Note: the consolidation's folder]
   if (!spec.train.resume_dir.empty()) check_checkpointable(s.job.cfg, "--resume", spec.peers == Peers::stand_in);
@@ -346,6 +367,7 @@ static void print_scale_down(const RunState& s) {
             << (tp.fits ? std::string("fits") : "OOM in phase " + std::string(phase_name(tp.oom_phase)))
             << " (peak " << format_bytes(tp.peak_bytes) << " per rank); fidelity (planned, at the peak):\n"
             << sd.table();
+  for (const auto& l : sd.limits) std::cout << "[zrepro] " << l.line() << "\n";
   for (const auto& w : sd.warnings) std::cout << "[zrepro] warning: " << w << "\n";
   if (!sd.target_band.is_null()) std::cout << "[zrepro] planner, target: " << BandCall::from_json(sd.target_band).text() << "\n";
 }

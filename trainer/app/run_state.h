@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,15 +25,25 @@
 #include "trainer/report/report.h"
 #include "trainer/runtime/launch.h"
 #include "trainer/runtime/liveness.h"
+#include "trainer/runtime/subprocess.h"
 #include "zero/comm/watchdog.h"
 
 namespace zrepro {
 
-// One-line progress on a terminal (stderr), overwritten in place.
+// One-line progress on a terminal (stderr), overwritten in place; under a zrepro parent
+// (kChildProgressEnv, trainer/runtime/subprocess.h) a plain marker line per step instead,
+// which the parent's progress line reads ([Note: progress of a child]).
 class Progress {
  public:
-  explicit Progress(bool enabled) : on_(enabled && ::isatty(STDERR_FILENO)) {}
-  void update(const StepRecord& s, int64_t total) {
+  explicit Progress(bool enabled)
+      : on_(enabled && ::isatty(STDERR_FILENO)), marks_(enabled && std::getenv(kChildProgressEnv) != nullptr) {}
+  // Before the first step (set-up done): the parent shows "step 0/M" instead of "starting".
+  void start(int64_t total, bool speaks) {
+    if (marks_ && speaks) std::fprintf(stderr, "[zrepro] at step=0/%lld\n", static_cast<long long>(total));
+  }
+  void update(const StepRecord& s, int64_t total, bool speaks) {
+    if (marks_ && speaks) std::fprintf(stderr, "[zrepro] at step=%lld/%lld\n", static_cast<long long>(s.step + 1),
+                                       static_cast<long long>(total));
     if (!on_) return;
     std::fprintf(stderr, "\r[zrepro] step %lld/%lld  loss %.4f  %.3f s/step  ETA %.0fs   ",
                  static_cast<long long>(s.step + 1), static_cast<long long>(total), s.loss, s.step_s,
@@ -46,7 +57,7 @@ class Progress {
   }
 
  private:
-  bool on_;
+  bool on_, marks_;
   bool dirty_ = false;
 };
 
@@ -70,7 +81,8 @@ struct RunState {
   std::unique_ptr<ScaleDown> scaled;     // --target-model: the toy derived from the target
   std::optional<MemoryPlan> planned;     // the planner's prediction for this run (CPU-emulated device)
   DeviceInfo dev;
-  TrainOptions topt;
+  TrainOptions topt;             // topt.host_memory: the toy's share under scale-down (apply_limits)
+  int64_t zero_to_fp32_shard = 0;  // --zero-to-fp32-shard as applied: the toy's under scale-down
   TrainResult result;
   StepCalibration calibration;  // [Note: step time against the machine]
   nlohmann::json inputs;        // summary.json's inputs (run_inputs), set before set-up
@@ -84,6 +96,12 @@ struct RunState {
   bool several_processes() const { return ranks && !vranks && world > 1; }
   // The emulated or fractioned device capacity: the toy's under scale-down, else the flag's.
   int64_t capacity() const { return scaled ? scaled->toy_capacity : spec.device_memory.value_or(0); }
+  // A limit's figures at target scale, for a message about the toy's ("; at target scale:
+  // ..."), or "" when the run is not scaled or the flag was not given.
+  std::string at_target(const std::string& flag) const {
+    const TargetLimit* l = scaled ? scaled->limit(flag) : nullptr;
+    return l ? "; " + l->at_target() : "";
+  }
   std::string flight_dir() const { return (spec.out_dir.empty() ? std::string("zrepro_flight") : spec.out_dir) + "/flight"; }
 
   // Rank 0 writes the summary from every rank's report. A run that fails writes the
@@ -133,6 +151,9 @@ struct HostShortfall : std::runtime_error {
 // summary; every rank exits 4. Runs on the watchdog thread (or the thread that saw a
 // collective fail) while the training thread may be blocked.
 [[noreturn]] void on_hang(RunState& s, const std::string& reason);
+// A hang's own hint (`otherwise` where no cause of its own is known); a MoE job whose ranks
+// fetched different experts gets its cause added to `message` and the leaf module as its fix.
+std::string hang_hint(RunState& s, std::string& message, const std::string& otherwise);
 std::unique_ptr<Watchdog> arm_watchdog(RunState& s);
 int oom_failure(RunState& s, const c10::OutOfMemoryError& e);
 int pinned_failure(RunState& s, const PinnedMemoryError& e);

@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "device/base/errors.h"
+#include "trainer/checkpoint/ds_layout.h"
+#include "trainer/checkpoint/host_bytes.h"
 
 namespace zrepro {
 
@@ -93,10 +95,10 @@ ScaleDown scale_down(const ScaleRequest& req) {
   if (stage_policy(z.stage).shard_params()) scale_key("sub_group_size", z.sub_group_size, sd.factor);
   sd.toy_capacity = divide(req.target.device_capacity, sd.factor);
 
-  JobSpec target_req = req.target;
-  target_req.cpu_device = false;  // the target runs on GPUs
-  sd.target_plan = plan_memory(target_req);
-  JobSpec toy_req = target_req;
+  sd.target_job = req.target;
+  sd.target_job.cpu_device = false;  // the target runs on GPUs
+  sd.target_plan = plan_memory(sd.target_job);
+  JobSpec toy_req = sd.target_job;
   toy_req.model = sd.toy;
   toy_req.cfg = sd.toy_cfg;
   toy_req.device_capacity = sd.toy_capacity;
@@ -133,6 +135,92 @@ ScaleDown scale_down(const ScaleRequest& req) {
   return sd;
 }
 
+// ---------------------------------------------------------------- limits at target
+
+namespace {
+
+TargetLimit make_limit(std::string flag, std::string need, int64_t target_limit, int64_t target_need,
+                       int64_t toy_need, double factor) {
+  TargetLimit l{std::move(flag), std::move(need), target_limit, target_need, 0, toy_need};
+  // [Note: a limit the user gives is the target's]: the same share of the toy's need.
+  l.toy_limit = target_need > 0 && toy_need > 0
+                    ? std::llround(static_cast<double>(target_limit) * static_cast<double>(toy_need) /
+                                   static_cast<double>(target_need))
+                    : divide(target_limit, factor);
+  return l;
+}
+
+// What zero_to_fp32 holds (anonymous) consolidating a checkpoint of this model, by the
+// API or by the script at this shard size.
+int64_t consolidation_need(const ModelSpec& m, int stage, bool api, int64_t shard) {
+  std::vector<int64_t> fp32;
+  for (const CheckpointParam& p : checkpoint_params(m)) fp32.push_back(4 * p.numel);
+  const Fp32ConsolidationBytes b = zero_to_fp32_host_bytes(fp32, stage, 4 * m.param_count(), shard);
+  return api ? b.api : b.script;
+}
+
+}  // namespace
+
+std::vector<TargetLimit> limits_at_target(const ScaleDown& sd, int zero_stage, const TargetLimitFlags& f) {
+  std::vector<TargetLimit> out;
+  const int64_t toy_shard = divide(f.zero_to_fp32_shard, sd.factor);  // as make_limit scales a limit with no need
+  if (f.zero_to_fp32 && !f.zero_to_fp32_api)
+    out.push_back(make_limit("--zero-to-fp32-shard", "zero_to_fp32.py's --max_shard_size: the shards it merges one at a time",
+                             f.zero_to_fp32_shard, 0, 0, sd.factor));
+  if (f.host_memory > 0) {
+    // The save's gather and the offline consolidation both bound by one host: the larger need.
+    int64_t target = 0, toy = 0;
+    std::string need;
+    if (f.saves && sd.target_plan.save_16bit_host_bytes > 0) {
+      target = sd.target_plan.save_16bit_host_bytes, toy = sd.toy_plan.save_16bit_host_bytes;
+      need = "rank 0's host at a save: the whole 16-bit model gathered (stage3_gather_16bit_weights_on_model_save)";
+    }
+    if (f.zero_to_fp32) {
+      const int64_t t = consolidation_need(sd.target, zero_stage, f.zero_to_fp32_api, f.zero_to_fp32_shard);
+      if (t > target) {
+        target = t, toy = consolidation_need(sd.toy, zero_stage, f.zero_to_fp32_api, toy_shard);
+        need = std::string("the host consolidating the checkpoint: ") +
+               (f.zero_to_fp32_api ? "get_fp32_state_dict_from_zero_checkpoint's whole fp32 model"
+                                   : "zero_to_fp32.py's anonymous bytes at its largest merge");
+      }
+    }
+    if (need.empty()) need = "rank 0's host for the checkpoints (nothing gathered to it at this config)";
+    out.push_back(make_limit("--host-memory", need, f.host_memory, target, toy, sd.factor));
+  }
+  if (f.memlock)
+    out.push_back(make_limit("--memlock-limit", "the offload buffers pinned per rank (ulimit -l)", *f.memlock,
+                             sd.target_plan.host_pinned_bytes, sd.toy_plan.host_pinned_bytes, sd.factor));
+  return out;
+}
+
+json TargetLimit::to_json() const {
+  return {{"flag", flag},         {"need", need},         {"target_limit_bytes", target_limit},
+          {"target_need_bytes", target_need}, {"toy_limit_bytes", toy_limit}, {"toy_need_bytes", toy_need},
+          {"fits_at_target", fits_at_target()}};
+}
+
+std::string TargetLimit::line() const {
+  if (flag == "--zero-to-fp32-shard")
+    return flag + " " + format_bytes(target_limit) + " is the target's: the toy's shards are " +
+           format_bytes(toy_limit) + " (the same count of shards)";
+  std::string s = flag + " " + format_bytes(target_limit) + " is the target's: " + need;
+  if (target_need <= 0) return s + ", nothing at target scale; the toy runs under " + format_bytes(toy_limit);
+  return s + ", " + format_bytes(target_need) + " at target scale: " +
+         (fits_at_target() ? "within it" : "past it, the target fails there") + "; the toy runs under " +
+         format_bytes(toy_limit) + ", the same share of its own " + format_bytes(toy_need);
+}
+
+std::string TargetLimit::at_target() const {
+  return "at target scale: " + format_bytes(target_need) + " of the " + format_bytes(target_limit) + " " + flag +
+         " (the toy's " + format_bytes(toy_need) + " of its " + format_bytes(toy_limit) + ")";
+}
+
+const TargetLimit* ScaleDown::limit(const std::string& flag) const {
+  for (const TargetLimit& l : limits)
+    if (l.flag == flag) return &l;
+  return nullptr;
+}
+
 json ScaleDown::to_json() const {
   json rows = json::array();
   for (const auto& r : fidelity) rows.push_back({{"category", r.category}, {"target_share", r.target_share},
@@ -151,7 +239,19 @@ json ScaleDown::to_json() const {
           {"target_planned", verdict(target_plan)},
           {"target_band", target_band},
           {"toy_planned", verdict(toy_plan)},
+          {"limits", [&] {
+             json a = json::array();
+             for (const TargetLimit& l : limits) a.push_back(l.to_json());
+             return a;
+           }()},
           {"warnings", warnings}};
+}
+
+std::string ScaleDown::target_verdict() const {
+  const MemoryPlan& p = target_plan;
+  return "at target scale (" + target.name + ", " + format_bytes(p.capacity) + " per rank) the plan " +
+         (p.fits ? std::string("fits") : "runs out of memory in " + std::string(phase_name(p.oom_phase))) +
+         ": peak " + format_bytes(p.peak_bytes);
 }
 
 std::string ScaleDown::table() const {

@@ -308,6 +308,14 @@ std::string table(const std::vector<AbRow>& rows) {
                   pct(r.comm_wait_share).c_str(), pct(r.offload_copy_share).c_str(), fixed(value_or_nan(r.final_loss), 5).c_str());
     os << line;
   }
+  // A scaled-down side mixes two scales in one row: say which column is which.
+  for (const auto& r : rows)
+    if (r.target_model) {
+      os << "  (scale-down: peak max and spread are the toy's bytes, %cap its share, the same at target; target plan is "
+            "the planner's peak at target scale ("
+         << *r.target_model << "); step s and tok/s are the toy's own compute, not the target's throughput)\n";
+      break;
+    }
   return os.str();
 }
 

@@ -150,14 +150,35 @@ void time_rows(CheckResult& r, const Baseline& base, const Baseline& now, const 
                     tol.time_gate ? RowKind::figure : RowKind::advisory, ""});
 }
 
+// Why the planner stopped predicting the run's peak, from what changed between the runs:
+// only a LibTorch that changed is blamed for the tapes (issue 60: a row blamed "a LibTorch
+// upgrade" when there was none).
+std::string plan_moved_cause(const Baseline& base, const Baseline& now) {
+  const Environment a = Environment::from_json(base.env), b = Environment::from_json(now.env);
+  std::vector<std::string> changed;
+  const auto va = a.versions(), vb = b.versions();
+  for (size_t i = 0; i < va.size(); ++i)
+    if (va[i].second && vb[i].second && va[i].second != vb[i].second)
+      changed.push_back(va[i].first + " " + *va[i].second + " -> " + *vb[i].second);
+  const bool libtorch = a.libtorch_version && b.libtorch_version && a.libtorch_version != b.libtorch_version;
+  if (libtorch)
+    return "the planner no longer predicts this run's peak: LibTorch changed (" + *a.libtorch_version + " -> " +
+           *b.libtorch_version + "); re-derive its activation tapes (docs/design/ARCHITECTURE.md, --memory-log)";
+  std::string joined;
+  for (const auto& c : changed) joined += (joined.empty() ? "" : ", ") + c;
+  return "the planner no longer predicts this run's peak" +
+         (changed.empty() ? std::string(" and no version changed between the runs (LibTorch ") +
+                                b.libtorch_version.value_or("unknown") +
+                                " on both): the run's own memory moved; the bytes rows above say which category"
+                          : " with the same LibTorch; what changed: " + joined);
+}
+
 void plan_rows(CheckResult& r, const Baseline& base, const Baseline& now, const CheckTolerances& tol) {
   const double a = base.plan_over_measured.value_or(0), b = now.plan_over_measured.value_or(0);
   if (a <= 0 || b <= 0) return;
-  r.rows.push_back({"planned / measured peak", a, b, "+-" + fmt(tol.plan_ratio), std::fabs(b - a) <= tol.plan_ratio,
-                    std::fabs(b - a) <= tol.plan_ratio
-                        ? ""
-                        : "the planner no longer predicts this run's peak: after a LibTorch upgrade re-derive its "
-                          "activation tapes (docs/design/ARCHITECTURE.md, --memory-log)"});
+  const bool within = std::fabs(b - a) <= tol.plan_ratio;
+  r.rows.push_back({"planned / measured peak", a, b, "+-" + fmt(tol.plan_ratio), within,
+                    within ? "" : plan_moved_cause(base, now)});
 }
 
 // A run's arguments as flag -> value ("--steps 3", "--steps=3"; a flag without a value is

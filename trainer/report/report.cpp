@@ -106,6 +106,7 @@ namespace {
 constexpr FailureRow kFailures[] = {
     {"config_error", "config_error", kExitBadInput, "config"},
     {"oom", "oom", kExitOom, "zero-stage"},
+    {"host-oom", "host_oom", kExitHostOom, "host-memory"},
     {"hang", "hang", kExitHang, "communication"},
     {"numerical", "diverged", kExitNumerical, "numerics"},
     {"pinned-memory", "pinned_memory", kExitPinnedMemory, "pinned-memory"},
@@ -567,8 +568,11 @@ std::string oom_hint(const MemorySnapshot& at, Phase phase, const StagePolicy& p
   int top = 0;
   for (int c = 1; c < kNumMemCategories; ++c)
     if (at.by_category[c] > at.by_category[top]) top = c;
+  // Its share of the device too: the same at a scaled-down toy's scale and the target's.
+  const std::string share =
+      at.capacity > 0 ? ", " + std::to_string(100 * at.by_category[top] / at.capacity) + "% of the device" : "";
   const std::string largest = std::string("largest category: ") + mem_category_name(static_cast<MemCategory>(top)) +
-                              " (" + format_bytes(at.by_category[top]) + "). ";
+                              " (" + format_bytes(at.by_category[top]) + share + "). ";
   const int64_t params = at.by_category[static_cast<int>(MemCategory::params)];
   switch (phase) {
     case Phase::init:

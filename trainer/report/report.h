@@ -118,7 +118,7 @@ void check_summary_schema(const nlohmann::json& summary, const std::string& wher
 // How a run can fail, and for each kind the summary status, the exit code and the
 // diagnosis checkpoint (docs/design/ARCHITECTURE.md "Contracts") its failure record points at: one table
 // (kFailures in report.cpp), read by every failure path of every command.
-enum class FailureKind { config_error, oom, hang, numerical, pinned_memory, interrupted, io, internal };
+enum class FailureKind { config_error, oom, host_oom, hang, numerical, pinned_memory, interrupted, io, internal };
 struct FailureRow {
   const char* kind;        // failure.kind in summary.json
   const char* status;      // summary.json status

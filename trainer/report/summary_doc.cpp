@@ -12,7 +12,7 @@ const char* const kReport = "report.cpp (build_summary)";
 std::vector<SummaryFieldDoc> field_docs() {
   return {
       {"The run", {"schema"}, std::string("`") + kSummarySchema + "`: what this page describes", ""},
-      {"The run", {"status"}, "`ok`, `oom`, `hang`, `diverged`, `config_error`, `pinned_memory`, `io_error`, `interrupted`, `error`", ""},
+      {"The run", {"status"}, "`ok`, `oom`, `host_oom`, `hang`, `diverged`, `config_error`, `pinned_memory`, `io_error`, `interrupted`, `error`", ""},
       {"The run", {"world_size", "zero_stage", "precision", "device"},
        "the job; `device` says cpu (cores, intra-op threads, allocator) or cuda; null until the config resolved", ""},
       {"The run", {"deepspeed_version"}, "the DeepSpeed release whose semantics the config was resolved with (`--deepspeed-version`)", ""},
@@ -26,7 +26,7 @@ std::vector<SummaryFieldDoc> field_docs() {
       {"The run", {"checkpoint.*"}, "with `--save-every` / `--resume` (absent otherwise): `format`, `save_every`, `save_dir`, `saved` (each checkpoint written: `step` = global_steps, `folder`, `seconds`, `consolidated_16bit_host_bytes`: with ZeRO-3 and stage3_gather_16bit_weights_on_model_save the whole 16-bit model rank 0 held on the host for pytorch_model.bin, else 0), `resumed` (`folder`, `tag`, `step`: the steps done in it, the run's first step is the next; `universal`: read from ds_to_universal's layout under checkpoint.load_universal) or null, `zero_to_fp32` (with `--zero-to-fp32`: `mode` script or api, `max_shard_bytes`, `tag`, `files`, `parameters`, `numel`, `peak_anon_host_bytes`: DeepSpeed's anonymous host memory at its peak as zrepro models it, `mapped_bytes`: the fp32 partitions it maps, file-backed) or null", "trainer/checkpoint/ds_checkpoint.h"},
       {"The run", {"virtual_ranks.*"}, "`--world-size` in one process: `world_size`, `as_rank`, `data_rule`, `peers` (run / stand-in), `note` (what is exact); with every rank running the peers' host bytes; with stood-in peers `peer_values` and `stand_in` (the peers' model checked against the subject's own: `exact`, `gathers_checked`, `gathers_equal`, `norms_checked`, `norms_equal`, `first_difference`); absent otherwise", "app/run.cpp (virtual ranks)"},
       {"The run", {"config_mismatch"}, "ranks whose effective configs differ; absent when they agree", kReport},
-      {"The run", {"scale_down.*"}, "a scaled-down toy (`--target-model`): `target_model`, `toy_model`, `parameter_factor`, `target_planned`, `fidelity[]` (each category's share of capacity at target and toy scale); absent otherwise", "planner/scale_down.h (ScaleDown::to_json)"},
+      {"The run", {"scale_down.*"}, "a scaled-down toy (`--target-model`): `target_model`, `toy_model`, `parameter_factor`, `target_planned`, `fidelity[]` (each category's share of capacity at target and toy scale), `limits[]` (each limit given, `--host-memory`, `--memlock-limit`, `--zero-to-fp32-shard`: what it bounds, the limit and the need at target and toy scale, `fits_at_target`); absent otherwise", "planner/scale_down.h (ScaleDown::to_json)"},
       {"Steps", {"steps[].step"}, "the optimizer step (0-based)", ""},
       {"Steps", {"steps[].loss"}, "mean loss over the global batch; null when not finite", ""},
       {"Steps", {"steps[].grad_norm"}, "global gradient norm before clipping; null when not finite (a skipped step's)", ""},
@@ -88,6 +88,7 @@ std::vector<SummaryFieldDoc> field_docs() {
       {"Failure", {"failure.request_bytes", "failure.allocated_bytes", "failure.reserved_bytes", "failure.capacity_bytes"}, "an OOM: the request and the device's state", "run_failures.cpp (OOM)"},
       {"Failure", {"failure.by_category.*"}, "an OOM: bytes by category when it came", "run_failures.cpp (OOM)"},
       {"Failure", {"failure.planned_fixes[].fix", "failure.planned_fixes[].flags", "failure.planned_fixes[].args", "failure.planned_fixes[].config_patch", "failure.planned_fixes[].fits", "failure.planned_fixes[].peak_bytes", "failure.planned_fixes[].peak_share", "failure.planned_fixes[].trainer_args", "failure.planned_fixes[].cost", "failure.planned_fixes[].cost_rank", "failure.planned_fixes[].parts"}, "an OOM: each usual fix (or, when none fits alone, two together: `parts` 2), planned, with its cost and the Hugging Face Trainer's spelling", "planner/fixes.h"},
+      {"Failure", {"failure.planned_fixes_scale"}, "`target` under `--target-model` (the fixes planned on the target: patches and peaks in its units), else `run`", "app/run_failures.cpp"},
       {"Failure", {"failure.hang.*"}, "a hang: `suspects` (most likely first, with their evidence) and every rank's last collectives (docs/guide/run.md \"Hangs\")", "report/hang.h"},
       {"Failure", {"failure.signal", "failure.steps_done"}, "an interruption", "run_failures.cpp (interrupted)"},
       {"Failure", {"failure.peers_gone", "failure.last_collective"}, "a rank that vanished and where the survivor waited", "runtime/liveness.h"},

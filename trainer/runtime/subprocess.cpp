@@ -117,11 +117,15 @@ class ChildProgress {
 
 ChildSteps child_steps(const std::string& tail) {
   ChildSteps s;
-  const std::string key = "[zrepro] step=";
-  const size_t at = tail.rfind(key);
+  // The newest of a step line and a step marker (kChildProgressEnv).
+  size_t at = std::string::npos, key_size = 0;
+  for (const std::string key : {"[zrepro] step=", "[zrepro] at step="}) {
+    const size_t k = tail.rfind(key);
+    if (k != std::string::npos && (at == std::string::npos || k > at)) at = k, key_size = key.size();
+  }
   if (at == std::string::npos) return s;
   long long n = 0, m = 0;
-  if (std::sscanf(tail.c_str() + at + key.size(), "%lld/%lld", &n, &m) == 2 && n >= 0 && m > 0 && n <= m)
+  if (std::sscanf(tail.c_str() + at + key_size, "%lld/%lld", &n, &m) == 2 && n >= 0 && m > 0 && n <= m)
     s.done = n, s.total = m;
   return s;
 }
@@ -145,7 +149,9 @@ std::string progress_line(const std::string& what, const ChildSteps& steps, doub
 int run_self(const std::vector<std::string>& args, const std::string& log, const std::string& what) {
   std::vector<std::string> argv = {"/proc/self/exe"};
   argv.insert(argv.end(), args.begin(), args.end());
-  return run_program(argv, {}, log, what);
+  // [Note: progress of a child]: a zrepro child marks every step in its log, not only the
+  // steps its --log-every prints.
+  return run_program(argv, {{kChildProgressEnv, "1"}}, log, what);
 }
 
 int run_program(const std::vector<std::string>& args, const EnvVars& env, const std::string& log,

@@ -23,6 +23,9 @@ namespace zrepro {
 // second; otherwise (a CI log) a heartbeat line is printed every 10 s, so a long
 // comparison is never a silent minute. ZREPRO_HEARTBEAT_S sets the interval (tests).
 int run_self(const std::vector<std::string>& args, const std::string& log, const std::string& what = "");
+// Set in a zrepro child's environment by run_self: `zrepro run` then writes a marker line
+// "[zrepro] at step=N/M" before its first step and after each, whatever --log-every says.
+constexpr const char* kChildProgressEnv = "ZREPRO_CHILD_PROGRESS";
 // Another program (argv[0] looked up on PATH) the same way: its own process group, signals
 // forwarded, no orphan, progress from its "[zrepro] step=N/M" lines; `env` is added to this
 // process's environment for the child (zrepro bisect runs DeepSpeed's Python so).

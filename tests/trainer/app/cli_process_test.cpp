@@ -235,12 +235,14 @@ TEST(Cli, NonsenseIsRefusedWithExitTwoAndASummary) {
   EXPECT_EQ(read_json(out + "/o5/summary.json")["status"], "config_error");
   // A model larger than any host's address space (175 TiB of parameters: past x86-64's
   // 128 TiB, so no overcommit setting lets it through), within the model bounds: a host
-  // OOM, exit 3, with its summary, not LibTorch's allocator trace as an internal error.
+  // OOM, exit 13 (not the device's 3: issue 60), with its summary, not LibTorch's allocator
+  // trace as an internal error.
   r = cli("run --config " + good + " --steps 1 --layers 4 --hidden 1000000 --out " + out + "/o6");
-  EXPECT_EQ(r.code, 3) << r.output;
+  EXPECT_EQ(r.code, 13) << r.output;
   EXPECT_EQ(r.output.find("internal error"), std::string::npos) << r.output;
   const json host = read_json(out + "/o6/summary.json");
-  EXPECT_EQ(host["status"], "oom");
+  EXPECT_EQ(host["status"], "host_oom");
+  EXPECT_EQ(host["failure"]["kind"], "host-oom");
   EXPECT_EQ(host["failure"]["phase"], "host");
 }
 
@@ -462,11 +464,11 @@ TEST(Cli, ARunLargerThanThisHostIsRefusedBeforeItAllocates) {
   const Result r = zrepro_test::shell(guard + std::string(ZREPRO_BIN).append(" run --config ") + cfg +
                                       " --model tiny --layers 4000 --hidden 2048 --steps 1 --out " + out +
                                       "/o 2>&1; echo \"exit=$?\"");
-  EXPECT_NE(r.output.find("exit=3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("exit=13"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("of this host's memory"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("available (MemAvailable)"), std::string::npos) << r.output;
   const json s = read_json(out + "/o/summary.json");
-  EXPECT_EQ(s["status"], "oom");
+  EXPECT_EQ(s["status"], "host_oom");
   EXPECT_EQ(s["failure"]["phase"], "host");
   EXPECT_NE(s["failure"]["hint"].get<std::string>().find("--device-memory"), std::string::npos);
 }

@@ -402,8 +402,9 @@ TEST(Checkpoint, ZeroToFp32ConsolidatesTheModelAndModelsItsHostMemory) {
   const int64_t host = 2 * r.summary["model"]["params"].get<int64_t>();
   const RunResult api = zrepro_run("ck_z2f_api", ckpt_config(3, "fp32"), base + " --zero-to-fp32 " + dir + "/fp32_api --zero-to-fp32-mode "
                                                           "api --host-memory " + std::to_string(host));
-  EXPECT_EQ(api.code, 3) << api.output;
-  EXPECT_EQ(api.summary["status"], "oom");
+  EXPECT_EQ(api.code, 13) << api.output;  // the host's OOM, not the device's 3
+  EXPECT_EQ(api.summary["status"], "host_oom");
+  EXPECT_EQ(api.summary["failure"]["checkpoint"], "host-memory");
   EXPECT_EQ(api.summary["failure"]["phase"], "consolidate");
   EXPECT_NE(api.output.find("Out of memory: Killed process"), std::string::npos) << api.output;
   EXPECT_FALSE(std::filesystem::exists(dir + "/fp32_api/pytorch_model.bin"));
@@ -415,7 +416,7 @@ TEST(Checkpoint, ZeroToFp32ConsolidatesTheModelAndModelsItsHostMemory) {
   // rank 0 is killed in the gather, before the ZeRO checkpoint, so no `latest`.
   const RunResult at_save = zrepro_run("ck_z2f_save", cfg, "--ranks 2 --model tiny-llama --seq 16 --steps 1 "
                                        "--save-every 1 --save-dir " + dir + "/ck_save --host-memory " + std::to_string(host));
-  EXPECT_EQ(at_save.code, 3) << at_save.output;
+  EXPECT_EQ(at_save.code, 13) << at_save.output;
   EXPECT_EQ(at_save.summary["failure"]["phase"], "save");
   EXPECT_FALSE(std::filesystem::exists(dir + "/ck_save/latest"));
   // Issue 60: its own hint, not the consolidation's ("the checkpoint itself is intact" when

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 
 #include "device/device_memory.h"
@@ -47,6 +48,16 @@ TEST(ScaleDown, ToyRunReproducesThePredictedOomAndTheFix) {
   zrepro_test::RunResult fixed = zrepro_test::zrepro_run("sd_fix", kZero2Bf16, target + " --activation-checkpointing");
   ASSERT_EQ(fixed.code, 0) << fixed.output;
   EXPECT_EQ(fixed.summary["scale_down"]["target_planned"]["verdict"], "fits");
+  // Issue 60: the OOM's fixes are the target's, in the user's units (peaks of the 40 GB
+  // device, not of the toy's), and its message says which figures are the toy's.
+  const auto& failure = oom.summary["failure"];
+  EXPECT_EQ(failure["planned_fixes_scale"], "target");
+  ASSERT_FALSE(failure["planned_fixes"].empty()) << failure.dump();
+  for (const auto& f : failure["planned_fixes"])
+    EXPECT_NEAR(f["peak_bytes"].get<double>() / f["peak_share"].get<double>(), 4e10, 4e8) << f.dump();
+  EXPECT_NE(failure["message"].get<std::string>().find("[the toy's figures; at target scale (gpt2-xl"), std::string::npos)
+      << failure["message"];
+  EXPECT_NE(failure["hint"].get<std::string>().find("At target scale, planner:"), std::string::npos) << failure["hint"];
   // The run's own measured peak against the planner's figure for the toy.
   const double measured = fixed.summary["memory"]["ranks"][0]["peak_bytes"];
   const double planned = fixed.summary["memory"]["planned"]["peak_bytes"];
@@ -77,4 +88,40 @@ TEST(ScaleDown, BadFlagsExitTwoNamingTheFlag) {
   auto bad_k = zrepro_test::zrepro_run("sd_bad3", kZero2Bf16, base + " --target-device-memory 40GB --scale 0.5");
   EXPECT_EQ(bad_k.code, 2);
   EXPECT_NE(bad_k.output.find("--scale"), std::string::npos) << bad_k.output;
+}
+
+// Issue 60: [Note: a limit the user gives is the target's]. The host of a ZeRO-3 job that
+// gathers its 16-bit model at a save (TinyLlama: 2.2 GB in bf16): --host-memory 2GB is past
+// it at target scale, so the toy is killed at its save (exit 13, the host's OOM) with both
+// scales' figures; 3GB holds it, so the same toy saves. Before, both passed: the toy
+// gathered 2 MB.
+TEST(ScaleDown, HostMemoryIsTheTargetsAndTheToyFailsOnlyWhereTheTargetWould) {
+  const std::string cfg = R"({"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true},
+    "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
+    "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": true}})";
+  const std::string dir = zrepro_test::fresh_dir("sd_host");
+  for (const char* host : {"2GB", "3GB"}) {
+    const std::string tag = std::string("sd_host_") + host;
+    const auto r = zrepro_test::zrepro_run(tag, cfg, "--target-model tinyllama-1.1b --target-device-memory 80GB "
+        "--world-size 2 --activation-checkpointing --steps 1 --save-every 1 --save-dir " + dir + "/" + tag +
+        " --host-memory " + host);
+    const auto& limits = r.summary["scale_down"]["limits"];
+    ASSERT_EQ(limits.size(), 1u) << r.output;
+    EXPECT_EQ(limits[0]["flag"], "--host-memory");
+    EXPECT_EQ(limits[0]["target_need_bytes"], 2 * r.summary["scale_down"]["target_model"]["params"].get<int64_t>());
+    EXPECT_NE(r.output.find("--host-memory " + std::string(host[0] == '2' ? "1.86" : "2.79") + " GiB is the target's"),
+              std::string::npos) << r.output;
+    if (host[0] == '2') {
+      EXPECT_EQ(r.code, 13) << r.output;
+      EXPECT_EQ(limits[0]["fits_at_target"], false);
+      EXPECT_EQ(r.summary["status"], "host_oom");
+      EXPECT_EQ(r.summary["failure"]["phase"], "save");
+      EXPECT_NE(r.summary["failure"]["message"].get<std::string>().find("at target scale: 2.05 GiB of the 1.86 GiB --host-memory"),
+                std::string::npos) << r.summary["failure"]["message"];
+    } else {
+      EXPECT_EQ(r.code, 0) << r.output;
+      EXPECT_EQ(limits[0]["fits_at_target"], true);
+      EXPECT_TRUE(std::filesystem::exists(dir + "/" + tag + "/pytorch_model.bin"));
+    }
+  }
 }

@@ -678,3 +678,54 @@ TEST(Planner, SaveAndLoadPhasesMatchTheRun) {
         }
       }
 }
+
+// Issue 60: [Note: a limit the user gives is the target's]. A 13B ZeRO-3 job gathering its
+// 16-bit model at a save (24 GiB on rank 0) passed `--host-memory 20GB` because the toy
+// gathered 6 MB. Each limit is now compared at the target and given to the toy as the same
+// share of the toy's own need, so the verdict is the target's either way.
+TEST(ScaleDown, EveryLimitIsComparedAtTheTargetAndAppliedToTheToyInProportion) {
+  ScaleRequest req = zero2_target(resolve_model("tinyllama-1.1b"), 80000000000);
+  req.target.cfg.zero.stage = 3;
+  req.target.cfg.zero.stage3_gather_16bit_weights_on_model_save = true;
+  req.target.saves_checkpoints = true;
+  const ScaleDown sd = scale_down(req);
+  const int64_t gathered = 2 * req.target.model.param_count();  // bf16
+  ASSERT_EQ(sd.target_plan.save_16bit_host_bytes, gathered);
+  for (const int64_t host : {int64_t{2000000000}, int64_t{3000000000}}) {
+    TargetLimitFlags f;
+    f.host_memory = host, f.saves = true;
+    const std::vector<TargetLimit> limits = limits_at_target(sd, 3, f);
+    ASSERT_EQ(limits.size(), 1u);
+    const TargetLimit& l = limits[0];
+    EXPECT_EQ(l.flag, "--host-memory");
+    EXPECT_EQ(l.target_need, gathered);
+    EXPECT_EQ(l.fits_at_target(), host >= gathered) << host;
+    EXPECT_EQ(l.toy_need, sd.toy_plan.save_16bit_host_bytes);
+    // The toy's verdict is the target's: the same share of its need.
+    EXPECT_EQ(l.toy_need <= l.toy_limit, l.fits_at_target()) << host;
+    EXPECT_NEAR(static_cast<double>(l.toy_limit) / l.toy_need, static_cast<double>(host) / gathered, 1e-6);
+  }
+  // The API's consolidation holds the fp32 model (4 bytes per parameter): the larger need binds.
+  TargetLimitFlags api;
+  api.host_memory = 3000000000, api.saves = true, api.zero_to_fp32 = true, api.zero_to_fp32_api = true;
+  const TargetLimit l = limits_at_target(sd, 3, api).at(0);
+  EXPECT_EQ(l.target_need, 4 * req.target.model.param_count());
+  EXPECT_FALSE(l.fits_at_target());
+  EXPECT_NE(l.need.find("get_fp32_state_dict_from_zero_checkpoint"), std::string::npos) << l.need;
+  // The script's shard size is the target's too: divided by the parameter factor.
+  TargetLimitFlags script;
+  script.zero_to_fp32 = true, script.zero_to_fp32_shard = 1000000000;
+  const TargetLimit shard = limits_at_target(sd, 3, script).at(0);
+  EXPECT_EQ(shard.flag, "--zero-to-fp32-shard");
+  EXPECT_EQ(shard.toy_limit, std::llround(1e9 / sd.factor));
+  // No gather at this config: nothing to compare; the limit scales as the model's bytes.
+  ScaleRequest z2 = zero2_target(resolve_model("tinyllama-1.1b"), 80000000000);
+  z2.target.saves_checkpoints = true;
+  const ScaleDown sd2 = scale_down(z2);
+  TargetLimitFlags plain;
+  plain.host_memory = 1000000000, plain.saves = true;
+  const TargetLimit none = limits_at_target(sd2, 2, plain).at(0);
+  EXPECT_EQ(none.target_need, 0);
+  EXPECT_TRUE(none.fits_at_target());
+  EXPECT_EQ(none.toy_limit, std::llround(1e9 / sd2.factor));
+}

@@ -96,6 +96,14 @@ TEST(Ab, OneRankCountNotFixedDecidesAndTargetScaleIsReported) {
   EXPECT_EQ(r.exit_code, kExitOk) << "at 4 ranks A runs through: B failing there is a new failure, not an unfixed one";
   EXPECT_EQ(r.doc.rows[1].target_peak_bytes_max, 10000.0);
   EXPECT_EQ(r.doc.rows[1].target_capacity_bytes, 20000.0);
+  // Issue 60: the table mixes the toy's bytes and tokens/s with the target's plan; it says
+  // which column is which.
+  EXPECT_NE(r.table.find("peak max and spread are the toy's bytes"), std::string::npos) << r.table;
+  EXPECT_NE(r.table.find("target plan is the planner's peak at target scale (gpt3-6.7b)"), std::string::npos) << r.table;
+  EXPECT_NE(r.table.find("tok/s are the toy's own compute"), std::string::npos) << r.table;
+  const AbResult plain = compare_ab({side_run("A", 1, 3, side_summary("oom", {}, {20}, 20, "forward"))},
+                                    {side_run("B", 1, 0, side_summary("ok", {2.0}, {10}, 20))}, false);
+  EXPECT_EQ(plain.table.find("scale-down:"), std::string::npos) << plain.table;
 }
 
 // [Note: a verdict at target scale says what it rests on]: the planner's figure at target

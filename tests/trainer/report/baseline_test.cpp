@@ -120,7 +120,25 @@ TEST(Baseline, EachFigureFailsPastItsToleranceOnly) {
   // The planner drifting from the measured peak (stale tapes after a LibTorch upgrade).
   const CheckResult plan = moved([](Summary& s) { s.memory->planned["peak_bytes"] = 1100000; });
   EXPECT_FALSE(row(plan, "planned / measured peak")->ok);
-  EXPECT_NE(row(plan, "planned / measured peak")->note.find("--memory-log"), std::string::npos);
+  // Issue 60: no LibTorch changed between these two runs, so none is blamed.
+  const std::string same = row(plan, "planned / measured peak")->note;
+  EXPECT_EQ(same.find("LibTorch changed"), std::string::npos) << same;
+  EXPECT_NE(same.find("no version changed between the runs (LibTorch 1.13.0 on both)"), std::string::npos) << same;
+  // A LibTorch that did change is named, with the tapes to re-derive.
+  const CheckResult upgraded = moved([](Summary& s) {
+    s.memory->planned["peak_bytes"] = 1100000;
+    s.env["libtorch"]["version"] = "2.15.0";
+  });
+  const std::string lt = row(upgraded, "planned / measured peak")->note;
+  EXPECT_NE(lt.find("LibTorch changed (1.13.0 -> 2.15.0)"), std::string::npos) << lt;
+  EXPECT_NE(lt.find("--memory-log"), std::string::npos) << lt;
+  // Another version that changed is named instead.
+  const CheckResult commit = moved([](Summary& s) {
+    s.memory->planned["peak_bytes"] = 1100000;
+    s.env["zrepro"]["commit"] = "def";
+  });
+  EXPECT_NE(row(commit, "planned / measured peak")->note.find("zrepro.commit abc -> def"), std::string::npos)
+      << row(commit, "planned / measured peak")->note;
 }
 
 TEST(Baseline, VersionChangesAreReportedNotFailed) {
