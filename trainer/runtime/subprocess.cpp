@@ -96,7 +96,7 @@ class ChildProgress {
     const double t = seconds_since(start_);
     if (t < next_s_) return;
     next_s_ = t + interval_s_;
-    const std::string line = progress_line(what_, child_steps(file_tail(log_, 4096)), t);
+    const std::string line = progress_line(what_, child_steps(file_tail(log_, 16384)), t);
     if (tty_) std::fprintf(stderr, "\r%-100s", line.c_str());
     else std::fprintf(stderr, "%s\n", line.c_str());
     std::fflush(stderr);
@@ -123,6 +123,15 @@ ChildSteps child_steps(const std::string& tail) {
     const size_t k = tail.rfind(key);
     if (k != std::string::npos && (at == std::string::npos || k > at)) at = k, key_size = key.size();
   }
+  // torch.utils.cpp_extension: "Building extension module X..." until "Loading extension module X...".
+  const std::string building = "Building extension module ";
+  const size_t b = tail.rfind(building);
+  if (b != std::string::npos && tail.find("Loading extension module ", b) == std::string::npos) {
+    const size_t end = tail.find_first_of(".\n", b + building.size());
+    s.activity = "building the " + tail.substr(b + building.size(), end == std::string::npos ? std::string::npos
+                                                                                           : end - b - building.size()) +
+                 " extension";
+  }
   if (at == std::string::npos) return s;
   long long n = 0, m = 0;
   if (std::sscanf(tail.c_str() + at + key_size, "%lld/%lld", &n, &m) == 2 && n >= 0 && m > 0 && n <= m)
@@ -134,7 +143,8 @@ std::string progress_line(const std::string& what, const ChildSteps& steps, doub
   char b[256];
   const long long secs = std::llround(elapsed_s);
   if (steps.total == 0) {
-    std::snprintf(b, sizeof b, "[zrepro] %s: starting, %lld s", what.c_str(), secs);
+    std::snprintf(b, sizeof b, "[zrepro] %s: %s, %lld s", what.c_str(),
+                  steps.activity.empty() ? "starting" : steps.activity.c_str(), secs);
   } else if (steps.done == 0) {
     std::snprintf(b, sizeof b, "[zrepro] %s: step 0/%lld, %lld s", what.c_str(), steps.total, secs);
   } else {

@@ -40,6 +40,10 @@ int run_self_or_refuse(const std::string& what, const std::vector<std::string>& 
 // (0, 0 before the first).
 struct ChildSteps {
   long long done = 0, total = 0;
+  // Before the first step, what the child is busy with where its log says so: PyTorch's
+  // cpp_extension building an op ("building the cpu_adam extension": a DeepSpeed release's
+  // first optimizer offload spends minutes there), else "".
+  std::string activity;
 };
 ChildSteps child_steps(const std::string& log_tail);
 // The progress line: "[zrepro] side A on 2 rank(s): step 20/50, 12 s, ETA 18 s".

@@ -25,6 +25,15 @@ TEST(ChildProgress, TheLineSaysTheStepTheTimeAndAnEta) {
   EXPECT_EQ(progress_line("side A on 2 rank(s)", {0, 50}, 4), "[zrepro] side A on 2 rank(s): step 0/50, 4 s");
   // 20 of 50 steps in 12 s: 30 more at the same pace take 18 s.
   EXPECT_EQ(progress_line("the run to check", {20, 50}, 12), "[zrepro] the run to check: step 20/50, 12 s, ETA 18 s");
+  // Issue 60: a DeepSpeed release building its op before any step says so (as PyTorch's
+  // cpp_extension logs it), and no longer once the op is loaded.
+  const std::string build = "Using /root/.cache/torch_extensions as PyTorch extensions root...\n"
+                            "Emitting ninja build file /root/.cache/torch_extensions/cpu_adam/build.ninja...\n"
+                            "Building extension module cpu_adam...\n"
+                            "Allowing ninja to set a default number of workers...\n[1/3] c++ -MMD -MF cpu_adam.o.d\n";
+  EXPECT_EQ(progress_line("DeepSpeed 0.17.6 on 2 rank(s)", child_steps(build), 95),
+            "[zrepro] DeepSpeed 0.17.6 on 2 rank(s): building the cpu_adam extension, 95 s");
+  EXPECT_EQ(child_steps(build + "Loading extension module cpu_adam...\nTime to load cpu_adam op: 2.4 seconds\n").activity, "");
 }
 
 // run_program (zrepro bisect's DeepSpeed runs): the program is looked up on PATH, gets the
