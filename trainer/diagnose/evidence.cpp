@@ -418,6 +418,7 @@ bool LogScanner::match_line(const std::string& line, const std::vector<int>& hit
     const Fingerprint& f = fingerprints()[static_cast<size_t>(i)];
     if (*f.needle && line.find(f.needle) == std::string::npos) continue;
     if (std::find(ids.begin(), ids.end(), f.id) != ids.end()) continue;
+    if (!ignored_.empty() && ignored_.count(f.id)) continue;
     if (!search(*Compiled::get().fingerprint[static_cast<size_t>(i)], line, m)) continue;
     matched = true;
     ids.push_back(f.id);
@@ -474,8 +475,15 @@ Scan LogScanner::finish() {
   return std::move(s_);
 }
 
-Scan scan(const std::string& text) {
-  LogScanner scanner;
+std::vector<std::string> fingerprint_ids() {
+  std::vector<std::string> ids;
+  for (const Fingerprint& f : fingerprints())
+    if (std::find(ids.begin(), ids.end(), f.id) == ids.end()) ids.push_back(f.id);
+  return ids;
+}
+
+Scan scan(const std::string& text, const std::set<std::string>& ignored) {
+  LogScanner scanner(ignored);
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) scanner.line(std::move(line));
   return scanner.finish();

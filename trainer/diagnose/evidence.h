@@ -5,6 +5,7 @@
 // Nothing is decided here (decide.h does).
 #pragma once
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,9 @@ struct Scan {
 // gzip) through it without holding it.
 class LogScanner {
  public:
+  // `ignored`: fingerprint ids read as if their row were not in the table (the corpus
+  // test's question: which logs need a rule, [Note: a rule no log needs is dead]).
+  explicit LogScanner(std::set<std::string> ignored = {}) : ignored_(std::move(ignored)) {}
   void line(std::string line);  // the next line, without its newline
   Scan finish();                // what the lines showed (the scanner is spent)
 
@@ -46,9 +50,12 @@ class LogScanner {
   bool match_line(const std::string& line, const std::vector<int>& hit);
   Scan s_;
   Position at_;
+  std::set<std::string> ignored_;
 };
 
 // A whole text, line by line (tests, the fuzzer, a UTF-16 log converted whole).
-Scan scan(const std::string& text);
+Scan scan(const std::string& text, const std::set<std::string>& ignored = {});
+// Every fingerprint id of the table, once each, in table order.
+std::vector<std::string> fingerprint_ids();
 
 }  // namespace zrepro::diagnosis

@@ -19,6 +19,7 @@
 
 #include "tests/support/process.h"
 #include "trainer/diagnose/diagnose.h"
+#include "trainer/diagnose/evidence.h"
 #include "trainer/diagnose/log_text.h"
 
 using namespace zrepro;
@@ -34,6 +35,8 @@ struct Case {
   json entry, got;
   bool named = false;
   bool held_out = false;  // heldout/: collected after the rules were frozen, never used to write one
+  bool written_here = false;  // tests/trainer/diagnose/diagnose_logs/: zrepro's own output, and logs written here
+  std::string text;       // normalised
 };
 
 // A diagnosis that is not the thread's: no answer (refused) or another one (wrong). A wrong
@@ -58,10 +61,9 @@ void read_part(const std::string& dir, bool held_out, std::vector<Case>& cases) 
   for (const auto& index : indexes) {
     const json entries = json::parse(zrepro_test::read_text(index));  // items() of a temporary would dangle
     for (const auto& [file, entry] : entries.items()) {
-      Case c{file, entry, nullptr, false, held_out};
-      std::string text = zrepro_test::read_text(dir + file);
-      normalise_log(text);
-      c.got = diagnose_log(text).to_json();
+      Case c{file, entry, nullptr, false, held_out, false, zrepro_test::read_text(dir + file)};
+      normalise_log(c.text);
+      c.got = diagnose_log(c.text).to_json();
       c.named = names(entry["expected"], c.got);
       cases.push_back(c);
     }
@@ -73,6 +75,70 @@ std::vector<Case> corpus() {
   read_part(kCorpus, false, cases);
   if (std::filesystem::exists(kCorpus + "heldout/")) read_part(kCorpus + "heldout/", true, cases);
   return cases;
+}
+
+// The logs zrepro's own tests wrote (its run output, Flight Recorder-style lines), with
+// their expected diagnosis: rules that read zrepro's own lines are needed there.
+std::vector<Case> written_here() {
+  const std::string dir = std::string(ZREPRO_SOURCE_DIR).append("/tests/trainer/diagnose/diagnose_logs/");
+  const json expected = json::parse(zrepro_test::read_text(dir + "expected.json"));
+  std::vector<Case> cases;
+  for (const auto& [file, want] : expected.items()) {
+    Case c{file, {{"expected", want}}, nullptr, false, false, true, zrepro_test::read_text(dir + file)};
+    normalise_log(c.text);
+    c.got = diagnose_log(c.text).to_json();
+    c.named = names(want, c.got);
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+// The fingerprints no stored log needs yet, each with what it is for. [Note: a rule no log
+// needs is dead]: a fingerprint outside this list that no log needs fails the test (remove
+// it, or add the real log that needs it), and so does one in it that a log comes to need
+// (take it off). The list only shrinks; the page shows it.
+const std::map<std::string, std::string> kUnproven = {
+    {"collective_mismatch", "gloo's size mismatch and zrepro's own collective-signature refusal; the real mismatches in the corpus are named by their watchdog lines"},
+    {"completed_steps", "context: the steps a job completed (numbers.completed_steps), for the wording of a hang or a kill"},
+    {"cpu_memory_line", "DeepSpeed's see_memory_usage host line: figures beside the offload-init rule (numbers only)"},
+    {"divergent_gathers", "gloo's and zrepro's form of MoE gathers that differ; the real MoE logs are named by their watchdog and trace-cache lines"},
+    {"eval_work", "context for a hang: evaluation or saving on some ranks (rank0-eval-hang)"},
+    {"forward_alone", "zrepro's own line for a forward some ranks ran alone"},
+    {"generate_work", "context for a hang: generation on some ranks (generate-early-eos)"},
+    {"model_state_share", "zrepro's own scale-down table (numbers only)"},
+    {"offload_pageable", "speed: an offload block with pin_memory false (pageable-copies)"},
+    {"pinned_frame", "context for an OOM raised by a page-locked allocation"},
+    {"save_gather", "zrepro's own message for the 16-bit gather at a save; no real log of it names the gather"},
+    {"sigkill", "the launchers' SIGKILL lines beside a host kill"},
+    {"straggler", "zrepro's own straggler line"},
+    {"trainer_mismatch_key", "the Trainer's per-key mismatch lines (which key, for the fix)"},
+    {"zero_stage", "context: the job's ZeRO stage (numbers.zero_stage)"},
+};
+
+// What a user reads first of a diagnosis: the checkpoint, the scenario, the cause and how sure.
+bool same_answer(const json& a, const json& b) {
+  for (const char* k : {"checkpoint", "scenario", "cause", "confidence"})
+    if (a.value(k, json()) != b.value(k, json())) return false;
+  return true;
+}
+
+// [Note: a rule no log needs is dead] A fingerprint is needed by a log diagnose names when
+// the log, read as if the fingerprint's row were not in the table (LogScanner's
+// `ignored`), gets another answer: another checkpoint, scenario or cause, or the same
+// said with another confidence. Each fingerprint's logs, by part: [0] the rules' corpus,
+// [1] held out, [2] written here.
+using Needs = std::map<std::string, std::array<std::vector<std::string>, 3>>;
+Needs needs(const std::vector<Case>& cases) {
+  Needs n;
+  for (const std::string& id : diagnosis::fingerprint_ids()) {
+    auto& parts = n[id];
+    for (const auto& c : cases) {
+      if (!c.named) continue;
+      const json got = diagnose_scan(diagnosis::scan(c.text, {id})).to_json();
+      if (!same_answer(c.got, got)) parts[c.written_here ? 2 : c.held_out ? 1 : 0].push_back(c.file);
+    }
+  }
+  return n;
 }
 
 std::string cell(const json& v) { return v.is_null() ? "-" : v.is_string() ? v.get<std::string>() : v.dump(); }
@@ -118,7 +184,33 @@ Score score(const std::vector<Case>& cases, bool held_out, bool in_deepspeed = f
   return sc;
 }
 
-std::string page(const std::vector<Case>& cases) {
+// The rules and the logs that need them, for the page: counts and up to three names.
+std::string needs_table(const Needs& n) {
+  auto names_of = [](const std::vector<std::string>& v) {
+    if (v.empty()) return std::string("-");
+    std::string t = std::to_string(v.size()) + ":";
+    for (size_t i = 0; i < v.size() && i < 3; ++i) t += (i ? ", " : " ") + v[i];
+    return t + (v.size() > 3 ? ", ..." : "");
+  };
+  std::ostringstream o;
+  o << "\n## The rules and the logs that need them\n\n"
+    << "A fingerprint (a row of the table in trainer/diagnose/evidence.cpp) is **needed** by a log when the log, read "
+       "as if that row were not there, gets another answer (checkpoint, scenario, cause or confidence) ([Note: a rule no log needs is dead] in the test). Every "
+       "fingerprint is needed by at least one log or listed below with what it is for; a new rule no log needs fails the test. \"Written "
+       "here\" are zrepro's own logs (tests/trainer/diagnose/diagnose_logs/: its run output, which diagnose reads too).\n\n"
+    << "| fingerprint | the rules' corpus | held out | written here |\n|---|---|---|---|\n";
+  int needed = 0;
+  for (const auto& [id, parts] : n) {
+    needed += !kUnproven.count(id);
+    o << "| `" << id << "` | " << names_of(parts[0]) << " | " << names_of(parts[1]) << " | " << names_of(parts[2]) << " |\n";
+  }
+  o << "\n" << needed << " of " << n.size() << " fingerprints are needed by a stored log. The " << kUnproven.size()
+    << " no stored log needs yet, and what each is for (the test's kUnproven: it only shrinks):\n\n";
+  for (const auto& [id, why] : kUnproven) o << "- `" << id << "`: " << why << "\n";
+  return o.str();
+}
+
+std::string page(const std::vector<Case>& cases, const Needs& n) {
   std::map<std::string, std::array<int, 4>> by_class;  // named, logs; held out: named, logs
   for (const auto& c : cases) {
     auto& v = by_class[c.entry.value("class", std::string("?"))];
@@ -152,14 +244,22 @@ std::string page(const std::vector<Case>& cases) {
   o << "\n## The misses, and why\n\n";
   for (const auto& c : cases)
     if (!c.named) o << "- " << (c.held_out ? "heldout/" : "") << c.file << ": " << c.entry.value("diagnosis", json::object()).value("miss", std::string("?")) << "\n";
+  o << needs_table(n);
   return o.str();
+}
+
+// The corpus and zrepro's own logs together: what the rules are measured against.
+std::vector<Case> every_log() {
+  std::vector<Case> all = corpus(), here = written_here();
+  all.insert(all.end(), here.begin(), here.end());
+  return all;
 }
 
 }  // namespace
 
 TEST(DiagnoseCorpus, EveryLogIsNamedOrMissedAsRecorded) {
   const std::vector<Case> cases = corpus();
-  ASSERT_GE(cases.size(), 85u) << "the corpus holds at least 85 real logs";
+  ASSERT_GE(cases.size(), 100u) << "the corpus holds at least 100 real logs";
   for (const auto& c : cases) {
     const json record = c.entry.value("diagnosis", json::object());
     ASSERT_TRUE(record.contains("named")) << c.file << ": no diagnosis record";
@@ -173,8 +273,23 @@ TEST(DiagnoseCorpus, EveryLogIsNamedOrMissedAsRecorded) {
   }
 }
 
+// [Note: a rule no log needs is dead]
+TEST(DiagnoseCorpus, EveryFingerprintIsNeededByALog) {
+  for (const auto& [id, parts] : needs(every_log())) {
+    const bool needed = !(parts[0].empty() && parts[1].empty() && parts[2].empty());
+    if (kUnproven.count(id)) {
+      EXPECT_FALSE(needed) << "fingerprint " << id << ": a log needs it now; take it off kUnproven";
+    } else {
+      EXPECT_TRUE(needed) << "fingerprint " << id << ": no log needs it (every log gets the same answer without it): "
+                             "a dead rule; remove it from trainer/diagnose/evidence.cpp, or add the real log that "
+                             "needs it to the corpus";
+    }
+  }
+}
+
 TEST(DiagnoseCorpus, ThePageIsTheMeasuredScore) {
-  const std::string text = page(corpus());
+  const std::vector<Case> cases = corpus();
+  const std::string text = page(cases, needs(every_log()));
   if (std::getenv("ZREPRO_WRITE_CORPUS_DOC")) std::ofstream(kCorpusPage) << text;
   EXPECT_EQ(zrepro_test::read_text(kCorpusPage), text) << "docs/lab/DIAGNOSE_CORPUS.md is stale: ZREPRO_WRITE_CORPUS_DOC=1 "
                                   "build/zrepro_unit_tests --gtest_filter=DiagnoseCorpus.*";
