@@ -57,6 +57,12 @@ void target_of(const SummaryScaleDown& sd, double hi, double cap, AbRow& row) {
   row.target_planned_peak_bytes = static_cast<double>(sd.target_planned.peak_bytes);
   row.target_planned_verdict = sd.target_planned.verdict;
   row.target_model = sd.target_name;
+  for (const auto& l : sd.limits) {
+    if (l.target_need <= 0) continue;  // nothing to compare at target (a shard size, nothing gathered)
+    const std::string t = l.flag + ": " + format_bytes(l.target_need) + " needed of " + format_bytes(l.target_limit) +
+                          " at target scale (" + (l.fits_at_target ? "within it" : "past it") + ")";
+    row.target_limits = row.target_limits ? *row.target_limits + "; " + t : t;
+  }
   if (sd.target_band.is_object()) row.target_band = BandCall::from_json(sd.target_band);
   for (const auto& r : sd.fidelity) {
     const double off = 100 * std::abs(r.toy_share - r.target_share);
@@ -81,6 +87,7 @@ std::string target_basis(const AbRow& row) {
     s += ": planned peak " + fixed(100 * planned / cap, 0) + "% of capacity" +
          (std::isfinite(toy) ? " (the toy measured " + fixed(100 * toy / cap, 0) + "%)" : "");
   if (row.target_band) s += "; " + row.target_band->text();
+  if (row.target_limits) s += "; " + *row.target_limits;
   s += ", scale-down fidelity: ";
   if (row.fidelity_ok.value_or(false))
     s += "every category within " + fixed(kFidelityPoints, 0) + " points of the target's share (worst " + w.category +

@@ -51,6 +51,7 @@ const std::vector<std::pair<const char*, RowText>>& row_texts() {
                                                                  {"checkpoint", &AbRow::checkpoint},
                                                                  {"target_planned_verdict", &AbRow::target_planned_verdict},
                                                                  {"target_model", &AbRow::target_model},
+                                                                 {"target_limits", &AbRow::target_limits},
                                                                  {"device", &AbRow::device}};
   return t;
 }

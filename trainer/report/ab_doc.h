@@ -72,6 +72,9 @@ struct AbRow {
   // At target scale (a scaled-down side).
   std::optional<double> target_peak_bytes_max, target_capacity_bytes, target_planned_peak_bytes;
   std::optional<std::string> target_planned_verdict, target_model;
+  // The limits given, at target scale ([Note: a limit the user gives is the target's]):
+  // "--host-memory: 14.96 GiB needed of 11.18 GiB at target scale (past it)", "; " between.
+  std::optional<std::string> target_limits;
   std::optional<BandCall> target_band;  // [Note: a verdict inside the band]
   std::optional<AbFidelityWorst> fidelity_worst;
   std::optional<bool> fidelity_ok;

@@ -33,6 +33,7 @@ std::vector<FieldDoc> ab_docs() {
       {{"rows[].alloc_retries_per_step"}, "the caching allocator's cache flushes per step, the most any rank had"},
       {{"rows[].target_peak_bytes_max", "rows[].target_capacity_bytes"}, "a scaled-down side at target scale: the toy's peak and capacity times the parameter factor"},
       {{"rows[].target_planned_peak_bytes", "rows[].target_planned_verdict", "rows[].target_model"}, "the planner's peak and verdict for the target model"},
+      {{"rows[].target_limits"}, "each limit the side was given (--host-memory, --memlock-limit, --zero-to-fp32-shard) against the target's need at target scale, or null"},
       {{"rows[].target_band.*"}, "the target plan against the planner's measured band (real DeepSpeed's peak range); null without a GPU record"},
       {{"rows[].fidelity_worst.category", "rows[].fidelity_worst.toy_share", "rows[].fidelity_worst.target_share", "rows[].fidelity_worst.off_points", "rows[].fidelity_ok"},
        "the toy category whose share of capacity is furthest from the target's, and whether it is within 5 points"},
@@ -65,7 +66,7 @@ const std::vector<FieldDoc>& ab_field_docs() {
 AbDocument ab_example() {
   AbRow r;
   r.side = "A", r.status = "oom", r.log = "A_r1.log";
-  r.phase = r.checkpoint = r.target_planned_verdict = r.target_model = r.device = "x";
+  r.phase = r.checkpoint = r.target_planned_verdict = r.target_model = r.target_limits = r.device = "x";
   r.failed_ranks = 1, r.steps = 1, r.straggler_rank = 0;
   r.final_loss = r.step_s_median = r.tokens_per_s = r.comm_wait_share = r.offload_copy_share = r.data_wait_share =
       r.comm_wait_s_max = r.device_busy_fraction = r.overlap_ratio = r.offload_wait_s_per_step = r.capacity_bytes =

@@ -318,6 +318,9 @@ SummaryScaleDown SummaryScaleDown::from_json(const json& j) {
   for (const auto& r : j.at("fidelity"))
     s.fidelity.push_back({r.at("category").get<std::string>(), r.at("target_share").get<double>(), r.at("toy_share").get<double>()});
   s.target_band = j.value("target_band", json());
+  for (const auto& l : j.value("limits", json::array()))
+    s.limits.push_back({l.at("flag").get<std::string>(), l.at("target_limit_bytes").get<int64_t>(),
+                        l.at("target_need_bytes").get<int64_t>(), l.at("fits_at_target").get<bool>()});
   return s;
 }
 

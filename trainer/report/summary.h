@@ -194,6 +194,13 @@ struct SummaryScaleDown {
   };
   std::vector<Row> fidelity;
   nlohmann::json target_band;  // BandCall::to_json (gpu_fidelity.h) or null
+  // limits[] (TargetLimit::to_json): each limit given, at target scale; absent in older summaries.
+  struct Limit {
+    std::string flag;
+    int64_t target_limit = 0, target_need = 0;
+    bool fits_at_target = true;
+  };
+  std::vector<Limit> limits;
   static SummaryScaleDown from_json(const nlohmann::json& j);
 };
 

@@ -101,6 +101,17 @@ TEST(Ab, OneRankCountNotFixedDecidesAndTargetScaleIsReported) {
   EXPECT_NE(r.table.find("peak max and spread are the toy's bytes"), std::string::npos) << r.table;
   EXPECT_NE(r.table.find("target plan is the planner's peak at target scale (gpt3-6.7b)"), std::string::npos) << r.table;
   EXPECT_NE(r.table.find("tok/s are the toy's own compute"), std::string::npos) << r.table;
+  // [Note: a limit the user gives is the target's]: the verdict states each limit at target.
+  json limited = side_summary("host_oom", {}, {10}, 20, "save");
+  limited["scale_down"] = scale_down_json(1000.0);
+  limited["scale_down"]["fidelity"] = {{{"category", "params"}, {"toy_share", 0.30}, {"target_share", 0.31}}};
+  limited["scale_down"]["limits"] = {{{"flag", "--host-memory"}, {"need", "rank 0's host at a save"},
+                                      {"target_limit_bytes", 12000000000}, {"target_need_bytes", 16060522496},
+                                      {"toy_limit_bytes", 2935000}, {"toy_need_bytes", 3929216}, {"fits_at_target", false}}};
+  const AbResult host = compare_ab({side_run("A", 8, 13, limited)}, {side_run("B", 8, 0, scaled)}, false);
+  EXPECT_NE(host.verdicts[0].find("--host-memory: 14.96 GiB needed of 11.18 GiB at target scale (past it)"),
+            std::string::npos) << host.verdicts[0];
+  EXPECT_EQ(host.doc.rows[0].target_limits, "--host-memory: 14.96 GiB needed of 11.18 GiB at target scale (past it)");
   const AbResult plain = compare_ab({side_run("A", 1, 3, side_summary("oom", {}, {20}, 20, "forward"))},
                                     {side_run("B", 1, 0, side_summary("ok", {2.0}, {10}, 20))}, false);
   EXPECT_EQ(plain.table.find("scale-down:"), std::string::npos) << plain.table;
