@@ -48,6 +48,7 @@ struct Bisect {
   std::vector<std::string> run_flags;  // --model, --micro-batch, ... for every zrepro run
   int ranks = 2, steps = 3, stage = 0;
   Tolerance tol;
+  bool tolerance_given = false;  // --tolerance: no spread decides it
   RunInputs inputs;
   std::unique_ptr<ReleaseRunner> runner;
   std::map<std::string, Judged> judged;  // by release
@@ -101,7 +102,7 @@ std::string zrepro_differs(const Bisect& b, const Judged& j) {
 }
 
 // Judges one release: Skip when it cannot run here, else Good or Moved against `good`.
-Judged& judge(Bisect& b, const std::string& release, const ReleaseFigures* good) {
+Judged& judge(Bisect& b, const std::string& release, const ReleaseFigures* good, bool endpoint = false) {
   Judged& j = b.judged[release];
   j.release = release;
   const auto skip = [&](const std::string& why) -> Judged& {
@@ -110,10 +111,16 @@ Judged& judge(Bisect& b, const std::string& release, const ReleaseFigures* good)
     return j;
   };
   if (const auto refusal = cpu_refusal(release, b.stage)) return skip(*refusal);
-  j.ds = b.runner->figures(release, b.inputs, j.from_cache);
+  j.ds = b.runner->figures(release, b.inputs, j.from_cache, endpoint);  // [Note: a release's own spread]
   // Not installable here, or it died (killed, timed out, crashed): not judged, as `git
   // bisect skip` (its message is in the table; a refusal of the config is judged).
   if (j.ds.outcome == "unavailable" || j.ds.outcome == "failed") return skip(j.ds.outcome + ": " + j.ds.message);
+  // The bad end judged: the tolerance every release is judged by, decided once from both ends.
+  if (endpoint && good && !b.tolerance_given) {
+    const double bytes = b.tol.bytes;
+    b.tol = spread_tolerance(b.precision, good->spread, j.ds.spread);
+    b.tol.bytes = bytes;
+  }
   j.verdict = good && !moved(*good, j.ds, b.tol).empty() ? Verdict::kMoved : Verdict::kGood;
   if (release == b.good && b.good_summary)
     j.zrepro = figures_from_zrepro(*b.good_summary);
@@ -226,7 +233,7 @@ int report(Bisect& b, const std::vector<std::string>& releases, const Bisection&
   std::cout << "  basis: real DeepSpeed on this CPU (DS_ACCELERATOR=cpu, gloo, " << b.ranks << " ranks, " << b.steps
             << " steps, torch " << good.torch << ") on zrepro's " << b.model
             << " with one set of weights and batches; tolerance "
-            << b.tol.numerics << " relative on loss and grad norm, " << b.tol.bytes
+            << b.tol.numerics << " relative on loss and grad norm (" << b.tol.basis << "), " << b.tol.bytes
             << " on bytes by category and collective bytes, skipped steps exact; a CPU run shows numerics, "
                "bytes of model states and collectives, not GPU kernels or CUDA memory\n";
   write_document(b, d);
@@ -278,12 +285,12 @@ void prepare(Bisect& b, const std::string& good, const json& user) {
 }
 
 int bisect_releases(Bisect& b, const std::vector<std::string>& releases, const json& user) {
-  const Judged& g = judge(b, releases.front(), nullptr);
+  const Judged& g = judge(b, releases.front(), nullptr, true);
   if (g.verdict == Verdict::kSkip || g.ds.outcome != "ran")
     throw ConfigError("--good " + releases.front() + ": it did not train this config here: " +
                       (g.why.empty() ? g.ds.outcome + ": " + g.ds.message : g.why));
   const ReleaseFigures good = g.ds;
-  const Judged& bad = judge(b, releases.back(), &good);
+  const Judged& bad = judge(b, releases.back(), &good, true);
   if (bad.verdict == Verdict::kSkip) throw ConfigError("--bad " + releases.back() + ": " + bad.why);
   if (bad.verdict == Verdict::kGood) {
     std::cout << "[zrepro bisect] " << releases.front() << " and " << releases.back()
@@ -340,7 +347,7 @@ int bisect_command(int argc, char** argv) {
       ("bad", "a later release whose figures moved", cxxopts::value<std::string>()->default_value(newest_deepspeed_version()))
       ("ranks", "ranks of every run", cxxopts::value<int>()->default_value("2"))
       ("steps", "optimizer steps of every run", cxxopts::value<int>()->default_value("3"))
-      ("tolerance", "relative tolerance on losses and grad norms (default: 1e-5 fp32, 1e-2 16-bit)",
+      ("tolerance", "relative tolerance on losses and grad norms (default: 4x the good and bad releases' run-to-run spread, measured by a second run of each; 1e-5 fp32, 1e-2 16-bit where no spread is measured)",
        cxxopts::value<double>())
       ("bytes-tolerance", "relative tolerance on bytes", cxxopts::value<double>()->default_value("1e-3"))
       ("cache", "environments and recorded runs (default: $ZREPRO_CACHE_DIR/bisect, else ~/.cache/zrepro/bisect)",
@@ -380,7 +387,10 @@ int bisect_command(int argc, char** argv) {
       prepare(b, good, user);
       const std::vector<std::string> releases = window(good, bad, b.stage);
       b.tol = default_tolerance(b.precision);
-      if (r.count("tolerance")) b.tol.numerics = r["tolerance"].as<double>();
+      if (r.count("tolerance")) {
+        b.tol.numerics = r["tolerance"].as<double>(), b.tolerance_given = true;
+        b.tol.basis = "--tolerance " + fmt(b.tol.numerics) + " relative, as given";
+      }
       b.tol.bytes = r["bytes-tolerance"].as<double>();
 
       BisectPaths paths{opt<std::string>(r, "cache").value_or(default_bisect_cache()),

@@ -51,7 +51,8 @@ CheckResult releases_compared(const BisectDocument& d, const std::string& older,
   CheckResult res;
   res.rows.push_back({"deepspeed_version", older, newer, "reported", true,
                       "real releases on this CPU (" + d.model + ", " + std::to_string(d.ranks) + " ranks, " +
-                          std::to_string(d.steps) + " steps, torch " + d.torch + ")",
+                          std::to_string(d.steps) + " steps, torch " + d.torch + "); numerics tolerance: " +
+                          (d.tolerance.basis.empty() ? "fixed by precision" : d.tolerance.basis),
                       RowKind::version, ""});
   for (const FigureRow& f : compare_figures(judged(d, older).deepspeed, judged(d, newer).deepspeed, d.tolerance))
     res.rows.push_back(row_of(f, d.tolerance, newer));

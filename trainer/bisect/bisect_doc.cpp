@@ -48,7 +48,8 @@ json BisectDocument::to_json() const {
           {"moved", moved},
           {"version_table_changes", changes},
           {"judged", releases},
-          {"tolerance", {{"numerics", tolerance.numerics}, {"bytes", tolerance.bytes}}},
+          {"tolerance", {{"numerics", tolerance.numerics}, {"bytes", tolerance.bytes}, {"rounding", tolerance.rounding},
+                         {"basis", tolerance.basis}}},
           {"ranks", ranks},
           {"steps", steps},
           {"torch", torch},
@@ -75,6 +76,8 @@ BisectDocument BisectDocument::from_json(const json& j) {
   for (const json& r : j.at("judged")) d.judged.push_back(BisectRelease::from_json(r));
   d.tolerance.numerics = j.at("tolerance").at("numerics").get<double>();
   d.tolerance.bytes = j.at("tolerance").at("bytes").get<double>();
+  d.tolerance.rounding = j.at("tolerance").value("rounding", 0.0);        // absent before spreads were measured
+  d.tolerance.basis = j.at("tolerance").value("basis", std::string());
   d.ranks = j.at("ranks").get<int>();
   d.steps = j.at("steps").get<int>();
   d.torch = j.at("torch").get<std::string>();
@@ -101,13 +104,18 @@ const std::vector<FieldDoc>& bisect_field_docs() {
        "every release judged, oldest first: `good`, `moved` or `skip` (and why it could not run), and whether its "
        "figures came from the cache"},
       {{"judged[].deepspeed.*"}, "the real release's figures: `outcome` (ran, refused, failed), `message`, `torch`, "
-                                 "per step `loss`, `grad_norm` and `skipped`, `bytes` (\"rank R PHASE CATEGORY\") and "
-                                 "`comm_bytes` (\"step S OP\")"},
+                                 "per step `loss`, `grad_norm` and `skipped`, `bytes` (\"rank R PHASE CATEGORY\"), "
+                                 "`comm_bytes` (\"step S OP\") and, for the good and bad releases, `spread` (their "
+                                 "run-to-run spread, from a second run; absent where not measured)"},
       {{"judged[].zrepro.*"}, "zrepro's figures under the release's profile (steps only; null: its run left no "
                               "summary)"},
       {{"judged[].zrepro_differs"}, "the first figure zrepro differs in from the release; null: it agrees"},
       {{"tolerance.numerics", "tolerance.bytes"}, "the relative tolerances a move is judged by (`--tolerance`, "
                                                   "`--bytes-tolerance`)"},
+      {{"tolerance.rounding", "tolerance.basis"}, "the precision's 16-bit rounding (a smaller move is named a change "
+                                                  "of rounding; 0 for fp32) and which rule set the numerics tolerance: "
+                                                  "the good and bad releases' measured run-to-run spread, the fixed "
+                                                  "default, or `--tolerance`"},
       {{"ranks", "steps", "torch", "model", "inputs_key"},
        "what every release trained on: the rank count, the steps, the good release's torch, zrepro's model and the "
        "fixed inputs' cache key"},

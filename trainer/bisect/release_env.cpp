@@ -224,26 +224,50 @@ bool ReleaseRunner::install(const std::string& release, std::string& why) {
   return true;
 }
 
-ReleaseFigures ReleaseRunner::figures(const std::string& release, const RunInputs& in, bool& from_cache) {
+ReleaseFigures ReleaseRunner::figures(const std::string& release, const RunInputs& in, bool& from_cache,
+                                      bool spread) {
   const std::string torch = torch_.empty() ? cached_torch(release, in) : torch_;
   const std::string cached = run_file(release, in, torch);
   from_cache = false;
-  if (!torch.empty()) {
-    if (auto f = cached_figures(release, cached)) {
-      from_cache = true;
-      return *f;
+  ReleaseFigures got;
+  if (auto f = torch.empty() ? std::nullopt : cached_figures(release, cached)) {
+    from_cache = true;
+    got = *f;
+  } else {
+    got.outcome = "unavailable";
+    if (torch_.empty()) {
+      got.message = "not in the cache (" + paths_.cache + ") and no Python with torch to run it (--python " +
+                    paths_.python + ": run scripts/conformance.sh to make one)";
+      return got;
+    }
+    if (!install(release, got.message)) return got;
+    const OneRun run = run_once(release, in, "");
+    if (run.keep) keep(release, in, cached, run);
+    got = run.figures;
+  }
+  // [Note: a release's own spread]: a second run on the same inputs, once, kept beside the first.
+  std::string why_not;
+  if (spread && got.outcome == "ran" && !got.spread && !torch_.empty() && install(release, why_not)) {
+    const OneRun again = run_once(release, in, "-rerun");
+    if (again.figures.outcome == "ran") {
+      got.spread = run_spread(got, again.figures);
+      if (got.spread) {
+        json rec = read_json_file(cached);
+        rec["spread"] = *got.spread;
+        rec["spread_from"] = "a second run of DeepSpeed " + release + " on the same inputs";
+        write_json_file(cached, rec);
+      }
     }
   }
-  ReleaseFigures failed;
-  failed.outcome = "unavailable";
-  if (torch_.empty()) {
-    failed.message = "not in the cache (" + paths_.cache + ") and no Python with torch to run it (--python " +
-                     paths_.python + ": run scripts/conformance.sh to make one)";
-    return failed;
-  }
-  if (!install(release, failed.message)) return failed;
-  const std::string env = env_dir(release), out = work_ + "/deepspeed-" + release + ".json",
-                    log = work_ + "/deepspeed-" + release + ".log";
+  return got;
+}
+
+ReleaseRunner::OneRun ReleaseRunner::run_once(const std::string& release, const RunInputs& in,
+                                              const std::string& tag) {
+  OneRun r;
+  ReleaseFigures& got = r.figures;
+  const std::string env = env_dir(release), out = work_ + "/deepspeed-" + release + tag + ".json",
+                    log = work_ + "/deepspeed-" + release + tag + ".log";
   fs::remove(out);
   const int rc = run_program(
       {"timeout", "--kill-after=10", std::to_string(kRunTimeoutS), paths_.python, "-m", "torch.distributed.run",
@@ -251,31 +275,33 @@ ReleaseFigures ReleaseRunner::figures(const std::string& release, const RunInput
        in.inputs, "--config", in.config, "--steps", std::to_string(in.steps), "--out", out},
       {{"DS_ACCELERATOR", "cpu"}, {"OMP_NUM_THREADS", "1"}, {"PYTHONPATH", env},
        {"TORCH_EXTENSIONS_DIR", env + "/.torch_extensions"}},
-      log, "DeepSpeed " + release + " on " + std::to_string(in.ranks) + " rank(s)");
+      log, "DeepSpeed " + release + " on " + std::to_string(in.ranks) + " rank(s)" + (tag.empty() ? "" : " (again)"));
   bool raised = false;
-  const json record = read_json_file(out);
-  if (const auto imported = imported_deepspeed(record); imported && *imported != release) {
+  r.record = read_json_file(out);
+  if (const auto imported = imported_deepspeed(r.record); imported && *imported != release) {
     fs::remove_all(env);  // [Note: a cache entry is checked, never trusted]: made again next time
-    failed.outcome = "failed";
-    failed.message = "the environment of DeepSpeed " + release + " (" + env + ") imported DeepSpeed " + *imported +
-                     ": damaged, removed; run the bisect again to reinstall it";
-    return failed;
+    got.outcome = "failed";
+    got.message = "the environment of DeepSpeed " + release + " (" + env + ") imported DeepSpeed " + *imported +
+                  ": damaged, removed; run the bisect again to reinstall it";
+    return r;
   }
-  ReleaseFigures got = figures_from_deepspeed(record, error_of(log, &raised));
+  got = figures_from_deepspeed(r.record, error_of(log, &raised));
   if (rc == 124) got.outcome = "failed", got.message = "timed out after " + std::to_string(kRunTimeoutS) + " s";
   if (got.torch.empty()) got.torch = torch_;
-  // Ran, refused, or died of an exception a rank raised is what the release does with these
-  // inputs: kept. Another failure may be this machine's (killed, timed out, out of disk):
-  // run again next time.
-  if (got.outcome == "ran" || got.outcome == "refused" || (got.outcome == "failed" && raised && rc != 124)) {
-    fs::create_directories(fs::path(cached).parent_path());
-    json rec = to_json(got);
-    rec["release"] = release;  // provenance: what ran, where, when
-    if (record.is_object() && record.contains("versions")) rec["versions"] = record["versions"];  // what it imported
-    rec["recorded_by"] = "zrepro bisect on " + std::to_string(in.ranks) + " CPU ranks (gloo, DS_ACCELERATOR=cpu)";
-    write_json_file(cached, rec);
-  }
-  return got;
+  r.keep = got.outcome == "ran" || got.outcome == "refused" || (got.outcome == "failed" && raised && rc != 124);
+  return r;
+}
+
+// Ran, refused, or died of an exception a rank raised is what the release does with these
+// inputs: kept. Another failure may be this machine's (killed, timed out, out of disk): run
+// again next time.
+void ReleaseRunner::keep(const std::string& release, const RunInputs& in, const std::string& cached, const OneRun& run) {
+  fs::create_directories(fs::path(cached).parent_path());
+  json rec = to_json(run.figures);
+  rec["release"] = release;  // provenance: what ran, where, when
+  if (run.record.is_object() && run.record.contains("versions")) rec["versions"] = run.record["versions"];  // what it imported
+  rec["recorded_by"] = "zrepro bisect on " + std::to_string(in.ranks) + " CPU ranks (gloo, DS_ACCELERATOR=cpu)";
+  write_json_file(cached, rec);
 }
 
 }  // namespace zrepro

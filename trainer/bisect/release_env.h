@@ -53,8 +53,10 @@ class ReleaseRunner {
   ReleaseRunner(BisectPaths paths, std::string torch, std::string work);
   // The figures of release V on these inputs: from the cache, else installed and run.
   // `from_cache` says which. A release that cannot be installed (no network, pip fails)
-  // is a failure whose message says why.
-  ReleaseFigures figures(const std::string& release, const RunInputs& in, bool& from_cache);
+  // is a failure whose message says why. With `spread`, a run without its spread gets a
+  // second run on the same inputs and its spread (ReleaseFigures::spread), kept in the
+  // cache beside the first ([Note: a release's own spread], release_figures.h).
+  ReleaseFigures figures(const std::string& release, const RunInputs& in, bool& from_cache, bool spread = false);
   // The torch of the cached run of V on these inputs when there is no Python ("" if none).
   std::string cached_torch(const std::string& release, const RunInputs& in) const;
 
@@ -62,6 +64,16 @@ class ReleaseRunner {
   std::string env_dir(const std::string& release) const;
   std::string run_file(const std::string& release, const RunInputs& in, const std::string& torch) const;
   bool install(const std::string& release, std::string& why);
+  // One run of V on the inputs (ds_run.py under torch.distributed.run): its figures, the
+  // record it wrote, and whether it is what the release does (kept in the cache) rather
+  // than this machine's trouble (killed, timed out).
+  struct OneRun {
+    ReleaseFigures figures;
+    nlohmann::json record;
+    bool keep = false;
+  };
+  OneRun run_once(const std::string& release, const RunInputs& in, const std::string& tag);
+  void keep(const std::string& release, const RunInputs& in, const std::string& cached, const OneRun& run);
   BisectPaths paths_;
   std::string torch_, work_;
 };

@@ -30,9 +30,9 @@ StepFigures step_figures(const json& s) {
   return st;
 }
 
-std::string num(double v) {
+std::string num(double v, int digits = 7) {
   char b[48];
-  std::snprintf(b, sizeof b, "%.7g", v);
+  std::snprintf(b, sizeof b, "%.*g", digits, v);
   return b;
 }
 
@@ -50,9 +50,17 @@ bool within(double a, double b, double rel) {
 }
 
 // A compared figure with numbers on both sides: "step 1 grad norm 1.434 -> 0.7802 (-45.6%)".
-FigureRow numeric_row(const std::string& figure, double a, double b, const std::string& unit, double rel) {
+// [Note: a release's own spread]: a move smaller than the 16-bit rounding is shown to the
+// digits that differ and named a change of rounding.
+FigureRow numeric_row(const std::string& figure, double a, double b, const std::string& unit, double rel,
+                      double rounding = 0) {
   FigureRow r{figure, a, b, unit, within(a, b, rel), ""};
-  r.text = figure + " " + num(a) + " -> " + num(b) + (unit.empty() ? "" : " " + unit) + change(a, b);
+  const int digits = a != b && num(a) == num(b) ? 17 : 7;
+  r.text = figure + " " + num(a, digits) + " -> " + num(b, digits) + (unit.empty() ? "" : " " + unit) + change(a, b);
+  const double moved = std::fabs(a - b) / std::max(std::fabs(a), 1e-12);
+  if (!r.ok && rounding > 0 && moved < rounding)
+    r.text += " (" + num(moved, 3) + " relative: under one unit of 16-bit rounding, " + num(rounding, 3) +
+              ": a change of rounding, as a reduction order or an accumulation dtype makes)";
   return r;
 }
 
@@ -67,14 +75,14 @@ void compare_maps(const std::map<std::string, double>& a, const std::map<std::st
 }
 
 // One step's rows: skipped, loss, and the grad norm where both runs applied the step.
-void compare_step(size_t i, const StepFigures& x, const StepFigures& y, double rel, std::vector<FigureRow>& out) {
+void compare_step(size_t i, const StepFigures& x, const StepFigures& y, const Tolerance& tol, std::vector<FigureRow>& out) {
   const std::string step = "step " + std::to_string(i + 1);
   const auto applied = [](bool skipped) { return skipped ? "skipped" : "applied"; };
   out.push_back({step + " skipped", applied(x.skipped), applied(y.skipped), "", x.skipped == y.skipped,
                  step + (y.skipped ? " applied -> skipped (overflow)" : " skipped -> applied")});
-  out.push_back(numeric_row(step + " loss", x.loss, y.loss, "", rel));
+  out.push_back(numeric_row(step + " loss", x.loss, y.loss, "", tol.numerics, tol.rounding));
   if (!x.skipped && !y.skipped && x.grad_norm && y.grad_norm)
-    out.push_back(numeric_row(step + " grad norm", *x.grad_norm, *y.grad_norm, "", rel));
+    out.push_back(numeric_row(step + " grad norm", *x.grad_norm, *y.grad_norm, "", tol.numerics, tol.rounding));
 }
 
 }  // namespace
@@ -82,7 +90,30 @@ void compare_step(size_t i, const StepFigures& x, const StepFigures& y, double r
 Tolerance default_tolerance(const std::string& precision) {
   Tolerance t;
   if (precision != "fp32") t.numerics = 1e-2;
+  t.rounding = precision == "bf16" ? std::ldexp(1.0, -8) : precision == "fp16" ? std::ldexp(1.0, -11) : 0;
+  t.basis = "fixed " + num(t.numerics) + " relative for " + precision + " losses and grad norms (no run-to-run spread "
+            "measured for both releases: the cache holds one run of each)";
   return t;
+}
+
+Tolerance spread_tolerance(const std::string& precision, std::optional<double> good, std::optional<double> bad) {
+  Tolerance t = default_tolerance(precision);
+  if (!good || !bad) return t;
+  t.numerics = std::max(4 * std::max(*good, *bad), 1e-9);
+  t.basis = "the releases' own run-to-run spread, measured by a second run of each (good " + num(*good) + ", bad " +
+            num(*bad) + "): a loss or grad norm that moves past " + num(t.numerics) + " relative moved";
+  return t;
+}
+
+std::optional<double> run_spread(const ReleaseFigures& a, const ReleaseFigures& b) {
+  if (a.outcome != "ran" || b.outcome != "ran" || a.steps.size() != b.steps.size()) return std::nullopt;
+  double worst = 0;
+  auto rel = [](double x, double y) { return std::fabs(x - y) / std::max(std::fabs(x), 1e-12); };
+  for (size_t i = 0; i < a.steps.size(); ++i) {
+    worst = std::max(worst, rel(a.steps[i].loss, b.steps[i].loss));
+    if (a.steps[i].grad_norm && b.steps[i].grad_norm) worst = std::max(worst, rel(*a.steps[i].grad_norm, *b.steps[i].grad_norm));
+  }
+  return worst;
 }
 
 ReleaseFigures figures_from_deepspeed(const json& record, const std::string& log_tail) {
@@ -153,7 +184,7 @@ std::vector<FigureRow> compare_figures(const ReleaseFigures& a, const ReleaseFig
   out.push_back({"steps", a.steps.size(), b.steps.size(), "", a.steps.size() == b.steps.size(),
                  "steps " + std::to_string(a.steps.size()) + " -> " + std::to_string(b.steps.size())});
   for (size_t i = 0; i < std::min(a.steps.size(), b.steps.size()); ++i)
-    compare_step(i, a.steps[i], b.steps[i], tol.numerics, out);
+    compare_step(i, a.steps[i], b.steps[i], tol, out);
   if (!steps_only) {
     compare_maps(a.bytes, b.bytes, tol.bytes, "B", out);
     compare_maps(a.comm_bytes, b.comm_bytes, tol.bytes, "B sent", out);
@@ -179,8 +210,10 @@ json to_json(const ReleaseFigures& f) {
   for (const StepFigures& s : f.steps)
     steps.push_back({{"loss", s.loss}, {"grad_norm", s.grad_norm ? json(*s.grad_norm) : json(nullptr)},
                      {"skipped", s.skipped}});
-  return {{"outcome", f.outcome}, {"message", f.message}, {"torch", f.torch}, {"steps", steps},
-          {"bytes", f.bytes}, {"comm_bytes", f.comm_bytes}};
+  json j = {{"outcome", f.outcome}, {"message", f.message}, {"torch", f.torch}, {"steps", steps},
+            {"bytes", f.bytes}, {"comm_bytes", f.comm_bytes}};
+  if (f.spread) j["spread"] = *f.spread;
+  return j;
 }
 
 ReleaseFigures figures_from_json(const json& j) {
@@ -193,6 +226,7 @@ ReleaseFigures figures_from_json(const json& j) {
   }
   f.bytes = j.value("bytes", std::map<std::string, double>());
   f.comm_bytes = j.value("comm_bytes", std::map<std::string, double>());
+  if (j.contains("spread") && j["spread"].is_number()) f.spread = j["spread"].get<double>();
   return f;
 }
 

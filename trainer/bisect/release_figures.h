@@ -11,6 +11,16 @@
 // within the bytes tolerance and the per-step collective bytes by op agree (scalars under
 // 1 KiB are latency, not traffic, and are not compared). A grad norm is compared only on
 // steps both runs applied. A run that refused the config agrees only with another refusal.
+//
+// [Note: a release's own spread] The fixed 16-bit tolerance hides real changes of rounding
+// (a bf16 accumulation moved to fp32 shows as well under 1e-2). So bisect runs the good
+// and the bad release twice on the same inputs and keeps each one's spread (the largest
+// relative difference of a loss or grad norm between its two runs: 0 on this CPU, where a
+// release on the same torch computes the same bits). Where both are measured, a move is
+// judged against them (spread_tolerance): anything past 4x the larger spread, at least
+// 1e-9 (the record's decimal digits), moves, and a move smaller than the precision's
+// rounding (2^-8 relative for bf16, 2^-11 for fp16) is named a change of rounding. The
+// tolerance says which rule applied (Tolerance::basis), and the verdict prints it.
 #pragma once
 #include <map>
 #include <optional>
@@ -38,14 +48,24 @@ struct ReleaseFigures {
   std::map<std::string, double> bytes;
   // "step S OP" -> bytes rank 0 sent (ZeRO's convention), collectives of 1 KiB and more.
   std::map<std::string, double> comm_bytes;
+  // [Note: a release's own spread]: measured by a second run; absent in older cache entries.
+  std::optional<double> spread;
 };
+// The largest relative difference of a loss or grad norm between two runs of one release
+// on the same inputs; nullopt when either did not run or their steps differ.
+std::optional<double> run_spread(const ReleaseFigures& a, const ReleaseFigures& b);
 
 struct Tolerance {
   double numerics = 1e-5;  // relative, on losses and grad norms
   double bytes = 1e-3;     // relative, on bytes by category and collective bytes
+  double rounding = 0;     // the 16-bit precision's relative rounding (0: fp32): a smaller move is named so
+  std::string basis;       // which rule set `numerics`, for the verdict
 };
 // The default for a precision ("fp32", "bf16", "fp16"): [Note: what counts as a move].
 Tolerance default_tolerance(const std::string& precision);
+// From the good and bad releases' measured spreads, or the default where either is unknown
+// ([Note: a release's own spread]).
+Tolerance spread_tolerance(const std::string& precision, std::optional<double> good, std::optional<double> bad);
 
 // ds_run.py's record (deepspeed.json). A missing or cut record is a failure with `log_tail`.
 ReleaseFigures figures_from_deepspeed(const nlohmann::json& record, const std::string& log_tail);

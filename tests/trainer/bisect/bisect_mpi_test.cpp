@@ -154,6 +154,16 @@ TEST(Bisect, ReplaysABisectOfAConfigWithoutAnOptimizerAsLlamaFactoryShipsIt) {
   EXPECT_FALSE(ds.contains("optimizer"));
   EXPECT_EQ(ds["zrepro_trainer_optimizer"]["type"], "AdamW");
   EXPECT_EQ(ds["zrepro_trainer_optimizer"]["lr_by_step"].size(), 3u);
+  // Issue 62 item 4, [Note: a release's own spread]: the cache holds a second run of each end
+  // (recorded 2026-12-07: the same bits twice, spread 0), so moves are judged against that,
+  // and the verdict says so; a cache without spreads (zero2-regression) keeps the fixed rule.
+  EXPECT_NE(r.output.find("the releases' own run-to-run spread, measured by a second run of each (good 0, bad 0)"),
+            std::string::npos) << r.output;
+  const zrepro::BisectDocument d = read(testing::TempDir() + "/zrepro_bisect_lf/out/bisect.json");
+  EXPECT_DOUBLE_EQ(d.tolerance.numerics, 1e-9);
+  EXPECT_EQ(d.judged.front().deepspeed.spread, 0.0);
+  const auto old = offline_bisect("bisect_no_spread", "--good 0.16.0 --bad 0.18.2");
+  EXPECT_NE(old.output.find("no run-to-run spread measured for both releases"), std::string::npos) << old.output;
 }
 
 // Issue 62 item 1, [Note: check against the real releases]: `check --deepspeed OLD,NEW` on
@@ -179,6 +189,7 @@ TEST(CheckReleases, FailsOnTheZero2ChangeOfTheRealReleasesOnAConfigAsLlamaFactor
   EXPECT_NE(r.output.find("moved in DeepSpeed 0.17.6"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("DeepSpeed#7718"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("REGRESSION"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("numerics tolerance: the releases' own run-to-run spread"), std::string::npos) << r.output;
   const std::string xml = zrepro_test::read_text(testing::TempDir() + "/zrepro_check_lf/junit.xml");
   EXPECT_NE(xml.find("name=\"DeepSpeed 0.17.5 -&gt; 0.17.6: "), std::string::npos) << xml;
   EXPECT_NE(xml.find("<failure message=\"REGRESSION: step 1 grad norm 1.43"), std::string::npos) << xml;

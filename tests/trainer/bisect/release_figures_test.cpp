@@ -103,3 +103,49 @@ TEST(ReleaseFigures, RoundTripsThroughTheCache) {
 
 }  // namespace
 }  // namespace zrepro
+
+namespace zrepro {
+namespace {
+
+// Issue 62 item 4, [Note: a release's own spread]: the fixed 1e-2 for 16-bit lets a change
+// of rounding through; with both releases' run-to-run spread measured (0 on this CPU: a
+// release computes the same bits twice), a move of a few ulps of bf16 is found, and named a
+// change of rounding, and the tolerance says which rule set it.
+TEST(ReleaseFigures, AMoveIsJudgedAgainstTheReleasesOwnSpread) {
+  const ReleaseFigures a = figures_from_deepspeed(ds_record(4.866, 1.434137), "");
+  ReleaseFigures again = a;
+  EXPECT_EQ(run_spread(a, again), 0.0);
+  again.steps[0].grad_norm = 1.434137 * (1 + 3e-7);
+  EXPECT_NEAR(*run_spread(a, again), 3e-7, 1e-12);
+  EXPECT_FALSE(run_spread(a, figures_from_deepspeed(json(), "Killed")));  // a failed run: no spread
+
+  // bf16's last bits: 0.2% on the grad norm (half of bf16's 2^-8).
+  const ReleaseFigures b = figures_from_deepspeed(ds_record(4.866, 1.434137 * 1.002), "");
+  const Tolerance fixed = default_tolerance("bf16");
+  EXPECT_TRUE(moved(a, b, fixed).empty()) << "the fixed 1e-2 hides it";
+  EXPECT_NE(fixed.basis.find("fixed 0.01 relative for bf16"), std::string::npos) << fixed.basis;
+  EXPECT_EQ(spread_tolerance("bf16", 0.0, std::nullopt).numerics, fixed.numerics) << "one spread unknown: the default";
+  const Tolerance measured = spread_tolerance("bf16", 0.0, 0.0);
+  EXPECT_DOUBLE_EQ(measured.numerics, 1e-9);
+  EXPECT_NE(measured.basis.find("run-to-run spread, measured by a second run of each (good 0, bad 0)"), std::string::npos)
+      << measured.basis;
+  const std::vector<std::string> m = moved(a, b, measured);
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_NE(m[0].find("step 1 grad norm 1.434137 -> 1.437005"), std::string::npos) << m[0];
+  EXPECT_NE(m[0].find("under one unit of 16-bit rounding, 0.00391: a change of rounding"), std::string::npos) << m[0];
+  // A move of a few ulps of fp32 is shown to the digits that differ.
+  const ReleaseFigures c = figures_from_deepspeed(ds_record(4.866, 1.434137 * (1 + 1e-8)), "");
+  const std::vector<std::string> tiny = moved(a, c, spread_tolerance("fp32", 0.0, 0.0));
+  ASSERT_EQ(tiny.size(), 1u);
+  EXPECT_NE(tiny[0].find("step 1 grad norm 1.434137 -> 1.4341370143413699"), std::string::npos) << tiny[0];
+  // A larger spread widens the tolerance: what two runs of one release differ by is no move.
+  EXPECT_TRUE(moved(a, b, spread_tolerance("bf16", 0.001, 0.0)).empty());
+  // The cache keeps the spread.
+  ReleaseFigures kept = a;
+  kept.spread = 0.0;
+  EXPECT_EQ(figures_from_json(to_json(kept)).spread, 0.0);
+  EXPECT_FALSE(figures_from_json(to_json(a)).spread);
+}
+
+}  // namespace
+}  // namespace zrepro
