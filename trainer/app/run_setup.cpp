@@ -219,19 +219,34 @@ static void install_device(RunState& s) {
 }
 
 // --host-link-profile: the modelled link from a target GPU and this CPU's speed.
+// [Note: the link of a scaled-down toy] The profile keeps the target's copy time per FLOP
+// of compute. A scale-down toy copies s times more bytes per FLOP than its target (its
+// parameters shrink by s^2, a step's tokens by s: sequence length), so its link is s times
+// faster, or the toy's offload looks s times more link-bound than the target's. A
+// --host-link-gbps given with --target-model models the toy's own link, as given: said so.
 static void derive_host_link(RunState& s) {
-  if (!s.spec.host_link_profile) return;
+  if (!s.spec.host_link_profile) {
+    if (s.scaled && s.job.host_link_gbps > 0 && s.speaks())
+      std::cout << "[zrepro] --host-link-gbps " << fmt(s.job.host_link_gbps) << " is the toy's modelled link, as "
+                << "given: its copy-to-compute ratio is not the target's (--host-link-profile GPU derives the "
+                   "target's, for the toy's scale)\n";
+    return;
+  }
   if (!s.dev.device.is_cpu()) throw ConfigError("--host-link-profile: only the CPU-emulated device models the link");
   const DerivedLink d = derive_link(*s.spec.host_link_profile, compute_dtype(s.job.cfg.precision, s.dev.device),
                                     s.job.cfg.micro_batch * s.job.model.seq, s.job.model.hidden, s.job.model.intermediate);
+  const double per_flop = s.scaled ? s.scaled->linear : 1.0;  // [Note: the link of a scaled-down toy]
   // Every rank must model the same link: rank 0's measurement decides.
-  torch::Tensor v = torch::tensor({d.link_gbps}, torch::kDouble);
+  torch::Tensor v = torch::tensor({d.link_gbps * per_flop}, torch::kDouble);
   if (!s.vranks) s.comm().broadcast_wait(v, 0, "host link profile");  // virtual: one measurement already
   s.job.host_link_gbps = v.item<double>();
   if (s.speaks())
     std::cout << "[zrepro] host link " << d.profile.name << ": target " << fmt(d.profile.link_gbps) << " GB/s for "
               << fmt(d.profile.achieved_tflops) << " achieved TFLOPS; this CPU " << fmt(d.cpu_gflops)
-              << " GFLOPS -> modelled link " << fmt(s.job.host_link_gbps) << " GB/s\n";
+              << " GFLOPS -> modelled link " << fmt(s.job.host_link_gbps) << " GB/s"
+              << (s.scaled ? " (x " + fmt(per_flop) + ", the scale-down's linear factor: the toy copies that many "
+                             "times more bytes per FLOP than the target)" : std::string())
+              << "\n";
 }
 
 // Each --inject names a rank of this world and a step of this run.

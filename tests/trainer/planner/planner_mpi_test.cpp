@@ -125,3 +125,25 @@ TEST(ScaleDown, HostMemoryIsTheTargetsAndTheToyFailsOnlyWhereTheTargetWould) {
     }
   }
 }
+
+// Issue 60, [Note: the link of a scaled-down toy]: a toy copies s times more bytes per FLOP
+// than its target, so --host-link-profile's modelled link is multiplied by the linear factor
+// and the header says so; a --host-link-gbps given with --target-model is said to be the toy's.
+TEST(ScaleDown, TheHostLinkKeepsTheTargetsCopyToComputeRatio) {
+  const std::string cfg = R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true},
+    "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
+    "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": false}}})";
+  const std::string target = "--target-model tinyllama-1.1b --target-device-memory 80GB --world-size 2 --steps 1 "
+                             "--activation-checkpointing ";
+  const auto profiled = zrepro_test::zrepro_run("sd_link", cfg, target + "--host-link-profile h100-pcie5");
+  ASSERT_EQ(profiled.code, 0) << profiled.output;
+  const double linear = profiled.summary["scale_down"]["linear_factor"];
+  EXPECT_GT(linear, 1.0);
+  EXPECT_NE(profiled.output.find("the scale-down's linear factor: the toy copies that many times more bytes per FLOP"),
+            std::string::npos) << profiled.output;
+  const auto given = zrepro_test::zrepro_run("sd_link_given", cfg, target + "--host-link-gbps 5");
+  ASSERT_EQ(given.code, 0) << given.output;
+  EXPECT_NE(given.output.find("--host-link-gbps 5 is the toy's modelled link, as given"), std::string::npos)
+      << given.output;
+  EXPECT_DOUBLE_EQ(given.summary["offload"]["host_link_gbps"].get<double>(), 5.0);
+}
