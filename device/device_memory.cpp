@@ -178,6 +178,7 @@ void DeviceMemory::throw_oom(Ledger& l, int category, int64_t bytes) const {
   l.at_oom.alloc_retries = l.pool.alloc_retries();
   l.at_oom.reserved = reserved;
   l.at_oom.request = bytes;
+  l.at_oom.request_category = category;
   C10_THROW_ERROR(OutOfMemoryError, l.last_oom);
 }
 

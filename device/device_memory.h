@@ -65,6 +65,7 @@ struct PhasePeaks {
 struct MemorySnapshot {
   int64_t capacity = 0;  // 0: unlimited
   int64_t request = 0;   // at an OOM: the allocation that failed (bytes asked for)
+  int request_category = -1;  // at an OOM on the emulated device: its MemCategory (-1: unknown)
   int64_t allocated = 0, peak = 0;
   int64_t reserved = 0, peak_reserved = 0;  // caching mode: segments; else = allocated
   std::array<int64_t, kNumMemCategories> by_category{};          // now

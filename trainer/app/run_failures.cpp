@@ -43,6 +43,24 @@ bool wait_for(const std::function<bool()>& ready, double seconds) {
 // the ranks may pair different experts of one size without anything noticing. That is
 // said, with the count, and the fix is the leaf module, not "the same micro-steps".
 std::string hang_hint(RunState& s, std::string& message, const std::string& otherwise) {
+  while (!message.empty() && message.back() == ' ') message.pop_back();  // what is added starts with its own space
+  // [Note: a forward on some ranks] (trainer/loop/rank_work.h): the run's own extra forwards.
+  const RankWork& w = s.topt.rank_work;
+  const bool stage3 = s.have_cfg && stage_policy(s.job.cfg.zero.stage).shard_params();
+  if (w.eval_every > 0 && w.eval_rank0_only) {
+    message += " Rank 0 evaluated alone" + std::string(stage3 ? ": under ZeRO-3 its forward all-gathers every layer "
+                                                                 "and waits for ranks that went on training." : ".");
+    return "an evaluation on rank 0 only (the `if rank == 0: evaluate()` pattern): evaluate on every rank, each its "
+           "share of the data, as the Trainer's evaluate() does (zrepro run --eval-on-all-ranks), and reduce the "
+           "metric; a save or a generate() under `if is_main_process` hangs the same way";
+  }
+  if (w.generate_tokens > 0 && !w.synced_gpus) {
+    message += " A rank left generate() at its own end of sequence while the others generated on" +
+               std::string(stage3 ? ": under ZeRO-3 each further token's forward all-gathers and waits for it." : ".");
+    return "generate() without synced_gpus: a rank that reaches its end-of-sequence token stops running forwards "
+           "while the others still gather in theirs; pass synced_gpus=True (the Trainer does under ZeRO-3 with "
+           "predict_with_generate; zrepro run --synced-gpus), or pad every rank to the same number of tokens";
+  }
   const bool moe_one_by_one = s.have_model && s.have_cfg && s.job.model.moe() &&
                               stage_policy(s.job.cfg.zero.stage).shard_params() &&
                               expert_fetch(s.job.model, s.job.cfg.zero).one_by_one;

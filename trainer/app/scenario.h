@@ -5,7 +5,9 @@
 //    "fixes": [{"name", "why", "config", "args"}] several, each verified against A,
 //    "args": [...], "ranks": [...],
 //    "setup": [{"why", "args": [zrepro command line]}]   optional, run first
-//    ("{out}" in any argument: --out; "{scenario}": the scenario's folder)}
+//    ("{out}" in any argument: --out; "{scenario}": the scenario's folder),
+//    "hint": words the failing side's failure.hint must hold (its own cause and fix; the
+//    catalogue's test checks it per scenario)}
 #pragma once
 #include <optional>
 #include <string>

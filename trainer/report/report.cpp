@@ -568,6 +568,17 @@ std::string oom_hint(const MemorySnapshot& at, Phase phase, const StagePolicy& p
   int top = 0;
   for (int c = 1; c < kNumMemCategories; ++c)
     if (at.by_category[c] > at.by_category[top]) top = c;
+  // A request larger than all that is allocated is the cause itself (a 2 GB bucket on a
+  // device holding 1 MB of activations): its category decides the hint.
+  if (at.request_category >= 0 && at.request > at.allocated) {
+    const MemCategory c = static_cast<MemCategory>(at.request_category);
+    const std::string asked = "the failed request: " + format_bytes(at.request) + " of " + mem_category_name(c) +
+                              (at.capacity > 0 ? ", " + std::to_string(100 * at.request / at.capacity) + "% of the device" : "") +
+                              ", more than all that was allocated before it. ";
+    if (c == MemCategory::comm_buffers)
+      return asked + "A communication bucket this size does not fit: smaller reduce_bucket_size / allgather_bucket_size "
+                     "(stage3_prefetch_bucket_size at stage 3), e.g. hidden^2 elements.";
+  }
   // Its share of the device too: the same at a scaled-down toy's scale and the target's.
   const std::string share =
       at.capacity > 0 ? ", " + std::to_string(100 * at.by_category[top] / at.capacity) + "% of the device" : "";
