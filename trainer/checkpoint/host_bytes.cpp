@@ -1,5 +1,6 @@
 // See host_bytes.h.
 #include "trainer/checkpoint/host_bytes.h"
+#include "trainer/checkpoint/ds_layout.h"
 
 #include <algorithm>
 #include <numeric>
@@ -43,6 +44,12 @@ Fp32ConsolidationBytes zero_to_fp32_host_bytes(const std::vector<int64_t>& fp32_
     b.script = std::max(b.script, zero_to_fp32_anon_bytes(stage, false, whole_flat_bytes, model, s.bytes));
   b.mapped = whole_flat_bytes;
   return b;
+}
+
+Fp32ConsolidationBytes zero_to_fp32_model_bytes(const ModelSpec& m, int stage, int64_t max_shard_bytes) {
+  std::vector<int64_t> fp32;
+  for (const CheckpointParam& p : checkpoint_params(m)) fp32.push_back(4 * p.numel);
+  return zero_to_fp32_host_bytes(fp32, stage, 4 * m.param_count(), max_shard_bytes);
 }
 
 }  // namespace zrepro

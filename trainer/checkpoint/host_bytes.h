@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "trainer/config/model_spec.h"
 #include "zero/schedule/stage_policy.h"
 #include "zero/zero_config.h"
 
@@ -52,5 +53,9 @@ struct Fp32ConsolidationBytes {
 };
 Fp32ConsolidationBytes zero_to_fp32_host_bytes(const std::vector<int64_t>& fp32_bytes, int stage,
                                                int64_t whole_flat_bytes, int64_t max_shard_bytes);
+// The same for a model's checkpoint: its tensors in checkpoint order (ds_layout.h), the fp32
+// partitions taken without padding (at stage 3 each parameter's partitions hold fewer than
+// world-size elements more). The plan's and the scale-down's one computation.
+Fp32ConsolidationBytes zero_to_fp32_model_bytes(const ModelSpec& m, int stage, int64_t max_shard_bytes);
 
 }  // namespace zrepro

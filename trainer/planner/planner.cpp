@@ -804,13 +804,9 @@ MemoryPlan plan_memory(const JobSpec& req) {
     const int64_t params = req.model.param_count();
     plan.save_16bit_host_bytes =
         save_16bit_host_bytes(req.cfg.zero, params, req.cfg.precision == Precision::fp32 ? 4 : 2);
-    // The checkpoint's tensors in its order, at the script's default --max_shard_size; the
-    // fp32 partitions the files hold taken without padding (at stage 3 each parameter's
-    // partitions hold fewer than world-size elements more).
-    std::vector<int64_t> fp32;
-    for (const CheckpointParam& p : checkpoint_params(req.model)) fp32.push_back(4 * p.numel);
+    // At the script's default --max_shard_size.
     const Fp32ConsolidationBytes b =
-        zero_to_fp32_host_bytes(fp32, req.cfg.zero.stage, 4 * params, kZeroToFp32DefaultShardBytes);
+        zero_to_fp32_model_bytes(req.model, req.cfg.zero.stage, kZeroToFp32DefaultShardBytes);
     plan.zero_to_fp32_api_bytes = b.api;
     plan.zero_to_fp32_script_bytes = b.script;
     plan.zero_to_fp32_mapped_bytes = b.mapped;

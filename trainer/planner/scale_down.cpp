@@ -6,7 +6,6 @@
 #include <sstream>
 
 #include "device/base/errors.h"
-#include "trainer/checkpoint/ds_layout.h"
 #include "trainer/checkpoint/host_bytes.h"
 
 namespace zrepro {
@@ -153,9 +152,7 @@ TargetLimit make_limit(std::string flag, std::string need, int64_t target_limit,
 // What zero_to_fp32 holds (anonymous) consolidating a checkpoint of this model, by the
 // API or by the script at this shard size.
 int64_t consolidation_need(const ModelSpec& m, int stage, bool api, int64_t shard) {
-  std::vector<int64_t> fp32;
-  for (const CheckpointParam& p : checkpoint_params(m)) fp32.push_back(4 * p.numel);
-  const Fp32ConsolidationBytes b = zero_to_fp32_host_bytes(fp32, stage, 4 * m.param_count(), shard);
+  const Fp32ConsolidationBytes b = zero_to_fp32_model_bytes(m, stage, shard);
   return api ? b.api : b.script;
 }
 
