@@ -112,12 +112,14 @@ TEST_P(EveryScenario, ReproducesAndVerifies) {
   EXPECT_EQ(ab.outcome, "fixed") << name;
   // Issue 60: each scenario's failure carries its own cause and fix ("hint" in scenario.json:
   // the words its failing side's failure.hint must hold), not another scenario's.
-  if (spec.contains("hint"))
-    for (const zrepro::AbRow& row : ab.rows)
-      if (row.side == "A" && row.failure)
-        EXPECT_NE(row.failure->hint.find(spec["hint"].get<std::string>()), std::string::npos)
-            << name << " on " << row.ranks << " rank(s): its hint lacks \"" << spec["hint"].get<std::string>()
-            << "\": " << row.failure->hint;
+  if (spec.contains("hint")) {
+    for (const zrepro::AbRow& row : ab.rows) {
+      if (row.side != "A" || !row.failure) continue;
+      EXPECT_NE(row.failure->hint.find(spec["hint"].get<std::string>()), std::string::npos)
+          << name << " on " << row.ranks << " rank(s): its hint lacks \"" << spec["hint"].get<std::string>()
+          << "\": " << row.failure->hint;
+    }
+  }
   if (!has_log_fingerprint(name, spec)) return;
   // A failing side's own log, fed back through `zrepro diagnose`, is recognised as this scenario,
   // and the reproduction diagnose writes from it, with the scenario's failing config as the

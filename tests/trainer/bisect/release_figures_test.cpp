@@ -97,7 +97,7 @@ TEST(ReleaseFigures, SaysWhatMovedPastTheTolerance) {
 TEST(ReleaseFigures, RoundTripsThroughTheCache) {
   const ReleaseFigures a = figures_from_deepspeed(ds_record(4.866347, 1.434137), "");
   const ReleaseFigures b = figures_from_json(to_json(a));
-  EXPECT_TRUE(moved(a, b, Tolerance{0, 0}).empty());
+  EXPECT_TRUE(moved(a, b, Tolerance{0, 0, 0, ""}).empty());
   EXPECT_EQ(b.torch, "2.15.0");
 }
 

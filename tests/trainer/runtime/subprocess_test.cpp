@@ -22,9 +22,9 @@ TEST(ChildProgress, TheLastStepLineOfTheLogSaysWhereTheChildIs) {
 
 TEST(ChildProgress, TheLineSaysTheStepTheTimeAndAnEta) {
   EXPECT_EQ(progress_line("side A on 2 rank(s)", {}, 3.2), "[zrepro] side A on 2 rank(s): starting, 3 s");
-  EXPECT_EQ(progress_line("side A on 2 rank(s)", {0, 50}, 4), "[zrepro] side A on 2 rank(s): step 0/50, 4 s");
+  EXPECT_EQ(progress_line("side A on 2 rank(s)", {0, 50, ""}, 4), "[zrepro] side A on 2 rank(s): step 0/50, 4 s");
   // 20 of 50 steps in 12 s: 30 more at the same pace take 18 s.
-  EXPECT_EQ(progress_line("the run to check", {20, 50}, 12), "[zrepro] the run to check: step 20/50, 12 s, ETA 18 s");
+  EXPECT_EQ(progress_line("the run to check", {20, 50, ""}, 12), "[zrepro] the run to check: step 20/50, 12 s, ETA 18 s");
   // Issue 60: a DeepSpeed release building its op before any step says so (as PyTorch's
   // cpp_extension logs it), and no longer once the op is loaded.
   const std::string build = "Using /root/.cache/torch_extensions as PyTorch extensions root...\n"
