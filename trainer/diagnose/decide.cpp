@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <set>
 
 #include "trainer/diagnose/log_text.h"
@@ -292,8 +293,17 @@ bool decide_speed(const Scan& s, Diagnosis& d) {
 // usually settling in the thousands. They are a failure when the scale keeps falling: to a
 // small value (<= 128) step after step, or every step at scale 1 ("Attempted loss scale:
 // 1, reducing to 1": nothing left to halve), or DeepSpeed's "already at minimum" exit.
+// A loss scale as DeepSpeed prints it (0.0, 0.5, 1.2e-05).
+std::string scale_text(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
+
+// A scale below 1 is past any start-up search too: DeepSpeed's min_loss_scale defaults to 1,
+// so only a scale set to go lower (or one underflowed to 0.0) gets there.
 bool fp16_failing(const LogFigures& n) {
-  return n.overflows_at_scale_1.value_or(0) >= 2 ||
+  return n.overflows_at_scale_1.value_or(0) >= 2 || n.min_attempted_loss_scale.value_or(1e300) < 1 ||
          (n.overflow_steps.value_or(0) >= 3 && n.min_attempted_loss_scale.value_or(1e300) <= 128);
 }
 
@@ -308,6 +318,10 @@ void decide_fp16(const Scan& s, Diagnosis& d) {
   } else if (at_one >= 2) {
     d.cause = "fp16-scale-stuck", d.confidence = "strong";
     d.reason = std::to_string(at_one) + " steps overflowed at loss scale 1: every step is skipped, nothing trains";
+  } else if (low < 1) {
+    d.cause = "fp16-scale-stuck", d.confidence = "strong";
+    d.reason = "a step overflowed at loss scale " + scale_text(low) + ", below 1: the scale has halved past any useful "
+               "value (to 0.0 once it underflows) and every step is skipped";
   } else if (overflows >= 3 && low <= 128) {
     d.cause = "fp16-collapse", d.confidence = "likely";
     d.reason = "the loss scale kept halving down to " + std::to_string(static_cast<int64_t>(low)) +
@@ -615,6 +629,85 @@ bool decide_cache_flushes(const Scan& s, Diagnosis& d) {
   return true;
 }
 
+// [Note: failures a short paste still names] A user pastes the last lines, not the log:
+// the error without DeepSpeed's own line. Each rule below reads a class of such pastes by
+// what their lines say for themselves, and none fires beside a stronger fingerprint (the
+// walk tries them after OOM, fp16 and the watchdog's hangs).
+
+// load_checkpoint with a flat tensor of another size: each rank's file holds a flat
+// partition cut for the saving world size. An exact ratio of the two sizes is the ratio
+// of the world sizes (a LLaMA-Factory resume of an 8-GPU checkpoint on 1 GPU).
+bool decide_resume_size_mismatch(const Scan& s, Diagnosis& d) {
+  const int64_t a = s.numbers.size_mismatch_a.value_or(0), b = s.numbers.size_mismatch_b.value_or(0);
+  const int64_t big = std::max(a, b), small = std::min(a, b);
+  const bool ratio = small > 0 && big % small == 0 && big / small > 1;
+  d.checkpoint = "config", d.scenario = "resume-world-size-change", d.cause = "checkpoint-world-size";
+  d.confidence = "likely";
+  d.reason = "a tensor-size mismatch (" + std::to_string(a) + " against " + std::to_string(b) + ") while loading a ZeRO "
+             "checkpoint: its flat partitions were cut for the world size that saved it" +
+             (ratio ? " (the sizes differ by exactly " + std::to_string(big / small) + "x)" : std::string());
+  d.alternatives = {"a checkpoint of another model or another trainable set (LoRA against full fine-tuning): the "
+                    "saved model's config differs from the one loading it"};
+  d.try_next = {"resume on the saving world size, or convert the checkpoint: python "
+                "deepspeed/checkpoint/ds_to_universal.py --input_folder DIR/global_stepN --output_folder "
+                "DIR/global_stepN_universal, then \"checkpoint\": {\"load_universal\": true}",
+                "weights only: zero_to_fp32.py, then a fresh optimizer"};
+  return true;
+}
+
+// A traceback whose innermost frame is tensor.pin_memory(): the exception, whatever its
+// words, came from pinning a host buffer (WSL and containers cap page-locked memory).
+bool decide_pinning_frame(const Scan&, Diagnosis& d) {
+  d.checkpoint = "pinned-memory", d.cause = "pinned-host-oom", d.confidence = "likely";
+  d.reason = "the traceback ends inside pin_memory(): pinning a host buffer (DeepSpeed's offload buffers, or a "
+             "DataLoader's) failed; page-locked memory is capped by ulimit -l, a container, WSL, or the host";
+  d.try_next = {"offload pin_memory false (or DataLoader pin_memory=False): pageable host buffers",
+                "ulimit -l unlimited / docker run --ulimit memlock=-1; under WSL raise its memory limit (.wslconfig)"};
+  return true;
+}
+
+bool decide_nccl_network(const Scan&, Diagnosis& d) {
+  d.checkpoint = "communication", d.cause = "nccl-transport", d.confidence = "likely";
+  d.reason = "NCCL's network transport failed (a peer's connection reset, ncclRemoteError, InfiniBand errors): a "
+             "faulty node or link, or a peer process that died first";
+  d.alternatives = {"a rank that died of its own error first (an OOM, an exception): its log, not this one, names it"};
+  d.try_next = {"every rank's log: a rank that failed first names the cause; if none did, NCCL_DEBUG=INFO "
+                "NCCL_DEBUG_SUBSYS=NET and the nodes' InfiniBand counters (ibstat) find the faulty link",
+                "exclude the node; NCCL_IB_DISABLE=1 to tell an InfiniBand fault from the rest (slower)"};
+  return true;
+}
+
+// DeepSpeed comparing a config value with a number where the value is still the string
+// "auto" (gradient_clipping, the scheduler's warmup_num_steps, a batch size): only the
+// Trainer resolves "auto", so a custom loop or a second engine (a reference model) has it raw.
+bool decide_auto_compared(const Scan&, Diagnosis& d) {
+  d.checkpoint = "config", d.cause = "auto-unresolved", d.confidence = "likely";
+  d.reason = "DeepSpeed compared a config value with a number and found a string: a value left \"auto\" that nothing "
+             "resolved (only the Hugging Face Trainer fills \"auto\", and only for the engine it builds itself)";
+  d.try_next = {"numbers instead of \"auto\" in the config DeepSpeed reads here (gradient_clipping, the scheduler's "
+                "warmup_num_steps / total_num_steps, the batch sizes)",
+                "zrepro config --config ds.json --training-args args.json shows which values are still \"auto\""};
+  return true;
+}
+
+// The log stops inside a dataset preprocessing bar that ran past the process group's
+// 30-minute default timeout ([Note: failures a short paste still names]).
+constexpr int64_t kDefaultTimeoutS = 1800;
+bool stopped_in_long_preprocessing(const Scan& s) {
+  const auto last = s.last_at.find("preprocessing");
+  return last != s.last_at.end() && s.last_line - last->second <= 60 && !s.numbers.completed_steps &&
+         s.numbers.preprocessing_elapsed_s.value_or(0) >= kDefaultTimeoutS * 9 / 10;
+}
+bool decide_long_preprocessing(const Scan& s, Diagnosis& d) {
+  d.checkpoint = "communication", d.cause = "slow-preprocessing", d.confidence = "likely";
+  d.reason = "the log stops in dataset preprocessing after " +
+             std::to_string(s.numbers.preprocessing_elapsed_s.value_or(0) / 60) +
+             " min: past the 30-minute default timeout the other ranks, waiting for this one in a barrier, were "
+             "ended by the watchdog";
+  d.try_next = fixes_for("slow-preprocessing");
+  return true;
+}
+
 bool decide_straggler(const Scan&, Diagnosis& d) {
   d.checkpoint = "communication", d.scenario = "straggler", d.cause = "straggler", d.confidence = "strong";
   d.reason = "one rank kept the others waiting in collectives";
@@ -659,6 +752,9 @@ const std::vector<Rule>& rules() {
        decide_save_gather_host_oom},
       {"resume at another world size", [](const Scan& s) { return has(s, "checkpoint_world_size"); },
        decide_resume_world_size},
+      {"resume with a flat size mismatch",
+       [](const Scan& s) { return has(s, "zero_checkpoint_load") && has(s, "tensor_size_mismatch"); },
+       decide_resume_size_mismatch},
       {"pinned memory", [](const Scan& s) { return has(s, "pinned_memory") && !has(s, "oom"); }, decide_pinned_memory},
       {"device OOM", [](const Scan& s) { return has(s, "oom") || has(s, "cuda_error_oom"); }, always<decide_oom>},
       {"fp16 loss scale", [](const Scan& s) { return has(s, "loss_scale_minimum") || fp16_failing(s.numbers); },
@@ -670,6 +766,16 @@ const std::vector<Rule>& rules() {
        },
        always<decide_hang>},
       {"set-up failure", [](const Scan&) { return true; }, decide_setup},
+      {"NCCL's network", [](const Scan& s) { return has(s, "nccl_network"); }, decide_nccl_network},
+      {"a traceback ending in pin_memory()",
+       [](const Scan& s) {
+         const auto last = s.last_at.find("pinned_frame");
+         return last != s.last_at.end() && s.last_line - last->second <= 5;
+       },
+       decide_pinning_frame},
+      {"\"auto\" compared with a number",
+       [](const Scan& s) { return has(s, "str_number_compare") && has(s, "deepspeed_frame"); }, decide_auto_compared},
+      {"stopped in long preprocessing", stopped_in_long_preprocessing, decide_long_preprocessing},
       {"allocator cache flushes", [](const Scan& s) { return has(s, "cache_flush"); }, decide_cache_flushes},
       {"straggler", [](const Scan& s) { return has(s, "straggler"); }, decide_straggler},
       {"slow phase", [](const Scan& s) { return has(s, "wall_clock"); }, decide_speed},

@@ -36,6 +36,9 @@ const std::vector<FieldDoc>& diagnose_field_docs() {
       {{"numbers.completed_steps"}, "the steps the log shows completed before the failure"},
       {{"numbers.straggler_rank"}, "the rank zrepro's log names the straggler"},
       {{"numbers.allocator_cache_flushes"}, "ZeRO-3's \"pytorch allocator cache flushes since last step\", the last"},
+      {{"numbers.preprocessing_elapsed_s"}, "the longest elapsed time (s) a dataset preprocessing progress bar shows"},
+      {{"numbers.size_mismatch_a", "numbers.size_mismatch_b"},
+       "the two sizes of the first \"size of tensor a (A) must match the size of tensor b (B)\" error"},
       {{"numbers.trainer_mismatch.*"}, "each DeepSpeed key the Hugging Face Trainer refused, with the config's value"},
       {{"numbers.overflow_steps", "numbers.overflows_at_scale_1"}, "fp16: the steps skipped on overflow, and those at "
                                                                    "loss scale 1"},
@@ -86,6 +89,7 @@ Diagnosis diagnose_example() {
   n.request_bytes = n.capacity_bytes = n.free_bytes = n.reserved_unallocated_bytes = n.allocated_bytes =
       n.reserved_bytes = n.process_bytes = n.train_batch_size = n.micro_batch = n.grad_accum = n.world_size =
           n.saved_world_size = n.zero_stage = n.completed_steps = n.straggler_rank = n.allocator_cache_flushes =
+              n.preprocessing_elapsed_s = n.size_mismatch_a = n.size_mismatch_b =
               n.overflow_steps = n.overflows_at_scale_1 = n.collective_seq = n.timeout_ms = n.ran_ms = 1;
   n.last_attempted_loss_scale = n.min_attempted_loss_scale = n.allocated_gb_before_failure = n.model_states_share = 0.5;
   n.category = n.phase = n.collective_op = "x";

@@ -30,8 +30,8 @@ struct Fingerprint {
 const std::vector<Fingerprint>& fingerprints() {
   static const std::vector<Fingerprint> f = {
         {"oom", "out of memory", R"(CUDA out of memory)"},
-        // Context for an OOM: a frame that allocates page-locked host memory.
-        {"pinned_frame", "pin", R"(pin_memory\(|pin_memory=True|\.pin_memory\b|cudaHostAlloc|_pin_tensor|pinned_(buffer|memory|tensor)|pin memory)"},
+        // Context for an OOM (and the innermost frame of a failed pinning): a frame that allocates page-locked host memory.
+        {"pinned_frame", "pin", R"(pin_memory\(|pin_memory=True|\.pin_memory\b|cudaHostAlloc|_pin_tensor|pinned_(buffer|tensor)|pin memory)"},
         // RuntimeError's form, raised by any CUDA call (a pinned host allocation among them).
         {"cuda_error_oom", "out of memory", R"(CUDA error: out of memory|cudaErrorMemoryAllocation)"},
         // ZeRO-3's memory-pressure warning and its re-trace warning (data-dependent modules).
@@ -42,9 +42,15 @@ const std::vector<Fingerprint>& fingerprints() {
         // arguments, one "- ds KEY=V vs hf ARG=W" line each.
         {"trainer_mismatch", "mismatch TrainingArguments values", R"(mismatch TrainingArguments values)"},
         {"trainer_mismatch_key", "- ds ", R"(^\s*- ds ([A-Za-z0-9_.]+)=(\S+) vs hf )"},
+        // Python comparing a string with a number: in DeepSpeed's frames, a config value still "auto".
+        {"str_number_compare", "not supported between instances of",
+         R"(TypeError: '[<>]=?' not supported between instances of ('str' and '(int|float)'|'(int|float)' and 'str'))"},
+        {"deepspeed_frame", "deepspeed", R"([/\\]deepspeed[/\\](runtime|ops|utils|accelerator|checkpoint|launcher|comm)[/\\])"},
         {"auto_unresolved", "", R"(set an integer value in .train_micro_batch_size_per_gpu|requires you to pass at least one of training or evaluation dataloaders|["'`]auto["'`] .{0,40}(is not|not supported|must be|cannot))"},
         // NCCL's shared-memory transport failing: /dev/shm too small (docker's 64 MB default) or full.
         {"nccl_shm", "", R"(Error while creating shared memory segment|posix_fallocate failed|NCCL WARN.*/dev/shm)"},
+        // NCCL's network transport failing: a peer's connection reset, InfiniBand errors.
+        {"nccl_network", "", R"(ncclRemoteError|remote process exited or there was a network error|NET/IB\s*:.*(error|failed)|\bibv_\w+ failed|NCCL WARN.*Connection (reset by peer|closed by))"},
         // A rank waiting for rank 0 to create the communicator (the TCP store timed out).
         {"store_timeout", "", R"(retrieving ncclUniqueId from \[0\] via c10d key-value store|store->get\('0'\) got error|Socket Timeout)"},
         // DeepSpeed's offload set-up, and its host-memory line (see_memory_usage).
@@ -72,13 +78,18 @@ const std::vector<Fingerprint>& fingerprints() {
         // load_checkpoint at another data-parallel world size (ZeRORuntimeException, engine.py).
         {"checkpoint_world_size", "used a DP world size of",
          R"(used a DP world size of (\d+) but the current world size is (\d+))"},
+        // A ZeRO checkpoint being loaded, and a flat tensor of another size than the one saved.
+        {"zero_checkpoint_load", "", R"(zero_pp_rank_\d+_mp_rank_\d+_(model|optim)_states\.pt|Attempting to resume from|_load_zero_checkpoint|in load_checkpoint\b)"},
+        {"tensor_size_mismatch", "must match the size of tensor",
+         R"(The size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\))"},
         {"overflow", "OVERFLOW!", R"(OVERFLOW! Rank (\d+) Skipping step\.?(?: Attempted loss scale: ([0-9.e+]+))?)"},
         {"loss_scale_minimum", "loss scale already at minimum", R"(Current loss scale already at minimum)"},
         {"watchdog_timeout", "Watchdog caught collective operation timeout",
          R"(Watchdog caught collective operation timeout)"},
         // Without "Watchdog caught": the work's own timeout line (older PyTorch, NCCL's abort).
         {"watchdog_timeout", "WorkNCCL(", R"(WorkNCCL\(SeqNum=\d+.*(Timeout|timed out|ran for))"},
-        {"collective_mismatch", "", R"(Received data size doesn't match expected size|ranks disagree on the next collective|Collective mismatch caught)"},
+        // TORCH_DISTRIBUTED_DEBUG=DETAIL's check of every collective (ProcessGroupWrapper) says it outright.
+        {"collective_mismatch", "", R"(Received data size doesn't match expected size|ranks disagree on the next collective|Collective mismatch caught|Detected mismatch between collectives on ranks)"},
         {"pinned_memory", "", R"((cudaHostAlloc|pin_memory|page-locked|pinned host memory|mlock).*(fail|error|cannot|unable|exceed|more than this process may lock))"},
         {"memory_line", "Max_MA", R"(MA ([0-9.]+) GB\s+Max_MA ([0-9.]+) GB\s+CA ([0-9.]+) GB\s+Max_CA ([0-9.]+) GB)"},
         {"straggler", "is the straggler", R"(rank (\d+) is the straggler)"},
@@ -308,6 +319,14 @@ void read_overflow(const Groups& m, LogFigures& n) {
   if (scale >= 0 && scale <= 1) n.overflows_at_scale_1 = n.overflows_at_scale_1.value_or(0) + 1;
 }
 
+// A progress bar's elapsed time ("[32:13<53:59", "[1:02:03<..."): the longest the log shows.
+void read_progress_elapsed(const std::string& line, LogFigures& n) {
+  Groups m;
+  if (!search(re(R"(\[(?:(\d{1,3}):)?(\d{1,2}):(\d{2})<)"), line, m)) return;
+  const int64_t s = whole(m.str(1)).value_or(0) * 3600 + whole(m.str(2)).value_or(0) * 60 + whole(m.str(3)).value_or(0);
+  n.preprocessing_elapsed_s = std::max(n.preprocessing_elapsed_s.value_or(0), s);
+}
+
 // What a matched fingerprint's line adds to the figures, by the fingerprint's id.
 using FigureReader = void (*)(const Groups& m, const std::string& line, Scan& s);
 const std::map<std::string, FigureReader>& figure_readers() {
@@ -355,6 +374,13 @@ const std::map<std::string, FigureReader>& figure_readers() {
          else if (!s.found.count("oom")) set_whole(s.numbers.completed_steps, m.str(1));
        }},
       {"straggler", [](const Groups& m, const std::string&, Scan& s) { set_whole(s.numbers.straggler_rank, m.str(1)); }},
+      {"preprocessing", [](const Groups&, const std::string& line, Scan& s) { read_progress_elapsed(line, s.numbers); }},
+      {"tensor_size_mismatch",
+       [](const Groups& m, const std::string&, Scan& s) {
+         if (s.numbers.size_mismatch_a) return;  // the first error is the failure
+         set_whole(s.numbers.size_mismatch_a, m.str(1));
+         set_whole(s.numbers.size_mismatch_b, m.str(2));
+       }},
       {"wall_clock", [](const Groups& m, const std::string&, Scan& s) { read_wall_clock(m.str(1), s.numbers); }},
   };
   return r;
@@ -424,6 +450,7 @@ bool LogScanner::match_line(const std::string& line, const std::vector<int>& hit
     ids.push_back(f.id);
     const std::string id = f.id;
     auto& ev = s_.found[id];
+    s_.last_at[id] = at_.no;
     if (ev.size() < 12) ev.push_back({id, at_.no, trimmed(line)});
     if (const FigureReader read = readers_by_index()[static_cast<size_t>(i)]) read(m, line, s_);
     if ((id == "oom" || id == "cuda_error_oom") && !at_.last_hint.empty() && !s_.numbers.phase_hint)

@@ -23,6 +23,7 @@ struct Scan {
   std::vector<Evidence> error_lines;
   int last_line = 0;         // the line being read, then the log's last
   std::string last_label;    // the text of DeepSpeed's last see_memory_usage label line
+  std::map<std::string, int> last_at;  // each fingerprint's last line (`found` keeps its first 12)
 };
 
 // [Note: a log read as a stream] The log is read one line at a time and what a line adds

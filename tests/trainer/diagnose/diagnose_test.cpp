@@ -209,3 +209,47 @@ TEST(Diagnose, AKillWithTheSaveGatherOnIsLikelyTheSave) {
   const json none = diagnose_log(log, {{"zero_optimization", {{"stage", 3}}}}).to_json();
   EXPECT_NE(none["scenario"], "save-gather-oom") << none.dump(2);
 }
+
+// [Note: failures a short paste still names]: each class names its paste, and only its own.
+TEST(Diagnose, AShortPasteIsNamedByWhatItsLinesSayAndOnlyThat) {
+  auto said = [](const std::string& log) {
+    const Diagnosis d = diagnose_log(log);
+    return d.checkpoint + "/" + d.cause;
+  };
+  // A loss scale below 1 is past any start-up search; one at 2 is not.
+  EXPECT_EQ(said("[deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 0.0, reducing to 0.0\n"),
+            "numerics/fp16-scale-stuck");
+  EXPECT_EQ(said("[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 2, reducing to 1\n"),
+            "/fp16-startup-search");
+  // A preprocessing bar past 27 of the default 30 minutes, where the log stops; not at 12 minutes,
+  // nor when training steps followed.
+  const std::string bar = "Running tokenizer on dataset:  38%|###   | 32066/85249 [32:12<53:25, 16.59ba/s]Traceback (most recent call last):\n";
+  EXPECT_EQ(said(bar), "communication/slow-preprocessing");
+  EXPECT_EQ(said("Running tokenizer on dataset:  38%|###   | 32066/85249 [12:12<53:25, 16.59ba/s]Traceback (most recent call last):\n"), "/");
+  EXPECT_EQ(said(bar + "[deepspeed] step=40/100 loss=2.1\n"), "/");
+  // "auto" compared with a number needs DeepSpeed's frame: the bare TypeError is any script's.
+  const std::string type_error = "TypeError: '>' not supported between instances of 'str' and 'float'\n";
+  EXPECT_EQ(said("  File \"/venv/lib/python3.8/site-packages/deepspeed/runtime/engine.py\", line 1257, in _take_model_step\n" +
+                 type_error),
+            "config/auto-unresolved");
+  EXPECT_EQ(said(type_error), "/");
+  // A flat size mismatch names a world-size change only while a ZeRO checkpoint loads.
+  const std::string mismatch = "RuntimeError: The size of tensor a (778567680) must match the size of tensor b (155713536) at non-singleton dimension 0\n";
+  EXPECT_EQ(said(mismatch), "/");
+  const Diagnosis resume = diagnose_log("[Torch] Loading checkpoint from ckpt/global_step250/zero_pp_rank_0_mp_rank_00_model_states.pt...\n" + mismatch);
+  EXPECT_EQ(resume.cause, "checkpoint-world-size");
+  EXPECT_NE(resume.reason.find("exactly 5x"), std::string::npos) << resume.reason;
+  // PyTorch's printed TensorOptions ("pinned_memory=false") is no pinning frame: the
+  // DETAIL-mode collective check names the mismatch.
+  EXPECT_EQ(said("RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running inconsistent collective: "
+                 "CollectiveFingerPrint(OpType=ALLGATHER, TensorShape=[41, 256]\n"
+                 "default), pinned_memory=false (default), memory_format=(nullopt))\n"),
+            "communication/mismatched-collectives");
+  // A traceback whose innermost frame pins a buffer; the same frame followed by more work is not one.
+  const std::string pin = "  File \"deepspeed/accelerator/cuda_accelerator.py\", line 217, in pin_memory\n    return tensor.pin_memory()\n";
+  EXPECT_EQ(said(pin), "pinned-memory/pinned-host-oom");
+  EXPECT_EQ(said(pin + std::string(10, '\n') + "[deepspeed] step=1/10 loss=2\n"), "/");
+  // NCCL's network transport.
+  EXPECT_EQ(said("ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.\n"),
+            "communication/nccl-transport");
+}
