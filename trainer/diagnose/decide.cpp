@@ -677,6 +677,25 @@ bool decide_nccl_network(const Scan&, Diagnosis& d) {
   return true;
 }
 
+// DeepSpeed's own host line at 95% and more: offload's partitions and pinned buffers (and
+// each rank's copy of the model) filled the host ([Note: failures a short paste still
+// names]). A bare SIGKILL (-9) before any step is not named so: in the corpus most such
+// kills are a model load or conversion outside DeepSpeed (measured: the rule named 2 logs
+// right and 5 wrong, and was dropped).
+bool host_memory_full(const Scan& s) { return s.numbers.host_memory_percent.value_or(0) >= 95; }
+bool decide_host_memory_at_init(const Scan& s, Diagnosis& d) {
+  d.checkpoint = "offload-target", d.cause = "host-memory-at-offload-init", d.confidence = "likely";
+  d.reason = "DeepSpeed's own line shows the host's memory at " +
+             std::to_string(static_cast<int>(s.numbers.host_memory_percent.value_or(0))) +
+             "%: offloaded partitions and pinned buffers (and each rank's copy of the model) filled the host";
+  d.alternatives = {"host memory filled by something else on the node (another job, the dataloader's workers): "
+                    "free -g and dmesg on the node tell"};
+  d.try_next = {"more host RAM per process, or fewer ranks per node; low_cpu_mem_usage / zero.Init loading so no rank "
+                "holds the whole model", "offload only the optimizer, or pin_memory false for the offload buffers",
+                "zrepro plan ... (host bytes per rank for offload)"};
+  return true;
+}
+
 // DeepSpeed comparing a config value with a number where the value is still the string
 // "auto" (gradient_clipping, the scheduler's warmup_num_steps, a batch size): only the
 // Trainer resolves "auto", so a custom loop or a second engine (a reference model) has it raw.
@@ -766,6 +785,7 @@ const std::vector<Rule>& rules() {
        },
        always<decide_hang>},
       {"set-up failure", [](const Scan&) { return true; }, decide_setup},
+      {"the host's memory full", host_memory_full, decide_host_memory_at_init},
       {"NCCL's network", [](const Scan& s) { return has(s, "nccl_network"); }, decide_nccl_network},
       {"a traceback ending in pin_memory()",
        [](const Scan& s) {

@@ -36,6 +36,7 @@ const std::vector<FieldDoc>& diagnose_field_docs() {
       {{"numbers.completed_steps"}, "the steps the log shows completed before the failure"},
       {{"numbers.straggler_rank"}, "the rank zrepro's log names the straggler"},
       {{"numbers.allocator_cache_flushes"}, "ZeRO-3's \"pytorch allocator cache flushes since last step\", the last"},
+      {{"numbers.host_memory_percent"}, "the highest host memory use (%) DeepSpeed's see_memory_usage lines print"},
       {{"numbers.preprocessing_elapsed_s"}, "the longest elapsed time (s) a dataset preprocessing progress bar shows"},
       {{"numbers.size_mismatch_a", "numbers.size_mismatch_b"},
        "the two sizes of the first \"size of tensor a (A) must match the size of tensor b (B)\" error"},
@@ -91,7 +92,8 @@ Diagnosis diagnose_example() {
           n.saved_world_size = n.zero_stage = n.completed_steps = n.straggler_rank = n.allocator_cache_flushes =
               n.preprocessing_elapsed_s = n.size_mismatch_a = n.size_mismatch_b =
               n.overflow_steps = n.overflows_at_scale_1 = n.collective_seq = n.timeout_ms = n.ran_ms = 1;
-  n.last_attempted_loss_scale = n.min_attempted_loss_scale = n.allocated_gb_before_failure = n.model_states_share = 0.5;
+  n.last_attempted_loss_scale = n.min_attempted_loss_scale = n.allocated_gb_before_failure = n.model_states_share =
+      n.host_memory_percent = 0.5;
   n.category = n.phase = n.collective_op = "x";
   n.pinned_allocation_oom = true;
   n.trainer_mismatch = {{"gradient_clipping", "1.0"}};

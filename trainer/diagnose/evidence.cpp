@@ -52,7 +52,7 @@ const std::vector<Fingerprint>& fingerprints() {
         // NCCL's network transport failing: a peer's connection reset, InfiniBand errors.
         {"nccl_network", "", R"(ncclRemoteError|remote process exited or there was a network error|NET/IB\s*:.*(error|failed)|\bibv_\w+ failed|NCCL WARN.*Connection (reset by peer|closed by))"},
         // A rank waiting for rank 0 to create the communicator (the TCP store timed out).
-        {"store_timeout", "", R"(retrieving ncclUniqueId from \[0\] via c10d key-value store|store->get\('0'\) got error|Socket Timeout)"},
+        {"store_timeout", "", R"(retrieving ncclUniqueId from \[0\] via c10d key-value store|store->get\('0'\) got error|Socket Timeout|Timed out initializing process group in store based barrier)"},
         // DeepSpeed's offload set-up, and its host-memory line (see_memory_usage).
         {"offload_init", "", R"(DeepSpeedZeRoOffload initialize|Before creating fp16 partitions|creating fp16 partitions)"},
         {"cpu_memory_line", "CPU Virtual Memory", R"(CPU Virtual Memory:\s+used = ([0-9.]+) GB, percent = ([0-9.]+)%)"},
@@ -72,7 +72,7 @@ const std::vector<Fingerprint>& fingerprints() {
         {"zero_to_fp32", "", R"(Processing zero checkpoint '|Detected checkpoint of type zero stage (\d+), world_size: (\d+))"},
         {"host_killed", "Killed", R"(^\s*Killed\s*$|Out of memory: Killed process)"},
         // A launcher reporting a worker SIGKILLed (torchrun's elastic agent, the deepspeed launcher).
-        {"sigkill", "", R"(exitcode: -9\b|Signals\.SIGKILL|sigkill_handler\] Killing subprocess)"},
+        {"sigkill", "", R"(exitcode: -9\b|return code = -9\b|Signals\.SIGKILL|sigkill_handler\] Killing subprocess)"},
         // ZeRO-3's 16-bit consolidation at a save (save_model with stage3_gather_16bit_weights_on_model_save).
         {"save_gather", "", R"(16-bit model gathered for pytorch_model\.bin|_zero3_consolidated_16bit_state_dict)"},
         // load_checkpoint at another data-parallel world size (ZeRORuntimeException, engine.py).
@@ -375,6 +375,11 @@ const std::map<std::string, FigureReader>& figure_readers() {
        }},
       {"straggler", [](const Groups& m, const std::string&, Scan& s) { set_whole(s.numbers.straggler_rank, m.str(1)); }},
       {"preprocessing", [](const Groups&, const std::string& line, Scan& s) { read_progress_elapsed(line, s.numbers); }},
+      {"cpu_memory_line",
+       [](const Groups& m, const std::string&, Scan& s) {
+         const double percent = parse_number(m.str(2));
+         if (percent >= 0) s.numbers.host_memory_percent = std::max(s.numbers.host_memory_percent.value_or(0), percent);
+       }},
       {"tensor_size_mismatch",
        [](const Groups& m, const std::string&, Scan& s) {
          if (s.numbers.size_mismatch_a) return;  // the first error is the failure

@@ -51,7 +51,8 @@ const Figures<double>& real_figures() {
   static const Figures<double> t = {{"last_attempted_loss_scale", &LogFigures::last_attempted_loss_scale},
                                     {"min_attempted_loss_scale", &LogFigures::min_attempted_loss_scale},
                                     {"allocated_gb_before_failure", &LogFigures::allocated_gb_before_failure},
-                                    {"model_states_share", &LogFigures::model_states_share}};
+                                    {"model_states_share", &LogFigures::model_states_share},
+                                    {"host_memory_percent", &LogFigures::host_memory_percent}};
   return t;
 }
 

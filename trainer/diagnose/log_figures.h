@@ -80,6 +80,7 @@ struct LogFigures {
   std::optional<std::string> collective_op;
   // Memory before the failure: DeepSpeed's MA line, zrepro's scale-down table's share.
   std::optional<double> allocated_gb_before_failure, model_states_share;
+  std::optional<double> host_memory_percent;  // the highest of DeepSpeed's "CPU Virtual Memory: ... percent = P%"
   std::vector<MemoryLine> memory_timeline;
   // DeepSpeed's timers summed over the log ("fwd", "bwd", "bwd_allreduce", "step", and the
   // micro_ ones); present once a timer line was read, even one with no figure.

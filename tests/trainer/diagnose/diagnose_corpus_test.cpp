@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "tests/support/process.h"
@@ -105,7 +106,6 @@ std::vector<Case> written_here() {
 // (take it off). The list only shrinks; the page shows it.
 const std::map<std::string, std::string> kUnproven = {
     {"completed_steps", "context: the steps a job completed (numbers.completed_steps), for the wording of a hang or a kill"},
-    {"cpu_memory_line", "DeepSpeed's see_memory_usage host line: figures beside the offload-init rule (numbers only)"},
     {"divergent_gathers", "gloo's and zrepro's form of MoE gathers that differ; the real MoE logs are named by their watchdog and trace-cache lines"},
     {"eval_work", "context for a hang: evaluation or saving on some ranks (rank0-eval-hang)"},
     {"forward_alone", "zrepro's own line for a forward some ranks ran alone"},
@@ -193,10 +193,11 @@ Score score(const std::vector<Case>& cases, bool held_out, bool in_deepspeed = f
 // came in is spent (moving only its misses out would flatter the rest of the set): its
 // logs move to spent-heldout/ with the score they had while held out (held_out_result),
 // and what measures diagnose from then on is a set collected after that.
-Score score_when_held_out(const std::vector<Case>& cases, bool in_deepspeed = false) {
+int round_of(const Case& c) { return c.entry.value("held_out_result", json::object()).value("round", 0); }
+Score score_when_held_out(const std::vector<Case>& cases, int round, bool in_deepspeed = false) {
   Score sc;
   for (const auto& c : cases) {
-    if (!c.spent || (in_deepspeed && c.entry["expected"].value("refuse", false))) continue;
+    if (!c.spent || round_of(c) != round || (in_deepspeed && c.entry["expected"].value("refuse", false))) continue;
     const json r = c.entry.value("held_out_result", json::object());
     ++sc.logs;
     const std::string answer = r.value("answer", std::string());
@@ -233,6 +234,21 @@ std::string needs_table(const Needs& n) {
   return o.str();
 }
 
+// Each spent round's score as it was while held out ([Note: a held-out set is spent once]).
+std::string spent_rounds(const std::vector<Case>& cases) {
+  std::set<int> rounds;
+  for (const auto& c : cases)
+    if (c.spent) rounds.insert(round_of(c));
+  std::ostringstream o;
+  for (int r : rounds)
+    o << "- **Held out, round " << r << "** (spent-heldout/, sets whose held_out_result.round is " << r
+      << ": collected after the rules were frozen, scored while held out, then spent by writing rules from their "
+         "misses ([Note: a held-out set is spent once] in the test)): "
+      << score_when_held_out(cases, r).text() << " when held out; of those whose cause is one zrepro names: "
+      << score_when_held_out(cases, r, true).text() << ".\n";
+  return o.str();
+}
+
 std::string folder(const Case& c) { return c.held_out ? "heldout/" : c.spent ? "spent-heldout/" : ""; }
 
 std::string page(const std::vector<Case>& cases, const Needs& n) {
@@ -252,10 +268,7 @@ std::string page(const std::vector<Case>& cases, const Needs& n) {
        "answer: worse, since a reproduction written from it reproduces a mechanism the log rules out).\n\n"
     << "- The logs the rules were written from (tests/data/diagnose_corpus/, and spent-heldout/ since the rules were "
        "written from its misses): " << score(cases, false).text() << ".\n"
-    << "- **Held out, first sets** (spent-heldout/, sets a-m: collected after the rules were frozen, scored while "
-       "held out, then spent by writing rules from their misses ([Note: a held-out set is spent once] in the test)): "
-    << score_when_held_out(cases).text() << " when held out; of those whose cause is one zrepro names: "
-    << score_when_held_out(cases, true).text() << ".\n"
+    << spent_rounds(cases)
     << "- **Held out** (tests/data/diagnose_corpus/heldout/: collected after the rules were frozen, never used to "
        "write a rule or tune one; the measure of what diagnose does on a log nobody here has read): "
     << score(cases, true).text() << "; of those whose cause is one zrepro names (a refusal is right for the rest): "
@@ -301,6 +314,7 @@ TEST(DiagnoseCorpus, EveryLogIsNamedOrMissedAsRecorded) {
     }
     if (c.spent) {
       const std::string answer = c.entry.value("held_out_result", json::object()).value("answer", std::string());
+      EXPECT_GE(round_of(c), 1) << c.file << ": a spent held-out log says in which round it was held out";
       EXPECT_TRUE(answer == "named" || answer == "refused" || answer == "named wrong")
           << c.file << ": a spent held-out log keeps its held-out answer (held_out_result.answer), not \"" << answer << "\"";
     }
