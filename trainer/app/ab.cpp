@@ -154,10 +154,7 @@ struct AbRequest {
 // failure needs runs, not plans.
 void check_expectation_fits(const AbRequest& q) {
   const Expectation& expect = q.expect;
-  const bool timing = expect.kind == Expectation::Kind::scaling ||
-                      ((expect.kind == Expectation::Kind::less || expect.kind == Expectation::Kind::more) &&
-                       expect.key.find("bytes") == std::string::npos);
-  if (q.virtual_ranks && timing)
+  if (q.virtual_ranks && expect.measures_time())
     throw ConfigError("--virtual with --expect " + expect.text + ": virtual ranks share one process's cores, so "
                       "their timing is not the job's; run real processes (drop --virtual)");
   if (q.plan_only && expect.kind != Expectation::Kind::failure)

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "trainer/app/cli.h"
+#include "trainer/app/env.h"
 #include "trainer/app/reproduction.h"
 #include "trainer/app/scenario.h"
 #include "trainer/runtime/subprocess.h"
@@ -282,17 +283,46 @@ json read_user_config(const std::string& path) {
   return c;
 }
 
-// --write-scenario DIR [--run]: the reproduction written, then (with --run) run.
-int write_and_run(const Diagnosis& d, const std::string& log, const cxxopts::ParseResult& r, const json& user_config,
-                  const PlanAnswer& plan) {
+// [Note: a reproduction the log tells apart] The diagnosis to reproduce: the log's own, or
+// with --as the open scenario the user picked. Ambiguous without --as: written as named
+// and said so; --run refuses to pick for the user.
+Diagnosis chosen_diagnosis(const Diagnosis& d, const cxxopts::ParseResult& r, const std::string& templ_dir) {
+  const std::vector<std::string> open = open_scenarios(d, scenario_names(templ_dir));
+  std::string list;
+  for (const std::string& n : open) list += (list.empty() ? "" : ", ") + n;
+  Diagnosis chosen = d;
+  if (r.count("as")) {
+    const std::string as = r["as"].as<std::string>();
+    if (std::find(open.begin(), open.end(), as) == open.end())
+      throw ConfigError("--as: got \"" + as + "\", expected one of the scenarios this log leaves open (" + list +
+                        "): --as picks among them, it does not override what the log shows");
+    chosen.scenario = as;
+    return chosen;
+  }
+  if (open.size() <= 1) return chosen;
+  std::cout << "[zrepro diagnose] the log does not tell these apart: " << list << " (" << d.confidence
+            << "); what would: " << (d.alternatives.empty() ? std::string("more of the log") : d.alternatives.front())
+            << std::endl;
+  if (r.count("run"))
+    throw ConfigError("--run: the log leaves " + std::to_string(open.size()) + " scenarios open (" + list +
+                      "), and a reproduction of the wrong one would verify a fix the job does not need: add --as NAME "
+                      "to reproduce one of them, or give more of the log (every rank's lines, the watchdog's)");
+  return chosen;
+}
+
+// --write-scenario DIR [--run]: the reproduction written, then (with --run) run on this
+// machine ([Note: a reproduction this machine can run]).
+int write_and_run(const Diagnosis& log_diagnosis, const std::string& log, const cxxopts::ParseResult& r,
+                  const json& user_config, const PlanAnswer& plan) {
   if (!r.count("config")) throw ConfigError("--write-scenario: needs --config (the job's DeepSpeed config is side A)");
-  if (d.scenario.empty()) {
+  if (log_diagnosis.scenario.empty()) {
     std::cout << "[zrepro diagnose] no known fingerprint: no reproduction written" << std::endl;
     return kExitAbNoFailure;
   }
+  const std::string templ_dir = scenarios_dir(opt<std::string>(r, "scenarios-dir"));
+  const Diagnosis d = chosen_diagnosis(log_diagnosis, r, templ_dir);
   JobSetup job{opt<std::string>(r, "model"), opt<int>(r, "world-size"), opt<std::string>(r, "device-memory"),
                r.count("job-args") ? words("--job-args", r["job-args"].as<std::string>()) : std::vector<std::string>{}};
-  const std::string templ_dir = scenarios_dir(opt<std::string>(r, "scenarios-dir"));
   const json templ = load_scenario(templ_dir + "/" + d.scenario + "/scenario.json");
   const std::string dir = r["write-scenario"].as<std::string>();
   std::filesystem::path where = std::filesystem::absolute(dir).lexically_normal();
@@ -307,8 +337,10 @@ int write_and_run(const Diagnosis& d, const std::string& log, const cxxopts::Par
   std::cout << "\n[zrepro diagnose] run it: zrepro scenario run " << name << " --dir " << where.parent_path().string()
             << std::endl;
   if (!r.count("run")) return kExitOk;
-  return run_scenario(where.parent_path().string(), name, std::nullopt,
-                      r.count("out") ? r["out"].as<std::string>() : where.string() + "/out");
+  const MachineRun m = run_on_this_machine(rep.scenario, cpu_slots());
+  if (!m.note.empty()) std::cout << "[zrepro diagnose] " << m.note << std::endl;
+  return run_scenario(where.parent_path().string(), name, m.ranks,
+                      r.count("out") ? r["out"].as<std::string>() : where.string() + "/out", m.ab_flags);
 }
 
 cxxopts::Options diagnose_options() {
@@ -326,7 +358,10 @@ cxxopts::Options diagnose_options() {
       ("job-args", "flags zrepro plan and run both take that describe the job: --activation-checkpointing, "
                    "--micro-batch, --seq, ... (planned, and given to both sides)",
        cxxopts::value<std::string>())
-      ("run", "with --write-scenario: reproduce it and verify each fix (zrepro scenario run)")
+      ("run", "with --write-scenario: reproduce it and verify each fix (zrepro scenario run); rank counts above this "
+              "machine's cores run as virtual ranks (memory, numerics) or capped at the cores (hangs, timing)")
+      ("as", "with --write-scenario: the scenario to reproduce when the log leaves several open (it names them)",
+       cxxopts::value<std::string>())
       ("out", "with --run: output folder (default DIR/out)", cxxopts::value<std::string>())
       ("scenarios-dir", "the scenario catalogue (default configs/scenarios)", cxxopts::value<std::string>())
       ("read-limit", "a UTF-16 log (read whole, not streamed): the most of it held, its first eighth and last seven eighths",

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "trainer/app/cli.h"
+#include "trainer/report/ab.h"
 #include "trainer/report/report.h"
 
 namespace zrepro {
@@ -370,6 +371,44 @@ void write_reproduction(const Reproduction& r, const std::string& given) {
     fs::remove_all(tmp, ec);
     throw ConfigError("--write-scenario: " + std::string(e.what()));
   }
+}
+
+// [Note: a reproduction this machine can run]
+MachineRun run_on_this_machine(const json& scenario, int cores) {
+  MachineRun m;
+  std::vector<int> counts;
+  for (const auto& n : scenario.value("ranks", json::array())) counts.push_back(n.get<int>());
+  const int most = counts.empty() ? 1 : *std::max_element(counts.begin(), counts.end());
+  if (most <= cores) return m;
+  const bool in_time = parse_expectation(scenario.value("expect", std::string("failure"))).measures_time();
+  const bool hang = scenario.value("from_log", json::object()).value("checkpoint", std::string()) == "communication";
+  if (!in_time && !hang) {
+    m.ab_flags = {"--virtual"};
+    m.note = "the job's " + std::to_string(most) + " ranks run as virtual ranks in one process (this machine has " +
+             std::to_string(cores) + " core(s)): memory and numerics are the job's at every rank";
+    return m;
+  }
+  const int cap = std::max(2, cores);
+  std::string list;
+  for (int n : counts) list += (list.empty() ? "" : ",") + std::to_string(std::min(n, cap));
+  m.ranks = list;
+  m.note = std::string(hang ? "a hang" : "a symptom in time") + " needs real processes: the job's " +
+           std::to_string(most) + " ranks run as " + std::to_string(cap) + " on this machine's " +
+           std::to_string(cores) + " core(s)";
+  return m;
+}
+
+// [Note: a reproduction the log tells apart]
+std::vector<std::string> open_scenarios(const Diagnosis& d, const std::vector<std::string>& catalogue) {
+  std::vector<std::string> open;
+  if (!d.scenario.empty()) open.push_back(d.scenario);
+  if (d.confidence == "strong" || d.checkpoint != "communication") return open;
+  for (const std::string& alternative : d.alternatives) {
+    const std::string name = alternative.substr(0, alternative.find(':'));
+    const bool known = std::find(catalogue.begin(), catalogue.end(), name) != catalogue.end();
+    if (known && std::find(open.begin(), open.end(), name) == open.end()) open.push_back(name);
+  }
+  return open;
 }
 
 }  // namespace zrepro

@@ -12,6 +12,8 @@
 //     cause is not in the config (a rank's extra micro-step, a straggler, varying sequence
 //     lengths), the catalogue's fix flags.
 // build_reproduction is pure; write_reproduction writes the folder whole or not at all.
+// With --run, [Note: a reproduction this machine can run] and [Note: a reproduction the
+// log tells apart] decide how and whether it runs.
 #pragma once
 #include <optional>
 #include <string>
@@ -44,6 +46,29 @@ struct JobSetup {
   std::optional<std::string> device_memory;  // preset or size, as given
   std::vector<std::string> job_args;         // zrepro run flags that describe the job (both sides)
 };
+
+// [Note: a reproduction this machine can run] The job's world size can be far above this
+// machine's cores. A memory or numerics symptom is exact under virtual ranks (one process
+// stands in for all: trainer/loop/virtual_ranks.h), so rank counts above the cores run so;
+// a hang or a timing symptom needs real processes, so its rank counts are capped at the
+// cores (at least 2: a collective needs two). Nothing changes when the cores suffice.
+struct MachineRun {
+  std::optional<std::string> ranks;    // rank counts instead of scenario.json's ("2,4")
+  std::vector<std::string> ab_flags;   // "--virtual"
+  std::string note;                    // what changed and why; "" when nothing did
+};
+MachineRun run_on_this_machine(const nlohmann::json& scenario, int cores);
+
+// [Note: a reproduction the log tells apart] The scenarios a diagnosis leaves open: its own,
+// and, when the diagnosis is not strong and it is a hang, each alternative named by a
+// catalogue scenario (`catalogue`: the folder names). A hang's reproduction is the
+// catalogue's mechanism injected on side A (an extra micro-step, rank 0 evaluating alone,
+// experts fetched one by one): reproducing the wrong one verifies a fix the job does not
+// need. The other checkpoints reproduce the job's own config (an OOM scaled down, with the
+// planner's fixes for it; a config, numerics or pinned-memory edit; a slow job's timers),
+// which the alternatives do not change. More than one open: --run reproduces one only when
+// the user names it (--as).
+std::vector<std::string> open_scenarios(const Diagnosis& d, const std::vector<std::string>& catalogue);
 
 struct CandidateFix {
   std::string name, why;

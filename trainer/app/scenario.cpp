@@ -32,9 +32,7 @@ namespace zrepro {
 
 using json = nlohmann::json;
 
-namespace {
-
-std::vector<std::string> names(const std::string& dir) {
+std::vector<std::string> scenario_names(const std::string& dir) {
   std::vector<std::string> out;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec))
@@ -42,6 +40,8 @@ std::vector<std::string> names(const std::string& dir) {
   std::sort(out.begin(), out.end());
   return out;
 }
+
+namespace {
 
 std::string joined(const json& args) {
   std::string s;
@@ -280,7 +280,7 @@ int scenario_command(int argc, char** argv) {
         throw ConfigError("zrepro scenario list: takes no name, got \"" +
                           (r.count("name") ? r["name"].as<std::string>() : r.unmatched().front()) +
                           "\" (zrepro scenario run NAME runs one)");
-      for (const auto& n : names(dir))
+      for (const auto& n : scenario_names(dir))
         std::cout << n << ": " << load_scenario(dir + "/" + n + "/scenario.json")["symptom"].get<std::string>() << "\n";
       return kExitOk;
     }

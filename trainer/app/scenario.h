@@ -23,6 +23,9 @@ std::string scenarios_dir(const std::optional<std::string>& given);
 // scenario.json, checked: the keys above, "b" or a non-empty "fixes". Throws ConfigError.
 nlohmann::json load_scenario(const std::string& path);
 
+// The catalogue's scenarios: the folders of `dir` holding a scenario.json, sorted.
+std::vector<std::string> scenario_names(const std::string& dir);
+
 // Runs folder dir/name as `zrepro ab` (once per fix) into out. Exit codes are ab's: 0
 // reproduced and (some fix) verified, 6 reproduced and no fix verified, 7 not reproduced.
 // ab_flags: flags for `zrepro ab` itself (--virtual: rank counts above 1 run in one

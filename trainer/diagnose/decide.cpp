@@ -474,11 +474,21 @@ void decide_hang(const Scan& s, Diagnosis& d) {
       r.decide(f, d);
       break;
     }
-  d.alternatives = {"straggler: a slow but live rank; the run is slow, not stuck, and the collectives do complete",
-                    "slow-preprocessing: a low SeqNum while one rank still maps or tokenizes the dataset",
-                    "divergent-zero3-gathers: one SeqNum, different NumelIn/NumelOut across ranks (MoE under ZeRO-3)"};
+  // Each alternative by its catalogue scenario where one reproduces it (diagnose --write-scenario
+  // offers those as candidates); a straggler's collectives complete, so a timeout rules it out.
+  d.alternatives = {"slow-preprocessing: a low SeqNum while one rank still maps or tokenizes the dataset",
+                    "moe-divergent-gathers: one SeqNum, different NumelIn/NumelOut across ranks (MoE under ZeRO-3)",
+                    "rank0-eval-hang: one rank alone in an all-gather while the others moved on (evaluation, saving "
+                    "or generation on some ranks only)",
+                    "mismatched-collectives: the ranks' SeqNums differ (one issued more collectives)"};
+  if (!s.found.count("watchdog_timeout"))
+    d.alternatives.insert(d.alternatives.begin(), "straggler: a slow but live rank; the run is slow, not stuck, and "
+                                                  "the collectives do complete");
   d.alternatives.erase(std::remove_if(d.alternatives.begin(), d.alternatives.end(),
-                                     [&](const std::string& a) { return a.rfind(d.cause + ":", 0) == 0; }),
+                                     [&](const std::string& a) {
+                                       return a.rfind(d.cause + ":", 0) == 0 ||
+                                              (!d.scenario.empty() && a.rfind(d.scenario + ":", 0) == 0);
+                                     }),
                       d.alternatives.end());
   d.try_next = hang_fixes(d.cause);
 }

@@ -57,6 +57,11 @@ struct Expectation {
   std::string key;     // less/more: a row field; differs: a per-step field; slower: step_s_median
   double factor = 0;   // slower/less/more: R; differs: TOL; scaling: E
   std::string text = "failure";  // as given
+  // A symptom in time (scaling, a share or a duration; not bytes): it needs real processes,
+  // since virtual ranks share one process's cores.
+  bool measures_time() const {
+    return kind == Kind::scaling || ((kind == Kind::less || kind == Kind::more) && key.find("bytes") == std::string::npos);
+  }
 };
 // Throws ConfigError naming --expect, the value and the accepted forms.
 Expectation parse_expectation(const std::string& text);

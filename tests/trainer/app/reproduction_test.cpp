@@ -197,3 +197,47 @@ TEST(Reproduction, TheFolderIsWrittenWholeAndNeverOverwritten) {
 }
 
 }  // namespace
+
+namespace {
+
+// [Note: a reproduction this machine can run]
+TEST(Reproduction, RankCountsAboveTheCoresRunVirtualOrCappedByWhatTheSymptomNeeds) {
+  json oom = {{"ranks", {1, 64}}, {"from_log", {{"checkpoint", "zero-stage"}}}};
+  // Enough cores: nothing changes.
+  EXPECT_TRUE(zrepro::run_on_this_machine(oom, 64).ab_flags.empty());
+  EXPECT_FALSE(zrepro::run_on_this_machine(oom, 64).ranks.has_value());
+  // A memory symptom at 64 ranks on 2 cores: virtual ranks, every rank count kept.
+  const zrepro::MachineRun memory = zrepro::run_on_this_machine(oom, 2);
+  EXPECT_EQ(memory.ab_flags, std::vector<std::string>{"--virtual"});
+  EXPECT_FALSE(memory.ranks.has_value());
+  EXPECT_NE(memory.note.find("64 ranks run as virtual ranks"), std::string::npos) << memory.note;
+  // A hang needs real processes: capped at the cores, at least 2.
+  json hang = {{"ranks", {2, 16}}, {"from_log", {{"checkpoint", "communication"}}}};
+  EXPECT_EQ(zrepro::run_on_this_machine(hang, 4).ranks.value_or(""), "2,4");
+  EXPECT_EQ(zrepro::run_on_this_machine(hang, 1).ranks.value_or(""), "2,2");
+  EXPECT_TRUE(zrepro::run_on_this_machine(hang, 4).ab_flags.empty());
+  // A symptom in time (throughput, a wait share) too; one in bytes is memory.
+  json slow = {{"ranks", {8}}, {"expect", "less:tokens_per_s:0.6"}, {"from_log", {{"checkpoint", "offload-target"}}}};
+  EXPECT_EQ(zrepro::run_on_this_machine(slow, 2).ranks.value_or(""), "2");
+  json bytes = {{"ranks", {8}}, {"expect", "more:peak_bytes_max:1.2"}, {"from_log", {{"checkpoint", "zero-stage"}}}};
+  EXPECT_EQ(zrepro::run_on_this_machine(bytes, 2).ab_flags, std::vector<std::string>{"--virtual"});
+}
+
+// [Note: a reproduction the log tells apart]
+TEST(Reproduction, TheScenariosALogLeavesOpenAreItsOwnAndItsCatalogueAlternativesUnlessStrong) {
+  const std::vector<std::string> catalogue = {"moe-divergent-gathers", "rank0-eval-hang", "straggler", "zero3-live-params"};
+  zrepro::Diagnosis d = diagnosis("communication", "rank0-eval-hang");
+  d.alternatives = {"moe-divergent-gathers: one SeqNum, different sizes", "slow-preprocessing: not a scenario"};
+  EXPECT_EQ(zrepro::open_scenarios(d, catalogue), std::vector<std::string>{"rank0-eval-hang"}) << "strong";
+  d.confidence = "likely";
+  EXPECT_EQ(zrepro::open_scenarios(d, catalogue), (std::vector<std::string>{"rank0-eval-hang", "moe-divergent-gathers"}));
+  d.scenario.clear();
+  EXPECT_EQ(zrepro::open_scenarios(d, catalogue), std::vector<std::string>{"moe-divergent-gathers"});
+  // An OOM reproduces the job's own config at scale with the planner's fixes: its
+  // alternatives do not change the reproduction, so nothing is left open.
+  zrepro::Diagnosis oom = diagnosis("zero-stage", "zero3-live-params");
+  oom.confidence = "likely", oom.alternatives = {"first-batch-activations: the OOM on the first forward"};
+  EXPECT_EQ(zrepro::open_scenarios(oom, catalogue), std::vector<std::string>{"zero3-live-params"});
+}
+
+}  // namespace
