@@ -11,7 +11,9 @@
 #   diagnose `zrepro diagnose LOG` (every line read, the diagnosis printed)
 # and prints the ratios diagnose / grep, whole and after the start, and the peak RSS of
 # diagnose on the big log against on its first 100 lines (flat: the log is not held).
-# usage: bench/diagnose_read.sh [SIZE_MB]   (after scripts/setup.sh; default 100)
+# With BASELINE=path/to/another/zrepro, that binary is timed too, on the same file in the
+# same run (diagnose / baseline: the ratio a change of the reader is judged by).
+# usage: [BASELINE=BIN] bench/diagnose_read.sh [SIZE_MB]   (after scripts/setup.sh; default 100)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 size_mb=${1:-100}
@@ -57,12 +59,18 @@ cat "$tmp/big.log" > /dev/null  # in the page cache for every contender
 g=$(median grep -cE "$pattern" "$tmp/big.log")
 s=$(median build/zrepro --version)
 d=$(median build/zrepro diagnose "$tmp/big.log")
+if [ -n "${BASELINE:-}" ]; then b=$(median "$BASELINE" diagnose "$tmp/big.log"); bs=$(median "$BASELINE" --version); fi
 bytes=$(stat -c %s "$tmp/big.log")
 echo "| log | grep -cE (s) | zrepro start (s) | zrepro diagnose (s) | diagnose / grep | (diagnose - start) / grep | diagnose MB/s after start |"
 echo "|---|---|---|---|---|---|---|"
 python3 -c "
 g, s, d, b = $g, $s, $d, $bytes
 print(f'| {b / 2**20:.0f} MiB | {g:.3f} | {s:.3f} | {d:.3f} | {d / g:.1f}x | {(d - s) / g:.1f}x | {b / 2**20 / max(d - s, 1e-9):.0f} |')"
+if [ -n "${BASELINE:-}" ]; then
+  python3 -c "
+g, s, d, b, bs = $g, $s, $d, $b, $bs
+print(f'baseline {\"$BASELINE\"}: {b:.3f} s ({(b - bs) / g:.1f}x grep after its start); diagnose / baseline: {d / b:.2f}, after the start: {(d - s) / max(b - bs, 1e-9):.2f}')"
+fi
 if [ -x /usr/bin/time ]; then
   echo
   echo "peak RSS of zrepro diagnose: $(rss_kb build/zrepro diagnose "$tmp/small.log") KiB on 100 lines," \

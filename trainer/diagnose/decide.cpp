@@ -38,6 +38,8 @@ int64_t held_outside_pytorch(const LogFigures& n) {
   return cap - free - reserved;
 }
 
+const std::vector<std::string>& fixes_for(const std::string& cause);
+
 // An OOM that is not the caching allocator running out under the model: a pinned host
 // allocation, or a device mostly held by something else. True when decided.
 bool decide_oom_elsewhere(const Scan& s, Diagnosis& d) {
@@ -53,9 +55,7 @@ bool decide_oom_elsewhere(const Scan& s, Diagnosis& d) {
                     : "\"CUDA error: out of memory\" without the caching allocator's own message (no \"Tried to "
                       "allocate\"): a CUDA call outside PyTorch's allocator failed, most often a pinned host allocation "
                       "(WSL and containers cap page-locked memory), else NCCL's or cuBLAS's own buffers";
-    d.try_next = {"offload pin_memory false (or DataLoader pin_memory=False): pageable host buffers",
-                  "ulimit -l unlimited / docker run --ulimit memlock=-1; under WSL raise its memory limit (.wslconfig)",
-                  "less host memory per process: fewer ranks per node, or offload only the optimizer"};
+    d.try_next = fixes_for("pinned-host-oom");
     return true;
   }
   const int64_t outside = held_outside_pytorch(n), cap = n.capacity_bytes.value_or(0);
@@ -100,6 +100,10 @@ const std::vector<std::string>& fixes_for(const std::string& cause) {
       {"rank-alone-in-collective", {"run evaluation / generation / saving on every rank (all ranks must enter ZeRO-3's "
                                     "gathers), or gather the weights once with GatheredParameters",
                                     "generate(..., synced_gpus=True) where ranks generate different lengths"}},
+      {"pinned-host-oom", {"offload pin_memory false (or DataLoader pin_memory=False): pageable host buffers",
+                           "ulimit -l unlimited / docker run --ulimit memlock=-1; under WSL raise its memory limit "
+                           "(.wslconfig)",
+                           "less host memory per process: fewer ranks per node, or offload only the optimizer"}},
       {"slow-preprocessing", {"preprocess the dataset before launching (or on the main process first: "
                               "main_process_first), or a longer timeout (ddp_timeout / init_distributed(timeout=...))"}}};
   static const std::vector<std::string> none;
@@ -671,8 +675,7 @@ bool decide_pinning_frame(const Scan&, Diagnosis& d) {
   d.checkpoint = "pinned-memory", d.cause = "pinned-host-oom", d.confidence = "likely";
   d.reason = "the traceback ends inside pin_memory(): pinning a host buffer (DeepSpeed's offload buffers, or a "
              "DataLoader's) failed; page-locked memory is capped by ulimit -l, a container, WSL, or the host";
-  d.try_next = {"offload pin_memory false (or DataLoader pin_memory=False): pageable host buffers",
-                "ulimit -l unlimited / docker run --ulimit memlock=-1; under WSL raise its memory limit (.wslconfig)"};
+  d.try_next = fixes_for("pinned-host-oom");
   return true;
 }
 
