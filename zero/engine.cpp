@@ -465,6 +465,11 @@ void ZeroEngine::begin_micro_step(int64_t step, int64_t micro_step, int64_t micr
   for (auto& k : kept_grads_) k.clear();
   if (gathers_) gathers_->begin_micro_step();
   if (host_opt_) host_opt_->begin_micro_step(micro_step, micro_steps == 1, micro_step + 1 == micro_steps);
+  // [Note: a release's own behaviour] (zero_config.h): the next micro-step's gradients
+  // replace, not join, the ones reduced so far.
+  if (cfg_.release.boundary_micro_step_grads_only && micro_step > 0)
+    for (auto& g : owned_grads_)
+      if (g.defined()) g.zero_();
 }
 
 void ZeroEngine::end_backward() {

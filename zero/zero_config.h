@@ -123,8 +123,22 @@ struct SchedulerConfig {
 // ds_config.h, is an EngineSettings with the rest of the file beside), and the engine's
 // configuration is one (EngineConfig, engine.h, adds what the run decides): no field is
 // copied from the config into the engine one by one.
+// [Note: a release's own behaviour] What the DeepSpeed release a config is resolved as
+// (--deepspeed-version) does unlike the releases around it, bugs included, so zrepro trains as
+// that release did. Decided once, where the config is resolved (trainer/config/ds_config.cpp,
+// from configs/deepspeed_versions.json's "behaviour" entries); the engine only reads it.
+struct ReleaseBehaviour {
+  // DeepSpeed 0.17.6-0.18.2 at ZeRO-2 without optimizer offload (issue #7718): the
+  // gradient epilogue (stage_1_and_2.py independent_gradient_partition_epilogue@v0.17.6)
+  // takes its "first micro-step" branch at every micro-step, since averaged_gradients is
+  // only set at the boundary and is reset after each step, so each micro-step's gradients
+  // replace the previous ones: only the boundary micro-step's gradients reach the step.
+  bool boundary_micro_step_grads_only = false;
+};
+
 struct EngineSettings {
   Precision precision = Precision::fp32;
+  ReleaseBehaviour release;
   ZeroConfig zero;
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;

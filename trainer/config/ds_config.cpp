@@ -484,18 +484,21 @@ void old_zero_fp16_scaling(Loader& L, Section& fp16, Section& top, DsConfig& c) 
 }
 
 // DeepSpeed 0.17.6 to 0.18.2 computed ZeRO-2 gradients differently from the releases
-// before and after (deepspeed_versions.json, measured: docs/lab/DEEPSPEED_RELEASES.md).
-// zrepro trains as the others do, so a run resolved as one of them says so.
-void zero2_gradient_regression(Loader& L, const ZeroConfig& z) {
+// before and after (deepspeed_versions.json, measured: docs/lab/DEEPSPEED_RELEASES.md):
+// [Note: a release's own behaviour] (zero/zero_config.h) says how; a run resolved as one of
+// them trains so, and says so.
+void zero2_gradient_regression(Loader& L, DsConfig& c) {
   const VersionChange* now = change_in_effect("zero_optimization.stage", "behaviour", L.version());
   // The entry's "when" says which stage it is about (the table is the one place that says so).
   if (!now || now->since != "0.17.6" || !now->when.is_object() ||
-      now->when.value("zero_optimization.stage", -1) != z.stage)
+      now->when.value("zero_optimization.stage", -1) != c.zero.stage || c.zero.offload_optimizer.enabled())
     return;
-  L.warn("DeepSpeed " + L.version() + " computes ZeRO-2 gradients unlike 0.17.5 and 0.18.3 (lower grad norms from "
-         "the first step: DeepSpeed issue #7718, fixed in 0.18.3; measured in docs/lab/DEEPSPEED_RELEASES.md): zrepro "
-         "trains as 0.18.3 does, so its losses and grad norms will not match a run on " + L.version() +
-         ". Upgrade DeepSpeed to 0.18.3 or later");
+  c.release.boundary_micro_step_grads_only = true;
+  if (c.grad_accum > 1)
+    L.warn("DeepSpeed " + L.version() + " at ZeRO-2 keeps only the last micro-step's gradients of each step "
+           "(DeepSpeed issue #7718, fixed in 0.18.3): zrepro trains as " + L.version() + " did, so with "
+           "gradient_accumulation_steps " + std::to_string(c.grad_accum) + " each step's gradient is 1/" +
+           std::to_string(c.grad_accum) + " of the batch's. Upgrade DeepSpeed to 0.18.3 or later");
 }
 
 void load_precision(Loader& L, Section& top, DsConfig& c) {
@@ -989,7 +992,7 @@ void load_sections(Loader& L, Section& top, DsConfig& c) {
   c.wall_clock_breakdown = top.get<bool>("wall_clock_breakdown", false);
   c.memory_breakdown = top.get<bool>("memory_breakdown", false);
   c.zero = load_zero(L, top.sub("zero_optimization"));
-  zero2_gradient_regression(L, c.zero);
+  zero2_gradient_regression(L, c);
   if (!c.managed_gradient_accumulation && (c.zero.offload_optimizer.enabled() || c.zero.offload_param.enabled()) &&
       !change_in_effect("managed_gradient_accumulation", "behaviour", L.version()))
     L.fail("managed_gradient_accumulation",

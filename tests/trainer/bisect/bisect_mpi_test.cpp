@@ -46,9 +46,12 @@ TEST(Bisect, ReplaysARecordedBisectOfTheZero2RegressionOffline) {
   EXPECT_NE(r.output.find("step 1 grad norm 1.434137 -> 0.7802409 (-45.6%)"), std::string::npos) << r.output;
   // The version table's entry for the release it names.
   EXPECT_NE(r.output.find("0.17.6 behaviour zero_optimization.stage"), std::string::npos) << r.output;
-  // zrepro beside: it trains as the releases before 0.17.6 (a conformance finding, not the user's).
+  // zrepro beside: as each release, bugs included ([Note: a release's own behaviour],
+  // zero/zero_config.h: 0.17.6-0.18.2 keep only the boundary micro-step's ZeRO-2 gradients),
+  // it agrees with every release judged, within 1e-5 on losses and grad norms.
   EXPECT_NE(r.output.find("zrepro as 0.17.5: agrees"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("zrepro as 0.17.6: DIFFERS"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("zrepro as 0.17.6: agrees"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("zrepro as 0.18.2: agrees"), std::string::npos) << r.output;
   const zrepro::BisectDocument d = read(testing::TempDir() + "/zrepro_bisect_replay/out/bisect.json");
   EXPECT_EQ(d.outcome, "first moved");
   EXPECT_EQ(d.first_moved, "0.17.6");
@@ -58,7 +61,7 @@ TEST(Bisect, ReplaysARecordedBisectOfTheZero2RegressionOffline) {
   ASSERT_EQ(d.judged.size(), 6u);
   for (const auto& row : d.judged) EXPECT_TRUE(row.from_cache) << row.release;
   EXPECT_EQ(d.judged.front().release, "0.16.0");
-  EXPECT_EQ(d.zrepro_differs_at, std::vector<std::string>({"0.17.6", "0.18.2"}));
+  EXPECT_TRUE(d.zrepro_differs_at.empty()) << d.zrepro_differs_at.front();
 }
 
 // Good and bad on the same side of the change: nothing to bisect (exit 7), and bisect.json
