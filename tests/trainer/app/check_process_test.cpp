@@ -120,6 +120,30 @@ TEST(Check, AnUpgradeThatFlipsPinningFailsOnHostMemoryAndTheConfig) {
   EXPECT_NE(after.output.find("deepspeed_version"), std::string::npos) << after.output;
 }
 
+// Issue 62 item 2, [Note: a release's own behaviour] (zero/zero_config.h): the ZeRO-2
+// gradient bug of DeepSpeed 0.17.6-0.18.2 (#7718) is in those releases' profiles, so a
+// baseline saved as 0.17.5 and checked as 0.17.6 fails on the loss and grad norm with no
+// release installed; as 0.18.3 (the fix) the numerics are 0.17.5's again (what still fails
+// there is 0.18.0's new leaf_module default, a config change the check names).
+TEST(Check, TheZero2GradientBugOf0176IsCaughtByTheProfilesAlone) {
+  const std::string dir = zrepro_test::fresh_dir("check_7718");
+  const std::string cfg = std::string(ZREPRO_SOURCE_DIR).append("/tests/data/bisect/zero2-regression/ds_config.json");
+  const std::string run = " -- --config " + cfg + " --model tiny --steps 3 --deepspeed-version ";
+  const auto save = zrepro_test::zrepro_cmd("check --save " + dir + "/B.json --work " + dir + "/w0" + run + "0.17.5", 180);
+  ASSERT_EQ(save.code, 0) << save.output;
+  const auto buggy = zrepro_test::zrepro_cmd(
+      "check --baseline " + dir + "/B.json --time-tol 100 --work " + dir + "/w1" + run + "0.17.6", 180);
+  EXPECT_EQ(buggy.code, 11) << buggy.output;
+  EXPECT_NE(buggy.output.find("FAIL grad_norm"), std::string::npos) << buggy.output;
+  EXPECT_NE(buggy.output.find("FAIL loss"), std::string::npos) << buggy.output;
+  EXPECT_NE(buggy.output.find("deepspeed_version"), std::string::npos) << buggy.output;
+  const auto fixed = zrepro_test::zrepro_cmd(
+      "check --baseline " + dir + "/B.json --time-tol 100 --work " + dir + "/w2" + run + "0.18.3", 180);
+  EXPECT_EQ(fixed.output.find("FAIL grad_norm"), std::string::npos) << fixed.output;
+  EXPECT_EQ(fixed.output.find("FAIL loss"), std::string::npos) << fixed.output;
+  EXPECT_NE(fixed.output.find("FAIL config.zero_optimization.leaf_module.classes"), std::string::npos) << fixed.output;
+}
+
 // Issue 31: a baseline keeps the run's arguments and config. `check --baseline B.json`
 // alone reruns with them (and passes); a run asked for 1 x 4 where the baseline's was
 // 2 x 2 is reported as differing inputs, first, not as activation and collective
