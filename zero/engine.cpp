@@ -466,10 +466,13 @@ void ZeroEngine::begin_micro_step(int64_t step, int64_t micro_step, int64_t micr
   if (gathers_) gathers_->begin_micro_step();
   if (host_opt_) host_opt_->begin_micro_step(micro_step, micro_steps == 1, micro_step + 1 == micro_steps);
   // [Note: a release's own behaviour] (zero_config.h): the next micro-step's gradients
-  // replace, not join, the ones reduced so far.
-  if (cfg_.release.boundary_micro_step_grads_only && micro_step > 0)
+  // replace, not join, the ones reduced so far, on this rank and on the ranks an observer
+  // stands in for (their gradient rows).
+  if (cfg_.release.boundary_micro_step_grads_only && micro_step > 0) {
     for (auto& g : owned_grads_)
       if (g.defined()) g.zero_();
+    observer_.grads_zeroed();
+  }
 }
 
 void ZeroEngine::end_backward() {

@@ -315,12 +315,12 @@ Diagnosis chosen_diagnosis(const Diagnosis& d, const cxxopts::ParseResult& r, co
 int write_and_run(const Diagnosis& log_diagnosis, const std::string& log, const cxxopts::ParseResult& r,
                   const json& user_config, const PlanAnswer& plan) {
   if (!r.count("config")) throw ConfigError("--write-scenario: needs --config (the job's DeepSpeed config is side A)");
-  if (log_diagnosis.scenario.empty()) {
+  const std::string templ_dir = scenarios_dir(opt<std::string>(r, "scenarios-dir"));
+  const Diagnosis d = chosen_diagnosis(log_diagnosis, r, templ_dir);
+  if (d.scenario.empty()) {  // none named, none picked (--as can pick one the log leaves open)
     std::cout << "[zrepro diagnose] no known fingerprint: no reproduction written" << std::endl;
     return kExitAbNoFailure;
   }
-  const std::string templ_dir = scenarios_dir(opt<std::string>(r, "scenarios-dir"));
-  const Diagnosis d = chosen_diagnosis(log_diagnosis, r, templ_dir);
   JobSetup job{opt<std::string>(r, "model"), opt<int>(r, "world-size"), opt<std::string>(r, "device-memory"),
                r.count("job-args") ? words("--job-args", r["job-args"].as<std::string>()) : std::vector<std::string>{}};
   const json templ = load_scenario(templ_dir + "/" + d.scenario + "/scenario.json");
@@ -414,6 +414,8 @@ void check_diagnose_flags(const cxxopts::ParseResult& r) {
       throw ConfigError("--scenarios-dir: \"" + templ_dir + "\" is not a folder of scenarios (configs/scenarios)");
   } else if (r.count("run")) {
     throw ConfigError("--run: needs --write-scenario DIR (the folder to write and run)");
+  if (r.count("as") && !r.count("write-scenario"))
+    throw ConfigError("--as: needs --write-scenario DIR (it picks the scenario a reproduction is written for)");
   }
   if (!r.unmatched().empty())
     throw ConfigError("one LOG at a time, got also \"" + r.unmatched().front() +

@@ -695,7 +695,10 @@ bool decide_nccl_network(const Scan&, Diagnosis& d) {
 // names]). A bare SIGKILL (-9) before any step is not named so: in the corpus most such
 // kills are a model load or conversion outside DeepSpeed (measured: the rule named 2 logs
 // right and 5 wrong, and was dropped).
-bool host_memory_full(const Scan& s) { return s.numbers.host_memory_percent.value_or(0) >= 95; }
+// Only where training never began: a slow job at 96% of its host has its speed rules.
+bool host_memory_full(const Scan& s) {
+  return s.numbers.host_memory_percent.value_or(0) >= 95 && !s.numbers.completed_steps;
+}
 bool decide_host_memory_at_init(const Scan& s, Diagnosis& d) {
   d.checkpoint = "offload-target", d.cause = "host-memory-at-offload-init", d.confidence = "likely";
   d.reason = "DeepSpeed's own line shows the host's memory at " +
@@ -712,6 +715,13 @@ bool decide_host_memory_at_init(const Scan& s, Diagnosis& d) {
 // DeepSpeed comparing a config value with a number where the value is still the string
 // "auto" (gradient_clipping, the scheduler's warmup_num_steps, a batch size): only the
 // Trainer resolves "auto", so a custom loop or a second engine (a reference model) has it raw.
+// The TypeError raised in DeepSpeed's own frames: a DeepSpeed frame at most 12 lines above it
+// (a traceback's last frames), not a DeepSpeed path anywhere in the log.
+bool auto_compared_in_deepspeed(const Scan& s) {
+  const auto error = s.last_at.find("str_number_compare"), frame = s.last_at.find("deepspeed_frame");
+  return error != s.last_at.end() && frame != s.last_at.end() && frame->second <= error->second &&
+         error->second - frame->second <= 12;
+}
 bool decide_auto_compared(const Scan&, Diagnosis& d) {
   d.checkpoint = "config", d.cause = "auto-unresolved", d.confidence = "likely";
   d.reason = "DeepSpeed compared a config value with a number and found a string: a value left \"auto\" that nothing "
@@ -785,7 +795,11 @@ const std::vector<Rule>& rules() {
       {"resume at another world size", [](const Scan& s) { return has(s, "checkpoint_world_size"); },
        decide_resume_world_size},
       {"resume with a flat size mismatch",
-       [](const Scan& s) { return has(s, "zero_checkpoint_load") && has(s, "tensor_size_mismatch"); },
+       [](const Scan& s) {
+         // No step in the log: a job that trained on is not resuming (pastes put the error
+         // first as often as last, so the order of the two lines says nothing).
+         return has(s, "zero_checkpoint_load") && has(s, "tensor_size_mismatch") && !s.numbers.completed_steps;
+       },
        decide_resume_size_mismatch},
       {"pinned memory", [](const Scan& s) { return has(s, "pinned_memory") && !has(s, "oom"); }, decide_pinned_memory},
       {"device OOM", [](const Scan& s) { return has(s, "oom") || has(s, "cuda_error_oom"); }, always<decide_oom>},
@@ -802,12 +816,11 @@ const std::vector<Rule>& rules() {
       {"NCCL's network", [](const Scan& s) { return has(s, "nccl_network"); }, decide_nccl_network},
       {"a traceback ending in pin_memory()",
        [](const Scan& s) {
-         const auto last = s.last_at.find("pinned_frame");
+         const auto last = s.last_at.find("pinning_call");
          return last != s.last_at.end() && s.last_line - last->second <= 5;
        },
        decide_pinning_frame},
-      {"\"auto\" compared with a number",
-       [](const Scan& s) { return has(s, "str_number_compare") && has(s, "deepspeed_frame"); }, decide_auto_compared},
+      {"\"auto\" compared with a number", auto_compared_in_deepspeed, decide_auto_compared},
       {"stopped in long preprocessing", stopped_in_long_preprocessing, decide_long_preprocessing},
       {"allocator cache flushes", [](const Scan& s) { return has(s, "cache_flush"); }, decide_cache_flushes},
       {"straggler", [](const Scan& s) { return has(s, "straggler"); }, decide_straggler},

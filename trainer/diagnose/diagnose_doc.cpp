@@ -37,7 +37,7 @@ const std::vector<FieldDoc>& diagnose_field_docs() {
       {{"numbers.straggler_rank"}, "the rank zrepro's log names the straggler"},
       {{"numbers.allocator_cache_flushes"}, "ZeRO-3's \"pytorch allocator cache flushes since last step\", the last"},
       {{"numbers.host_memory_percent"}, "the highest host memory use (%) DeepSpeed's see_memory_usage lines print"},
-      {{"numbers.preprocessing_elapsed_s"}, "the longest elapsed time (s) a dataset preprocessing progress bar shows"},
+      {{"numbers.preprocessing_elapsed_s"}, "the elapsed time (s) of the log's last dataset preprocessing progress bar update"},
       {{"numbers.size_mismatch_a", "numbers.size_mismatch_b"},
        "the two sizes of the first \"size of tensor a (A) must match the size of tensor b (B)\" error"},
       {{"numbers.trainer_mismatch.*"}, "each DeepSpeed key the Hugging Face Trainer refused, with the config's value"},

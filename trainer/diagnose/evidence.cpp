@@ -32,6 +32,8 @@ const std::vector<Fingerprint>& fingerprints() {
         {"oom", "out of memory", R"(CUDA out of memory)"},
         // Context for an OOM (and the innermost frame of a failed pinning): a frame that allocates page-locked host memory.
         {"pinned_frame", "pin", R"(pin_memory\(|pin_memory=True|\.pin_memory\b|cudaHostAlloc|_pin_tensor|pinned_(buffer|tensor)|pin memory)"},
+        // A traceback's frame or source line that pins a buffer (not a pin_memory=True argument).
+        {"pinning_call", "pin", R"(\.pin_memory\(\)|\bin pin_memory\s*$|\bin _pin_tensor\s*$|cudaHostAlloc\()"},
         // RuntimeError's form, raised by any CUDA call (a pinned host allocation among them).
         {"cuda_error_oom", "out of memory", R"(CUDA error: out of memory|cudaErrorMemoryAllocation)"},
         // ZeRO-3's memory-pressure warning and its re-trace warning (data-dependent modules).
@@ -79,10 +81,11 @@ const std::vector<Fingerprint>& fingerprints() {
         {"checkpoint_world_size", "used a DP world size of",
          R"(used a DP world size of (\d+) but the current world size is (\d+))"},
         // A ZeRO checkpoint being loaded, and a flat tensor of another size than the one saved.
-        {"zero_checkpoint_load", "", R"(zero_pp_rank_\d+_mp_rank_\d+_(model|optim)_states\.pt|Attempting to resume from|_load_zero_checkpoint|in load_checkpoint\b)"},
+        // (a save names the same files: "Saving ... zero_pp_rank_0_mp_rank_00_model_states.pt" is no load)
+        {"zero_checkpoint_load", "", R"((Loading|Loaded) checkpoint from \S*zero_pp_rank_\d+_mp_rank_\d+_(model|optim)_states\.pt|Attempting to resume from|_load_zero_checkpoint|in load_checkpoint\b)"},
         {"tensor_size_mismatch", "must match the size of tensor",
          R"(The size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\))"},
-        {"overflow", "OVERFLOW!", R"(OVERFLOW! Rank (\d+) Skipping step\.?(?: Attempted loss scale: ([0-9.e+]+))?)"},
+        {"overflow", "OVERFLOW!", R"(OVERFLOW! Rank (\d+) Skipping step\.?(?: Attempted loss scale: ([0-9.]+(?:[eE][-+]?\d+)?))?)"},
         {"loss_scale_minimum", "loss scale already at minimum", R"(Current loss scale already at minimum)"},
         {"watchdog_timeout", "Watchdog caught collective operation timeout",
          R"(Watchdog caught collective operation timeout)"},
@@ -319,12 +322,13 @@ void read_overflow(const Groups& m, LogFigures& n) {
   if (scale >= 0 && scale <= 1) n.overflows_at_scale_1 = n.overflows_at_scale_1.value_or(0) + 1;
 }
 
-// A progress bar's elapsed time ("[32:13<53:59", "[1:02:03<..."): the longest the log shows.
+// A progress bar's elapsed time ("[32:13<53:59", "[1:02:03<..."): its last update's (tqdm
+// writes its updates to a file joined by \r on one line), so the log's last bar is the one read.
 void read_progress_elapsed(const std::string& line, LogFigures& n) {
-  Groups m;
-  if (!search(re(R"(\[(?:(\d{1,3}):)?(\d{1,2}):(\d{2})<)"), line, m)) return;
-  const int64_t s = whole(m.str(1)).value_or(0) * 3600 + whole(m.str(2)).value_or(0) * 60 + whole(m.str(3)).value_or(0);
-  n.preprocessing_elapsed_s = std::max(n.preprocessing_elapsed_s.value_or(0), s);
+  re2::StringPiece rest(line);
+  std::string h, m, s;
+  while (RE2::FindAndConsume(&rest, re(R"(\[(?:(\d{1,3}):)?(\d{1,2}):(\d{2})<)"), &h, &m, &s))
+    n.preprocessing_elapsed_s = whole(h).value_or(0) * 3600 + whole(m).value_or(0) * 60 + whole(s).value_or(0);
 }
 
 // What a matched fingerprint's line adds to the figures, by the fingerprint's id.

@@ -66,7 +66,7 @@ struct LogFigures {
   // The job's, as its lines say.
   std::optional<int64_t> train_batch_size, micro_batch, grad_accum, world_size, saved_world_size, zero_stage,
       completed_steps, straggler_rank, allocator_cache_flushes;
-  // A preprocessing progress bar's longest elapsed time (s); the two sizes of a tensor-size
+  // The last preprocessing progress bar's elapsed time (s); the two sizes of a tensor-size
   // mismatch error ("The size of tensor a (A) must match the size of tensor b (B)").
   std::optional<int64_t> preprocessing_elapsed_s, size_mismatch_a, size_mismatch_b;
   std::map<std::string, std::string> trainer_mismatch;  // the Trainer's refused key -> its value

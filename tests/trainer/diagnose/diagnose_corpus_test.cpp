@@ -112,6 +112,7 @@ const std::map<std::string, std::string> kUnproven = {
     {"generate_work", "context for a hang: generation on some ranks (generate-early-eos)"},
     {"model_state_share", "zrepro's own scale-down table (numbers only)"},
     {"offload_pageable", "speed: an offload block with pin_memory false (pageable-copies)"},
+    {"pinned_frame", "context for an OOM raised a few frames under a page-locked allocation (numbers.pinned_allocation_oom)"},
     {"save_gather", "zrepro's own message for the 16-bit gather at a save; no real log of it names the gather"},
     {"sigkill", "the launchers' SIGKILL lines beside a host kill"},
     {"straggler", "zrepro's own straggler line"},

@@ -253,3 +253,35 @@ TEST(Diagnose, AShortPasteIsNamedByWhatItsLinesSayAndOnlyThat) {
   EXPECT_EQ(said("ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.\n"),
             "communication/nccl-transport");
 }
+
+// Review of the short-paste rules: each fires on its own evidence only.
+TEST(Diagnose, AShortPasteRuleDoesNotFireOnLookAlikes) {
+  auto said = [](const std::string& log) {
+    const Diagnosis d = diagnose_log(log);
+    return d.checkpoint + "/" + d.cause;
+  };
+  // Python prints 2^-14 as 6.103515625e-05: a scale below 1, read whole.
+  EXPECT_EQ(said("[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 6.103515625e-05, reducing to "
+                 "3.0517578125e-05\n"),
+            "numerics/fp16-scale-stuck");
+  // A save names the same files as a load: no resume.
+  const std::string mismatch = "RuntimeError: The size of tensor a (778567680) must match the size of tensor b (155713536) at non-singleton dimension 0\n";
+  EXPECT_NE(said("[Torch] Saving ckpt/global_step250/zero_pp_rank_0_mp_rank_00_model_states.pt...\n" + mismatch),
+            "config/checkpoint-world-size");
+  // A host at 96% while training on is a speed question, not a set-up failure.
+  const std::string full = "[INFO] [utils.py:834:see_memory_usage] CPU Virtual Memory:  used = 502.63 GB, percent = 96.1%\n";
+  EXPECT_EQ(said(full), "offload-target/host-memory-at-offload-init");
+  EXPECT_NE(said(full + "[deepspeed] step=40/100 loss=2.1\n"), "offload-target/host-memory-at-offload-init");
+  // A DataLoader's pin_memory=True argument at the end of a traceback is no pinning call.
+  EXPECT_EQ(said("    loader = DataLoader(ds, batch_size=8, pin_memory=True)\nValueError: bad sampler\n"), "/");
+  // The TypeError must come from DeepSpeed's frames, not follow a DeepSpeed path far above it.
+  std::string far = "  File \"/venv/lib/python3.8/site-packages/deepspeed/runtime/engine.py\", line 1, in __init__\n";
+  for (int i = 0; i < 20; ++i) far += "{'loss': 1.0}\n";
+  EXPECT_EQ(said(far + "TypeError: '>' not supported between instances of 'str' and 'int'\n"), "/");
+  // tqdm's updates joined by \r on one line: the last update's elapsed time counts.
+  const Diagnosis bar = diagnose_log(
+      "Running tokenizer on dataset:  1%| | 10/85249 [00:01<53:25, 16.59ba/s]\rRunning tokenizer on dataset:  38%|###   "
+      "| 32066/85249 [32:12<53:25, 16.59ba/s]Traceback (most recent call last):\n");
+  EXPECT_EQ(bar.numbers.preprocessing_elapsed_s, 32 * 60 + 12);
+  EXPECT_EQ(bar.cause, "slow-preprocessing");
+}

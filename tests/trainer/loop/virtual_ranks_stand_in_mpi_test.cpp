@@ -139,6 +139,21 @@ TEST(StandInPeers, EqualFourRealProcessesSharingBatches) {
   expect_same_subject(real.summary, si.summary, 1, "4 real ranks");
 }
 
+// [Note: a release's own behaviour] (zero/zero_config.h): as DeepSpeed 0.17.6, ZeRO-2 keeps
+// only the boundary micro-step's gradients, on the subject and in the stood-in peers' rows
+// alike (once the peers kept every micro-step's and stepped on the whole batch: step 1's
+// grad norm was 1.205 where 4 ranks on threads give 0.7793).
+TEST(StandInPeers, StandInsFollowTheReleasesOwnGradientBehaviour) {
+  const std::string cfg =
+      zrepro_test::read_text(std::string(ZREPRO_SOURCE_DIR).append("/tests/data/bisect/zero2-regression/ds_config.json"));
+  const std::string flags = "--steps 3 --model tiny --data-rule same --world-size 4 --deepspeed-version 0.17.6";
+  const RunResult threads = zrepro_run("si_7718_run", cfg, flags + " --peers run");
+  const RunResult si = zrepro_run("si_7718_si", cfg, flags + " --as-rank 1 --peers stand-in");
+  ASSERT_EQ(threads.code, 0) << threads.output;
+  expect_exact_stand_in(si, "0.17.6 at ZeRO-2");
+  expect_same_steps(threads.summary, si.summary, "0.17.6 at ZeRO-2");
+}
+
 TEST(StandInPeers, RankOneOfAnEightThousandRankZero3JobAgreesWithThePlanner) {
   const std::string cfg = si_config(3, "bf16", "none", 1);
   const RunResult si =
