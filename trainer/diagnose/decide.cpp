@@ -104,6 +104,12 @@ const std::vector<std::string>& fixes_for(const std::string& cause) {
                            "ulimit -l unlimited / docker run --ulimit memlock=-1; under WSL raise its memory limit "
                            "(.wslconfig)",
                            "less host memory per process: fewer ranks per node, or offload only the optimizer"}},
+      {"checkpoint-world-size", {"convert it: python deepspeed/checkpoint/ds_to_universal.py --input_folder "
+                                 "DIR/global_stepN --output_folder DIR/global_stepN_universal --inject_missing_state "
+                                 "(or zrepro checkpoint to-universal), then \"checkpoint\": {\"load_universal\": "
+                                 "true} in the config",
+                                 "resume on the saving world size", "weights only: zero_to_fp32.py, then a fresh "
+                                 "optimizer"}},
       {"slow-preprocessing", {"preprocess the dataset before launching (or on the main process first: "
                               "main_process_first), or a longer timeout (ddp_timeout / init_distributed(timeout=...))"}}};
   static const std::vector<std::string> none;
@@ -606,10 +612,7 @@ bool decide_resume_world_size(const Scan& s, Diagnosis& d) {
              figure_text(s.numbers.saved_world_size) + " ranks, resumed on " + figure_text(s.numbers.world_size) +
              "): each rank's optimizer file holds a partition "
              "cut for the saving world size";
-  d.try_next = {"convert it: python deepspeed/checkpoint/ds_to_universal.py --input_folder DIR/global_stepN "
-                "--output_folder DIR/global_stepN_universal --inject_missing_state (or zrepro checkpoint "
-                "to-universal), then \"checkpoint\": {\"load_universal\": true} in the config",
-                "resume on the saving world size", "weights only: zero_to_fp32.py, then a fresh optimizer"};
+  d.try_next = fixes_for(d.cause);
   return true;
 }
 
@@ -662,10 +665,7 @@ bool decide_resume_size_mismatch(const Scan& s, Diagnosis& d) {
              (ratio ? " (the sizes differ by exactly " + std::to_string(big / small) + "x)" : std::string());
   d.alternatives = {"a checkpoint of another model or another trainable set (LoRA against full fine-tuning): the "
                     "saved model's config differs from the one loading it"};
-  d.try_next = {"resume on the saving world size, or convert the checkpoint: python "
-                "deepspeed/checkpoint/ds_to_universal.py --input_folder DIR/global_stepN --output_folder "
-                "DIR/global_stepN_universal, then \"checkpoint\": {\"load_universal\": true}",
-                "weights only: zero_to_fp32.py, then a fresh optimizer"};
+  d.try_next = fixes_for(d.cause);
   return true;
 }
 
